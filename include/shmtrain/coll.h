@@ -1,0 +1,113 @@
+/* shmtrain collectives: a process group over POSIX shared memory.
+ *
+ * N processes on one machine form a group; each owns one shared-memory
+ * segment (created O_CREAT|O_EXCL, mode 0600, named /shmtrain.<uid>.<job>.<rank>,
+ * first touched by its owner) and maps its peers' segments.  Every segment is
+ * unlinked as soon as all ranks have mapped it, so no crash can leak it.
+ *
+ * Collectives must be called by every rank in the same order with the same
+ * arguments (SPMD).  They are blocking, not thread-safe per group, and return
+ * a status; on failure st_last_error() says which rank or call failed.  After
+ * ST_ERR_PEER_DEAD or ST_ERR_TIMEOUT the group is broken: every later call
+ * returns the same error, and the caller should destroy it.
+ *
+ * The API is transport-neutral: nothing here exposes the segment layout, so
+ * an inter-node stage (e.g. MPI) can be added behind the same calls.
+ */
+#ifndef SHMTRAIN_COLL_H
+#define SHMTRAIN_COLL_H
+
+#include <stddef.h>
+
+#include "shmtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_group st_group;
+
+typedef enum st_reduce_op { ST_SUM = 0, ST_AVG = 1 } st_reduce_op;
+
+/* Zero means "use the default" for every numeric field. */
+typedef struct st_group_config {
+    int rank;                /* 0 .. world_size-1 */
+    int world_size;          /* >= 1 */
+    const char *job_id;      /* [A-Za-z0-9_.-]{1,64}; same on all ranks */
+    size_t zero_copy_bytes;  /* size of the caller-owned region st_group_buffer()
+                                returns; 0 = none */
+    size_t staging_bytes;    /* per-rank staging for ordinary buffers (default
+                                4 MiB; larger messages go in pieces) */
+    size_t chunk_bytes;      /* ring pipelining unit (default 128 KiB) */
+    size_t small_bytes;      /* messages up to this use the direct algorithm
+                                (default 16 KiB; 0 keeps the default, use
+                                ST_SMALL_NEVER to always use the ring) */
+    double timeout_s;        /* longest wait for any single peer (default 300 s,
+                                env SHMTRAIN_TIMEOUT) */
+    double join_timeout_s;   /* longest wait for peers to appear (default 60 s) */
+    int spin;                /* busy-wait iterations before yielding/sleeping
+                                (default: 2000, or 20 when ranks outnumber CPUs) */
+    size_t shm_limit_bytes;  /* pretend the shm filesystem holds at most this
+                                much (testing Docker's 64 MB /dev/shm); 0 = off */
+} st_group_config;
+
+#define ST_SMALL_NEVER ((size_t)-1)
+
+/* Join a group.  Blocks until all world_size ranks have joined (or
+ * join_timeout_s passes).  On success *out is a group the caller owns and
+ * releases with st_group_destroy(). */
+st_status st_group_create(st_group **out, const st_group_config *cfg);
+
+/* Join using the environment set by shmrun: SHMTRAIN_RANK, SHMTRAIN_WORLD_SIZE
+ * and SHMTRAIN_JOB_ID (falling back to RANK and WORLD_SIZE).  Without any of
+ * them the group is a world of one.  `defaults` (may be NULL) supplies the
+ * remaining fields; its rank/world/job are ignored. */
+st_status st_group_create_from_env(st_group **out, const st_group_config *defaults);
+
+/* Leave the group and unmap everything.  Safe on NULL.  Does not synchronise:
+ * call st_barrier() first if peers may still read this rank's memory. */
+void st_group_destroy(st_group *g);
+
+int st_group_rank(const st_group *g);
+int st_group_size(const st_group *g);
+const char *st_group_job_id(const st_group *g);
+
+/* The zero-copy region (zero_copy_bytes long, 64-byte aligned, zeroed at
+ * join), or NULL if none was requested.  It belongs to the group.  An
+ * all-reduce on a buffer inside it reads peers' regions directly instead of
+ * copying through staging; the buffer must sit at the same offset on every
+ * rank. */
+void *st_group_buffer(st_group *g, size_t *bytes);
+
+/* Rank `peer`'s zero-copy region as mapped in this process (read-only use),
+ * or NULL if there is none or the peer's memory is not mapped here (a future
+ * inter-node transport).  For custom zero-copy exchanges and benchmarks. */
+const void *st_group_peer_buffer(const st_group *g, int peer);
+
+/* In-place all-reduce of `count` floats.  All ranks end with bitwise
+ * identical values; the same inputs give the same bits on every run. */
+st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op);
+
+/* Copy `bytes` from `root`'s buf into every other rank's buf. */
+st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root);
+
+/* Return only when every rank has entered the barrier. */
+st_status st_barrier(st_group *g);
+
+/* Which algorithm an all-reduce of `count` floats at `buf` would use:
+ * "direct", "ring" or "ring-copy" (for benchmarks and logs). */
+const char *st_allreduce_algorithm(const st_group *g, const float *buf, size_t count);
+
+/* The segment name of `rank` for a job, as created by st_group_create, into
+ * `name` (at least 128 bytes).  Used by the launcher to clean up after a gang
+ * that was killed while joining. */
+st_status st_segment_name(char *name, size_t len, const char *job_id, int rank);
+
+/* Remove every segment of `job_id` for ranks 0..world_size-1 that still
+ * exists; returns how many were removed (>= 0) or -1 on a bad job id. */
+int st_segment_cleanup(const char *job_id, int world_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

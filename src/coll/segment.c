@@ -1,0 +1,183 @@
+#define _GNU_SOURCE
+#include "segment.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "shmtrain/coll.h"
+
+#define MIB (1024.0 * 1024.0)
+
+bool st_job_id_valid(const char *job_id)
+{
+    if (!job_id || !*job_id || strlen(job_id) > 64)
+        return false;
+    for (const char *p = job_id; *p; p++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                  (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+st_status st_segment_name(char *name, size_t len, const char *job_id, int rank)
+{
+    if (!st_job_id_valid(job_id))
+        return st_fail(ST_ERR_INVALID,
+                       "job id '%s' is not usable: use 1-64 of [A-Za-z0-9_.-]",
+                       job_id ? job_id : "(null)");
+    int n = snprintf(name, len, "/shmtrain.%u.%s.%d", (unsigned)getuid(), job_id, rank);
+    if (n < 0 || (size_t)n >= len)
+        return st_fail(ST_ERR_INVALID, "segment name buffer too small");
+    return ST_OK;
+}
+
+int st_segment_cleanup(const char *job_id, int world_size)
+{
+    if (!st_job_id_valid(job_id))
+        return -1;
+    int removed = 0;
+    for (int r = 0; r < world_size; r++) {
+        char name[ST_SEGMENT_NAME_MAX];
+        if (st_segment_name(name, sizeof name, job_id, r) == ST_OK && shm_unlink(name) == 0)
+            removed++;
+    }
+    return removed;
+}
+
+st_status st_shm_space_check(size_t need, size_t limit, int world, size_t per_rank)
+{
+    struct statvfs vfs;
+    if (statvfs(ST_SHM_DIR, &vfs) != 0)
+        return st_fail(ST_ERR_SYS, "shm: statvfs(%s) failed: %s", ST_SHM_DIR, strerror(errno));
+    size_t avail = (size_t)vfs.f_bavail * (size_t)vfs.f_frsize;
+    if (limit && limit < avail)
+        avail = limit;
+    if (avail >= need)
+        return ST_OK;
+    return st_fail(ST_ERR_SHM_SPACE,
+                   "shm: %s has %.1f MiB free but the group needs %.1f MiB more "
+                   "(%d ranks x %.1f MiB); enlarge it (docker run --shm-size=1g) "
+                   "or lower SHMTRAIN_STAGING_BYTES",
+                   ST_SHM_DIR, avail / MIB, need / MIB, world, per_rank / MIB);
+}
+
+st_status st_segment_create(struct st_segment *s, const char *name, size_t bytes)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->bytes = bytes;
+
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+        if (errno == EEXIST)
+            return st_fail(ST_ERR_EXISTS,
+                           "shm: %s%s already exists: another job uses this job id, or a "
+                           "killed one left it (remove it or pick another job id)",
+                           ST_SHM_DIR, name);
+        return st_fail(ST_ERR_SYS, "shm: shm_open(%s) failed: %s", name, strerror(errno));
+    }
+    s->linked = true;
+    st_status st = ST_OK;
+    if (ftruncate(fd, (off_t)bytes) != 0) {
+        st = st_fail(ST_ERR_SYS, "shm: ftruncate(%s, %zu) failed: %s", name, bytes, strerror(errno));
+        goto out_unlink;
+    }
+    /* Allocating every page now, by the owner, turns a full /dev/shm into a
+     * clear error instead of a SIGBUS on first write, and places the pages
+     * on the owner's NUMA node (first touch). */
+    int rc = posix_fallocate(fd, 0, (off_t)bytes);
+    if (rc == ENOSPC) {
+        st = st_fail(ST_ERR_SHM_SPACE,
+                     "shm: %s is full: cannot allocate %.1f MiB for %s; enlarge it "
+                     "(docker run --shm-size=1g) or lower SHMTRAIN_STAGING_BYTES",
+                     ST_SHM_DIR, bytes / MIB, name);
+        goto out_unlink;
+    } else if (rc != 0 && rc != EOPNOTSUPP) {
+        st = st_fail(ST_ERR_SYS, "shm: posix_fallocate(%s) failed: %s", name, strerror(rc));
+        goto out_unlink;
+    }
+    s->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        st = st_fail(ST_ERR_SYS, "shm: mmap(%s, %zu) failed: %s", name, bytes, strerror(errno));
+        goto out_unlink;
+    }
+    close(fd);
+    return ST_OK;
+
+out_unlink:
+    close(fd);
+    shm_unlink(name);
+    s->linked = false;
+    return st;
+}
+
+st_status st_segment_attach(struct st_segment *s, const char *name, size_t bytes)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name);
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return ST_ERR_EXISTS;  /* not created yet */
+        return st_fail(ST_ERR_SYS, "shm: shm_open(%s) failed: %s", name, strerror(errno));
+    }
+    st_status st = ST_OK;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = st_fail(ST_ERR_SYS, "shm: fstat(%s) failed: %s", name, strerror(errno));
+        goto out_close;
+    }
+    if (sb.st_uid != geteuid() || (sb.st_mode & 077) != 0) {
+        st = st_fail(ST_ERR_MISMATCH,
+                     "shm: %s%s is owned by uid %u with mode %03o; refusing to attach "
+                     "(expected uid %u, mode 0600)",
+                     ST_SHM_DIR, name, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777),
+                     (unsigned)geteuid());
+        goto out_close;
+    }
+    if ((size_t)sb.st_size != bytes) {
+        /* Zero or short: the owner is between shm_open and ftruncate. */
+        st = (sb.st_size < (off_t)bytes && sb.st_size == 0) ? ST_ERR_EXISTS
+             : st_fail(ST_ERR_MISMATCH,
+                       "shm: %s is %lld bytes but this rank expects %zu: ranks were "
+                       "started with different sizes (zero-copy/staging settings)",
+                       name, (long long)sb.st_size, bytes);
+        goto out_close;
+    }
+    s->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        st = st_fail(ST_ERR_SYS, "shm: mmap(%s) failed: %s", name, strerror(errno));
+        goto out_close;
+    }
+    s->bytes = bytes;
+out_close:
+    close(fd);
+    return st;
+}
+
+void st_segment_unlink(struct st_segment *s)
+{
+    if (s->linked) {
+        shm_unlink(s->name);
+        s->linked = false;
+    }
+}
+
+void st_segment_close(struct st_segment *s)
+{
+    st_segment_unlink(s);
+    if (s->base)
+        munmap(s->base, s->bytes);
+    s->base = NULL;
+}

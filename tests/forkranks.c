@@ -1,0 +1,95 @@
+#define _GNU_SOURCE
+#include "forkranks.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+void test_job_id(char *out, size_t len, const char *tag)
+{
+    static int counter;
+    snprintf(out, len, "test-%s-%d-%d", tag, (int)getpid(), counter++);
+}
+
+int run_ranks(int world, const st_group_config *cfg, rank_fn fn, void *arg)
+{
+    pid_t pids[256];
+    if (world > 256)
+        return world;
+    fflush(NULL);
+    for (int r = 0; r < world; r++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            return world;
+        if (pid == 0) {
+            st_group_config c = *cfg;
+            c.rank = r;
+            c.world_size = world;
+            st_group *g = NULL;
+            st_status st = st_group_create(&g, &c);
+            if (st != ST_OK) {
+                fprintf(stderr, "rank %d: join failed: %s\n", r, st_last_error());
+                _exit(100 + (int)st);
+            }
+            int rc = fn(g, r, arg);
+            st_group_destroy(g);
+            fflush(NULL);
+            _exit(rc);
+        }
+        pids[r] = pid;
+    }
+    int failed = 0;
+    for (int r = 0; r < world; r++) {
+        int status;
+        if (waitpid(pids[r], &status, 0) != pids[r] || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "rank %d: status 0x%x\n", r, status);
+            failed++;
+        }
+    }
+    return failed;
+}
+
+void *shared_alloc(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void shared_free(void *p, size_t bytes) { munmap(p, bytes); }
+
+int leftover_segments(const char *job_id)
+{
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "shmtrain.%u.%s.", (unsigned)getuid(), job_id);
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+uint64_t fnv1a(const void *data, size_t bytes)
+{
+    const unsigned char *p = data;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,49 @@
+/* Test helper: run a function in N forked ranks that form one group.
+ *
+ * CMocka's assertions must not run in a child (they would longjmp into the
+ * child's copy of the runner), so ranks report through CHILD_CHECK, which
+ * prints the failing condition and exits the child with status 1, and
+ * through a shared anonymous mapping the parent inspects afterwards.
+ */
+#ifndef SHMTRAIN_TESTS_FORKRANKS_H
+#define SHMTRAIN_TESTS_FORKRANKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "shmtrain/coll.h"
+
+#define CHILD_CHECK(cond)                                                        \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            fprintf(stderr, "rank check failed at %s:%d: %s (last error: %s)\n", \
+                    __FILE__, __LINE__, #cond, st_last_error());                 \
+            fflush(stderr);                                                      \
+            return 1;                                                            \
+        }                                                                        \
+    } while (0)
+
+typedef int (*rank_fn)(st_group *g, int rank, void *arg);
+
+/* A job id no other test (or test process) uses. */
+void test_job_id(char *out, size_t len, const char *tag);
+
+/* Fork `world` ranks; each joins `cfg` (rank/world/job filled in) and runs
+ * fn.  A child exits with fn's return (or 100 + status if the join failed).
+ * Returns the number of ranks that did not exit 0. */
+int run_ranks(int world, const st_group_config *cfg, rank_fn fn, void *arg);
+
+/* Shared memory that children can write and the parent read (zeroed). */
+void *shared_alloc(size_t bytes);
+void shared_free(void *p, size_t bytes);
+
+/* How many /dev/shm entries belong to job_id. */
+int leftover_segments(const char *job_id);
+
+uint64_t fnv1a(const void *data, size_t bytes);
+double mono_now(void);
+
+#endif

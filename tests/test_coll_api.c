@@ -1,0 +1,133 @@
+/* Argument checking and the environment join, single process. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "forkranks.h"
+
+static void expect_create_error(st_group_config cfg, st_status want, const char *fragment)
+{
+    st_group *g = NULL;
+    assert_int_equal(st_group_create(&g, &cfg), want);
+    assert_null(g);
+    assert_non_null(strstr(st_last_error(), fragment));
+}
+
+static void test_bad_configs(void **state)
+{
+    (void)state;
+    expect_create_error((st_group_config){.rank = 0, .world_size = 0, .job_id = "j"},
+                        ST_ERR_INVALID, "world size 0");
+    expect_create_error((st_group_config){.rank = 2, .world_size = 2, .job_id = "j"},
+                        ST_ERR_INVALID, "rank 2");
+    expect_create_error((st_group_config){.rank = -1, .world_size = 2, .job_id = "j"},
+                        ST_ERR_INVALID, "rank -1");
+    expect_create_error((st_group_config){.rank = 0, .world_size = 1, .job_id = "a/b"},
+                        ST_ERR_INVALID, "job id 'a/b'");
+    expect_create_error((st_group_config){.rank = 0, .world_size = 1, .job_id = ""},
+                        ST_ERR_INVALID, "job id");
+    expect_create_error((st_group_config){.rank = 0, .world_size = 1, .job_id = NULL},
+                        ST_ERR_INVALID, "job id");
+}
+
+static void test_world_of_one(void **state)
+{
+    (void)state;
+    char job[64];
+    test_job_id(job, sizeof job, "one");
+    st_group *g = NULL;
+    st_group_config cfg = {.rank = 0, .world_size = 1, .job_id = job, .zero_copy_bytes = 1000};
+    assert_int_equal(st_group_create(&g, &cfg), ST_OK);
+    assert_int_equal(leftover_segments(job), 0);  /* unlinked once joined */
+    assert_int_equal(st_group_rank(g), 0);
+    assert_int_equal(st_group_size(g), 1);
+    assert_string_equal(st_group_job_id(g), job);
+    size_t bytes = 0;
+    float *zc = st_group_buffer(g, &bytes);
+    assert_non_null(zc);
+    assert_int_equal(bytes, 1000);
+    assert_int_equal((uintptr_t)zc % 64, 0);
+    for (int i = 0; i < 250; i++)
+        assert_true(zc[i] == 0.0f);
+    float x[3] = {1, 2, 3};
+    assert_int_equal(st_allreduce_f32(g, x, 3, ST_AVG), ST_OK);
+    assert_true(x[0] == 1 && x[1] == 2 && x[2] == 3);
+    assert_int_equal(st_broadcast(g, x, sizeof x, 0), ST_OK);
+    assert_int_equal(st_barrier(g), ST_OK);
+    /* Bad calls are refused, and do not break the group. */
+    assert_int_equal(st_broadcast(g, x, sizeof x, 1), ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "root 1"));
+    assert_int_equal(st_allreduce_f32(g, NULL, 3, ST_SUM), ST_ERR_INVALID);
+    assert_int_equal(st_allreduce_f32(g, x, 3, (st_reduce_op)7), ST_ERR_INVALID);
+    assert_int_equal(st_allreduce_f32(g, x, 0, ST_SUM), ST_OK);
+    st_group_destroy(g);
+    st_group_destroy(NULL);
+}
+
+static void test_from_env(void **state)
+{
+    (void)state;
+    st_group *g = NULL;
+    unsetenv("SHMTRAIN_WORLD_SIZE");
+    unsetenv("WORLD_SIZE");
+    unsetenv("SHMTRAIN_RANK");
+    unsetenv("RANK");
+    unsetenv("SHMTRAIN_JOB_ID");
+    assert_int_equal(st_group_create_from_env(&g, NULL), ST_OK);  /* a world of one */
+    assert_int_equal(st_group_size(g), 1);
+    assert_non_null(strstr(st_group_job_id(g), "local-"));
+    st_group_destroy(g);
+
+    setenv("WORLD_SIZE", "2", 1);
+    assert_int_equal(st_group_create_from_env(&g, NULL), ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "RANK"));
+    setenv("RANK", "1", 1);
+    assert_int_equal(st_group_create_from_env(&g, NULL), ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "SHMTRAIN_JOB_ID"));
+    setenv("SHMTRAIN_WORLD_SIZE", "two", 1);
+    assert_int_equal(st_group_create_from_env(&g, NULL), ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "WORLD_SIZE"));
+    unsetenv("SHMTRAIN_WORLD_SIZE");
+    unsetenv("WORLD_SIZE");
+    unsetenv("RANK");
+}
+
+static void test_status_strings(void **state)
+{
+    (void)state;
+    assert_string_equal(st_status_str(ST_OK), "ok");
+    assert_string_equal(st_status_str(ST_ERR_PEER_DEAD), "peer-dead");
+    assert_string_equal(st_status_str(ST_ERR_TIMEOUT), "timeout");
+    assert_string_equal(st_status_str((st_status)999), "unknown-status");
+}
+
+static void test_algorithm_choice(void **state)
+{
+    (void)state;
+    char job[64];
+    test_job_id(job, sizeof job, "algo");
+    assert_string_equal(st_allreduce_algorithm(NULL, NULL, 10), "none");
+    st_group *g = NULL;
+    st_group_config cfg = {.rank = 0, .world_size = 1, .job_id = job};
+    assert_int_equal(st_group_create(&g, &cfg), ST_OK);
+    assert_string_equal(st_allreduce_algorithm(g, NULL, 10), "none");
+    st_group_destroy(g);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_configs),
+        cmocka_unit_test(test_world_of_one),
+        cmocka_unit_test(test_from_env),
+        cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_algorithm_choice),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

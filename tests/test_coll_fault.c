@@ -1,0 +1,268 @@
+/* Failure semantics: a dead or stuck peer never hangs the others, nothing is
+ * left in /dev/shm, a full /dev/shm is a clear error, and segments are
+ * private to their user and job. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "forkranks.h"
+
+struct outcome {
+    int status[8];
+    double returned_at[8];
+    char message[8][200];
+    volatile pid_t victim_pid;
+    double killed_at;
+};
+
+static void record(struct outcome *o, int rank, st_status st)
+{
+    o->status[rank] = (int)st;
+    o->returned_at[rank] = mono_now();
+    snprintf(o->message[rank], sizeof o->message[rank], "%s", st_last_error());
+}
+
+/* ------------------------------------------- peer killed before / during -- */
+
+struct kill_arg {
+    struct outcome *out;
+    int victim;
+    bool during;  /* the parent kills the victim mid-loop */
+};
+
+static int reduce_until_failure(st_group *g, int rank, void *varg)
+{
+    struct kill_arg *a = varg;
+    const size_t n = 1u << 20;
+    float *buf = calloc(n, sizeof(float));
+    CHILD_CHECK(buf != NULL);
+    if (rank == a->victim) {
+        if (!a->during)
+            raise(SIGKILL);  /* joined, then dies before the all-reduce */
+        a->out->victim_pid = getpid();
+    }
+    st_status st = ST_OK;
+    for (int it = 0; it < 100000 && st == ST_OK; it++)
+        st = st_allreduce_f32(g, buf, n, ST_SUM);
+    record(a->out, rank, st);
+    /* The group stays broken: a second call fails the same way at once. */
+    CHILD_CHECK(st_allreduce_f32(g, buf, 4, ST_SUM) == st);
+    free(buf);
+    return 0;
+}
+
+static void check_peer_death(int world, bool during)
+{
+    char job[64];
+    test_job_id(job, sizeof job, during ? "kill-during" : "kill-before");
+    struct kill_arg a = {shared_alloc(sizeof(struct outcome)), world - 1, during};
+    st_group_config cfg = {.job_id = job, .staging_bytes = 1u << 20};
+    fflush(NULL);
+    pid_t runner = fork();
+    assert_true(runner >= 0);
+    if (runner == 0) {
+        /* The runner owns the ranks; a helper kills the victim once it is
+         * deep in its all-reduce loop. */
+        if (during) {
+            pid_t killer = fork();
+            if (killer == 0) {
+                while (a.out->victim_pid == 0)
+                    usleep(1000);
+                usleep(400 * 1000);
+                a.out->killed_at = mono_now();
+                _exit(kill(a.out->victim_pid, SIGKILL) == 0 ? 0 : 1);
+            }
+        }
+        int failed = run_ranks(world, &cfg, reduce_until_failure, &a);
+        _exit(failed == 1 ? 0 : 1); /* exactly the victim fails */
+    }
+    int status;
+    assert_int_equal(waitpid(runner, &status, 0), runner);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    double died_at = a.out->killed_at;
+    for (int r = 0; r < world - 1; r++) {
+        assert_int_equal(a.out->status[r], ST_ERR_PEER_DEAD);
+        assert_non_null(strstr(a.out->message[r], "rank"));
+        if (during)
+            assert_true(a.out->returned_at[r] - died_at < 3.0);
+    }
+    assert_int_equal(leftover_segments(job), 0);
+    shared_free(a.out, sizeof(struct outcome));
+}
+
+static void test_peer_killed_before_allreduce(void **state)
+{
+    (void)state;
+    check_peer_death(2, false);
+    check_peer_death(4, false);
+}
+
+static void test_peer_killed_during_allreduce(void **state)
+{
+    (void)state;
+    check_peer_death(3, true);
+}
+
+/* ------------------------------------------------------------ stuck peer -- */
+
+static int one_rank_stalls(st_group *g, int rank, void *varg)
+{
+    struct outcome *o = varg;
+    float x[8192] = {0};
+    if (rank == 1) {
+        sleep(2);  /* alive but not participating */
+        return 0;
+    }
+    double t0 = mono_now();
+    st_status st = st_allreduce_f32(g, x, 8192, ST_SUM);
+    record(o, rank, st);
+    o->returned_at[rank] -= t0;
+    return 0;
+}
+
+static void test_stuck_peer_times_out(void **state)
+{
+    (void)state;
+    char job[64];
+    test_job_id(job, sizeof job, "stuck");
+    struct outcome *o = shared_alloc(sizeof *o);
+    st_group_config cfg = {.job_id = job, .timeout_s = 0.5};
+    assert_int_equal(run_ranks(2, &cfg, one_rank_stalls, o), 0);
+    assert_int_equal(o->status[0], ST_ERR_TIMEOUT);
+    assert_true(o->returned_at[0] >= 0.5 && o->returned_at[0] < 1.9);
+    assert_non_null(strstr(o->message[0], "rank 1"));
+    shared_free(o, sizeof *o);
+}
+
+/* ------------------------------------------------------ shm space, joins -- */
+
+static void test_small_shm_is_a_clear_error(void **state)
+{
+    (void)state;
+    char job[64];
+    test_job_id(job, sizeof job, "space");
+    st_group *g = (st_group *)0x1;
+    st_group_config cfg = {.rank = 0, .world_size = 1, .job_id = job,
+                           .shm_limit_bytes = 64u << 10, .join_timeout_s = 1};
+    assert_int_equal(st_group_create(&g, &cfg), ST_ERR_SHM_SPACE);
+    assert_null(g);
+    assert_non_null(strstr(st_last_error(), "/dev/shm"));
+    assert_non_null(strstr(st_last_error(), "--shm-size"));
+    assert_int_equal(leftover_segments(job), 0);
+}
+
+static void test_missing_peer_times_out_and_cleans_up(void **state)
+{
+    (void)state;
+    char job[64];
+    test_job_id(job, sizeof job, "alone");
+    st_group *g = NULL;
+    st_group_config cfg = {.rank = 0, .world_size = 2, .job_id = job, .join_timeout_s = 0.3};
+    assert_int_equal(st_group_create(&g, &cfg), ST_ERR_TIMEOUT);
+    assert_non_null(strstr(st_last_error(), "rank 1 did not join"));
+    assert_int_equal(leftover_segments(job), 0);
+}
+
+static void test_stale_segment_is_refused(void **state)
+{
+    (void)state;
+    char job[64], name[128];
+    test_job_id(job, sizeof job, "stale");
+    assert_int_equal(st_segment_name(name, sizeof name, job, 0), ST_OK);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    st_group *g = NULL;
+    st_group_config cfg = {.rank = 0, .world_size = 1, .job_id = job};
+    assert_int_equal(st_group_create(&g, &cfg), ST_ERR_EXISTS);
+    assert_non_null(strstr(st_last_error(), name));
+    assert_int_equal(st_segment_cleanup(job, 1), 1);
+    assert_int_equal(leftover_segments(job), 0);
+}
+
+/* ------------------------------------------------------------ permissions -- */
+
+static void test_segment_is_private_to_user_and_job(void **state)
+{
+    (void)state;
+    char job_a[64], job_b[64], name[128], path[160];
+    test_job_id(job_a, sizeof job_a, "perm-a");
+    test_job_id(job_b, sizeof job_b, "perm-b");
+    assert_int_equal(st_segment_name(name, sizeof name, job_a, 0), ST_OK);
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    assert_non_null(strstr(name, job_a));
+
+    fflush(NULL);
+    pid_t a0 = fork();  /* rank 0 of job A waits for a rank 1 that never comes */
+    assert_true(a0 >= 0);
+    if (a0 == 0) {
+        st_group *g = NULL;
+        st_group_config c = {.rank = 0, .world_size = 2, .job_id = job_a, .join_timeout_s = 1.5};
+        _exit(st_group_create(&g, &c) == ST_ERR_TIMEOUT ? 0 : 1);
+    }
+    struct stat sb;
+    int tries = 0;
+    while (stat(path, &sb) != 0 && tries++ < 1000)
+        usleep(1000);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    assert_int_equal(sb.st_uid, getuid());
+
+    /* Rank 1 of job B cannot join job A's rank 0: it only ever looks for
+     * job B's names, and finds none. */
+    st_group *g = NULL;
+    st_group_config c = {.rank = 1, .world_size = 2, .job_id = job_b, .join_timeout_s = 0.3};
+    assert_int_equal(st_group_create(&g, &c), ST_ERR_TIMEOUT);
+    int status;
+    assert_int_equal(waitpid(a0, &status, 0), a0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(leftover_segments(job_a), 0);
+    assert_int_equal(leftover_segments(job_b), 0);
+}
+
+static void test_world_readable_peer_segment_is_refused(void **state)
+{
+    (void)state;
+    char job[64], name[128];
+    test_job_id(job, sizeof job, "mode");
+    assert_int_equal(st_segment_name(name, sizeof name, job, 1), ST_OK);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(fchmod(fd, 0644), 0);
+    assert_int_equal(ftruncate(fd, 1 << 20), 0);
+    close(fd);
+    st_group *g = NULL;
+    st_group_config c = {.rank = 0, .world_size = 2, .job_id = job, .join_timeout_s = 1};
+    assert_int_equal(st_group_create(&g, &c), ST_ERR_MISMATCH);
+    assert_non_null(strstr(st_last_error(), "mode 644"));
+    st_segment_cleanup(job, 2);
+    assert_int_equal(leftover_segments(job), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_peer_killed_before_allreduce),
+        cmocka_unit_test(test_peer_killed_during_allreduce),
+        cmocka_unit_test(test_stuck_peer_times_out),
+        cmocka_unit_test(test_small_shm_is_a_clear_error),
+        cmocka_unit_test(test_missing_peer_times_out_and_cleans_up),
+        cmocka_unit_test(test_stale_segment_is_refused),
+        cmocka_unit_test(test_segment_is_private_to_user_and_job),
+        cmocka_unit_test(test_world_readable_peer_segment_is_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
