@@ -1,0 +1,428 @@
+#define _GNU_SOURCE
+#include "gang.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* ------------------------------------------------------------ helpers -- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void write_all(int fd, const char *buf, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;  /* a full disk or closed console must not stop the gang */
+        buf += w;
+        n -= (size_t)w;
+    }
+}
+
+/* ---------------------------------------------------------- environment -- */
+
+struct env_entry {
+    const char *key;
+    char value[256];
+    bool user_wins;  /* keep the user's value if already set */
+};
+
+#define MAX_ENV 20
+
+static int rank_environment(const st_plan *p, int rank, const struct gang_options *o,
+                            struct env_entry *e)
+{
+    const st_plan_instance *in = &p->inst[rank];
+    int n = 0;
+#define ENV(k, user, ...)                                                        \
+    do {                                                                         \
+        e[n].key = (k);                                                          \
+        e[n].user_wins = (user);                                                 \
+        snprintf(e[n].value, sizeof e[n].value, __VA_ARGS__);                    \
+        n++;                                                                     \
+    } while (0)
+    ENV("SHMTRAIN_RANK", false, "%d", rank);
+    ENV("SHMTRAIN_WORLD_SIZE", false, "%d", p->ninstances);
+    ENV("SHMTRAIN_LOCAL_RANK", false, "%d", rank);
+    ENV("SHMTRAIN_LOCAL_WORLD_SIZE", false, "%d", p->ninstances);
+    ENV("SHMTRAIN_JOB_ID", false, "%s", o->job_id);
+    ENV("SHMTRAIN_CORES", false, "%s", in->pu_list);
+    ENV("SHMTRAIN_NUMA_NODES", false, "%s", in->numa_list);
+    ENV("SHMTRAIN_RESTART_COUNT", false, "%d", o->restart_count);
+    ENV("SHMTRAIN_MAX_RESTARTS", false, "%d", o->max_restarts);
+    ENV("SHMTRAIN_LOG_DIR", false, "%s", o->attempt_dir);
+    ENV("RANK", true, "%d", rank);
+    ENV("WORLD_SIZE", true, "%d", p->ninstances);
+    ENV("LOCAL_RANK", true, "%d", rank);
+    ENV("LOCAL_WORLD_SIZE", true, "%d", p->ninstances);
+    ENV("OMP_NUM_THREADS", true, "%d", in->npus);
+    ENV("OMP_PLACES", true, "%s", p->logical ? "threads" : "cores");
+    ENV("OMP_PROC_BIND", true, "%s", "close");
+    if (rank == 0 && !o->quiet && isatty(STDOUT_FILENO))
+        ENV("SHMTRAIN_CONSOLE_TTY", false, "%s", "1");
+#undef ENV
+    return n;
+}
+
+static void log_environment(const st_plan *p, const struct gang_options *o)
+{
+    struct env_entry e[MAX_ENV];
+    for (int r = 0; r < p->ninstances; r++) {
+        int n = rank_environment(p, r, o, e);
+        fprintf(o->launcher_log, "env rank %d:", r);
+        for (int i = 0; i < n; i++) {
+            const char *user = e[i].user_wins ? getenv(e[i].key) : NULL;
+            if (user)
+                fprintf(o->launcher_log, " %s=%s(user's; would be %s)", e[i].key, user, e[i].value);
+            else
+                fprintf(o->launcher_log, " %s=%s", e[i].key, e[i].value);
+        }
+        fprintf(o->launcher_log, "\n");
+    }
+}
+
+/* ---------------------------------------------------------------- child -- */
+
+/* In the child: own process group, binding, environment, output, exec.
+ * Messages before exec go to the launcher's own stderr (the console) too,
+ * so a failed binding is never hidden in a log. */
+static void exec_instance(const st_topo *t, const st_plan *p, int rank,
+                          const struct gang_options *o, int out_fd, const sigset_t *orig_mask)
+{
+    setpgid(0, 0);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    sigprocmask(SIG_SETMASK, orig_mask, NULL);
+    if (st_topo_is_this_system(t)) {
+        char warning[512];
+        if (st_plan_bind(t, p, rank, warning, sizeof warning) != ST_OK) {
+            dprintf(STDERR_FILENO, "shmrun: %s\n", st_last_error());
+            dprintf(out_fd, "shmrun: %s\n", st_last_error());
+            _exit(126);
+        }
+        if (warning[0]) {
+            dprintf(STDERR_FILENO, "shmrun: WARNING: %s\n", warning);
+            dprintf(out_fd, "shmrun: WARNING: %s\n", warning);
+        }
+    }
+    struct env_entry e[MAX_ENV];
+    int n = rank_environment(p, rank, o, e);
+    for (int i = 0; i < n; i++)
+        if (!(e[i].user_wins && getenv(e[i].key)))
+            setenv(e[i].key, e[i].value, 1);
+    int err_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(out_fd, STDERR_FILENO) < 0)
+        _exit(126);
+    close(out_fd);
+    execvp(o->argv[0], o->argv);
+    int saved = errno;
+    dprintf(err_fd >= 0 ? err_fd : STDERR_FILENO, "shmrun: rank %d: cannot execute '%s': %s\n",
+            rank, o->argv[0], strerror(saved));
+    fprintf(stderr, "shmrun: cannot execute '%s': %s\n", o->argv[0], strerror(saved));
+    _exit(127);
+}
+
+/* --------------------------------------------------------------- parent -- */
+
+struct live {
+    int out_fd;          /* read end of the rank's output pipe, -1 when closed */
+    int log_fd;
+    bool line_start;     /* console: the next byte begins a line */
+    bool running;
+};
+
+static int open_rank_log(const st_plan *p, int r, const struct gang_options *o, struct rank_result *res)
+{
+    snprintf(res->log_path, sizeof res->log_path, "%s/rank%d_cores_%s.log", o->attempt_dir, r,
+             p->inst[r].pu_list[0] ? p->inst[r].pu_list : "none");
+    int fd = open(res->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        fprintf(stderr, "shmrun: cannot create log %s: %s\n", res->log_path, strerror(errno));
+    return fd;
+}
+
+static void forward_output(struct live *l, int rank, const struct gang_options *o, const char *buf,
+                           size_t n)
+{
+    if (l->log_fd >= 0)
+        write_all(l->log_fd, buf, n);
+    bool show = !o->quiet && (rank == 0 || o->tee_all);
+    if (!show)
+        return;
+    if (!o->tee_all) {  /* rank 0 alone: raw, so progress bars (\r) survive */
+        write_all(STDOUT_FILENO, buf, n);
+        return;
+    }
+    char prefix[16];
+    int plen = snprintf(prefix, sizeof prefix, "[r%d] ", rank);
+    size_t start = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (l->line_start) {
+            write_all(STDOUT_FILENO, prefix, (size_t)plen);
+            l->line_start = false;
+        }
+        if (buf[i] == '\n') {
+            write_all(STDOUT_FILENO, buf + start, i + 1 - start);
+            start = i + 1;
+            l->line_start = true;
+        }
+    }
+    if (start < n)
+        write_all(STDOUT_FILENO, buf + start, n - start);
+}
+
+static void signal_all(struct attempt *a, struct live *lv, int sig, bool by_us)
+{
+    for (int r = 0; r < a->world; r++) {
+        if (!lv[r].running)
+            continue;
+        kill(-a->ranks[r].pid, sig);  /* the instance's whole process group */
+        if (by_us)
+            a->ranks[r].stopped_by_us = true;
+    }
+}
+
+static void reap(struct attempt *a, struct live *lv, double t0, int *alive, bool *stopping,
+                 double *kill_at, const struct gang_options *o)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        int r = 0;
+        while (r < a->world && a->ranks[r].pid != pid)
+            r++;
+        if (r == a->world || !lv[r].running)
+            continue;
+        struct rank_result *res = &a->ranks[r];
+        lv[r].running = false;
+        (*alive)--;
+        res->end_s = now_s() - t0;
+        res->signaled = WIFSIGNALED(status);
+        res->exited = WIFEXITED(status);
+        res->signal = res->signaled ? WTERMSIG(status) : 0;
+        res->exit_code = res->exited ? WEXITSTATUS(status) : -1;
+        bool failed = res->signaled || res->exit_code != 0;
+        fprintf(o->launcher_log, "%.3f s: rank %d (pid %d) %s %d\n", res->end_s, r, (int)pid,
+                res->signaled ? "killed by signal" : "exited with", res->signaled ? res->signal : res->exit_code);
+        if (failed && a->root_cause < 0 && !a->user_signal && !res->stopped_by_us) {
+            a->root_cause = r;
+            if (*alive > 0) {
+                fprintf(o->launcher_log, "rank %d failed: stopping the gang (SIGTERM, SIGKILL after %.0f s)\n",
+                        r, o->grace_s);
+                signal_all(a, lv, SIGTERM, true);
+                *stopping = true;
+                *kill_at = now_s() + o->grace_s;
+            }
+        }
+    }
+}
+
+static void on_signal(int sig, struct attempt *a, struct live *lv, bool *stopping, double *kill_at,
+                      const struct gang_options *o)
+{
+    if (a->user_signal) {  /* a second Ctrl-C: no more waiting */
+        fprintf(stderr, "\nshmrun: second %s: killing the gang\n", strsignal(sig));
+        signal_all(a, lv, SIGKILL, true);
+        return;
+    }
+    a->user_signal = sig;
+    fprintf(stderr, "\nshmrun: %s: forwarding it to all instances (again to kill them)\n", strsignal(sig));
+    fprintf(o->launcher_log, "received %s: forwarded to the gang\n", strsignal(sig));
+    signal_all(a, lv, sig == SIGHUP ? SIGTERM : sig, false);
+    *stopping = true;
+    *kill_at = now_s() + o->grace_s;
+}
+
+static void supervise(struct attempt *a, struct live *lv, int sfd, double t0,
+                      const struct gang_options *o)
+{
+    int alive = a->world;
+    bool stopping = false;
+    double kill_at = 0, drain_until = 0;
+    struct pollfd *fds = calloc((size_t)a->world + 1, sizeof *fds);
+    char buf[65536];
+    if (!fds)
+        return;
+    for (;;) {
+        int open_pipes = 0;
+        for (int r = 0; r < a->world; r++)
+            open_pipes += lv[r].out_fd >= 0;
+        if (alive == 0 && drain_until == 0)
+            drain_until = now_s() + 0.5;  /* a grandchild may hold a pipe open */
+        if (alive == 0 && (open_pipes == 0 || now_s() > drain_until))
+            break;
+        int timeout = -1;
+        if (stopping && alive > 0)
+            timeout = (int)((kill_at - now_s()) * 1000) + 1;
+        if (alive == 0)
+            timeout = 100;
+        if (timeout < 0 && stopping && alive > 0)
+            timeout = 0;
+        fds[0] = (struct pollfd){.fd = sfd, .events = POLLIN};
+        for (int r = 0; r < a->world; r++)
+            fds[r + 1] = (struct pollfd){.fd = lv[r].out_fd, .events = POLLIN};
+        int rc = poll(fds, (nfds_t)a->world + 1, timeout);
+        if (rc < 0 && errno != EINTR)
+            break;
+        if (fds[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                if (si.ssi_signo == SIGCHLD)
+                    reap(a, lv, t0, &alive, &stopping, &kill_at, o);
+                else
+                    on_signal((int)si.ssi_signo, a, lv, &stopping, &kill_at, o);
+            }
+        }
+        for (int r = 0; r < a->world; r++) {
+            if (lv[r].out_fd < 0 || !(fds[r + 1].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t n = read(lv[r].out_fd, buf, sizeof buf);
+            if (n > 0) {
+                forward_output(&lv[r], r, o, buf, (size_t)n);
+            } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+                close(lv[r].out_fd);
+                lv[r].out_fd = -1;
+            }
+        }
+        reap(a, lv, t0, &alive, &stopping, &kill_at, o);  /* SIGCHLDs can coalesce */
+        if (stopping && alive > 0 && now_s() >= kill_at) {
+            fprintf(o->launcher_log, "grace period over: SIGKILL to %d instance(s)\n", alive);
+            signal_all(a, lv, SIGKILL, true);
+            kill_at = now_s() + 3600;
+        }
+    }
+    for (int r = 0; r < a->world; r++)
+        if (lv[r].out_fd >= 0)
+            close(lv[r].out_fd);
+    free(fds);
+}
+
+int gang_run(const st_topo *t, const st_plan *p, const struct gang_options *o, struct attempt *a)
+{
+    memset(a, 0, sizeof *a);
+    a->world = p->ninstances;
+    a->root_cause = -1;
+    a->ranks = calloc((size_t)a->world, sizeof *a->ranks);
+    struct live *lv = calloc((size_t)a->world, sizeof *lv);
+    if (!a->ranks || !lv) {
+        free(lv);
+        fprintf(stderr, "shmrun: out of memory\n");
+        return -1;
+    }
+    log_environment(p, o);
+    fflush(NULL);
+
+    sigset_t mask, orig;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, &orig);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0) {
+        fprintf(stderr, "shmrun: signalfd failed: %s\n", strerror(errno));
+        sigprocmask(SIG_SETMASK, &orig, NULL);
+        free(lv);
+        return -1;
+    }
+    double t0 = now_s();
+    for (int r = 0; r < a->world; r++) {
+        int pipefd[2];
+        lv[r].out_fd = lv[r].log_fd = -1;
+        lv[r].line_start = true;
+        if (pipe2(pipefd, O_CLOEXEC) != 0) {
+            fprintf(stderr, "shmrun: pipe failed: %s\n", strerror(errno));
+            signal_all(a, lv, SIGKILL, true);
+            break;
+        }
+        lv[r].log_fd = open_rank_log(p, r, o, &a->ranks[r]);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(pipefd[0]);
+            exec_instance(t, p, r, o, pipefd[1], &orig);
+        }
+        close(pipefd[1]);
+        if (pid < 0) {
+            fprintf(stderr, "shmrun: fork failed: %s\n", strerror(errno));
+            close(pipefd[0]);
+            a->world = r;  /* stop what did start */
+            signal_all(a, lv, SIGKILL, true);
+            break;
+        }
+        setpgid(pid, pid);  /* also in the child: whichever runs first */
+        fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+        lv[r].out_fd = pipefd[0];
+        lv[r].running = true;
+        a->ranks[r].pid = pid;
+        fprintf(o->launcher_log, "rank %d: pid %d, PUs %s, log %s\n", r, (int)pid,
+                p->inst[r].pu_list, a->ranks[r].log_path);
+    }
+    fflush(o->launcher_log);
+    supervise(a, lv, sfd, t0, o);
+    a->seconds = now_s() - t0;
+    for (int r = 0; r < a->world; r++)
+        if (lv[r].log_fd >= 0)
+            close(lv[r].log_fd);
+    close(sfd);
+    sigprocmask(SIG_SETMASK, &orig, NULL);
+    free(lv);
+    return 0;
+}
+
+static void describe_end(const struct rank_result *r, char *buf, size_t len)
+{
+    if (r->signaled)
+        snprintf(buf, len, "signal %d (%s)%s", r->signal, sigabbrev_np(r->signal) ? sigabbrev_np(r->signal) : "?",
+                 r->stopped_by_us ? ", stopped" : "");
+    else if (r->exited)
+        snprintf(buf, len, "exit %d%s", r->exit_code, r->stopped_by_us && r->exit_code ? ", stopped" : "");
+    else
+        snprintf(buf, len, "not started");
+}
+
+void gang_print_summary(FILE *f, const st_plan *p, const struct attempt *a, const char *job_id)
+{
+    fprintf(f, "shmrun: job %s: %d instance%s, %.1f s\n", job_id, a->world, a->world == 1 ? "" : "s",
+            a->seconds);
+    fprintf(f, "%5s %8s %-14s %-24s %s\n", "rank", "pid", "PUs", "result", "log");
+    for (int r = 0; r < a->world; r++) {
+        char end[64];
+        describe_end(&a->ranks[r], end, sizeof end);
+        fprintf(f, "%5d %8d %-14s %-24s %s\n", r, (int)a->ranks[r].pid, p->inst[r].pu_list, end,
+                a->ranks[r].log_path);
+    }
+    if (a->root_cause >= 0) {
+        const struct rank_result *rc = &a->ranks[a->root_cause];
+        char end[64];
+        describe_end(rc, end, sizeof end);
+        fprintf(f, "root cause: rank %d (pid %d, PUs %s): %s after %.2f s; see %s\n", a->root_cause,
+                (int)rc->pid, p->inst[a->root_cause].pu_list, end, rc->end_s, rc->log_path);
+    } else if (a->user_signal) {
+        fprintf(f, "interrupted by %s\n", strsignal(a->user_signal));
+    }
+}
+
+void attempt_free(struct attempt *a)
+{
+    free(a->ranks);
+    a->ranks = NULL;
+}

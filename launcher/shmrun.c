@@ -1,0 +1,319 @@
+/* shmrun: plan N instances on disjoint core sets with hwloc, bind them,
+ * start them with their rank environment, watch them, and stop the whole
+ * gang when one fails.  docs/launcher.md is the manual. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gang.h"
+#include "shmtrain/coll.h"
+#include "shmtrain/topo.h"
+
+#define SHMRUN_VERSION "0.1.0"
+
+struct options {
+    st_plan_request req;
+    st_topo_kind topo_kind;
+    const char *topo_arg;
+    bool dry_run, json, tee_all, quiet;
+    const char *job_id;
+    const char *log_dir;
+    int max_restarts;
+    double grace_s;
+    char **argv;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: shmrun [options] -- program [args...]\n"
+"\n"
+"Plan instances on disjoint core sets of this machine, bind each to its cores and\n"
+"NUMA memory, start them with their rank environment, and stop them all if one fails.\n"
+"\n"
+"partitioning:\n"
+"  -n, --ninstances N            instances (default: one per NUMA node)\n"
+"  -c, --ncores-per-instance K   physical cores per instance (default: derived)\n"
+"      --cores-list LIST         only these CPUs (OS ids, as taskset -c: 0-3,8)\n"
+"      --nodes-list LIST         only cores of these NUMA nodes (0-1)\n"
+"      --use-logical-cores       give instances their cores' hyperthreads too\n"
+"      --no-cross-numa           fail instead of warning when an instance must span\n"
+"                                NUMA nodes\n"
+"      --bind core|numa|none     CPU binding granularity (default core)\n"
+"topology (default: this machine, limited to the CPUs this process may use):\n"
+"      --topology-xml FILE       an `lstopo --of xml` export\n"
+"      --synthetic DESC          e.g. \"pack:2 numa:2 core:16 pu:2\"\n"
+"      --allowed-cpus LIST       pretend only these CPUs are allowed (cgroup)\n"
+"      --dry-run                 print the plan and exit\n"
+"      --json                    with --dry-run: print the plan as JSON\n"
+"running:\n"
+"      --job-id ID               job id (default: time and pid); names shm segments\n"
+"      --log-dir DIR             logs go to DIR/JOB_ID/ (default ./shmrun-logs)\n"
+"      --tee-all                 show every rank's output, prefixed [rN] (default: rank 0)\n"
+"      --quiet                   show no instance output (logs still written)\n"
+"      --max-restarts K          restart the whole gang up to K times after a failure\n"
+"      --grace SECONDS           SIGTERM to SIGKILL grace when stopping (default 10)\n"
+"  -h, --help                    this text;  --version  the version\n"
+"\n"
+"Each instance gets SHMTRAIN_RANK, SHMTRAIN_WORLD_SIZE, SHMTRAIN_LOCAL_RANK,\n"
+"SHMTRAIN_LOCAL_WORLD_SIZE, SHMTRAIN_JOB_ID, SHMTRAIN_CORES, SHMTRAIN_NUMA_NODES,\n"
+"SHMTRAIN_RESTART_COUNT, SHMTRAIN_MAX_RESTARTS and SHMTRAIN_LOG_DIR, and, unless already\n"
+"set, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, OMP_NUM_THREADS (its cores),\n"
+"OMP_PLACES=cores and OMP_PROC_BIND=close.\n");
+}
+
+static void bad_flag(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void bad_flag(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "shmrun: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see shmrun --help)\n");
+    va_end(ap);
+    exit(2);
+}
+
+static int whole_number(const char *flag, const char *v, int min)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x > 1000000)
+        bad_flag("%s '%s': not a whole number", flag, v);
+    if (x < min)
+        bad_flag("%s %ld: must be at least %d", flag, x, min);
+    return (int)x;
+}
+
+static struct options parse(int argc, char **argv)
+{
+    enum { O_CORES = 256, O_NODES, O_LOGICAL, O_NOCROSS, O_BIND, O_XML, O_SYNTH, O_ALLOWED, O_DRY,
+           O_JSON, O_JOB, O_LOGDIR, O_TEE, O_QUIET, O_RESTARTS, O_GRACE, O_VERSION };
+    static const struct option longopts[] = {
+        {"ninstances", required_argument, 0, 'n'}, {"ncores-per-instance", required_argument, 0, 'c'},
+        {"cores-list", required_argument, 0, O_CORES}, {"nodes-list", required_argument, 0, O_NODES},
+        {"use-logical-cores", no_argument, 0, O_LOGICAL}, {"no-cross-numa", no_argument, 0, O_NOCROSS},
+        {"bind", required_argument, 0, O_BIND}, {"topology-xml", required_argument, 0, O_XML},
+        {"synthetic", required_argument, 0, O_SYNTH}, {"allowed-cpus", required_argument, 0, O_ALLOWED},
+        {"dry-run", no_argument, 0, O_DRY}, {"json", no_argument, 0, O_JSON},
+        {"job-id", required_argument, 0, O_JOB}, {"log-dir", required_argument, 0, O_LOGDIR},
+        {"tee-all", no_argument, 0, O_TEE}, {"quiet", no_argument, 0, O_QUIET},
+        {"max-restarts", required_argument, 0, O_RESTARTS}, {"grace", required_argument, 0, O_GRACE},
+        {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
+    struct options o = {.log_dir = "shmrun-logs", .grace_s = 10};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "+:n:c:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'n': o.req.ninstances = whole_number("--ninstances", optarg, 1); break;
+        case 'c': o.req.cores_per_instance = whole_number("--ncores-per-instance", optarg, 1); break;
+        case O_CORES: o.req.cpu_list = optarg; break;
+        case O_NODES: o.req.node_list = optarg; break;
+        case O_LOGICAL: o.req.use_logical_cores = true; break;
+        case O_NOCROSS: o.req.refuse_cross_numa = true; break;
+        case O_BIND:
+            if (!strcmp(optarg, "core")) o.req.bind = ST_BIND_CORE;
+            else if (!strcmp(optarg, "numa")) o.req.bind = ST_BIND_NUMA;
+            else if (!strcmp(optarg, "none")) o.req.bind = ST_BIND_NONE;
+            else bad_flag("--bind '%s': use core, numa or none", optarg);
+            break;
+        case O_XML: o.topo_kind = ST_TOPO_XML; o.topo_arg = optarg; break;
+        case O_SYNTH: o.topo_kind = ST_TOPO_SYNTHETIC; o.topo_arg = optarg; break;
+        case O_ALLOWED: o.req.allowed_cpus = optarg; break;
+        case O_DRY: o.dry_run = true; break;
+        case O_JSON: o.json = true; break;
+        case O_JOB:
+            if (st_segment_name((char[160]){0}, 160, optarg, 0) != ST_OK)
+                bad_flag("--job-id '%s': use 1-64 of [A-Za-z0-9_.-]", optarg);
+            o.job_id = optarg;
+            break;
+        case O_LOGDIR: o.log_dir = optarg; break;
+        case O_TEE: o.tee_all = true; break;
+        case O_QUIET: o.quiet = true; break;
+        case O_RESTARTS: o.max_restarts = whole_number("--max-restarts", optarg, 0); break;
+        case O_GRACE: {
+            char *end;
+            o.grace_s = strtod(optarg, &end);
+            if (*end || !(o.grace_s >= 0) || o.grace_s > 3600)
+                bad_flag("--grace '%s': not a number of seconds (0-3600)", optarg);
+            break;
+        }
+        case 'h': usage(stdout); exit(0);
+        case O_VERSION: printf("shmrun %s\n", SHMRUN_VERSION); exit(0);
+        case ':': bad_flag("%s needs a value", argv[optind - 1]);
+        default:
+            if (optopt)
+                bad_flag("unknown option '-%c'", optopt);
+            bad_flag("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (o.json && !o.dry_run)
+        bad_flag("--json goes with --dry-run");
+    if (optind < argc)
+        o.argv = argv + optind;
+    if (!o.argv && !o.dry_run)
+        bad_flag("no program given: shmrun [options] -- program [args...]");
+    if (o.topo_kind != ST_TOPO_MACHINE && !o.dry_run)
+        bad_flag("--topology-xml/--synthetic describe another machine: add --dry-run");
+    return o;
+}
+
+static int mkdir_p(const char *path)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return (mkdir(buf, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+static void default_job_id(char *buf, size_t len)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(buf, len, "%s-%d", stamp, (int)getpid());
+}
+
+static FILE *open_launcher_log(const char *dir, char *path, size_t len)
+{
+    snprintf(path, len, "%s/shmrun.log", dir);
+    FILE *f = fopen(path, "a");
+    if (!f)
+        fprintf(stderr, "shmrun: cannot create %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+static void log_header(FILE *log, const st_plan *plan, int argc, char **argv, const struct options *o)
+{
+    time_t now = time(NULL);
+    fprintf(log, "== shmrun %s, %s", SHMRUN_VERSION, ctime(&now));
+    fprintf(log, "command:");
+    for (int i = 0; i < argc; i++)
+        fprintf(log, " %s", argv[i]);
+    fprintf(log, "\nprogram:");
+    for (char **a = o->argv; *a; a++)
+        fprintf(log, " %s", *a);
+    fprintf(log, "\n");
+    st_plan_write_table(plan, log);
+    st_plan_write_json(plan, log);
+}
+
+static int run_job(const st_topo *topo, const st_plan *plan, const struct options *o, int argc, char **argv)
+{
+    char job[80], dir[1024], log_path[1100];
+    if (o->job_id)
+        snprintf(job, sizeof job, "%s", o->job_id);
+    else
+        default_job_id(job, sizeof job);
+    snprintf(dir, sizeof dir, "%s/%s", o->log_dir, job);
+    if (mkdir_p(dir) != 0) {
+        fprintf(stderr, "shmrun: --log-dir: cannot create %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    FILE *log = open_launcher_log(dir, log_path, sizeof log_path);
+    if (!log)
+        return 1;
+    setvbuf(log, NULL, _IOLBF, 0);
+    log_header(log, plan, argc, argv, o);
+    if (!o->quiet)
+        fprintf(stderr, "shmrun: job %s, logs in %s/\n", job, dir);
+    for (const char *k = "OMP_NUM_THREADS"; k; k = NULL)
+        if (getenv(k))
+            fprintf(stderr, "shmrun: keeping the user's %s=%s for every instance\n", k, getenv(k));
+    if (getenv("RANK") || getenv("WORLD_SIZE"))
+        fprintf(stderr, "shmrun: WARNING: RANK/WORLD_SIZE already set by the user: kept as is; "
+                        "shmtrain programs read SHMTRAIN_RANK/SHMTRAIN_WORLD_SIZE\n");
+
+    int rc = 1;
+    for (int attempt = 0; attempt <= o->max_restarts; attempt++) {
+        char adir[1100];
+        snprintf(adir, sizeof adir, "%s/attempt%d", dir, attempt);
+        if (mkdir_p(adir) != 0) {
+            fprintf(stderr, "shmrun: cannot create %s: %s\n", adir, strerror(errno));
+            break;
+        }
+        struct gang_options g = {.argv = o->argv, .job_id = job, .attempt_dir = adir,
+                                 .restart_count = attempt, .max_restarts = o->max_restarts,
+                                 .tee_all = o->tee_all, .quiet = o->quiet, .grace_s = o->grace_s,
+                                 .launcher_log = log};
+        struct attempt a;
+        fprintf(log, "-- attempt %d of %d\n", attempt + 1, o->max_restarts + 1);
+        if (gang_run(topo, plan, &g, &a) != 0)
+            break;
+        int removed = st_segment_cleanup(job, plan->ninstances);
+        if (removed > 0)
+            fprintf(log, "removed %d shared-memory segment(s) left by the gang\n", removed);
+        bool ok = a.root_cause < 0 && !a.user_signal;
+        gang_print_summary(log, plan, &a, job);
+        if (ok) {
+            if (!o->quiet)
+                fprintf(stderr, "shmrun: all %d instance%s exited 0 in %.1f s\n", a.world,
+                        a.world == 1 ? "" : "s", a.seconds);
+            rc = 0;
+        } else {
+            fprintf(stderr, "\nshmrun: job %s FAILED (attempt %d of %d)\n", job, attempt + 1,
+                    o->max_restarts + 1);
+            gang_print_summary(stderr, plan, &a, job);
+            rc = a.user_signal ? 128 + a.user_signal : 1;
+        }
+        bool retry = !ok && !a.user_signal && attempt < o->max_restarts;
+        attempt_free(&a);
+        if (!retry)
+            break;
+        fprintf(stderr, "shmrun: restarting the gang (restart %d of %d)\n", attempt + 1, o->max_restarts);
+        fprintf(log, "restarting the gang (restart %d of %d)\n", attempt + 1, o->max_restarts);
+    }
+    fclose(log);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o = parse(argc, argv);
+    st_topo *topo = NULL;
+    st_plan *plan = NULL;
+    if (st_topo_create(&topo, o.topo_kind, o.topo_arg) != ST_OK) {
+        fprintf(stderr, "shmrun: %s\n", st_last_error());
+        return 2;
+    }
+    if (st_plan_create(&plan, topo, &o.req) != ST_OK) {
+        fprintf(stderr, "shmrun: %s\n", st_last_error());
+        st_topo_destroy(topo);
+        return 2;
+    }
+    int rc = 0;
+    if (o.dry_run) {
+        if (o.json)
+            st_plan_write_json(plan, stdout);
+        else
+            st_plan_write_table(plan, stdout);
+    } else {
+        if (!o.quiet)
+            st_plan_write_table(plan, stderr);
+        else
+            for (int i = 0; i < plan->nwarnings; i++)
+                fprintf(stderr, "shmrun: WARNING: %s\n", plan->warnings[i]);
+        rc = run_job(topo, plan, &o, argc, argv);
+    }
+    st_plan_destroy(plan);
+    st_topo_destroy(topo);
+    return rc;
+}

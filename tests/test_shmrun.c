@@ -1,0 +1,408 @@
+/* shmrun end to end: golden --dry-run plans, the environment and binding the
+ * instances see, gang stop on failure, restarts, signals, bad flags. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "forkranks.h"
+
+static const char *shmrun, *probe, *golden_dir;
+static char workdir[256];
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc(1, (size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    fclose(f);
+    return s;
+}
+
+/* Start argv with stdout and stderr in files under workdir. */
+static pid_t spawn(char *const argv[], const char *tag)
+{
+    char out[512], err[512];
+    snprintf(out, sizeof out, "%s/%s.out", workdir, tag);
+    snprintf(err, sizeof err, "%s/%s.err", workdir, tag);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(o, 1);
+        dup2(e, 2);
+        if (chdir(workdir) != 0)
+            _exit(125);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+struct result {
+    int status;
+    double seconds;
+    char *out, *err;
+};
+
+static struct result run(char *const argv[], const char *tag)
+{
+    struct result r = {0};
+    double t0 = mono_now();
+    pid_t pid = spawn(argv, tag);
+    assert_true(pid > 0);
+    assert_int_equal(waitpid(pid, &r.status, 0), pid);
+    r.seconds = mono_now() - t0;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.out", workdir, tag);
+    r.out = slurp(path);
+    snprintf(path, sizeof path, "%s/%s.err", workdir, tag);
+    r.err = slurp(path);
+    assert_non_null(r.out);
+    assert_non_null(r.err);
+    return r;
+}
+
+static void result_free(struct result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+static int exit_code(const struct result *r)
+{
+    return WIFEXITED(r->status) ? WEXITSTATUS(r->status) : 128 + WTERMSIG(r->status);
+}
+
+static char *rank_log(const char *job, int attempt, int rank)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s/logs/%s/attempt%d", workdir, job, attempt);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "rank%d_cores_", rank);
+    FILE *ls = NULL;
+    char line[1024];
+    snprintf(line, sizeof line, "ls %s", cmd);
+    ls = popen(line, "r");
+    char *found = NULL;
+    while (ls && fgets(line, sizeof line, ls)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!strncmp(line, prefix, strlen(prefix))) {
+            char path[2048];
+            snprintf(path, sizeof path, "%s/%s", cmd, line);
+            found = slurp(path);
+        }
+    }
+    if (ls)
+        pclose(ls);
+    return found;
+}
+
+/* ------------------------------------------------------------- golden -- */
+
+static void check_golden(const char *name, char *const args[])
+{
+    char *argv[32] = {(char *)shmrun, "--dry-run"};
+    int n = 2;
+    for (int i = 0; args[i]; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    struct result r = run(argv, name);
+    assert_int_equal(exit_code(&r), 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.txt", golden_dir, name);
+    if (getenv("UPDATE_GOLDEN")) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(r.out, f);
+        fclose(f);
+    }
+    char *want = slurp(path);
+    if (!want)
+        fail_msg("no golden file %s (run with UPDATE_GOLDEN=1)", path);
+    if (strcmp(want, r.out) != 0)
+        fail_msg("%s: plan differs from %s:\n--- got\n%s--- want\n%s", name, path, r.out, want);
+    free(want);
+    result_free(&r);
+}
+
+static void test_golden_plans(void **state)
+{
+    (void)state;
+    check_golden("one-socket-2-cores", (char *[]){"--synthetic", "pack:1 numa:1 l3:1 core:2 pu:1", NULL});
+    check_golden("two-sockets-default", (char *[]){"--synthetic", "pack:2 numa:2 l3:1 core:16 pu:2", NULL});
+    check_golden("two-sockets-8x8", (char *[]){"--synthetic", "pack:2 numa:2 l3:1 core:16 pu:2", "-n", "8", NULL});
+    check_golden("two-sockets-2x20-cross-numa",
+                 (char *[]){"--synthetic", "pack:2 numa:2 l3:1 core:16 pu:2", "-n", "2", "-c", "20", NULL});
+    check_golden("two-sockets-logical-4",
+                 (char *[]){"--synthetic", "pack:2 numa:2 l3:1 core:16 pu:2", "-c", "4", "--use-logical-cores", NULL});
+    check_golden("uneven-restricted",
+                 (char *[]){"--synthetic", "pack:2 numa:1 core:4 pu:1", "--allowed-cpus", "0-6", "-c", "2", NULL});
+    check_golden("two-sockets-8x8-json",
+                 (char *[]){"--synthetic", "pack:2 numa:2 l3:1 core:16 pu:2", "-n", "8", "--json", NULL});
+}
+
+/* ------------------------------------------------------------- launch -- */
+
+static void test_environment_and_binding(void **state)
+{
+    (void)state;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 2)
+        skip();
+    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--job-id", "envtest", "--log-dir", "logs",
+                                     "--", (char *)probe, "--join", NULL},
+                          "env");
+    if (exit_code(&r) != 0)
+        fail_msg("shmrun failed: %s", r.err);
+    assert_non_null(strstr(r.err, "rank cores"));         /* the plan table */
+    assert_non_null(strstr(r.out, "rank=0 world=2"));     /* rank 0 on the console */
+    assert_null(strstr(r.out, "rank=1 world=2"));         /* rank 1 only in its log */
+    for (int rank = 0; rank < 2; rank++) {
+        char *log = rank_log("envtest", 0, rank);
+        assert_non_null(log);
+        char want[128];
+        snprintf(want, sizeof want, "rank=%d world=2 local_rank=%d local_world=2 job=envtest cores=%d ",
+                 rank, rank, rank);
+        assert_non_null(strstr(log, want));
+        snprintf(want, sizeof want, "RANK=%d WORLD_SIZE=2 LOCAL_RANK=%d OMP_NUM_THREADS=1 OMP_PLACES=cores "
+                 "OMP_PROC_BIND=close", rank, rank);
+        assert_non_null(strstr(log, want));
+        snprintf(want, sizeof want, "affinity=%d\n", rank);  /* bound to exactly its core */
+        assert_non_null(strstr(log, want));
+        assert_non_null(strstr(log, "allreduce=ok x0=1"));
+        free(log);
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/logs/envtest/shmrun.log", workdir);
+    char *launcher_log = slurp(path);
+    assert_non_null(launcher_log);
+    assert_non_null(strstr(launcher_log, "env rank 1:"));
+    assert_non_null(strstr(launcher_log, "topology:"));
+    free(launcher_log);
+    assert_int_equal(leftover_segments("envtest"), 0);
+    result_free(&r);
+}
+
+static void test_user_settings_are_respected(void **state)
+{
+    (void)state;
+    setenv("OMP_NUM_THREADS", "7", 1);
+    struct result r = run((char *[]){(char *)shmrun, "-n", "1", "--job-id", "respect", "--log-dir", "logs",
+                                     "--", (char *)probe, NULL},
+                          "respect");
+    unsetenv("OMP_NUM_THREADS");
+    assert_int_equal(exit_code(&r), 0);
+    assert_non_null(strstr(r.out, "OMP_NUM_THREADS=7"));
+    assert_non_null(strstr(r.err, "keeping the user's OMP_NUM_THREADS=7"));
+    result_free(&r);
+}
+
+static void test_tee_all_prefixes_ranks(void **state)
+{
+    (void)state;
+    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--tee-all", "--job-id", "tee", "--log-dir",
+                                     "logs", "--", (char *)probe, NULL},
+                          "tee");
+    assert_int_equal(exit_code(&r), 0);
+    assert_non_null(strstr(r.out, "[r1] rank=1 world=2"));
+    assert_non_null(strstr(r.out, "[r0] rank=0 world=2"));
+    result_free(&r);
+}
+
+static void check_gang_failure(const char *tag, char *const probe_args[], const char *want_end)
+{
+    char *argv[32] = {(char *)shmrun, "-n", "2", "--grace", "2", "--job-id", (char *)tag, "--log-dir", "logs",
+                      "--", (char *)probe};
+    int n = 11;
+    for (int i = 0; probe_args[i]; i++)
+        argv[n++] = probe_args[i];
+    argv[n] = NULL;
+    struct result r = run(argv, tag);
+    assert_int_equal(exit_code(&r), 1);
+    assert_true(r.seconds < 8);  /* rank 0 sleeps 60 s: it was stopped */
+    assert_non_null(strstr(r.err, "FAILED"));
+    assert_non_null(strstr(r.err, "root cause: rank 1"));
+    assert_non_null(strstr(r.err, want_end));
+    assert_non_null(strstr(r.err, "signal 15 (TERM), stopped"));  /* rank 0 */
+    assert_non_null(strstr(r.err, "rank1_cores_"));                /* log path in the table */
+    assert_int_equal(leftover_segments(tag), 0);
+    result_free(&r);
+}
+
+static void test_failing_rank_stops_the_gang(void **state)
+{
+    (void)state;
+    check_gang_failure("exit3", (char *[]){"--exit-rank", "1", "--code", "3", "--sleep", "60", NULL}, "exit 3");
+    check_gang_failure("sigkill", (char *[]){"--kill-rank", "1", "--sleep", "60", NULL}, "signal 9 (KILL)");
+    /* A rank that died holding a named segment: the launcher removes it. */
+    check_gang_failure("leftover", (char *[]){"--leave-segment", "1", "--sleep", "60", NULL}, "exit 9");
+}
+
+static void test_sigterm_ignored_gets_sigkill(void **state)
+{
+    (void)state;
+    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--grace", "0.5", "--job-id", "stubborn",
+                                     "--log-dir", "logs", "--", (char *)probe, "--exit-rank", "1", "--code",
+                                     "2", "--sleep", "60", "--ignore-term", NULL},
+                          "stubborn");
+    assert_int_equal(exit_code(&r), 1);
+    assert_true(r.seconds < 5);
+    assert_non_null(strstr(r.err, "signal 9 (KILL), stopped"));
+    result_free(&r);
+}
+
+static void test_restart_resumes(void **state)
+{
+    (void)state;
+    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--max-restarts", "2", "--job-id", "restart",
+                                     "--log-dir", "logs", "--", (char *)probe, "--fail-first-attempt", "1",
+                                     NULL},
+                          "restart");
+    assert_int_equal(exit_code(&r), 0);
+    assert_non_null(strstr(r.err, "restarting the gang (restart 1 of 2)"));
+    assert_null(strstr(r.err, "restart 2 of 2"));
+    char *log = rank_log("restart", 1, 1);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "restart=1"));
+    assert_non_null(strstr(log, "done"));
+    free(log);
+    result_free(&r);
+
+    r = run((char *[]){(char *)shmrun, "-n", "2", "--max-restarts", "1", "--job-id", "giveup", "--log-dir",
+                       "logs", "--", (char *)probe, "--exit-rank", "0", "--code", "5", NULL},
+            "giveup");
+    assert_int_equal(exit_code(&r), 1);
+    assert_non_null(strstr(r.err, "FAILED (attempt 2 of 2)"));
+    result_free(&r);
+}
+
+static void test_ctrl_c_is_forwarded(void **state)
+{
+    (void)state;
+    pid_t pid = spawn((char *[]){(char *)shmrun, "-n", "2", "--job-id", "ctrlc", "--log-dir", "logs", "--",
+                                 (char *)probe, "--sleep", "60", NULL},
+                      "ctrlc");
+    assert_true(pid > 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/logs/ctrlc/shmrun.log", workdir);
+    for (int i = 0; i < 200; i++) {  /* wait until both ranks run */
+        char *log = slurp(path);
+        bool started = log && strstr(log, "rank 1: pid");
+        free(log);
+        if (started)
+            break;
+        usleep(20 * 1000);
+    }
+    usleep(200 * 1000);
+    double t0 = mono_now();
+    kill(pid, SIGINT);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(mono_now() - t0 < 5);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 128 + SIGINT);
+    char *err = slurp((snprintf(path, sizeof path, "%s/ctrlc.err", workdir), path));
+    assert_non_null(strstr(err, "forwarding it to all instances"));
+    assert_non_null(strstr(err, "signal 2 (INT)"));
+    free(err);
+}
+
+/* ---------------------------------------------------------- bad flags -- */
+
+static void test_bad_flags(void **state)
+{
+    (void)state;
+    struct {
+        char *args[8];
+        const char *fragment;
+    } cases[] = {
+        {{"-n", "0", "--", "true"}, "--ninstances 0"},
+        {{"-n", "two", "--", "true"}, "--ninstances 'two'"},
+        {{"-n", "999", "--", "true"}, "--ninstances 999"},
+        {{"-c", "1x", "--", "true"}, "--ncores-per-instance '1x'"},
+        {{"--bind", "socket", "--", "true"}, "--bind 'socket'"},
+        {{"--cores-list", "0-3000", "--", "true"}, "--cores-list '0-3000'"},
+        {{"--nodes-list", "9", "--", "true"}, "--nodes-list '9'"},
+        {{"--job-id", "a/b", "--", "true"}, "--job-id 'a/b'"},
+        {{"--max-restarts", "-1", "--", "true"}, "--max-restarts -1"},
+        {{"--grace", "soon", "--", "true"}, "--grace 'soon'"},
+        {{"--frobnicate", "--", "true"}, "unknown option '--frobnicate'"},
+        {{"-n", "1"}, "no program given"},
+        {{"--synthetic", "pack:2 core:2", "--", "true"}, "add --dry-run"},
+        {{"--synthetic", "pack:x", "--dry-run"}, "--synthetic 'pack:x'"},
+        {{"--topology-xml", "/no/such.xml", "--dry-run"}, "--topology-xml /no/such.xml"},
+        {{"--json", "--", "true"}, "--json goes with --dry-run"},
+        {{"-n"}, "-n needs a value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *argv[12] = {(char *)shmrun};
+        int n = 1;
+        for (int j = 0; j < 8 && cases[i].args[j]; j++)
+            argv[n++] = cases[i].args[j];
+        argv[n] = NULL;
+        struct result r = run(argv, "badflag");
+        if (exit_code(&r) != 2 || !strstr(r.err, cases[i].fragment) || strchr(r.err, '\n') != r.err + strlen(r.err) - 1)
+            fail_msg("case %zu (%s): exit %d, stderr: %s", i, cases[i].fragment, exit_code(&r), r.err);
+        assert_string_equal(r.out, "");
+        result_free(&r);
+    }
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    shmrun = getenv("SHMRUN");
+    probe = getenv("RANK_PROBE");
+    golden_dir = getenv("GOLDEN_DIR");
+    if (!shmrun || !probe || !golden_dir) {
+        fprintf(stderr, "set SHMRUN, RANK_PROBE and GOLDEN_DIR (ctest does)\n");
+        return -1;
+    }
+    snprintf(workdir, sizeof workdir, "/tmp/test_shmrun.%d", (int)getpid());
+    return mkdir(workdir, 0755);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", workdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_plans),
+        cmocka_unit_test(test_environment_and_binding),
+        cmocka_unit_test(test_user_settings_are_respected),
+        cmocka_unit_test(test_tee_all_prefixes_ranks),
+        cmocka_unit_test(test_failing_rank_stops_the_gang),
+        cmocka_unit_test(test_sigterm_ignored_gets_sigkill),
+        cmocka_unit_test(test_restart_resumes),
+        cmocka_unit_test(test_ctrl_c_is_forwarded),
+        cmocka_unit_test(test_bad_flags),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
