@@ -1,0 +1,146 @@
+/* shmtrain neural-network engine: model descriptions and executable networks.
+ *
+ * A model is text, one layer per line, shapes inferred from one `input` line:
+ *
+ *     # LeNet for 28x28 grey images
+ *     input 1 28 28          # channels height width
+ *     conv 6 k5 p2           # out-channels, kernel, [stride s1], [padding p0], [nobias]
+ *     relu
+ *     maxpool k2             # kernel, [stride = kernel], [padding p0]
+ *     linear 10              # out-features (flattens a 4-D input)
+ *
+ * Also: `avgpool k2 | avgpool global`, `batchnorm`, `dropout 0.5`, `flatten`, and
+ * residual blocks: `save NAME` names the current activation, `add NAME` adds it back
+ * (`add NAME proj` through a 1x1 convolution with the stride that matches shapes).
+ *
+ * A network (st_net) is a model built for one batch size.  All parameters live
+ * in one contiguous float buffer, in plain layouts (OIHW weights, then bias, layer by
+ * layer), with gradients in a second buffer of the same layout, so zeroing,
+ * clipping, the optimizer and the all-reduce each see one flat span.  Networks
+ * know nothing of ranks; the caller decides what to do with the gradients.
+ *
+ * Thread count: oneDNN fixes it when primitives are created, so set OpenMP's
+ * thread count before st_net_create and do not change it afterwards.
+ */
+#ifndef SHMTRAIN_NN_H
+#define SHMTRAIN_NN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "shmtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_model st_model;
+typedef struct st_net st_net;
+
+/* ---------------------------------------------------------------- models -- */
+
+/* Parse model text.  `source` names it in errors ("lenet.model:4: ..."). */
+st_status st_model_parse(st_model **out, const char *text, const char *source);
+
+/* A preset name (mlp, lenet, cnn, resnet) or a path to a model file. */
+st_status st_model_load(st_model **out, const char *name_or_path);
+
+/* The text of a preset, or NULL. */
+const char *st_model_preset_text(const char *name);
+
+void st_model_destroy(st_model *m);
+
+/* The canonical text (one normalised line per layer): stored in checkpoints
+ * and compared to refuse a checkpoint of another model. */
+const char *st_model_text(const st_model *m);
+size_t st_model_param_count(const st_model *m);
+size_t st_model_buffer_count(const st_model *m);   /* batch-norm running statistics */
+size_t st_model_input_size(const st_model *m);     /* C*H*W of one sample */
+void st_model_input_shape(const st_model *m, int *c, int *h, int *w);
+int st_model_classes(const st_model *m);            /* outputs of the last layer */
+
+/* Layer, output shape, parameter count, total: like Keras' summary(). */
+void st_model_summary(const st_model *m, FILE *f);
+
+/* Flush denormal floats to zero (FTZ and DAZ) on this thread and every
+ * OpenMP worker, or stop doing so.  Gradients that shrink towards zero late
+ * in training otherwise turn into denormals and slow every kernel down by an
+ * order of magnitude (torch.set_flush_denormal does the same).  Call it from
+ * the thread that runs the network, before st_net_create.  Returns false where
+ * the CPU has no such mode. */
+bool st_nn_flush_denormals(bool on);
+
+/* ------------------------------------------------------------ networks -- */
+
+typedef enum st_backend {
+    ST_BACKEND_ONEDNN = 0,   /* oneDNN primitives, activations in their layouts */
+    ST_BACKEND_REFERENCE = 1 /* plain C on NCHW, for tests and as the definition */
+} st_backend;
+
+typedef struct st_net_config {
+    int batch;               /* samples per forward pass (fixed) */
+    st_backend backend;
+    float *grad_buffer;      /* optional: param_count floats the caller owns (e.g.
+                                the collectives' zero-copy region); else allocated */
+    bool input_grad;         /* also compute d(loss)/d(input) (tests) */
+} st_net_config;
+
+st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cfg);
+void st_net_destroy(st_net *n);
+
+/* The flat parameter and gradient spans (plain layouts), and the batch-norm
+ * running statistics (mean then variance per layer).  Owned by the net (or
+ * the caller, for a supplied gradient buffer). */
+float *st_net_params(st_net *n, size_t *count);
+float *st_net_grads(st_net *n, size_t *count);
+float *st_net_buffers(st_net *n, size_t *count);
+
+/* PyTorch's default initialisation (Kaiming-uniform weights and uniform
+ * biases with bound 1/sqrt(fan_in); batch norm 1/0, running stats 0/1),
+ * deterministic from `seed`. */
+void st_net_init(st_net *n, uint64_t seed);
+
+/* Training mode (batch statistics, dropout on) or evaluation mode. */
+void st_net_set_training(st_net *n, bool training);
+
+/* Seed of the dropout masks for the next forward pass (same seed, same masks). */
+void st_net_set_dropout_seed(st_net *n, uint64_t seed);
+
+/* Forward a batch of `batch` samples, plain NCHW floats. */
+st_status st_net_forward(st_net *n, const float *input);
+
+/* Softmax cross-entropy of the last forward pass against class indices in
+ * [0, classes): mean loss, number of correct predictions, and the gradient
+ * of the mean loss w.r.t. the logits, ready for st_net_backward().  Labels
+ * out of range are an error. */
+st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct);
+
+/* Backward from the loss: writes (overwrites) the gradient buffer. */
+st_status st_net_backward(st_net *n);
+
+/* Tests and tools: the last activation in plain layout (batch x outputs), and
+ * backward from an arbitrary gradient of it instead of the loss. */
+size_t st_net_output_size(const st_net *n);            /* floats per batch */
+st_status st_net_output(st_net *n, float *out);
+st_status st_net_backward_from(st_net *n, const float *d_output);
+/* d(loss)/d(input) of the last backward, plain NCHW (needs input_grad). */
+st_status st_net_input_grad(st_net *n, float *d_input);
+
+/* Which implementation each layer got, e.g. "conv:jit:avx512_core fused-relu". */
+void st_net_describe(const st_net *n, FILE *f);
+
+/* Time spent per layer kind since the last reset (for benchmarks). */
+typedef struct st_net_profile {
+    double seconds[16];
+    const char *names[16];
+    int kinds;
+} st_net_profile;
+void st_net_profile_enable(st_net *n, bool on);
+void st_net_profile_get(const st_net *n, st_net_profile *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,72 @@
+/* shmtrain optimizers, gradient clipping and learning-rate schedules.
+ *
+ * Optimizers work on one flat span of parameters and the matching span of
+ * gradients (st_net_params/st_net_grads), with PyTorch's update rules, so a
+ * run here can be compared with torch.optim step for step.
+ */
+#ifndef SHMTRAIN_OPTIM_H
+#define SHMTRAIN_OPTIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shmtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum st_optim_kind { ST_OPTIM_SGD = 0, ST_OPTIM_ADAMW = 1 } st_optim_kind;
+
+typedef struct st_optim_config {
+    st_optim_kind kind;
+    float momentum;      /* SGD (0 = plain SGD) */
+    bool nesterov;       /* SGD with momentum */
+    float weight_decay;  /* SGD: L2 added to the gradient; AdamW: decoupled */
+    float beta1, beta2, eps;   /* AdamW (0 = 0.9, 0.999, 1e-8) */
+} st_optim_config;
+
+typedef struct st_optim st_optim;
+
+/* An optimizer for `count` parameters.  Its state (momentum buffer, or
+ * Adam's m and v) is zero until the first step. */
+st_status st_optim_create(st_optim **out, size_t count, const st_optim_config *cfg);
+void st_optim_destroy(st_optim *o);
+
+/* One update with learning rate `lr`: params -= f(grads, state). */
+void st_optim_step(st_optim *o, float *params, const float *grads, float lr);
+
+/* The state as one flat span (for checkpoints; layout fixed per kind), and
+ * the number of steps taken (Adam's bias correction uses it). */
+float *st_optim_state(st_optim *o, size_t *count);
+uint64_t st_optim_steps(const st_optim *o);
+void st_optim_set_steps(st_optim *o, uint64_t steps);
+
+/* Scale grads so their L2 norm is at most max_norm (if > 0); returns the
+ * norm before clipping (NaN/Inf propagate, so callers can check it). */
+float st_clip_grad_norm(float *grads, size_t count, float max_norm);
+
+typedef enum st_schedule_kind {
+    ST_SCHED_CONSTANT = 0,
+    ST_SCHED_STEP = 1,     /* lr * gamma^(floor(step / step_size)) */
+    ST_SCHED_COSINE = 2    /* lr * (1 + cos(pi * step / total)) / 2, down to min_lr */
+} st_schedule_kind;
+
+typedef struct st_schedule {
+    st_schedule_kind kind;
+    float lr;
+    uint64_t warmup;       /* linear warm-up from lr/warmup to lr over this many steps */
+    uint64_t step_size;    /* ST_SCHED_STEP */
+    float gamma;           /* ST_SCHED_STEP (0 = 0.1) */
+    uint64_t total;        /* ST_SCHED_COSINE: steps of the whole run */
+    float min_lr;          /* ST_SCHED_COSINE floor */
+} st_schedule;
+
+/* Learning rate for 0-based step `step`. */
+float st_schedule_lr(const st_schedule *s, uint64_t step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

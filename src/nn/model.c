@@ -1,0 +1,557 @@
+/* Model text: parsing, shape inference, parameter layout, presets, summary. */
+#define _GNU_SOURCE
+#include "model.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const PRESETS[][2] = {
+    {"mlp", "# 784-256-128-10 perceptron for 28x28 grey images\n"
+            "input 1 28 28\nlinear 256\nrelu\nlinear 128\nrelu\nlinear 10\n"},
+    {"lenet", "# LeNet-5 for 28x28 grey images\n"
+              "input 1 28 28\nconv 6 k5 p2\nrelu\nmaxpool k2\nconv 16 k5\nrelu\nmaxpool k2\n"
+              "linear 120\nrelu\nlinear 84\nrelu\nlinear 10\n"},
+    {"cnn", "# two conv layers for 28x28 grey images\n"
+            "input 1 28 28\nconv 32 k3\nrelu\nmaxpool k2\nconv 64 k3\nrelu\nmaxpool k2\n"
+            "linear 128\nrelu\nlinear 10\n"},
+    {"resnet", "# a small ResNet (3 stages of one basic block) for 32x32 colour images\n"
+               "input 3 32 32\n"
+               "conv 16 k3 p1 nobias\nbatchnorm\nrelu\nsave b0\n"
+               "conv 16 k3 p1 nobias\nbatchnorm\nrelu\nconv 16 k3 p1 nobias\nbatchnorm\nadd b0\nrelu\n"
+               "save b1\n"
+               "conv 32 k3 s2 p1 nobias\nbatchnorm\nrelu\nconv 32 k3 p1 nobias\nbatchnorm\nadd b1 proj\n"
+               "relu\nsave b2\n"
+               "conv 64 k3 s2 p1 nobias\nbatchnorm\nrelu\nconv 64 k3 p1 nobias\nbatchnorm\nadd b2 proj\n"
+               "relu\navgpool global\nlinear 10\n"},
+};
+
+const char *st_model_preset_text(const char *name)
+{
+    for (size_t i = 0; i < sizeof PRESETS / sizeof *PRESETS; i++)
+        if (!strcmp(PRESETS[i][0], name))
+            return PRESETS[i][1];
+    return NULL;
+}
+
+const char *node_kind_name(node_kind k)
+{
+    static const char *const names[] = {"input", "conv", "linear", "relu", "maxpool", "avgpool",
+                                        "batchnorm", "dropout", "flatten", "add"};
+    return k < NODE_KINDS ? names[k] : "?";
+}
+
+/* ------------------------------------------------------------- parsing -- */
+
+#define MAX_TOKENS 8
+#define MAX_NAMES 64
+
+struct parser {
+    const char *source;
+    int line;
+    struct st_model *m;
+    int cap;
+    char *text;               /* canonical text being built */
+    size_t text_len;
+    char names[MAX_NAMES][32];
+    int name_node[MAX_NAMES];
+    int nnames;
+};
+
+static st_status perr(const struct parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static st_status perr(const struct parser *ps, const char *fmt, ...)
+{
+    char msg[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return st_fail(ST_ERR_FORMAT, "%s:%d: %s", ps->source, ps->line, msg);
+}
+
+static st_status emit(struct parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static st_status emit(struct parser *ps, const char *fmt, ...)
+{
+    char line[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    char *t = realloc(ps->text, ps->text_len + (size_t)n + 2);
+    if (!t)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    memcpy(t + ps->text_len, line, (size_t)n);
+    ps->text_len += (size_t)n;
+    t[ps->text_len++] = '\n';
+    t[ps->text_len] = '\0';
+    ps->text = t;
+    return ST_OK;
+}
+
+static struct node *add_node(struct parser *ps, node_kind kind)
+{
+    struct st_model *m = ps->m;
+    if (m->n == ps->cap) {
+        int cap = ps->cap ? ps->cap * 2 : 16;
+        struct node *v = realloc(m->nodes, (size_t)cap * sizeof *v);
+        if (!v)
+            return NULL;
+        m->nodes = v;
+        ps->cap = cap;
+    }
+    struct node *nd = &m->nodes[m->n];
+    memset(nd, 0, sizeof *nd);
+    nd->kind = kind;
+    nd->line = ps->line;
+    nd->in = m->n - 1;
+    nd->in2 = -1;
+    m->n++;
+    return nd;
+}
+
+static const struct node *last(const struct parser *ps) { return &ps->m->nodes[ps->m->n - 1]; }
+
+/* A positive integer token, optionally after a one-letter prefix ("k3"). */
+static bool int_arg(const char *tok, char prefix, int *out)
+{
+    if (prefix) {
+        if (tok[0] != prefix)
+            return false;
+        tok++;
+    }
+    if (!isdigit((unsigned char)tok[0]))
+        return false;
+    char *end;
+    errno = 0;
+    long v = strtol(tok, &end, 10);
+    if (errno || *end || v > 1000000)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+/* Shared by conv and pools: "kK [sS] [pP]" options after the fixed ones. */
+static st_status window_args(struct parser *ps, char **tok, int ntok, int first, struct node *nd,
+                             bool allow_nobias)
+{
+    nd->k = 0;
+    nd->s = -1;
+    nd->p = 0;
+    for (int i = first; i < ntok; i++) {
+        int v;
+        if (int_arg(tok[i], 'k', &v)) nd->k = v;
+        else if (int_arg(tok[i], 's', &v)) nd->s = v;
+        else if (int_arg(tok[i], 'p', &v)) nd->p = v;
+        else if (allow_nobias && !strcmp(tok[i], "nobias")) nd->bias = false;
+        else
+            return perr(ps, "%s: bad argument '%s' (expected k<size>, s<stride>, p<padding>%s)",
+                        tok[0], tok[i], allow_nobias ? " or nobias" : "");
+    }
+    if (nd->k < 1)
+        return perr(ps, "%s: missing kernel size (e.g. k3)", tok[0]);
+    if (nd->s == 0)
+        return perr(ps, "%s: stride must be at least 1", tok[0]);
+    return ST_OK;
+}
+
+static st_status spatial_out(struct parser *ps, struct node *nd, const struct node *src)
+{
+    if (src->flat)
+        return perr(ps, "%s needs an image input, but the previous layer's output is flat (%d)",
+                    node_kind_name(nd->kind), src->c);
+    if (nd->p * 2 >= nd->k && nd->kind != NODE_CONV)
+        return perr(ps, "%s: padding %d must be less than half the kernel %d", node_kind_name(nd->kind),
+                    nd->p, nd->k);
+    if (src->h + 2 * nd->p < nd->k || src->w + 2 * nd->p < nd->k)
+        return perr(ps, "%s: kernel %d is larger than its %dx%d input (padding %d)",
+                    node_kind_name(nd->kind), nd->k, src->h, src->w, nd->p);
+    nd->h = (src->h + 2 * nd->p - nd->k) / nd->s + 1;
+    nd->w = (src->w + 2 * nd->p - nd->k) / nd->s + 1;
+    return ST_OK;
+}
+
+static void take_params(struct parser *ps, struct node *nd, size_t weights, size_t bias)
+{
+    nd->w_off = ps->m->params;
+    nd->w_count = weights;
+    nd->b_off = nd->w_off + weights;
+    nd->b_count = bias;
+    ps->m->params += weights + bias;
+}
+
+static st_status parse_conv(struct parser *ps, char **tok, int ntok)
+{
+    int out;
+    if (ntok < 2 || !int_arg(tok[1], 0, &out) || out < 1)
+        return perr(ps, "conv: first argument must be the number of output channels (e.g. conv 32 k3)");
+    const struct node *src = last(ps);
+    struct node *nd = add_node(ps, NODE_CONV);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->out = out;
+    nd->bias = true;
+    st_status st = window_args(ps, tok, ntok, 2, nd, true);
+    if (st != ST_OK)
+        return st;
+    if (nd->s < 0)
+        nd->s = 1;
+    src = &ps->m->nodes[nd->in];
+    if ((st = spatial_out(ps, nd, src)) != ST_OK)
+        return st;
+    nd->c = out;
+    nd->fan_in = src->c * nd->k * nd->k;
+    take_params(ps, nd, (size_t)out * (size_t)nd->fan_in, nd->bias ? (size_t)out : 0);
+    return emit(ps, "conv %d k%d s%d p%d%s", out, nd->k, nd->s, nd->p, nd->bias ? "" : " nobias");
+}
+
+static st_status parse_pool(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    struct node *nd = add_node(ps, kind);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    const struct node *src = &ps->m->nodes[nd->in];
+    if (kind == NODE_AVGPOOL && ntok == 2 && !strcmp(tok[1], "global")) {
+        if (src->flat)
+            return perr(ps, "avgpool needs an image input, but the previous layer's output is flat");
+        nd->global = true;
+        nd->k = src->h;  /* square kernel not required: h and w are kept apart below */
+        nd->s = 1;
+        nd->h = nd->w = 1;
+        nd->c = src->c;
+        return emit(ps, "avgpool global");
+    }
+    st_status st = window_args(ps, tok, ntok, 1, nd, false);
+    if (st != ST_OK)
+        return st;
+    if (nd->s < 0)
+        nd->s = nd->k;
+    if ((st = spatial_out(ps, nd, src)) != ST_OK)
+        return st;
+    nd->c = src->c;
+    return emit(ps, "%s k%d s%d p%d", tok[0], nd->k, nd->s, nd->p);
+}
+
+static st_status add_flatten_if_needed(struct parser *ps)
+{
+    const struct node *src = last(ps);
+    if (src->flat)
+        return ST_OK;
+    struct node *nd = add_node(ps, NODE_FLATTEN);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->c = src->c * src->h * src->w;
+    nd->h = nd->w = 1;
+    nd->flat = true;
+    return ST_OK;
+}
+
+static st_status parse_linear(struct parser *ps, char **tok, int ntok)
+{
+    int out;
+    bool bias = true;
+    if (ntok < 2 || !int_arg(tok[1], 0, &out) || out < 1)
+        return perr(ps, "linear: first argument must be the number of outputs (e.g. linear 10)");
+    for (int i = 2; i < ntok; i++) {
+        if (strcmp(tok[i], "nobias"))
+            return perr(ps, "linear: bad argument '%s' (only nobias may follow)", tok[i]);
+        bias = false;
+    }
+    st_status st = add_flatten_if_needed(ps);
+    if (st != ST_OK)
+        return st;
+    int in_features = last(ps)->c;
+    struct node *nd = add_node(ps, NODE_LINEAR);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->out = nd->c = out;
+    nd->h = nd->w = 1;
+    nd->flat = true;
+    nd->bias = bias;
+    nd->fan_in = in_features;
+    take_params(ps, nd, (size_t)out * (size_t)in_features, bias ? (size_t)out : 0);
+    return emit(ps, "linear %d%s", out, bias ? "" : " nobias");
+}
+
+static st_status parse_simple(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    if (kind == NODE_DROPOUT ? ntok != 2 : ntok != 1)
+        return perr(ps, "%s: %s", tok[0], kind == NODE_DROPOUT ? "needs one probability (dropout 0.5)"
+                                                              : "takes no arguments");
+    const struct node *src = last(ps);
+    if (kind == NODE_BATCHNORM && src->flat)
+        return perr(ps, "batchnorm (2-d) needs an image input, but the previous layer's output is flat");
+    if (kind == NODE_FLATTEN)
+        return src->flat ? perr(ps, "flatten: the input is already flat") : add_flatten_if_needed(ps);
+    float drop = 0;
+    if (kind == NODE_DROPOUT) {
+        char *end;
+        drop = strtof(tok[1], &end);
+        if (*end || !(drop >= 0 && drop < 1))
+            return perr(ps, "dropout: probability '%s' must be a number in [0, 1)", tok[1]);
+    }
+    int c = src->c, h = src->h, w = src->w;
+    bool flat = src->flat;
+    struct node *nd = add_node(ps, kind);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->c = c;
+    nd->h = h;
+    nd->w = w;
+    nd->flat = flat;
+    nd->drop = drop;
+    if (kind == NODE_BATCHNORM) {
+        take_params(ps, nd, (size_t)c, (size_t)c);
+        nd->buf_off = ps->m->buffers;
+        ps->m->buffers += 2 * (size_t)c;
+        return emit(ps, "batchnorm");
+    }
+    return kind == NODE_DROPOUT ? emit(ps, "dropout %g", (double)drop) : emit(ps, "%s", tok[0]);
+}
+
+static int find_name(const struct parser *ps, const char *name)
+{
+    for (int i = 0; i < ps->nnames; i++)
+        if (!strcmp(ps->names[i], name))
+            return i;
+    return -1;
+}
+
+static st_status parse_save(struct parser *ps, char **tok, int ntok)
+{
+    if (ntok != 2 || strlen(tok[1]) >= sizeof ps->names[0])
+        return perr(ps, "save: needs one short name (save b0)");
+    if (find_name(ps, tok[1]) >= 0)
+        return perr(ps, "save: name '%s' is already used", tok[1]);
+    if (ps->nnames == MAX_NAMES)
+        return perr(ps, "save: too many names");
+    snprintf(ps->names[ps->nnames], sizeof ps->names[0], "%s", tok[1]);
+    ps->name_node[ps->nnames++] = ps->m->n - 1;
+    return emit(ps, "save %s", tok[1]);
+}
+
+static st_status parse_add(struct parser *ps, char **tok, int ntok)
+{
+    bool proj = ntok == 3 && !strcmp(tok[2], "proj");
+    if (ntok < 2 || ntok > 3 || (ntok == 3 && !proj))
+        return perr(ps, "add: use 'add NAME' or 'add NAME proj'");
+    int k = find_name(ps, tok[1]);
+    if (k < 0)
+        return perr(ps, "add: no activation was saved as '%s' (use 'save %s' earlier)", tok[1], tok[1]);
+    int main_in = ps->m->n - 1, skip = ps->name_node[k];
+    const struct node a = ps->m->nodes[main_in], b = ps->m->nodes[skip];
+    if (a.flat || b.flat)
+        return perr(ps, "add: both inputs must be images");
+    if (proj) {
+        int stride = b.h / a.h;
+        if (stride < 1 || (b.h + stride - 1) / stride != a.h || (b.w + stride - 1) / stride != a.w)
+            return perr(ps, "add %s proj: cannot map %dx%d onto %dx%d with a strided 1x1 convolution",
+                        tok[1], b.h, b.w, a.h, a.w);
+        struct node *pj = add_node(ps, NODE_CONV);
+        if (!pj)
+            return st_fail(ST_ERR_NOMEM, "model: out of memory");
+        pj->in = skip;
+        pj->out = pj->c = a.c;
+        pj->k = 1;
+        pj->s = stride;
+        pj->p = 0;
+        pj->bias = true;
+        pj->h = a.h;
+        pj->w = a.w;
+        pj->fan_in = b.c;
+        take_params(ps, pj, (size_t)a.c * (size_t)b.c, (size_t)a.c);
+        skip = ps->m->n - 1;
+    } else if (a.c != b.c || a.h != b.h || a.w != b.w) {
+        return perr(ps, "add %s: shapes differ (%dx%dx%d saved, %dx%dx%d here); use 'add %s proj'",
+                    tok[1], b.c, b.h, b.w, a.c, a.h, a.w, tok[1]);
+    }
+    struct node *nd = add_node(ps, NODE_ADD);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->in = main_in;
+    nd->in2 = skip;
+    nd->c = a.c;
+    nd->h = a.h;
+    nd->w = a.w;
+    return emit(ps, "add %s%s", tok[1], proj ? " proj" : "");
+}
+
+static st_status parse_input(struct parser *ps, char **tok, int ntok)
+{
+    int c, h = 1, w = 1;
+    if (ps->m->n > 0)
+        return perr(ps, "input: declared twice (only the first line may be 'input')");
+    if ((ntok != 4 && ntok != 2) || !int_arg(tok[1], 0, &c) || c < 1 ||
+        (ntok == 4 && (!int_arg(tok[2], 0, &h) || !int_arg(tok[3], 0, &w) || h < 1 || w < 1)))
+        return perr(ps, "input: expected 'input CHANNELS HEIGHT WIDTH' (e.g. input 1 28 28)");
+    struct node *nd = add_node(ps, NODE_INPUT);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->in = -1;
+    nd->c = c;
+    nd->h = h;
+    nd->w = w;
+    return emit(ps, "input %d %d %d", c, h, w);
+}
+
+static st_status parse_line(struct parser *ps, char *line)
+{
+    char *hash = strchr(line, '#');
+    if (hash)
+        *hash = '\0';
+    char *tok[MAX_TOKENS + 1], *save = NULL;
+    int ntok = 0;
+    for (char *t = strtok_r(line, " \t\r", &save); t; t = strtok_r(NULL, " \t\r", &save)) {
+        if (ntok == MAX_TOKENS)
+            return perr(ps, "too many arguments");
+        tok[ntok++] = t;
+    }
+    if (ntok == 0)
+        return ST_OK;
+    if (!strcmp(tok[0], "input"))
+        return parse_input(ps, tok, ntok);
+    if (ps->m->n == 0)
+        return perr(ps, "the first layer must be 'input C H W', not '%s'", tok[0]);
+    if (!strcmp(tok[0], "conv")) return parse_conv(ps, tok, ntok);
+    if (!strcmp(tok[0], "linear")) return parse_linear(ps, tok, ntok);
+    if (!strcmp(tok[0], "relu")) return parse_simple(ps, tok, ntok, NODE_RELU);
+    if (!strcmp(tok[0], "maxpool")) return parse_pool(ps, tok, ntok, NODE_MAXPOOL);
+    if (!strcmp(tok[0], "avgpool")) return parse_pool(ps, tok, ntok, NODE_AVGPOOL);
+    if (!strcmp(tok[0], "batchnorm")) return parse_simple(ps, tok, ntok, NODE_BATCHNORM);
+    if (!strcmp(tok[0], "dropout")) return parse_simple(ps, tok, ntok, NODE_DROPOUT);
+    if (!strcmp(tok[0], "flatten")) return parse_simple(ps, tok, ntok, NODE_FLATTEN);
+    if (!strcmp(tok[0], "save")) return parse_save(ps, tok, ntok);
+    if (!strcmp(tok[0], "add")) return parse_add(ps, tok, ntok);
+    return perr(ps, "unknown layer '%s' (known: input conv linear relu maxpool avgpool batchnorm "
+                    "dropout flatten save add)", tok[0]);
+}
+
+st_status st_model_parse(st_model **out, const char *text, const char *source)
+{
+    *out = NULL;
+    struct parser ps = {.source = source ? source : "model"};
+    ps.m = calloc(1, sizeof *ps.m);
+    char *copy = strdup(text ? text : "");
+    st_status st = ST_OK;
+    if (!ps.m || !copy) {
+        st = st_fail(ST_ERR_NOMEM, "model: out of memory");
+        goto out;
+    }
+    char *save = NULL;
+    ps.line = 0;
+    for (char *p = copy, *nl; p && st == ST_OK; p = nl) {
+        nl = strchr(p, '\n');
+        if (nl)
+            *nl++ = '\0';
+        ps.line++;
+        st = parse_line(&ps, p);
+    }
+    (void)save;
+    if (st == ST_OK && ps.m->n == 0)
+        st = st_fail(ST_ERR_FORMAT, "%s: empty model: expected 'input C H W' and layers", ps.source);
+    else if (st == ST_OK && ps.m->n == 1)
+        st = st_fail(ST_ERR_FORMAT, "%s: the model has an input but no layers", ps.source);
+out:
+    free(copy);
+    if (st != ST_OK) {
+        free(ps.text);
+        st_model_destroy(ps.m);
+        return st;
+    }
+    ps.m->text = ps.text;
+    *out = ps.m;
+    return ST_OK;
+}
+
+st_status st_model_load(st_model **out, const char *name_or_path)
+{
+    const char *preset = st_model_preset_text(name_or_path);
+    if (preset)
+        return st_model_parse(out, preset, name_or_path);
+    FILE *f = fopen(name_or_path, "r");
+    if (!f)
+        return st_fail(ST_ERR_IO, "--model %s: not a preset (mlp, lenet, cnn, resnet) and not a "
+                                  "readable file: %s", name_or_path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    char buf[4096];
+    size_t n;
+    while (mem && (n = fread(buf, 1, sizeof buf, f)) > 0)
+        fwrite(buf, 1, n, mem);
+    bool bad = ferror(f);
+    fclose(f);
+    if (mem)
+        fclose(mem);
+    if (!mem || bad || !text) {
+        free(text);
+        return st_fail(ST_ERR_IO, "--model %s: read failed", name_or_path);
+    }
+    st_status st = st_model_parse(out, text, name_or_path);
+    free(text);
+    return st;
+}
+
+void st_model_destroy(st_model *m)
+{
+    if (!m)
+        return;
+    free(m->nodes);
+    free(m->text);
+    free(m);
+}
+
+const char *st_model_text(const st_model *m) { return m->text; }
+size_t st_model_param_count(const st_model *m) { return m->params; }
+size_t st_model_buffer_count(const st_model *m) { return m->buffers; }
+
+size_t st_model_input_size(const st_model *m)
+{
+    return (size_t)m->nodes[0].c * (size_t)m->nodes[0].h * (size_t)m->nodes[0].w;
+}
+
+void st_model_input_shape(const st_model *m, int *c, int *h, int *w)
+{
+    *c = m->nodes[0].c;
+    *h = m->nodes[0].h;
+    *w = m->nodes[0].w;
+}
+
+int st_model_classes(const st_model *m)
+{
+    const struct node *l = &m->nodes[m->n - 1];
+    return l->c * l->h * l->w;
+}
+
+void st_model_summary(const st_model *m, FILE *f)
+{
+    fprintf(f, "%-4s %-26s %-16s %12s\n", "#", "layer", "output", "parameters");
+    for (int i = 0; i < m->n; i++) {
+        const struct node *nd = &m->nodes[i];
+        char desc[64], shape[32];
+        switch (nd->kind) {
+        case NODE_CONV:
+            snprintf(desc, sizeof desc, "conv %d k%d s%d p%d%s%s", nd->out, nd->k, nd->s, nd->p,
+                     nd->bias ? "" : " nobias", nd->in != i - 1 ? " (shortcut)" : "");
+            break;
+        case NODE_LINEAR: snprintf(desc, sizeof desc, "linear %d", nd->out); break;
+        case NODE_MAXPOOL:
+        case NODE_AVGPOOL:
+            if (nd->global)
+                snprintf(desc, sizeof desc, "avgpool global");
+            else
+                snprintf(desc, sizeof desc, "%s k%d s%d", node_kind_name(nd->kind), nd->k, nd->s);
+            break;
+        case NODE_DROPOUT: snprintf(desc, sizeof desc, "dropout %g", (double)nd->drop); break;
+        case NODE_ADD: snprintf(desc, sizeof desc, "add (from #%d)", nd->in2); break;
+        default: snprintf(desc, sizeof desc, "%s", node_kind_name(nd->kind));
+        }
+        if (nd->flat)
+            snprintf(shape, sizeof shape, "%d", nd->c);
+        else
+            snprintf(shape, sizeof shape, "%dx%dx%d", nd->c, nd->h, nd->w);
+        fprintf(f, "%-4d %-26s %-16s %12zu\n", i, desc, shape, nd->w_count + nd->b_count);
+    }
+    fprintf(f, "total parameters: %zu (%.1f KiB)\n", m->params, (double)m->params * 4 / 1024);
+}

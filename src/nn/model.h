@@ -1,0 +1,50 @@
+/* Internal: the parsed model, a list of nodes in execution order.
+ * Every node reads node `in` (and `in2`, for add); shapes are per sample. */
+#ifndef SHMTRAIN_NN_MODEL_H
+#define SHMTRAIN_NN_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "shmtrain/nn.h"
+
+typedef enum node_kind {
+    NODE_INPUT,
+    NODE_CONV,
+    NODE_LINEAR,
+    NODE_RELU,
+    NODE_MAXPOOL,
+    NODE_AVGPOOL,
+    NODE_BATCHNORM,
+    NODE_DROPOUT,
+    NODE_FLATTEN,
+    NODE_ADD,
+    NODE_KINDS
+} node_kind;
+
+struct node {
+    node_kind kind;
+    int line;                 /* source line, for messages */
+    int in, in2;              /* producer nodes; -1 if none */
+    int out;                  /* conv: out channels; linear: out features */
+    int k, s, p;              /* kernel, stride, padding (conv and pools) */
+    bool bias, global;
+    float drop;
+    int c, h, w;              /* output shape per sample; flat outputs have h=w=1 */
+    bool flat;                /* output is 2-D (N, c) */
+    size_t w_off, w_count;    /* weights (conv OIHW, linear OI; bn gamma) in params */
+    size_t b_off, b_count;    /* bias (bn beta) */
+    size_t buf_off;           /* bn: running mean at buf_off, variance after it */
+    int fan_in;
+};
+
+struct st_model {
+    struct node *nodes;
+    int n;
+    size_t params, buffers;
+    char *text;               /* canonical text */
+};
+
+const char *node_kind_name(node_kind k);
+
+#endif

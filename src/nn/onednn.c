@@ -1,0 +1,991 @@
+/* The oneDNN backend.
+ *
+ * Build time: for every exec node, create its primitives once (forward,
+ * backward-data, backward-weights), query the layouts they chose, and record
+ * a forward and a backward list of "ops": a primitive with its argument array,
+ * a reorder, or a small C step.  Run time: execute the lists.
+ *
+ * Layout rules (../shared notes, verified here): conv and inner-product
+ * layouts are `any` and activations stay in whatever layout their producer
+ * chose; a reorder is inserted only where dnnl_memory_desc_equal says two
+ * layouts differ.  Parameters stay plain in the flat buffer: weights are
+ * reordered into the forward and the backward-data layouts each step, and
+ * weight gradients back into the plain flat gradient buffer.
+ */
+#define _GNU_SOURCE
+#include <dnnl_debug.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net.h"
+
+struct op {
+    dnnl_primitive_t prim;
+    void (*step)(st_net *n, int node);   /* a C step instead of a primitive */
+    int node, prof;                       /* prof: node kind, or NODE_KINDS for reorders */
+    int nargs;
+    dnnl_exec_arg_t args[10];
+};
+
+struct oplist {
+    struct op *v;
+    int n, cap;
+};
+
+struct onednn_node {
+    struct oplist fwd, fwd_infer, bwd;   /* fwd_infer: batch norm in evaluation mode */
+    dnnl_memory_t src;                   /* what the forward reads */
+    dnnl_memory_t mean, var;             /* batch norm, training */
+    dnnl_primitive_t accum;              /* diff += diff_tmp, when 2+ consumers */
+    float *mask_scale;                   /* dropout: 0 or 1/(1-p) per element */
+    size_t elems;                        /* floats in dst's buffer (padding included) */
+    dnnl_memory_t dropout_diff_src;
+};
+
+struct onednn_net {
+    dnnl_engine_t eng;
+    dnnl_stream_t strm;
+    dnnl_memory_t *mems;
+    dnnl_primitive_t *prims;
+    dnnl_primitive_desc_t *pds;
+    int nmems, nprims, npds, cap_mems, cap_prims, cap_pds;
+    dnnl_memory_t input_user;            /* plain input; handle set per forward */
+    dnnl_memory_t logits_user, dlast_user;
+    dnnl_primitive_t to_logits, from_dlast;
+    int cur;                             /* node being built, for messages */
+};
+
+/* --------------------------------------------------------------- helpers -- */
+
+#define TRY(call)                                                                        \
+    do {                                                                                 \
+        dnnl_status_t s_ = (call);                                                       \
+        if (s_ != dnnl_success)                                                          \
+            return dnnl_error(n, #call, s_);                                             \
+    } while (0)
+
+#define OK(expr)                                                                         \
+    do {                                                                                 \
+        st_status t_ = (expr);                                                           \
+        if (t_ != ST_OK)                                                                 \
+            return t_;                                                                   \
+    } while (0)
+
+static st_status dnnl_error(const st_net *n, const char *call, dnnl_status_t s)
+{
+    const struct onednn_net *d = n->dnet;
+    const struct xnode *x = d && d->cur >= 0 && d->cur < n->nx ? &n->x[d->cur] : NULL;
+    char call_name[64];
+    snprintf(call_name, sizeof call_name, "%.*s", (int)strcspn(call, "("), call);
+    if (x)
+        return st_fail(ST_ERR_BACKEND, "oneDNN: %s failed: %s (%s layer at model line %d)", call_name,
+                       dnnl_status2str(s), node_kind_name(x->kind), x->nd->line);
+    return st_fail(ST_ERR_BACKEND, "oneDNN: %s failed: %s", call_name, dnnl_status2str(s));
+}
+
+static bool grow(void **v, int *cap, int n, size_t elem)
+{
+    if (n < *cap)
+        return true;
+    int c = *cap ? *cap * 2 : 64;
+    void *p = realloc(*v, (size_t)c * elem);
+    if (!p)
+        return false;
+    *v = p;
+    *cap = c;
+    return true;
+}
+
+static st_status keep_mem(st_net *n, dnnl_memory_t m)
+{
+    struct onednn_net *d = n->dnet;
+    if (!grow((void **)&d->mems, &d->cap_mems, d->nmems, sizeof *d->mems)) {
+        dnnl_memory_destroy(m);
+        return st_fail(ST_ERR_NOMEM, "oneDNN: out of memory");
+    }
+    d->mems[d->nmems++] = m;
+    return ST_OK;
+}
+
+/* A memory with `handle` (not owned), or allocated and zeroed (blocked
+ * layouts' padding must be zero: primitives assume it). */
+static st_status mem_new(st_net *n, dnnl_memory_t *out, const dnnl_memory_desc_t *md, void *handle)
+{
+    TRY(dnnl_memory_create(out, md, n->dnet->eng, handle ? handle : DNNL_MEMORY_ALLOCATE));
+    OK(keep_mem(n, *out));
+    if (!handle) {
+        void *p = NULL;
+        TRY(dnnl_memory_get_data_handle(*out, &p));
+        memset(p, 0, dnnl_memory_desc_get_size(md));
+    }
+    return ST_OK;
+}
+
+static void *mem_ptr(dnnl_memory_t m)
+{
+    void *p = NULL;
+    dnnl_memory_get_data_handle(m, &p);
+    return p;
+}
+
+static const dnnl_memory_desc_t *mem_md(dnnl_memory_t m)
+{
+    const dnnl_memory_desc_t *md = NULL;
+    dnnl_memory_get_memory_desc(m, &md);
+    return md;
+}
+
+static st_status pd_new(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc,
+                        const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint)
+{
+    struct onednn_net *d = n->dnet;
+    TRY(dnnl_primitive_desc_create(out, op_desc, attr, d->eng, hint));
+    if (!grow((void **)&d->pds, &d->cap_pds, d->npds, sizeof *d->pds)) {
+        dnnl_primitive_desc_destroy(*out);
+        return st_fail(ST_ERR_NOMEM, "oneDNN: out of memory");
+    }
+    d->pds[d->npds++] = *out;  /* backward pds keep a raw pointer to their hint */
+    return ST_OK;
+}
+
+static st_status prim_new(st_net *n, dnnl_primitive_t *out, const_dnnl_primitive_desc_t pd)
+{
+    struct onednn_net *d = n->dnet;
+    TRY(dnnl_primitive_create(out, pd));
+    if (!grow((void **)&d->prims, &d->cap_prims, d->nprims, sizeof *d->prims)) {
+        dnnl_primitive_destroy(*out);
+        return st_fail(ST_ERR_NOMEM, "oneDNN: out of memory");
+    }
+    d->prims[d->nprims++] = *out;
+    return ST_OK;
+}
+
+static st_status reorder_new(st_net *n, dnnl_primitive_t *out, const dnnl_memory_desc_t *from,
+                             const dnnl_memory_desc_t *to)
+{
+    dnnl_primitive_desc_t pd;
+    TRY(dnnl_reorder_primitive_desc_create(&pd, from, n->dnet->eng, to, n->dnet->eng, NULL));
+    struct onednn_net *d = n->dnet;
+    if (!grow((void **)&d->pds, &d->cap_pds, d->npds, sizeof *d->pds)) {
+        dnnl_primitive_desc_destroy(pd);
+        return st_fail(ST_ERR_NOMEM, "oneDNN: out of memory");
+    }
+    d->pds[d->npds++] = pd;
+    return prim_new(n, out, pd);
+}
+
+static const dnnl_memory_desc_t *query(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index)
+{
+    return dnnl_primitive_desc_query_md(pd, what, index);
+}
+
+static const dnnl_memory_desc_t *arg_md(const_dnnl_primitive_desc_t pd, int arg)
+{
+    return dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+}
+
+static bool same(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b)
+{
+    return dnnl_memory_desc_equal(a, b) != 0;
+}
+
+static st_status plain_md(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims)
+{
+    static const dnnl_format_tag_t tags[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd};
+    TRY(dnnl_memory_desc_init_by_tag(md, ndims, dims, dnnl_f32, tags[ndims]));
+    return ST_OK;
+}
+
+static st_status any_md(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims)
+{
+    TRY(dnnl_memory_desc_init_by_tag(md, ndims, dims, dnnl_f32, dnnl_format_tag_any));
+    return ST_OK;
+}
+
+/* Append an op; args are (key, memory) pairs ending with a key of -1. */
+static st_status add_op(st_net *n, struct oplist *l, dnnl_primitive_t prim, int prof, ...)
+{
+    if (!grow((void **)&l->v, &l->cap, l->n, sizeof *l->v))
+        return st_fail(ST_ERR_NOMEM, "oneDNN: out of memory");
+    struct op *o = &l->v[l->n++];
+    memset(o, 0, sizeof *o);
+    o->prim = prim;
+    o->node = n->dnet->cur;
+    o->prof = prof;
+    va_list ap;
+    va_start(ap, prof);
+    for (int key; (key = va_arg(ap, int)) != -1 && o->nargs < 10;) {
+        o->args[o->nargs].arg = key;
+        o->args[o->nargs++].memory = va_arg(ap, dnnl_memory_t);
+    }
+    va_end(ap);
+    return ST_OK;
+}
+
+static st_status add_step(st_net *n, struct oplist *l, void (*step)(st_net *, int), int prof)
+{
+    OK(add_op(n, l, NULL, prof, -1));
+    l->v[l->n - 1].step = step;
+    return ST_OK;
+}
+
+static st_status add_reorder(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_memory_t to)
+{
+    dnnl_primitive_t r;
+    OK(reorder_new(n, &r, mem_md(from), mem_md(to)));
+    return add_op(n, l, r, NODE_KINDS, DNNL_ARG_FROM, from, DNNL_ARG_TO, to, -1);
+}
+
+static void impl_name(struct xnode *x, const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl) {
+        size_t len = strlen(x->impl);
+        snprintf(x->impl + len, sizeof x->impl - len, "%s%s", len ? " / " : "", impl);
+    }
+}
+
+/* ---------------------------------------------------------------- tensors -- */
+
+/* The node's output (and gradient) memories, in layout `md`. */
+static st_status set_dst(st_net *n, struct xnode *x, const dnnl_memory_desc_t *md)
+{
+    x->dst.md = *md;
+    OK(mem_new(n, &x->dst.mem, md, NULL));
+    OK(mem_new(n, &x->diff.mem, md, NULL));
+    x->diff.md = *md;
+    if (x->consumers > 1) {
+        OK(mem_new(n, &x->diff_tmp.mem, md, NULL));
+        x->diff_tmp.md = *md;
+        dnnl_binary_desc_t bd;
+        dnnl_primitive_desc_t pd;
+        TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, md, md, md));
+        OK(pd_new(n, &pd, &bd, NULL, NULL));
+        OK(prim_new(n, &x->dn->accum, pd));
+    }
+    x->dn->elems = dnnl_memory_desc_get_size(md) / sizeof(float);
+    return ST_OK;
+}
+
+/* The gradient w.r.t. producer p's output, computed by node j in layout
+ * `md`, must reach p->diff (first writer) or be added to it.  Returns in
+ * *target the memory j's backward primitive should write: p's own buffer
+ * when layouts agree, else a scratch one followed by a reorder.  With
+ * `computed` set, the gradient already sits in that memory (flatten's view,
+ * add's own diff) and is only delivered. */
+static st_status deliver(st_net *n, int j, int p, const dnnl_memory_desc_t *md, dnnl_memory_t computed,
+                         dnnl_memory_t *target)
+{
+    struct xnode *px = &n->x[p];
+    struct oplist *bwd = &n->x[j].dn->bwd;
+    *target = NULL;
+    if (!px->wants_diff)
+        return ST_OK;
+    bool first = px->first_writer == j;
+    dnnl_memory_t dest = first ? px->diff.mem : px->diff_tmp.mem;
+    if (!computed && same(md, &px->dst.md)) {
+        *target = dest;
+    } else {
+        if (!computed)
+            OK(mem_new(n, &computed, md, NULL));
+        *target = computed;
+        OK(add_reorder(n, bwd, computed, dest));
+    }
+    if (!first)
+        OK(add_op(n, bwd, px->dn->accum, NODE_KINDS, DNNL_ARG_SRC_0, px->diff.mem, DNNL_ARG_SRC_1,
+                  px->diff_tmp.mem, DNNL_ARG_DST, px->diff.mem, -1));
+    return ST_OK;
+}
+
+/* Forward input of node x in the layout `want`, reordering if needed. */
+static st_status input_as(st_net *n, struct xnode *x, const dnnl_memory_desc_t *want, dnnl_memory_t *out)
+{
+    struct xnode *px = &n->x[x->in];
+    if (same(want, &px->dst.md)) {
+        *out = px->dst.mem;
+        return ST_OK;
+    }
+    OK(mem_new(n, out, want, NULL));
+    return add_reorder(n, &x->dn->fwd, px->dst.mem, *out);
+}
+
+/* --------------------------------------------------- conv and linear -- */
+
+struct weights_layer {
+    int ndims;
+    dnnl_dims_t src, wei, bias, dst, strides, pad;
+};
+
+static void weights_dims(const st_net *n, const struct xnode *x, struct weights_layer *w)
+{
+    const struct node *nd = x->nd, *s = n->x[x->in].nd;
+    memset(w, 0, sizeof *w);
+    w->bias[0] = nd->c;
+    if (x->kind == NODE_LINEAR) {
+        w->ndims = 2;
+        w->src[0] = n->batch; w->src[1] = s->c * s->h * s->w;
+        w->wei[0] = nd->c; w->wei[1] = w->src[1];
+        w->dst[0] = n->batch; w->dst[1] = nd->c;
+        return;
+    }
+    w->ndims = 4;
+    dnnl_dim_t src[4] = {n->batch, s->c, s->h, s->w}, wei[4] = {nd->c, s->c, nd->k, nd->k},
+               dst[4] = {n->batch, nd->c, nd->h, nd->w};
+    memcpy(w->src, src, sizeof src);
+    memcpy(w->wei, wei, sizeof wei);
+    memcpy(w->dst, dst, sizeof dst);
+    w->strides[0] = w->strides[1] = nd->s;
+    w->pad[0] = w->pad[1] = nd->p;
+}
+
+static st_status weights_fwd_desc(st_net *n, const struct xnode *x, const struct weights_layer *w,
+                                  const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei,
+                                  const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst,
+                                  dnnl_primitive_desc_t *pd)
+{
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    st_status st = ST_OK;
+    if (x->fuse_relu) {
+        TRY(dnnl_primitive_attr_create(&attr));
+        TRY(dnnl_post_ops_create(&po));
+        TRY(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
+        TRY(dnnl_primitive_attr_set_post_ops(attr, po));
+    }
+    if (x->kind == NODE_CONV) {
+        dnnl_convolution_desc_t cd;
+        dnnl_status_t s = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training,
+                                                             dnnl_convolution_direct, src, wei, bias,
+                                                             dst, w->strides, w->pad, w->pad);
+        st = s != dnnl_success ? dnnl_error(n, "dnnl_convolution_forward_desc_init", s)
+                               : pd_new(n, pd, &cd, attr, NULL);
+    } else {
+        dnnl_inner_product_desc_t id;
+        dnnl_status_t s = dnnl_inner_product_forward_desc_init(&id, dnnl_forward_training, src, wei,
+                                                               bias, dst);
+        st = s != dnnl_success ? dnnl_error(n, "dnnl_inner_product_forward_desc_init", s)
+                               : pd_new(n, pd, &id, attr, NULL);
+    }
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    return st;
+}
+
+
+static bool is_reference_impl(const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    return !impl || !strncmp(impl, "ref", 3);
+}
+
+/* Small channel counts waste most of a 16-wide block; nhwc avoids that
+ * (calibration: lenet's 6-channel conv).  But only if all three passes get
+ * a real kernel in nhwc: oneDNN 2.6 gives some nhwc backward passes only
+ * its reference implementation, a thousand times slower. */
+static bool use_nhwc(st_net *n, const struct xnode *x, const struct weights_layer *w)
+{
+    if (x->kind != NODE_CONV || x->nd->c >= 16 || n->x[x->in].nd->c >= 16)
+        return false;
+    dnnl_memory_desc_t src, dst, wei, bias;
+    dnnl_convolution_desc_t fd, bd, wd;
+    dnnl_primitive_desc_t fpd = NULL, bpd = NULL, wpd = NULL;
+    bool fast = false;
+    if (dnnl_memory_desc_init_by_tag(&src, 4, w->src, dnnl_f32, dnnl_nhwc) ||
+        dnnl_memory_desc_init_by_tag(&dst, 4, w->dst, dnnl_f32, dnnl_nhwc) ||
+        dnnl_memory_desc_init_by_tag(&wei, 4, w->wei, dnnl_f32, dnnl_format_tag_any) ||
+        dnnl_memory_desc_init_by_tag(&bias, 1, w->bias, dnnl_f32, dnnl_a))
+        return false;
+    const dnnl_memory_desc_t *b = x->nd->bias ? &bias : NULL;
+    if (dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &src, &wei,
+                                           b, &dst, w->strides, w->pad, w->pad) ||
+        dnnl_primitive_desc_create(&fpd, &fd, NULL, n->dnet->eng, NULL) || is_reference_impl(fpd))
+        goto out;
+    if (dnnl_convolution_backward_weights_desc_init(&wd, dnnl_convolution_direct, &src, &wei, b, &dst,
+                                                    w->strides, w->pad, w->pad) ||
+        dnnl_primitive_desc_create(&wpd, &wd, NULL, n->dnet->eng, fpd) || is_reference_impl(wpd))
+        goto out;
+    fast = true;
+    if (n->x[x->in].wants_diff)
+        fast = !dnnl_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &src, &wei, &dst,
+                                                         w->strides, w->pad, w->pad) &&
+               !dnnl_primitive_desc_create(&bpd, &bd, NULL, n->dnet->eng, fpd) && !is_reference_impl(bpd);
+out:
+    if (bpd)
+        dnnl_primitive_desc_destroy(bpd);
+    if (wpd)
+        dnnl_primitive_desc_destroy(wpd);
+    if (fpd)
+        dnnl_primitive_desc_destroy(fpd);
+    return fast;
+}
+
+
+/* The backward pass's own view of a tensor: `have` if its layout is what the
+ * primitive wants, else a scratch memory refreshed by a reorder before it. */
+static st_status bwd_input(st_net *n, struct oplist *bwd, dnnl_memory_t have, const dnnl_memory_desc_t *want,
+                           dnnl_memory_t *out)
+{
+    if (same(want, mem_md(have))) {
+        *out = have;
+        return ST_OK;
+    }
+    OK(mem_new(n, out, want, NULL));
+    return add_reorder(n, bwd, have, *out);
+}
+
+static st_status conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w,
+                                   bool weights_pass, const dnnl_memory_desc_t *src,
+                                   const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
+                                   const dnnl_memory_desc_t *dst, const_dnnl_primitive_desc_t hint,
+                                   dnnl_primitive_desc_t *pd)
+{
+    if (x->kind == NODE_CONV) {
+        dnnl_convolution_desc_t cd;
+        if (weights_pass)
+            TRY(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, src, wei, bias, dst,
+                                                            w->strides, w->pad, w->pad));
+        else
+            TRY(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, src, wei, dst,
+                                                         w->strides, w->pad, w->pad));
+        return pd_new(n, pd, &cd, NULL, hint);
+    }
+    dnnl_inner_product_desc_t id;
+    if (weights_pass)
+        TRY(dnnl_inner_product_backward_weights_desc_init(&id, src, wei, bias, dst));
+    else
+        TRY(dnnl_inner_product_backward_data_desc_init(&id, src, wei, dst));
+    return pd_new(n, pd, &id, NULL, hint);
+}
+
+/* A backward pd that shares the forward's activation layouts when a real
+ * kernel exists for them, else lets the primitive choose (`any`): oneDNN
+ * 2.6 gives, e.g., backward-weights of a 1-channel nhwc input only its
+ * reference implementation. */
+static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass,
+                        const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *bias,
+                        const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd)
+{
+    dnnl_memory_desc_t wei_any, src_any, dst_any;
+    OK(any_md(n, &wei_any, w->ndims, w->wei));
+    OK(conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_any, bias, &x->dst.md, hint, pd));
+    if (!is_reference_impl(*pd))
+        return ST_OK;
+    OK(any_md(n, &src_any, w->ndims, w->src));
+    OK(any_md(n, &dst_any, w->ndims, w->dst));
+    return conv_or_ip_bwd_pd(n, x, w, weights_pass, &src_any, &wei_any, bias, &dst_any, hint, pd);
+}
+
+static st_status build_weights(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    struct onednn_node *dn = x->dn;
+    const struct node *nd = x->nd;
+    struct weights_layer w;
+    weights_dims(n, x, &w);
+    dnnl_memory_desc_t src_any, wei_any, dst_any, bias_md, wei_plain;
+    if (use_nhwc(n, x, &w)) {
+        TRY(dnnl_memory_desc_init_by_tag(&src_any, 4, w.src, dnnl_f32, dnnl_nhwc));
+        TRY(dnnl_memory_desc_init_by_tag(&dst_any, 4, w.dst, dnnl_f32, dnnl_nhwc));
+    } else {
+        OK(any_md(n, &src_any, w.ndims, w.src));
+        OK(any_md(n, &dst_any, w.ndims, w.dst));
+    }
+    OK(any_md(n, &wei_any, w.ndims, w.wei));
+    OK(plain_md(n, &bias_md, 1, w.bias));
+    OK(plain_md(n, &wei_plain, w.ndims, w.wei));
+    dnnl_primitive_desc_t fwd_pd;
+    OK(weights_fwd_desc(n, x, &w, &src_any, &wei_any, nd->bias ? &bias_md : NULL, &dst_any, &fwd_pd));
+    impl_name(x, fwd_pd);
+
+    dnnl_memory_t w_user, b_user = NULL, w_fwd, db_user = NULL;
+    OK(mem_new(n, &w_user, &wei_plain, n->params + nd->w_off));
+    if (nd->bias) {
+        OK(mem_new(n, &b_user, &bias_md, n->params + nd->b_off));
+        OK(mem_new(n, &db_user, &bias_md, n->grads + nd->b_off));
+    }
+    const dnnl_memory_desc_t *wf = query(fwd_pd, dnnl_query_weights_md, 0);
+    if (same(wf, &wei_plain)) {
+        w_fwd = w_user;
+    } else {
+        OK(mem_new(n, &w_fwd, wf, NULL));
+        OK(add_reorder(n, &dn->fwd, w_user, w_fwd));
+    }
+    OK(input_as(n, x, query(fwd_pd, dnnl_query_src_md, 0), &dn->src));
+    OK(set_dst(n, x, query(fwd_pd, dnnl_query_dst_md, 0)));
+    dnnl_primitive_t fwd;
+    OK(prim_new(n, &fwd, fwd_pd));
+    OK(add_op(n, &dn->fwd, fwd, x->kind, DNNL_ARG_SRC, dn->src, DNNL_ARG_WEIGHTS, w_fwd, DNNL_ARG_BIAS,
+              b_user, DNNL_ARG_DST, x->dst.mem, -1));
+
+    /* Backward.  A fused ReLU first turns diff into the pre-activation
+     * gradient, in place, from the forward output. */
+    if (x->fuse_relu) {
+        dnnl_eltwise_desc_t ed;
+        dnnl_primitive_desc_t rpd;
+        dnnl_primitive_t rb;
+        TRY(dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_relu_use_dst_for_bwd, &x->dst.md,
+                                            &x->dst.md, 0.0f, 0.0f));
+        OK(pd_new(n, &rpd, &ed, NULL, NULL));
+        OK(prim_new(n, &rb, rpd));
+        OK(add_op(n, &dn->bwd, rb, NODE_RELU, DNNL_ARG_DST, x->dst.mem, DNNL_ARG_DIFF_DST, x->diff.mem,
+                  DNNL_ARG_DIFF_SRC, x->diff.mem, -1));
+    }
+    const dnnl_memory_desc_t *src_md = mem_md(dn->src);
+    dnnl_primitive_desc_t bw_pd;
+    dnnl_memory_t bw_src, bw_ddst;
+    OK(bwd_pd(n, x, &w, true, src_md, nd->bias ? &bias_md : NULL, fwd_pd, &bw_pd));
+    impl_name(x, bw_pd);
+    OK(bwd_input(n, &dn->bwd, dn->src, query(bw_pd, dnnl_query_src_md, 0), &bw_src));
+    OK(bwd_input(n, &dn->bwd, x->diff.mem, query(bw_pd, dnnl_query_diff_dst_md, 0), &bw_ddst));
+    dnnl_memory_t dw_user, dw;
+    OK(mem_new(n, &dw_user, &wei_plain, n->grads + nd->w_off));
+    const dnnl_memory_desc_t *dwm = query(bw_pd, dnnl_query_diff_weights_md, 0);
+    dw = dw_user;
+    if (!same(dwm, &wei_plain))
+        OK(mem_new(n, &dw, dwm, NULL));
+    dnnl_primitive_t bw;
+    OK(prim_new(n, &bw, bw_pd));
+    OK(add_op(n, &dn->bwd, bw, x->kind, DNNL_ARG_SRC, bw_src, DNNL_ARG_DIFF_DST, bw_ddst,
+              DNNL_ARG_DIFF_WEIGHTS, dw, DNNL_ARG_DIFF_BIAS, db_user, -1));
+    if (dw != dw_user)
+        OK(add_reorder(n, &dn->bwd, dw, dw_user));
+
+    if (!n->x[x->in].wants_diff)
+        return ST_OK;  /* the first layer: nobody needs d/d(input) */
+    dnnl_primitive_desc_t bd_pd;
+    dnnl_memory_t bd_ddst;
+    OK(bwd_pd(n, x, &w, false, src_md, NULL, fwd_pd, &bd_pd));
+    OK(bwd_input(n, &dn->bwd, x->diff.mem, query(bd_pd, dnnl_query_diff_dst_md, 0), &bd_ddst));
+    impl_name(x, bd_pd);
+    /* The weights change every step, so they are reordered into this
+     * layout every backward pass (after the optimizer ran). */
+    const dnnl_memory_desc_t *wb = query(bd_pd, dnnl_query_weights_md, 0);
+    dnnl_memory_t w_bwd = same(wb, wf) ? w_fwd : same(wb, &wei_plain) ? w_user : NULL;
+    if (!w_bwd) {
+        OK(mem_new(n, &w_bwd, wb, NULL));
+        OK(add_reorder(n, &dn->bwd, w_user, w_bwd));
+    }
+    /* Arguments are filled in after deliver() decided where diff_src goes;
+     * the reorder it may add must run after this primitive. */
+    dnnl_primitive_t bd;
+    OK(prim_new(n, &bd, bd_pd));
+    OK(add_op(n, &dn->bwd, bd, x->kind, -1));
+    int at = dn->bwd.n - 1;
+    dnnl_memory_t diff_src;
+    OK(deliver(n, j, x->in, query(bd_pd, dnnl_query_diff_src_md, 0), NULL, &diff_src));
+    struct op *o = &dn->bwd.v[at];
+    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, bd_ddst};
+    o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, w_bwd};
+    o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, diff_src};
+    o->nargs = 3;
+    return ST_OK;
+}
+
+/* ------------------------------------------------------ element-wise -- */
+
+static st_status build_relu(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    struct xnode *px = &n->x[x->in];
+    dnnl_eltwise_desc_t ed;
+    dnnl_primitive_desc_t fpd, bpd;
+    dnnl_primitive_t f, b;
+    TRY(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_training, dnnl_eltwise_relu, &px->dst.md, 0, 0));
+    OK(pd_new(n, &fpd, &ed, NULL, NULL));
+    impl_name(x, fpd);
+    OK(set_dst(n, x, query(fpd, dnnl_query_dst_md, 0)));
+    OK(prim_new(n, &f, fpd));
+    OK(add_op(n, &x->dn->fwd, f, NODE_RELU, DNNL_ARG_SRC, px->dst.mem, DNNL_ARG_DST, x->dst.mem, -1));
+    if (!px->wants_diff)
+        return ST_OK;
+    TRY(dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_relu, &px->dst.md, &px->dst.md, 0, 0));
+    OK(pd_new(n, &bpd, &ed, NULL, fpd));
+    OK(prim_new(n, &b, bpd));
+    OK(add_op(n, &x->dn->bwd, b, NODE_RELU, -1));
+    int at = x->dn->bwd.n - 1;
+    dnnl_memory_t target;
+    OK(deliver(n, j, x->in, query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
+    struct op *o = &x->dn->bwd.v[at];
+    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, px->dst.mem};
+    o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, x->diff.mem};
+    o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, target};
+    o->nargs = 3;
+    return ST_OK;
+}
+
+static st_status build_pool(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    struct xnode *px = &n->x[x->in];
+    const struct node *nd = x->nd, *s = px->nd;
+    dnnl_alg_kind_t alg = x->kind == NODE_MAXPOOL ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
+    dnnl_dims_t kernel = {nd->k, nd->k}, strides = {nd->s, nd->s}, pad = {nd->p, nd->p}, dil = {0, 0};
+    if (nd->global) {
+        kernel[0] = s->h;
+        kernel[1] = s->w;
+    }
+    dnnl_dims_t dst_dims = {n->batch, nd->c, nd->h, nd->w};
+    dnnl_memory_desc_t dst_any;
+    OK(any_md(n, &dst_any, 4, dst_dims));
+    dnnl_pooling_v2_desc_t pdsc;
+    dnnl_primitive_desc_t fpd, bpd;
+    dnnl_primitive_t f, b;
+    TRY(dnnl_pooling_v2_forward_desc_init(&pdsc, dnnl_forward_training, alg, &px->dst.md, &dst_any,
+                                          strides, kernel, dil, pad, pad));
+    OK(pd_new(n, &fpd, &pdsc, NULL, NULL));
+    impl_name(x, fpd);
+    OK(set_dst(n, x, query(fpd, dnnl_query_dst_md, 0)));
+    dnnl_memory_t ws = NULL;
+    const dnnl_memory_desc_t *wsmd = query(fpd, dnnl_query_workspace_md, 0);
+    if (wsmd && wsmd->ndims > 0)
+        OK(mem_new(n, &ws, wsmd, NULL));
+    OK(prim_new(n, &f, fpd));
+    OK(add_op(n, &x->dn->fwd, f, x->kind, DNNL_ARG_SRC, px->dst.mem, DNNL_ARG_DST, x->dst.mem,
+              DNNL_ARG_WORKSPACE, ws, -1));
+    if (!px->wants_diff)
+        return ST_OK;
+    TRY(dnnl_pooling_v2_backward_desc_init(&pdsc, alg, &px->dst.md, &x->dst.md, strides, kernel, dil,
+                                           pad, pad));
+    OK(pd_new(n, &bpd, &pdsc, NULL, fpd));
+    OK(prim_new(n, &b, bpd));
+    OK(add_op(n, &x->dn->bwd, b, x->kind, -1));
+    int at = x->dn->bwd.n - 1;
+    dnnl_memory_t target;
+    OK(deliver(n, j, x->in, query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
+    struct op *o = &x->dn->bwd.v[at];
+    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, x->diff.mem};
+    o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WORKSPACE, ws};
+    o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, target};
+    o->nargs = 3;
+    return ST_OK;
+}
+
+/* ----------------------------------------------------- batch norm -- */
+
+static void bn_running_stats(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    const float *mean = mem_ptr(x->dn->mean), *var = mem_ptr(x->dn->var);
+    const double m = (double)n->batch * nd->h * nd->w;
+    float *rm = n->buffers + nd->buf_off, *rv = rm + nd->c;
+    for (int c = 0; c < nd->c; c++) {
+        rm[c] = 0.9f * rm[c] + 0.1f * mean[c];
+        rv[c] = 0.9f * rv[c] + 0.1f * (float)(var[c] * (m > 1 ? m / (m - 1) : 1.0));
+    }
+}
+
+static st_status build_bn(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    struct xnode *px = &n->x[x->in];
+    const struct node *nd = x->nd;
+    const unsigned flags = dnnl_use_scale | dnnl_use_shift;
+    dnnl_batch_normalization_desc_t bd;
+    dnnl_primitive_desc_t tpd, ipd, bpd;
+    dnnl_primitive_t tp, ip, bp;
+    TRY(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &px->dst.md, 1e-5f, flags));
+    OK(pd_new(n, &tpd, &bd, NULL, NULL));
+    TRY(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_inference, &px->dst.md, 1e-5f,
+                                                   flags | dnnl_use_global_stats));
+    OK(pd_new(n, &ipd, &bd, NULL, NULL));
+    impl_name(x, tpd);
+    OK(set_dst(n, x, query(tpd, dnnl_query_dst_md, 0)));
+    dnnl_memory_t scale, shift, dscale, dshift, rmean, rvar;
+    OK(mem_new(n, &scale, arg_md(tpd, DNNL_ARG_SCALE), n->params + nd->w_off));
+    OK(mem_new(n, &shift, arg_md(tpd, DNNL_ARG_SHIFT), n->params + nd->b_off));
+    OK(mem_new(n, &x->dn->mean, arg_md(tpd, DNNL_ARG_MEAN), NULL));
+    OK(mem_new(n, &x->dn->var, arg_md(tpd, DNNL_ARG_VARIANCE), NULL));
+    OK(mem_new(n, &rmean, arg_md(ipd, DNNL_ARG_MEAN), n->buffers + nd->buf_off));
+    OK(mem_new(n, &rvar, arg_md(ipd, DNNL_ARG_VARIANCE), n->buffers + nd->buf_off + nd->c));
+    OK(prim_new(n, &tp, tpd));
+    OK(prim_new(n, &ip, ipd));
+    OK(add_op(n, &x->dn->fwd, tp, NODE_BATCHNORM, DNNL_ARG_SRC, px->dst.mem, DNNL_ARG_SCALE, scale,
+              DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, x->dst.mem, DNNL_ARG_MEAN, x->dn->mean,
+              DNNL_ARG_VARIANCE, x->dn->var, -1));
+    OK(add_step(n, &x->dn->fwd, bn_running_stats, NODE_BATCHNORM));
+    OK(add_op(n, &x->dn->fwd_infer, ip, NODE_BATCHNORM, DNNL_ARG_SRC, px->dst.mem, DNNL_ARG_SCALE, scale,
+              DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, x->dst.mem, DNNL_ARG_MEAN, rmean, DNNL_ARG_VARIANCE,
+              rvar, -1));
+    TRY(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &px->dst.md, &px->dst.md, 1e-5f,
+                                                    flags));
+    OK(pd_new(n, &bpd, &bd, NULL, tpd));
+    OK(prim_new(n, &bp, bpd));
+    OK(mem_new(n, &dscale, arg_md(bpd, DNNL_ARG_DIFF_SCALE), n->grads + nd->w_off));
+    OK(mem_new(n, &dshift, arg_md(bpd, DNNL_ARG_DIFF_SHIFT), n->grads + nd->b_off));
+    OK(add_op(n, &x->dn->bwd, bp, NODE_BATCHNORM, -1));
+    int at = x->dn->bwd.n - 1;
+    dnnl_memory_t target = NULL;
+    if (px->wants_diff)
+        OK(deliver(n, j, x->in, query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
+    else
+        OK(mem_new(n, &target, &px->dst.md, NULL));  /* computed anyway, then dropped */
+    struct op *o = &x->dn->bwd.v[at];
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, px->dst.mem}, {DNNL_ARG_MEAN, x->dn->mean},
+                              {DNNL_ARG_VARIANCE, x->dn->var}, {DNNL_ARG_DIFF_DST, x->diff.mem},
+                              {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift},
+                              {DNNL_ARG_DIFF_SRC, target}, {DNNL_ARG_DIFF_SCALE, dscale},
+                              {DNNL_ARG_DIFF_SHIFT, dshift}};
+    memcpy(o->args, args, sizeof args);
+    o->nargs = 9;
+    return ST_OK;
+}
+
+/* --------------------------------------------- dropout, flatten, add -- */
+
+/* Dropout works on the whole buffer, padding included (0 stays 0), so it
+ * runs on any layout; the mask differs from the reference backend's, which
+ * indexes plain NCHW. */
+static void dropout_fwd(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    const float *src = mem_ptr(n->x[x->in].dst.mem);
+    float *dst = mem_ptr(x->dst.mem), *ms = x->dn->mask_scale;
+    const float p = x->nd->drop, scale = 1.0f / (1.0f - p);
+    for (size_t i = 0; i < x->dn->elems; i++) {
+        ms[i] = !n->training ? 1.0f : dropout_keep(n->dropout_seed, j, i, p) ? scale : 0.0f;
+        dst[i] = src[i] * ms[i];
+    }
+}
+
+static void dropout_bwd(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    const float *dy = mem_ptr(x->diff.mem), *ms = x->dn->mask_scale;
+    float *dx = mem_ptr(x->dn->dropout_diff_src);
+    for (size_t i = 0; i < x->dn->elems; i++)
+        dx[i] = dy[i] * ms[i];
+}
+
+static st_status build_dropout(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    struct xnode *px = &n->x[x->in];
+    snprintf(x->impl, sizeof x->impl, "C loop");
+    OK(set_dst(n, x, &px->dst.md));
+    if (!(x->dn->mask_scale = calloc(x->dn->elems, sizeof(float))))
+        return st_fail(ST_ERR_NOMEM, "net: out of memory");
+    OK(add_step(n, &x->dn->fwd, dropout_fwd, NODE_DROPOUT));
+    if (!px->wants_diff)
+        return ST_OK;
+    OK(mem_new(n, &x->dn->dropout_diff_src, &px->dst.md, NULL));
+    OK(add_step(n, &x->dn->bwd, dropout_bwd, NODE_DROPOUT));
+    dnnl_memory_t target;
+    return deliver(n, j, x->in, &px->dst.md, x->dn->dropout_diff_src, &target);
+}
+
+/* Flatten = reorder to plain NCHW, then read the same buffer as (N, CHW).
+ * The 2-D inner product after it then runs as a GEMM with plain weights. */
+static st_status build_flatten(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    struct xnode *px = &n->x[x->in];
+    const struct node *s = px->nd;
+    dnnl_dims_t d4 = {n->batch, s->c, s->h, s->w}, d2 = {n->batch, (dnnl_dim_t)s->c * s->h * s->w};
+    dnnl_memory_desc_t md4, md2;
+    OK(plain_md(n, &md4, 4, d4));
+    OK(plain_md(n, &md2, 2, d2));
+    snprintf(x->impl, sizeof x->impl, "reorder to nchw");
+    OK(set_dst(n, x, &md2));
+    dnnl_memory_t view, dview, target;
+    OK(mem_new(n, &view, &md4, mem_ptr(x->dst.mem)));
+    OK(add_reorder(n, &x->dn->fwd, px->dst.mem, view));
+    if (!px->wants_diff)
+        return ST_OK;
+    OK(mem_new(n, &dview, &md4, mem_ptr(x->diff.mem)));
+    return deliver(n, j, x->in, &md4, dview, &target);
+}
+
+static st_status build_add(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    struct xnode *a = &n->x[x->in], *b = &n->x[x->in2];
+    dnnl_binary_desc_t bd;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t p;
+    dnnl_memory_t src1 = b->dst.mem, target;
+    if (!same(&b->dst.md, &a->dst.md)) {
+        OK(mem_new(n, &src1, &a->dst.md, NULL));
+        OK(add_reorder(n, &x->dn->fwd, b->dst.mem, src1));
+    }
+    TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, &a->dst.md, &a->dst.md, &a->dst.md));
+    OK(pd_new(n, &pd, &bd, NULL, NULL));
+    impl_name(x, pd);
+    OK(set_dst(n, x, &a->dst.md));
+    OK(prim_new(n, &p, pd));
+    OK(add_op(n, &x->dn->fwd, p, NODE_ADD, DNNL_ARG_SRC_0, a->dst.mem, DNNL_ARG_SRC_1, src1, DNNL_ARG_DST,
+              x->dst.mem, -1));
+    /* The gradient passes unchanged to both inputs; copies, because either
+     * producer's diff may be added to later. */
+    OK(deliver(n, j, x->in, &x->dst.md, x->diff.mem, &target));
+    return deliver(n, j, x->in2, &x->dst.md, x->diff.mem, &target);
+}
+
+static st_status build_input(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    dnnl_dims_t d = {n->batch, nd->c, nd->h, nd->w};
+    dnnl_memory_desc_t md;
+    OK(plain_md(n, &md, 4, d));
+    snprintf(x->impl, sizeof x->impl, "user nchw");
+    x->dst.md = md;
+    x->diff.md = md;
+    OK(mem_new(n, &n->dnet->input_user, &md, n->logits /* replaced each forward */));
+    x->dst.mem = n->dnet->input_user;
+    OK(mem_new(n, &x->diff.mem, &md, NULL));
+    if (x->consumers > 1) {
+        OK(mem_new(n, &x->diff_tmp.mem, &md, NULL));
+        x->diff_tmp.md = md;
+        dnnl_binary_desc_t bd;
+        dnnl_primitive_desc_t pd;
+        TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, &md, &md, &md));
+        OK(pd_new(n, &pd, &bd, NULL, NULL));
+        OK(prim_new(n, &x->dn->accum, pd));
+    }
+    return ST_OK;
+}
+
+/* The last node's output as plain (batch, outputs) logits, and back. */
+static st_status build_loss_io(st_net *n)
+{
+    struct xnode *last = &n->x[n->nx - 1];
+    const struct node *nd = last->nd;
+    dnnl_memory_desc_t md;
+    dnnl_dims_t d4 = {n->batch, nd->c, nd->h, nd->w}, d2 = {n->batch, nd->c};
+    OK(plain_md(n, &md, nd->flat ? 2 : 4, nd->flat ? d2 : d4));
+    OK(mem_new(n, &n->dnet->logits_user, &md, n->logits));
+    OK(mem_new(n, &n->dnet->dlast_user, &md, n->dlogits));
+    OK(reorder_new(n, &n->dnet->to_logits, &last->dst.md, &md));
+    OK(reorder_new(n, &n->dnet->from_dlast, &md, &last->dst.md));
+    return ST_OK;
+}
+
+/* ----------------------------------------------------------------- API -- */
+
+st_status onednn_build(st_net *n)
+{
+    n->dnet = calloc(1, sizeof *n->dnet);
+    if (!n->dnet)
+        return st_fail(ST_ERR_NOMEM, "net: out of memory");
+    n->dnet->cur = -1;
+    TRY(dnnl_engine_create(&n->dnet->eng, dnnl_cpu, 0));
+    TRY(dnnl_stream_create(&n->dnet->strm, n->dnet->eng, dnnl_stream_default_flags));
+    for (int j = 0; j < n->nx; j++) {
+        struct xnode *x = &n->x[j];
+        n->dnet->cur = j;
+        if (!(x->dn = calloc(1, sizeof *x->dn)))
+            return st_fail(ST_ERR_NOMEM, "net: out of memory");
+        switch (x->kind) {
+        case NODE_INPUT: OK(build_input(n, j)); break;
+        case NODE_CONV:
+        case NODE_LINEAR: OK(build_weights(n, j)); break;
+        case NODE_RELU: OK(build_relu(n, j)); break;
+        case NODE_MAXPOOL:
+        case NODE_AVGPOOL: OK(build_pool(n, j)); break;
+        case NODE_BATCHNORM: OK(build_bn(n, j)); break;
+        case NODE_DROPOUT: OK(build_dropout(n, j)); break;
+        case NODE_FLATTEN: OK(build_flatten(n, j)); break;
+        case NODE_ADD: OK(build_add(n, j)); break;
+        default: return st_fail(ST_ERR_INVALID, "net: unknown layer kind %d", (int)x->kind);
+        }
+    }
+    n->dnet->cur = -1;
+    return build_loss_io(n);
+}
+
+static st_status run(st_net *n, const struct oplist *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        const struct op *o = &l->v[i];
+        double t0 = n->profiling ? nn_now() : 0;
+        if (o->step) {
+            o->step(n, o->node);
+        } else {
+            dnnl_status_t s = dnnl_primitive_execute(o->prim, n->dnet->strm, o->nargs, o->args);
+            if (s != dnnl_success) {
+                n->dnet->cur = o->node;
+                return dnnl_error(n, "dnnl_primitive_execute", s);
+            }
+        }
+        if (n->profiling)
+            n->prof[o->prof] += nn_now() - t0;
+    }
+    return ST_OK;
+}
+
+st_status onednn_forward(st_net *n, const float *input)
+{
+    struct onednn_net *d = n->dnet;
+    TRY(dnnl_memory_set_data_handle(d->input_user, (void *)input));
+    for (int j = 1; j < n->nx; j++) {
+        const struct onednn_node *dn = n->x[j].dn;
+        bool infer = !n->training && dn->fwd_infer.n > 0;
+        OK(run(n, infer ? &dn->fwd_infer : &dn->fwd));
+    }
+    TRY(dnnl_primitive_execute(d->to_logits, d->strm, 2,
+                               (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, n->x[n->nx - 1].dst.mem},
+                                                   {DNNL_ARG_TO, d->logits_user}}));
+    TRY(dnnl_stream_wait(d->strm));
+    return ST_OK;
+}
+
+st_status onednn_set_last_diff(st_net *n, const float *plain)
+{
+    struct onednn_net *d = n->dnet;
+    TRY(dnnl_memory_set_data_handle(d->dlast_user, (void *)plain));
+    TRY(dnnl_primitive_execute(d->from_dlast, d->strm, 2,
+                               (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, d->dlast_user},
+                                                   {DNNL_ARG_TO, n->x[n->nx - 1].diff.mem}}));
+    return ST_OK;
+}
+
+st_status onednn_backward(st_net *n)
+{
+    for (int j = n->nx - 1; j >= 1; j--)
+        OK(run(n, &n->x[j].dn->bwd));
+    TRY(dnnl_stream_wait(n->dnet->strm));
+    return ST_OK;
+}
+
+st_status onednn_input_grad(st_net *n, float *out)
+{
+    const struct xnode *x = &n->x[0];
+    memcpy(out, mem_ptr(x->diff.mem), dnnl_memory_desc_get_size(&x->diff.md));
+    return ST_OK;
+}
+
+void onednn_destroy(st_net *n)
+{
+    struct onednn_net *d = n->dnet;
+    for (int j = 0; n->x && j < n->nx; j++) {
+        struct onednn_node *dn = n->x[j].dn;
+        if (!dn)
+            continue;
+        free(dn->fwd.v);
+        free(dn->fwd_infer.v);
+        free(dn->bwd.v);
+        free(dn->mask_scale);
+        free(dn);
+    }
+    if (!d)
+        return;
+    for (int i = 0; i < d->nprims; i++)
+        dnnl_primitive_destroy(d->prims[i]);
+    for (int i = 0; i < d->npds; i++)
+        dnnl_primitive_desc_destroy(d->pds[i]);
+    for (int i = 0; i < d->nmems; i++)
+        dnnl_memory_destroy(d->mems[i]);
+    if (d->strm)
+        dnnl_stream_destroy(d->strm);
+    if (d->eng)
+        dnnl_engine_destroy(d->eng);
+    free(d->mems);
+    free(d->prims);
+    free(d->pds);
+    free(d);
+}

@@ -1,0 +1,133 @@
+/* SGD (momentum, Nesterov, weight decay) and AdamW, as torch.optim defines them. */
+#include "shmtrain/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct st_optim {
+    st_optim_config cfg;
+    size_t count;
+    float *state;      /* SGD: momentum [count]; AdamW: m [count] then v [count] */
+    size_t state_count;
+    uint64_t steps;
+};
+
+st_status st_optim_create(st_optim **out, size_t count, const st_optim_config *cfg)
+{
+    *out = NULL;
+    if (cfg->kind != ST_OPTIM_SGD && cfg->kind != ST_OPTIM_ADAMW)
+        return st_fail(ST_ERR_INVALID, "--optimizer: unknown kind %d", (int)cfg->kind);
+    if (cfg->momentum < 0 || cfg->momentum >= 1 || cfg->weight_decay < 0)
+        return st_fail(ST_ERR_INVALID, "--momentum must be in [0, 1) and --weight-decay >= 0");
+    if (cfg->nesterov && cfg->momentum <= 0)
+        return st_fail(ST_ERR_INVALID, "--nesterov needs a momentum > 0");
+    st_optim *o = calloc(1, sizeof *o);
+    if (!o)
+        return st_fail(ST_ERR_NOMEM, "optimizer: out of memory");
+    o->cfg = *cfg;
+    if (o->cfg.kind == ST_OPTIM_ADAMW) {
+        if (!o->cfg.beta1) o->cfg.beta1 = 0.9f;
+        if (!o->cfg.beta2) o->cfg.beta2 = 0.999f;
+        if (!o->cfg.eps) o->cfg.eps = 1e-8f;
+    }
+    o->count = count;
+    o->state_count = cfg->kind == ST_OPTIM_ADAMW ? 2 * count : (cfg->momentum > 0 ? count : 0);
+    if (o->state_count && !(o->state = calloc(o->state_count, sizeof(float)))) {
+        size_t want = o->state_count;
+        free(o);
+        return st_fail(ST_ERR_NOMEM, "optimizer: out of memory for %zu floats of state", want);
+    }
+    *out = o;
+    return ST_OK;
+}
+
+void st_optim_destroy(st_optim *o)
+{
+    if (!o)
+        return;
+    free(o->state);
+    free(o);
+}
+
+static void sgd_step(st_optim *o, float *restrict p, const float *restrict g, float lr)
+{
+    const float mu = o->cfg.momentum, wd = o->cfg.weight_decay;
+    float *restrict buf = o->state;
+    const bool first = o->steps == 0;
+    for (size_t i = 0; i < o->count; i++) {
+        float d = g[i] + wd * p[i];
+        if (buf) {
+            buf[i] = first ? d : mu * buf[i] + d;  /* torch: the first step copies */
+            d = o->cfg.nesterov ? d + mu * buf[i] : buf[i];
+        }
+        p[i] -= lr * d;
+    }
+}
+
+static void adamw_step(st_optim *o, float *restrict p, const float *restrict g, float lr)
+{
+    const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps, wd = o->cfg.weight_decay;
+    const double t = (double)(o->steps + 1);
+    const float c1 = (float)(1.0 - pow(b1, t)), c2 = (float)sqrt(1.0 - pow(b2, t));
+    float *restrict m = o->state, *restrict v = o->state + o->count;
+    for (size_t i = 0; i < o->count; i++) {
+        p[i] *= 1.0f - lr * wd;
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        p[i] -= lr * (m[i] / c1) / (sqrtf(v[i]) / c2 + eps);
+    }
+}
+
+void st_optim_step(st_optim *o, float *params, const float *grads, float lr)
+{
+    if (o->cfg.kind == ST_OPTIM_ADAMW)
+        adamw_step(o, params, grads, lr);
+    else
+        sgd_step(o, params, grads, lr);
+    o->steps++;
+}
+
+float *st_optim_state(st_optim *o, size_t *count)
+{
+    if (count)
+        *count = o->state_count;
+    return o->state;
+}
+
+uint64_t st_optim_steps(const st_optim *o) { return o->steps; }
+void st_optim_set_steps(st_optim *o, uint64_t steps) { o->steps = steps; }
+
+float st_clip_grad_norm(float *grads, size_t count, float max_norm)
+{
+    double sum = 0;
+    for (size_t i = 0; i < count; i++)
+        sum += (double)grads[i] * grads[i];
+    float norm = (float)sqrt(sum);
+    if (max_norm > 0 && norm > max_norm) {
+        float scale = max_norm / (norm + 1e-6f);
+        for (size_t i = 0; i < count; i++)
+            grads[i] *= scale;
+    }
+    return norm;
+}
+
+float st_schedule_lr(const st_schedule *s, uint64_t step)
+{
+    if (s->warmup && step < s->warmup)
+        return s->lr * (float)(step + 1) / (float)s->warmup;
+    uint64_t t = step - s->warmup;
+    switch (s->kind) {
+    case ST_SCHED_STEP: {
+        float gamma = s->gamma > 0 ? s->gamma : 0.1f;
+        return s->step_size ? s->lr * powf(gamma, (float)(t / s->step_size)) : s->lr;
+    }
+    case ST_SCHED_COSINE: {
+        uint64_t span = s->total > s->warmup ? s->total - s->warmup : 1;
+        double frac = t >= span ? 1.0 : (double)t / (double)span;
+        return s->min_lr + (s->lr - s->min_lr) * (float)(0.5 * (1.0 + cos(3.14159265358979323846 * frac)));
+    }
+    case ST_SCHED_CONSTANT:
+    default: return s->lr;
+    }
+}

@@ -1,0 +1,557 @@
+/* The engine: every layer on oneDNN against the plain-C reference (forward,
+ * backward data, backward weights) and against finite differences, at 1 and
+ * 2 OpenMP threads; whole presets; training; determinism. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shmtrain/nn.h"
+#include "shmtrain/optim.h"
+
+static float frand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
+}
+
+static void fill(float *v, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand(&seed);
+}
+
+static st_model *parse(const char *text)
+{
+    st_model *m = NULL;
+    if (st_model_parse(&m, text, "test") != ST_OK)
+        fail_msg("parse failed: %s", st_last_error());
+    return m;
+}
+
+static st_net *make_net(const st_model *m, int batch, st_backend b, bool input_grad)
+{
+    st_net *n = NULL;
+    st_net_config c = {.batch = batch, .backend = b, .input_grad = input_grad};
+    if (st_net_create(&n, m, &c) != ST_OK)
+        fail_msg("net failed: %s", st_last_error());
+    return n;
+}
+
+/* max |a - b| <= atol + rtol * max |b|; on failure says where. */
+static bool close_enough(const float *a, const float *b, size_t n, double atol, double rtol, char *why,
+                         size_t len)
+{
+    double worst = 0, scale = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > worst || isnan(d))
+            worst = d, at = i;
+        scale = fmax(scale, fabs(b[i]));
+    }
+    snprintf(why, len, "max diff %.3g at %zu (%g vs %g), scale %.3g", worst, at, n ? (double)a[at] : 0.0,
+             n ? (double)b[at] : 0.0, scale);
+    return worst <= atol + rtol * scale;
+}
+
+static void assert_close(const char *what, const char *model, const float *a, const float *b, size_t n,
+                         double atol, double rtol)
+{
+    char why[160];
+    if (!close_enough(a, b, n, atol, rtol, why, sizeof why))
+        fail_msg("%s of [%s]: %s", what, model, why);
+}
+
+/* --------------------------------------------- layer: oneDNN vs reference -- */
+
+static const char *const LAYERS[] = {
+    "input 3 8 8\nconv 5 k3 s1 p1",
+    "input 3 9 9\nconv 20 k3 s2 p1",
+    "input 16 6 6\nconv 32 k3",
+    "input 2 5 5\nconv 4 k3 nobias",
+    "input 3 7 7\nconv 24 k5 s2 p2 nobias",
+    "input 12 1 1\nlinear 7",
+    "input 3 4 4\nlinear 33",
+    "input 3 4 4\nlinear 5 nobias",
+    "input 3 8 8\nconv 16 k3 p1\nrelu",              /* fused ReLU */
+    "input 3 6 6\nlinear 9\nrelu",                   /* fused ReLU */
+    "input 16 8 8\nrelu",
+    "input 5 6 6\nrelu",
+    "input 16 8 8\nmaxpool k2",
+    "input 16 7 7\nmaxpool k3 s2 p1",
+    "input 5 6 6\nmaxpool k2",
+    "input 16 8 8\navgpool k2",
+    "input 8 5 5\navgpool k3 s2 p1",
+    "input 16 4 4\navgpool global",
+    "input 16 4 4\nbatchnorm",
+    "input 5 3 3\nbatchnorm",
+    "input 16 4 4\ndropout 0.0",
+    "input 3 4 4\nflatten",
+    "input 3 8 8\nconv 16 k3 p1\nrelu\nmaxpool k2",  /* runs as conv, pool, relu */
+    "input 16 4 4\nsave a\nrelu\nadd a",
+    "input 8 8 8\nsave a\nconv 16 k3 s2 p1\nadd a proj",
+    "input 4 6 6\nsave a\nconv 4 k3 p1\nbatchnorm\nadd a\nrelu",
+};
+
+static void compare_layer(const char *text, int threads)
+{
+    omp_set_num_threads(threads);
+    const int batch = 3;
+    st_model *m = parse(text);
+    st_net *r = make_net(m, batch, ST_BACKEND_REFERENCE, true), *d = make_net(m, batch, ST_BACKEND_ONEDNN, true);
+    st_net_init(r, 11);
+    st_net_init(d, 11);
+    size_t in = st_model_input_size(m) * batch, out = st_net_output_size(r), P, B;
+    float *x = malloc(in * 4), *dy = malloc(out * 4), *yr = malloc(out * 4), *yd = malloc(out * 4),
+          *dxr = malloc(in * 4), *dxd = malloc(in * 4);
+    fill(x, in, 1);
+    fill(dy, out, 2);
+    assert_int_equal(st_net_forward(r, x), ST_OK);
+    assert_int_equal(st_net_forward(d, x), ST_OK);
+    st_net_output(r, yr);
+    st_net_output(d, yd);
+    assert_close("forward", text, yd, yr, out, 1e-5, 1e-4);
+    assert_int_equal(st_net_backward_from(r, dy), ST_OK);
+    assert_int_equal(st_net_backward_from(d, dy), ST_OK);
+    st_net_input_grad(r, dxr);
+    st_net_input_grad(d, dxd);
+    assert_close("backward data", text, dxd, dxr, in, 1e-5, 1e-4);
+    float *gr = st_net_grads(r, &P), *gd = st_net_grads(d, NULL);
+    if (P)
+        assert_close("backward weights", text, gd, gr, P, 1e-5, 1e-4);
+    float *br = st_net_buffers(r, &B), *bd = st_net_buffers(d, NULL);
+    if (B)
+        assert_close("running statistics", text, bd, br, B, 1e-6, 1e-5);
+    /* Evaluation mode too (batch norm uses the running statistics). */
+    st_net_set_training(r, false);
+    st_net_set_training(d, false);
+    assert_int_equal(st_net_forward(r, x), ST_OK);
+    assert_int_equal(st_net_forward(d, x), ST_OK);
+    st_net_output(r, yr);
+    st_net_output(d, yd);
+    assert_close("forward (eval)", text, yd, yr, out, 1e-5, 1e-4);
+    free(x), free(dy), free(yr), free(yd), free(dxr), free(dxd);
+    st_net_destroy(r);
+    st_net_destroy(d);
+    st_model_destroy(m);
+}
+
+static void test_layers_match_reference_1_thread(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof LAYERS / sizeof *LAYERS; i++)
+        compare_layer(LAYERS[i], 1);
+}
+
+static void test_layers_match_reference_2_threads(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof LAYERS / sizeof *LAYERS; i++)
+        compare_layer(LAYERS[i], 2);
+}
+
+/* The comparison itself must be able to fail: a perturbed gradient is caught. */
+static void test_comparison_catches_a_wrong_gradient(void **state)
+{
+    (void)state;
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3.01f, 4}, c[4] = {1, 2, NAN, 4};
+    char why[160];
+    assert_true(close_enough(a, a, 4, 1e-6, 1e-6, why, sizeof why));
+    assert_false(close_enough(a, b, 4, 1e-6, 1e-6, why, sizeof why));
+    assert_non_null(strstr(why, "at 2"));
+    assert_false(close_enough(c, a, 4, 1e-6, 1e-6, why, sizeof why));
+}
+
+/* ---------------------------------------------- finite differences -- */
+
+/* L = sum(output * w) for fixed random weights w. */
+static double probe_loss(st_net *n, const float *x, const float *w, float *y)
+{
+    if (st_net_forward(n, x) != ST_OK)
+        fail_msg("forward: %s", st_last_error());
+    st_net_output(n, y);
+    double l = 0;
+    for (size_t i = 0; i < st_net_output_size(n); i++)
+        l += (double)y[i] * w[i];
+    return l;
+}
+
+static void finite_differences(const char *text, st_backend backend, int threads)
+{
+    omp_set_num_threads(threads);
+    const int batch = 2;
+    st_model *m = parse(text);
+    st_net *n = make_net(m, batch, backend, true);
+    st_net_init(n, 5);
+    st_net_set_dropout_seed(n, 99);
+    size_t in = st_model_input_size(m) * batch, out = st_net_output_size(n), P;
+    float *x = malloc(in * 4), *w = malloc(out * 4), *y = malloc(out * 4), *dx = malloc(in * 4);
+    fill(x, in, 3);
+    fill(w, out, 4);
+    probe_loss(n, x, w, y);
+    assert_int_equal(st_net_backward_from(n, w), ST_OK);
+    st_net_input_grad(n, dx);
+    float *p = st_net_params(n, &P), *g = malloc((P ? P : 1) * 4);
+    memcpy(g, st_net_grads(n, NULL), P * 4);
+    const float eps = 2e-3f;
+    const double l0 = probe_loss(n, x, w, y);
+    int checked = 0, kinks = 0;
+    /* Parameters, then inputs: up to 12 of each, spread over the span. */
+    for (int which = 0; which < 2; which++) {
+        float *v = which ? x : p, *grad = which ? dx : g;
+        size_t count = which ? in : P;
+        for (size_t k = 0; k < 12 && count; k++) {
+            size_t i = (k * 7919 + 13) % count;
+            float keep = v[i];
+            v[i] = keep + eps;
+            double lp = probe_loss(n, x, w, y);
+            v[i] = keep - eps;
+            double lm = probe_loss(n, x, w, y);
+            v[i] = keep;
+            double num = (lp - lm) / (2 * eps), ana = grad[i];
+            /* A ReLU or max-pool kink inside [-eps, eps] makes the two
+             * one-sided slopes disagree: no derivative to compare there. */
+            if (fabs((lp - l0) - (l0 - lm)) > 0.05 * fabs(lp - lm) + 1e-4) {
+                kinks++;
+                continue;
+            }
+            if (fabs(num - ana) > 2e-2 + 2e-2 * fabs(num))
+                fail_msg("[%s] %s %zu: finite difference %.5g vs analytic %.5g (%d threads)", text,
+                         which ? "input" : "param", i, num, ana, threads);
+            checked++;
+        }
+    }
+    if (checked < 12 || kinks > checked / 3)
+        fail_msg("[%s] only %d coordinates checked (%d at kinks)", text, checked, kinks);
+    free(x), free(w), free(y), free(dx), free(g);
+    st_net_destroy(n);
+    st_model_destroy(m);
+}
+
+static const char *const FD_MODELS[] = {
+    "input 3 6 6\nconv 4 k3 p1",
+    "input 3 6 6\nconv 18 k3 s2 p1\nrelu",
+    "input 2 4 4\nlinear 5\nrelu\nlinear 3",
+    "input 3 6 6\nmaxpool k2\nconv 2 k1",
+    "input 3 6 6\navgpool k3 s2 p1\nconv 2 k1",
+    "input 4 4 4\nbatchnorm\nconv 3 k1",
+    "input 4 4 4\ndropout 0.5\nconv 3 k1",
+    "input 4 4 4\nsave a\nconv 4 k3 p1\nadd a\nconv 2 k1",
+};
+
+static void test_finite_differences(void **state)
+{
+    (void)state;
+    for (int t = 1; t <= 2; t++)
+        for (size_t i = 0; i < sizeof FD_MODELS / sizeof *FD_MODELS; i++) {
+            finite_differences(FD_MODELS[i], ST_BACKEND_ONEDNN, t);
+            if (t == 1)
+                finite_differences(FD_MODELS[i], ST_BACKEND_REFERENCE, 1);
+        }
+}
+
+/* ------------------------------------------------------- whole presets -- */
+
+static void check_preset(const char *name)
+{
+    omp_set_num_threads(1);
+    st_model *m = NULL;
+    assert_int_equal(st_model_load(&m, name), ST_OK);
+    const int batch = 2;
+    st_net *r = make_net(m, batch, ST_BACKEND_REFERENCE, true), *d = make_net(m, batch, ST_BACKEND_ONEDNN, true);
+    st_net_init(r, 3);
+    st_net_init(d, 3);
+    size_t in = st_model_input_size(m) * batch, P;
+    float *x = malloc(in * 4), *dxr = malloc(in * 4), *dxd = malloc(in * 4);
+    fill(x, in, 9);
+    int labels[2] = {3, 7};
+    float lr, ld;
+    int cr, cd;
+    assert_int_equal(st_net_forward(r, x), ST_OK);
+    assert_int_equal(st_net_forward(d, x), ST_OK);
+    assert_int_equal(st_net_loss(r, labels, &lr, &cr), ST_OK);
+    assert_int_equal(st_net_loss(d, labels, &ld, &cd), ST_OK);
+    assert_true(fabsf(lr - ld) < 1e-5f);
+    assert_int_equal(cr, cd);
+    assert_int_equal(st_net_backward(r), ST_OK);
+    assert_int_equal(st_net_backward(d), ST_OK);
+    const float *gd = st_net_grads(d, &P), *gr = st_net_grads(r, NULL);
+    assert_close("preset grads", name, gd, gr, P, 1e-6, 1e-4);
+    st_net_input_grad(r, dxr);
+    st_net_input_grad(d, dxd);
+    assert_close("preset input grads", name, dxd, dxr, in, 1e-7, 1e-4);
+    /* And the loss gradient against finite differences on a few weights. */
+    float *p = st_net_params(d, NULL), *g = st_net_grads(d, NULL);
+    float *gsave = malloc(P * 4);
+    memcpy(gsave, g, P * 4);
+    for (int k = 0; k < 6; k++) {
+        size_t i = ((size_t)k * 104729 + 17) % P;
+        float keep = p[i], lp, lm;
+        const float eps = 1e-2f;
+        p[i] = keep + eps;
+        st_net_forward(d, x);
+        st_net_loss(d, labels, &lp, NULL);
+        p[i] = keep - eps;
+        st_net_forward(d, x);
+        st_net_loss(d, labels, &lm, NULL);
+        p[i] = keep;
+        double num = (lp - lm) / (2 * eps);
+        if (fabs(num - gsave[i]) > 5e-3 + 3e-2 * fabs(num))
+            fail_msg("%s param %zu: finite difference %.5g vs analytic %.5g", name, i, num, (double)gsave[i]);
+    }
+    free(gsave), free(x), free(dxr), free(dxd);
+    st_net_destroy(r);
+    st_net_destroy(d);
+    st_model_destroy(m);
+}
+
+static void test_presets_gradients(void **state)
+{
+    (void)state;
+    check_preset("mlp");
+    check_preset("lenet");
+    check_preset("cnn");
+    check_preset("resnet");
+}
+
+/* ------------------------------------------------------------ training -- */
+
+/* A fixed synthetic problem: class k images have a bright blob at a
+ * class-dependent place, plus noise. */
+static void synthetic_batch(float *x, int *y, int batch, int c, int h, int w, int classes, uint64_t seed)
+{
+    for (int i = 0; i < batch; i++) {
+        int k = (int)((seed * 31 + (uint64_t)i * 17) % (uint64_t)classes);
+        y[i] = k;
+        for (int ch = 0; ch < c; ch++)
+            for (int r = 0; r < h; r++)
+                for (int q = 0; q < w; q++) {
+                    uint64_t s = seed * 1000003 + (uint64_t)(((i * c + ch) * h + r) * w + q);
+                    float noise = frand(&s) * 0.3f;
+                    int cy = (k * 5) % h, cx = (k * 7) % w;
+                    float blob = (abs(r - cy) <= 2 && abs(q - cx) <= 2) ? 1.0f : 0.0f;
+                    x[((i * c + ch) * h + r) * w + q] = blob + noise;
+                }
+    }
+}
+
+static void train(const char *preset, st_optim_kind kind, int steps, float lr, float *first, float *last,
+                  uint64_t *param_hash)
+{
+    omp_set_num_threads(2);
+    assert_true(st_nn_flush_denormals(true));
+    st_model *m = NULL;
+    assert_int_equal(st_model_load(&m, preset), ST_OK);
+    const int batch = 16;
+    int c, h, w;
+    st_model_input_shape(m, &c, &h, &w);
+    st_net *n = make_net(m, batch, ST_BACKEND_ONEDNN, false);
+    st_net_init(n, 42);
+    size_t P;
+    float *p = st_net_params(n, &P), *g = st_net_grads(n, NULL);
+    st_optim *o = NULL;
+    st_optim_config oc = {.kind = kind, .momentum = kind == ST_OPTIM_SGD ? 0.9f : 0, .weight_decay = 1e-4f};
+    assert_int_equal(st_optim_create(&o, P, &oc), ST_OK);
+    float *x = malloc((size_t)batch * c * h * w * 4);
+    int y[16];
+    double early = 0, late = 0;
+    for (int s = 0; s < steps; s++) {
+        synthetic_batch(x, y, batch, c, h, w, st_model_classes(m), (uint64_t)s % 20);
+        float loss;
+        assert_int_equal(st_net_forward(n, x), ST_OK);
+        assert_int_equal(st_net_loss(n, y, &loss, NULL), ST_OK);
+        assert_int_equal(st_net_backward(n), ST_OK);
+        st_clip_grad_norm(g, P, 5.0f);
+        st_optim_step(o, p, g, lr);
+        if (s < 20)
+            early += loss / 20;
+        if (s >= steps - 20)
+            late += loss / 20;
+    }
+    *first = (float)early;
+    *last = (float)late;
+    uint64_t hsh = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < P * 4; i++)
+        hsh = (hsh ^ b[i]) * 1099511628211ull;
+    *param_hash = hsh;
+    free(x);
+    st_optim_destroy(o);
+    st_net_destroy(n);
+    st_model_destroy(m);
+    st_nn_flush_denormals(false);
+}
+
+static void test_training_drives_loss_down_deterministically(void **state)
+{
+    (void)state;
+    const struct {
+        const char *preset;
+        st_optim_kind kind;
+        float lr;
+    } runs[] = {{"mlp", ST_OPTIM_SGD, 0.05f}, {"lenet", ST_OPTIM_SGD, 0.05f}, {"cnn", ST_OPTIM_ADAMW, 1e-3f}};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        float a0, a1, b0, b1;
+        uint64_t ha, hb;
+        train(runs[i].preset, runs[i].kind, 200, runs[i].lr, &a0, &a1, &ha);
+        if (!(a1 < 0.3f * a0))
+            fail_msg("%s: loss only went from %.4f to %.4f", runs[i].preset, a0, a1);
+        train(runs[i].preset, runs[i].kind, 200, runs[i].lr, &b0, &b1, &hb);
+        assert_true(ha == hb);  /* same seed, same bits */
+        assert_true(a1 == b1);
+    }
+}
+
+/* -------------------------------------------------------------- parser -- */
+
+static void test_parser_errors(void **state)
+{
+    (void)state;
+    const struct {
+        const char *text, *fragment;
+    } bad[] = {
+        {"", "empty model"},
+        {"# only a comment\n", "empty model"},
+        {"input 1 28 28\n", "no layers"},
+        {"conv 3 k3\n", "test:1: the first layer must be 'input"},
+        {"input 1 28\nrelu", "test:1: input: expected"},
+        {"input 1 28 28\ninput 1 28 28", "test:2: input: declared twice"},
+        {"input 1 28 28\nfoo 3", "test:2: unknown layer 'foo'"},
+        {"input 1 28 28\nconv k3", "test:2: conv: first argument"},
+        {"input 1 28 28\nconv 8", "test:2: conv: missing kernel"},
+        {"input 1 28 28\nconv 8 k3 q2", "test:2: conv: bad argument 'q2'"},
+        {"input 1 28 28\nconv 8 k3 s0", "stride must be at least 1"},
+        {"input 1 4 4\nconv 8 k5", "test:2: conv: kernel 5 is larger than its 4x4 input"},
+        {"input 1 28 28\nconv 0 k3", "output channels"},
+        {"input 1 28 28\nmaxpool", "missing kernel"},
+        {"input 1 28 28\nmaxpool k2 p1", "padding 1 must be less than half the kernel"},
+        {"input 1 2 2\nmaxpool k3", "kernel 3 is larger"},
+        {"input 1 28 28\nlinear", "linear: first argument"},
+        {"input 1 28 28\nlinear 10 bias", "bad argument 'bias'"},
+        {"input 1 28 28\nlinear 10\nconv 3 k1", "test:3: conv needs an image input"},
+        {"input 1 28 28\nlinear 10\nbatchnorm", "batchnorm (2-d) needs an image"},
+        {"input 1 28 28\ndropout", "needs one probability"},
+        {"input 1 28 28\ndropout 1.5", "must be a number in [0, 1)"},
+        {"input 1 28 28\nrelu 3", "relu: takes no arguments"},
+        {"input 1 28 28\nlinear 3\nflatten", "already flat"},
+        {"input 1 28 28\nadd a", "no activation was saved as 'a'"},
+        {"input 1 28 28\nsave a\nsave a", "already used"},
+        {"input 1 8 8\nsave a\nconv 4 k3 p1\nadd a", "shapes differ"},
+        {"input 1 8 8\nsave a\nconv 4 k3 p1\nadd a project", "add: use 'add NAME'"},
+        {"input 1 28 28\nconv 8 k3 s1 p1 a b c d e", "too many arguments"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        st_model *m = (st_model *)0x1;
+        st_status st = st_model_parse(&m, bad[i].text, "test");
+        if (st != ST_ERR_FORMAT || m != NULL || !strstr(st_last_error(), bad[i].fragment))
+            fail_msg("case %zu (%s): status %d, message '%s'", i, bad[i].fragment, (int)st, st_last_error());
+    }
+    st_model *m = (st_model *)0x1;
+    assert_int_equal(st_model_load(&m, "/no/such/model"), ST_ERR_IO);
+    assert_non_null(strstr(st_last_error(), "--model /no/such/model"));
+}
+
+static void test_parser_shapes_and_text(void **state)
+{
+    (void)state;
+    st_model *m = NULL;
+    assert_int_equal(st_model_load(&m, "lenet"), ST_OK);
+    assert_int_equal(st_model_param_count(m), 61706);  /* torch: LeNet-5 with padding 2 */
+    assert_int_equal(st_model_classes(m), 10);
+    assert_non_null(strstr(st_model_text(m), "conv 6 k5 s1 p2\nrelu\nmaxpool k2 s2 p0\n"));
+    st_model *again = NULL;  /* the canonical text parses to the same text */
+    assert_int_equal(st_model_parse(&again, st_model_text(m), "canonical"), ST_OK);
+    assert_string_equal(st_model_text(again), st_model_text(m));
+    st_model_destroy(again);
+    st_model_destroy(m);
+    assert_int_equal(st_model_load(&m, "mlp"), ST_OK);
+    assert_int_equal(st_model_param_count(m), 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+    st_model_destroy(m);
+    assert_int_equal(st_model_load(&m, "cnn"), ST_OK);
+    assert_int_equal(st_model_param_count(m), 320 + 18496 + 1600 * 128 + 128 + 1290);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    st_model_summary(m, f);
+    fclose(f);
+    assert_non_null(strstr(text, "64x5x5"));
+    assert_non_null(strstr(text, "total parameters: 225034"));
+    free(text);
+    st_model_destroy(m);
+    assert_int_equal(st_model_load(&m, "resnet"), ST_OK);
+    assert_int_equal(st_model_classes(m), 10);
+    st_model_destroy(m);
+}
+
+static void test_optimizers_match_torch_rules(void **state)
+{
+    (void)state;
+    /* Hand-computed torch.optim steps on one parameter. */
+    st_optim *o;
+    float p = 1.0f, g = 0.5f;
+    assert_int_equal(st_optim_create(&o, 1, &(st_optim_config){.kind = ST_OPTIM_SGD, .momentum = 0.9f,
+                                                                 .weight_decay = 0.1f}), ST_OK);
+    st_optim_step(o, &p, &g, 0.1f);  /* d = 0.5 + 0.1 = 0.6; buf = 0.6; p = 1 - 0.06 */
+    assert_true(fabsf(p - 0.94f) < 1e-6f);
+    st_optim_step(o, &p, &g, 0.1f);  /* d = 0.594; buf = 0.54 + 0.594 = 1.134; p = 0.94 - 0.1134 */
+    assert_true(fabsf(p - 0.8266f) < 1e-6f);
+    st_optim_destroy(o);
+    p = 1.0f;
+    assert_int_equal(st_optim_create(&o, 1, &(st_optim_config){.kind = ST_OPTIM_ADAMW, .weight_decay = 0.01f}),
+                     ST_OK);
+    st_optim_step(o, &p, &g, 0.1f);  /* p*(1-0.001) - 0.1 * 1 (first Adam step is lr*sign) */
+    assert_true(fabsf(p - (0.999f - 0.1f)) < 1e-5f);
+    st_optim_destroy(o);
+    assert_int_equal(st_optim_create(&o, 1, &(st_optim_config){.nesterov = true}), ST_ERR_INVALID);
+    st_schedule s = {.kind = ST_SCHED_COSINE, .lr = 1.0f, .warmup = 10, .total = 110};
+    assert_true(fabsf(st_schedule_lr(&s, 0) - 0.1f) < 1e-6f);
+    assert_true(fabsf(st_schedule_lr(&s, 9) - 1.0f) < 1e-6f);
+    assert_true(fabsf(st_schedule_lr(&s, 60) - 0.5f) < 1e-6f);
+    assert_true(st_schedule_lr(&s, 110) < 1e-6f);
+    s = (st_schedule){.kind = ST_SCHED_STEP, .lr = 1.0f, .step_size = 5, .gamma = 0.5f};
+    assert_true(fabsf(st_schedule_lr(&s, 12) - 0.25f) < 1e-6f);
+    float grads[2] = {3, 4};
+    assert_true(fabsf(st_clip_grad_norm(grads, 2, 1.0f) - 5.0f) < 1e-6f);
+    assert_true(fabsf(grads[0] - 0.6f) < 1e-4f && fabsf(grads[1] - 0.8f) < 1e-4f);
+}
+
+static void test_bad_labels_are_refused(void **state)
+{
+    (void)state;
+    st_model *m = parse("input 4 1 1\nlinear 3");
+    st_net *n = make_net(m, 2, ST_BACKEND_ONEDNN, false);
+    float x[8] = {0};
+    int y[2] = {0, 3};
+    assert_int_equal(st_net_forward(n, x), ST_OK);
+    assert_int_equal(st_net_loss(n, y, NULL, NULL), ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "label 3 of sample 1"));
+    st_net_destroy(n);
+    st_model_destroy(m);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_comparison_catches_a_wrong_gradient),
+        cmocka_unit_test(test_parser_errors),
+        cmocka_unit_test(test_parser_shapes_and_text),
+        cmocka_unit_test(test_optimizers_match_torch_rules),
+        cmocka_unit_test(test_bad_labels_are_refused),
+        cmocka_unit_test(test_layers_match_reference_1_thread),
+        cmocka_unit_test(test_layers_match_reference_2_threads),
+        cmocka_unit_test(test_finite_differences),
+        cmocka_unit_test(test_presets_gradients),
+        cmocka_unit_test(test_training_drives_loss_down_deterministically),
+    };
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);  /* e.g. test_finite_differences */
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
