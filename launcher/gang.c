@@ -399,6 +399,32 @@ static void describe_end(const struct rank_result *r, char *buf, size_t len)
         snprintf(buf, len, "not started");
 }
 
+/* The last `lines` lines of a log, indented: the root cause's own words. */
+static void print_tail(FILE *f, const char *path, int lines)
+{
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return;
+    char buf[8192];
+    fseek(in, 0, SEEK_END);
+    long size = ftell(in), from = size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0;
+    fseek(in, from, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, in);
+    fclose(in);
+    buf[n] = '\0';
+    while (n > 0 && buf[n - 1] == '\n')
+        buf[--n] = '\0';
+    char *start = buf + n;
+    for (int seen = 0; start > buf && seen < lines; start--)
+        if (start[-1] == '\n' && ++seen == lines)
+            break;
+    if (!*start)
+        return;
+    fprintf(f, "last lines of its log:\n");
+    for (char *line = strtok(start, "\n"); line; line = strtok(NULL, "\n"))
+        fprintf(f, "  | %s\n", line);
+}
+
 void gang_print_summary(FILE *f, const st_plan *p, const struct attempt *a, const char *job_id)
 {
     fprintf(f, "shmrun: job %s: %d instance%s, %.1f s\n", job_id, a->world, a->world == 1 ? "" : "s",
@@ -416,6 +442,7 @@ void gang_print_summary(FILE *f, const st_plan *p, const struct attempt *a, cons
         describe_end(rc, end, sizeof end);
         fprintf(f, "root cause: rank %d (pid %d, PUs %s): %s after %.2f s; see %s\n", a->root_cause,
                 (int)rc->pid, p->inst[a->root_cause].pu_list, end, rc->end_s, rc->log_path);
+        print_tail(f, rc->log_path, 6);
     } else if (a->user_signal) {
         fprintf(f, "interrupted by %s\n", strsignal(a->user_signal));
     }

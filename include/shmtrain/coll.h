@@ -94,6 +94,10 @@ st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root);
 /* Return only when every rank has entered the barrier. */
 st_status st_barrier(st_group *g);
 
+/* Seconds this rank has spent blocked waiting for peers (spinning, yielding
+ * or sleeping) since it joined: the "wait" part of collective time. */
+double st_group_wait_seconds(const st_group *g);
+
 /* Which algorithm an all-reduce of `count` floats at `buf` would use:
  * "direct", "ring" or "ring-copy" (for benchmarks and logs). */
 const char *st_allreduce_algorithm(const st_group *g, const float *buf, size_t count);
@@ -103,8 +107,9 @@ const char *st_allreduce_algorithm(const st_group *g, const float *buf, size_t c
  * that was killed while joining. */
 st_status st_segment_name(char *name, size_t len, const char *job_id, int rank);
 
-/* Remove every segment of `job_id` for ranks 0..world_size-1 that still
- * exists; returns how many were removed (>= 0) or -1 on a bad job id. */
+/* Remove every segment of `job_id` still in /dev/shm (the ranks' segments of
+ * a world of `world_size` and anything else named for the job, such as a
+ * shared dataset); returns how many were removed (>= 0), -1 on a bad job id. */
 int st_segment_cleanup(const char *job_id, int world_size);
 
 #ifdef __cplusplus

@@ -74,6 +74,7 @@ struct st_group {
     bool slot_used[2];
     int parity;
     bool oversubscribed;
+    double waited_s;              /* time blocked in wait_for */
     st_status broken;             /* ST_OK while usable */
     char broken_msg[256];
 };
@@ -212,13 +213,18 @@ static inline st_status wait_for(st_group *g, int peer, uint32_t target)
 {
     if (reached(g, peer, target))
         return ST_OK;
-    for (int i = 0; i < g->cfg.spin; i++) {
+    double t0 = now_s();
+    st_status st = ST_OK;
+    int i = 0;
+    for (; i < g->cfg.spin && !reached(g, peer, target); i++)
         cpu_relax();
-        if (reached(g, peer, target))
-            return ST_OK;
-    }
-    return wait_slow(g, peer, target);
+    if (i == g->cfg.spin)
+        st = wait_slow(g, peer, target);
+    g->waited_s += now_s() - t0;
+    return st;
 }
+
+double st_group_wait_seconds(const st_group *g) { return g->waited_s; }
 
 static st_status wait_all(st_group *g, uint32_t target)
 {

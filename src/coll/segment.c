@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "segment.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -50,6 +51,19 @@ int st_segment_cleanup(const char *job_id, int world_size)
         if (st_segment_name(name, sizeof name, job_id, r) == ST_OK && shm_unlink(name) == 0)
             removed++;
     }
+    char prefix[ST_SEGMENT_NAME_MAX];
+    snprintf(prefix, sizeof prefix, "shmtrain.%u.%s.", (unsigned)getuid(), job_id);
+    DIR *d = opendir(ST_SHM_DIR);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char name[sizeof e->d_name + 2];
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        if (shm_unlink(name) == 0)
+            removed++;
+    }
+    if (d)
+        closedir(d);
     return removed;
 }
 

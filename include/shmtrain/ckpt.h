@@ -1,0 +1,48 @@
+/* shmtrain checkpoints: everything needed to continue a run exactly.
+ *
+ * Plain-layout parameters (so a checkpoint does not depend on the ISA, the
+ * thread count or the number of instances), batch-norm statistics, optimizer
+ * state, the position in training and the model's text.  The file is a
+ * header, tagged sections and a CRC-32 trailer; it is written to a temporary
+ * file, fsync'ed and renamed over the old one, so a crash never leaves a
+ * partial checkpoint in its place.
+ */
+#ifndef SHMTRAIN_CKPT_H
+#define SHMTRAIN_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shmtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_ckpt {
+    char *model_text;
+    float *params;           size_t nparams;
+    float *buffers;          size_t nbuffers;
+    float *optim_state;      size_t noptim;
+    uint32_t optim_kind;
+    uint64_t optim_steps;
+    uint64_t epoch;          /* epoch in progress */
+    uint64_t epoch_pos;      /* samples of that epoch's order already consumed */
+    uint64_t step;           /* optimizer steps so far */
+    uint64_t seed;
+    uint32_t world_size;     /* of the run that wrote it (informational) */
+    double best_accuracy, elapsed_s;
+} st_ckpt;
+
+/* Write atomically.  The arrays are borrowed. */
+st_status st_ckpt_write(const char *path, const st_ckpt *c);
+
+/* Read and verify (magic, version, length, checksum, required sections).
+ * On success *c owns its arrays: release with st_ckpt_free. */
+st_status st_ckpt_read(const char *path, st_ckpt *c);
+void st_ckpt_free(st_ckpt *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

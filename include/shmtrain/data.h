@@ -1,0 +1,80 @@
+/* shmtrain datasets: IDX (MNIST, Fashion-MNIST, EMNIST; gzipped or not) and
+ * CIFAR-10/100 binary files, decoded once to bytes, optionally shared
+ * read-only between the instances of a machine, and batched with per-channel
+ * normalisation (and light augmentation) as a batch is assembled.
+ *
+ * Every malformed input is refused with one line naming the file and the
+ * problem (magic, dimensions, type, truncated or corrupt gzip, counts that
+ * disagree, labels out of range).
+ */
+#ifndef SHMTRAIN_DATA_H
+#define SHMTRAIN_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shmtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_dataset st_dataset;
+
+/* IDX images (N x H x W or N x C x H x W, unsigned bytes) and labels (N,
+ * unsigned bytes).  gzip is detected, not assumed. */
+st_status st_dataset_load_idx(st_dataset **out, const char *images_path, const char *labels_path);
+
+/* CIFAR binary batches: records of 1 label byte (CIFAR-10) or 2 (CIFAR-100:
+ * coarse, fine; the fine label is used) and 3x32x32 bytes. */
+st_status st_dataset_load_cifar(st_dataset **out, const char *const *paths, int npaths, bool cifar100);
+
+/* Keep only the first `n` samples (n >= size: no change). */
+void st_dataset_truncate(st_dataset *d, size_t n);
+
+void st_dataset_destroy(st_dataset *d);
+
+size_t st_dataset_size(const st_dataset *d);
+void st_dataset_shape(const st_dataset *d, int *c, int *h, int *w);
+int st_dataset_max_label(const st_dataset *d);
+const char *st_dataset_source(const st_dataset *d);   /* the images file, for messages */
+const uint8_t *st_dataset_image(const st_dataset *d, size_t i);
+int st_dataset_label(const st_dataset *d, size_t i);
+
+/* One decoded copy per machine: the first instance publishes the decoded
+ * bytes as a read-only shared segment named `name` (O_EXCL, 0600); the
+ * others attach to it; once everyone has, the publisher unlinks the name.
+ * After st_dataset_share the dataset reads from the shared mapping. */
+st_status st_dataset_share(st_dataset *d, const char *name);
+st_status st_dataset_attach(st_dataset **out, const char *name);
+st_status st_dataset_unlink_shared(const char *name);
+
+/* Per-channel mean and standard deviation of pixel/255 over the whole set. */
+void st_dataset_stats(const st_dataset *d, float *mean, float *std, int channels);
+
+/* The order of one epoch, as PyTorch's DistributedSampler: a seeded
+ * permutation of all samples (seed + epoch), of which global batch k is
+ * order[k*W*b .. (k+1)*W*b) and rank r takes every W-th element starting at
+ * r.  Unlike DistributedSampler this consumes the permutation in global
+ * batches, so a run can resume mid-epoch with a different W. */
+void st_epoch_order(uint32_t *order, size_t n, uint64_t seed, uint64_t epoch);
+
+typedef struct st_batch_spec {
+    const uint32_t *order;    /* the epoch's order (NULL: identity) */
+    size_t first;             /* position in the order of the global batch */
+    int world, rank, batch;   /* this rank's samples: first + rank + k*world */
+    const float *mean, *std;  /* per channel */
+    bool augment;             /* random crop (pad 4) and horizontal flip */
+    uint64_t seed, epoch;
+} st_batch_spec;
+
+/* Assemble this rank's batch: x (batch x C x H x W floats, normalised) and
+ * labels.  Positions past the end of the order wrap around (eval padding);
+ * `valid` (may be NULL) gets how many were real. */
+void st_batch_fill(const st_dataset *d, const st_batch_spec *s, float *x, int *labels, int *valid);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

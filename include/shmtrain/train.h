@@ -1,0 +1,70 @@
+/* shmtrain training: the data-parallel loop that ties the engine, the data,
+ * the collectives and checkpoints together.
+ *
+ * Every rank (one per instance, joined from shmrun's environment) holds a full
+ * replica.  Parameters start identical (broadcast from rank 0); each step a
+ * rank computes gradients on its own shard of the global batch, the gradients
+ * are averaged by the shared-memory all-reduce (zero-copy: the gradient
+ * buffer lives in the shared segment), and every rank applies the same
+ * update, so replicas stay bitwise identical.  docs/training.md is the manual.
+ */
+#ifndef SHMTRAIN_TRAIN_H
+#define SHMTRAIN_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shmtrain/optim.h"
+#include "shmtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_train_options {
+    const char *model;            /* preset or file (default lenet) */
+    const char *data_dir;         /* IDX directory (default Fashion-MNIST's) */
+    const char *train_images, *train_labels, *test_images, *test_labels;
+    const char *cifar_dir;        /* CIFAR binary directory instead of IDX */
+    bool cifar100;
+    int epochs;                   /* default 1 */
+    long max_steps;               /* stop after this many steps (0 = no limit) */
+    int batch;                    /* per instance (default 64) */
+    st_schedule schedule;         /* lr and its schedule */
+    bool scale_lr;                /* multiply lr by the number of instances */
+    st_optim_config optim;
+    float clip_norm;              /* 0 = no clipping */
+    uint64_t seed;
+    long eval_every;              /* steps; 0 = at the end of each epoch */
+    long log_every;               /* steps (default 50) */
+    long checkpoint_every;        /* steps; 0 = only at the end */
+    long check_replicas;          /* compare parameter hashes every K steps */
+    const char *checkpoint;       /* path (default shmtrain.ckpt) */
+    const char *resume;           /* checkpoint to resume from, or NULL */
+    const char *metrics;          /* JSON-lines file (default: in the log dir) */
+    long train_subset, test_subset;
+    bool augment, drop_last, quiet, flush_denormals;
+    float target_accuracy;        /* stop once test accuracy reaches it (0 = off) */
+} st_train_options;
+
+typedef struct st_train_result {
+    double best_accuracy, final_accuracy, final_loss;
+    double seconds, samples_per_s;
+    long steps;
+    bool interrupted;
+} st_train_result;
+
+void st_train_defaults(st_train_options *o);
+
+/* Run training.  ST_ERR_INTERRUPTED after a clean stop on SIGINT/SIGTERM
+ * (a checkpoint was written); ST_ERR_FORMAT / ST_ERR_IO for bad inputs,
+ * with the file named in st_last_error(). */
+st_status st_train_run(const st_train_options *o, st_train_result *r);
+
+/* Request a clean stop after the current step (async-signal-safe). */
+void st_train_request_stop(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,222 @@
+/* Checkpoint file format (little-endian):
+ *   "SHMTCKPT" u32 version u32 0 u64 payload_bytes
+ *   payload: sections of (u32 tag, u64 bytes, bytes)
+ *   u32 crc32(payload) "END!"
+ */
+#define _GNU_SOURCE
+#include "shmtrain/ckpt.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define MAGIC "SHMTCKPT"
+#define VERSION 1u
+#define TAG(a, b, c, d) ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
+enum { T_MODEL = TAG('M', 'O', 'D', 'L'), T_PARAMS = TAG('P', 'A', 'R', 'M'), T_BUFFERS = TAG('B', 'U', 'F', 'S'),
+       T_OPTIM = TAG('O', 'P', 'T', 'S'), T_STATE = TAG('S', 'T', 'A', 'T') };
+
+struct state_section {
+    uint64_t epoch, epoch_pos, step, seed, optim_steps;
+    uint32_t world_size, optim_kind;
+    double best_accuracy, elapsed_s;
+};
+
+struct out {
+    FILE *f;
+    uLong crc;
+    bool failed;
+};
+
+static void put(struct out *o, const void *p, size_t n, bool in_crc)
+{
+    if (n && fwrite(p, 1, n, o->f) != n)
+        o->failed = true;
+    if (in_crc && n)
+        o->crc = crc32(o->crc, p, (uInt)n);
+}
+
+static void section(struct out *o, uint32_t tag, const void *p, size_t n)
+{
+    uint64_t len = n;
+    put(o, &tag, 4, true);
+    put(o, &len, 8, true);
+    put(o, p, n, true);
+}
+
+static uint64_t payload_size(const st_ckpt *c)
+{
+    return 5 * 12 + strlen(c->model_text) + (c->nparams + c->nbuffers + c->noptim) * sizeof(float) +
+           sizeof(struct state_section);
+}
+
+st_status st_ckpt_write(const char *path, const st_ckpt *c)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    struct out o = {.f = fopen(tmp, "wb"), .crc = crc32(0, NULL, 0)};
+    if (!o.f)
+        return st_fail(ST_ERR_IO, "checkpoint %s: cannot create %s: %s", path, tmp, strerror(errno));
+    uint32_t version = VERSION, zero = 0;
+    uint64_t bytes = payload_size(c);
+    struct state_section s = {c->epoch, c->epoch_pos, c->step, c->seed, c->optim_steps, c->world_size,
+                              c->optim_kind, c->best_accuracy, c->elapsed_s};
+    put(&o, MAGIC, 8, false);
+    put(&o, &version, 4, false);
+    put(&o, &zero, 4, false);
+    put(&o, &bytes, 8, false);
+    section(&o, T_MODEL, c->model_text, strlen(c->model_text));
+    section(&o, T_PARAMS, c->params, c->nparams * sizeof(float));
+    section(&o, T_BUFFERS, c->buffers, c->nbuffers * sizeof(float));
+    section(&o, T_OPTIM, c->optim_state, c->noptim * sizeof(float));
+    section(&o, T_STATE, &s, sizeof s);
+    uint32_t crc = (uint32_t)o.crc;
+    put(&o, &crc, 4, false);
+    put(&o, "END!", 4, false);
+    int saved = errno;
+    bool ok = !o.failed && fflush(o.f) == 0 && fsync(fileno(o.f)) == 0;
+    saved = ok ? 0 : errno ? errno : saved;
+    if (fclose(o.f) != 0 && ok) {
+        ok = false;
+        saved = errno;
+    }
+    if (!ok) {
+        unlink(tmp);
+        return st_fail(ST_ERR_IO, "checkpoint %s: writing failed (%s); the previous checkpoint is kept", path,
+                       strerror(saved));
+    }
+    if (rename(tmp, path) != 0) {
+        saved = errno;
+        unlink(tmp);
+        return st_fail(ST_ERR_IO, "checkpoint %s: rename failed: %s", path, strerror(saved));
+    }
+    /* The rename itself must reach the disk too. */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return ST_OK;
+}
+
+static st_status take_floats(const char *path, const char *what, const uint8_t *p, uint64_t n, float **out,
+                             size_t *count)
+{
+    if (n % sizeof(float))
+        return st_fail(ST_ERR_FORMAT, "checkpoint %s: %s section has %llu bytes", path, what,
+                       (unsigned long long)n);
+    *count = n / sizeof(float);
+    *out = malloc(n ? n : 1);
+    if (!*out)
+        return st_fail(ST_ERR_NOMEM, "checkpoint %s: out of memory", path);
+    memcpy(*out, p, n);
+    return ST_OK;
+}
+
+static st_status parse_sections(const char *path, const uint8_t *p, uint64_t len, st_ckpt *c)
+{
+    bool have[5] = {0};
+    while (len >= 12) {
+        uint32_t tag;
+        uint64_t n;
+        memcpy(&tag, p, 4);
+        memcpy(&n, p + 4, 8);
+        p += 12;
+        len -= 12;
+        if (n > len)
+            return st_fail(ST_ERR_FORMAT, "checkpoint %s: a section runs past the end", path);
+        st_status st = ST_OK;
+        if (tag == T_MODEL) {
+            if (!(c->model_text = strndup((const char *)p, n)))
+                return st_fail(ST_ERR_NOMEM, "checkpoint %s: out of memory", path);
+            have[0] = true;
+        } else if (tag == T_PARAMS) {
+            st = take_floats(path, "parameters", p, n, &c->params, &c->nparams), have[1] = true;
+        } else if (tag == T_BUFFERS) {
+            st = take_floats(path, "buffers", p, n, &c->buffers, &c->nbuffers), have[2] = true;
+        } else if (tag == T_OPTIM) {
+            st = take_floats(path, "optimizer", p, n, &c->optim_state, &c->noptim), have[3] = true;
+        } else if (tag == T_STATE && n == sizeof(struct state_section)) {
+            struct state_section s;
+            memcpy(&s, p, sizeof s);
+            c->epoch = s.epoch, c->epoch_pos = s.epoch_pos, c->step = s.step, c->seed = s.seed;
+            c->optim_steps = s.optim_steps, c->world_size = s.world_size, c->optim_kind = s.optim_kind;
+            c->best_accuracy = s.best_accuracy, c->elapsed_s = s.elapsed_s;
+            have[4] = true;
+        }
+        if (st != ST_OK)
+            return st;
+        p += n;
+        len -= n;
+    }
+    for (int i = 0; i < 5; i++)
+        if (!have[i])
+            return st_fail(ST_ERR_FORMAT, "checkpoint %s: a required section is missing", path);
+    return ST_OK;
+}
+
+st_status st_ckpt_read(const char *path, st_ckpt *c)
+{
+    memset(c, 0, sizeof *c);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return st_fail(ST_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
+    uint8_t head[24], *payload = NULL;
+    st_status st = ST_OK;
+    if (fread(head, 1, 24, f) != 24 || memcmp(head, MAGIC, 8) != 0) {
+        st = st_fail(ST_ERR_FORMAT, "checkpoint %s: not a shmtrain checkpoint (bad magic or truncated)", path);
+        goto out;
+    }
+    uint32_t version;
+    uint64_t len;
+    memcpy(&version, head + 8, 4);
+    memcpy(&len, head + 16, 8);
+    if (version != VERSION) {
+        st = st_fail(ST_ERR_FORMAT, "checkpoint %s: version %u, this build reads version %u", path, version,
+                     VERSION);
+        goto out;
+    }
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    if (size < 0 || (uint64_t)size != 24 + len + 8) {
+        st = st_fail(ST_ERR_FORMAT, "checkpoint %s: truncated or padded (%ld bytes, header says %llu)", path, size,
+                     (unsigned long long)(24 + len + 8));
+        goto out;
+    }
+    fseek(f, 24, SEEK_SET);
+    uint8_t trailer[8];
+    if (!(payload = malloc(len ? len : 1)) || fread(payload, 1, len, f) != len || fread(trailer, 1, 8, f) != 8) {
+        st = st_fail(ST_ERR_IO, "checkpoint %s: read failed", path);
+        goto out;
+    }
+    uint32_t crc;
+    memcpy(&crc, trailer, 4);
+    if (memcmp(trailer + 4, "END!", 4) != 0 || crc != (uint32_t)crc32(crc32(0, NULL, 0), payload, (uInt)len)) {
+        st = st_fail(ST_ERR_FORMAT, "checkpoint %s: checksum mismatch: the file is corrupt", path);
+        goto out;
+    }
+    st = parse_sections(path, payload, len, c);
+out:
+    free(payload);
+    fclose(f);
+    if (st != ST_OK)
+        st_ckpt_free(c);
+    return st;
+}
+
+void st_ckpt_free(st_ckpt *c)
+{
+    free(c->model_text);
+    free(c->params);
+    free(c->buffers);
+    free(c->optim_state);
+    memset(c, 0, sizeof *c);
+}

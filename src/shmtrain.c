@@ -1,0 +1,177 @@
+/* shmtrain: train a model with N data-parallel instances on one machine.
+ * Run it under shmrun (`shmrun -n 2 -- shmtrain ...`) or alone (one
+ * instance).  docs/training.md is the manual. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shmtrain/train.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: shmtrain [options]            (under shmrun for several instances)\n"
+"model and data:\n"
+"  --model NAME|FILE        mlp, lenet, cnn, resnet or a model file (default lenet)\n"
+"  --data DIR               IDX directory (default /usr/share/datasets/fashion-mnist)\n"
+"  --train-images F --train-labels F --test-images F --test-labels F   IDX files\n"
+"  --cifar DIR              CIFAR-10 binary batches instead; --cifar100 for CIFAR-100\n"
+"  --train-subset N --test-subset N   use only the first N samples\n"
+"  --augment                random crop (padding 4) and horizontal flip\n"
+"training:\n"
+"  --epochs N (1)   --max-steps N   --batch-size B (64, per instance)\n"
+"  --optimizer sgd|adamw (sgd)   --lr LR (0.05)   --momentum M (0.9)   --nesterov\n"
+"  --weight-decay W (0)   --clip-norm C (off)   --scale-lr (lr x instances)\n"
+"  --schedule constant|step|cosine   --warmup STEPS   --step-size STEPS --gamma G   --min-lr LR\n"
+"  --seed S (1)   --target-accuracy A (stop once the test accuracy reaches A)\n"
+"  --no-flush-denormals     keep denormal floats (slower late in training)\n"
+"evaluation, output, checkpoints:\n"
+"  --eval-every K (0 = each epoch)   --log-every K (50)   --metrics FILE   --quiet\n"
+"  --checkpoint FILE (shmtrain.ckpt)   --checkpoint-every K   --resume [FILE]\n"
+"  --check-replicas K       check every K steps that all instances hold identical parameters\n");
+}
+
+static void bad(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void bad(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "shmtrain: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see shmtrain --help)\n");
+    va_end(ap);
+    exit(2);
+}
+
+static long whole(const char *flag, const char *v, long min)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end)
+        bad("%s '%s': not a whole number", flag, v);
+    if (x < min)
+        bad("%s %ld: must be at least %ld", flag, x, min);
+    return x;
+}
+
+static float number(const char *flag, const char *v, float min, float max)
+{
+    char *end;
+    errno = 0;
+    float x = strtof(v, &end);
+    if (errno || end == v || *end || !(x >= min && x <= max))
+        bad("%s '%s': not a number in [%g, %g]", flag, v, (double)min, (double)max);
+    return x;
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    st_train_request_stop();
+    signal(sig, SIG_DFL);  /* a second one kills */
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
+           O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ,
+           O_GAMMA, O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE,
+           O_RESUME, O_CHECK };
+    static const struct option opts[] = {
+        {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI},
+        {"train-labels", 1, 0, O_TRL}, {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL},
+        {"cifar", 1, 0, O_CIFAR}, {"cifar100", 1, 0, O_CIFAR100}, {"train-subset", 1, 0, O_TRS},
+        {"test-subset", 1, 0, O_TES}, {"augment", 0, 0, O_AUG}, {"epochs", 1, 0, O_EPOCHS},
+        {"max-steps", 1, 0, O_MAXSTEPS}, {"batch-size", 1, 0, O_BATCH}, {"optimizer", 1, 0, O_OPT},
+        {"lr", 1, 0, O_LR}, {"momentum", 1, 0, O_MOM}, {"nesterov", 0, 0, O_NEST}, {"weight-decay", 1, 0, O_WD},
+        {"clip-norm", 1, 0, O_CLIP}, {"scale-lr", 0, 0, O_SCALE}, {"schedule", 1, 0, O_SCHED},
+        {"warmup", 1, 0, O_WARM}, {"step-size", 1, 0, O_STEPSZ}, {"gamma", 1, 0, O_GAMMA},
+        {"min-lr", 1, 0, O_MINLR}, {"seed", 1, 0, O_SEED}, {"target-accuracy", 1, 0, O_TARGET},
+        {"no-flush-denormals", 0, 0, O_NOFLUSH}, {"eval-every", 1, 0, O_EVAL}, {"log-every", 1, 0, O_LOG},
+        {"metrics", 1, 0, O_METRICS}, {"quiet", 0, 0, O_QUIET}, {"checkpoint", 1, 0, O_CKPT},
+        {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 2, 0, O_RESUME}, {"check-replicas", 1, 0, O_CHECK},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    st_train_options o;
+    st_train_defaults(&o);
+    bool momentum_set = false;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL: o.model = optarg; break;
+        case O_DATA: o.data_dir = optarg; break;
+        case O_TRI: o.train_images = optarg; break;
+        case O_TRL: o.train_labels = optarg; break;
+        case O_TEI: o.test_images = optarg; break;
+        case O_TEL: o.test_labels = optarg; break;
+        case O_CIFAR: o.cifar_dir = optarg; break;
+        case O_CIFAR100: o.cifar_dir = optarg; o.cifar100 = true; break;
+        case O_TRS: o.train_subset = whole("--train-subset", optarg, 1); break;
+        case O_TES: o.test_subset = whole("--test-subset", optarg, 1); break;
+        case O_AUG: o.augment = true; break;
+        case O_EPOCHS: o.epochs = (int)whole("--epochs", optarg, 1); break;
+        case O_MAXSTEPS: o.max_steps = whole("--max-steps", optarg, 1); break;
+        case O_BATCH: o.batch = (int)whole("--batch-size", optarg, 1); break;
+        case O_OPT:
+            if (!strcmp(optarg, "sgd")) o.optim.kind = ST_OPTIM_SGD;
+            else if (!strcmp(optarg, "adamw")) o.optim.kind = ST_OPTIM_ADAMW;
+            else bad("--optimizer '%s': use sgd or adamw", optarg);
+            break;
+        case O_LR: o.schedule.lr = number("--lr", optarg, 0, 100); break;
+        case O_MOM: o.optim.momentum = number("--momentum", optarg, 0, 0.999f); momentum_set = true; break;
+        case O_NEST: o.optim.nesterov = true; break;
+        case O_WD: o.optim.weight_decay = number("--weight-decay", optarg, 0, 1); break;
+        case O_CLIP: o.clip_norm = number("--clip-norm", optarg, 0, 1e6f); break;
+        case O_SCALE: o.scale_lr = true; break;
+        case O_SCHED:
+            if (!strcmp(optarg, "constant")) o.schedule.kind = ST_SCHED_CONSTANT;
+            else if (!strcmp(optarg, "step")) o.schedule.kind = ST_SCHED_STEP;
+            else if (!strcmp(optarg, "cosine")) o.schedule.kind = ST_SCHED_COSINE;
+            else bad("--schedule '%s': use constant, step or cosine", optarg);
+            break;
+        case O_WARM: o.schedule.warmup = (uint64_t)whole("--warmup", optarg, 0); break;
+        case O_STEPSZ: o.schedule.step_size = (uint64_t)whole("--step-size", optarg, 1); break;
+        case O_GAMMA: o.schedule.gamma = number("--gamma", optarg, 0, 1); break;
+        case O_MINLR: o.schedule.min_lr = number("--min-lr", optarg, 0, 100); break;
+        case O_SEED: o.seed = (uint64_t)whole("--seed", optarg, 0); break;
+        case O_TARGET: o.target_accuracy = number("--target-accuracy", optarg, 0, 1); break;
+        case O_NOFLUSH: o.flush_denormals = false; break;
+        case O_EVAL: o.eval_every = whole("--eval-every", optarg, 0); break;
+        case O_LOG: o.log_every = whole("--log-every", optarg, 1); break;
+        case O_METRICS: o.metrics = optarg; break;
+        case O_QUIET: o.quiet = true; break;
+        case O_CKPT: o.checkpoint = optarg; break;
+        case O_CKPTE: o.checkpoint_every = whole("--checkpoint-every", optarg, 0); break;
+        case O_RESUME: o.resume = optarg ? optarg : ""; break;  /* "" = the --checkpoint file */
+        case O_CHECK: o.check_replicas = whole("--check-replicas", optarg, 1); break;
+        case 'h': usage(stdout); return 0;
+        case ':': bad("%s needs a value", argv[optind - 1]);
+        default: bad("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        bad("unexpected argument '%s'", argv[optind]);
+    if (o.resume && !*o.resume)
+        o.resume = o.checkpoint;
+    if (o.optim.kind == ST_OPTIM_ADAMW && !momentum_set)
+        o.optim.momentum = 0;
+    if (o.optim.nesterov && o.optim.momentum <= 0)
+        bad("--nesterov needs --momentum > 0");
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    st_train_result r;
+    st_status st = st_train_run(&o, &r);
+    if (st == ST_ERR_INTERRUPTED)
+        return 130;
+    if (st != ST_OK) {
+        fprintf(stderr, "shmtrain: %s\n", st_last_error());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,678 @@
+/* The data-parallel training loop, evaluation, metrics, progress and
+ * checkpoints.  The only module that sees nn, data, coll and ckpt at once. */
+#define _GNU_SOURCE
+#include "shmtrain/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shmtrain/ckpt.h"
+#include "shmtrain/coll.h"
+#include "shmtrain/data.h"
+#include "shmtrain/nn.h"
+
+#define TAIL 4 /* extra floats reduced with the gradients: loss, correct, stop, non-finite */
+
+static volatile sig_atomic_t stop_requested;
+void st_train_request_stop(void) { stop_requested = 1; }
+
+static const double THRESHOLDS[] = {0.80, 0.85, 0.88, 0.89, 0.90, 0.91, 0.92};
+#define NTHRESH (sizeof THRESHOLDS / sizeof *THRESHOLDS)
+
+struct trainer {
+    const st_train_options *o;
+    st_group *g;
+    int rank, world;
+    st_model *model;
+    st_net *net;
+    st_optim *opt;
+    st_dataset *train, *test;
+    float mean[3], std[3];
+    uint32_t *order;
+    float *x;
+    int *y;
+    float *grads;              /* P gradients + TAIL, in the shared segment */
+    size_t P;
+    FILE *metrics;
+    st_schedule sched;         /* the options' schedule, its length filled in */
+    bool tty;
+    uint64_t epoch, epoch_pos, step, first_step;
+    long steps_per_epoch;
+    double start, elapsed_before, train_seconds, best_acc, last_acc, last_loss;
+    long last_eval_step;
+    double reached_at[NTHRESH];
+    long reached_step[NTHRESH];
+    /* accumulated over the current log interval */
+    double t_compute, t_reduce, t_wait, loss_sum, correct_sum;
+    long interval_steps;
+    double interval_start;
+};
+
+void st_train_defaults(st_train_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->model = "lenet";
+    o->data_dir = "/usr/share/datasets/fashion-mnist";
+    o->epochs = 1;
+    o->batch = 64;
+    o->schedule = (st_schedule){.kind = ST_SCHED_CONSTANT, .lr = 0.05f};
+    o->optim = (st_optim_config){.kind = ST_OPTIM_SGD, .momentum = 0.9f};
+    o->seed = 1;
+    o->log_every = 50;
+    o->checkpoint = "shmtrain.ckpt";
+    o->flush_denormals = true;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* -------------------------------------------------------------- data -- */
+
+static char *join_path(const char *dir, const char *file)
+{
+    char *p = NULL;
+    return asprintf(&p, "%s/%s", dir, file) < 0 ? NULL : p;
+}
+
+/* Fashion-MNIST's file names, gzipped or not. */
+static char *idx_file(const char *dir, const char *base)
+{
+    char gz[512];
+    snprintf(gz, sizeof gz, "%s/%s.gz", dir, base);
+    struct stat sb;
+    return stat(gz, &sb) == 0 ? join_path(dir, (snprintf(gz, sizeof gz, "%s.gz", base), gz)) : join_path(dir, base);
+}
+
+static st_status load_split(const st_train_options *o, bool test, st_dataset **out)
+{
+    if (o->cifar_dir) {
+        char *paths[5] = {0};
+        int n = 0;
+        if (test)
+            paths[n++] = join_path(o->cifar_dir, o->cifar100 ? "test.bin" : "test_batch.bin");
+        else if (o->cifar100)
+            paths[n++] = join_path(o->cifar_dir, "train.bin");
+        else
+            for (int i = 1; i <= 5; i++) {
+                char name[32];
+                snprintf(name, sizeof name, "data_batch_%d.bin", i);
+                paths[n++] = join_path(o->cifar_dir, name);
+            }
+        st_status st = st_dataset_load_cifar(out, (const char *const *)paths, n, o->cifar100);
+        for (int i = 0; i < n; i++)
+            free(paths[i]);
+        return st;
+    }
+    const char *img = test ? o->test_images : o->train_images, *lab = test ? o->test_labels : o->train_labels;
+    char *ip = img ? strdup(img) : idx_file(o->data_dir, test ? "t10k-images-idx3-ubyte" : "train-images-idx3-ubyte");
+    char *lp = lab ? strdup(lab) : idx_file(o->data_dir, test ? "t10k-labels-idx1-ubyte" : "train-labels-idx1-ubyte");
+    st_status st = ip && lp ? st_dataset_load_idx(out, ip, lp) : st_fail(ST_ERR_NOMEM, "out of memory");
+    free(ip);
+    free(lp);
+    return st;
+}
+
+static st_status check_fits(const struct trainer *t, const st_dataset *d)
+{
+    int c, h, w, mc, mh, mw;
+    st_dataset_shape(d, &c, &h, &w);
+    st_model_input_shape(t->model, &mc, &mh, &mw);
+    if (c != mc || h != mh || w != mw)
+        return st_fail(ST_ERR_FORMAT, "%s: images are %dx%dx%d but model '%s' expects %dx%dx%d",
+                       st_dataset_source(d), c, h, w, t->o->model, mc, mh, mw);
+    if (st_dataset_max_label(d) >= st_model_classes(t->model))
+        return st_fail(ST_ERR_FORMAT, "%s: has label %d but model '%s' has %d classes", st_dataset_source(d),
+                       st_dataset_max_label(d), t->o->model, st_model_classes(t->model));
+    if (st_dataset_size(d) < (size_t)t->world * (size_t)t->o->batch)
+        return st_fail(ST_ERR_FORMAT, "%s: %zu samples are fewer than one global batch (%d x %d)",
+                       st_dataset_source(d), st_dataset_size(d), t->world, t->o->batch);
+    return ST_OK;
+}
+
+/* Rank 0 decodes both splits and publishes them; the others attach, so the
+ * decoded bytes exist once per machine.  Rank 0 tells everyone whether
+ * that worked before anyone attaches. */
+static st_status load_data(struct trainer *t)
+{
+    const st_train_options *o = t->o;
+    char names[2][160];
+    int status = 0;
+    st_status st = ST_OK;
+    for (int s = 0; s < 2; s++)
+        snprintf(names[s], sizeof names[s], "/shmtrain.%u.%s.data-%s", (unsigned)getuid(),
+                 st_group_job_id(t->g), s ? "test" : "train");
+    if (t->rank == 0) {
+        st_dataset **ds[2] = {&t->train, &t->test};
+        for (int s = 0; s < 2 && st == ST_OK; s++) {
+            if ((st = load_split(o, s == 1, ds[s])) != ST_OK)
+                break;
+            st_dataset_truncate(*ds[s], (size_t)(s ? o->test_subset : o->train_subset));
+            if ((st = check_fits(t, *ds[s])) == ST_OK && t->world > 1)
+                st = st_dataset_share(*ds[s], names[s]);
+        }
+        status = (int)st;
+    }
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", st_last_error());
+    if (t->world > 1) {
+        st_status bs = st_broadcast(t->g, &status, sizeof status, 0);
+        if (bs != ST_OK)
+            return bs;
+    }
+    if (status != ST_OK) {
+        if (t->rank == 0)
+            return st_fail((st_status)status, "%s", saved);
+        return st_fail((st_status)status, "rank 0 could not load the data (its log says why)");
+    }
+    if (t->world > 1) {
+        if (t->rank != 0 && ((st = st_dataset_attach(&t->train, names[0])) != ST_OK ||
+                             (st = st_dataset_attach(&t->test, names[1])) != ST_OK))
+            return st;
+        if ((st = st_barrier(t->g)) != ST_OK)
+            return st;
+        if (t->rank == 0) {
+            st_dataset_unlink_shared(names[0]);
+            st_dataset_unlink_shared(names[1]);
+        }
+    }
+    int c, h, w;
+    st_dataset_shape(t->train, &c, &h, &w);
+    st_dataset_stats(t->train, t->mean, t->std, c);
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------ output -- */
+
+static void metrics_line(struct trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void metrics_line(struct trainer *t, const char *fmt, ...)
+{
+    if (!t->metrics)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(t->metrics, fmt, ap);
+    va_end(ap);
+    fputc('\n', t->metrics);
+    fflush(t->metrics);
+}
+
+static void say(const struct trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const struct trainer *t, const char *fmt, ...)
+{
+    if (t->rank != 0 || t->o->quiet)
+        return;
+    if (t->tty)
+        fputs("\r\033[K", stdout);
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+static void log_interval(struct trainer *t, float lr)
+{
+    const double now = now_s(), span = now - t->interval_start;
+    const double samples = (double)t->interval_steps * t->world * t->o->batch;
+    const double loss = t->loss_sum / t->interval_steps, acc = t->correct_sum / t->interval_steps;
+    const double sps = span > 0 ? samples / span : 0;
+    const long total = t->steps_per_epoch * t->o->epochs;
+    const long max = t->o->max_steps && t->o->max_steps < total ? t->o->max_steps : total;
+    const double eta = sps > 0 ? (double)(max - (long)t->step) * t->world * t->o->batch / sps : 0;
+    const double frac = t->epoch + (double)t->epoch_pos / ((double)t->steps_per_epoch * t->world * t->o->batch);
+    metrics_line(t, "{\"type\":\"train\",\"step\":%llu,\"epoch\":%.4f,\"loss\":%.6f,\"accuracy\":%.5f,\"lr\":%.6g,"
+                    "\"samples_per_s\":%.1f,\"time_s\":%.3f,\"compute_s\":%.4f,\"allreduce_s\":%.4f,\"wait_s\":%.4f}",
+                 (unsigned long long)t->step, frac, loss, acc, lr, sps, now - t->start + t->elapsed_before,
+                 t->t_compute, t->t_reduce, t->t_wait);
+    if (t->tty) {
+        int width = 24, done = max > 0 ? (int)(width * (double)t->step / max) : 0;
+        char bar[32];
+        for (int i = 0; i < width; i++)
+            bar[i] = i < done ? '=' : i == done ? '>' : ' ';
+        bar[width] = '\0';
+        say(t, "epoch %llu/%d [%s] step %llu/%ld loss %.4f acc %5.1f%% %8.0f samples/s ETA %d:%02d",
+            (unsigned long long)t->epoch + 1, t->o->epochs, bar, (unsigned long long)t->step, max, loss,
+            100 * acc, sps, (int)eta / 60, (int)eta % 60);
+    } else {
+        say(t, "epoch %llu step %llu/%ld loss %.4f acc %.1f%% lr %.4g %.0f samples/s (compute %.0f%%, "
+               "all-reduce %.0f%%, wait %.0f%%) ETA %d:%02d\n",
+            (unsigned long long)t->epoch + 1, (unsigned long long)t->step, max, loss, 100 * acc, lr, sps,
+            100 * t->t_compute / span, 100 * (t->t_reduce - t->t_wait) / span, 100 * t->t_wait / span,
+            (int)eta / 60, (int)eta % 60);
+    }
+    t->t_compute = t->t_reduce = t->t_wait = t->loss_sum = t->correct_sum = 0;
+    t->interval_steps = 0;
+    t->interval_start = now_s();
+}
+
+/* ---------------------------------------------------------- evaluation -- */
+
+static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out)
+{
+    const int b = t->o->batch, k = st_model_classes(t->model);
+    const size_t n = st_dataset_size(t->test), global = (size_t)t->world * b;
+    float *logits = malloc((size_t)b * k * sizeof(float));
+    float sums[3] = {0, 0, 0};  /* loss, correct, count */
+    st_status st = logits ? ST_OK : st_fail(ST_ERR_NOMEM, "eval: out of memory");
+    st_net_set_training(t->net, false);
+    for (size_t first = 0; first < n && st == ST_OK; first += global) {
+        st_batch_spec spec = {.first = first, .world = t->world, .rank = t->rank, .batch = b,
+                              .mean = t->mean, .std = t->std};
+        int valid;
+        st_batch_fill(t->test, &spec, t->x, t->y, &valid);
+        if ((st = st_net_forward(t->net, t->x)) != ST_OK)
+            break;
+        st_net_output(t->net, logits);
+        for (int i = 0; i < valid; i++) {
+            const float *z = logits + (size_t)i * k;
+            int best = 0;
+            double zmax = z[0], sum = 0;
+            for (int j = 1; j < k; j++)
+                if (z[j] > z[best])
+                    best = j;
+            zmax = z[best];
+            for (int j = 0; j < k; j++)
+                sum += exp(z[j] - zmax);
+            sums[0] += (float)(zmax + log(sum) - z[t->y[i]]);
+            sums[1] += best == t->y[i];
+            sums[2] += 1;
+        }
+    }
+    st_net_set_training(t->net, true);
+    free(logits);
+    if (st == ST_OK)
+        st = st_allreduce_f32(t->g, sums, 3, ST_SUM);
+    if (st == ST_OK) {
+        *acc_out = sums[2] > 0 ? sums[1] / sums[2] : 0;
+        *loss_out = sums[2] > 0 ? sums[0] / sums[2] : 0;
+    }
+    return st;
+}
+
+static st_status eval_and_report(struct trainer *t)
+{
+    double acc, loss;
+    double t0 = now_s();
+    st_status st = evaluate(t, &acc, &loss);
+    if (st != ST_OK)
+        return st;
+    const double at = now_s() - t->start + t->elapsed_before;
+    t->last_eval_step = (long)t->step;
+    t->last_acc = acc;
+    t->last_loss = loss;
+    if (acc > t->best_acc)
+        t->best_acc = acc;
+    for (size_t i = 0; i < NTHRESH; i++)
+        if (acc >= THRESHOLDS[i] && t->reached_at[i] < 0) {
+            t->reached_at[i] = at;
+            t->reached_step[i] = (long)t->step;
+        }
+    metrics_line(t, "{\"type\":\"eval\",\"step\":%llu,\"epoch\":%llu,\"test_loss\":%.6f,\"test_accuracy\":%.5f,"
+                    "\"time_s\":%.3f,\"eval_s\":%.3f}",
+                 (unsigned long long)t->step, (unsigned long long)t->epoch, loss, acc, at, now_s() - t0);
+    say(t, "eval  epoch %llu step %llu: test loss %.4f, test accuracy %.2f%% (best %.2f%%)\n",
+        (unsigned long long)t->epoch + (t->epoch_pos ? 1 : 0), (unsigned long long)t->step, loss, 100 * acc,
+        100 * t->best_acc);
+    t->interval_start += now_s() - t0;  /* evaluation is not training time */
+    return ST_OK;
+}
+
+/* --------------------------------------------------------- checkpoints -- */
+
+static st_status save(struct trainer *t)
+{
+    if (t->rank != 0)
+        return ST_OK;
+    size_t nb, no;
+    st_ckpt c = {.model_text = (char *)st_model_text(t->model),
+                 .params = st_net_params(t->net, &c.nparams),
+                 .buffers = st_net_buffers(t->net, &nb),
+                 .optim_state = st_optim_state(t->opt, &no),
+                 .optim_kind = (uint32_t)t->o->optim.kind,
+                 .optim_steps = st_optim_steps(t->opt),
+                 .epoch = t->epoch, .epoch_pos = t->epoch_pos, .step = t->step, .seed = t->o->seed,
+                 .world_size = (uint32_t)t->world, .best_accuracy = t->best_acc,
+                 .elapsed_s = now_s() - t->start + t->elapsed_before};
+    c.nbuffers = nb;
+    c.noptim = no;
+    return st_ckpt_write(t->o->checkpoint, &c);
+}
+
+static st_status restore(struct trainer *t, const char *path)
+{
+    st_ckpt c;
+    st_status st = st_ckpt_read(path, &c);
+    if (st != ST_OK)
+        return st;
+    size_t P, B, S;
+    float *p = st_net_params(t->net, &P), *b = st_net_buffers(t->net, &B), *s = st_optim_state(t->opt, &S);
+    if (strcmp(c.model_text, st_model_text(t->model)) != 0)
+        st = st_fail(ST_ERR_MISMATCH, "checkpoint %s was written for another model (use the same --model)", path);
+    else if (c.nparams != P || c.nbuffers != B)
+        st = st_fail(ST_ERR_MISMATCH, "checkpoint %s: %zu parameters, the model has %zu", path, c.nparams, P);
+    else if (c.optim_kind != (uint32_t)t->o->optim.kind || c.noptim != S)
+        st = st_fail(ST_ERR_MISMATCH, "checkpoint %s was written with another --optimizer (or momentum)", path);
+    else if (c.seed != t->o->seed)
+        st = st_fail(ST_ERR_MISMATCH, "checkpoint %s was written with --seed %llu, not %llu", path,
+                     (unsigned long long)c.seed, (unsigned long long)t->o->seed);
+    if (st == ST_OK) {
+        memcpy(p, c.params, P * sizeof(float));
+        if (B)
+            memcpy(b, c.buffers, B * sizeof(float));
+        if (S)
+            memcpy(s, c.optim_state, S * sizeof(float));
+        st_optim_set_steps(t->opt, c.optim_steps);
+        t->epoch = c.epoch;
+        t->epoch_pos = c.epoch_pos;
+        t->step = c.step;
+        t->best_acc = c.best_accuracy;
+        t->elapsed_before = c.elapsed_s;
+        say(t, "resumed from %s: epoch %llu, step %llu (written by %u instance%s)\n", path,
+            (unsigned long long)c.epoch + 1, (unsigned long long)c.step, c.world_size, c.world_size == 1 ? "" : "s");
+    }
+    st_ckpt_free(&c);
+    return st;
+}
+
+/* ------------------------------------------------------------- one step -- */
+
+static uint64_t params_hash(st_net *net)
+{
+    size_t P;
+    const unsigned char *b = (const unsigned char *)st_net_params(net, &P);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < P * sizeof(float); i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static st_status check_replicas(struct trainer *t)
+{
+    uint64_t mine = params_hash(t->net), root = mine;
+    st_status st = st_broadcast(t->g, &root, sizeof root, 0);
+    float differs = mine != root;
+    if (st == ST_OK)
+        st = st_allreduce_f32(t->g, &differs, 1, ST_SUM);
+    if (st == ST_OK && differs > 0)
+        return st_fail(ST_ERR_MISMATCH, "step %llu: %s parameters differ from rank 0's (hash %016llx vs %016llx)",
+                       (unsigned long long)t->step, mine != root ? "this rank's" : "another rank's",
+                       (unsigned long long)mine, (unsigned long long)root);
+    return st;
+}
+
+static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
+{
+    const st_train_options *o = t->o;
+    const double t0 = now_s();
+    st_batch_spec spec = {.order = t->order, .first = t->epoch_pos, .world = t->world, .rank = t->rank,
+                          .batch = o->batch, .mean = t->mean, .std = t->std, .augment = o->augment,
+                          .seed = o->seed, .epoch = t->epoch};
+    st_batch_fill(t->train, &spec, t->x, t->y, NULL);
+    st_net_set_dropout_seed(t->net, o->seed * 0x9e3779b97f4a7c15ull + t->step);
+    float loss;
+    int correct;
+    st_status st;
+    if ((st = st_net_forward(t->net, t->x)) != ST_OK || (st = st_net_loss(t->net, t->y, &loss, &correct)) != ST_OK ||
+        (st = st_net_backward(t->net)) != ST_OK)
+        return st;
+    float *tail = t->grads + t->P;
+    tail[0] = loss;
+    tail[1] = (float)correct / (float)o->batch;
+    tail[2] = stop_requested ? 1.0f : 0.0f;
+    tail[3] = isfinite(loss) ? 0.0f : 1.0f;
+    const double t1 = now_s(), w0 = st_group_wait_seconds(t->g);
+    if ((st = st_allreduce_f32(t->g, t->grads, t->P + TAIL, ST_AVG)) != ST_OK)
+        return st;
+    const double t2 = now_s();
+    t->t_wait += st_group_wait_seconds(t->g) - w0;
+    if (tail[3] > 0 || !isfinite(tail[0]))
+        return st_fail(ST_ERR_FORMAT, "step %llu: the loss is not finite (NaN/Inf); stopping, the last good "
+                                      "checkpoint (%s) is kept; lower --lr or set --clip-norm",
+                       (unsigned long long)t->step, o->checkpoint);
+    float norm = st_clip_grad_norm(t->grads, t->P, o->clip_norm);
+    if (!isfinite(norm))
+        return st_fail(ST_ERR_FORMAT, "step %llu: the gradients are not finite (NaN/Inf); stopping, the last "
+                                      "good checkpoint (%s) is kept", (unsigned long long)t->step, o->checkpoint);
+    float lr = st_schedule_lr(&t->sched, t->step) * (o->scale_lr ? (float)t->world : 1.0f);
+    st_optim_step(t->opt, st_net_params(t->net, NULL), t->grads, lr);
+    const double t3 = now_s();
+    t->t_compute += (t1 - t0) + (t3 - t2);
+    t->t_reduce += t2 - t1;
+    t->loss_sum += tail[0];
+    t->correct_sum += tail[1];
+    t->interval_steps++;
+    t->step++;
+    t->epoch_pos += (uint64_t)t->world * o->batch;
+    *lr_out = lr;
+    *stop = tail[2] > 0;
+    return ST_OK;
+}
+
+/* ----------------------------------------------------------------- run -- */
+
+static st_status setup(struct trainer *t)
+{
+    const st_train_options *o = t->o;
+    st_status st;
+    if (o->flush_denormals)
+        st_nn_flush_denormals(true);
+    if ((st = st_model_load(&t->model, o->model)) != ST_OK)
+        return st;
+    t->P = st_model_param_count(t->model);
+    st_group_config gc = {.zero_copy_bytes = (t->P + TAIL) * sizeof(float)};
+    if ((st = st_group_create_from_env(&t->g, &gc)) != ST_OK)
+        return st;
+    t->rank = st_group_rank(t->g);
+    t->world = st_group_size(t->g);
+    t->tty = t->rank == 0 && (isatty(STDOUT_FILENO) || getenv("SHMTRAIN_CONSOLE_TTY"));
+    if ((st = load_data(t)) != ST_OK)
+        return st;
+    t->grads = st_group_buffer(t->g, NULL);
+    st_net_config nc = {.batch = o->batch, .grad_buffer = t->grads};
+    if ((st = st_net_create(&t->net, t->model, &nc)) != ST_OK || (st = st_optim_create(&t->opt, t->P, &o->optim)) != ST_OK)
+        return st;
+    st_net_init(t->net, o->seed);
+    int c, h, w;
+    st_model_input_shape(t->model, &c, &h, &w);
+    t->x = malloc((size_t)o->batch * c * h * w * sizeof(float));
+    t->y = malloc((size_t)o->batch * sizeof(int));
+    t->order = malloc(st_dataset_size(t->train) * sizeof(uint32_t));
+    if (!t->x || !t->y || !t->order)
+        return st_fail(ST_ERR_NOMEM, "train: out of memory");
+    t->steps_per_epoch = (long)(st_dataset_size(t->train) / ((size_t)t->world * o->batch));
+    t->sched = o->schedule;
+    if (!t->sched.total) {
+        long total = t->steps_per_epoch * o->epochs;
+        t->sched.total = (uint64_t)(o->max_steps && o->max_steps < total ? o->max_steps : total);
+    }
+    return ST_OK;
+}
+
+static st_status maybe_resume(struct trainer *t)
+{
+    const char *path = t->o->resume;
+    const char *restarts = getenv("SHMTRAIN_RESTART_COUNT");
+    struct stat sb;
+    if (!path && restarts && atoi(restarts) > 0 && stat(t->o->checkpoint, &sb) == 0)
+        path = t->o->checkpoint;  /* a restarted gang continues where it stopped */
+    st_status st = path ? restore(t, path) : ST_OK;
+    /* Every rank must agree before going on: one bad read stops all. */
+    float bad = st != ST_OK;
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", st_last_error());
+    st_status rs = st_allreduce_f32(t->g, &bad, 1, ST_SUM);
+    if (rs != ST_OK)
+        return rs;
+    if (bad > 0)
+        return st != ST_OK ? st_fail(st, "%s", saved) : st_fail(ST_ERR_FORMAT, "another rank could not resume");
+    /* Identical replicas from the start (and after a resume). */
+    size_t P, B;
+    float *p = st_net_params(t->net, &P), *b = st_net_buffers(t->net, &B);
+    if ((st = st_broadcast(t->g, p, P * sizeof(float), 0)) != ST_OK)
+        return st;
+    return B ? st_broadcast(t->g, b, B * sizeof(float), 0) : ST_OK;
+}
+
+static void open_metrics(struct trainer *t)
+{
+    if (t->rank != 0)
+        return;
+    char path[1024];
+    const char *dir = getenv("SHMTRAIN_LOG_DIR");
+    if (t->o->metrics)
+        snprintf(path, sizeof path, "%s", t->o->metrics);
+    else
+        snprintf(path, sizeof path, "%s/metrics.jsonl", dir ? dir : ".");
+    t->metrics = fopen(path, t->step ? "a" : "w");
+    if (!t->metrics)
+        fprintf(stderr, "shmtrain: --metrics %s: cannot open: %s (continuing without)\n", path, strerror(errno));
+}
+
+static void summary(struct trainer *t, st_train_result *r)
+{
+    const double total = now_s() - t->start + t->elapsed_before;
+    const double sps = t->train_seconds > 0 ? r->samples_per_s : 0;
+    say(t, "done: %ld steps in %.1f s (%.0f samples/s training), final test accuracy %.2f%%, best %.2f%%\n",
+        r->steps, total, sps, 100 * t->last_acc, 100 * t->best_acc);
+    char reached[512] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < NTHRESH; i++)
+        if (t->reached_at[i] >= 0)
+            len += (size_t)snprintf(reached + len, sizeof reached - len, "%s\"%.2f\":%.2f", len ? "," : "",
+                                    THRESHOLDS[i], t->reached_at[i]);
+    for (size_t i = 0; i < NTHRESH; i++)
+        if (t->reached_at[i] >= 0)
+            say(t, "      reached %.0f%% test accuracy after %.1f s (step %ld)\n", 100 * THRESHOLDS[i],
+                t->reached_at[i], t->reached_step[i]);
+    metrics_line(t, "{\"type\":\"summary\",\"steps\":%ld,\"instances\":%d,\"batch_per_instance\":%d,"
+                    "\"total_s\":%.3f,\"train_s\":%.3f,\"samples_per_s\":%.1f,\"final_test_accuracy\":%.5f,"
+                    "\"best_test_accuracy\":%.5f,\"time_to_accuracy_s\":{%s}}",
+                 r->steps, t->world, t->o->batch, total, t->train_seconds, sps, t->last_acc, t->best_acc, reached);
+}
+
+static void teardown(struct trainer *t)
+{
+    if (t->metrics)
+        fclose(t->metrics);
+    free(t->x);
+    free(t->y);
+    free(t->order);
+    st_optim_destroy(t->opt);
+    st_net_destroy(t->net);
+    st_dataset_destroy(t->train);
+    st_dataset_destroy(t->test);
+    st_group_destroy(t->g);
+    st_model_destroy(t->model);
+}
+
+static st_status loop(struct trainer *t, st_train_result *r)
+{
+    const st_train_options *o = t->o;
+    const size_t global = (size_t)t->world * o->batch, n = st_dataset_size(t->train);
+    st_status st = ST_OK;
+    bool stop = false, done = false;
+    float lr = o->schedule.lr;
+    double train_start = now_s();
+    t->interval_start = train_start;
+    for (; t->epoch < (uint64_t)o->epochs && !done && st == ST_OK; t->epoch++, t->epoch_pos = 0) {
+        st_epoch_order(t->order, n, o->seed, t->epoch);
+        while (t->epoch_pos + global <= n && st == ST_OK) {
+            if (o->max_steps && (long)t->step >= o->max_steps) {
+                done = true;
+                break;
+            }
+            if ((st = train_step(t, &lr, &stop)) != ST_OK)
+                break;
+            if (t->interval_steps && ((long)t->step % o->log_every == 0))
+                log_interval(t, lr);
+            if (o->check_replicas && (long)t->step % o->check_replicas == 0 && (st = check_replicas(t)) != ST_OK)
+                break;
+            if (o->eval_every && (long)t->step % o->eval_every == 0 && (st = eval_and_report(t)) != ST_OK)
+                break;
+            if (o->checkpoint_every && (long)t->step % o->checkpoint_every == 0 && (st = save(t)) != ST_OK)
+                break;
+            if (stop) {
+                say(t, "\nstopping on request after step %llu\n", (unsigned long long)t->step);
+                st = save(t);
+                r->interrupted = true;
+                return st == ST_OK ? ST_ERR_INTERRUPTED : st;
+            }
+            if (o->target_accuracy > 0 && t->best_acc >= o->target_accuracy)
+                done = true;
+            if (done)
+                break;
+        }
+        if (st != ST_OK || done)
+            break;
+        if (t->interval_steps)
+            log_interval(t, lr);
+        if (!o->eval_every && (st = eval_and_report(t)) != ST_OK)
+            break;
+        if (o->target_accuracy > 0 && t->best_acc >= o->target_accuracy)
+            done = true;
+    }
+    t->train_seconds = now_s() - train_start;
+    if (st != ST_OK)
+        return st;
+    if (t->interval_steps)
+        log_interval(t, lr);
+    if (t->last_eval_step != (long)t->step)
+        st = eval_and_report(t);
+    if (st == ST_OK)
+        st = save(t);
+    r->steps = (long)t->step;
+    return st;
+}
+
+st_status st_train_run(const st_train_options *o, st_train_result *r)
+{
+    struct trainer t = {.o = o, .last_eval_step = -1};
+    memset(r, 0, sizeof *r);
+    for (size_t i = 0; i < NTHRESH; i++)
+        t.reached_at[i] = -1;
+    if (o->batch < 1 || o->epochs < 1 || o->log_every < 1)
+        return st_fail(ST_ERR_INVALID, "--batch-size, --epochs and --log-every must be at least 1");
+    t.start = now_s();
+    st_status st = setup(&t);
+    if (st == ST_OK)
+        st = maybe_resume(&t);
+    t.first_step = t.step;
+    if (st == ST_OK) {
+        open_metrics(&t);
+        if (t.rank == 0 && !o->quiet) {
+            printf("shmtrain: %d instance%s x batch %d, model %s (%zu parameters), %zu training / %zu test samples\n",
+                   t.world, t.world == 1 ? "" : "s", o->batch, o->model, t.P, st_dataset_size(t.train),
+                   st_dataset_size(t.test));
+            fflush(stdout);
+        }
+        st = loop(&t, r);
+        r->steps = (long)t.step;
+        r->best_accuracy = t.best_acc;
+        r->final_accuracy = t.last_acc;
+        r->final_loss = t.last_loss;
+        r->seconds = now_s() - t.start + t.elapsed_before;
+        if (t.train_seconds > 0)
+            r->samples_per_s = (double)((t.step - t.first_step) * (uint64_t)t.world * (uint64_t)o->batch) /
+                               t.train_seconds;
+        if (st == ST_OK)
+            summary(&t, r);
+    }
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", st_last_error());
+    teardown(&t);
+    if (st != ST_OK && st != ST_ERR_INTERRUPTED)
+        st_fail(st, "%s", saved);
+    return st;
+}

@@ -1,0 +1,579 @@
+/* The trainer end to end: data readers on malformed files, checkpoints
+ * (format, corruption, atomicity), equivalence of N x b with 1 x Nb,
+ * determinism, resume, NaN stop, Ctrl-C, convergence on Fashion-MNIST. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "forkranks.h"
+#include "shmtrain/ckpt.h"
+#include "shmtrain/data.h"
+
+static const char *shmrun, *shmtrain;
+static char dir[256];
+
+/* ------------------------------------------------------------- helpers -- */
+
+static void path_of(char *out, size_t len, const char *name) { snprintf(out, len, "%s/%s", dir, name); }
+
+static void write_bytes(const char *name, const void *p, size_t n)
+{
+    char path[512];
+    path_of(path, sizeof path, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(p, 1, n, f), n);
+    fclose(f);
+}
+
+static void write_gz(const char *name, const void *p, size_t n)
+{
+    char path[512];
+    path_of(path, sizeof path, name);
+    gzFile f = gzopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(gzwrite(f, p, (unsigned)n), (int)n);
+    gzclose(f);
+}
+
+/* IDX bytes: header + payload. */
+static size_t idx(uint8_t *out, uint8_t type, int ndims, const uint32_t *dims, const uint8_t *data, size_t n)
+{
+    out[0] = out[1] = 0;
+    out[2] = type;
+    out[3] = (uint8_t)ndims;
+    size_t at = 4;
+    for (int i = 0; i < ndims; i++) {
+        out[at++] = (uint8_t)(dims[i] >> 24);
+        out[at++] = (uint8_t)(dims[i] >> 16);
+        out[at++] = (uint8_t)(dims[i] >> 8);
+        out[at++] = (uint8_t)dims[i];
+    }
+    memcpy(out + at, data, n);
+    return at + n;
+}
+
+/* A learnable synthetic "Fashion-MNIST": class k has a bright bar whose
+ * position depends on k, plus noise. */
+static void make_synthetic(const char *prefix, uint32_t n, uint64_t seed)
+{
+    uint8_t *img = malloc((size_t)n * 784), *lab = malloc(n), *buf = malloc((size_t)n * 784 + 64);
+    for (uint32_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int k = (int)((seed >> 33) % 10);
+        lab[i] = (uint8_t)k;
+        for (int p = 0; p < 784; p++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            int r = p / 28, c = p % 28, noise = (int)((seed >> 40) % 60);
+            bool bar = (k < 5) ? (r >= 3 + 5 * k && r < 6 + 5 * k) : (c >= 3 + 5 * (k - 5) && c < 6 + 5 * (k - 5));
+            img[(size_t)i * 784 + p] = (uint8_t)(bar ? 180 + noise : noise);
+        }
+    }
+    char name[128];
+    uint32_t di[3] = {n, 28, 28}, dl[1] = {n};
+    snprintf(name, sizeof name, "%s-images.gz", prefix);
+    write_gz(name, buf, idx(buf, 0x08, 3, di, img, (size_t)n * 784));
+    snprintf(name, sizeof name, "%s-labels", prefix);
+    write_bytes(name, buf, idx(buf, 0x08, 1, dl, lab, n));
+    free(img), free(lab), free(buf);
+}
+
+struct run {
+    int code;
+    char *out, *err;
+};
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc(1, (size_t)n + 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n)
+        s[0] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Run argv in `dir`; with `interrupt_after` > 0, SIGINT it that many seconds in. */
+static struct run run_argv(char *const argv[], double interrupt_after)
+{
+    char out[512], err[512];
+    path_of(out, sizeof out, "run.out");
+    path_of(err, sizeof err, "run.err");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(o, 1);
+        dup2(e, 2);
+        if (chdir(dir) != 0)
+            _exit(125);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    if (interrupt_after > 0) {
+        usleep((useconds_t)(interrupt_after * 1e6));
+        kill(pid, SIGINT);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    struct run r = {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp(out), slurp(err)};
+    return r;
+}
+
+static void run_free(struct run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+/* shmrun -n N -- shmtrain <synthetic data> <extra...> */
+static struct run train(int n, const char *ckpt, char *const extra[], double interrupt_after)
+{
+    char *argv[64];
+    int k = 0;
+    char nbuf[8], tri[300], trl[300], tei[300], tel[300];
+    snprintf(nbuf, sizeof nbuf, "%d", n);
+    path_of(tri, sizeof tri, "train-images.gz");
+    path_of(trl, sizeof trl, "train-labels");
+    path_of(tei, sizeof tei, "test-images.gz");
+    path_of(tel, sizeof tel, "test-labels");
+    const char *base[] = {shmrun, "-n", nbuf, "--quiet", "--log-dir", "logs", "--", shmtrain, "--model", "mlp",
+                          "--train-images", tri, "--train-labels", trl, "--test-images", tei, "--test-labels", tel,
+                          "--checkpoint", ckpt, "--metrics", "metrics.jsonl", "--quiet"};
+    for (size_t i = 0; i < sizeof base / sizeof *base; i++)
+        argv[k++] = (char *)base[i];
+    for (int i = 0; extra[i]; i++)
+        argv[k++] = extra[i];
+    argv[k] = NULL;
+    return run_argv(argv, interrupt_after);
+}
+
+static st_ckpt read_ckpt(const char *name)
+{
+    char path[512];
+    path_of(path, sizeof path, name);
+    st_ckpt c;
+    if (st_ckpt_read(path, &c) != ST_OK)
+        fail_msg("%s", st_last_error());
+    return c;
+}
+
+/* ------------------------------------------------------- data readers -- */
+
+static void expect_idx_error(const char *img, const char *lab, const char *fragment)
+{
+    char ip[512], lp[512];
+    path_of(ip, sizeof ip, img);
+    path_of(lp, sizeof lp, lab);
+    st_dataset *d = (st_dataset *)0x1;
+    st_status st = st_dataset_load_idx(&d, ip, lp);
+    if (st == ST_OK || d != NULL || !strstr(st_last_error(), fragment))
+        fail_msg("%s/%s: status %d, message '%s', wanted '%s'", img, lab, (int)st, st_last_error(), fragment);
+}
+
+static void test_data_readers_refuse_bad_files(void **state)
+{
+    (void)state;
+    uint8_t pix[4 * 9] = {0}, lab[4] = {1, 2, 3, 4}, buf[256];
+    uint32_t d3[3] = {4, 3, 3}, d1[1] = {4}, d1b[1] = {3}, d2[2] = {4, 9};
+    write_bytes("good-images", buf, idx(buf, 0x08, 3, d3, pix, sizeof pix));
+    write_bytes("good-labels", buf, idx(buf, 0x08, 1, d1, lab, sizeof lab));
+    st_dataset *d = NULL;
+    char ip[512], lp[512];
+    path_of(ip, sizeof ip, "good-images");
+    path_of(lp, sizeof lp, "good-labels");
+    assert_int_equal(st_dataset_load_idx(&d, ip, lp), ST_OK);
+    assert_int_equal(st_dataset_size(d), 4);
+    assert_int_equal(st_dataset_max_label(d), 4);
+    st_dataset_destroy(d);
+
+    size_t n = idx(buf, 0x08, 3, d3, pix, sizeof pix);
+    buf[1] = 7;
+    write_bytes("bad-magic", buf, n);
+    write_bytes("float-type", buf, idx(buf, 0x0D, 3, d3, pix, sizeof pix));
+    write_bytes("two-dims", buf, idx(buf, 0x08, 2, d2, pix, sizeof pix));
+    write_bytes("short-images", buf, idx(buf, 0x08, 3, d3, pix, sizeof pix) - 5);
+    write_bytes("three-labels", buf, idx(buf, 0x08, 1, d1b, lab, 3));
+    write_bytes("empty", buf, 0);
+    n = idx(buf, 0x08, 3, d3, pix, sizeof pix);
+    write_gz("good-images.gz", buf, n);
+    /* A gzip stream cut short, and one with bytes flipped in the middle. */
+    char gzpath[512];
+    path_of(gzpath, sizeof gzpath, "good-images.gz");
+    struct stat sb;
+    assert_int_equal(stat(gzpath, &sb), 0);
+    uint8_t *gz = malloc((size_t)sb.st_size);
+    FILE *f = fopen(gzpath, "rb");
+    assert_int_equal(fread(gz, 1, (size_t)sb.st_size, f), (size_t)sb.st_size);
+    fclose(f);
+    write_bytes("cut.gz", gz, (size_t)sb.st_size - 12);
+    for (int i = 12; i < 18; i++)
+        gz[i] ^= 0xA5;
+    write_bytes("flipped.gz", gz, (size_t)sb.st_size);
+    free(gz);
+
+    expect_idx_error("bad-magic", "good-labels", "bad-magic: not an IDX file");
+    expect_idx_error("float-type", "good-labels", "element type 0x0d is not supported");
+    expect_idx_error("two-dims", "good-labels", "has 2 dimensions");
+    expect_idx_error("short-images", "good-labels", "short-images: truncated: expected 36 bytes of images");
+    expect_idx_error("good-images", "three-labels", "has 4 images but");
+    expect_idx_error("empty", "good-labels", "empty: truncated");
+    expect_idx_error("missing", "good-labels", "missing: cannot open");
+    expect_idx_error("cut.gz", "good-labels", "cut.gz:");
+    expect_idx_error("flipped.gz", "good-labels", "flipped.gz:");
+    path_of(ip, sizeof ip, "good-images.gz");
+    assert_int_equal(st_dataset_load_idx(&d, ip, lp), ST_OK);  /* gzip itself is fine */
+    st_dataset_destroy(d);
+}
+
+static void test_cifar_reader(void **state)
+{
+    (void)state;
+    uint8_t rec[2 * 3073];
+    memset(rec, 7, sizeof rec);
+    rec[0] = 3;
+    rec[3073] = 9;
+    write_bytes("cifar.bin", rec, sizeof rec);
+    char p[512];
+    path_of(p, sizeof p, "cifar.bin");
+    const char *paths[] = {p};
+    st_dataset *d = NULL;
+    assert_int_equal(st_dataset_load_cifar(&d, paths, 1, false), ST_OK);
+    assert_int_equal(st_dataset_size(d), 2);
+    assert_int_equal(st_dataset_label(d, 1), 9);
+    int c, h, w;
+    st_dataset_shape(d, &c, &h, &w);
+    assert_true(c == 3 && h == 32 && w == 32);
+    st_dataset_destroy(d);
+    write_bytes("cifar-short.bin", rec, 3073 + 100);
+    path_of(p, sizeof p, "cifar-short.bin");
+    assert_int_equal(st_dataset_load_cifar(&d, paths, 1, false), ST_ERR_FORMAT);
+    assert_non_null(strstr(st_last_error(), "not a whole number of 3073-byte CIFAR-10 records"));
+    rec[0] = 12;
+    write_bytes("cifar-label.bin", rec, 3073);
+    path_of(p, sizeof p, "cifar-label.bin");
+    assert_int_equal(st_dataset_load_cifar(&d, paths, 1, false), ST_ERR_FORMAT);
+    assert_non_null(strstr(st_last_error(), "label 12"));
+}
+
+static void test_sampler_shards_like_distributed_sampler(void **state)
+{
+    (void)state;
+    uint32_t a[1000], b[1000];
+    st_epoch_order(a, 1000, 5, 0);
+    st_epoch_order(b, 1000, 5, 0);
+    assert_memory_equal(a, b, sizeof a);  /* seeded */
+    st_epoch_order(b, 1000, 5, 1);
+    assert_true(memcmp(a, b, sizeof a) != 0);  /* reshuffled every epoch */
+    char seen[1000] = {0};
+    for (int i = 0; i < 1000; i++) {
+        assert_true(a[i] < 1000);
+        assert_int_equal(seen[a[i]]++, 0);  /* a permutation */
+    }
+}
+
+/* ---------------------------------------------------------- checkpoints -- */
+
+static void test_checkpoint_format_and_corruption(void **state)
+{
+    (void)state;
+    float p[5] = {1, 2, 3, 4, 5}, o[5] = {0.5f, 0, 0, 0, 1};
+    st_ckpt c = {.model_text = "input 1 1 1\nlinear 5\n", .params = p, .nparams = 5, .optim_state = o, .noptim = 5,
+                 .epoch = 3, .epoch_pos = 640, .step = 99, .seed = 7, .world_size = 2};
+    char path[512];
+    path_of(path, sizeof path, "unit.ckpt");
+    assert_int_equal(st_ckpt_write(path, &c), ST_OK);
+    st_ckpt r = read_ckpt("unit.ckpt");
+    assert_string_equal(r.model_text, c.model_text);
+    assert_int_equal(r.nparams, 5);
+    assert_memory_equal(r.params, p, sizeof p);
+    assert_int_equal(r.step, 99);
+    assert_int_equal(r.epoch_pos, 640);
+    st_ckpt_free(&r);
+
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    uint8_t *bytes = malloc((size_t)sb.st_size);
+    FILE *f = fopen(path, "rb");
+    assert_int_equal(fread(bytes, 1, (size_t)sb.st_size, f), (size_t)sb.st_size);
+    fclose(f);
+    const struct {
+        const char *name, *fragment;
+        size_t len;
+        long flip;
+    } bad[] = {{"truncated.ckpt", "truncated", (size_t)sb.st_size - 9, -1},
+               {"flipped.ckpt", "checksum mismatch", (size_t)sb.st_size, 60},
+               {"magic.ckpt", "not a shmtrain checkpoint", (size_t)sb.st_size, 2},
+               {"tiny.ckpt", "not a shmtrain checkpoint", 10, -1}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (bad[i].flip >= 0)
+            bytes[bad[i].flip] ^= 0x40;
+        write_bytes(bad[i].name, bytes, bad[i].len);
+        if (bad[i].flip >= 0)
+            bytes[bad[i].flip] ^= 0x40;
+        char bp[512];
+        path_of(bp, sizeof bp, bad[i].name);
+        st_ckpt x;
+        assert_int_equal(st_ckpt_read(bp, &x), ST_ERR_FORMAT);
+        if (!strstr(st_last_error(), bad[i].fragment) || !strstr(st_last_error(), bad[i].name))
+            fail_msg("%s: '%s'", bad[i].name, st_last_error());
+    }
+    free(bytes);
+    /* A write into a directory that does not exist fails and leaves nothing. */
+    char nowhere[600];
+    snprintf(nowhere, sizeof nowhere, "%s/no/such/dir/x.ckpt", dir);
+    assert_int_equal(st_ckpt_write(nowhere, &c), ST_ERR_IO);
+}
+
+/* ----------------------------------------------------------- training -- */
+
+static void test_two_instances_equal_one_with_double_batch(void **state)
+{
+    (void)state;
+    struct run a = train(2, "a.ckpt", (char *[]){"--batch-size", "16", "--max-steps", "50", "--momentum", "0",
+                                                 "--check-replicas", "10", NULL}, 0);
+    if (a.code != 0)
+        fail_msg("2 x 16 failed: %s", a.err);
+    struct run b = train(1, "b.ckpt", (char *[]){"--batch-size", "32", "--max-steps", "50", "--momentum", "0",
+                                                 NULL}, 0);
+    if (b.code != 0)
+        fail_msg("1 x 32 failed: %s", b.err);
+    st_ckpt ca = read_ckpt("a.ckpt"), cb = read_ckpt("b.ckpt");
+    assert_int_equal(ca.step, 50);
+    assert_int_equal(cb.step, 50);
+    assert_int_equal(ca.epoch_pos, cb.epoch_pos);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < ca.nparams; i++) {
+        worst = fmax(worst, fabs((double)ca.params[i] - cb.params[i]));
+        scale = fmax(scale, fabs(cb.params[i]));
+    }
+    if (!(worst < 1e-4 * scale + 1e-6))
+        fail_msg("parameters differ by %.3g (scale %.3g) after 50 steps", worst, scale);
+    st_ckpt_free(&ca);
+    st_ckpt_free(&cb);
+    run_free(&a);
+    run_free(&b);
+}
+
+static void test_deterministic_and_resumable(void **state)
+{
+    (void)state;
+    char *twice[] = {"--epochs", "2", "--batch-size", "32", "--seed", "3", NULL};
+    struct run r1 = train(2, "det1.ckpt", twice, 0), r2 = train(2, "det2.ckpt", twice, 0);
+    assert_int_equal(r1.code, 0);
+    assert_int_equal(r2.code, 0);
+    st_ckpt a = read_ckpt("det1.ckpt"), b = read_ckpt("det2.ckpt");
+    assert_int_equal(a.nparams, b.nparams);
+    assert_memory_equal(a.params, b.params, a.nparams * sizeof(float));  /* bitwise, run to run */
+    assert_memory_equal(a.optim_state, b.optim_state, a.noptim * sizeof(float));
+
+    /* One epoch, stop; resume for the second: the same bits as two straight. */
+    struct run h1 = train(2, "half.ckpt", (char *[]){"--epochs", "1", "--batch-size", "32", "--seed", "3", NULL}, 0);
+    assert_int_equal(h1.code, 0);
+    struct run h2 = train(2, "half.ckpt", (char *[]){"--epochs", "2", "--batch-size", "32", "--seed", "3",
+                                                     "--resume", NULL}, 0);
+    if (h2.code != 0)
+        fail_msg("resume failed: %s", h2.err);
+    st_ckpt c = read_ckpt("half.ckpt");
+    assert_int_equal(c.step, a.step);
+    assert_memory_equal(c.params, a.params, a.nparams * sizeof(float));
+    assert_memory_equal(c.optim_state, a.optim_state, a.noptim * sizeof(float));
+    st_ckpt_free(&c);
+
+    /* Resume with a different number of instances: continues where it was. */
+    struct run o1 = train(2, "other.ckpt", (char *[]){"--epochs", "1", "--batch-size", "32", "--seed", "3", NULL}, 0);
+    struct run o2 = train(1, "other.ckpt", (char *[]){"--epochs", "2", "--batch-size", "32", "--seed", "3",
+                                                      "--resume", NULL}, 0);
+    if (o1.code != 0 || o2.code != 0)
+        fail_msg("resume with 1 instance failed: %s", o2.err);
+    c = read_ckpt("other.ckpt");
+    assert_int_equal(c.epoch, 2);
+    assert_int_equal(c.world_size, 1);
+    assert_true(c.step > a.step);  /* epoch 2 ran with 1 x 32 samples per step */
+    st_ckpt_free(&c);
+
+    /* A checkpoint of another model is refused, and not overwritten. */
+    char path[512];
+    path_of(path, sizeof path, "det1.ckpt");
+    char *before = slurp(path);
+    struct stat sb;
+    stat(path, &sb);
+    struct run bad = train(1, "det1.ckpt", (char *[]){"--resume", "--model", "lenet", NULL}, 0);
+    assert_int_equal(bad.code, 1);
+    assert_non_null(strstr(bad.err, "was written for another model"));
+    char *after = slurp(path);
+    assert_int_equal(memcmp(before, after, (size_t)sb.st_size), 0);
+    free(before), free(after);
+    st_ckpt_free(&a);
+    st_ckpt_free(&b);
+    run_free(&r1), run_free(&r2), run_free(&h1), run_free(&h2), run_free(&o1), run_free(&o2), run_free(&bad);
+}
+
+static void test_nan_stops_and_keeps_the_checkpoint(void **state)
+{
+    (void)state;
+    struct run good = train(1, "keep.ckpt", (char *[]){"--max-steps", "5", NULL}, 0);
+    assert_int_equal(good.code, 0);
+    char path[512];
+    path_of(path, sizeof path, "keep.ckpt");
+    char *before = slurp(path);
+    struct run boom = train(2, "keep.ckpt", (char *[]){"--lr", "100", "--momentum", "0.99", "--epochs", "1", NULL}, 0);
+    assert_int_equal(boom.code, 1);
+    assert_non_null(strstr(boom.err, "not finite"));
+    assert_non_null(strstr(boom.err, "root cause"));
+    char *after = slurp(path);
+    assert_string_equal(before, after);
+    free(before), free(after);
+    run_free(&good), run_free(&boom);
+}
+
+static void test_ctrl_c_checkpoints_and_exits(void **state)
+{
+    (void)state;
+    struct run r = train(2, "int.ckpt", (char *[]){"--epochs", "50", "--batch-size", "16", NULL}, 1.5);
+    assert_int_equal(r.code, 130);
+    st_ckpt c = read_ckpt("int.ckpt");
+    assert_true(c.step > 0);
+    st_ckpt_free(&c);
+    run_free(&r);
+}
+
+static void test_bad_inputs_name_their_file(void **state)
+{
+    (void)state;
+    struct run r = train(1, "x.ckpt", (char *[]){"--model", "cnn", "--train-labels", "/no/labels", NULL}, 0);
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(r.err, "/no/labels: cannot open"));
+    run_free(&r);
+    /* Labels beyond the model's classes. */
+    r = train(1, "x.ckpt", (char *[]){"--model", "/dev/null", NULL}, 0);
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(r.err, "/dev/null: empty model"));
+    run_free(&r);
+    char model[512];
+    path_of(model, sizeof model, "five.model");
+    FILE *f = fopen(model, "w");
+    fputs("input 1 28 28\nlinear 5\n", f);
+    fclose(f);
+    r = train(1, "x.ckpt", (char *[]){"--model", model, NULL}, 0);
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(r.err, "has label 9 but model"));
+    run_free(&r);
+    const struct {
+        char *arg[3];
+        const char *fragment;
+    } flags[] = {{{"--epochs", "0"}, "--epochs 0"},       {{"--lr", "fast"}, "--lr 'fast'"},
+                 {{"--optimizer", "lbfgs"}, "--optimizer 'lbfgs'"}, {{"--schedule", "linear"}, "--schedule 'linear'"},
+                 {{"--batch-size", "-3"}, "--batch-size -3"}, {{"--bogus"}, "unknown option '--bogus'"}};
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
+        char *argv[6] = {(char *)shmtrain, flags[i].arg[0], flags[i].arg[1], NULL};
+        struct run b = run_argv(argv, 0);
+        if (b.code != 2 || !strstr(b.err, flags[i].fragment))
+            fail_msg("%s: exit %d, '%s'", flags[i].fragment, b.code, b.err);
+        run_free(&b);
+    }
+}
+
+static void test_metrics_file(void **state)
+{
+    (void)state;
+    struct run r = train(2, "m.ckpt", (char *[]){"--epochs", "5", "--max-steps", "20", "--log-every", "10", NULL}, 0);
+    assert_int_equal(r.code, 0);
+    char path[512];
+    path_of(path, sizeof path, "metrics.jsonl");
+    char *m = slurp(path);
+    assert_non_null(strstr(m, "{\"type\":\"train\",\"step\":10,"));
+    assert_non_null(strstr(m, "\"allreduce_s\":"));
+    assert_non_null(strstr(m, "\"wait_s\":"));
+    assert_non_null(strstr(m, "{\"type\":\"eval\",\"step\":20,"));
+    assert_non_null(strstr(m, "{\"type\":\"summary\",\"steps\":20,\"instances\":2,"));
+    free(m);
+    run_free(&r);
+}
+
+static void test_converges_on_fashion_mnist(void **state)
+{
+    (void)state;
+    const char *fm = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+    if (access(fm, R_OK) != 0) {
+        printf("skipped: %s is absent (scripts/install-deps.sh installs dataset-fashion-mnist)\n", fm);
+        skip();
+    }
+    char *argv[] = {(char *)shmrun, "-n", "2", "--quiet", "--log-dir", "logs", "--", (char *)shmtrain, "--model",
+                    "lenet", "--train-subset", "12800", "--test-subset", "2000", "--epochs", "3", "--quiet",
+                    "--checkpoint", "fm.ckpt", "--metrics", "fm.jsonl", NULL};
+    struct run r = run_argv(argv, 0);
+    if (r.code != 0)
+        fail_msg("training failed: %s", r.err);
+    char path[512];
+    path_of(path, sizeof path, "fm.jsonl");
+    char *m = slurp(path), *s = strstr(m, "\"best_test_accuracy\":");
+    assert_non_null(s);
+    double best = atof(s + strlen("\"best_test_accuracy\":"));
+    if (!(best >= 0.78))
+        fail_msg("best test accuracy %.4f < 0.78 after 3 epochs on 12,800 samples", best);
+    free(m);
+    run_free(&r);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    shmrun = getenv("SHMRUN");
+    shmtrain = getenv("SHMTRAIN");
+    if (!shmrun || !shmtrain)
+        return -1;
+    snprintf(dir, sizeof dir, "/tmp/test_train.%d", (int)getpid());
+    if (mkdir(dir, 0755) != 0)
+        return -1;
+    make_synthetic("train", 2048, 1);
+    make_synthetic("test", 512, 2);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_data_readers_refuse_bad_files),
+        cmocka_unit_test(test_cifar_reader),
+        cmocka_unit_test(test_sampler_shards_like_distributed_sampler),
+        cmocka_unit_test(test_checkpoint_format_and_corruption),
+        cmocka_unit_test(test_two_instances_equal_one_with_double_batch),
+        cmocka_unit_test(test_deterministic_and_resumable),
+        cmocka_unit_test(test_nan_stops_and_keeps_the_checkpoint),
+        cmocka_unit_test(test_ctrl_c_checkpoints_and_exits),
+        cmocka_unit_test(test_bad_inputs_name_their_file),
+        cmocka_unit_test(test_metrics_file),
+        cmocka_unit_test(test_converges_on_fashion_mnist),
+    };
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
