@@ -47,6 +47,8 @@ bench: deps
 	@scripts/install-deps.sh --bench
 	@$(MAKE) --no-print-directory build
 	bench/run-allreduce.sh $(BUILD)
+	bench/run-step.sh $(BUILD)
+	bench/run-train.sh $(BUILD)
 
 run: build
 	$(BUILD)/shmrun --log-dir runs -- $(BUILD)/shmtrain --model lenet --epochs 8 --schedule cosine \

@@ -11,7 +11,7 @@ set -euo pipefail
 
 required=(gcc make cmake pkg-config libdnnl-dev libhwloc-dev hwloc libcmocka-dev
           zlib1g-dev dataset-fashion-mnist)
-bench=(openmpi-bin libopenmpi-dev gnuplot-nox)
+bench=(openmpi-bin libopenmpi-dev gnuplot-nox python3-torch libopenblas0-pthread)
 
 mode=install
 want=("${required[@]}")

@@ -491,6 +491,27 @@ static void test_parser_shapes_and_text(void **state)
     st_model_destroy(m);
 }
 
+/* The preset files under models/ are the built-in presets. */
+static void test_model_files_match_presets(void **state)
+{
+    (void)state;
+    const char *dir = getenv("MODELS_DIR");
+    if (!dir)
+        fail_msg("MODELS_DIR is not set (ctest sets it)");
+    const char *names[] = {"mlp", "lenet", "cnn", "resnet"};
+    for (size_t i = 0; i < 4; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s.model", dir, names[i]);
+        st_model *file = NULL, *preset = NULL;
+        if (st_model_load(&file, path) != ST_OK)
+            fail_msg("%s", st_last_error());
+        assert_int_equal(st_model_load(&preset, names[i]), ST_OK);
+        assert_string_equal(st_model_text(file), st_model_text(preset));
+        st_model_destroy(file);
+        st_model_destroy(preset);
+    }
+}
+
 static void test_optimizers_match_torch_rules(void **state)
 {
     (void)state;
@@ -543,6 +564,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_comparison_catches_a_wrong_gradient),
         cmocka_unit_test(test_parser_errors),
         cmocka_unit_test(test_parser_shapes_and_text),
+        cmocka_unit_test(test_model_files_match_presets),
         cmocka_unit_test(test_optimizers_match_torch_rules),
         cmocka_unit_test(test_bad_labels_are_refused),
         cmocka_unit_test(test_layers_match_reference_1_thread),

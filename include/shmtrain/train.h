@@ -43,7 +43,7 @@ typedef struct st_train_options {
     const char *resume;           /* checkpoint to resume from, or NULL */
     const char *metrics;          /* JSON-lines file (default: in the log dir) */
     long train_subset, test_subset;
-    bool augment, drop_last, quiet, flush_denormals;
+    bool augment, quiet, flush_denormals;
     float target_accuracy;        /* stop once test accuracy reaches it (0 = off) */
 } st_train_options;
 

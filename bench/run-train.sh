@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# End-to-end training throughput and time-to-accuracy, shmtrain beside
+# PyTorch DDP (gloo) under the same shmrun partitionings and pinning.
+#
+#   bench/run-train.sh [BUILD_DIR] [ROUNDS] [STEPS] [MODELS] [PARTITIONS]
+#
+# defaults: build 3 300 "mlp lenet cnn" "1x1 1x2 2x1".  Rounds are
+# interleaved (every setting once per round) and the median is reported.
+# PyTorch runs when Debian's python3-torch is installed (skipped otherwise).
+set -euo pipefail
+build=${1:-build}; rounds=${2:-3}; steps=${3:-300}
+models=${4:-mlp lenet cnn}; parts=${5:-1x1 1x2 2x1}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+py=/usr/bin/python3
+torch_ok=0; $py -c 'import torch' 2>/dev/null && torch_ok=1
+here=$(cd "$(dirname "$0")" && pwd)
+median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+
+# Steady state: the median of the per-interval rates after the first
+# interval (which holds start-up: first touches, cold caches).
+samples() { grep '"type":"train"' "$1" | tail -n +2 | sed 's/.*"samples_per_s":\([0-9.]*\).*/\1/' | median; }
+run_shm() { # model n c -> samples/s
+  "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- "$build/shmtrain" --model "$1" \
+    --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/m.jsonl" --checkpoint "$tmp/c.ckpt"
+  samples "$tmp/m.jsonl"
+}
+run_torch() {
+  "$build/shmrun" -n "$2" -c "$3" --log-dir "$tmp/logs" -- $py "$here/torch_ddp.py" --model "$1" \
+    --max-steps "$steps" 2>/dev/null | grep '"pytorch-ddp"' | sed 's/.*"samples_per_s": \([0-9.]*\).*/\1/'
+}
+
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $rounds rounds; steady-state samples/s over $steps steps after 100 (shmtrain) / 20 (PyTorch) warm-up steps; batch 64 per instance"
+for r in $(seq 1 "$rounds"); do
+  for m in $models; do for p in $parts; do
+    n=${p%x*}; c=${p#*x}
+    echo "$m $p shm $(run_shm "$m" "$n" "$c")" >> "$tmp/results"
+    [ $torch_ok = 1 ] && echo "$m $p torch $(run_torch "$m" "$n" "$c")" >> "$tmp/results"
+  done; done
+done
+echo
+echo "| model | instances x cores | shmtrain samples/s (median) | PyTorch DDP samples/s | ratio | vs 1x1 |"
+echo "|---|---|---|---|---|---|"
+for m in $models; do
+  base=$(awk -v m="$m" '$1==m && $2=="1x1" && $3=="shm" {print $4}' "$tmp/results" | median)
+  for p in $parts; do
+    s=$(awk -v m="$m" -v p="$p" '$1==m && $2==p && $3=="shm" {print $4}' "$tmp/results" | median)
+    t=$(awk -v m="$m" -v p="$p" '$1==m && $2==p && $3=="torch" {print $4}' "$tmp/results" | median)
+    ratio=$([ -n "$t" ] && awk -v s="$s" -v t="$t" 'BEGIN {printf "%.2fx", s/t}' || echo "n/a")
+    t=$([ -n "$t" ] && printf "%.0f" "$t" || echo "not installed")
+    printf "| %s | %s | %.0f | %s | %s | %.2fx |\n" "$m" "$p" "$s" "$t" "$ratio" \
+      "$(awk -v s="$s" -v b="$base" 'BEGIN {print s/b}')"
+  done
+done
+echo
+echo "time to 85% test accuracy (Fashion-MNIST, evaluated every 100 steps, one run):"
+echo "| model | instances x cores | seconds | steps |"
+echo "|---|---|---|---|"
+for m in $models; do for p in $parts; do
+  n=${p%x*}; c=${p#*x}
+  "$build/shmrun" -n "$n" -c "$c" --quiet --log-dir "$tmp/logs" -- "$build/shmtrain" --model "$m" --epochs 5 \
+    --eval-every 100 --target-accuracy 0.85 --quiet --metrics "$tmp/t.jsonl" --checkpoint "$tmp/c.ckpt"
+  s=$(sed -n 's/.*"0.85":\([0-9.]*\).*/\1/p' "$tmp/t.jsonl" | tail -1)
+  st=$(grep '"type":"eval"' "$tmp/t.jsonl" | tail -1 | sed 's/.*"step":\([0-9]*\).*/\1/')
+  echo "| $m | $p | ${s:-not reached} | $st |"
+done; done

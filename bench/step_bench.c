@@ -1,0 +1,167 @@
+/* Single-process training-step benchmark: forward + loss + backward + SGD
+ * (momentum) for each preset at a fixed batch, at 1 and 2 OpenMP threads,
+ * and the share of the step each layer kind takes.
+ *
+ *   st-step-bench [--batch 64] [--rounds 5] [--seconds 1] [--models mlp,lenet,cnn] [--csv]
+ *
+ * Configurations run interleaved, round-robin, `rounds` times; the table
+ * shows the median of the rounds' mean step times (a shared VM moves single
+ * runs by tens of percent), and [min-max].
+ */
+#define _GNU_SOURCE
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "shmtrain/nn.h"
+#include "shmtrain/optim.h"
+
+#define MAX_CONFIGS 16
+#define MAX_ROUNDS 21
+
+struct config {
+    const char *model;
+    int threads;
+    double ms[MAX_ROUNDS];
+    st_net_profile prof;   /* summed over rounds */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "st-step-bench: %s: %s\n", what, st_last_error());
+    exit(1);
+}
+
+/* Mean milliseconds per step over about `seconds` of steps. */
+static double measure(struct config *c, int batch, double seconds)
+{
+    omp_set_num_threads(c->threads);  /* before the primitives exist */
+    st_model *m;
+    st_net *n;
+    st_optim *o;
+    if (st_model_load(&m, c->model) != ST_OK)
+        die("model");
+    st_net_config nc = {.batch = batch};
+    if (st_net_create(&n, m, &nc) != ST_OK)
+        die("net");
+    size_t P, in = st_model_input_size(m) * (size_t)batch;
+    float *p = st_net_params(n, &P), *g = st_net_grads(n, NULL), *x = malloc(in * sizeof(float));
+    int *y = malloc((size_t)batch * sizeof(int));
+    st_optim_config oc = {.kind = ST_OPTIM_SGD, .momentum = 0.9f};
+    if (st_optim_create(&o, P, &oc) != ST_OK)
+        die("optimizer");
+    for (size_t i = 0; i < in; i++)
+        x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    for (int i = 0; i < batch; i++)
+        y[i] = i % st_model_classes(m);
+    float loss;
+    int steps = 0;
+    double t0 = 0;
+    for (int warm = -10;; warm++) {
+        if (warm == 0) {
+            st_net_profile_enable(n, true);
+            t0 = now_s();
+        }
+        if (st_net_forward(n, x) || st_net_loss(n, y, &loss, NULL) || st_net_backward(n))
+            die("step");
+        st_optim_step(o, p, g, 0.001f);
+        if (warm >= 0 && ++steps >= 5 && now_s() - t0 >= seconds)
+            break;
+    }
+    double ms = (now_s() - t0) / steps * 1e3;
+    st_net_profile pr;
+    st_net_profile_get(n, &pr);
+    c->prof.kinds = pr.kinds;
+    for (int k = 0; k < pr.kinds; k++) {
+        c->prof.names[k] = pr.names[k];
+        c->prof.seconds[k] += pr.seconds[k] / steps;
+    }
+    free(x);
+    free(y);
+    st_optim_destroy(o);
+    st_net_destroy(n);
+    st_model_destroy(m);
+    return ms;
+}
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    int batch = 64, rounds = 5;
+    double seconds = 1.0;
+    bool csv = false;
+    char models[256] = "mlp,lenet,cnn";
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--csv")) csv = true;
+        else if (v && !strcmp(argv[i], "--batch")) batch = atoi(v), i++;
+        else if (v && !strcmp(argv[i], "--rounds")) rounds = atoi(v), i++;
+        else if (v && !strcmp(argv[i], "--seconds")) seconds = atof(v), i++;
+        else if (v && !strcmp(argv[i], "--models")) snprintf(models, sizeof models, "%s", v), i++;
+        else {
+            fprintf(stderr, "usage: st-step-bench [--batch B] [--rounds R] [--seconds S] [--models a,b] [--csv]\n");
+            return 2;
+        }
+    }
+    if (batch < 1 || rounds < 1 || rounds > MAX_ROUNDS || seconds <= 0) {
+        fprintf(stderr, "st-step-bench: need --batch >= 1, 1 <= --rounds <= %d, --seconds > 0\n", MAX_ROUNDS);
+        return 2;
+    }
+    st_nn_flush_denormals(true);
+    struct config cfg[MAX_CONFIGS];
+    int nc = 0;
+    for (char *save = NULL, *m = strtok_r(models, ",", &save); m && nc + 2 <= MAX_CONFIGS;
+         m = strtok_r(NULL, ",", &save))
+        for (int t = 1; t <= 2; t++)
+            cfg[nc++] = (struct config){.model = m, .threads = t};
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < nc; i++)
+            cfg[i].ms[r] = measure(&cfg[i], batch, seconds);
+    if (csv)
+        printf("model,threads,batch,step_ms_median,step_ms_min,step_ms_max,samples_per_s");
+    else
+        printf("%-7s %7s %10s %17s %12s  %s\n", "model", "threads", "step ms", "[min-max]", "samples/s",
+               "share of the step by layer kind");
+    if (csv) {
+        for (int k = 0; k < cfg[0].prof.kinds; k++)
+            printf(",%s_ms", cfg[0].prof.names[k]);
+        printf("\n");
+    }
+    for (int i = 0; i < nc; i++) {
+        double sorted[MAX_ROUNDS];
+        memcpy(sorted, cfg[i].ms, sizeof(double) * (size_t)rounds);
+        qsort(sorted, (size_t)rounds, sizeof(double), by_double);
+        double med = sorted[rounds / 2], total = 0;
+        for (int k = 0; k < cfg[i].prof.kinds; k++)
+            total += cfg[i].prof.seconds[k];
+        if (csv) {
+            printf("%s,%d,%d,%.3f,%.3f,%.3f,%.0f", cfg[i].model, cfg[i].threads, batch, med, sorted[0],
+                   sorted[rounds - 1], batch / med * 1e3);
+            for (int k = 0; k < cfg[i].prof.kinds; k++)
+                printf(",%.3f", cfg[i].prof.seconds[k] / rounds * 1e3);
+            printf("\n");
+            continue;
+        }
+        printf("%-7s %7d %10.3f %8.3f-%-8.3f %12.0f ", cfg[i].model, cfg[i].threads, med, sorted[0],
+               sorted[rounds - 1], batch / med * 1e3);
+        for (int k = 0; k < cfg[i].prof.kinds; k++)
+            if (cfg[i].prof.seconds[k] / total >= 0.005)
+                printf(" %s %.0f%%", cfg[i].prof.names[k], 100 * cfg[i].prof.seconds[k] / total);
+        printf("\n");
+    }
+    return 0;
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""PyTorch single-process training-step time, the peer of st-step-bench.
+
+    torch_step.py MODEL THREADS [--batch 64] [--seconds 1]
+
+Prints one line: model threads step_ms samples_per_s.  Same step as
+st-step-bench: forward, cross-entropy, backward, SGD with momentum 0.9.
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch  # noqa: E402
+import torch_models  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("model")
+ap.add_argument("threads", type=int)
+ap.add_argument("--batch", type=int, default=64)
+ap.add_argument("--seconds", type=float, default=1.0)
+a = ap.parse_args()
+torch.set_num_threads(a.threads)
+torch.manual_seed(0)
+net = torch_models.build(a.model)
+opt = torch.optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
+x = torch.rand(a.batch, 1, 28, 28) - 0.5
+y = torch.arange(a.batch) % 10
+loss_fn = torch.nn.CrossEntropyLoss()
+
+
+def step():
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(net(x), y)
+    loss.backward()
+    opt.step()
+
+
+for _ in range(10):
+    step()
+t0, steps = time.perf_counter(), 0
+while steps < 5 or time.perf_counter() - t0 < a.seconds:
+    step()
+    steps += 1
+ms = (time.perf_counter() - t0) / steps * 1e3
+print(f"{a.model} {a.threads} {ms:.3f} {a.batch / ms * 1e3:.0f}")
