@@ -78,6 +78,23 @@ int leftover_segments(const char *job_id)
     return n;
 }
 
+char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? calloc(1, (size_t)n + 1) : NULL;
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    fclose(f);
+    return s;
+}
+
 uint64_t fnv1a(const void *data, size_t bytes)
 {
     const unsigned char *p = data;

@@ -43,6 +43,9 @@ void shared_free(void *p, size_t bytes);
 /* How many /dev/shm entries belong to job_id. */
 int leftover_segments(const char *job_id);
 
+/* A whole file as a string the caller frees, or NULL if it cannot be read. */
+char *slurp(const char *path);
+
 uint64_t fnv1a(const void *data, size_t bytes);
 double mono_now(void);
 

@@ -22,23 +22,6 @@
 static const char *shmrun, *probe, *golden_dir;
 static char workdir[256];
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    fclose(f);
-    return s;
-}
-
 /* Start argv with stdout and stderr in files under workdir. */
 static pid_t spawn(char *const argv[], const char *tag)
 {

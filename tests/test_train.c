@@ -97,19 +97,11 @@ struct run {
     char *out, *err;
 };
 
-static char *slurp(const char *path)
+/* A file's text, "" when it is missing (the run wrote nothing there). */
+static char *slurp_or_empty(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)n + 1);
-    if (fread(s, 1, (size_t)n, f) != (size_t)n)
-        s[0] = '\0';
-    fclose(f);
-    return s;
+    char *s = slurp(path);
+    return s ? s : strdup("");
 }
 
 /* Run argv in `dir`; with `interrupt_after` > 0, SIGINT it that many seconds in. */
@@ -135,7 +127,7 @@ static struct run run_argv(char *const argv[], double interrupt_after)
     }
     int status;
     waitpid(pid, &status, 0);
-    struct run r = {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp(out), slurp(err)};
+    struct run r = {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp_or_empty(out), slurp_or_empty(err)};
     return r;
 }
 
@@ -414,13 +406,13 @@ static void test_deterministic_and_resumable(void **state)
     /* A checkpoint of another model is refused, and not overwritten. */
     char path[512];
     path_of(path, sizeof path, "det1.ckpt");
-    char *before = slurp(path);
+    char *before = slurp_or_empty(path);
     struct stat sb;
     stat(path, &sb);
     struct run bad = train(1, "det1.ckpt", (char *[]){"--resume", "--model", "lenet", NULL}, 0);
     assert_int_equal(bad.code, 1);
     assert_non_null(strstr(bad.err, "was written for another model"));
-    char *after = slurp(path);
+    char *after = slurp_or_empty(path);
     assert_int_equal(memcmp(before, after, (size_t)sb.st_size), 0);
     free(before), free(after);
     st_ckpt_free(&a);
@@ -435,12 +427,12 @@ static void test_nan_stops_and_keeps_the_checkpoint(void **state)
     assert_int_equal(good.code, 0);
     char path[512];
     path_of(path, sizeof path, "keep.ckpt");
-    char *before = slurp(path);
+    char *before = slurp_or_empty(path);
     struct run boom = train(2, "keep.ckpt", (char *[]){"--lr", "100", "--momentum", "0.99", "--epochs", "1", NULL}, 0);
     assert_int_equal(boom.code, 1);
     assert_non_null(strstr(boom.err, "not finite"));
     assert_non_null(strstr(boom.err, "root cause"));
-    char *after = slurp(path);
+    char *after = slurp_or_empty(path);
     assert_string_equal(before, after);
     free(before), free(after);
     run_free(&good), run_free(&boom);
@@ -500,7 +492,7 @@ static void test_metrics_file(void **state)
     assert_int_equal(r.code, 0);
     char path[512];
     path_of(path, sizeof path, "metrics.jsonl");
-    char *m = slurp(path);
+    char *m = slurp_or_empty(path);
     assert_non_null(strstr(m, "{\"type\":\"train\",\"step\":10,"));
     assert_non_null(strstr(m, "\"allreduce_s\":"));
     assert_non_null(strstr(m, "\"wait_s\":"));
@@ -526,7 +518,7 @@ static void test_converges_on_fashion_mnist(void **state)
         fail_msg("training failed: %s", r.err);
     char path[512];
     path_of(path, sizeof path, "fm.jsonl");
-    char *m = slurp(path), *s = strstr(m, "\"best_test_accuracy\":");
+    char *m = slurp_or_empty(path), *s = strstr(m, "\"best_test_accuracy\":");
     assert_non_null(s);
     double best = atof(s + strlen("\"best_test_accuracy\":"));
     if (!(best >= 0.78))
