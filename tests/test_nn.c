@@ -88,6 +88,9 @@ static const char *const LAYERS[] = {
     "input 16 8 8\nmaxpool k2",
     "input 16 7 7\nmaxpool k3 s2 p1",
     "input 5 6 6\nmaxpool k2",
+    "input 16 7 7\nmaxpool k2",                      /* odd: the last row and column drop out */
+    "input 20 9 6\nmaxpool k2",                      /* 2 blocks, one padded */
+    "input 3 8 8\nconv 6 k3 p1\nrelu\nmaxpool k2",  /* nhwc conv output, pooled */
     "input 16 8 8\navgpool k2",
     "input 8 5 5\navgpool k3 s2 p1",
     "input 16 4 4\navgpool global",

@@ -41,6 +41,10 @@ struct onednn_node {
     float *mask_scale;                   /* dropout: 0 or 1/(1-p) per element */
     size_t elems;                        /* floats in dst's buffer (padding included) */
     dnnl_memory_t dropout_diff_src;
+    /* 2x2/2 max-pool in C (see build_maxpool2) */
+    struct pool_layout { long sn, sc, sh, sw; int block, nblocks; } pool_src, pool_dst;
+    uint8_t *pool_arg;
+    dnnl_memory_t pool_target;
 };
 
 struct onednn_net {
@@ -617,11 +621,145 @@ static st_status build_relu(st_net *n, int j)
     return ST_OK;
 }
 
+/* 2x2, stride 2 max-pooling without padding (every pool in lenet and cnn),
+ * in C on the producer's layout: channels innermost in blocks (aBcd16b,
+ * aBcd8b) or all together (nhwc), so the lane loop vectorises.  oneDNN 2.6's
+ * pooling reaches only 2.5-3 GB/s on this class of machine and took a third
+ * of the conv models' step.  Ties go to the first maximum in window order,
+ * as in the reference. */
+static bool channel_innermost(const dnnl_memory_desc_t *md, struct pool_layout *l, dnnl_format_tag_t *tag)
+{
+    if (md->ndims != 4 || md->format_kind != dnnl_blocked || md->offset0 != 0)
+        return false;
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    if (b->inner_nblks == 0 && b->strides[1] == 1 && b->strides[3] == md->padded_dims[1]) {
+        l->block = (int)md->padded_dims[1];
+        l->nblocks = 1;
+        l->sc = 0;
+        *tag = dnnl_nhwc;
+    } else if (b->inner_nblks == 1 && b->inner_idxs[0] == 1 && (b->inner_blks[0] == 16 || b->inner_blks[0] == 8)) {
+        l->block = (int)b->inner_blks[0];
+        l->nblocks = (int)(md->padded_dims[1] / l->block);
+        l->sc = b->strides[1];
+        *tag = l->block == 16 ? dnnl_aBcd16b : dnnl_aBcd8b;
+    } else {
+        return false;
+    }
+    l->sn = b->strides[0];
+    l->sh = b->strides[2];
+    l->sw = b->strides[3];
+    return true;
+}
+
+/* One output row; built for several ISAs and picked at load time, since the
+ * library itself is compiled for the baseline x86-64. */
+#define ST_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+
+ST_MULTIVERSION
+static void maxpool2_row_fwd(const float *restrict r0, const float *restrict r1, float *restrict q,
+                             uint8_t *restrict a, int ow_count, int lanes, long ssw, long dsw)
+{
+    for (int ow = 0; ow < ow_count; ow++, r0 += 2 * ssw, r1 += 2 * ssw, q += dsw, a += dsw) {
+        const float *p01 = r0 + ssw, *p11 = r1 + ssw;
+        for (int c = 0; c < lanes; c++) {
+            float m = r0[c];
+            uint8_t k = 0;
+            if (p01[c] > m) m = p01[c], k = 1;
+            if (r1[c] > m) m = r1[c], k = 2;
+            if (p11[c] > m) m = p11[c], k = 3;
+            q[c] = m;
+            a[c] = k;
+        }
+    }
+}
+
+ST_MULTIVERSION
+static void maxpool2_row_bwd(float *restrict r0, float *restrict r1, const float *restrict g,
+                             const uint8_t *restrict a, int ow_count, int lanes, long ssw, long dsw)
+{
+    for (int ow = 0; ow < ow_count; ow++, r0 += 2 * ssw, r1 += 2 * ssw, g += dsw, a += dsw) {
+        float *p01 = r0 + ssw, *p11 = r1 + ssw;
+        for (int c = 0; c < lanes; c++) {
+            r0[c] = a[c] == 0 ? g[c] : 0.0f;
+            p01[c] = a[c] == 1 ? g[c] : 0.0f;
+            r1[c] = a[c] == 2 ? g[c] : 0.0f;
+            p11[c] = a[c] == 3 ? g[c] : 0.0f;
+        }
+    }
+}
+
+static void maxpool2_fwd(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct onednn_node *dn = x->dn;
+    const struct pool_layout *s = &dn->pool_src, *d = &dn->pool_dst;
+    const float *src = mem_ptr(n->x[x->in].dst.mem);
+    float *dst = mem_ptr(x->dst.mem);
+    uint8_t *arg = dn->pool_arg;
+    const int N = n->batch, NB = s->nblocks, B = s->block, OH = x->nd->h, OW = x->nd->w;
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int i = 0; i < N; i++)
+        for (int cb = 0; cb < NB; cb++)
+            for (int oh = 0; oh < OH; oh++) {
+                const float *r0 = src + i * s->sn + cb * s->sc + 2L * oh * s->sh;
+                const long o = i * d->sn + cb * d->sc + oh * d->sh;
+                maxpool2_row_fwd(r0, r0 + s->sh, dst + o, arg + o, OW, B, s->sw, d->sw);
+            }
+}
+
+static void maxpool2_bwd(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct xnode *px = &n->x[x->in];
+    const struct onednn_node *dn = x->dn;
+    const struct pool_layout *s = &dn->pool_src, *d = &dn->pool_dst;
+    const float *dy = mem_ptr(x->diff.mem);
+    float *dx = mem_ptr(dn->pool_target);
+    const uint8_t *arg = dn->pool_arg;
+    const int N = n->batch, NB = s->nblocks, B = s->block, OH = x->nd->h, OW = x->nd->w;
+    if (px->nd->h != 2 * OH || px->nd->w != 2 * OW)  /* an odd edge row/column gets no gradient */
+        memset(dx, 0, dnnl_memory_desc_get_size(&px->dst.md));
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int i = 0; i < N; i++)
+        for (int cb = 0; cb < NB; cb++)
+            for (int oh = 0; oh < OH; oh++) {
+                float *r0 = dx + i * s->sn + cb * s->sc + 2L * oh * s->sh;
+                const long o = i * d->sn + cb * d->sc + oh * d->sh;
+                maxpool2_row_bwd(r0, r0 + s->sh, dy + o, arg + o, OW, B, s->sw, d->sw);
+            }
+}
+
+static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
+{
+    struct xnode *x = &n->x[j];
+    struct xnode *px = &n->x[x->in];
+    struct onednn_node *dn = x->dn;
+    dnnl_dims_t dd = {n->batch, x->nd->c, x->nd->h, x->nd->w};
+    dnnl_memory_desc_t md;
+    dnnl_format_tag_t dtag;
+    TRY(dnnl_memory_desc_init_by_tag(&md, 4, dd, dnnl_f32, tag));
+    OK(set_dst(n, x, &md));
+    if (!channel_innermost(&x->dst.md, &dn->pool_dst, &dtag) || dn->pool_dst.block != dn->pool_src.block)
+        return st_fail(ST_ERR_BACKEND, "max-pool: unexpected output layout (model line %d)", x->nd->line);
+    if (!(dn->pool_arg = calloc(dn->elems, 1)))
+        return st_fail(ST_ERR_NOMEM, "net: out of memory");
+    snprintf(x->impl, sizeof x->impl, "C 2x2/2 max, %s", tag == dnnl_nhwc ? "nhwc" : "blocked");
+    OK(add_step(n, &dn->fwd, maxpool2_fwd, NODE_MAXPOOL));
+    if (!px->wants_diff)
+        return ST_OK;
+    OK(add_step(n, &dn->bwd, maxpool2_bwd, NODE_MAXPOOL));
+    return deliver(n, j, x->in, &px->dst.md, NULL, &dn->pool_target);
+}
+
 static st_status build_pool(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     struct xnode *px = &n->x[x->in];
     const struct node *nd = x->nd, *s = px->nd;
+    dnnl_format_tag_t tag;
+    if (x->kind == NODE_MAXPOOL && nd->k == 2 && nd->s == 2 && nd->p == 0 && !getenv("SHMTRAIN_ONEDNN_POOL") &&
+        channel_innermost(&px->dst.md, &x->dn->pool_src, &tag))
+        return build_maxpool2(n, j, tag);
     dnnl_alg_kind_t alg = x->kind == NODE_MAXPOOL ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
     dnnl_dims_t kernel = {nd->k, nd->k}, strides = {nd->s, nd->s}, pad = {nd->p, nd->p}, dil = {0, 0};
     if (nd->global) {
@@ -970,6 +1108,7 @@ void onednn_destroy(st_net *n)
         free(dn->fwd_infer.v);
         free(dn->bwd.v);
         free(dn->mask_scale);
+        free(dn->pool_arg);
         free(dn);
     }
     if (!d)
