@@ -2,6 +2,7 @@
 #include "forkranks.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -76,6 +77,20 @@ int leftover_segments(const char *job_id)
             n++;
     closedir(d);
     return n;
+}
+
+pid_t spawn_redirected(char *const argv[], const char *cwd, const char *out, const char *err)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || chdir(cwd) != 0)
+            _exit(125);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
 }
 
 char *slurp(const char *path)

@@ -43,6 +43,10 @@ void shared_free(void *p, size_t bytes);
 /* How many /dev/shm entries belong to job_id. */
 int leftover_segments(const char *job_id);
 
+/* Fork and exec argv[0] in directory `cwd`, its stdout and stderr going to
+ * the files `out` and `err`.  Returns the child's pid (or -1). */
+pid_t spawn_redirected(char *const argv[], const char *cwd, const char *out, const char *err);
+
 /* A whole file as a string the caller frees, or NULL if it cannot be read. */
 char *slurp(const char *path);
 

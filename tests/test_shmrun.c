@@ -28,18 +28,7 @@ static pid_t spawn(char *const argv[], const char *tag)
     char out[512], err[512];
     snprintf(out, sizeof out, "%s/%s.out", workdir, tag);
     snprintf(err, sizeof err, "%s/%s.err", workdir, tag);
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(o, 1);
-        dup2(e, 2);
-        if (chdir(workdir) != 0)
-            _exit(125);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
+    return spawn_redirected(argv, workdir, out, err);
 }
 
 struct result {

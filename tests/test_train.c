@@ -110,17 +110,7 @@ static struct run run_argv(char *const argv[], double interrupt_after)
     char out[512], err[512];
     path_of(out, sizeof out, "run.out");
     path_of(err, sizeof err, "run.err");
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(o, 1);
-        dup2(e, 2);
-        if (chdir(dir) != 0)
-            _exit(125);
-        execv(argv[0], argv);
-        _exit(127);
-    }
+    pid_t pid = spawn_redirected(argv, dir, out, err);
     if (interrupt_after > 0) {
         usleep((useconds_t)(interrupt_after * 1e6));
         kill(pid, SIGINT);
