@@ -24,12 +24,13 @@ run_shm() { # model n c -> samples/s
     --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/m.jsonl" --checkpoint "$tmp/c.ckpt"
   samples "$tmp/m.jsonl"
 }
-run_torch() {
-  "$build/shmrun" -n "$2" -c "$3" --log-dir "$tmp/logs" -- $py "$here/torch_ddp.py" --model "$1" \
-    --max-steps "$steps" 2>/dev/null | grep '"pytorch-ddp"' | sed 's/.*"samples_per_s": \([0-9.]*\).*/\1/'
+run_torch() { # the same measure from the peer's metrics file (same format)
+  "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- $py "$here/torch_ddp.py" --model "$1" \
+    --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/t.jsonl"
+  samples "$tmp/t.jsonl"
 }
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $rounds rounds; steady-state samples/s over $steps steps after 100 (shmtrain) / 20 (PyTorch) warm-up steps; batch 64 per instance"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $rounds rounds; steady-state samples/s over $steps steps after 100 warm-up steps (both systems); batch 64 per instance"
 for r in $(seq 1 "$rounds"); do
   for m in $models; do for p in $parts; do
     n=${p%x*}; c=${p#*x}

@@ -1,16 +1,31 @@
 #!/usr/bin/env python3
-"""PyTorch DDP (gloo, CPU) trainer, the peer of `shmrun -- shmtrain` for the benchmarks.
+"""PyTorch DDP (gloo, CPU): shmtrain's peer for benchmarks and `shmrun --sweep --compare-torch`.
 
 Run one process per instance under shmrun, which pins it and sets RANK,
-WORLD_SIZE, OMP_NUM_THREADS (shmrun -n 2 -- python3 torch_ddp.py --model lenet ...).
-Same data (Fashion-MNIST IDX), model, per-instance batch, optimizer (SGD,
-momentum 0.9) and learning rate as shmtrain's defaults; the global batch is
-sharded with DistributedSampler.  Prints a JSON summary line with samples/s.
+WORLD_SIZE, OMP_NUM_THREADS and SHMTRAIN_LOG_DIR:
+
+    shmrun -n 2 -- python3 bench/torch_ddp.py --model lenet --max-steps 300
+
+It takes shmtrain's own options (the training ones; see docs/training.md) and
+does what shmtrain does with them: the same presets, data (IDX, per-channel
+normalisation with the training set's statistics), DistributedSampler sharding
+with drop_last, per-instance batch, SGD/AdamW, weight decay, clipping, learning
+rate schedules with warm-up, sharded evaluation every K steps or each epoch,
+and a target accuracy.  It writes shmtrain's metrics format (JSON lines: run,
+train, eval, summary) so one report reads both.  shmtrain options it cannot
+honour (CIFAR, augmentation, resume) are refused; output-only ones
+(checkpoints, replica checks, denormal flushing) are accepted and ignored.
+
+Time split: DDP overlaps the gradient all-reduce with the backward pass, so
+`allreduce_s` is the time the all-reduces were in flight (from a comm hook)
+and `compute_s` the rest of the step; there is no separate wait figure.
 """
 import argparse
 import gzip
 import json
+import math
 import os
+import resource
 import struct
 import sys
 import time
@@ -21,57 +36,281 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch_models  # noqa: E402
 
+THRESHOLDS = (0.80, 0.85, 0.88, 0.89, 0.90, 0.91)
+
+
+def fail(msg, code=1):
+    print(f"torch_ddp.py: {msg}", file=sys.stderr)
+    sys.exit(code)
+
 
 def read_idx(path):
-    with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
-        data = f.read()
+    try:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        fail(f"{path}: {e.strerror or e}")
+    if len(data) < 4 or data[0] or data[1] or data[2] != 8:
+        fail(f"{path}: not an unsigned-byte IDX file")
     ndims = data[3]
     dims = struct.unpack(">" + "I" * ndims, data[4:4 + 4 * ndims])
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndims).reshape(dims)
 
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--model", default="lenet")
-ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-ap.add_argument("--batch-size", type=int, default=64)
-ap.add_argument("--lr", type=float, default=0.05)
-ap.add_argument("--max-steps", type=int, default=300)
-ap.add_argument("--warmup-steps", type=int, default=20)
-a = ap.parse_args()
+def idx_path(directory, stem):
+    for name in (stem + ".gz", stem):
+        if os.path.exists(os.path.join(directory, name)):
+            return os.path.join(directory, name)
+    fail(f"{directory}: no {stem}[.gz]")
 
-rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-port = 29500 + (int(os.environ.get("SHMTRAIN_JOB_ID", "0").split("-")[-1]) % 1000 if "SHMTRAIN_JOB_ID" in os.environ else 0)
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-torch.manual_seed(1)
-images = read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz"))
-labels = read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz"))
-x_all = torch.from_numpy(images.astype(np.float32) / 255.0).unsqueeze(1)
-x_all = (x_all - x_all.mean()) / x_all.std()
-y_all = torch.from_numpy(labels.astype(np.int64))
-ds = torch.utils.data.TensorDataset(x_all, y_all)
-sampler = torch.utils.data.distributed.DistributedSampler(ds, world, rank, shuffle=True, seed=1, drop_last=True)
-loader = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, sampler=sampler, drop_last=True)
-net = torch.nn.parallel.DistributedDataParallel(torch_models.build(a.model))
-opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=0.9)
-loss_fn = torch.nn.CrossEntropyLoss()
-steps, t0, epoch = 0, None, 0
-while steps < a.max_steps + a.warmup_steps:
-    sampler.set_epoch(epoch)
-    for x, y in loader:
-        if steps == a.warmup_steps:
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add = ap.add_argument
+    add("--model", default="lenet")
+    add("--data", default="/usr/share/datasets/fashion-mnist")
+    for f in ("--train-images", "--train-labels", "--test-images", "--test-labels"):
+        add(f)
+    add("--train-subset", type=int)
+    add("--test-subset", type=int)
+    add("--epochs", type=int, default=1)
+    add("--max-steps", type=int)
+    add("--batch-size", type=int, default=64)
+    add("--optimizer", choices=("sgd", "adamw"), default="sgd")
+    add("--lr", type=float, default=0.05)
+    add("--momentum", type=float)
+    add("--nesterov", action="store_true")
+    add("--weight-decay", type=float, default=0.0)
+    add("--clip-norm", type=float)
+    add("--scale-lr", action="store_true")
+    add("--schedule", choices=("constant", "step", "cosine"), default="constant")
+    add("--warmup", type=int, default=0)
+    add("--step-size", type=int, default=0)
+    add("--gamma", type=float, default=0.1)
+    add("--min-lr", type=float, default=0.0)
+    add("--seed", type=int, default=1)
+    add("--target-accuracy", type=float, default=0.0)
+    add("--eval-every", type=int, default=0)
+    add("--log-every", type=int, default=50)
+    add("--metrics")
+    add("--quiet", action="store_true")
+    # Accepted so a shmtrain command line runs unchanged; they only change output.
+    add("--checkpoint")
+    add("--no-flush-denormals", action="store_true")
+    add("--check-replicas", type=int)
+    args, rest = ap.parse_known_args()
+    for flag in ("--cifar", "--cifar100", "--augment", "--resume", "--checkpoint-every"):
+        if any(r == flag or r.startswith(flag + "=") for r in rest):
+            fail(f"{flag}: not supported by the PyTorch peer", 2)
+    if rest:
+        fail(f"unknown option '{rest[0]}'", 2)
+    return args
+
+
+def lr_at(a, step, total, base):
+    if a.warmup and step < a.warmup:
+        return base * (step + 1) / a.warmup
+    t = step - a.warmup
+    if a.schedule == "step":
+        return base * (a.gamma if a.gamma > 0 else 0.1) ** (t // a.step_size) if a.step_size else base
+    if a.schedule == "cosine":
+        span = total - a.warmup if total > a.warmup else 1
+        frac = 1.0 if t >= span else t / span
+        return a.min_lr + (base - a.min_lr) * 0.5 * (1.0 + math.cos(math.pi * frac))
+    return base
+
+
+class InFlight:
+    """Seconds DDP's all-reduces were in flight, summed over buckets."""
+    seconds = 0.0
+
+
+def timed_allreduce_hook(state, bucket):
+    """DDP's default all-reduce (average), timed per bucket."""
+    t0 = time.perf_counter()
+    buf = bucket.buffer().div_(dist.get_world_size())
+    fut = dist.all_reduce(buf, async_op=True).get_future()
+
+    def done(f):
+        InFlight.seconds += time.perf_counter() - t0
+        return f.value()[0]
+    return fut.then(done)
+
+
+def main():
+    a = parse_args()
+    start = time.perf_counter()
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if not a.no_flush_denormals:
+        torch.set_flush_denormal(True)
+    log_dir = os.environ.get("SHMTRAIN_LOG_DIR")
+    if log_dir:  # the attempt directory is fresh and shared by the gang: no ports to collide
+        init = "file://" + os.path.join(os.path.abspath(log_dir), "torch-ddp-store")
+    else:
+        init = "tcp://127.0.0.1:%d" % (29500 + os.getpid() % 1000 if world == 1 else 29500)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+
+    paths = [a.train_images, a.train_labels, a.test_images, a.test_labels]
+    stems = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+             "t10k-labels-idx1-ubyte")
+    paths = [p or idx_path(a.data, s) for p, s in zip(paths, stems)]
+    xtr, ytr, xte, yte = (read_idx(p) for p in paths)
+    if a.train_subset:
+        xtr, ytr = xtr[:a.train_subset], ytr[:a.train_subset]
+    if a.test_subset:
+        xte, yte = xte[:a.test_subset], yte[:a.test_subset]
+    to_float = lambda x: torch.from_numpy(x.astype(np.float32) / 255.0).unsqueeze(1)  # noqa: E731
+    xtr, xte = to_float(xtr), to_float(xte)
+    mean, std = xtr.mean(), xtr.std()
+    xtr, xte = (xtr - mean) / std, (xte - mean) / std
+    train = torch.utils.data.TensorDataset(xtr, torch.from_numpy(ytr.astype(np.int64)))
+    test = torch.utils.data.TensorDataset(xte, torch.from_numpy(yte.astype(np.int64)))
+    sampler = torch.utils.data.distributed.DistributedSampler(train, world, rank, shuffle=True, seed=a.seed,
+                                                              drop_last=True)
+
+    def batches():
+        # DistributedSampler's indices, cut into batches and gathered with one
+        # index operation: what DataLoader(drop_last=True) yields, without
+        # collating 64 single samples per step in Python.
+        order = torch.tensor(list(sampler))
+        for k in range(len(order) // a.batch_size):
+            idx = order[k * a.batch_size:(k + 1) * a.batch_size]
+            yield train.tensors[0][idx], train.tensors[1][idx]
+    test_sampler = torch.utils.data.distributed.DistributedSampler(test, world, rank, shuffle=False)
+    test_idx = torch.tensor(list(test_sampler))
+
+    torch.manual_seed(a.seed)
+    model = torch_models.build(a.model)
+    params = sum(p.numel() for p in model.parameters())
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    hook = InFlight
+    net.register_comm_hook(None, timed_allreduce_hook)
+    base_lr = a.lr * (world if a.scale_lr else 1)
+    if a.optimizer == "sgd":
+        mom = 0.9 if a.momentum is None else a.momentum
+        opt = torch.optim.SGD(net.parameters(), lr=base_lr, momentum=mom, nesterov=a.nesterov,
+                              weight_decay=a.weight_decay)
+    else:
+        opt = torch.optim.AdamW(net.parameters(), lr=base_lr, weight_decay=a.weight_decay)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    steps_per_epoch = len(sampler) // a.batch_size
+    total = steps_per_epoch * a.epochs
+    if a.max_steps:
+        total = min(total, a.max_steps)
+
+    metrics = None
+    if rank == 0:
+        path = a.metrics or os.path.join(log_dir or ".", "metrics.jsonl")
+        metrics = open(path, "w", buffering=1)
+
+    def emit(**record):
+        if metrics:
+            metrics.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    emit(type="run", system="pytorch-ddp", instances=world, threads=torch.get_num_threads(), model=a.model,
+         params=params, batch_per_instance=a.batch_size, torch=torch.__version__, first_step=0)
+
+    best, last_acc, reached = 0.0, float("nan"), {}
+
+    def evaluate(step, epoch):
+        nonlocal best, last_acc
+        t0 = time.perf_counter()
+        net.eval()
+        sums = torch.zeros(3, dtype=torch.float64)
+        with torch.no_grad():
+            for k in range(0, len(test_idx), 256):
+                idx = test_idx[k:k + 256]
+                x, y = test.tensors[0][idx], test.tensors[1][idx]
+                out = net.module(x)
+                sums += torch.tensor([float(loss_fn(out, y)) * len(y), float((out.argmax(1) == y).sum()), len(y)],
+                                     dtype=torch.float64)
+        dist.all_reduce(sums)
+        net.train()
+        acc, loss = float(sums[1] / sums[2]), float(sums[0] / sums[2])
+        at = time.perf_counter() - start
+        best, last_acc = max(best, acc), acc
+        for th in THRESHOLDS + ((a.target_accuracy,) if a.target_accuracy else ()):
+            if acc >= th and "%.2f" % th not in reached:
+                reached["%.2f" % th] = round(at, 2)
+        emit(type="eval", step=step, epoch=epoch, test_loss=round(loss, 6), test_accuracy=round(acc, 5),
+             time_s=round(at, 3), eval_s=round(time.perf_counter() - t0, 3))
+        return time.perf_counter() - t0
+
+    step, done, train_s = 0, False, 0.0
+    compute = loss_sum = correct = 0.0
+    interval_steps, hook.seconds = 0, 0.0
+    interval_start = time.perf_counter()
+    train_start = interval_start
+    last_eval = -1
+    for epoch in range(a.epochs):
+        sampler.set_epoch(epoch)
+        for x, y in batches():
+            if step >= total:
+                done = True
+                break
             t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(net(x), y)
-        loss.backward()
-        opt.step()
-        steps += 1
-        if steps >= a.max_steps + a.warmup_steps:
+            for g in opt.param_groups:
+                g["lr"] = lr_at(a, step, total, base_lr)
+            opt.zero_grad(set_to_none=True)
+            out = net(x)
+            loss = loss_fn(out, y)
+            loss.backward()
+            if a.clip_norm:
+                torch.nn.utils.clip_grad_norm_(net.parameters(), a.clip_norm)
+            opt.step()
+            compute += time.perf_counter() - t0
+            loss_sum += float(loss)
+            correct += float((out.argmax(1) == y).float().mean())
+            step += 1
+            interval_steps += 1
+            if step % a.log_every == 0 or step == total:
+                span = time.perf_counter() - interval_start
+                emit(type="train", step=step, epoch=round(epoch + (step - epoch * steps_per_epoch) / steps_per_epoch, 4),
+                     loss=round(loss_sum / interval_steps, 6), accuracy=round(correct / interval_steps, 5),
+                     lr=opt.param_groups[0]["lr"], samples_per_s=round(interval_steps * world * a.batch_size / span, 1),
+                     time_s=round(time.perf_counter() - start, 3), compute_s=round(compute - hook.seconds, 4),
+                     allreduce_s=round(hook.seconds, 4))
+                if rank == 0 and not a.quiet:
+                    print(f"step {step}/{total} loss {loss_sum / interval_steps:.4f} "
+                          f"{interval_steps * world * a.batch_size / span:.0f} samples/s", flush=True)
+                compute = loss_sum = correct = 0.0
+                interval_steps, hook.seconds = 0, 0.0
+                interval_start = time.perf_counter()
+            if a.eval_every and step % a.eval_every == 0:
+                interval_start += evaluate(step, epoch)
+                last_eval = step
+                if a.target_accuracy and best >= a.target_accuracy:
+                    done = True
+                    break
+        if done:
             break
-    epoch += 1
-seconds = time.perf_counter() - t0
-if rank == 0:
-    print(json.dumps({"type": "summary", "system": "pytorch-ddp", "model": a.model, "instances": world,
-                      "steps": a.max_steps, "samples_per_s": a.max_steps * world * a.batch_size / seconds,
-                      "loss": float(loss)}))
-dist.destroy_process_group()
+        if not a.eval_every:
+            interval_start += evaluate(step, epoch + 1)
+            last_eval = step
+            if a.target_accuracy and best >= a.target_accuracy:
+                break
+    train_s = time.perf_counter() - train_start
+    if last_eval != step:
+        evaluate(step, epoch)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    emit(type="summary", steps=step, instances=world, batch_per_instance=a.batch_size,
+         total_s=round(time.perf_counter() - start, 3), train_s=round(train_s, 3),
+         samples_per_s=round(step * world * a.batch_size / train_s, 1) if train_s > 0 else 0,
+         final_test_accuracy=round(last_acc, 5), best_test_accuracy=round(best, 5), time_to_accuracy_s=reached,
+         max_rss_mb=round(rss / 1024, 1))
+    if rank == 0 and not a.quiet:
+        print(json.dumps({"type": "summary", "system": "pytorch-ddp", "model": a.model, "instances": world,
+                          "steps": step, "samples_per_s": step * world * a.batch_size / train_s}), flush=True)
+    if metrics:
+        metrics.close()
+    # Everyone is done once all pass this barrier.  Exit without tearing the
+    # group down: FileStore's teardown can hang when a peer has already gone.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -205,7 +206,8 @@ static void reap(struct attempt *a, struct live *lv, double t0, int *alive, bool
 {
     int status;
     pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    struct rusage ru;
+    while ((pid = wait4(-1, &status, WNOHANG, &ru)) > 0) {
         int r = 0;
         while (r < a->world && a->ranks[r].pid != pid)
             r++;
@@ -219,6 +221,9 @@ static void reap(struct attempt *a, struct live *lv, double t0, int *alive, bool
         res->exited = WIFEXITED(status);
         res->signal = res->signaled ? WTERMSIG(status) : 0;
         res->exit_code = res->exited ? WEXITSTATUS(status) : -1;
+        res->max_rss_kb = ru.ru_maxrss;
+        res->cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+                     (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
         bool failed = res->signaled || res->exit_code != 0;
         fprintf(o->launcher_log, "%.3f s: rank %d (pid %d) %s %d\n", res->end_s, r, (int)pid,
                 res->signaled ? "killed by signal" : "exited with", res->signaled ? res->signal : res->exit_code);
@@ -446,6 +451,19 @@ void gang_print_summary(FILE *f, const st_plan *p, const struct attempt *a, cons
     } else if (a->user_signal) {
         fprintf(f, "interrupted by %s\n", strsignal(a->user_signal));
     }
+}
+
+void gang_write_report(FILE *f, const st_plan *p, const struct attempt *a, const char *job_id)
+{
+    fprintf(f, "{\"job\":\"%s\",\"instances\":%d,\"seconds\":%.3f,\"ok\":%s,\"ranks\":[", job_id, a->world,
+            a->seconds, a->root_cause < 0 && !a->user_signal ? "true" : "false");
+    for (int r = 0; r < a->world; r++) {
+        const struct rank_result *rr = &a->ranks[r];
+        fprintf(f, "%s{\"rank\":%d,\"pus\":\"%s\",\"exit\":%d,\"signal\":%d,\"max_rss_kb\":%ld,\"cpu_s\":%.3f,"
+                   "\"end_s\":%.3f}", r ? "," : "", r, p->inst[r].pu_list, rr->exit_code, rr->signal,
+                rr->max_rss_kb, rr->cpu_s, rr->end_s);
+    }
+    fprintf(f, "]}\n");
 }
 
 void attempt_free(struct attempt *a)

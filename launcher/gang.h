@@ -32,6 +32,8 @@ struct rank_result {
     int signal;               /* valid if signaled */
     bool signaled, exited, stopped_by_us;
     double end_s;             /* seconds since the attempt started */
+    long max_rss_kb;          /* peak resident set of the instance (wait4) */
+    double cpu_s;             /* user + system CPU seconds */
     char log_path[512];
 };
 
@@ -49,6 +51,10 @@ int gang_run(const st_topo *t, const st_plan *p, const struct gang_options *o, s
 
 /* The failure table: rank, pid, cores, how it ended, log. */
 void gang_print_summary(FILE *f, const st_plan *p, const struct attempt *a, const char *job_id);
+
+/* The attempt as one JSON object (`shmrun --report`): per rank its CPUs,
+ * how it ended, peak memory and CPU time. */
+void gang_write_report(FILE *f, const st_plan *p, const struct attempt *a, const char *job_id);
 
 void attempt_free(struct attempt *a);
 

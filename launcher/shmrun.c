@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gang.h"
+#include "sweep_run.h"
 #include "shmtrain/coll.h"
 #include "shmtrain/topo.h"
 
@@ -28,7 +29,10 @@ struct options {
     const char *log_dir;
     int max_restarts;
     double grace_s;
+    const char *grace_arg, *bind_arg, *report;
     char **argv;
+    struct sweep_job sweep;
+    bool sweeping;
 };
 
 static void usage(FILE *f)
@@ -97,7 +101,8 @@ static int whole_number(const char *flag, const char *v, int min)
 static struct options parse(int argc, char **argv)
 {
     enum { O_CORES = 256, O_NODES, O_LOGICAL, O_NOCROSS, O_BIND, O_XML, O_SYNTH, O_ALLOWED, O_DRY,
-           O_JSON, O_JOB, O_LOGDIR, O_TEE, O_QUIET, O_RESTARTS, O_GRACE, O_VERSION };
+           O_JSON, O_JOB, O_LOGDIR, O_TEE, O_QUIET, O_RESTARTS, O_GRACE, O_VERSION, O_REPORT, O_SWEEP,
+           O_REPEATS, O_SWEEPOUT, O_TARGET, O_TORCH };
     static const struct option longopts[] = {
         {"ninstances", required_argument, 0, 'n'}, {"ncores-per-instance", required_argument, 0, 'c'},
         {"cores-list", required_argument, 0, O_CORES}, {"nodes-list", required_argument, 0, O_NODES},
@@ -108,8 +113,11 @@ static struct options parse(int argc, char **argv)
         {"job-id", required_argument, 0, O_JOB}, {"log-dir", required_argument, 0, O_LOGDIR},
         {"tee-all", no_argument, 0, O_TEE}, {"quiet", no_argument, 0, O_QUIET},
         {"max-restarts", required_argument, 0, O_RESTARTS}, {"grace", required_argument, 0, O_GRACE},
+        {"report", required_argument, 0, O_REPORT}, {"sweep", required_argument, 0, O_SWEEP},
+        {"repeats", required_argument, 0, O_REPEATS}, {"sweep-out", required_argument, 0, O_SWEEPOUT},
+        {"target-accuracy", required_argument, 0, O_TARGET}, {"compare-torch", optional_argument, 0, O_TORCH},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
-    struct options o = {.log_dir = "shmrun-logs", .grace_s = 10};
+    struct options o = {.log_dir = "shmrun-logs", .grace_s = 10, .sweep = {.repeats = 3}};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "+:n:c:h", longopts, NULL)) != -1) {
@@ -125,6 +133,7 @@ static struct options parse(int argc, char **argv)
             else if (!strcmp(optarg, "numa")) o.req.bind = ST_BIND_NUMA;
             else if (!strcmp(optarg, "none")) o.req.bind = ST_BIND_NONE;
             else bad_flag("--bind '%s': use core, numa or none", optarg);
+            o.bind_arg = optarg;
             break;
         case O_XML: o.topo_kind = ST_TOPO_XML; o.topo_arg = optarg; break;
         case O_SYNTH: o.topo_kind = ST_TOPO_SYNTHETIC; o.topo_arg = optarg; break;
@@ -145,8 +154,21 @@ static struct options parse(int argc, char **argv)
             o.grace_s = strtod(optarg, &end);
             if (*end || !(o.grace_s >= 0) || o.grace_s > 3600)
                 bad_flag("--grace '%s': not a number of seconds (0-3600)", optarg);
+            o.grace_arg = optarg;
             break;
         }
+        case O_REPORT: o.report = optarg; break;
+        case O_SWEEP: o.sweep.spec = optarg; o.sweeping = true; break;
+        case O_REPEATS: o.sweep.repeats = whole_number("--repeats", optarg, 1); break;
+        case O_SWEEPOUT: o.sweep.out_dir = optarg; break;
+        case O_TARGET: {
+            char *end;
+            o.sweep.target = strtod(optarg, &end);
+            if (*end || end == optarg || !(o.sweep.target > 0 && o.sweep.target <= 1))
+                bad_flag("--target-accuracy '%s': not a fraction in (0, 1]", optarg);
+            break;
+        }
+        case O_TORCH: o.sweep.compare_torch = true; o.sweep.torch_script = optarg; break;
         case 'h': usage(stdout); exit(0);
         case O_VERSION: printf("shmrun %s\n", SHMRUN_VERSION); exit(0);
         case ':': bad_flag("%s needs a value", argv[optind - 1]);
@@ -160,10 +182,18 @@ static struct options parse(int argc, char **argv)
         bad_flag("--json goes with --dry-run");
     if (optind < argc)
         o.argv = argv + optind;
+    if (o.sweeping && !o.argv && !o.dry_run)
+        bad_flag("--sweep needs the job to run: shmrun --sweep 1x2,2x1 -- shmtrain [args...]");
     if (!o.argv && !o.dry_run)
         bad_flag("no program given: shmrun [options] -- program [args...]");
     if (o.topo_kind != ST_TOPO_MACHINE && !o.dry_run)
         bad_flag("--topology-xml/--synthetic describe another machine: add --dry-run");
+    if (!o.sweeping && (o.sweep.out_dir || o.sweep.target > 0 || o.sweep.compare_torch || o.sweep.repeats != 3))
+        bad_flag("--repeats, --sweep-out, --target-accuracy and --compare-torch go with --sweep");
+    if (o.sweeping && (o.req.ninstances || o.req.cores_per_instance))
+        bad_flag("--sweep names the settings itself: drop -n/-c");
+    if (o.sweeping && (o.json || o.report || o.max_restarts || o.job_id || o.tee_all))
+        bad_flag("--json, --report, --max-restarts, --job-id and --tee-all do not go with --sweep");
     return o;
 }
 
@@ -216,6 +246,21 @@ static void log_header(FILE *log, const st_plan *plan, int argc, char **argv, co
     st_plan_write_json(plan, log);
 }
 
+static int write_report(const char *path, const st_plan *plan, const struct attempt *a, const char *job)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "shmrun: --report %s: cannot write: %s\n", path, strerror(errno));
+        return -1;
+    }
+    gang_write_report(f, plan, a, job);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "shmrun: --report %s: write failed\n", path);
+        return -1;
+    }
+    return 0;
+}
+
 static int run_job(const st_topo *topo, const st_plan *plan, const struct options *o, int argc, char **argv)
 {
     char job[80], dir[1024], log_path[1100];
@@ -263,11 +308,12 @@ static int run_job(const st_topo *topo, const st_plan *plan, const struct option
             fprintf(log, "removed %d shared-memory segment(s) left by the gang\n", removed);
         bool ok = a.root_cause < 0 && !a.user_signal;
         gang_print_summary(log, plan, &a, job);
+        bool reported = !o->report || write_report(o->report, plan, &a, job) == 0;
         if (ok) {
             if (!o->quiet)
                 fprintf(stderr, "shmrun: all %d instance%s exited 0 in %.1f s\n", a.world,
                         a.world == 1 ? "" : "s", a.seconds);
-            rc = 0;
+            rc = reported ? 0 : 1;
         } else {
             fprintf(stderr, "\nshmrun: job %s FAILED (attempt %d of %d)\n", job, attempt + 1,
                     o->max_restarts + 1);
@@ -285,6 +331,47 @@ static int run_job(const st_topo *topo, const st_plan *plan, const struct option
     return rc;
 }
 
+/* The flags every run of a sweep repeats: all partitioning flags but -n/-c. */
+static void sweep_child_flags(struct options *o, char **flags)
+{
+    int k = 0;
+    if (o->bind_arg) {
+        flags[k++] = "--bind";
+        flags[k++] = (char *)o->bind_arg;
+    }
+    if (o->req.use_logical_cores)
+        flags[k++] = "--use-logical-cores";
+    if (o->req.refuse_cross_numa)
+        flags[k++] = "--no-cross-numa";
+    const char *lists[][2] = {{"--cores-list", o->req.cpu_list}, {"--nodes-list", o->req.node_list},
+                              {"--allowed-cpus", o->req.allowed_cpus}, {"--grace", o->grace_arg}};
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        if (lists[i][1]) {
+            flags[k++] = (char *)lists[i][0];
+            flags[k++] = (char *)lists[i][1];
+        }
+    flags[k] = NULL;
+    o->sweep.child_flags = flags;
+}
+
+static int sweep(struct options *o, const st_topo *topo)
+{
+    char *flags[16], out[256];
+    sweep_child_flags(o, flags);
+    if (!o->sweep.out_dir) {
+        time_t now = time(NULL);
+        struct tm tm;
+        localtime_r(&now, &tm);
+        strftime(out, sizeof out, "shmrun-sweep/%Y%m%d-%H%M%S", &tm);
+        o->sweep.out_dir = out;
+    }
+    o->sweep.dry_run = o->dry_run;
+    o->sweep.argv = o->argv;
+    o->sweep.req = o->req;
+    o->sweep.version = SHMRUN_VERSION;
+    return sweep_main(topo, &o->sweep);
+}
+
 int main(int argc, char **argv)
 {
     struct options o = parse(argc, argv);
@@ -293,6 +380,11 @@ int main(int argc, char **argv)
     if (st_topo_create(&topo, o.topo_kind, o.topo_arg) != ST_OK) {
         fprintf(stderr, "shmrun: %s\n", st_last_error());
         return 2;
+    }
+    if (o.sweeping) {
+        int rc = sweep(&o, topo);
+        st_topo_destroy(topo);
+        return rc;
     }
     if (st_plan_create(&plan, topo, &o.req) != ST_OK) {
         fprintf(stderr, "shmrun: %s\n", st_last_error());

@@ -130,6 +130,9 @@ static void test_golden_plans(void **state)
                  (char *[]){"--synthetic", "pack:2 numa:2 l3:1 core:16 pu:2", "-c", "4", "--use-logical-cores", NULL});
     check_golden("uneven-restricted",
                  (char *[]){"--synthetic", "pack:2 numa:1 core:4 pu:1", "--allowed-cpus", "0-6", "-c", "2", NULL});
+    check_golden("sweep-two-sockets",
+                 (char *[]){"--synthetic", "pack:2 numa:2 l3:2 core:8 pu:2", "--sweep", "core,l3,numa,4x8", "--repeats",
+                            "2", "--compare-torch", NULL});
     check_golden("two-sockets-8x8-json",
                  (char *[]){"--synthetic", "pack:2 numa:2 l3:1 core:16 pu:2", "-n", "8", "--json", NULL});
 }
@@ -326,6 +329,16 @@ static void test_bad_flags(void **state)
         {{"--topology-xml", "/no/such.xml", "--dry-run"}, "--topology-xml /no/such.xml"},
         {{"--json", "--", "true"}, "--json goes with --dry-run"},
         {{"-n"}, "-n needs a value"},
+        {{"--sweep", "3y2", "--", "true"}, "--sweep: '3y2' is neither"},
+        {{"--sweep", "1x2,,", "--dry-run"}, "--sweep '1x2,,': an empty item"},
+        {{"--sweep", "1x2", "-n", "2", "--", "true"}, "drop -n/-c"},
+        {{"--sweep", "9x9", "--", "true"}, "--sweep setting '9x9'"},
+        {{"--sweep", "1x1", "--", "true", "--resume"}, "--resume is not allowed in a sweep"},
+        {{"--sweep", "1x1", "--", "true", "--metrics", "m"}, "--metrics is not allowed in a sweep"},
+        {{"--sweep", "1x1"}, "--sweep needs the job"},
+        {{"--repeats", "2", "--", "true"}, "go with --sweep"},
+        {{"--sweep", "1x1", "--repeats", "0", "--", "true"}, "--repeats 0"},
+        {{"--sweep", "1x1", "--target-accuracy", "85", "--", "true"}, "--target-accuracy '85'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *argv[12] = {(char *)shmrun};

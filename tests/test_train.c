@@ -517,6 +517,104 @@ static void test_converges_on_fashion_mnist(void **state)
     run_free(&r);
 }
 
+static bool torch_importable(void)
+{
+    return access("/usr/bin/python3", X_OK) == 0 &&
+           system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+}
+
+/* shmrun --sweep end to end: two settings plus the 1 x all-cores baseline
+ * it adds, a few steps, one repeat; every output file, numbers in them, and
+ * PyTorch DDP beside it when python3-torch is installed. */
+static void test_sweep_end_to_end(void **state)
+{
+    (void)state;
+    char tri[300], trl[300], tei[300], tel[300], out[300];
+    path_of(tri, sizeof tri, "train-images.gz");
+    path_of(trl, sizeof trl, "train-labels");
+    path_of(tei, sizeof tei, "test-images.gz");
+    path_of(tel, sizeof tel, "test-labels");
+    path_of(out, sizeof out, "sweep");
+    bool torch = torch_importable();
+    if (!torch)
+        printf("python3-torch absent: the sweep runs shmtrain only\n");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char *argv[64];
+    int k = 0;
+    const char *head[] = {shmrun, "--sweep", cores >= 2 ? "1x1,2x1" : "1x1", "--repeats", "1", "--sweep-out", out,
+                          "--target-accuracy", "0.3"};
+    for (size_t i = 0; i < sizeof head / sizeof *head; i++)
+        argv[k++] = (char *)head[i];
+    if (torch)
+        argv[k++] = "--compare-torch";
+    const char *job[] = {"--", shmtrain, "--model", "mlp", "--train-images", tri, "--train-labels", trl,
+                         "--test-images", tei, "--test-labels", tel, "--epochs", "5", "--max-steps", "40",
+                         "--log-every", "10", "--eval-every", "20", "--quiet"};
+    for (size_t i = 0; i < sizeof job / sizeof *job; i++)
+        argv[k++] = (char *)job[i];
+    argv[k] = NULL;
+    struct run r = run_argv(argv, 0);
+    if (r.code != 0)
+        fail_msg("sweep failed (%d): %s", r.code, r.err);
+    int settings = cores >= 2 ? 3 : 1, systems = torch ? 2 : 1;
+
+    char path[400];
+    snprintf(path, sizeof path, "%s/runs.csv", out);
+    char *csv = slurp_or_empty(path);
+    int lines = 0, ok_rows = 0;
+    for (const char *p = csv; *p; p++)
+        lines += *p == '\n';
+    assert_int_equal(lines, 1 + settings * systems);
+    for (const char *p = csv; (p = strstr(p, ",shmtrain,1,")) != NULL; p++) {
+        const char *order = p + strlen(",shmtrain,1,"), *ok = strchr(order, ',') + 1;
+        ok_rows += strncmp(ok, "1,", 2) == 0;  /* ...,system,repeat,order,ok,... */
+    }
+    assert_int_equal(ok_rows, settings);
+    if (cores >= 2) {
+        assert_non_null(strstr(csv, "\n1x2,1,2,shmtrain,1,"));
+        assert_non_null(strstr(csv, "\n2x1,2,1,shmtrain,1,"));
+    }
+    if (torch)
+        assert_non_null(strstr(csv, ",pytorch-ddp,1,"));
+
+    snprintf(path, sizeof path, "%s/report.md", out);
+    char *md = slurp_or_empty(path);
+    assert_non_null(strstr(md, "| **"));
+    assert_non_null(strstr(md, "**Best: "));
+    assert_non_null(strstr(md, "time to 30% (s)"));
+    assert_non_null(strstr(md, "| oneDNN | 2."));
+    assert_true((strstr(md, "PyTorch DDP samples/s") != NULL) == torch);
+    assert_non_null(strstr(r.out, "# Partitioning sweep"));  /* the report is shown too */
+
+    snprintf(path, sizeof path, "%s/sweep.json", out);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); "
+                              "assert len(d[\"runs\"]) == %d and d[\"best\"]' %s", settings * systems, path);
+    if (access("/usr/bin/python3", X_OK) == 0)
+        assert_int_equal(system(cmd), 0);
+
+    const char *plots[] = {"throughput.svg", "timesplit.svg", "accuracy.svg"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", out, plots[i]);
+        if (access("/usr/bin/gnuplot", X_OK) == 0) {
+            char *svg = slurp_or_empty(path);
+            if (!strstr(svg, "<svg"))
+                fail_msg("%s is not an SVG", path);
+            free(svg);
+        } else {
+            assert_non_null(strstr(md, "gnuplot is not installed"));
+        }
+    }
+    /* Checkpoints are not kept and no segment is left behind. */
+    snprintf(cmd, sizeof cmd, "test -z \"$(find %s -name '*.ckpt')\"", out);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "! ls /dev/shm | grep -q \"^shmtrain\\.%u\\.sweep\"", (unsigned)getuid());
+    assert_int_equal(system(cmd), 0);
+    free(csv);
+    free(md);
+    run_free(&r);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -554,6 +652,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_inputs_name_their_file),
         cmocka_unit_test(test_metrics_file),
         cmocka_unit_test(test_converges_on_fashion_mnist),
+        cmocka_unit_test(test_sweep_end_to_end),
     };
     if (argc > 1)
         cmocka_set_test_filter(argv[1]);

@@ -72,6 +72,12 @@ void st_model_summary(const st_model *m, FILE *f);
  * the CPU has no such mode. */
 bool st_nn_flush_denormals(bool on);
 
+/* The oneDNN library in use, e.g. "2.6.3", and the widest instruction set its
+ * kernels may use on this CPU, e.g. "avx512_core_amx" (for reports, so results
+ * can be compared across machines). */
+void st_nn_onednn_version(char *buf, size_t len);
+const char *st_nn_onednn_isa(void);
+
 /* ------------------------------------------------------------ networks -- */
 
 typedef enum st_backend {

@@ -37,6 +37,18 @@ void st_topo_destroy(st_topo *t);
 /* "2 packages, 4 NUMA nodes, 64 cores, 128 PUs; usable PUs 0-127" */
 const char *st_topo_summary(const st_topo *t);
 
+/* What a report needs to describe the machine.  Counts are of objects that
+ * hold at least one usable PU (cgroup, taskset); cache sizes are of the
+ * first cache of each level, 0 where hwloc knows none. */
+typedef struct st_topo_info {
+    char cpu_model[128];  /* hwloc's CPUModel of the first package, or "" */
+    int packages, numa_nodes, l3_caches, cores, pus;
+    long l1d_bytes, l2_bytes, l3_bytes;
+    char hwloc_version[16];
+} st_topo_info;
+
+void st_topo_get_info(const st_topo *t, st_topo_info *out);
+
 /* True for ST_TOPO_MACHINE: only then can a plan be bound. */
 bool st_topo_is_this_system(const st_topo *t);
 

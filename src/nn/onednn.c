@@ -1128,3 +1128,28 @@ void onednn_destroy(st_net *n)
     free(d->pds);
     free(d);
 }
+
+/* -------------------------------------------------------------- report -- */
+
+void st_nn_onednn_version(char *buf, size_t len)
+{
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, len, "%d.%d.%d", v->major, v->minor, v->patch);
+}
+
+const char *st_nn_onednn_isa(void)
+{
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "generic";
+    }
+}

@@ -102,6 +102,38 @@ void st_topo_destroy(st_topo *t)
 const char *st_topo_summary(const st_topo *t) { return t->summary; }
 bool st_topo_is_this_system(const st_topo *t) { return t->this_system; }
 
+static int count_usable(const st_topo *t, hwloc_obj_type_t type)
+{
+    int n = 0;
+    for (hwloc_obj_t o = NULL; (o = hwloc_get_next_obj_by_type(t->h, type, o)) != NULL;)
+        n += o->cpuset && hwloc_bitmap_intersects(o->cpuset, t->allowed);
+    return n;
+}
+
+static long cache_bytes(const st_topo *t, hwloc_obj_type_t type)
+{
+    hwloc_obj_t o = hwloc_get_obj_by_type(t->h, type, 0);
+    return o && o->attr ? (long)o->attr->cache.size : 0;
+}
+
+void st_topo_get_info(const st_topo *t, st_topo_info *out)
+{
+    memset(out, 0, sizeof *out);
+    hwloc_obj_t pkg = hwloc_get_obj_by_type(t->h, HWLOC_OBJ_PACKAGE, 0);
+    const char *model = pkg ? hwloc_obj_get_info_by_name(pkg, "CPUModel") : NULL;
+    snprintf(out->cpu_model, sizeof out->cpu_model, "%s", model ? model : "");
+    out->packages = count_usable(t, HWLOC_OBJ_PACKAGE);
+    out->numa_nodes = count_usable(t, HWLOC_OBJ_NUMANODE);
+    out->l3_caches = count_usable(t, HWLOC_OBJ_L3CACHE);
+    out->cores = count_usable(t, HWLOC_OBJ_CORE);
+    out->pus = hwloc_bitmap_weight(t->allowed);
+    out->l1d_bytes = cache_bytes(t, HWLOC_OBJ_L1CACHE);
+    out->l2_bytes = cache_bytes(t, HWLOC_OBJ_L2CACHE);
+    out->l3_bytes = cache_bytes(t, HWLOC_OBJ_L3CACHE);
+    unsigned v = hwloc_get_api_version();
+    snprintf(out->hwloc_version, sizeof out->hwloc_version, "%u.%u.%u", v >> 16, (v >> 8) & 0xff, v & 0xff);
+}
+
 /* ------------------------------------------------------ usable cores -- */
 
 struct core {

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -540,6 +541,30 @@ static void open_metrics(struct trainer *t)
         fprintf(stderr, "shmtrain: --metrics %s: cannot open: %s (continuing without)\n", path, strerror(errno));
 }
 
+static void json_escape(char *dst, size_t len, const char *src)
+{
+    size_t n = 0;
+    for (; *src && n + 3 < len; src++) {
+        if (*src == '"' || *src == '\\')
+            dst[n++] = '\\';
+        dst[n++] = (unsigned char)*src < 0x20 ? '?' : *src;
+    }
+    dst[n] = '\0';
+}
+
+/* What ran, so a report can say what it compares (shmrun --sweep reads it). */
+static void run_record(struct trainer *t)
+{
+    char version[32], model[512];
+    st_nn_onednn_version(version, sizeof version);
+    json_escape(model, sizeof model, t->o->model);
+    metrics_line(t, "{\"type\":\"run\",\"system\":\"shmtrain\",\"instances\":%d,\"threads\":%d,"
+                    "\"model\":\"%s\",\"params\":%zu,\"batch_per_instance\":%d,\"onednn\":\"%s\",\"isa\":\"%s\","
+                    "\"first_step\":%llu}",
+                 t->world, omp_get_max_threads(), model, t->P, t->o->batch, version, st_nn_onednn_isa(),
+                 (unsigned long long)t->step);
+}
+
 static void summary(struct trainer *t, st_train_result *r)
 {
     const double total = now_s() - t->start + t->elapsed_before;
@@ -651,6 +676,7 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
     t.first_step = t.step;
     if (st == ST_OK) {
         open_metrics(&t);
+        run_record(&t);
         if (t.rank == 0 && !o->quiet) {
             printf("shmtrain: %d instance%s x batch %d, model %s (%zu parameters), %zu training / %zu test samples\n",
                    t.world, t.world == 1 ? "" : "s", o->batch, o->model, t.P, st_dataset_size(t.train),

@@ -1,0 +1,762 @@
+/* sweep: settings, run order, run parsing, statistics and reports.
+ * See sweep.h; nothing here has side effects beyond the FILE * it is given. */
+#define _GNU_SOURCE
+#include "sweep.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const sweep_system_name[SWEEP_NSYSTEMS] = {"shmtrain", "pytorch-ddp"};
+
+/* ------------------------------------------------------------ settings -- */
+
+static int parse_item(const char *item, int l3_caches, struct sweep_setting *s, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->asked, sizeof s->asked, "%s", item);
+    if (!strcmp(item, "all")) {
+        s->req_instances = 1;
+    } else if (!strcmp(item, "numa")) {
+        /* the planner's default: one per NUMA node */
+    } else if (!strcmp(item, "l3")) {
+        if (l3_caches < 1) {
+            snprintf(err, errlen, "--sweep: 'l3' asked, but hwloc reports no L3 cache on this machine");
+            return -1;
+        }
+        s->req_instances = l3_caches;
+    } else if (!strcmp(item, "core")) {
+        s->req_cores = 1;
+    } else {
+        char *end;
+        errno = 0;
+        long n = strtol(item, &end, 10), c = 0;
+        bool ok = end != item && *end == 'x' && n >= 1 && n <= 4096;
+        if (ok) {
+            const char *cs = end + 1;
+            c = strtol(cs, &end, 10);
+            ok = end != cs && !*end && c >= 1 && c <= 4096 && !errno;
+        }
+        if (!ok) {
+            snprintf(err, errlen, "--sweep: '%s' is neither INSTANCESxCORES (e.g. 2x8) nor one of all, numa, "
+                                  "l3, core", item);
+            return -1;
+        }
+        s->req_instances = (int)n;
+        s->req_cores = (int)c;
+    }
+    return 0;
+}
+
+int sweep_parse_spec(const char *spec, int l3_caches, struct sweep_setting *out, int max, char *err,
+                     size_t errlen)
+{
+    char buf[1024];
+    if (!spec || !*spec || strlen(spec) >= sizeof buf) {
+        snprintf(err, errlen, "--sweep: give a comma-separated list of settings, e.g. 1x2,2x1,core");
+        return -1;
+    }
+    snprintf(buf, sizeof buf, "%s", spec);
+    int n = 0;
+    for (char *rest = buf, *item; (item = strsep(&rest, ",")) != NULL;) {
+        while (isspace((unsigned char)*item))
+            item++;
+        if (!*item) {
+            snprintf(err, errlen, "--sweep '%s': an empty item", spec);
+            return -1;
+        }
+        if (n == max) {
+            snprintf(err, errlen, "--sweep: more than %d settings", max);
+            return -1;
+        }
+        if (parse_item(item, l3_caches, &out[n], err, errlen) != 0)
+            return -1;
+        n++;
+    }
+    return n;
+}
+
+static void append_asked(struct sweep_setting *into, const char *asked)
+{
+    size_t len = strlen(into->asked);
+    if (strstr(into->asked, asked) == NULL)
+        snprintf(into->asked + len, sizeof into->asked - len, ",%s", asked);
+}
+
+static int by_instances(const void *a, const void *b)
+{
+    const struct sweep_setting *x = a, *y = b;
+    return x->instances != y->instances ? x->instances - y->instances : y->cores - x->cores;
+}
+
+int sweep_finalize(struct sweep_setting *s, int n, int max, int all_cores)
+{
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        int j = 0;
+        while (j < kept && !(s[j].instances == s[i].instances && s[j].cores == s[i].cores))
+            j++;
+        if (j < kept) {
+            append_asked(&s[j], s[i].asked);
+            continue;
+        }
+        s[kept++] = s[i];
+    }
+    if (all_cores > 0 && sweep_baseline(s, kept, all_cores) < 0 && kept < max) {
+        struct sweep_setting *b = &s[kept++];
+        memset(b, 0, sizeof *b);
+        snprintf(b->asked, sizeof b->asked, "(baseline)");
+        b->req_instances = b->instances = 1;
+        b->cores = all_cores;
+        b->added_baseline = true;
+    }
+    for (int i = 0; i < kept; i++)
+        snprintf(s[i].label, sizeof s[i].label, "%dx%d", s[i].instances, s[i].cores);
+    qsort(s, (size_t)kept, sizeof *s, by_instances);
+    return kept;
+}
+
+int sweep_baseline(const struct sweep_setting *s, int n, int all_cores)
+{
+    for (int i = 0; i < n; i++)
+        if (s[i].instances == 1 && s[i].cores == all_cores)
+            return i;
+    return -1;
+}
+
+int sweep_order(int nsettings, int nsystems, int repeats, struct sweep_slot *out)
+{
+    int k = 0;
+    for (int r = 0; r < repeats; r++)
+        for (int i = 0; i < nsettings; i++) {
+            int setting = (i + r) % nsettings;
+            for (int j = 0; j < nsystems; j++)
+                out[k++] = (struct sweep_slot){setting, (j + r) % nsystems, r};
+        }
+    return k;
+}
+
+/* ------------------------------------------------------- reading runs -- */
+
+/* Our own flat JSON lines: "key":value, keys unique per line. */
+static const char *json_value(const char *line, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(line, pat);
+    if (!p)
+        return NULL;
+    p += strlen(pat);
+    while (*p == ' ')
+        p++;
+    return p;
+}
+
+static double json_num(const char *line, const char *key)
+{
+    const char *p = json_value(line, key);
+    if (!p)
+        return NAN;
+    char *end;
+    double v = strtod(p, &end);
+    return end == p ? NAN : v;
+}
+
+static void json_str(const char *line, const char *key, char *out, size_t len)
+{
+    const char *p = json_value(line, key);
+    size_t n = 0;
+    if (p && *p == '"')
+        for (p++; *p && *p != '"' && n + 1 < len; p++)
+            out[n++] = *p;
+    out[n] = '\0';
+}
+
+static bool is_type(const char *line, const char *type)
+{
+    char want[32];
+    json_str(line, "type", want, sizeof want);
+    return !strcmp(want, type);
+}
+
+static int run_failed(struct sweep_run *r, const char *msg)
+{
+    r->ok = false;
+    snprintf(r->error, sizeof r->error, "%s", msg);
+    return -1;
+}
+
+struct interval_sums { double steps, seconds, compute, reduce, wait; int count; };
+
+static void add_interval(struct interval_sums *acc, const char *line, double *prev_step, double samples_per_step)
+{
+    double step = json_num(line, "step"), sps = json_num(line, "samples_per_s");
+    double dsteps = step - *prev_step;
+    *prev_step = step;
+    if (!(dsteps > 0) || !(sps > 0))
+        return;
+    if (++acc->count == 1)
+        return;  /* the first interval holds start-up: first touches, cold caches */
+    double wait = json_num(line, "wait_s"), reduce = json_num(line, "allreduce_s");
+    acc->steps += dsteps;
+    acc->seconds += dsteps * samples_per_step / sps;
+    acc->compute += json_num(line, "compute_s");
+    acc->reduce += isnan(reduce) ? NAN : reduce - (isnan(wait) ? 0 : wait);
+    acc->wait += wait;
+}
+
+static void first_interval_only(struct interval_sums *acc, const char *line, double first_step,
+                                double samples_per_step)
+{
+    /* A run of one interval: use it rather than nothing. */
+    double prev = first_step;
+    struct interval_sums one = {0};
+    one.count = 1;
+    add_interval(&one, line, &prev, samples_per_step);
+    *acc = one;
+}
+
+int sweep_read_metrics(const char *text, double target, struct sweep_run *r, struct sweep_versions *v)
+{
+    r->steps = 0;
+    r->samples_per_s = r->step_ms = r->compute_ms = r->allreduce_ms = r->wait_ms = r->other_ms = NAN;
+    r->time_to_target_s = r->final_accuracy = NAN;
+    r->ncurve = 0;
+    if (!text || !*text)
+        return run_failed(r, "the run wrote no metrics");
+    double instances = NAN, batch = NAN, first_step = 0, prev_step = 0;
+    struct interval_sums acc = {0};
+    char first_train[4096] = "";
+    bool summary = false;
+    for (const char *line = text; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        char buf[4096];
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        if (len >= sizeof buf)
+            len = sizeof buf - 1;
+        memcpy(buf, line, len);
+        buf[len] = '\0';
+        line = nl ? nl + 1 : NULL;
+        if (is_type(buf, "run")) {
+            instances = json_num(buf, "instances");
+            batch = json_num(buf, "batch_per_instance");
+            first_step = prev_step = isnan(json_num(buf, "first_step")) ? 0 : json_num(buf, "first_step");
+            char sys[32];
+            json_str(buf, "system", sys, sizeof sys);
+            if (v && !strcmp(sys, "shmtrain")) {
+                json_str(buf, "onednn", v->onednn, sizeof v->onednn);
+                json_str(buf, "isa", v->isa, sizeof v->isa);
+            }
+            if (v && !strcmp(sys, "pytorch-ddp"))
+                json_str(buf, "torch", v->torch, sizeof v->torch);
+            if (v && !isnan(json_num(buf, "threads")))
+                v->threads = (int)json_num(buf, "threads");
+        } else if (is_type(buf, "train")) {
+            if (isnan(instances) || isnan(batch))
+                return run_failed(r, "metrics: a train record before the run record");
+            if (!*first_train)
+                snprintf(first_train, sizeof first_train, "%s", buf);
+            add_interval(&acc, buf, &prev_step, instances * batch);
+        } else if (is_type(buf, "eval")) {
+            double t = json_num(buf, "time_s"), a = json_num(buf, "test_accuracy");
+            if (isnan(t) || isnan(a))
+                continue;
+            if (r->ncurve < SWEEP_MAX_CURVE) {
+                r->curve_s[r->ncurve] = t;
+                r->curve_acc[r->ncurve++] = a;
+            }
+            if (target > 0 && a >= target && isnan(r->time_to_target_s))
+                r->time_to_target_s = t;
+            r->final_accuracy = a;
+        } else if (is_type(buf, "summary")) {
+            summary = true;
+            r->steps = (long)json_num(buf, "steps");
+        }
+    }
+    if (acc.count == 0)
+        return run_failed(r, "metrics: no training interval recorded (is the budget shorter than --log-every?)");
+    if (acc.count == 1)
+        first_interval_only(&acc, first_train, first_step, instances * batch);
+    if (!summary)
+        return run_failed(r, "metrics: the run did not finish (no summary record)");
+    r->samples_per_s = acc.steps * instances * batch / acc.seconds;
+    r->step_ms = 1e3 * acc.seconds / acc.steps;
+    r->compute_ms = 1e3 * acc.compute / acc.steps;
+    r->allreduce_ms = 1e3 * acc.reduce / acc.steps;
+    r->wait_ms = 1e3 * acc.wait / acc.steps;
+    double known = r->compute_ms + (isnan(r->allreduce_ms) ? 0 : r->allreduce_ms) +
+                   (isnan(r->wait_ms) ? 0 : r->wait_ms);
+    r->other_ms = isnan(r->compute_ms) ? NAN : fmax(0, r->step_ms - known);
+    return 0;
+}
+
+int sweep_read_report(const char *text, struct sweep_run *r)
+{
+    r->rss_max_mb = r->rss_total_mb = r->wall_s = NAN;
+    if (!text || !strstr(text, "\"ranks\":"))
+        return run_failed(r, "the launcher wrote no report");
+    r->wall_s = json_num(text, "seconds");
+    double mx = 0, sum = 0;
+    for (const char *p = strstr(text, "\"max_rss_kb\":"); p; p = strstr(p + 1, "\"max_rss_kb\":")) {
+        double kb = json_num(p, "max_rss_kb");
+        mx = fmax(mx, kb);
+        sum += kb;
+    }
+    r->rss_max_mb = mx / 1024;
+    r->rss_total_mb = sum / 1024;
+    const char *ok = json_value(text, "ok");
+    if (!ok || strncmp(ok, "true", 4) != 0)
+        return run_failed(r, "an instance failed");
+    return 0;
+}
+
+/* ---------------------------------------------------------- statistics -- */
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static struct sweep_stat stat_of(double *v, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (!isnan(v[i]))
+            v[k++] = v[i];
+    if (k == 0)
+        return (struct sweep_stat){NAN, NAN, NAN, 0};
+    qsort(v, (size_t)k, sizeof *v, by_value);
+    double median = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+    return (struct sweep_stat){median, v[0], v[k - 1], k};
+}
+
+static bool mine(const struct sweep_run *r, int setting, int system)
+{
+    return r->setting == setting && r->system == system && r->ok;
+}
+
+/* Statistics of one double field of the successful runs of (setting, system). */
+static struct sweep_stat field_stat(const struct sweep_run *runs, int nruns, int setting, int system, size_t offset)
+{
+    double vals[256];
+    int n = 0;
+    for (int i = 0; i < nruns && n < 256; i++)
+        if (mine(&runs[i], setting, system))
+            vals[n++] = *(const double *)((const char *)&runs[i] + offset);
+    return stat_of(vals, n);
+}
+
+#define FIELD(name) field_stat(runs, nruns, s, sys, offsetof(struct sweep_run, name))
+
+void sweep_summarize(const struct sweep_run *runs, int nruns, int nsettings, struct sweep_summary *sums)
+{
+    for (int s = 0; s < nsettings; s++)
+        for (int sys = 0; sys < SWEEP_NSYSTEMS; sys++) {
+            struct sweep_summary *o = &sums[s * SWEEP_NSYSTEMS + sys];
+            memset(o, 0, sizeof *o);
+            o->curve_run = -1;
+            for (int i = 0; i < nruns; i++)
+                if (runs[i].setting == s && runs[i].system == sys) {
+                    o->runs++;
+                    o->failed += !runs[i].ok;
+                    o->reached += runs[i].ok && !isnan(runs[i].time_to_target_s);
+                }
+            o->samples_per_s = FIELD(samples_per_s);
+            o->step_ms = FIELD(step_ms);
+            o->time_to_target_s = FIELD(time_to_target_s);
+            o->compute_ms = FIELD(compute_ms).median;
+            o->allreduce_ms = FIELD(allreduce_ms).median;
+            o->wait_ms = FIELD(wait_ms).median;
+            o->other_ms = FIELD(other_ms).median;
+            o->final_accuracy = FIELD(final_accuracy).median;
+            o->rss_max_mb = FIELD(rss_max_mb).max;
+            o->rss_total_mb = FIELD(rss_total_mb).max;
+            /* Draw the repeat whose throughput is closest to the median. */
+            double best = INFINITY;
+            for (int i = 0; i < nruns; i++)
+                if (mine(&runs[i], s, sys) && runs[i].ncurve > 0 &&
+                    fabs(runs[i].samples_per_s - o->samples_per_s.median) < best) {
+                    best = fabs(runs[i].samples_per_s - o->samples_per_s.median);
+                    o->curve_run = i;
+                }
+        }
+}
+
+int sweep_best(const struct sweep_summary *sums, int nsettings, bool target_set, bool *by_target)
+{
+    int best = -1;
+    *by_target = false;
+    if (target_set)
+        for (int s = 0; s < nsettings; s++) {
+            const struct sweep_summary *o = &sums[s * SWEEP_NSYSTEMS + SWEEP_SHMTRAIN];
+            if (o->runs == 0 || o->failed || o->reached < o->runs)
+                continue;
+            if (best < 0 || o->time_to_target_s.median <
+                                sums[best * SWEEP_NSYSTEMS + SWEEP_SHMTRAIN].time_to_target_s.median)
+                best = s;
+        }
+    if (best >= 0) {
+        *by_target = true;
+        return best;
+    }
+    for (int s = 0; s < nsettings; s++) {
+        const struct sweep_summary *o = &sums[s * SWEEP_NSYSTEMS + SWEEP_SHMTRAIN];
+        if (o->samples_per_s.n == 0)
+            continue;
+        if (best < 0 || o->samples_per_s.median > sums[best * SWEEP_NSYSTEMS].samples_per_s.median)
+            best = s;
+    }
+    return best;
+}
+
+/* ------------------------------------------------------------- writers -- */
+
+/* Numbers as text; "" (CSV), "null" (JSON) or "-" (tables) when missing. */
+static const char *num(char *buf, size_t len, double v, int decimals, const char *missing)
+{
+    if (isnan(v) || isinf(v))
+        snprintf(buf, len, "%s", missing);
+    else
+        snprintf(buf, len, "%.*f", decimals, v);
+    return buf;
+}
+
+static void csv_field(FILE *f, const char *s)
+{
+    bool quote = strpbrk(s, ",\"\n") != NULL;
+    if (!quote) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+void sweep_write_csv(FILE *f, const struct sweep_setting *s, const struct sweep_run *runs, int nruns)
+{
+    fprintf(f, "setting,instances,cores_per_instance,system,repeat,order,ok,samples_per_s,step_ms,compute_ms,"
+               "allreduce_ms,wait_ms,other_ms,time_to_target_s,final_accuracy,peak_rss_mb_max,peak_rss_mb_total,"
+               "wall_s,steps,error\n");
+    for (int i = 0; i < nruns; i++) {
+        const struct sweep_run *r = &runs[i];
+        const struct sweep_setting *st = &s[r->setting];
+        char b[12][32];
+        fprintf(f, "%s,%d,%d,%s,%d,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%ld,", st->label, st->instances,
+                st->cores, sweep_system_name[r->system], r->repeat + 1, r->order + 1, r->ok,
+                num(b[0], 32, r->samples_per_s, 1, ""), num(b[1], 32, r->step_ms, 3, ""),
+                num(b[2], 32, r->compute_ms, 3, ""), num(b[3], 32, r->allreduce_ms, 3, ""),
+                num(b[4], 32, r->wait_ms, 3, ""), num(b[5], 32, r->other_ms, 3, ""),
+                num(b[6], 32, r->time_to_target_s, 2, ""), num(b[7], 32, r->final_accuracy, 4, ""),
+                num(b[8], 32, r->rss_max_mb, 1, ""), num(b[9], 32, r->rss_total_mb, 1, ""),
+                num(b[10], 32, r->wall_s, 2, ""), r->steps);
+        csv_field(f, r->ok ? "" : r->error);
+        fputc('\n', f);
+    }
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void json_stat(FILE *f, const char *key, struct sweep_stat st, int decimals)
+{
+    char a[32], b[32], c[32];
+    fprintf(f, "\"%s\":{\"median\":%s,\"min\":%s,\"max\":%s,\"n\":%d}", key, num(a, 32, st.median, decimals, "null"),
+            num(b, 32, st.min, decimals, "null"), num(c, 32, st.max, decimals, "null"), st.n);
+}
+
+static void json_hardware(FILE *f, const struct sweep_report *rep)
+{
+    const st_topo_info *t = &rep->topo;
+    fprintf(f, "\"hardware\":{\"cpu\":");
+    json_string(f, t->cpu_model);
+    fprintf(f, ",\"packages\":%d,\"numa_nodes\":%d,\"l3_caches\":%d,\"cores\":%d,\"pus\":%d,\"l1d_bytes\":%ld,"
+               "\"l2_bytes\":%ld,\"l3_bytes\":%ld,\"kernel\":", t->packages, t->numa_nodes, t->l3_caches, t->cores,
+            t->pus, t->l1d_bytes, t->l2_bytes, t->l3_bytes);
+    json_string(f, rep->kernel);
+    fprintf(f, ",\"compiler\":");
+    json_string(f, rep->compiler);
+    fprintf(f, ",\"hwloc\":\"%s\",\"onednn\":", t->hwloc_version);
+    json_string(f, rep->versions.onednn);
+    fprintf(f, ",\"onednn_isa\":");
+    json_string(f, rep->versions.isa);
+    fprintf(f, ",\"torch\":");
+    json_string(f, rep->versions.torch);
+    fprintf(f, ",\"shmrun\":\"%s\",\"date\":", rep->shmrun_version);
+    json_string(f, rep->date);
+    fprintf(f, "}");
+}
+
+void sweep_write_json(FILE *f, const struct sweep_report *rep, const struct sweep_setting *s, int ns,
+                      const struct sweep_run *runs, int nruns, const struct sweep_summary *sums)
+{
+    char b[12][32];
+    bool by_target;
+    int best = sweep_best(sums, ns, rep->target > 0, &by_target);
+    fprintf(f, "{\"command\":");
+    json_string(f, rep->command);
+    fprintf(f, ",\"repeats\":%d,\"target_accuracy\":%s,", rep->repeats, num(b[0], 32, rep->target > 0 ? rep->target : NAN, 4, "null"));
+    json_hardware(f, rep);
+    fprintf(f, ",\"best\":%s%s%s,\"best_by\":\"%s\",\n\"settings\":[", best >= 0 ? "\"" : "",
+            best >= 0 ? s[best].label : "null", best >= 0 ? "\"" : "", by_target ? "time_to_target" : "throughput");
+    for (int i = 0; i < ns; i++) {
+        fprintf(f, "%s\n {\"label\":\"%s\",\"instances\":%d,\"cores_per_instance\":%d,\"asked\":", i ? "," : "",
+                s[i].label, s[i].instances, s[i].cores);
+        json_string(f, s[i].asked);
+        fprintf(f, ",\"systems\":{");
+        bool first = true;
+        for (int sys = 0; sys < SWEEP_NSYSTEMS; sys++) {
+            const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS + sys];
+            if (o->runs == 0)
+                continue;
+            fprintf(f, "%s\"%s\":{\"runs\":%d,\"failed\":%d,\"reached_target\":%d,", first ? "" : ",",
+                    sweep_system_name[sys], o->runs, o->failed, o->reached);
+            first = false;
+            json_stat(f, "samples_per_s", o->samples_per_s, 1);
+            fputc(',', f);
+            json_stat(f, "step_ms", o->step_ms, 3);
+            fputc(',', f);
+            json_stat(f, "time_to_target_s", o->time_to_target_s, 2);
+            fprintf(f, ",\"compute_ms\":%s,\"allreduce_ms\":%s,\"wait_ms\":%s,\"other_ms\":%s,\"final_accuracy\":%s,"
+                       "\"peak_rss_mb_max\":%s,\"peak_rss_mb_total\":%s}",
+                    num(b[1], 32, o->compute_ms, 3, "null"), num(b[2], 32, o->allreduce_ms, 3, "null"),
+                    num(b[3], 32, o->wait_ms, 3, "null"), num(b[4], 32, o->other_ms, 3, "null"),
+                    num(b[5], 32, o->final_accuracy, 4, "null"), num(b[6], 32, o->rss_max_mb, 1, "null"),
+                    num(b[7], 32, o->rss_total_mb, 1, "null"));
+        }
+        fprintf(f, "}}");
+    }
+    fprintf(f, "],\n\"runs\":[");
+    for (int i = 0; i < nruns; i++) {
+        const struct sweep_run *r = &runs[i];
+        fprintf(f, "%s\n {\"setting\":\"%s\",\"system\":\"%s\",\"repeat\":%d,\"order\":%d,\"ok\":%s,\"error\":",
+                i ? "," : "", s[r->setting].label, sweep_system_name[r->system], r->repeat + 1, r->order + 1,
+                r->ok ? "true" : "false");
+        json_string(f, r->ok ? "" : r->error);
+        fprintf(f, ",\"steps\":%ld,\"samples_per_s\":%s,\"step_ms\":%s,\"compute_ms\":%s,\"allreduce_ms\":%s,"
+                   "\"wait_ms\":%s,\"other_ms\":%s,\"time_to_target_s\":%s,\"final_accuracy\":%s,"
+                   "\"peak_rss_mb_max\":%s,\"peak_rss_mb_total\":%s,\"wall_s\":%s,\"curve\":[",
+                r->steps, num(b[0], 32, r->samples_per_s, 1, "null"), num(b[1], 32, r->step_ms, 3, "null"),
+                num(b[2], 32, r->compute_ms, 3, "null"), num(b[3], 32, r->allreduce_ms, 3, "null"),
+                num(b[4], 32, r->wait_ms, 3, "null"), num(b[5], 32, r->other_ms, 3, "null"),
+                num(b[6], 32, r->time_to_target_s, 2, "null"), num(b[7], 32, r->final_accuracy, 4, "null"),
+                num(b[8], 32, r->rss_max_mb, 1, "null"), num(b[9], 32, r->rss_total_mb, 1, "null"),
+                num(b[10], 32, r->wall_s, 2, "null"));
+        for (int k = 0; k < r->ncurve; k++)
+            fprintf(f, "%s[%.3f,%.5f]", k ? "," : "", r->curve_s[k], r->curve_acc[k]);
+        fprintf(f, "]}");
+    }
+    fprintf(f, "]}\n");
+}
+
+static const char *spread(char *buf, size_t len, struct sweep_stat st, int decimals)
+{
+    if (st.n == 0)
+        snprintf(buf, len, "-");
+    else if (st.n == 1)
+        snprintf(buf, len, "%.*f", decimals, st.median);
+    else
+        snprintf(buf, len, "%.*f (%.*f–%.*f)", decimals, st.median, decimals, st.min, decimals, st.max);
+    return buf;
+}
+
+static void markdown_hardware(FILE *f, const struct sweep_report *rep)
+{
+    const st_topo_info *t = &rep->topo;
+    fprintf(f, "## Machine\n\n");
+    fprintf(f, "| | |\n|---|---|\n");
+    fprintf(f, "| CPU | %s |\n", *t->cpu_model ? t->cpu_model : "(hwloc reports no model)");
+    fprintf(f, "| usable | %d package%s, %d NUMA node%s, %d L3 cache%s, %d cores, %d PUs |\n", t->packages,
+            t->packages == 1 ? "" : "s", t->numa_nodes, t->numa_nodes == 1 ? "" : "s", t->l3_caches,
+            t->l3_caches == 1 ? "" : "s", t->cores, t->pus);
+    fprintf(f, "| caches | L1d %ld KiB, L2 %ld KiB, L3 %ld KiB (each) |\n", t->l1d_bytes / 1024, t->l2_bytes / 1024,
+            t->l3_bytes / 1024);
+    fprintf(f, "| oneDNN | %s, widest ISA %s |\n", *rep->versions.onednn ? rep->versions.onednn : "-",
+            *rep->versions.isa ? rep->versions.isa : "-");
+    fprintf(f, "| PyTorch | %s |\n", *rep->versions.torch ? rep->versions.torch
+                                     : rep->torch_asked ? "not available (python3-torch)" : "not run");
+    fprintf(f, "| software | shmrun %s, hwloc %s, %s, %s |\n", rep->shmrun_version, t->hwloc_version, rep->compiler,
+            rep->kernel);
+    fprintf(f, "| date | %s |\n", rep->date);
+}
+
+void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct sweep_setting *s, int ns,
+                          const struct sweep_summary *sums)
+{
+    bool by_target;
+    int best = sweep_best(sums, ns, rep->target > 0, &by_target);
+    int base = sweep_baseline(s, ns, rep->topo.cores);
+    const struct sweep_summary *bsum = base >= 0 ? &sums[base * SWEEP_NSYSTEMS] : NULL;
+    bool torch = false;
+    for (int i = 0; i < ns; i++)
+        torch |= sums[i * SWEEP_NSYSTEMS + SWEEP_TORCH].runs > 0;
+    char tgt[32] = "";
+    if (rep->target > 0)
+        snprintf(tgt, sizeof tgt, "%g%%", 100 * rep->target);
+
+    fprintf(f, "# Partitioning sweep\n\n`%s`\n\n", rep->command);
+    fprintf(f, "%d repeat%s per setting, interleaved; medians with the range over repeats in brackets. "
+               "Throughput is the steady state (after the first log interval), summed over instances.\n\n",
+            rep->repeats, rep->repeats == 1 ? "" : "s");
+    fprintf(f, "| setting | asked | samples/s | vs %s | step ms | compute / all-reduce / wait / other ms |%s%s%s "
+               "final test acc. %% | peak RSS MiB per instance / total |%s\n",
+            base >= 0 ? s[base].label : "1 x all", *tgt ? " time to " : "", *tgt ? tgt : "", *tgt ? " (s) |" : "",
+            torch ? " PyTorch DDP samples/s | shmtrain / PyTorch |" : "");
+    fprintf(f, "|---|---|---|---|---|---|%s---|---|%s\n", *tgt ? "---|" : "", torch ? "---|---|" : "");
+    for (int i = 0; i < ns; i++) {
+        const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS + SWEEP_SHMTRAIN];
+        const struct sweep_summary *pt = &sums[i * SWEEP_NSYSTEMS + SWEEP_TORCH];
+        char b[10][64];
+        fprintf(f, "| %s%s%s | %s | %s | ", i == best ? "**" : "", s[i].label, i == best ? "**" : "", s[i].asked,
+                spread(b[0], 64, o->samples_per_s, 0));
+        if (bsum && bsum->samples_per_s.n && o->samples_per_s.n)
+            fprintf(f, "%.2fx", o->samples_per_s.median / bsum->samples_per_s.median);
+        else
+            fprintf(f, "-");
+        fprintf(f, " | %s | %s / %s / %s / %s |", spread(b[1], 64, o->step_ms, 2), num(b[2], 64, o->compute_ms, 2, "-"),
+                num(b[3], 64, o->allreduce_ms, 2, "-"), num(b[4], 64, o->wait_ms, 2, "-"),
+                num(b[5], 64, o->other_ms, 2, "-"));
+        if (*tgt) {
+            if (o->reached < o->runs || o->runs == 0)
+                fprintf(f, " %s (%d of %d) |", spread(b[6], 64, o->time_to_target_s, 1), o->reached, o->runs);
+            else
+                fprintf(f, " %s |", spread(b[6], 64, o->time_to_target_s, 1));
+        }
+        fprintf(f, " %s | %s / %s |", isnan(o->final_accuracy) ? "-" : num(b[7], 64, 100 * o->final_accuracy, 2, "-"),
+                num(b[8], 64, o->rss_max_mb, 0, "-"), num(b[9], 64, o->rss_total_mb, 0, "-"));
+        if (torch) {
+            fprintf(f, " %s | ", spread(b[0], 64, pt->samples_per_s, 0));
+            if (pt->samples_per_s.n && o->samples_per_s.n)
+                fprintf(f, "%.2fx |", o->samples_per_s.median / pt->samples_per_s.median);
+            else
+                fprintf(f, "- |");
+        }
+        if (o->failed)
+            fprintf(f, " %d of %d runs FAILED", o->failed, o->runs);
+        fputc('\n', f);
+    }
+    fputc('\n', f);
+    if (best >= 0) {
+        fprintf(f, "**Best: %s**, by %s", s[best].label, by_target ? "median time to the target accuracy"
+                                                                    : "median throughput");
+        if (bsum && bsum->samples_per_s.n && best != base)
+            fprintf(f, " (%.2fx the throughput of %s)",
+                    sums[best * SWEEP_NSYSTEMS].samples_per_s.median / bsum->samples_per_s.median, s[base].label);
+        fprintf(f, ".\n\n");
+    } else {
+        fprintf(f, "**No setting completed a run.**\n\n");
+    }
+    fprintf(f, "Step time is the gang's (every instance waits for the slowest at the all-reduce). "
+               "The split is instance 0's, per step: compute = batch assembly, forward, backward and optimizer; "
+               "all-reduce = moving gradients; wait = blocked on a slower peer; other = the rest (logging, "
+               "evaluation overhead outside the intervals).");
+    if (torch)
+        fprintf(f, " PyTorch DDP overlaps its all-reduce with the backward pass, so its split is not comparable "
+                   "and is left out of the table (it is in the CSV).");
+    fprintf(f, "\n\n");
+    if (rep->plots_note)
+        fprintf(f, "Plots: %s\n\n", rep->plots_note);
+    else
+        fprintf(f, "![throughput](throughput.svg)\n\n![time split](timesplit.svg)\n\n![accuracy](accuracy.svg)\n\n");
+    markdown_hardware(f, rep);
+}
+
+/* ---------------------------------------------------------------- plots -- */
+
+void sweep_write_plot_data(FILE *throughput, FILE *split, FILE *curves, const struct sweep_setting *s, int ns,
+                           const struct sweep_run *runs, const struct sweep_summary *sums)
+{
+    fprintf(throughput, "# instances cores label shm_median shm_min shm_max torch_median torch_min torch_max\n");
+    fprintf(split, "# label compute_ms allreduce_ms wait_ms other_ms (shmtrain, medians)\n");
+    for (int i = 0; i < ns; i++) {
+        const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS], *t = o + SWEEP_TORCH;
+        char b[10][32];
+        fprintf(throughput, "%d %d %s %s %s %s %s %s %s\n", s[i].instances, s[i].cores, s[i].label,
+                num(b[0], 32, o->samples_per_s.median, 1, "-"), num(b[1], 32, o->samples_per_s.min, 1, "-"),
+                num(b[2], 32, o->samples_per_s.max, 1, "-"), num(b[3], 32, t->samples_per_s.median, 1, "-"),
+                num(b[4], 32, t->samples_per_s.min, 1, "-"), num(b[5], 32, t->samples_per_s.max, 1, "-"));
+        fprintf(split, "%s %s %s %s %s\n", s[i].label, num(b[6], 32, o->compute_ms, 3, "0"),
+                num(b[7], 32, o->allreduce_ms, 3, "0"), num(b[8], 32, o->wait_ms, 3, "0"),
+                num(b[9], 32, o->other_ms, 3, "0"));
+    }
+    /* One block per (setting, system) with a curve, separated for `index`. */
+    for (int i = 0; i < ns; i++)
+        for (int sys = 0; sys < SWEEP_NSYSTEMS; sys++) {
+            int k = sums[i * SWEEP_NSYSTEMS + sys].curve_run;
+            if (k < 0)
+                continue;
+            fprintf(curves, "# %s %s\n", s[i].label, sweep_system_name[sys]);
+            for (int p = 0; p < runs[k].ncurve; p++)
+                fprintf(curves, "%.3f %.5f\n", runs[k].curve_s[p], 100 * runs[k].curve_acc[p]);
+            fprintf(curves, "\n\n");
+        }
+}
+
+void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const struct sweep_run *runs,
+                         const struct sweep_summary *sums)
+{
+    (void)runs;
+    bool torch = false;
+    for (int i = 0; i < ns; i++)
+        torch |= sums[i * SWEEP_NSYSTEMS + SWEEP_TORCH].samples_per_s.n > 0;
+    fprintf(f, "# gnuplot script written by shmrun --sweep; run it in this directory: gnuplot plot.gp\n"
+               "set terminal svg size 760,440 dynamic font 'sans,12' background '#ffffff'\n"
+               "set datafile missing '-'\nset grid ytics lc '#dddddd'\nset border 3\nset tics nomirror\n"
+               "set key top left\n");
+    fprintf(f, "\nset output 'throughput.svg'\nset title 'Throughput against instances (median, bars: range)'\n"
+               "set xlabel 'instances (x cores each)'\nset ylabel 'samples/s, all instances'\n"
+               "set logscale x 2\nset xtics (");
+    for (int i = 0; i < ns; i++)
+        fprintf(f, "%s'%s' %d", i ? ", " : "", s[i].label, s[i].instances);
+    fprintf(f, ")\nset yrange [0:*]\nset offsets graph 0.05, graph 0.05, 0, 0\n");
+    fprintf(f, "plot 'throughput.dat' using 1:4:5:6 with yerrorlines lw 2 pt 7 lc '#1f77b4' title 'shmtrain'");
+    if (torch)
+        fprintf(f, ", \\\n     '' using 1:7:8:9 with yerrorlines lw 2 pt 5 dt 2 lc '#d62728' title 'PyTorch DDP'");
+    fprintf(f, "\nunset logscale x\nunset xtics\nset xtics\nset offsets 0, 0, 0, 0\n");
+    fprintf(f, "\nset output 'timesplit.svg'\nset title 'Where a step goes (shmtrain, instance 0, median)'\n"
+               "set xlabel 'setting (instances x cores)'\nset ylabel 'ms per step'\n"
+               "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.85 border -1\n"
+               "set boxwidth 0.6\nset key top right\nset yrange [0:*]\n"
+               "plot 'timesplit.dat' using 2:xtic(1) lc '#1f77b4' title 'compute', \\\n"
+               "     '' using 3 lc '#2ca02c' title 'all-reduce', \\\n"
+               "     '' using 4 lc '#ff7f0e' title 'wait', \\\n"
+               "     '' using 5 lc '#bbbbbb' title 'other'\n"
+               "set style data lines\n");
+    fprintf(f, "\nset output 'accuracy.svg'\nset title 'Test accuracy against wall time'\n"
+               "set xlabel 'seconds since start'\nset ylabel 'test accuracy (%%)'\nset key bottom right\n"
+               "set yrange [*:*]\n");
+    int block = 0, drawn = 0;
+    for (int i = 0; i < ns; i++)
+        for (int sys = 0; sys < SWEEP_NSYSTEMS; sys++) {
+            if (sums[i * SWEEP_NSYSTEMS + sys].curve_run < 0)
+                continue;
+            fprintf(f, "%s'accuracy.dat' index %d using 1:2 with linespoints lw 2 pt 7 ps 0.6 dt %d lc %d "
+                       "title '%s %s'",
+                    drawn ? ", \\\n     " : "plot ", block, sys == SWEEP_TORCH ? 2 : 1, i + 1, s[i].label,
+                    sys == SWEEP_TORCH ? "PyTorch" : "shmtrain");
+            block++;
+            drawn++;
+        }
+    if (!drawn)
+        fprintf(f, "set label 1 'no evaluation recorded' at graph 0.5, 0.5 center\nplot [0:1] [0:1] NaN notitle");
+    fprintf(f, "\n");
+}

@@ -1,0 +1,132 @@
+/* sweep: compare core partitionings of one training job (shmrun --sweep).
+ *
+ * This is the pure half: the settings a spec names, the interleaved run
+ * order, reading one run's metrics file and launcher report, statistics over
+ * repeats, the best setting, and the report writers (CSV, JSON, markdown,
+ * gnuplot data and script).  Nothing here forks, binds or opens files; the
+ * writers take the FILE * they write to, so the tests feed recorded runs in
+ * and read the reports back.  sweep_run.c runs a sweep.
+ *
+ * Units: samples per second summed over instances; times per optimizer step
+ * in milliseconds (the gang's step, which every instance waits for, so it is
+ * the slowest instance's); memory in MiB.  NAN means "not measured".
+ */
+#ifndef SHMRUN_SWEEP_H
+#define SHMRUN_SWEEP_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "shmtrain/topo.h"
+
+#define SWEEP_MAX_SETTINGS 32
+#define SWEEP_MAX_CURVE 256
+
+enum sweep_system { SWEEP_SHMTRAIN = 0, SWEEP_TORCH = 1, SWEEP_NSYSTEMS = 2 };
+extern const char *const sweep_system_name[SWEEP_NSYSTEMS];
+
+struct sweep_setting {
+    char asked[64];          /* the spec items it came from, "numa,all" */
+    int req_instances;       /* what the planner is asked; 0 = derive */
+    int req_cores;
+    int instances, cores;    /* what the plan gave (sweep_finalize) */
+    char label[32];          /* "2x16" */
+    bool added_baseline;     /* not asked for: the 1 x all-cores reference */
+};
+
+/* Items of a comma-separated spec: NxC, or all (1 x all cores), numa (one
+ * per NUMA node), l3 (one per L3 cache), core (one per core).  `l3_caches`
+ * is the number of usable L3s.  Returns the number of settings, or -1 with
+ * a one-line message in err. */
+int sweep_parse_spec(const char *spec, int l3_caches, struct sweep_setting *out, int max, char *err,
+                     size_t errlen);
+
+/* After the planner has filled instances/cores: label the settings, merge
+ * those that came out the same, add the 1 x `all_cores` baseline if missing
+ * (all_cores <= 0: no baseline can be planned), sort by instances.  Returns the new count (at most max). */
+int sweep_finalize(struct sweep_setting *s, int n, int max, int all_cores);
+
+/* The index of the 1 x all-cores setting, or -1. */
+int sweep_baseline(const struct sweep_setting *s, int n, int all_cores);
+
+/* Run order: `repeats` rounds; every round runs each (setting, system) once,
+ * starting one setting later than the round before and alternating which
+ * system goes first, so slow drift of a shared machine spreads over all
+ * settings instead of favouring the ones that run early. */
+struct sweep_slot { int setting, system, repeat; };
+int sweep_order(int nsettings, int nsystems, int repeats, struct sweep_slot *out);
+
+struct sweep_run {
+    int setting, system, repeat, order;
+    bool ok;
+    char error[200];
+    long steps;
+    double samples_per_s;            /* steady state: intervals after the first */
+    double step_ms;
+    double compute_ms, allreduce_ms, wait_ms, other_ms;   /* per step; all-reduce = moving data */
+    double time_to_target_s;         /* NAN when not reached */
+    double final_accuracy;           /* NAN when never evaluated */
+    double rss_max_mb, rss_total_mb; /* peak per instance: the largest one, and the sum */
+    double wall_s;
+    int ncurve;                      /* test accuracy against wall time */
+    double curve_s[SWEEP_MAX_CURVE], curve_acc[SWEEP_MAX_CURVE];
+};
+
+/* Versions and build facts a run reports about itself ("run" record). */
+struct sweep_versions {
+    char onednn[32], isa[32], torch[32];
+    int threads;
+};
+
+/* Read a metrics file (JSON lines, docs/training.md) into r.  `target` is
+ * the accuracy whose time is reported (<= 0: none).  Returns 0, or -1 with
+ * r->error set and r->ok false. */
+int sweep_read_metrics(const char *text, double target, struct sweep_run *r, struct sweep_versions *v);
+
+/* Read `shmrun --report` JSON: success and peak memory per instance. */
+int sweep_read_report(const char *text, struct sweep_run *r);
+
+struct sweep_stat { double median, min, max; int n; };
+
+struct sweep_summary {
+    int runs, failed, reached;       /* repeats, failed ones, ones that reached the target */
+    struct sweep_stat samples_per_s, step_ms, time_to_target_s;
+    double compute_ms, allreduce_ms, wait_ms, other_ms, final_accuracy;  /* medians */
+    double rss_max_mb, rss_total_mb; /* worst over repeats */
+    int curve_run;                   /* the run whose accuracy curve is drawn, or -1 */
+};
+
+/* sums[setting * SWEEP_NSYSTEMS + system] over the successful runs. */
+void sweep_summarize(const struct sweep_run *runs, int nruns, int nsettings, struct sweep_summary *sums);
+
+/* The best shmtrain setting: with a target that every repeat of some
+ * setting reached, the lowest median time to it; else the highest median
+ * throughput.  -1 when nothing succeeded.  *by_target says which. */
+int sweep_best(const struct sweep_summary *sums, int nsettings, bool target_set, bool *by_target);
+
+struct sweep_report {
+    const char *command;             /* the job, as one line */
+    int repeats;
+    double target;                   /* <= 0: none */
+    st_topo_info topo;
+    char kernel[128], compiler[64], date[40], shmrun_version[16];
+    struct sweep_versions versions;  /* merged from the runs */
+    bool torch_asked, torch_available;
+    const char *plots_note;          /* NULL when plots were drawn */
+};
+
+void sweep_write_csv(FILE *f, const struct sweep_setting *s, const struct sweep_run *runs, int nruns);
+void sweep_write_json(FILE *f, const struct sweep_report *rep, const struct sweep_setting *s, int ns,
+                      const struct sweep_run *runs, int nruns, const struct sweep_summary *sums);
+void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct sweep_setting *s, int ns,
+                          const struct sweep_summary *sums);
+
+/* gnuplot input: throughput against instances (with the spread), the time
+ * split as stacked bars, test accuracy against wall time.  The script reads
+ * the three data files from its own directory and writes three SVGs. */
+void sweep_write_plot_data(FILE *throughput, FILE *split, FILE *curves, const struct sweep_setting *s, int ns,
+                           const struct sweep_run *runs, const struct sweep_summary *sums);
+void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const struct sweep_run *runs,
+                         const struct sweep_summary *sums);
+
+#endif

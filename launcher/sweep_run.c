@@ -1,0 +1,494 @@
+/* sweep_run: plan the settings, run them interleaved as child shmruns,
+ * collect, report.  See sweep_run.h. */
+#define _GNU_SOURCE
+#include "sweep_run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sweep.h"
+
+#ifndef SHMTRAIN_TORCH_DDP_PATHS
+#define SHMTRAIN_TORCH_DDP_PATHS ""
+#endif
+
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig) { interrupted = sig; }
+
+/* ------------------------------------------------------------ helpers -- */
+
+static char *slurp_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (size_t n; buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0;) {
+        len += n;
+        if (len + 1 == cap) {
+            char *bigger = realloc(buf, cap *= 2);
+            if (!bigger) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = bigger;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[len] = '\0';
+    return buf;
+}
+
+static int make_dir(const char *path)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Run argv (searched in PATH) in `dir` (NULL: here) with its output in
+ * `log` (NULL: /dev/null); returns its exit status or -1. */
+static int run_quietly(char *const argv[], const char *dir, const char *log)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        int fd = open(log ? log : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+        }
+        if (dir && chdir(dir) != 0)
+            _exit(126);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static bool has_flag(char **argv, const char *flag)
+{
+    size_t n = strlen(flag);
+    for (char **a = argv; a && *a; a++)
+        if (!strncmp(*a, flag, n) && ((*a)[n] == '\0' || (*a)[n] == '='))
+            return true;
+    return false;
+}
+
+static const char *find_torch_script(const char *asked)
+{
+    static char found[1024];
+    if (asked)
+        return access(asked, R_OK) == 0 ? asked : NULL;
+    const char *env = getenv("SHMTRAIN_TORCH_DDP");
+    if (env)
+        return access(env, R_OK) == 0 ? env : NULL;
+    char paths[2048];
+    snprintf(paths, sizeof paths, "%s", SHMTRAIN_TORCH_DDP_PATHS);
+    char *save = NULL;
+    for (char *p = strtok_r(paths, ":", &save); p; p = strtok_r(NULL, ":", &save))
+        if (access(p, R_OK) == 0) {
+            snprintf(found, sizeof found, "%s", p);
+            return found;
+        }
+    return NULL;
+}
+
+static const char *python(void)
+{
+    /* Debian's python3-torch belongs to the system interpreter, which a
+     * virtualenv or /usr/local python3 earlier in PATH would hide. */
+    const char *p = getenv("SHMTRAIN_PYTHON");
+    if (p && *p)
+        return p;
+    return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+}
+
+/* ------------------------------------------------------------ planning -- */
+
+static int plan_settings(const st_topo *t, const struct sweep_job *j, struct sweep_setting *s, int *ns,
+                         int *all_cores)
+{
+    st_topo_info info;
+    st_topo_get_info(t, &info);
+    char err[300];
+    int n = sweep_parse_spec(j->spec, info.l3_caches, s, SWEEP_MAX_SETTINGS - 1, err, sizeof err);
+    if (n < 0) {
+        fprintf(stderr, "shmrun: %s\n", err);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        st_plan_request req = j->req;
+        req.ninstances = s[i].req_instances;
+        req.cores_per_instance = s[i].req_cores;
+        st_plan *p = NULL;
+        if (st_plan_create(&p, t, &req) != ST_OK) {
+            fprintf(stderr, "shmrun: --sweep setting '%s': %s\n", s[i].asked, st_last_error());
+            return -1;
+        }
+        s[i].instances = p->ninstances;
+        s[i].cores = p->inst[0].ncores;
+        st_plan_destroy(p);
+    }
+    st_plan_request all = j->req;
+    all.ninstances = 1;
+    all.cores_per_instance = 0;
+    st_plan *p = NULL;
+    *all_cores = st_plan_create(&p, t, &all) == ST_OK ? p->inst[0].ncores : 0;
+    st_plan_destroy(p);
+    *ns = sweep_finalize(s, n, SWEEP_MAX_SETTINGS, *all_cores);
+    return 0;
+}
+
+static int print_plans(const st_topo *t, const struct sweep_job *j, const struct sweep_setting *s, int ns,
+                       int nsystems)
+{
+    for (int i = 0; i < ns; i++) {
+        st_plan_request req = j->req;
+        req.ninstances = s[i].instances;
+        req.cores_per_instance = s[i].cores;
+        st_plan *p = NULL;
+        if (st_plan_create(&p, t, &req) != ST_OK) {
+            fprintf(stderr, "shmrun: --sweep setting %s: %s\n", s[i].label, st_last_error());
+            return 2;
+        }
+        printf("== setting %s (asked: %s)\n", s[i].label, s[i].asked);
+        st_plan_write_table(p, stdout);
+        printf("\n");
+        st_plan_destroy(p);
+    }
+    struct sweep_slot slots[SWEEP_MAX_SETTINGS * SWEEP_NSYSTEMS * 64];
+    int n = sweep_order(ns, nsystems, j->repeats, slots);
+    printf("run order (%d runs):", n);
+    for (int k = 0; k < n; k++)
+        printf("%s%s/%s", k ? ", " : " ", s[slots[k].setting].label,
+               slots[k].system == SWEEP_TORCH ? "pytorch" : "shmtrain");
+    printf("\n");
+    return 0;
+}
+
+/* ------------------------------------------------------------- running -- */
+
+struct run_paths { char dir[1024], job[96], report[1100], metrics[1300], checkpoint[1100]; };
+
+static void child_argv(const struct sweep_job *j, const struct sweep_setting *st, int system, const char *torch,
+                       const struct run_paths *rp, const char *self, char **out, char num[2][16])
+{
+    int k = 0;
+    snprintf(num[0], 16, "%d", st->instances);
+    snprintf(num[1], 16, "%d", st->cores);
+    out[k++] = (char *)self;
+    out[k++] = "-n";
+    out[k++] = num[0];
+    out[k++] = "-c";
+    out[k++] = num[1];
+    for (char **f = j->child_flags; f && *f; f++)
+        out[k++] = *f;
+    out[k++] = "--quiet";
+    out[k++] = "--log-dir";
+    out[k++] = (char *)rp->dir;
+    out[k++] = "--job-id";
+    out[k++] = (char *)rp->job;
+    out[k++] = "--report";
+    out[k++] = (char *)rp->report;
+    out[k++] = "--";
+    if (system == SWEEP_TORCH) {
+        out[k++] = (char *)python();
+        out[k++] = (char *)torch;
+    } else {
+        out[k++] = j->argv[0];
+    }
+    for (char **a = j->argv + 1; *a; a++)
+        out[k++] = *a;
+    if (system == SWEEP_SHMTRAIN && !has_flag(j->argv, "--checkpoint")) {
+        out[k++] = "--checkpoint";
+        out[k++] = (char *)rp->checkpoint;
+    }
+    out[k] = NULL;
+}
+
+static int run_child(char **argv)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        execv(argv[0], argv);
+        fprintf(stderr, "shmrun: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR)
+            return -1;
+        if (interrupted)
+            kill(pid, (int)interrupted);  /* the terminal may not have sent it (kill from a script) */
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void run_one(const struct sweep_job *j, const struct sweep_setting *s, const struct sweep_slot *slot,
+                    int order, const char *torch, const char *self, struct sweep_run *r, struct sweep_versions *v)
+{
+    const struct sweep_setting *st = &s[slot->setting];
+    struct run_paths rp;
+    memset(r, 0, sizeof *r);
+    r->setting = slot->setting;
+    r->system = slot->system;
+    r->repeat = slot->repeat;
+    r->order = order;
+    snprintf(rp.dir, sizeof rp.dir, "%s/runs/%02d-%s-%s-r%d", j->out_dir, order + 1, st->label,
+             slot->system == SWEEP_TORCH ? "pytorch" : "shmtrain", slot->repeat + 1);
+    snprintf(rp.job, sizeof rp.job, "sweep%d-%d", (int)getpid(), order + 1);
+    snprintf(rp.report, sizeof rp.report, "%s/report.json", rp.dir);
+    snprintf(rp.metrics, sizeof rp.metrics, "%s/%s/attempt0/metrics.jsonl", rp.dir, rp.job);
+    snprintf(rp.checkpoint, sizeof rp.checkpoint, "%s/checkpoint.ckpt", rp.dir);
+    if (make_dir(rp.dir) != 0) {
+        snprintf(r->error, sizeof r->error, "cannot create %.120s: %.60s", rp.dir, strerror(errno));
+        return;
+    }
+    char *argv[256], num[2][16];
+    child_argv(j, st, slot->system, torch, &rp, self, argv, num);
+    int rc = run_child(argv);
+    char *report = slurp_file(rp.report), *metrics = slurp_file(rp.metrics);
+    bool launched = sweep_read_report(report, r) == 0;
+    if (launched && sweep_read_metrics(metrics, j->target, r, v) == 0)
+        r->ok = rc == 0;
+    if (!r->ok && !*r->error)
+        snprintf(r->error, sizeof r->error, "exit %d", rc);
+    if (!r->ok) {
+        size_t len = strlen(r->error);
+        snprintf(r->error + len, sizeof r->error - len, "; logs in %.*s/%s", (int)(sizeof r->error / 2), rp.dir, rp.job);
+    }
+    free(report);
+    free(metrics);
+    unlink(rp.checkpoint);  /* the sweep measures; it keeps no models */
+}
+
+static void print_progress(const struct sweep_setting *s, const struct sweep_run *r, int k, int n)
+{
+    fprintf(stderr, "shmrun: sweep [%d/%d] %-6s %-11s repeat %d: ", k + 1, n, s[r->setting].label,
+            sweep_system_name[r->system], r->repeat + 1);
+    if (!r->ok) {
+        fprintf(stderr, "FAILED: %s\n", r->error);
+        return;
+    }
+    fprintf(stderr, "%.0f samples/s, step %.2f ms", r->samples_per_s, r->step_ms);
+    if (!isnan(r->time_to_target_s))
+        fprintf(stderr, ", target at %.1f s", r->time_to_target_s);
+    if (!isnan(r->final_accuracy))
+        fprintf(stderr, ", test accuracy %.2f%%", 100 * r->final_accuracy);
+    fprintf(stderr, " (%.1f s)\n", r->wall_s);
+}
+
+/* ------------------------------------------------------------- reports -- */
+
+static void describe_machine(struct sweep_report *rep, const st_topo *t, const struct sweep_job *j)
+{
+    st_topo_get_info(t, &rep->topo);
+    struct utsname u;
+    if (uname(&u) == 0)
+        snprintf(rep->kernel, sizeof rep->kernel, "%.20s %.100s", u.sysname, u.release);
+    snprintf(rep->compiler, sizeof rep->compiler, "gcc %s", __VERSION__);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(rep->date, sizeof rep->date, "%Y-%m-%d %H:%M UTC", &tm);
+    snprintf(rep->shmrun_version, sizeof rep->shmrun_version, "%s", j->version);
+    rep->repeats = j->repeats;
+    rep->target = j->target;
+}
+
+static FILE *open_out(const char *dir, const char *name)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        fprintf(stderr, "shmrun: cannot write %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+static int close_out(FILE *f, const char *name)
+{
+    if (!f)
+        return -1;
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        fprintf(stderr, "shmrun: writing %s failed\n", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Data, script, and the SVGs when gnuplot is here.  Returns NULL when the
+ * plots were drawn, else why not (for the report). */
+static const char *draw_plots(const struct sweep_job *j, const struct sweep_setting *s, int ns,
+                              const struct sweep_run *runs, const struct sweep_summary *sums)
+{
+    FILE *tp = open_out(j->out_dir, "throughput.dat"), *sp = open_out(j->out_dir, "timesplit.dat");
+    FILE *cv = open_out(j->out_dir, "accuracy.dat"), *gp = open_out(j->out_dir, "plot.gp");
+    if (tp && sp && cv && gp) {
+        sweep_write_plot_data(tp, sp, cv, s, ns, runs, sums);
+        sweep_write_gnuplot(gp, s, ns, runs, sums);
+    }
+    int bad = close_out(tp, "throughput.dat") | close_out(sp, "timesplit.dat") | close_out(cv, "accuracy.dat") |
+              close_out(gp, "plot.gp");
+    if (bad)
+        return "the plot data could not be written";
+    char *probe[] = {"gnuplot", "--version", NULL};
+    if (run_quietly(probe, NULL, NULL) != 0)
+        return "gnuplot is not installed (apt install gnuplot-nox), so the report is table-only; "
+               "`gnuplot plot.gp` in this directory draws them later";
+    char *draw[] = {"gnuplot", "plot.gp", NULL};
+    if (run_quietly(draw, j->out_dir, "plot.log") != 0)
+        return "gnuplot failed (see plot.log)";
+    return NULL;
+}
+
+static int write_reports(const struct sweep_job *j, struct sweep_report *rep, const struct sweep_setting *s, int ns,
+                         const struct sweep_run *runs, int nruns)
+{
+    struct sweep_summary sums[SWEEP_MAX_SETTINGS * SWEEP_NSYSTEMS];
+    sweep_summarize(runs, nruns, ns, sums);
+    rep->plots_note = draw_plots(j, s, ns, runs, sums);
+    FILE *csv = open_out(j->out_dir, "runs.csv"), *json = open_out(j->out_dir, "sweep.json");
+    FILE *md = open_out(j->out_dir, "report.md");
+    if (csv)
+        sweep_write_csv(csv, s, runs, nruns);
+    if (json)
+        sweep_write_json(json, rep, s, ns, runs, nruns, sums);
+    if (md)
+        sweep_write_markdown(md, rep, s, ns, sums);
+    int bad = close_out(csv, "runs.csv") | close_out(json, "sweep.json") | close_out(md, "report.md");
+    if (!bad)
+        sweep_write_markdown(stdout, rep, s, ns, sums);
+    return bad ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- main -- */
+
+static int check_job(const struct sweep_job *j)
+{
+    static const char *refused[] = {"--metrics", "--resume", "--checkpoint-every", NULL};
+    for (const char **f = refused; *f; f++)
+        if (has_flag(j->argv, *f)) {
+            fprintf(stderr, "shmrun: --sweep: the program's %s is not allowed in a sweep (each run starts "
+                            "fresh and the sweep collects its metrics itself)\n", *f);
+            return -1;
+        }
+    if (j->repeats < 1 || j->repeats > 64) {
+        fprintf(stderr, "shmrun: --repeats %d: use 1-64\n", j->repeats);
+        return -1;
+    }
+    return 0;
+}
+
+static const char *torch_if_usable(const struct sweep_job *j)
+{
+    if (!j->compare_torch)
+        return NULL;
+    const char *script = find_torch_script(j->torch_script);
+    if (!script) {
+        fprintf(stderr, "shmrun: --compare-torch: %s; running shmtrain only\n",
+                j->torch_script ? "that script cannot be read" : "bench/torch_ddp.py not found (set SHMTRAIN_TORCH_DDP)");
+        return NULL;
+    }
+    char *probe[] = {(char *)python(), "-c", "import torch", NULL};
+    if (run_quietly(probe, NULL, NULL) != 0) {
+        fprintf(stderr, "shmrun: --compare-torch: %s cannot import torch (apt install python3-torch); "
+                        "running shmtrain only\n", python());
+        return NULL;
+    }
+    return script;
+}
+
+int sweep_main(const st_topo *t, const struct sweep_job *j)
+{
+    struct sweep_setting s[SWEEP_MAX_SETTINGS];
+    int ns = 0, all_cores = 0;
+    if (check_job(j) != 0 || plan_settings(t, j, s, &ns, &all_cores) != 0)
+        return 2;
+    const char *torch = j->dry_run ? (j->compare_torch ? "torch_ddp.py" : NULL) : torch_if_usable(j);
+    int nsystems = torch ? 2 : 1;
+    if (j->dry_run)
+        return print_plans(t, j, s, ns, nsystems);
+    char self[1024];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) {
+        fprintf(stderr, "shmrun: --sweep: cannot find my own executable: %s\n", strerror(errno));
+        return 1;
+    }
+    self[len] = '\0';
+    char runs_dir[1100];
+    snprintf(runs_dir, sizeof runs_dir, "%s/runs", j->out_dir);
+    if (make_dir(runs_dir) != 0) {
+        fprintf(stderr, "shmrun: --sweep-out %s: cannot create it: %s\n", j->out_dir, strerror(errno));
+        return 1;
+    }
+    struct sweep_slot *slots = calloc((size_t)ns * (size_t)nsystems * (size_t)j->repeats, sizeof *slots);
+    struct sweep_run *runs = calloc((size_t)ns * (size_t)nsystems * (size_t)j->repeats, sizeof *runs);
+    if (!slots || !runs) {
+        free(slots);
+        free(runs);
+        fprintf(stderr, "shmrun: out of memory\n");
+        return 1;
+    }
+    int n = sweep_order(ns, nsystems, j->repeats, slots), done = 0, failed = 0;
+    struct sweep_report rep = {.torch_asked = j->compare_torch, .torch_available = torch != NULL};
+    describe_machine(&rep, t, j);
+    char command[2048] = "";
+    size_t clen = 0;
+    for (char **a = j->argv; *a && clen < sizeof command; a++)
+        clen += (size_t)snprintf(command + clen, sizeof command - clen, "%s%s", a == j->argv ? "" : " ",
+                                 a == j->argv ? basename(*a) : *a);
+    rep.command = command;
+    fprintf(stderr, "shmrun: sweep of %d setting%s x %d repeat%s%s = %d runs, results in %s/\n", ns,
+            ns == 1 ? "" : "s", j->repeats, j->repeats == 1 ? "" : "s", torch ? " x 2 systems" : "", n, j->out_dir);
+    struct sigaction sa = {.sa_handler = on_interrupt}, old_int, old_term;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    for (; done < n && !interrupted; done++) {
+        run_one(j, s, &slots[done], done, torch, self, &runs[done], &rep.versions);
+        failed += !runs[done].ok;
+        print_progress(s, &runs[done], done, n);
+    }
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (interrupted)
+        fprintf(stderr, "shmrun: sweep interrupted after %d of %d runs; reporting those\n", done, n);
+    int rc = write_reports(j, &rep, s, ns, runs, done);
+    free(slots);
+    free(runs);
+    if (interrupted)
+        return 130;
+    return rc != 0 || failed ? 1 : 0;
+}

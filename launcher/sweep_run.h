@@ -1,0 +1,35 @@
+/* sweep_run: run a partitioning sweep (shmrun --sweep).
+ *
+ * Every run is a fresh `shmrun -n N -c C ... -- program` child (the same
+ * binary), so each one plans, binds, logs, cleans up and reports exactly as a
+ * user's own run would; the sweep reads back the child's report and the
+ * job's metrics file, then writes runs.csv, sweep.json, report.md and the
+ * plots into the output directory.  The pure parts are in sweep.h.
+ */
+#ifndef SHMRUN_SWEEP_RUN_H
+#define SHMRUN_SWEEP_RUN_H
+
+#include <stdbool.h>
+
+#include "shmtrain/topo.h"
+
+struct sweep_job {
+    const char *spec;              /* --sweep */
+    int repeats;                   /* --repeats (default 3) */
+    const char *out_dir;           /* --sweep-out */
+    double target;                 /* --target-accuracy for the report; <= 0 none */
+    bool compare_torch;            /* --compare-torch */
+    const char *torch_script;      /* NULL: the installed or source-tree torch_ddp.py */
+    bool dry_run;
+    char **argv;                   /* the program and its arguments */
+    st_plan_request req;           /* partitioning flags other than -n/-c */
+    char **child_flags;            /* NULL-terminated shmrun flags every run gets */
+    const char *version;           /* shmrun's */
+};
+
+/* Plan, run and report the sweep.  Returns the process exit code: 0 when
+ * every run succeeded, 1 when one failed (the report says which), 2 for a
+ * bad request, 130 when interrupted (the runs so far are reported). */
+int sweep_main(const st_topo *t, const struct sweep_job *j);
+
+#endif
