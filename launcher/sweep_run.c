@@ -68,20 +68,20 @@ static int make_dir(const char *path)
 }
 
 /* Run argv (searched in PATH) in `dir` (NULL: here) with its output in
- * `log` (NULL: /dev/null); returns its exit status or -1. */
+ * `log` (relative to dir; NULL: /dev/null); returns its exit status or -1. */
 static int run_quietly(char *const argv[], const char *dir, const char *log)
 {
     pid_t pid = fork();
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        if (dir && chdir(dir) != 0)
+            _exit(126);
         int fd = open(log ? log : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd >= 0) {
             dup2(fd, STDOUT_FILENO);
             dup2(fd, STDERR_FILENO);
         }
-        if (dir && chdir(dir) != 0)
-            _exit(126);
         execvp(argv[0], argv);
         _exit(127);
     }
