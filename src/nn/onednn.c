@@ -8,9 +8,14 @@
  * Layout rules (../shared notes, verified here): conv and inner-product
  * layouts are `any` and activations stay in whatever layout their producer
  * chose; a reorder is inserted only where dnnl_memory_desc_equal says two
- * layouts differ.  Parameters stay plain in the flat buffer: weights are
+ * layouts differ.  Parameters stay plain in the flat buffer.  Inner
+ * products use them as they are (plain_weights); convolution weights are
  * reordered into the forward and the backward-data layouts each step, and
- * weight gradients back into the plain flat gradient buffer.
+ * their gradients back into the plain flat gradient buffer.
+ *
+ * SHMTRAIN_NN_VERBOSE=1 prints every reorder the build inserts (with sizes),
+ * every backward pass that had to fall back from the forward's layouts, and
+ * the kernel each layer got.
  */
 #define _GNU_SOURCE
 #include <dnnl_debug.h>
@@ -234,10 +239,31 @@ static st_status add_step(st_net *n, struct oplist *l, void (*step)(st_net *, in
     return ST_OK;
 }
 
+/* "64x6x28x28 s4704:784:28:1 b8c": dims, strides, inner blocks (verbose builds). */
+static void md_str(char *buf, size_t len, const dnnl_memory_desc_t *md)
+{
+    size_t at = 0;
+    for (int i = 0; i < md->ndims && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? "x" : "", (long long)md->dims[i]);
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    for (int i = 0; i < md->ndims && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? ":" : " s", (long long)b->strides[i]);
+    for (int i = 0; i < b->inner_nblks && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%lld%c", i ? "" : " b", (long long)b->inner_blks[i],
+                               "abcdef"[b->inner_idxs[i] % 6]);
+}
+
 static st_status add_reorder(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_memory_t to)
 {
     dnnl_primitive_t r;
     OK(reorder_new(n, &r, mem_md(from), mem_md(to)));
+    if (getenv("SHMTRAIN_NN_VERBOSE")) {  /* which layouts meet where: the cost a profile calls "reorders" */
+        char a[256], b[256];
+        md_str(a, sizeof a, mem_md(from));
+        md_str(b, sizeof b, mem_md(to));
+        fprintf(stderr, "shmtrain: node %d (line %d): reorder %s -> %s (%zu bytes)\n", n->dnet->cur,
+                n->x[n->dnet->cur].nd->line, a, b, dnnl_memory_desc_get_size(mem_md(to)));
+    }
     return add_op(n, l, r, NODE_KINDS, DNNL_ARG_FROM, from, DNNL_ARG_TO, to, -1);
 }
 
@@ -386,13 +412,26 @@ static bool is_reference_impl(const_dnnl_primitive_desc_t pd)
     return !impl || !strncmp(impl, "ref", 3);
 }
 
+/* Inner products take their weights in the plain layout of the parameter
+ * buffer (oneDNN's gemm-based kernels accept it) instead of a blocked one:
+ * that drops three weight reorders per layer and step, which for small
+ * batches cost more than the blocked kernel saves (mlp, 1 thread: 2.1 ->
+ * 1.65 ms a step; bench/run-step.sh).  SHMTRAIN_ONEDNN_IP_ANY=1 restores
+ * oneDNN's choice for comparison.  Convolutions keep `any`: their blocked
+ * kernels are worth the (small) weight reorders. */
+static bool plain_weights(const st_net *n, const struct xnode *x)
+{
+    (void)n;
+    return x->kind == NODE_LINEAR && !getenv("SHMTRAIN_ONEDNN_IP_ANY");
+}
+
 /* Small channel counts waste most of a 16-wide block; nhwc avoids that
  * (calibration: lenet's 6-channel conv).  But only if all three passes get
  * a real kernel in nhwc: oneDNN 2.6 gives some nhwc backward passes only
  * its reference implementation, a thousand times slower. */
 static bool use_nhwc(st_net *n, const struct xnode *x, const struct weights_layer *w)
 {
-    if (x->kind != NODE_CONV || x->nd->c >= 16 || n->x[x->in].nd->c >= 16)
+    if (x->kind != NODE_CONV || x->nd->c > 16 || n->x[x->in].nd->c >= 16)
         return false;
     dnnl_memory_desc_t src, dst, wei, bias;
     dnnl_convolution_desc_t fd, bd, wd;
@@ -473,11 +512,24 @@ static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_l
                         const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *bias,
                         const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd)
 {
-    dnnl_memory_desc_t wei_any, src_any, dst_any;
+    dnnl_memory_desc_t wei_any, src_any, dst_any, wei_plain;
     OK(any_md(n, &wei_any, w->ndims, w->wei));
+    if (plain_weights(n, x)) {
+        OK(plain_md(n, &wei_plain, w->ndims, w->wei));
+        OK(conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_plain, bias, &x->dst.md, hint, pd));
+        if (!is_reference_impl(*pd))
+            return ST_OK;
+    }
     OK(conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_any, bias, &x->dst.md, hint, pd));
     if (!is_reference_impl(*pd))
         return ST_OK;
+    if (getenv("SHMTRAIN_NN_VERBOSE")) {
+        char a[256], b[256];
+        md_str(a, sizeof a, src);
+        md_str(b, sizeof b, &x->dst.md);
+        fprintf(stderr, "shmtrain: node %d: backward-%s gets only a reference kernel with src %s, dst %s: "
+                        "letting it choose\n", n->dnet->cur, weights_pass ? "weights" : "data", a, b);
+    }
     OK(any_md(n, &src_any, w->ndims, w->src));
     OK(any_md(n, &dst_any, w->ndims, w->dst));
     return conv_or_ip_bwd_pd(n, x, w, weights_pass, &src_any, &wei_any, bias, &dst_any, hint, pd);
@@ -501,8 +553,14 @@ static st_status build_weights(st_net *n, int j)
     OK(any_md(n, &wei_any, w.ndims, w.wei));
     OK(plain_md(n, &bias_md, 1, w.bias));
     OK(plain_md(n, &wei_plain, w.ndims, w.wei));
-    dnnl_primitive_desc_t fwd_pd;
-    OK(weights_fwd_desc(n, x, &w, &src_any, &wei_any, nd->bias ? &bias_md : NULL, &dst_any, &fwd_pd));
+    dnnl_primitive_desc_t fwd_pd = NULL;
+    if (plain_weights(n, x)) {
+        OK(weights_fwd_desc(n, x, &w, &src_any, &wei_plain, nd->bias ? &bias_md : NULL, &dst_any, &fwd_pd));
+        if (is_reference_impl(fwd_pd))
+            fwd_pd = NULL;  /* owned by the net's pd list, freed with it */
+    }
+    if (!fwd_pd)
+        OK(weights_fwd_desc(n, x, &w, &src_any, &wei_any, nd->bias ? &bias_md : NULL, &dst_any, &fwd_pd));
     impl_name(x, fwd_pd);
 
     dnnl_memory_t w_user, b_user = NULL, w_fwd, db_user = NULL;
@@ -538,7 +596,13 @@ static st_status build_weights(st_net *n, int j)
         OK(add_op(n, &dn->bwd, rb, NODE_RELU, DNNL_ARG_DST, x->dst.mem, DNNL_ARG_DIFF_DST, x->diff.mem,
                   DNNL_ARG_DIFF_SRC, x->diff.mem, -1));
     }
-    const dnnl_memory_desc_t *src_md = mem_md(dn->src);
+    /* The forward's own description of its source, not the producer's: they
+     * are equal to dnnl_memory_desc_equal when they differ only in the
+     * strides of size-1 dimensions (1-channel nchw == nhwc), but the
+     * backward kernels match layouts by tag, and the producer's tag would
+     * get lenet's first convolution only the reference kernel and a 3 MB
+     * reorder per step. */
+    const dnnl_memory_desc_t *src_md = query(fwd_pd, dnnl_query_src_md, 0);
     dnnl_primitive_desc_t bw_pd;
     dnnl_memory_t bw_src, bw_ddst;
     OK(bwd_pd(n, x, &w, true, src_md, nd->bias ? &bias_md : NULL, fwd_pd, &bw_pd));
@@ -655,38 +719,55 @@ static bool channel_innermost(const dnnl_memory_desc_t *md, struct pool_layout *
  * library itself is compiled for the baseline x86-64. */
 #define ST_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
 
-ST_MULTIVERSION
-static void maxpool2_row_fwd(const float *restrict r0, const float *restrict r1, float *restrict q,
-                             uint8_t *restrict a, int ow_count, int lanes, long ssw, long dsw)
-{
-    for (int ow = 0; ow < ow_count; ow++, r0 += 2 * ssw, r1 += 2 * ssw, q += dsw, a += dsw) {
-        const float *p01 = r0 + ssw, *p11 = r1 + ssw;
-        for (int c = 0; c < lanes; c++) {
-            float m = r0[c];
-            uint8_t k = 0;
-            if (p01[c] > m) m = p01[c], k = 1;
-            if (r1[c] > m) m = r1[c], k = 2;
-            if (p11[c] > m) m = p11[c], k = 3;
-            q[c] = m;
-            a[c] = k;
-        }
+/* The row kernels, written once and instantiated for the usual widths: a
+ * constant lane count (a 16- or 8-channel block) lets the compiler turn the
+ * channel loop into a few whole-vector operations instead of a generic loop
+ * with a remainder (cnn's pool: most of its time went there). */
+#define MAXPOOL2_ROW_FWD(name, LANES)                                                                    \
+    ST_MULTIVERSION static void name(const float *restrict r0, const float *restrict r1, float *restrict q, \
+                                     uint8_t *restrict a, int ow_count, int lanes, long ssw, long dsw)    \
+    {                                                                                                    \
+        (void)lanes;                                                                                     \
+        for (int ow = 0; ow < ow_count; ow++, r0 += 2 * ssw, r1 += 2 * ssw, q += dsw, a += dsw) {      \
+            const float *p01 = r0 + ssw, *p11 = r1 + ssw;                                                \
+            for (int c = 0; c < (LANES); c++) {                                                          \
+                float m = r0[c];                                                                         \
+                uint8_t k = 0;                                                                           \
+                if (p01[c] > m) m = p01[c], k = 1;                                                       \
+                if (r1[c] > m) m = r1[c], k = 2;                                                         \
+                if (p11[c] > m) m = p11[c], k = 3;                                                       \
+                q[c] = m;                                                                                \
+                a[c] = k;                                                                                \
+            }                                                                                            \
+        }                                                                                                \
     }
-}
 
-ST_MULTIVERSION
-static void maxpool2_row_bwd(float *restrict r0, float *restrict r1, const float *restrict g,
-                             const uint8_t *restrict a, int ow_count, int lanes, long ssw, long dsw)
-{
-    for (int ow = 0; ow < ow_count; ow++, r0 += 2 * ssw, r1 += 2 * ssw, g += dsw, a += dsw) {
-        float *p01 = r0 + ssw, *p11 = r1 + ssw;
-        for (int c = 0; c < lanes; c++) {
-            r0[c] = a[c] == 0 ? g[c] : 0.0f;
-            p01[c] = a[c] == 1 ? g[c] : 0.0f;
-            r1[c] = a[c] == 2 ? g[c] : 0.0f;
-            p11[c] = a[c] == 3 ? g[c] : 0.0f;
-        }
+#define MAXPOOL2_ROW_BWD(name, LANES)                                                                    \
+    ST_MULTIVERSION static void name(float *restrict r0, float *restrict r1, const float *restrict g,     \
+                                     const uint8_t *restrict a, int ow_count, int lanes, long ssw,        \
+                                     long dsw)                                                            \
+    {                                                                                                    \
+        (void)lanes;                                                                                     \
+        for (int ow = 0; ow < ow_count; ow++, r0 += 2 * ssw, r1 += 2 * ssw, g += dsw, a += dsw) {      \
+            float *p01 = r0 + ssw, *p11 = r1 + ssw;                                                      \
+            for (int c = 0; c < (LANES); c++) {                                                          \
+                r0[c] = a[c] == 0 ? g[c] : 0.0f;                                                         \
+                p01[c] = a[c] == 1 ? g[c] : 0.0f;                                                        \
+                r1[c] = a[c] == 2 ? g[c] : 0.0f;                                                         \
+                p11[c] = a[c] == 3 ? g[c] : 0.0f;                                                        \
+            }                                                                                            \
+        }                                                                                                \
     }
-}
+
+MAXPOOL2_ROW_FWD(maxpool2_row_fwd, lanes)
+MAXPOOL2_ROW_FWD(maxpool2_row_fwd16, 16)
+MAXPOOL2_ROW_FWD(maxpool2_row_fwd8, 8)
+MAXPOOL2_ROW_BWD(maxpool2_row_bwd, lanes)
+MAXPOOL2_ROW_BWD(maxpool2_row_bwd16, 16)
+MAXPOOL2_ROW_BWD(maxpool2_row_bwd8, 8)
+
+typedef void (*maxpool2_fwd_fn)(const float *, const float *, float *, uint8_t *, int, int, long, long);
+typedef void (*maxpool2_bwd_fn)(float *, float *, const float *, const uint8_t *, int, int, long, long);
 
 static void maxpool2_fwd(st_net *n, int j)
 {
@@ -697,13 +778,14 @@ static void maxpool2_fwd(st_net *n, int j)
     float *dst = mem_ptr(x->dst.mem);
     uint8_t *arg = dn->pool_arg;
     const int N = n->batch, NB = s->nblocks, B = s->block, OH = x->nd->h, OW = x->nd->w;
+    const maxpool2_fwd_fn row = B == 16 ? maxpool2_row_fwd16 : B == 8 ? maxpool2_row_fwd8 : maxpool2_row_fwd;
 #pragma omp parallel for collapse(3) schedule(static)
     for (int i = 0; i < N; i++)
         for (int cb = 0; cb < NB; cb++)
             for (int oh = 0; oh < OH; oh++) {
                 const float *r0 = src + i * s->sn + cb * s->sc + 2L * oh * s->sh;
                 const long o = i * d->sn + cb * d->sc + oh * d->sh;
-                maxpool2_row_fwd(r0, r0 + s->sh, dst + o, arg + o, OW, B, s->sw, d->sw);
+                row(r0, r0 + s->sh, dst + o, arg + o, OW, B, s->sw, d->sw);
             }
 }
 
@@ -719,13 +801,14 @@ static void maxpool2_bwd(st_net *n, int j)
     const int N = n->batch, NB = s->nblocks, B = s->block, OH = x->nd->h, OW = x->nd->w;
     if (px->nd->h != 2 * OH || px->nd->w != 2 * OW)  /* an odd edge row/column gets no gradient */
         memset(dx, 0, dnnl_memory_desc_get_size(&px->dst.md));
+    const maxpool2_bwd_fn row = B == 16 ? maxpool2_row_bwd16 : B == 8 ? maxpool2_row_bwd8 : maxpool2_row_bwd;
 #pragma omp parallel for collapse(3) schedule(static)
     for (int i = 0; i < N; i++)
         for (int cb = 0; cb < NB; cb++)
             for (int oh = 0; oh < OH; oh++) {
                 float *r0 = dx + i * s->sn + cb * s->sc + 2L * oh * s->sh;
                 const long o = i * d->sn + cb * d->sc + oh * d->sh;
-                maxpool2_row_bwd(r0, r0 + s->sh, dy + o, arg + o, OW, B, s->sw, d->sw);
+                row(r0, r0 + s->sh, dy + o, arg + o, OW, B, s->sw, d->sw);
             }
 }
 
@@ -1033,6 +1116,8 @@ st_status onednn_build(st_net *n)
         }
     }
     n->dnet->cur = -1;
+    if (getenv("SHMTRAIN_NN_VERBOSE"))
+        st_net_describe(n, stderr);
     return build_loss_io(n);
 }
 
