@@ -50,6 +50,8 @@ struct onednn_node {
     struct pool_layout { long sn, sc, sh, sw; int block, nblocks; } pool_src, pool_dst;
     uint8_t *pool_arg;
     dnnl_memory_t pool_target;
+    bool pool_relu;                      /* the ReLU after it runs inside it (build_relu) */
+    dnnl_memory_t pool_diff;             /* then the gradient comes from the ReLU's diff */
 };
 
 struct onednn_net {
@@ -655,10 +657,33 @@ static st_status build_weights(st_net *n, int j)
 
 /* ------------------------------------------------------ element-wise -- */
 
+/* A ReLU whose only input is a C max-pool (the pool/ReLU swap makes that
+ * the usual case) runs inside the pool: max(window, 0) forward, and the
+ * pool's backward, which reads the ReLU's gradient, passes nothing back to a
+ * window it clipped.  That saves a pass over the pooled tensor each way. */
+static bool relu_fits_pool(const st_net *n, const struct xnode *x)
+{
+    const struct xnode *px = &n->x[x->in];
+    return px->kind == NODE_MAXPOOL && px->dn->pool_arg && px->consumers == 1;
+}
+
+static st_status build_relu_in_pool(st_net *n, struct xnode *x)
+{
+    struct xnode *px = &n->x[x->in];
+    OK(set_dst(n, x, &px->dst.md));  /* the gradient memories; dst is then the pool's own */
+    x->dst.mem = px->dst.mem;
+    px->dn->pool_relu = true;
+    px->dn->pool_diff = x->diff.mem;
+    snprintf(x->impl, sizeof x->impl, "in the max-pool before it");
+    return ST_OK;
+}
+
 static st_status build_relu(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     struct xnode *px = &n->x[x->in];
+    if (relu_fits_pool(n, x))
+        return build_relu_in_pool(n, x);
     dnnl_eltwise_desc_t ed;
     dnnl_primitive_desc_t fpd, bpd;
     dnnl_primitive_t f, b;
@@ -723,7 +748,7 @@ static bool channel_innermost(const dnnl_memory_desc_t *md, struct pool_layout *
  * constant lane count (a 16- or 8-channel block) lets the compiler turn the
  * channel loop into a few whole-vector operations instead of a generic loop
  * with a remainder (cnn's pool: most of its time went there). */
-#define MAXPOOL2_ROW_FWD(name, LANES)                                                                    \
+#define MAXPOOL2_ROW_FWD(name, LANES, RELU)                                                              \
     ST_MULTIVERSION static void name(const float *restrict r0, const float *restrict r1, float *restrict q, \
                                      uint8_t *restrict a, int ow_count, int lanes, long ssw, long dsw)    \
     {                                                                                                    \
@@ -736,6 +761,7 @@ static bool channel_innermost(const dnnl_memory_desc_t *md, struct pool_layout *
                 if (p01[c] > m) m = p01[c], k = 1;                                                       \
                 if (r1[c] > m) m = r1[c], k = 2;                                                         \
                 if (p11[c] > m) m = p11[c], k = 3;                                                       \
+                if ((RELU) && !(m > 0)) m = 0.0f, k = 4;  /* clipped: no gradient reaches the window */ \
                 q[c] = m;                                                                                \
                 a[c] = k;                                                                                \
             }                                                                                            \
@@ -759,9 +785,12 @@ static bool channel_innermost(const dnnl_memory_desc_t *md, struct pool_layout *
         }                                                                                                \
     }
 
-MAXPOOL2_ROW_FWD(maxpool2_row_fwd, lanes)
-MAXPOOL2_ROW_FWD(maxpool2_row_fwd16, 16)
-MAXPOOL2_ROW_FWD(maxpool2_row_fwd8, 8)
+MAXPOOL2_ROW_FWD(maxpool2_row_fwd, lanes, 0)
+MAXPOOL2_ROW_FWD(maxpool2_row_fwd16, 16, 0)
+MAXPOOL2_ROW_FWD(maxpool2_row_fwd8, 8, 0)
+MAXPOOL2_ROW_FWD(maxpool2_row_fwd_relu, lanes, 1)
+MAXPOOL2_ROW_FWD(maxpool2_row_fwd16_relu, 16, 1)
+MAXPOOL2_ROW_FWD(maxpool2_row_fwd8_relu, 8, 1)
 MAXPOOL2_ROW_BWD(maxpool2_row_bwd, lanes)
 MAXPOOL2_ROW_BWD(maxpool2_row_bwd16, 16)
 MAXPOOL2_ROW_BWD(maxpool2_row_bwd8, 8)
@@ -778,7 +807,9 @@ static void maxpool2_fwd(st_net *n, int j)
     float *dst = mem_ptr(x->dst.mem);
     uint8_t *arg = dn->pool_arg;
     const int N = n->batch, NB = s->nblocks, B = s->block, OH = x->nd->h, OW = x->nd->w;
-    const maxpool2_fwd_fn row = B == 16 ? maxpool2_row_fwd16 : B == 8 ? maxpool2_row_fwd8 : maxpool2_row_fwd;
+    const maxpool2_fwd_fn row = dn->pool_relu
+        ? (B == 16 ? maxpool2_row_fwd16_relu : B == 8 ? maxpool2_row_fwd8_relu : maxpool2_row_fwd_relu)
+        : (B == 16 ? maxpool2_row_fwd16 : B == 8 ? maxpool2_row_fwd8 : maxpool2_row_fwd);
 #pragma omp parallel for collapse(3) schedule(static)
     for (int i = 0; i < N; i++)
         for (int cb = 0; cb < NB; cb++)
@@ -795,7 +826,7 @@ static void maxpool2_bwd(st_net *n, int j)
     const struct xnode *px = &n->x[x->in];
     const struct onednn_node *dn = x->dn;
     const struct pool_layout *s = &dn->pool_src, *d = &dn->pool_dst;
-    const float *dy = mem_ptr(x->diff.mem);
+    const float *dy = mem_ptr(dn->pool_relu ? dn->pool_diff : x->diff.mem);
     float *dx = mem_ptr(dn->pool_target);
     const uint8_t *arg = dn->pool_arg;
     const int N = n->batch, NB = s->nblocks, B = s->block, OH = x->nd->h, OW = x->nd->w;
