@@ -132,6 +132,23 @@ static const char *python(void)
 
 /* ------------------------------------------------------------ planning -- */
 
+/* The job's partitioning flags with this shape; NULL after a one-line
+ * message naming the setting when it cannot be planned (quiet: no message). */
+static st_plan *plan_for(const st_topo *t, const struct sweep_job *j, int ninstances, int cores,
+                         const char *setting, bool quiet)
+{
+    st_plan_request req = j->req;
+    req.ninstances = ninstances;
+    req.cores_per_instance = cores;
+    st_plan *p = NULL;
+    if (st_plan_create(&p, t, &req) != ST_OK) {
+        if (!quiet)
+            fprintf(stderr, "shmrun: --sweep setting '%s': %s\n", setting, st_last_error());
+        return NULL;
+    }
+    return p;
+}
+
 static int plan_settings(const st_topo *t, const struct sweep_job *j, struct sweep_setting *s, int *ns,
                          int *all_cores)
 {
@@ -144,24 +161,16 @@ static int plan_settings(const st_topo *t, const struct sweep_job *j, struct swe
         return -1;
     }
     for (int i = 0; i < n; i++) {
-        st_plan_request req = j->req;
-        req.ninstances = s[i].req_instances;
-        req.cores_per_instance = s[i].req_cores;
-        st_plan *p = NULL;
-        if (st_plan_create(&p, t, &req) != ST_OK) {
-            fprintf(stderr, "shmrun: --sweep setting '%s': %s\n", s[i].asked, st_last_error());
+        st_plan *p = plan_for(t, j, s[i].req_instances, s[i].req_cores, s[i].asked, false);
+        if (!p)
             return -1;
-        }
         s[i].instances = p->ninstances;
         s[i].cores = p->inst[0].ncores;
         st_plan_destroy(p);
     }
-    st_plan_request all = j->req;
-    all.ninstances = 1;
-    all.cores_per_instance = 0;
-    st_plan *p = NULL;
-    *all_cores = st_plan_create(&p, t, &all) == ST_OK ? p->inst[0].ncores : 0;
-    st_plan_destroy(p);
+    st_plan *all = plan_for(t, j, 1, 0, "all", true);  /* no baseline when it cannot be planned */
+    *all_cores = all ? all->inst[0].ncores : 0;
+    st_plan_destroy(all);
     *ns = sweep_finalize(s, n, SWEEP_MAX_SETTINGS, *all_cores);
     return 0;
 }
@@ -170,14 +179,9 @@ static int print_plans(const st_topo *t, const struct sweep_job *j, const struct
                        int nsystems)
 {
     for (int i = 0; i < ns; i++) {
-        st_plan_request req = j->req;
-        req.ninstances = s[i].instances;
-        req.cores_per_instance = s[i].cores;
-        st_plan *p = NULL;
-        if (st_plan_create(&p, t, &req) != ST_OK) {
-            fprintf(stderr, "shmrun: --sweep setting %s: %s\n", s[i].label, st_last_error());
+        st_plan *p = plan_for(t, j, s[i].instances, s[i].cores, s[i].label, false);
+        if (!p)
             return 2;
-        }
         printf("== setting %s (asked: %s)\n", s[i].label, s[i].asked);
         st_plan_write_table(p, stdout);
         printf("\n");
