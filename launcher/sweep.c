@@ -141,6 +141,14 @@ int sweep_order(int nsettings, int nsystems, int repeats, struct sweep_slot *out
 
 /* ------------------------------------------------------- reading runs -- */
 
+void sweep_run_reset(struct sweep_run *r, int setting, int system, int repeat, int order)
+{
+    memset(r, 0, sizeof *r);
+    *r = (struct sweep_run){.setting = setting, .system = system, .repeat = repeat, .order = order};
+    r->samples_per_s = r->step_ms = r->compute_ms = r->allreduce_ms = r->wait_ms = r->other_ms = NAN;
+    r->time_to_target_s = r->final_accuracy = r->rss_max_mb = r->rss_total_mb = r->wall_s = NAN;
+}
+
 /* Our own flat JSON lines: "key":value, keys unique per line. */
 static const char *json_value(const char *line, const char *key)
 {
@@ -626,8 +634,11 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
         const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS + SWEEP_SHMTRAIN];
         const struct sweep_summary *pt = &sums[i * SWEEP_NSYSTEMS + SWEEP_TORCH];
         char b[10][64];
-        fprintf(f, "| %s%s%s | %s | %s | ", i == best ? "**" : "", s[i].label, i == best ? "**" : "", s[i].asked,
-                spread(b[0], 64, o->samples_per_s, 0));
+        char failed[48] = "";
+        if (o->failed)
+            snprintf(failed, sizeof failed, " (%d of %d runs FAILED)", o->failed, o->runs);
+        fprintf(f, "| %s%s%s%s | %s | %s | ", i == best ? "**" : "", s[i].label, i == best ? "**" : "", failed,
+                s[i].asked, spread(b[0], 64, o->samples_per_s, 0));
         if (bsum && bsum->samples_per_s.n && o->samples_per_s.n)
             fprintf(f, "%.2fx", o->samples_per_s.median / bsum->samples_per_s.median);
         else
@@ -650,8 +661,6 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
             else
                 fprintf(f, "- |");
         }
-        if (o->failed)
-            fprintf(f, " %d of %d runs FAILED", o->failed, o->runs);
         fputc('\n', f);
     }
     fputc('\n', f);

@@ -72,6 +72,9 @@ struct sweep_run {
     double curve_s[SWEEP_MAX_CURVE], curve_acc[SWEEP_MAX_CURVE];
 };
 
+/* A run with nothing measured yet: every measure NAN (shown as missing). */
+void sweep_run_reset(struct sweep_run *r, int setting, int system, int repeat, int order);
+
 /* Versions and build facts a run reports about itself ("run" record). */
 struct sweep_versions {
     char onednn[32], isa[32], torch[32];

@@ -264,11 +264,7 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
 {
     const struct sweep_setting *st = &s[slot->setting];
     struct run_paths rp;
-    memset(r, 0, sizeof *r);
-    r->setting = slot->setting;
-    r->system = slot->system;
-    r->repeat = slot->repeat;
-    r->order = order;
+    sweep_run_reset(r, slot->setting, slot->system, slot->repeat, order);
     snprintf(rp.dir, sizeof rp.dir, "%s/runs/%02d-%s-%s-r%d", j->out_dir, order + 1, st->label,
              slot->system == SWEEP_TORCH ? "pytorch" : "shmtrain", slot->repeat + 1);
     snprintf(rp.job, sizeof rp.job, "sweep%d-%d", (int)getpid(), order + 1);

@@ -271,6 +271,23 @@ static void test_read_metrics_single_interval(void **state)
     free(one);
 }
 
+static void test_reset_run_measures_nothing(void **state)
+{
+    (void)state;
+    struct sweep_run r;
+    memset(&r, 0x55, sizeof r);
+    sweep_run_reset(&r, 2, SWEEP_TORCH, 1, 7);
+    assert_int_equal(r.setting, 2);
+    assert_int_equal(r.system, SWEEP_TORCH);
+    assert_int_equal(r.order, 7);
+    assert_false(r.ok);
+    assert_int_equal(r.ncurve, 0);
+    const double v[] = {r.samples_per_s, r.step_ms, r.compute_ms, r.allreduce_ms, r.wait_ms, r.other_ms,
+                        r.time_to_target_s, r.final_accuracy, r.rss_max_mb, r.rss_total_mb, r.wall_s};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+        assert_true(isnan(v[i]));
+}
+
 static void test_read_report(void **state)
 {
     (void)state;
@@ -393,22 +410,25 @@ static void test_markdown_marks_best_and_ratios(void **state)
     assert_null(strstr(md, "time to"));  /* no target, no column */
     /* 2x1 is best (175 vs 110: 1.59x), the baseline row is 1.00x, and
      * against PyTorch's 50 samples/s the baseline is 2.20x. */
-    assert_non_null(strstr(md, "| **2x1** | 2x1 | 175 (150–200) | 1.59x |"));
+    assert_non_null(strstr(md, "| **2x1** (1 of 3 runs FAILED) | 2x1 | 175 (150–200) | 1.59x |"));
     assert_non_null(strstr(md, "| 1x2 | 1x2 | 110 (100–120) | 1.00x |"));
     assert_non_null(strstr(md, "| 50 (50–50) | 2.20x |"));
-    assert_non_null(strstr(md, "1 of 3 runs FAILED"));
     assert_non_null(strstr(md, "**Best: 2x1**, by median throughput (1.59x the throughput of 1x2)"));
     assert_non_null(strstr(md, "| CPU | Test CPU |"));
     assert_non_null(strstr(md, "| PyTorch | 1.13.1 |"));
     assert_non_null(strstr(md, "![throughput](throughput.svg)"));
-    /* Rows have as many cells as the header. */
-    const char *header = strstr(md, "| setting |"), *row = strstr(md, "| 1x1 |");
-    int hc = 0, rc = 0;
+    /* Rows have as many cells as the header, the one with a failed run too. */
+    const char *header = strstr(md, "| setting |");
+    int hc = 0;
     for (const char *p = header; *p != '\n'; p++)
         hc += *p == '|';
-    for (const char *p = row; *p != '\n'; p++)
-        rc += *p == '|';
-    assert_int_equal(hc, rc);
+    const char *rows[] = {"| 1x1 |", "| **2x1** (", "| 1x2 |"};
+    for (int k = 0; k < 3; k++) {
+        int rc = 0;
+        for (const char *p = strstr(md, rows[k]); *p != '\n'; p++)
+            rc += *p == '|';
+        assert_int_equal(hc, rc);
+    }
     free(md);
 
     setup_report(&x, 0.85);
@@ -507,6 +527,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_read_metrics_steady_state),
         cmocka_unit_test(test_read_metrics_refuses_incomplete_runs),
         cmocka_unit_test(test_read_metrics_single_interval),
+        cmocka_unit_test(test_reset_run_measures_nothing),
         cmocka_unit_test(test_read_report),
         cmocka_unit_test(test_summary_and_best),
         cmocka_unit_test(test_csv),

@@ -618,6 +618,70 @@ static void test_sweep_end_to_end(void **state)
     run_free(&r);
 }
 
+/* Ctrl-C in a sweep: the running gang stops, the runs so far are reported,
+ * exit 130, nothing left in /dev/shm. */
+static void test_sweep_interrupted(void **state)
+{
+    (void)state;
+    char tri[300], trl[300], tei[300], tel[300], out[300];
+    path_of(tri, sizeof tri, "train-images.gz");
+    path_of(trl, sizeof trl, "train-labels");
+    path_of(tei, sizeof tei, "test-images.gz");
+    path_of(tel, sizeof tel, "test-labels");
+    path_of(out, sizeof out, "sweep-int");
+    char *argv[] = {(char *)shmrun, "--sweep", "1x1", "--repeats", "3", "--sweep-out", out, "--",
+                    (char *)shmtrain, "--model", "cnn", "--train-images", tri, "--train-labels", trl,
+                    "--test-images", tei, "--test-labels", tel, "--epochs", "200", "--quiet", NULL};
+    struct run r = run_argv(argv, 3.0);
+    if (r.code != 130)
+        fail_msg("exit %d, expected 130: %s", r.code, r.err);
+    assert_non_null(strstr(r.err, "sweep interrupted after 1 of "));
+    char path[400];
+    snprintf(path, sizeof path, "%s/report.md", out);
+    char *md = slurp_or_empty(path);
+    assert_non_null(strstr(md, "1 of 1 runs FAILED"));
+    snprintf(path, sizeof path, "%s/runs.csv", out);
+    char *csv = slurp_or_empty(path);
+    int lines = 0;
+    for (const char *p = csv; *p; p++)
+        lines += *p == '\n';
+    assert_int_equal(lines, 2);  /* the header and the interrupted run */
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "! ls /dev/shm | grep -q \"^shmtrain\\.%u\\.sweep\"", (unsigned)getuid());
+    assert_int_equal(system(cmd), 0);
+    free(md);
+    free(csv);
+    run_free(&r);
+}
+
+/* A run that fails is reported and the sweep goes on: exit 1, every run in
+ * the CSV with its error. */
+static void test_sweep_reports_failed_runs(void **state)
+{
+    (void)state;
+    char out[300];
+    path_of(out, sizeof out, "sweep-fail");
+    char *argv[] = {(char *)shmrun, "--sweep", "1x1", "--repeats", "2", "--sweep-out", out, "--", (char *)shmtrain,
+                    "--model", "no-such-model", "--quiet", NULL};
+    struct run r = run_argv(argv, 0);
+    assert_int_equal(r.code, 1);
+    char path[400];
+    snprintf(path, sizeof path, "%s/runs.csv", out);
+    char *csv = slurp_or_empty(path);
+    int failed = 0;
+    for (const char *p = csv; (p = strstr(p, ",0,,,")) != NULL; p++)
+        failed++;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    assert_int_equal(failed, cores >= 2 ? 4 : 2);  /* 1x1 and the added 1x2, twice each */
+    assert_non_null(strstr(csv, "an instance failed"));
+    snprintf(path, sizeof path, "%s/report.md", out);
+    char *md = slurp_or_empty(path);
+    assert_non_null(strstr(md, "**No setting completed a run.**"));
+    free(csv);
+    free(md);
+    run_free(&r);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -656,6 +720,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_metrics_file),
         cmocka_unit_test(test_converges_on_fashion_mnist),
         cmocka_unit_test(test_sweep_end_to_end),
+        cmocka_unit_test(test_sweep_interrupted),
+        cmocka_unit_test(test_sweep_reports_failed_runs),
     };
     if (argc > 1)
         cmocka_set_test_filter(argv[1]);
