@@ -152,19 +152,45 @@ static void run_free(struct run *r)
     free(r->err);
 }
 
+/* The synthetic data set's four files (made by setup). */
+struct data_files { char tri[300], trl[300], tei[300], tel[300]; };
+
+static struct data_files synthetic_files(void)
+{
+    struct data_files d;
+    path_of(d.tri, sizeof d.tri, "train-images.gz");
+    path_of(d.trl, sizeof d.trl, "train-labels");
+    path_of(d.tei, sizeof d.tei, "test-images.gz");
+    path_of(d.tel, sizeof d.tel, "test-labels");
+    return d;
+}
+
+static int count_lines(const char *text)
+{
+    int n = 0;
+    for (; *text; text++)
+        n += *text == '\n';
+    return n;
+}
+
+static void assert_no_sweep_segments(void)
+{
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "! ls /dev/shm | grep -q \"^shmtrain\\.%u\\.sweep\"", (unsigned)getuid());
+    assert_int_equal(system(cmd), 0);
+}
+
 /* shmrun -n N -- shmtrain <synthetic data> <extra...> */
 static struct run train(int n, const char *ckpt, char *const extra[], double interrupt_after)
 {
     char *argv[64];
     int k = 0;
-    char nbuf[8], tri[300], trl[300], tei[300], tel[300];
+    char nbuf[8];
     snprintf(nbuf, sizeof nbuf, "%d", n);
-    path_of(tri, sizeof tri, "train-images.gz");
-    path_of(trl, sizeof trl, "train-labels");
-    path_of(tei, sizeof tei, "test-images.gz");
-    path_of(tel, sizeof tel, "test-labels");
+    struct data_files d = synthetic_files();
     const char *base[] = {shmrun, "-n", nbuf, "--quiet", "--log-dir", "logs", "--", shmtrain, "--model", "mlp",
-                          "--train-images", tri, "--train-labels", trl, "--test-images", tei, "--test-labels", tel,
+                          "--train-images", d.tri, "--train-labels", d.trl, "--test-images", d.tei,
+                          "--test-labels", d.tel,
                           "--checkpoint", ckpt, "--metrics", "metrics.jsonl", "--quiet"};
     for (size_t i = 0; i < sizeof base / sizeof *base; i++)
         argv[k++] = (char *)base[i];
@@ -564,11 +590,8 @@ static bool torch_importable(void)
 static void test_sweep_end_to_end(void **state)
 {
     (void)state;
-    char tri[300], trl[300], tei[300], tel[300], out[300];
-    path_of(tri, sizeof tri, "train-images.gz");
-    path_of(trl, sizeof trl, "train-labels");
-    path_of(tei, sizeof tei, "test-images.gz");
-    path_of(tel, sizeof tel, "test-labels");
+    char out[300];
+    struct data_files d = synthetic_files();
     path_of(out, sizeof out, "sweep");
     bool torch = torch_importable();
     if (!torch)
@@ -582,8 +605,8 @@ static void test_sweep_end_to_end(void **state)
         argv[k++] = (char *)head[i];
     if (torch)
         argv[k++] = "--compare-torch";
-    const char *job[] = {"--", shmtrain, "--model", "mlp", "--train-images", tri, "--train-labels", trl,
-                         "--test-images", tei, "--test-labels", tel, "--epochs", "5", "--max-steps", "40",
+    const char *job[] = {"--", shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
+                         "--test-images", d.tei, "--test-labels", d.tel, "--epochs", "5", "--max-steps", "40",
                          "--log-every", "10", "--eval-every", "20", "--quiet"};
     for (size_t i = 0; i < sizeof job / sizeof *job; i++)
         argv[k++] = (char *)job[i];
@@ -596,10 +619,8 @@ static void test_sweep_end_to_end(void **state)
     char path[400];
     snprintf(path, sizeof path, "%s/runs.csv", out);
     char *csv = slurp_or_empty(path);
-    int lines = 0, ok_rows = 0;
-    for (const char *p = csv; *p; p++)
-        lines += *p == '\n';
-    assert_int_equal(lines, 1 + settings * systems);
+    int ok_rows = 0;
+    assert_int_equal(count_lines(csv), 1 + settings * systems);
     for (const char *p = csv; (p = strstr(p, ",shmtrain,1,")) != NULL; p++) {
         const char *order = p + strlen(",shmtrain,1,"), *ok = strchr(order, ',') + 1;
         ok_rows += strncmp(ok, "1,", 2) == 0;  /* ...,system,repeat,order,ok,... */
@@ -646,8 +667,7 @@ static void test_sweep_end_to_end(void **state)
     /* Checkpoints are not kept and no segment is left behind. */
     snprintf(cmd, sizeof cmd, "test -z \"$(find %s -name '*.ckpt')\"", out);
     assert_int_equal(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "! ls /dev/shm | grep -q \"^shmtrain\\.%u\\.sweep\"", (unsigned)getuid());
-    assert_int_equal(system(cmd), 0);
+    assert_no_sweep_segments();
     free(csv);
     free(md);
     run_free(&r);
@@ -658,15 +678,12 @@ static void test_sweep_end_to_end(void **state)
 static void test_sweep_interrupted(void **state)
 {
     (void)state;
-    char tri[300], trl[300], tei[300], tel[300], out[300];
-    path_of(tri, sizeof tri, "train-images.gz");
-    path_of(trl, sizeof trl, "train-labels");
-    path_of(tei, sizeof tei, "test-images.gz");
-    path_of(tel, sizeof tel, "test-labels");
+    char out[300];
+    struct data_files d = synthetic_files();
     path_of(out, sizeof out, "sweep-int");
     char *argv[] = {(char *)shmrun, "--sweep", "1x1", "--repeats", "3", "--sweep-out", out, "--",
-                    (char *)shmtrain, "--model", "cnn", "--train-images", tri, "--train-labels", trl,
-                    "--test-images", tei, "--test-labels", tel, "--epochs", "200", "--quiet", NULL};
+                    (char *)shmtrain, "--model", "cnn", "--train-images", d.tri, "--train-labels", d.trl,
+                    "--test-images", d.tei, "--test-labels", d.tel, "--epochs", "200", "--quiet", NULL};
     struct run r = run_argv(argv, 3.0);
     if (r.code != 130)
         fail_msg("exit %d, expected 130: %s", r.code, r.err);
@@ -677,13 +694,8 @@ static void test_sweep_interrupted(void **state)
     assert_non_null(strstr(md, "1 of 1 runs FAILED"));
     snprintf(path, sizeof path, "%s/runs.csv", out);
     char *csv = slurp_or_empty(path);
-    int lines = 0;
-    for (const char *p = csv; *p; p++)
-        lines += *p == '\n';
-    assert_int_equal(lines, 2);  /* the header and the interrupted run */
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "! ls /dev/shm | grep -q \"^shmtrain\\.%u\\.sweep\"", (unsigned)getuid());
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(count_lines(csv), 2);  /* the header and the interrupted run */
+    assert_no_sweep_segments();
     free(md);
     free(csv);
     run_free(&r);
