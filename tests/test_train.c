@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
@@ -500,6 +501,89 @@ static void test_ctrl_c_checkpoints_and_exits(void **state)
     run_free(&r);
 }
 
+/* The mask line `key` ("SigBlk:", "SigCgt:") of a /proc status file. */
+static unsigned long long proc_mask(const char *status_path, const char *key)
+{
+    FILE *f = fopen(status_path, "r");  /* /proc files have no size: read lines */
+    if (!f)
+        fail_msg("cannot read %s", status_path);
+    char line[256];
+    bool found = false;
+    unsigned long long mask = 0;
+    while (!found && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, strlen(key))) {
+            mask = strtoull(line + strlen(key), NULL, 16);
+            found = true;
+        }
+    fclose(f);
+    if (!found)
+        fail_msg("%s has no %s", status_path, key);
+    return mask;
+}
+
+/* No thread of a training instance may run a signal handler: oneDNN's
+ * gemm:jit kernels point rsp into the heap (oneDNN issue #4845), so a
+ * handler frame on a compute thread corrupts it.  Every thread, OpenMP
+ * workers included, blocks SIGINT and SIGTERM, no handler is installed,
+ * and the signal thread still turns Ctrl-C into a clean stop. */
+static void test_no_thread_runs_a_signal_handler(void **state)
+{
+    (void)state;
+    struct data_files d = synthetic_files();
+    char out[512], err[512];
+    path_of(out, sizeof out, "sig.out");
+    path_of(err, sizeof err, "sig.err");
+    char *argv[] = {(char *)shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
+                    "--test-images", d.tei, "--test-labels", d.tel, "--epochs", "50", "--batch-size", "16",
+                    "--checkpoint", "sig.ckpt", "--metrics", "sig.jsonl", "--quiet", NULL};
+    char path[512];
+    path_of(path, sizeof path, "sig.jsonl");
+    unlink(path);
+    setenv("OMP_NUM_THREADS", "2", 1);  /* at least one OpenMP worker to check */
+    pid_t pid = spawn_redirected(argv, dir, out, err);
+    unsetenv("OMP_NUM_THREADS");
+    wait_for_text("sig.jsonl", "\"type\":\"train\"");  /* the workers exist once steps ran */
+    const unsigned long long both = (1ull << (SIGINT - 1)) | (1ull << (SIGTERM - 1));
+    char status[512];
+    snprintf(status, sizeof status, "/proc/%d/status", (int)pid);
+    assert_int_equal(proc_mask(status, "SigCgt:") & both, 0);
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *tasks = opendir(path);
+    assert_non_null(tasks);
+    int threads = 0, waiting = 0;
+    for (struct dirent *e; (e = readdir(tasks)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        threads++;
+        snprintf(status, sizeof status, "/proc/%d/task/%s/status", (int)pid, e->d_name);
+        if ((proc_mask(status, "SigBlk:") & both) == both)
+            continue;
+        /* sigwait unblocks what it waits for while it waits: allowed for
+         * the signal thread alone. */
+        snprintf(status, sizeof status, "/proc/%d/task/%s/wchan", (int)pid, e->d_name);
+        char wchan[128] = "";
+        FILE *f = fopen(status, "r");  /* "0" or absent where the kernel hides it */
+        if (f && !fgets(wchan, sizeof wchan, f))
+            wchan[0] = 0;
+        if (f)
+            fclose(f);
+        if (strcmp(wchan, "0") && *wchan && !strstr(wchan, "sigtimedwait"))
+            fail_msg("thread %s of shmtrain takes SIGINT/SIGTERM outside sigwait (%s)", e->d_name, wchan);
+        waiting++;
+    }
+    closedir(tasks);
+    assert_true(threads >= 3);  /* main, the signal thread, an OpenMP worker */
+    assert_int_equal(waiting, 1);
+    kill(pid, SIGINT);
+    int wstatus;
+    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+    assert_true(WIFEXITED(wstatus));
+    assert_int_equal(WEXITSTATUS(wstatus), 130);
+    st_ckpt c = read_ckpt("sig.ckpt");
+    assert_true(c.step > 0);
+    st_ckpt_free(&c);
+}
+
 static void test_bad_inputs_name_their_file(void **state)
 {
     (void)state;
@@ -765,6 +849,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_deterministic_and_resumable),
         cmocka_unit_test(test_nan_stops_and_keeps_the_checkpoint),
         cmocka_unit_test(test_ctrl_c_checkpoints_and_exits),
+        cmocka_unit_test(test_no_thread_runs_a_signal_handler),
         cmocka_unit_test(test_bad_inputs_name_their_file),
         cmocka_unit_test(test_metrics_file),
         cmocka_unit_test(test_converges_on_fashion_mnist),

@@ -61,7 +61,9 @@ void st_train_defaults(st_train_options *o);
  * with the file named in st_last_error(). */
 st_status st_train_run(const st_train_options *o, st_train_result *r);
 
-/* Request a clean stop after the current step (async-signal-safe). */
+/* Request a clean stop after the current step (from any thread; also
+ * async-signal-safe, but see src/shmtrain.c for why shmtrain takes its
+ * signals with sigwait instead of a handler). */
 void st_train_request_stop(void);
 
 #ifdef __cplusplus

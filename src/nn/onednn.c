@@ -8,12 +8,13 @@
  * Layout rules (../shared notes, verified here): conv and inner-product
  * layouts are `any` and activations stay in whatever layout their producer
  * chose; a reorder is inserted only where dnnl_memory_desc_equal says two
- * layouts differ.  Parameters stay plain in the flat buffer: weights are
+ * layouts differ.  Parameters stay plain in the flat buffer.  Inner
+ * products use them as they are (plain_weights); convolution weights are
  * reordered into the forward and the backward-data layouts each step, and
- * weight gradients back into the plain flat gradient buffer.  (Handing
- * oneDNN's gemm inner product the plain weights directly saved those
- * reorders but corrupted the heap under 2 instances at Ctrl-C, with its
- * gradient written straight into shared memory; see docs/benchmarks.md.)
+ * their gradients back into the plain flat gradient buffer.  The plain
+ * inner products run oneDNN's gemm:jit kernels, which move rsp into the heap
+ * while they run: a signal handler must never run on a compute thread
+ * (src/shmtrain.c takes signals with sigwait instead).
  *
  * SHMTRAIN_NN_VERBOSE=1 prints every reorder the build inserts (with sizes),
  * every backward pass that had to fall back from the forward's layouts, and
@@ -416,6 +417,18 @@ static bool is_reference_impl(const_dnnl_primitive_desc_t pd)
     return !impl || !strncmp(impl, "ref", 3);
 }
 
+/* Inner products take their weights in the plain layout of the parameter
+ * buffer (oneDNN's gemm-based kernels accept it) instead of a blocked one:
+ * that drops three weight reorders per layer and step, which for small
+ * batches cost more than the blocked kernel saves (mlp, 1 thread: 2.1 ->
+ * 1.65 ms a step; bench/run-step.sh).  SHMTRAIN_ONEDNN_IP_ANY=1 restores
+ * oneDNN's choice for comparison.  Convolutions keep `any`: their blocked
+ * kernels are worth the (small) weight reorders. */
+static bool plain_weights(const st_net *n, const struct xnode *x)
+{
+    (void)n;
+    return x->kind == NODE_LINEAR && !getenv("SHMTRAIN_ONEDNN_IP_ANY");
+}
 
 /* Small channel counts waste most of a 16-wide block; nhwc avoids that
  * (calibration: lenet's 6-channel conv).  But only if all three passes get
@@ -504,8 +517,14 @@ static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_l
                         const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *bias,
                         const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd)
 {
-    dnnl_memory_desc_t wei_any, src_any, dst_any;
+    dnnl_memory_desc_t wei_any, src_any, dst_any, wei_plain;
     OK(any_md(n, &wei_any, w->ndims, w->wei));
+    if (plain_weights(n, x)) {
+        OK(plain_md(n, &wei_plain, w->ndims, w->wei));
+        OK(conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_plain, bias, &x->dst.md, hint, pd));
+        if (!is_reference_impl(*pd))
+            return ST_OK;
+    }
     OK(conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_any, bias, &x->dst.md, hint, pd));
     if (!is_reference_impl(*pd))
         return ST_OK;
@@ -539,8 +558,14 @@ static st_status build_weights(st_net *n, int j)
     OK(any_md(n, &wei_any, w.ndims, w.wei));
     OK(plain_md(n, &bias_md, 1, w.bias));
     OK(plain_md(n, &wei_plain, w.ndims, w.wei));
-    dnnl_primitive_desc_t fwd_pd;
-    OK(weights_fwd_desc(n, x, &w, &src_any, &wei_any, nd->bias ? &bias_md : NULL, &dst_any, &fwd_pd));
+    dnnl_primitive_desc_t fwd_pd = NULL;
+    if (plain_weights(n, x)) {
+        OK(weights_fwd_desc(n, x, &w, &src_any, &wei_plain, nd->bias ? &bias_md : NULL, &dst_any, &fwd_pd));
+        if (is_reference_impl(fwd_pd))
+            fwd_pd = NULL;  /* owned by the net's pd list, freed with it */
+    }
+    if (!fwd_pd)
+        OK(weights_fwd_desc(n, x, &w, &src_any, &wei_any, nd->bias ? &bias_md : NULL, &dst_any, &fwd_pd));
     impl_name(x, fwd_pd);
 
     dnnl_memory_t w_user, b_user = NULL, w_fwd, db_user = NULL;

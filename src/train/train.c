@@ -6,8 +6,9 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
-#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,8 @@
 
 #define TAIL 4 /* extra floats reduced with the gradients: loss, correct, stop, non-finite */
 
-static volatile sig_atomic_t stop_requested;
-void st_train_request_stop(void) { stop_requested = 1; }
+static atomic_bool stop_requested;  /* set by main's signal thread */
+void st_train_request_stop(void) { atomic_store(&stop_requested, true); }
 
 static const double THRESHOLDS[] = {0.80, 0.85, 0.88, 0.89, 0.90, 0.91, 0.92};
 #define NTHRESH (sizeof THRESHOLDS / sizeof *THRESHOLDS)
@@ -431,7 +432,7 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
     float *tail = t->grads + t->P;
     tail[0] = loss;
     tail[1] = (float)correct / (float)o->batch;
-    tail[2] = stop_requested ? 1.0f : 0.0f;
+    tail[2] = atomic_load(&stop_requested) ? 1.0f : 0.0f;
     tail[3] = isfinite(loss) ? 0.0f : 1.0f;
     const double t1 = now_s(), w0 = st_group_wait_seconds(t->g);
     if ((st = st_allreduce_f32(t->g, t->grads, t->P + TAIL, ST_AVG)) != ST_OK)
