@@ -390,6 +390,12 @@ void st_epoch_order(uint32_t *order, size_t n, uint64_t seed, uint64_t epoch)
     }
 }
 
+static void normalize_plane(const uint8_t *restrict in, float *restrict out, size_t n, float inv, float shift)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = in[i] * inv - shift;
+}
+
 void st_batch_fill(const st_dataset *d, const st_batch_spec *s, float *x, int *labels, int *valid)
 {
     const int C = d->c, H = d->h, W = d->w;
@@ -414,6 +420,10 @@ void st_batch_fill(const st_dataset *d, const st_batch_spec *s, float *x, int *l
         float *out = x + (size_t)k * C * plane;
         for (int c = 0; c < C; c++) {
             const float inv = 1.0f / (255.0f * s->std[c]), shift = s->mean[c] / s->std[c];
+            if (!s->augment) {  /* a straight pass that vectorises (this loop was 7% of mlp's time) */
+                normalize_plane(img + c * plane, out + c * plane, plane, inv, shift);
+                continue;
+            }
             for (int i = 0; i < H; i++) {
                 int si = i + dy;
                 for (int j = 0; j < W; j++) {

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "maxpool2.h"
 #include "net.h"
 
 struct op {
@@ -50,7 +51,7 @@ struct onednn_node {
     size_t elems;                        /* floats in dst's buffer (padding included) */
     dnnl_memory_t dropout_diff_src;
     /* 2x2/2 max-pool in C (see build_maxpool2) */
-    struct pool_layout { long sn, sc, sh, sw; int block, nblocks; } pool_src, pool_dst;
+    struct pool_layout pool_src, pool_dst;
     uint8_t *pool_arg;
     dnnl_memory_t pool_target;
     bool pool_relu;                      /* the ReLU after it runs inside it (build_relu) */
@@ -713,12 +714,9 @@ static st_status build_relu(st_net *n, int j)
     return ST_OK;
 }
 
-/* 2x2, stride 2 max-pooling without padding (every pool in lenet and cnn),
- * in C on the producer's layout: channels innermost in blocks (aBcd16b,
- * aBcd8b) or all together (nhwc), so the lane loop vectorises.  oneDNN 2.6's
- * pooling reaches only 2.5-3 GB/s on this class of machine and took a third
- * of the conv models' step.  Ties go to the first maximum in window order,
- * as in the reference. */
+/* 2x2, stride 2 max-pooling without padding (every pool in lenet and cnn)
+ * runs in C (maxpool2.c) on the producer's layout when its channels are
+ * innermost: in blocks (aBcd16b, aBcd8b) or all together (nhwc). */
 static bool channel_innermost(const dnnl_memory_desc_t *md, struct pool_layout *l, dnnl_format_tag_t *tag)
 {
     if (md->ndims != 4 || md->format_kind != dnnl_blocked || md->offset0 != 0)
@@ -743,84 +741,12 @@ static bool channel_innermost(const dnnl_memory_desc_t *md, struct pool_layout *
     return true;
 }
 
-/* One output row; built for several ISAs and picked at load time, since the
- * library itself is compiled for the baseline x86-64. */
-#define ST_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-
-/* The row kernels, written once and instantiated for the usual widths: a
- * constant lane count (a 16- or 8-channel block) lets the compiler turn the
- * channel loop into a few whole-vector operations instead of a generic loop
- * with a remainder (cnn's pool: most of its time went there). */
-#define MAXPOOL2_ROW_FWD(name, LANES, RELU)                                                              \
-    ST_MULTIVERSION static void name(const float *restrict r0, const float *restrict r1, float *restrict q, \
-                                     uint8_t *restrict a, int ow_count, int lanes, long ssw, long dsw)    \
-    {                                                                                                    \
-        (void)lanes;                                                                                     \
-        for (int ow = 0; ow < ow_count; ow++, r0 += 2 * ssw, r1 += 2 * ssw, q += dsw, a += dsw) {      \
-            const float *p01 = r0 + ssw, *p11 = r1 + ssw;                                                \
-            for (int c = 0; c < (LANES); c++) {                                                          \
-                float m = r0[c];                                                                         \
-                uint8_t k = 0;                                                                           \
-                if (p01[c] > m) m = p01[c], k = 1;                                                       \
-                if (r1[c] > m) m = r1[c], k = 2;                                                         \
-                if (p11[c] > m) m = p11[c], k = 3;                                                       \
-                if ((RELU) && !(m > 0)) m = 0.0f, k = 4;  /* clipped: no gradient reaches the window */ \
-                q[c] = m;                                                                                \
-                a[c] = k;                                                                                \
-            }                                                                                            \
-        }                                                                                                \
-    }
-
-#define MAXPOOL2_ROW_BWD(name, LANES)                                                                    \
-    ST_MULTIVERSION static void name(float *restrict r0, float *restrict r1, const float *restrict g,     \
-                                     const uint8_t *restrict a, int ow_count, int lanes, long ssw,        \
-                                     long dsw)                                                            \
-    {                                                                                                    \
-        (void)lanes;                                                                                     \
-        for (int ow = 0; ow < ow_count; ow++, r0 += 2 * ssw, r1 += 2 * ssw, g += dsw, a += dsw) {      \
-            float *p01 = r0 + ssw, *p11 = r1 + ssw;                                                      \
-            for (int c = 0; c < (LANES); c++) {                                                          \
-                r0[c] = a[c] == 0 ? g[c] : 0.0f;                                                         \
-                p01[c] = a[c] == 1 ? g[c] : 0.0f;                                                        \
-                r1[c] = a[c] == 2 ? g[c] : 0.0f;                                                         \
-                p11[c] = a[c] == 3 ? g[c] : 0.0f;                                                        \
-            }                                                                                            \
-        }                                                                                                \
-    }
-
-MAXPOOL2_ROW_FWD(maxpool2_row_fwd, lanes, 0)
-MAXPOOL2_ROW_FWD(maxpool2_row_fwd16, 16, 0)
-MAXPOOL2_ROW_FWD(maxpool2_row_fwd8, 8, 0)
-MAXPOOL2_ROW_FWD(maxpool2_row_fwd_relu, lanes, 1)
-MAXPOOL2_ROW_FWD(maxpool2_row_fwd16_relu, 16, 1)
-MAXPOOL2_ROW_FWD(maxpool2_row_fwd8_relu, 8, 1)
-MAXPOOL2_ROW_BWD(maxpool2_row_bwd, lanes)
-MAXPOOL2_ROW_BWD(maxpool2_row_bwd16, 16)
-MAXPOOL2_ROW_BWD(maxpool2_row_bwd8, 8)
-
-typedef void (*maxpool2_fwd_fn)(const float *, const float *, float *, uint8_t *, int, int, long, long);
-typedef void (*maxpool2_bwd_fn)(float *, float *, const float *, const uint8_t *, int, int, long, long);
-
 static void maxpool2_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct onednn_node *dn = x->dn;
-    const struct pool_layout *s = &dn->pool_src, *d = &dn->pool_dst;
-    const float *src = mem_ptr(n->x[x->in].dst.mem);
-    float *dst = mem_ptr(x->dst.mem);
-    uint8_t *arg = dn->pool_arg;
-    const int N = n->batch, NB = s->nblocks, B = s->block, OH = x->nd->h, OW = x->nd->w;
-    const maxpool2_fwd_fn row = dn->pool_relu
-        ? (B == 16 ? maxpool2_row_fwd16_relu : B == 8 ? maxpool2_row_fwd8_relu : maxpool2_row_fwd_relu)
-        : (B == 16 ? maxpool2_row_fwd16 : B == 8 ? maxpool2_row_fwd8 : maxpool2_row_fwd);
-#pragma omp parallel for collapse(3) schedule(static)
-    for (int i = 0; i < N; i++)
-        for (int cb = 0; cb < NB; cb++)
-            for (int oh = 0; oh < OH; oh++) {
-                const float *r0 = src + i * s->sn + cb * s->sc + 2L * oh * s->sh;
-                const long o = i * d->sn + cb * d->sc + oh * d->sh;
-                row(r0, r0 + s->sh, dst + o, arg + o, OW, B, s->sw, d->sw);
-            }
+    const struct maxpool2_shape shape = {dn->pool_src, dn->pool_dst, n->batch, x->nd->h, x->nd->w};
+    maxpool2_forward(&shape, mem_ptr(n->x[x->in].dst.mem), mem_ptr(x->dst.mem), dn->pool_arg, dn->pool_relu);
 }
 
 static void maxpool2_bwd(st_net *n, int j)
@@ -828,22 +754,11 @@ static void maxpool2_bwd(st_net *n, int j)
     const struct xnode *x = &n->x[j];
     const struct xnode *px = &n->x[x->in];
     const struct onednn_node *dn = x->dn;
-    const struct pool_layout *s = &dn->pool_src, *d = &dn->pool_dst;
-    const float *dy = mem_ptr(dn->pool_relu ? dn->pool_diff : x->diff.mem);
+    const struct maxpool2_shape shape = {dn->pool_src, dn->pool_dst, n->batch, x->nd->h, x->nd->w};
     float *dx = mem_ptr(dn->pool_target);
-    const uint8_t *arg = dn->pool_arg;
-    const int N = n->batch, NB = s->nblocks, B = s->block, OH = x->nd->h, OW = x->nd->w;
-    if (px->nd->h != 2 * OH || px->nd->w != 2 * OW)  /* an odd edge row/column gets no gradient */
+    if (px->nd->h != 2 * x->nd->h || px->nd->w != 2 * x->nd->w)  /* an odd edge row/column gets no gradient */
         memset(dx, 0, dnnl_memory_desc_get_size(&px->dst.md));
-    const maxpool2_bwd_fn row = B == 16 ? maxpool2_row_bwd16 : B == 8 ? maxpool2_row_bwd8 : maxpool2_row_bwd;
-#pragma omp parallel for collapse(3) schedule(static)
-    for (int i = 0; i < N; i++)
-        for (int cb = 0; cb < NB; cb++)
-            for (int oh = 0; oh < OH; oh++) {
-                float *r0 = dx + i * s->sn + cb * s->sc + 2L * oh * s->sh;
-                const long o = i * d->sn + cb * d->sc + oh * d->sh;
-                row(r0, r0 + s->sh, dy + o, arg + o, OW, B, s->sw, d->sw);
-            }
+    maxpool2_backward(&shape, mem_ptr(dn->pool_relu ? dn->pool_diff : x->diff.mem), dn->pool_arg, dx);
 }
 
 static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
