@@ -6,6 +6,9 @@
 #
 # defaults: build 3 300 "mlp lenet cnn" "1x1 1x2 2x1".  Rounds are
 # interleaved (every setting once per round) and the median is reported.
+# With 2x1 among the partitionings, each round also runs two independent
+# 1-core jobs at once: what two instances get from this machine without
+# any all-reduce, the ceiling for 2x1.
 # PyTorch runs when Debian's python3-torch is installed (skipped otherwise).
 set -euo pipefail
 build=${1:-build}; rounds=${2:-3}; steps=${3:-300}
@@ -24,6 +27,14 @@ run_shm() { # model n c -> samples/s
     --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/m.jsonl" --checkpoint "$tmp/c.ckpt"
   samples "$tmp/m.jsonl"
 }
+run_apart() { # model -> samples/s of two independent 1-core jobs run at once (no all-reduce)
+  for k in 0 1; do
+    "$build/shmrun" -n 1 -c 1 --cores-list "$k" --quiet --log-dir "$tmp/logs" -- "$build/shmtrain" --model "$1" \
+      --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/a$k.jsonl" --checkpoint "$tmp/a$k.ckpt" &
+  done
+  wait
+  echo "$(samples "$tmp/a0.jsonl") $(samples "$tmp/a1.jsonl")" | awk '{print $1 + $2}'
+}
 run_torch() { # the same measure from the peer's metrics file (same format)
   "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- $py "$here/torch_ddp.py" --model "$1" \
     --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/t.jsonl"
@@ -36,7 +47,11 @@ for r in $(seq 1 "$rounds"); do
     n=${p%x*}; c=${p#*x}
     echo "$m $p shm $(run_shm "$m" "$n" "$c")" >> "$tmp/results"
     [ $torch_ok = 1 ] && echo "$m $p torch $(run_torch "$m" "$n" "$c")" >> "$tmp/results"
-  done; done
+  done
+  if [ "$(nproc)" -ge 2 ] && [[ " $parts " == *" 2x1 "* ]]; then
+    echo "$m apart shm $(run_apart "$m")" >> "$tmp/results"
+  fi
+  done
 done
 echo
 echo "| model | instances x cores | shmtrain samples/s (median) | PyTorch DDP samples/s | ratio | vs 1x1 |"
@@ -52,6 +67,20 @@ for m in $models; do
       "$(awk -v s="$s" -v b="$base" 'BEGIN {print s/b}')"
   done
 done
+if grep -q ' apart ' "$tmp/results"; then
+  echo
+  echo "the machine's own limit for two instances: two independent 1-core jobs at once (no all-reduce):"
+  echo "| model | 1x1 | two 1x1 jobs at once | ratio (the ceiling for 2x1) | 2x1 (one job) | 2x1 / ceiling |"
+  echo "|---|---|---|---|---|---|"
+  for m in $models; do
+    one=$(awk -v m="$m" '$1==m && $2=="1x1" && $3=="shm" {print $4}' "$tmp/results" | median)
+    two=$(awk -v m="$m" '$1==m && $2=="apart" {print $4}' "$tmp/results" | median)
+    dp=$(awk -v m="$m" '$1==m && $2=="2x1" && $3=="shm" {print $4}' "$tmp/results" | median)
+    [ -n "$one" ] && [ -n "$dp" ] || continue
+    printf "| %s | %.0f | %.0f | %.2fx | %.0f | %.2f |\n" "$m" "$one" "$two" "$(awk -v a="$two" -v b="$one" 'BEGIN {print a/b}')" \
+      "$dp" "$(awk -v a="$dp" -v b="$two" 'BEGIN {print a/b}')"
+  done
+fi
 echo
 echo "time to 85% test accuracy (Fashion-MNIST, evaluated every 100 steps, one run):"
 echo "| model | instances x cores | seconds | steps |"
