@@ -138,10 +138,8 @@ static int min_int(int a, int b) { return a < b ? a : b; }
 
 static bool avx512(void)
 {
-    static int has = -1;  /* racy first call is harmless: every caller computes the same */
-    if (has < 0)
-        has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-    return has;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
 }
 
 /* Lanes per row call: at most 16 with AVX-512, else the whole block. */
