@@ -99,6 +99,8 @@ static const char *const LAYERS[] = {
     "input 16 4 4\ndropout 0.0",
     "input 3 4 4\nflatten",
     "input 3 8 8\nconv 16 k3 p1\nrelu\nmaxpool k2",  /* runs as conv, pool, relu */
+    "input 1 40 40\nconv 32 k3\nrelu\nmaxpool k2",    /* 554 KB of conv output: conv + pool in chunks */
+    "input 6 96 96\nconv 6 k3 p1\nrelu\nmaxpool k2",  /* the same in nhwc, bias and padding */
     "input 16 4 4\nsave a\nrelu\nadd a",
     "input 8 8 8\nsave a\nconv 16 k3 s2 p1\nadd a proj",
     "input 4 6 6\nsave a\nconv 4 k3 p1\nbatchnorm\nadd a\nrelu",
