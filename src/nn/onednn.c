@@ -432,8 +432,8 @@ static bool is_reference_impl(const_dnnl_primitive_desc_t pd)
 /* Inner products take their weights in the plain layout of the parameter
  * buffer (oneDNN's gemm-based kernels accept it) instead of a blocked one:
  * that drops three weight reorders per layer and step, which for small
- * batches cost more than the blocked kernel saves (mlp, 1 thread: 2.1 ->
- * 1.65 ms a step; bench/run-step.sh).  SHMTRAIN_ONEDNN_IP_ANY=1 restores
+ * batches cost more than the blocked kernel saves (mlp, 1 thread: 1.54 ->
+ * 1.06 ms a step; bench/st-step-bench).  SHMTRAIN_ONEDNN_IP_ANY=1 restores
  * oneDNN's choice for comparison.  Convolutions keep `any`: their blocked
  * kernels are worth the (small) weight reorders. */
 static bool plain_weights(const st_net *n, const struct xnode *x)
