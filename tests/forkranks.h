@@ -50,6 +50,9 @@ pid_t spawn_redirected(char *const argv[], const char *cwd, const char *out, con
 /* A whole file as a string the caller frees, or NULL if it cannot be read. */
 char *slurp(const char *path);
 
+/* Newlines in a string. */
+int count_lines(const char *text);
+
 uint64_t fnv1a(const void *data, size_t bytes);
 double mono_now(void);
 

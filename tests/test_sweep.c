@@ -103,14 +103,6 @@ static char *written(void (*write)(FILE *, void *), void *arg)
     return text;
 }
 
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
-
 /* --------------------------------------------------------------- specs -- */
 
 static void test_spec_items(void **state)

@@ -166,14 +166,6 @@ static struct data_files synthetic_files(void)
     return d;
 }
 
-static int count_lines(const char *text)
-{
-    int n = 0;
-    for (; *text; text++)
-        n += *text == '\n';
-    return n;
-}
-
 static void assert_no_sweep_segments(void)
 {
     char cmd[200];
