@@ -114,7 +114,9 @@ void st_net_set_training(st_net *n, bool training);
 /* Seed of the dropout masks for the next forward pass (same seed, same masks). */
 void st_net_set_dropout_seed(st_net *n, uint64_t seed);
 
-/* Forward a batch of `batch` samples, plain NCHW floats. */
+/* Forward a batch of `batch` samples, plain NCHW floats.  The net reads
+ * `input` in place (no copy), so it must stay unchanged until the backward
+ * pass of this batch has run. */
 st_status st_net_forward(st_net *n, const float *input);
 
 /* Softmax cross-entropy of the last forward pass against class indices in

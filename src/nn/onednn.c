@@ -1064,6 +1064,15 @@ static st_status build_dropout(st_net *n, int j)
     return deliver(n, j, x->in, &px->dst.md, x->dn->dropout_diff_src, &target);
 }
 
+/* An input already in plain NCHW (mlp's) is read where it is: the input's
+ * buffer changes every forward, hence a step rather than a fixed view. */
+static st_status flatten_alias(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    TRY(dnnl_memory_set_data_handle(x->dst.mem, mem_ptr(n->x[x->in].dst.mem)));
+    return ST_OK;
+}
+
 /* Flatten = reorder to plain NCHW, then read the same buffer as (N, CHW).
  * The 2-D inner product after it then runs as a GEMM with plain weights. */
 static st_status build_flatten(st_net *n, int j)
@@ -1078,8 +1087,13 @@ static st_status build_flatten(st_net *n, int j)
     snprintf(x->impl, sizeof x->impl, "reorder to nchw");
     OK(set_dst(n, x, &md2));
     dnnl_memory_t view, dview, target;
-    OK(mem_new(n, &view, &md4, mem_ptr(x->dst.mem)));
-    OK(add_reorder(n, &x->dn->fwd, px->dst.mem, view));
+    if (same(&px->dst.md, &md4)) {
+        snprintf(x->impl, sizeof x->impl, "a view of its input");
+        OK(add_step(n, &x->dn->fwd, flatten_alias, NODE_FLATTEN));
+    } else {
+        OK(mem_new(n, &view, &md4, mem_ptr(x->dst.mem)));
+        OK(add_reorder(n, &x->dn->fwd, px->dst.mem, view));
+    }
     if (!px->wants_diff)
         return ST_OK;
     OK(mem_new(n, &dview, &md4, mem_ptr(x->diff.mem)));
