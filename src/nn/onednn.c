@@ -162,17 +162,61 @@ static const dnnl_memory_desc_t *mem_md(dnnl_memory_t m)
     return md;
 }
 
-static st_status pd_new(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc,
-                        const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint)
+/* oneDNN's first candidate, or with `avoid` set the first whose kernel
+ * name does not start with it (and is not the reference), if there is one. */
+static dnnl_status_t first_candidate(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc,
+                                     const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint,
+                                     const char *avoid)
 {
     struct onednn_net *d = n->dnet;
-    TRY(dnnl_primitive_desc_create(out, op_desc, attr, d->eng, hint));
+    dnnl_primitive_desc_iterator_t it;
+    if (!avoid || dnnl_primitive_desc_iterator_create(&it, op_desc, attr, d->eng, hint) != dnnl_success)
+        return dnnl_primitive_desc_create(out, op_desc, attr, d->eng, hint);
+    *out = NULL;
+    do {
+        dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
+        const char *impl = NULL;
+        if (pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+            strncmp(impl, avoid, strlen(avoid)) && strncmp(impl, "ref", 3)) {
+            *out = pd;
+            break;
+        }
+        if (pd)
+            dnnl_primitive_desc_destroy(pd);
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    return *out ? dnnl_success : dnnl_primitive_desc_create(out, op_desc, attr, d->eng, hint);
+}
+
+static st_status pd_new_avoiding(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc,
+                                 const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint, const char *avoid)
+{
+    struct onednn_net *d = n->dnet;
+    TRY(first_candidate(n, out, op_desc, attr, hint, avoid));
     if (!grow((void **)&d->pds, &d->cap_pds, d->npds, sizeof *d->pds)) {
         dnnl_primitive_desc_destroy(*out);
         return st_fail(ST_ERR_NOMEM, "oneDNN: out of memory");
     }
     d->pds[d->npds++] = *out;  /* backward pds keep a raw pointer to their hint */
     return ST_OK;
+}
+
+static st_status pd_new(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc,
+                        const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint)
+{
+    return pd_new_avoiding(n, out, op_desc, attr, hint, NULL);
+}
+
+/* oneDNN 2.6 picks its brgemm convolution first for a forward pass in
+ * nhwc, but with few input channels its older jit kernel is much faster
+ * here (bench/st-conv-candidates, one core: lenet's 1->6 5x5 0.220 ->
+ * 0.088 ms per 16-image chunk, its 6->16 5x5 at batch 64 0.44 -> 0.27 ms).
+ * SHMTRAIN_ONEDNN_BRGCONV=1 keeps oneDNN's choice for comparison. */
+static const char *conv_fwd_avoid(const dnnl_memory_desc_t *src)
+{
+    const dnnl_blocking_desc_t *b = &src->format_desc.blocking;
+    bool nhwc = src->ndims == 4 && src->format_kind == dnnl_blocked && b->inner_nblks == 0 && b->strides[1] == 1;
+    return nhwc && src->dims[1] < 16 && !getenv("SHMTRAIN_ONEDNN_BRGCONV") ? "brgconv" : NULL;
 }
 
 static st_status prim_new(st_net *n, dnnl_primitive_t *out, const_dnnl_primitive_desc_t pd)
@@ -406,7 +450,7 @@ static st_status weights_fwd_desc(st_net *n, const struct xnode *x, const struct
                                                              dnnl_convolution_direct, src, wei, bias,
                                                              dst, w->strides, w->pad, w->pad);
         st = s != dnnl_success ? dnnl_error(n, "dnnl_convolution_forward_desc_init", s)
-                               : pd_new(n, pd, &cd, attr, NULL);
+                               : pd_new_avoiding(n, pd, &cd, attr, NULL, conv_fwd_avoid(src));
     } else {
         dnnl_inner_product_desc_t id;
         dnnl_status_t s = dnnl_inner_product_forward_desc_init(&id, dnnl_forward_training, src, wei,
