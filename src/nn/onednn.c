@@ -67,6 +67,14 @@ struct onednn_node {
     int chunk_nargs, chunk;
     dnnl_memory_t chunk_src, chunk_full_src;
     long chunk_src_image;                /* floats per image in the convolution's source */
+    /* ... and its backward-weights pass in the same chunks inside the pool's
+     * backward step, when it is the convolution's only backward pass */
+    dnnl_primitive_t chunk_bwd_w;
+    dnnl_memory_t chunk_diff;            /* a chunk of the convolution's output gradient */
+    dnnl_memory_t chunk_dw, chunk_db;    /* one chunk's weight gradients */
+    dnnl_memory_t total_dw, total_db;    /* what the whole-batch pass wrote */
+    bool chunk_bwd_moved;
+    bool pool_edges_zeroed;              /* the pool's target keeps its zero edges (sole writer) */
 };
 
 struct onednn_net {
@@ -812,8 +820,8 @@ static st_status maxpool2_bwd(st_net *n, int j)
     const struct onednn_node *dn = x->dn;
     const struct maxpool2_shape shape = {dn->pool_src, dn->pool_dst, n->batch, x->nd->h, x->nd->w};
     float *dx = mem_ptr(dn->pool_target);
-    if (px->nd->h != 2 * x->nd->h || px->nd->w != 2 * x->nd->w)  /* an odd edge row/column gets no gradient */
-        memset(dx, 0, dnnl_memory_desc_get_size(&px->dst.md));
+    if (!dn->pool_edges_zeroed && (px->nd->h != 2 * x->nd->h || px->nd->w != 2 * x->nd->w))
+        memset(dx, 0, dnnl_memory_desc_get_size(&px->dst.md));  /* an odd edge row/column gets no gradient */
     maxpool2_backward(&shape, mem_ptr(dn->pool_relu ? dn->pool_diff : x->diff.mem), dn->pool_arg, dx);
     return ST_OK;
 }
@@ -847,12 +855,100 @@ static st_status conv_maxpool2_fwd(st_net *n, int j)
     return ST_OK;
 }
 
+static void add_into(dnnl_memory_t total, dnnl_memory_t part)
+{
+    float *t = mem_ptr(total);
+    const float *p = mem_ptr(part);
+    const size_t count = dnnl_memory_desc_get_size(mem_md(total)) / sizeof(float);
+    for (size_t i = 0; i < count; i++)
+        t[i] += p[i];
+}
+
+/* The pool's backward and the convolution's backward-weights, chunk by
+ * chunk: the gradient of the convolution's output (5.5 MB for cnn) then
+ * never leaves L2.  The first chunk's weight gradients go straight to the
+ * totals, the others are added in order (deterministic). */
+static st_status maxpool2_conv_bwd(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct onednn_node *dn = x->dn;
+    const struct maxpool2_shape shape = {dn->pool_src, dn->pool_dst, dn->chunk, x->nd->h, x->nd->w};
+    const float *src = mem_ptr(dn->chunk_full_src), *dy = mem_ptr(dn->pool_relu ? dn->pool_diff : x->diff.mem);
+    float *dx = mem_ptr(dn->chunk_diff);
+    for (int i = 0; i < n->batch; i += dn->chunk) {
+        maxpool2_backward(&shape, dy + i * dn->pool_dst.sn, dn->pool_arg + i * dn->pool_dst.sn, dx);
+        const bool first = i == 0;
+        dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, dn->chunk_src},
+                                  {DNNL_ARG_DIFF_DST, dn->chunk_diff},
+                                  {DNNL_ARG_DIFF_WEIGHTS, first ? dn->total_dw : dn->chunk_dw},
+                                  {DNNL_ARG_DIFF_BIAS, first ? dn->total_db : dn->chunk_db}};
+        dnnl_status_t s = dnnl_memory_set_data_handle(dn->chunk_src, (void *)(src + i * dn->chunk_src_image));
+        if (s == dnnl_success)
+            s = dnnl_primitive_execute(dn->chunk_bwd_w, n->dnet->strm, dn->total_db ? 4 : 3, args);
+        if (s == dnnl_success)
+            s = dnnl_stream_wait(n->dnet->strm);
+        if (s != dnnl_success) {
+            n->dnet->cur = x->in;
+            return dnnl_error(n, "dnnl_primitive_execute (convolution backward chunk)", s);
+        }
+        if (!first) {
+            add_into(dn->total_dw, dn->chunk_dw);
+            if (dn->total_db)
+                add_into(dn->total_db, dn->chunk_db);
+        }
+    }
+    return ST_OK;
+}
+
 static dnnl_memory_t arg_of(const struct op *o, int key)
 {
     for (int i = 0; i < o->nargs; i++)
         if (o->args[i].arg == key)
             return o->args[i].memory;
     return NULL;
+}
+
+/* After chunk_the_conv: moves the convolution's backward-weights pass into
+ * the pool's backward step, in the same chunks, when that is the
+ * convolution's only backward pass (a first layer: no gradient to its
+ * input) and reads its operands where they are.  Sets *moved. */
+static st_status chunk_the_conv_bwd(st_net *n, int j, const_dnnl_primitive_desc_t chunk_fwd_pd, bool *moved)
+{
+    struct xnode *x = &n->x[j], *px = &n->x[x->in];
+    struct onednn_node *dn = x->dn;
+    struct oplist *pb = &px->dn->bwd;
+    *moved = false;
+    if (n->x[px->in].wants_diff || !pb->n || pb->v[0].step || pb->v[0].prof != NODE_CONV ||
+        (pb->n == 2 && pb->v[1].prim && pb->v[1].prof != NODE_KINDS) || pb->n > 2 ||
+        arg_of(&pb->v[0], DNNL_ARG_SRC) != dn->chunk_full_src || arg_of(&pb->v[0], DNNL_ARG_DIFF_DST) != px->diff.mem)
+        return ST_OK;
+    const struct op *bw = &pb->v[0];
+    dnnl_memory_t dw = arg_of(bw, DNNL_ARG_DIFF_WEIGHTS), db = arg_of(bw, DNNL_ARG_DIFF_BIAS);
+    if (!dw)
+        return ST_OK;
+    dnnl_memory_desc_t diff_md = *query(chunk_fwd_pd, dnnl_query_dst_md, 0);
+    struct weights_layer w;
+    weights_dims(n, px, &w);
+    dnnl_primitive_desc_t pd;
+    OK(conv_or_ip_bwd_pd(n, px, &w, true, mem_md(dn->chunk_src), mem_md(dw), db ? mem_md(db) : NULL, &diff_md,
+                         chunk_fwd_pd, &pd));
+    if (is_reference_impl(pd) || !same(query(pd, dnnl_query_src_md, 0), mem_md(dn->chunk_src)) ||
+        !same(query(pd, dnnl_query_diff_dst_md, 0), &diff_md) ||
+        !same(query(pd, dnnl_query_diff_weights_md, 0), mem_md(dw)))
+        return ST_OK;
+    OK(prim_new(n, &dn->chunk_bwd_w, pd));
+    OK(mem_new(n, &dn->chunk_diff, &diff_md, NULL));
+    /* an odd edge row or column gets no gradient: nothing else writes here */
+    memset(mem_ptr(dn->chunk_diff), 0, dnnl_memory_desc_get_size(&diff_md));
+    OK(mem_new(n, &dn->chunk_dw, mem_md(dw), NULL));
+    if (db)
+        OK(mem_new(n, &dn->chunk_db, mem_md(db), NULL));
+    dn->total_dw = dw;
+    dn->total_db = db;
+    memmove(&pb->v[0], &pb->v[1], (size_t)(pb->n - 1) * sizeof *pb->v);  /* the reorder to plain, if any, stays */
+    pb->n--;
+    *moved = true;
+    return ST_OK;
 }
 
 /* Moves the convolution before max-pool j into the pool's forward step, in
@@ -908,7 +1004,7 @@ static st_status chunk_the_conv(st_net *n, int j, int *chunk)
     dn->chunk = c;
     pf->n--;  /* the whole-batch convolution no longer runs; its primitive stays owned by the net */
     *chunk = c;
-    return ST_OK;
+    return getenv("SHMTRAIN_ONEDNN_NO_BWD_CHUNKS") ? ST_OK : chunk_the_conv_bwd(n, j, pd, &dn->chunk_bwd_moved);
 }
 
 static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
@@ -929,15 +1025,25 @@ static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
     OK(chunk_the_conv(n, j, &chunk));
     int at = snprintf(x->impl, sizeof x->impl, "C 2x2/2 max, %s", tag == dnnl_nhwc ? "nhwc" : "blocked");
     if (chunk && at > 0 && (size_t)at < sizeof x->impl)
-        snprintf(x->impl + at, sizeof x->impl - (size_t)at, ", with the conv in %d-image chunks", chunk);
+        snprintf(x->impl + at, sizeof x->impl - (size_t)at, ", with the conv%s in %d-image chunks",
+                 dn->chunk_bwd_moved ? " (forward and backward-weights)" : "", chunk);
     if (chunk)
         OK(add_step(n, &dn->fwd, conv_maxpool2_fwd, NODE_CONV));  /* mostly convolution time */
     else
         OK(add_step(n, &dn->fwd, maxpool2_fwd, NODE_MAXPOOL));
+    if (dn->chunk_bwd_moved)
+        return add_step(n, &dn->bwd, maxpool2_conv_bwd, NODE_CONV);  /* mostly convolution time */
     if (!px->wants_diff)
         return ST_OK;
     OK(add_step(n, &dn->bwd, maxpool2_bwd, NODE_MAXPOOL));
-    return deliver(n, j, x->in, &px->dst.md, NULL, &dn->pool_target);
+    OK(deliver(n, j, x->in, &px->dst.md, NULL, &dn->pool_target));
+    if (px->consumers == 1 && dn->pool_target == px->diff.mem) {
+        /* Only this pool writes there, never to an odd edge: zero it once
+         * instead of every step (2 MB for cnn's second pool). */
+        memset(mem_ptr(dn->pool_target), 0, dnnl_memory_desc_get_size(&px->dst.md));
+        dn->pool_edges_zeroed = true;
+    }
+    return ST_OK;
 }
 
 static st_status build_pool(st_net *n, int j)
