@@ -8,7 +8,8 @@
 # interleaved (every setting once per round) and the median is reported.
 # With 2x1 among the partitionings, each round also runs two independent
 # 1-core jobs at once: what two instances get from this machine without
-# any all-reduce, the ceiling for 2x1.
+# any all-reduce, the ceiling for 2x1; and st-vcpu-probe, the arithmetic
+# all CPUs give at once against one (below 2x: they share physical cores).
 # PyTorch runs when Debian's python3-torch is installed (skipped otherwise).
 set -euo pipefail
 build=${1:-build}; rounds=${2:-3}; steps=${3:-300}
@@ -42,7 +43,9 @@ run_torch() { # the same measure from the peer's metrics file (same format)
 }
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $rounds rounds; steady-state samples/s over $steps steps after 100 warm-up steps (both systems); batch 64 per instance"
+probe=$build/bench/st-vcpu-probe
 for r in $(seq 1 "$rounds"); do
+  [ -x "$probe" ] && echo "probe $("$probe" | sed -n 's/.* give \([0-9.]*\)x.*/\1/p')" >> "$tmp/results"
   for m in $models; do for p in $parts; do
     n=${p%x*}; c=${p#*x}
     echo "$m $p shm $(run_shm "$m" "$n" "$c")" >> "$tmp/results"
@@ -67,6 +70,10 @@ for m in $models; do
       "$(awk -v s="$s" -v b="$base" 'BEGIN {print s/b}')"
   done
 done
+if grep -q '^probe ' "$tmp/results"; then
+  echo
+  echo "st-vcpu-probe, all CPUs' arithmetic at once over one CPU's, each round: $(awk '$1=="probe" {printf "%sx ", $2}' "$tmp/results")"
+fi
 if grep -q ' apart ' "$tmp/results"; then
   echo
   echo "the machine's own limit for two instances: two independent 1-core jobs at once (no all-reduce):"

@@ -17,8 +17,13 @@
  * (src/shmtrain.c takes signals with sigwait instead).
  *
  * A convolution feeding a C max-pool runs in batch chunks inside the pool's
- * step when its output would not fit L2 (chunk_the_conv);
- * SHMTRAIN_ONEDNN_NO_CHUNKS=1 turns that off for comparison.
+ * step when its output would not fit L2 (chunk_the_conv), and so does its
+ * backward-weights pass when it is a first layer (chunk_the_conv_bwd).
+ * Nothing learns upstream of a first layer, so it runs no backward-data
+ * pass.  Switches for comparison: SHMTRAIN_ONEDNN_NO_CHUNKS=1,
+ * SHMTRAIN_ONEDNN_NO_BWD_CHUNKS=1, SHMTRAIN_ONEDNN_BRGCONV=1 (see
+ * conv_fwd_avoid), SHMTRAIN_ONEDNN_IP_ANY=1 (see plain_weights),
+ * SHMTRAIN_ONEDNN_POOL=1 (oneDNN's pooling instead of maxpool2.c).
  *
  * SHMTRAIN_NN_VERBOSE=1 prints every reorder the build inserts (with sizes),
  * every backward pass that had to fall back from the forward's layouts, and

@@ -1,0 +1,179 @@
+/* How much arithmetic the machine's CPUs give alone and all at once.
+ *
+ *   st-vcpu-probe [--cpus 0,1,...] [--seconds S]
+ *
+ * Each CPU in turn runs a loop of independent fused multiply-adds (the
+ * widest vectors the machine has) for S seconds, alone; then all of them
+ * run it at once.  On a real many-core server "together" equals "alone".
+ * On a virtual machine whose virtual CPUs share physical cores (hyperthread
+ * siblings, or time-sliced on the host), "together" drops, sometimes to
+ * half: that bounds what N instances can gain over one for compute-bound
+ * training, whatever the software does.  bench/run-train.sh prints it
+ * beside every end-to-end run (docs/benchmarks.md). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <immintrin.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CPUS 256
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* 12 independent accumulators hide the FMA latency on two FMA ports. */
+#define FMA12(fma)                                                                           \
+    a0 = fma(a0, b, c); a1 = fma(a1, b, c); a2 = fma(a2, b, c); a3 = fma(a3, b, c);             \
+    a4 = fma(a4, b, c); a5 = fma(a5, b, c); a6 = fma(a6, b, c); a7 = fma(a7, b, c);             \
+    a8 = fma(a8, b, c); a9 = fma(a9, b, c); a10 = fma(a10, b, c); a11 = fma(a11, b, c)
+
+__attribute__((target("avx512f"))) static double fma_avx512(double seconds, float *sink)
+{
+    __m512 a0 = _mm512_set1_ps(0.1f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+           a9 = a0, a10 = a0, a11 = a0;
+    const __m512 b = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-5f);
+    long rounds = 0;
+    const double t0 = now_s();
+    double t;
+    do {
+        for (int i = 0; i < 100000; i++) {
+            FMA12(_mm512_fmadd_ps);
+        }
+        rounds++;
+    } while ((t = now_s() - t0) < seconds);
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+    *sink = _mm512_reduce_add_ps(s);
+    return rounds * 100000.0 * 12 * 32 / t / 1e9;
+}
+
+__attribute__((target("avx2,fma"))) static double fma_avx2(double seconds, float *sink)
+{
+    __m256 a0 = _mm256_set1_ps(0.1f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
+           a9 = a0, a10 = a0, a11 = a0;
+    const __m256 b = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-5f);
+    long rounds = 0;
+    const double t0 = now_s();
+    double t;
+    do {
+        for (int i = 0; i < 100000; i++) {
+            FMA12(_mm256_fmadd_ps);
+        }
+        rounds++;
+    } while ((t = now_s() - t0) < seconds);
+    float v[8];
+    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    _mm256_storeu_ps(v, _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11))));
+    *sink = v[0] + v[7];
+    return rounds * 100000.0 * 12 * 16 / t / 1e9;
+}
+
+static double gflops_on(int cpu, double seconds)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) {
+        fprintf(stderr, "st-vcpu-probe: cannot run on CPU %d: %s\n", cpu, strerror(errno));
+        exit(1);
+    }
+    float sink;
+    double g = __builtin_cpu_supports("avx512f") ? fma_avx512(seconds, &sink) : fma_avx2(seconds, &sink);
+    return sink == 12345.0f ? 0 : g;  /* keeps the result alive */
+}
+
+/* Runs the loop on every CPU of `cpus` at once, one process each. */
+static void together(const int *cpus, int n, double seconds, double *out)
+{
+    int fds[MAX_CPUS][2];
+    pid_t pids[MAX_CPUS];
+    for (int i = 0; i < n; i++) {
+        if (pipe(fds[i]) != 0 || (pids[i] = fork()) < 0) {
+            fprintf(stderr, "st-vcpu-probe: %s\n", strerror(errno));
+            exit(1);
+        }
+        if (pids[i] == 0) {
+            double g = gflops_on(cpus[i], seconds);
+            _exit(write(fds[i][1], &g, sizeof g) == (ssize_t)sizeof g ? 0 : 1);
+        }
+        close(fds[i][1]);
+    }
+    for (int i = 0; i < n; i++) {
+        int status;
+        if (read(fds[i][0], &out[i], sizeof out[i]) != (ssize_t)sizeof out[i] ||
+            waitpid(pids[i], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) {
+            fprintf(stderr, "st-vcpu-probe: the probe on CPU %d failed\n", cpus[i]);
+            exit(1);
+        }
+        close(fds[i][0]);
+    }
+}
+
+static int parse_cpus(const char *list, int *cpus)
+{
+    int n = 0;
+    for (const char *p = list; *p && n < MAX_CPUS;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= CPU_SETSIZE || (*end && *end != ',')) {
+            fprintf(stderr, "st-vcpu-probe: --cpus '%s': expected a comma-separated list of CPU numbers\n", list);
+            exit(2);
+        }
+        cpus[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    int cpus[MAX_CPUS], n = 0;
+    double seconds = 0.3;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--cpus") && i + 1 < argc) {
+            n = parse_cpus(argv[++i], cpus);
+        } else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
+            char *end;
+            seconds = strtod(argv[++i], &end);
+            if (*end || !(seconds > 0 && seconds <= 60)) {
+                fprintf(stderr, "st-vcpu-probe: --seconds '%s': expected a number in (0, 60]\n", argv[i]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: st-vcpu-probe [--cpus 0,1,...] [--seconds S]\n");
+            return 2;
+        }
+    }
+    if (!n) {
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof set, &set) != 0)
+            return perror("st-vcpu-probe: sched_getaffinity"), 1;
+        for (int c = 0; c < CPU_SETSIZE && n < MAX_CPUS; c++)
+            if (CPU_ISSET(c, &set))
+                cpus[n++] = c;
+    }
+    double alone[MAX_CPUS], all[MAX_CPUS], sum_alone = 0, sum_all = 0;
+    for (int i = 0; i < n; i++) {
+        together(&cpus[i], 1, seconds, &alone[i]);
+        sum_alone += alone[i];
+    }
+    together(cpus, n, seconds, all);
+    for (int i = 0; i < n; i++) {
+        printf("cpu %d: %.0f GFLOPS alone, %.0f with all %d running\n", cpus[i], alone[i], all[i], n);
+        sum_all += all[i];
+    }
+    printf("all %d CPUs at once give %.2fx one CPU's arithmetic (%d distinct cores would give %d.00x)\n", n,
+           sum_all / (sum_alone / n), n, n);
+    return 0;
+}
