@@ -178,23 +178,30 @@ static const char *const FIRST_LAYERS[] = {
     "input 6 96 96\nconv 6 k3 p1\nrelu\nmaxpool k2\nlinear 5",        /* nhwc */
 };
 
+/* What st_net_describe says of a oneDNN net of the model; the caller frees it. */
+static char *describe(const char *model_text, int batch, bool input_grad)
+{
+    st_model *m = parse(model_text);
+    st_net *n = make_net(m, batch, ST_BACKEND_ONEDNN, input_grad);
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    assert_non_null(f);
+    st_net_describe(n, f);
+    assert_int_equal(fclose(f), 0);
+    st_net_destroy(n);
+    st_model_destroy(m);
+    return text;
+}
+
 static void test_first_layers_backward_in_chunks(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof FIRST_LAYERS / sizeof *FIRST_LAYERS; i++) {
-        st_model *m = parse(FIRST_LAYERS[i]);
-        st_net *n = make_net(m, 3, ST_BACKEND_ONEDNN, false);
-        char *text = NULL;
-        size_t size = 0;
-        FILE *f = open_memstream(&text, &size);
-        assert_non_null(f);
-        st_net_describe(n, f);
-        assert_int_equal(fclose(f), 0);
+        char *text = describe(FIRST_LAYERS[i], 3, false);
         if (!strstr(text, "(forward and backward-weights) in 1-image chunks"))
             fail_msg("[%s] is not chunked both ways:\n%s", FIRST_LAYERS[i], text);
         free(text);
-        st_net_destroy(n);
-        st_model_destroy(m);
         compare_net(FIRST_LAYERS[i], 1, false);
         compare_net(FIRST_LAYERS[i], 2, false);
     }
@@ -370,23 +377,13 @@ static void test_presets_gradients(void **state)
  * pass it back. */
 static int count_no_input_grad(const char *model_text, bool input_grad, char *first_line, size_t len)
 {
-    st_model *m = NULL;
-    assert_int_equal(st_model_parse(&m, model_text, "test"), ST_OK);
-    st_net *n = make_net(m, 4, ST_BACKEND_ONEDNN, input_grad);
-    char *text = NULL;
-    size_t size = 0;
-    FILE *f = open_memstream(&text, &size);
-    assert_non_null(f);
-    st_net_describe(n, f);
-    assert_int_equal(fclose(f), 0);
+    char *text = describe(model_text, 4, input_grad);
     int count = 0;
     first_line[0] = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
         if (strstr(line, "(no gradient to its input)") && count++ == 0)
             snprintf(first_line, len, "%s", line);
     free(text);
-    st_net_destroy(n);
-    st_model_destroy(m);
     return count;
 }
 
