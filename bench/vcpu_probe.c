@@ -4,7 +4,7 @@
  *
  * Each CPU in turn runs a loop of independent fused multiply-adds (the
  * widest vectors the machine has) for S seconds, alone; then all of them
- * run it at once.  On a real many-core server "together" equals "alone".
+ * run it at once; the best of three tries of each counts.  On a real many-core server "together" equals "alone".
  * On a virtual machine whose virtual CPUs share physical cores (hyperthread
  * siblings, or time-sliced on the host), "together" drops, sometimes to
  * half: that bounds what N instances can gain over one for compute-bound
@@ -144,12 +144,26 @@ int main(int argc, char **argv)
             if (CPU_ISSET(c, &set))
                 cpus[n++] = c;
     }
-    double alone[MAX_CPUS], all[MAX_CPUS], sum_alone = 0, sum_all = 0;
+    /* The best of three tries of each: a shared host only ever takes speed away. */
+    double alone[MAX_CPUS] = {0}, all[MAX_CPUS] = {0}, best_all = 0, sum_alone = 0, sum_all = 0;
     for (int i = 0; i < n; i++) {
-        together(&cpus[i], 1, seconds, &alone[i]);
+        for (int t = 0; t < 3; t++) {
+            double g;
+            together(&cpus[i], 1, seconds, &g);
+            alone[i] = g > alone[i] ? g : alone[i];
+        }
         sum_alone += alone[i];
     }
-    together(cpus, n, seconds, all);
+    for (int t = 0; t < 3; t++) {
+        double g[MAX_CPUS], sum = 0;
+        together(cpus, n, seconds, g);
+        for (int i = 0; i < n; i++)
+            sum += g[i];
+        if (sum > best_all) {
+            best_all = sum;
+            memcpy(all, g, sizeof(double) * (size_t)n);
+        }
+    }
     for (int i = 0; i < n; i++) {
         printf("cpu %d: %.0f GFLOPS alone, %.0f with all %d running\n", cpus[i], alone[i], all[i], n);
         sum_all += all[i];
