@@ -511,6 +511,9 @@ static void json_hardware(FILE *f, const struct sweep_report *rep)
     json_string(f, rep->versions.torch);
     fprintf(f, ",\"shmrun\":\"%s\",\"date\":", rep->shmrun_version);
     json_string(f, rep->date);
+    if (rep->probe_cpus > 0)
+        fprintf(f, ",\"cpu_probe\":{\"cpus\":%d,\"one_gflops\":%.1f,\"all_gflops\":%.1f}", rep->probe_cpus,
+                rep->probe_one_gflops, rep->probe_all_gflops);
     fprintf(f, "}");
 }
 
@@ -598,6 +601,11 @@ static void markdown_hardware(FILE *f, const struct sweep_report *rep)
             t->l3_caches == 1 ? "" : "s", t->cores, t->pus);
     fprintf(f, "| caches | L1d %ld KiB, L2 %ld KiB, L3 %ld KiB (each) |\n", t->l1d_bytes / 1024, t->l2_bytes / 1024,
             t->l3_bytes / 1024);
+    if (rep->probe_cpus > 0 && rep->probe_one_gflops > 0)
+        fprintf(f, "| arithmetic | its %d CPUs at once: %.2fx one CPU's multiply-add throughput (%d real cores: "
+                   "%d.00x; %.0f GFLOPS f32 alone) |\n",
+                rep->probe_cpus, rep->probe_all_gflops / rep->probe_one_gflops, rep->probe_cpus, rep->probe_cpus,
+                rep->probe_one_gflops);
     fprintf(f, "| oneDNN | %s, widest ISA %s |\n", *rep->versions.onednn ? rep->versions.onednn : "-",
             *rep->versions.isa ? rep->versions.isa : "-");
     fprintf(f, "| PyTorch | %s |\n", *rep->versions.torch ? rep->versions.torch

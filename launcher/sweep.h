@@ -116,6 +116,9 @@ struct sweep_report {
     struct sweep_versions versions;  /* merged from the runs */
     bool torch_asked, torch_available;
     const char *plots_note;          /* NULL when plots were drawn */
+    /* st_cpu_probe_ratio over the 1 x all plan's CPUs; probe_cpus 0 = not measured */
+    int probe_cpus;
+    double probe_one_gflops, probe_all_gflops;
 };
 
 void sweep_write_csv(FILE *f, const struct sweep_setting *s, const struct sweep_run *runs, int nruns);

@@ -356,6 +356,14 @@ static void setup_report(struct report_args *x, double target)
     snprintf(x->rep.versions.torch, sizeof x->rep.versions.torch, "1.13.1");
 }
 
+/* The CPU probe's figures for two CPUs that give 1.5 CPUs' worth at once. */
+static void probed_at_one_and_a_half(struct sweep_report *rep)
+{
+    rep->probe_cpus = 2;
+    rep->probe_one_gflops = 120;
+    rep->probe_all_gflops = 180;
+}
+
 static void csv_of(FILE *f, void *p)
 {
     struct report_args *x = p;
@@ -408,6 +416,7 @@ static void test_markdown_marks_best_and_ratios(void **state)
     assert_non_null(strstr(md, "**Best: 2x1**, by median throughput (1.59x the throughput of 1x2)"));
     assert_non_null(strstr(md, "| CPU | Test CPU |"));
     assert_non_null(strstr(md, "| PyTorch | 1.13.1 |"));
+    assert_null(strstr(md, "| arithmetic |"));  /* not probed, no row */
     assert_non_null(strstr(md, "![throughput](throughput.svg)"));
     /* Rows have as many cells as the header, the one with a failed run too. */
     const char *header = strstr(md, "| setting |");
@@ -432,6 +441,13 @@ static void test_markdown_marks_best_and_ratios(void **state)
     assert_non_null(strstr(md, "Plots: gnuplot is not installed"));
     assert_null(strstr(md, "![throughput]"));
     free(md);
+
+    /* The CPU probe's row. */
+    probed_at_one_and_a_half(&x.rep);
+    md = written(md_of, &x);
+    assert_non_null(strstr(md, "| arithmetic | its 2 CPUs at once: 1.50x one CPU's multiply-add throughput (2 real "
+                               "cores: 2.00x; 120 GFLOPS f32 alone) |"));
+    free(md);
 }
 
 static void test_json(void **state)
@@ -446,6 +462,11 @@ static void test_json(void **state)
     assert_non_null(strstr(js, "\"error\":\"an instance failed, exit 1\""));
     assert_non_null(strstr(js, "\"curve\":[[1.000,0.50000],[2.000,0.80000]]"));
     assert_non_null(strstr(js, "\"torch\":\"1.13.1\""));
+    assert_null(strstr(js, "cpu_probe"));
+    free(js);
+    probed_at_one_and_a_half(&x.rep);
+    js = written(json_of, &x);
+    assert_non_null(strstr(js, "\"cpu_probe\":{\"cpus\":2,\"one_gflops\":120.0,\"all_gflops\":180.0}}"));
     /* Balanced brackets: a cheap structural check the real parser (python in
      * the sweep test) backs up. */
     int depth = 0;

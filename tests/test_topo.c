@@ -1,5 +1,6 @@
 /* The planner as a pure function, on synthetic machines: disjoint core sets,
- * NUMA honoured, counts derived as documented, bad requests named. */
+ * NUMA honoured, counts derived as documented, bad requests named; and the
+ * CPU probe (cpuprobe.h). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -7,9 +8,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
+#include "shmtrain/cpuprobe.h"
 #include "shmtrain/topo.h"
 
 #define TWO_SOCKETS "pack:2 numa:2 l3:1 core:16 pu:2"
@@ -244,6 +250,40 @@ static void test_bind_granularity_and_json(void **state)
     st_topo_destroy(t);
 }
 
+/* The CPU probe (no timing is asserted: only that it measured something on
+ * the CPU it was given, refuses CPUs it cannot use with a one-line error,
+ * and leaves no child behind). */
+static void test_cpu_probe(void **state)
+{
+    (void)state;
+    int cpu0[1] = {0}, none[1] = {-1}, absent[1] = {1023};
+    double g[1] = {0}, one = 0, all = 0;
+    assert_int_equal(st_cpu_probe(cpu0, 1, 0.01, g), ST_OK);
+    assert_true(isfinite(g[0]) && g[0] > 0);
+    assert_int_equal(st_cpu_probe_ratio(cpu0, 1, 0.01, 2, &one, &all), ST_OK);
+    assert_true(one > 0 && all > 0);
+    assert_int_equal(st_cpu_probe(none, 1, 0.01, g), ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "CPU -1 does not exist"));
+    assert_int_equal(st_cpu_probe(cpu0, 0, 0.01, g), ST_ERR_INVALID);
+    assert_int_equal(st_cpu_probe(absent, 1, 0.01, g), ST_ERR_SYS);  /* not in this machine's affinity */
+    assert_non_null(strstr(st_last_error(), "could not run on its CPU"));
+    /* Two CPUs at once, where the machine lets this test have two: each
+     * answer lands in its own slot. */
+    cpu_set_t set;
+    int two[2], have = 0;
+    assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+    for (int c = 0; c < CPU_SETSIZE && have < 2; c++)
+        if (CPU_ISSET(c, &set))
+            two[have++] = c;
+    if (have == 2) {
+        double g2[2] = {0, 0};
+        assert_int_equal(st_cpu_probe(two, 2, 0.01, g2), ST_OK);
+        assert_true(g2[0] > 0 && g2[1] > 0);
+    }
+    assert_int_equal(waitpid(-1, NULL, WNOHANG), -1);
+    assert_int_equal(errno, ECHILD);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -255,6 +295,7 @@ int main(void)
         cmocka_unit_test(test_restricted_and_uneven),
         cmocka_unit_test(test_lists_and_bad_requests),
         cmocka_unit_test(test_bind_granularity_and_json),
+        cmocka_unit_test(test_cpu_probe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
