@@ -4,12 +4,12 @@
  *
  * Each CPU in turn runs a loop of independent fused multiply-adds (the
  * widest vectors the machine has) for S seconds, alone; then all of them
- * run it at once (st_cpu_probe, include/shmtrain/cpuprobe.h); the best of
- * three tries of each counts.  On a real many-core server "together" equals
- * "alone".  On a virtual machine whose virtual CPUs share physical cores (hyperthread
- * siblings, or time-sliced on the host), "together" drops, sometimes to
- * half: that bounds what N instances can gain over one for compute-bound
- * training, whatever the software does.  bench/run-train.sh prints it
+ * run it at once (st_cpu_probe_best, include/shmtrain/cpuprobe.h); the best
+ * of three tries of each counts.  On a real many-core server "together"
+ * equals "alone".  On a virtual machine whose virtual CPUs share physical
+ * cores (hyperthread siblings, or time-sliced on the host), "together"
+ * drops, sometimes to half: that bounds what N instances can gain over one
+ * for compute-bound training, whatever the software does.  bench/run-train.sh prints it
  * beside every end-to-end run (docs/benchmarks.md). */
 #define _GNU_SOURCE
 #include <sched.h>
@@ -23,7 +23,7 @@
 
 static void probe_or_die(const int *cpus, int n, double seconds, double *gflops)
 {
-    if (st_cpu_probe(cpus, n, seconds, gflops) != ST_OK) {
+    if (st_cpu_probe_best(cpus, n, seconds, 3, gflops) != ST_OK) {
         fprintf(stderr, "st-vcpu-probe: %s\n", st_last_error());
         exit(1);
     }
@@ -72,26 +72,12 @@ int main(int argc, char **argv)
             if (CPU_ISSET(c, &set))
                 cpus[n++] = c;
     }
-    /* The best of three tries of each: a shared host only ever takes speed away. */
-    double alone[MAX_CPUS] = {0}, all[MAX_CPUS] = {0}, best_all = 0, sum_alone = 0, sum_all = 0;
+    double alone[MAX_CPUS], all[MAX_CPUS], sum_alone = 0, sum_all = 0;
     for (int i = 0; i < n; i++) {
-        for (int t = 0; t < 3; t++) {
-            double g;
-            probe_or_die(&cpus[i], 1, seconds, &g);
-            alone[i] = g > alone[i] ? g : alone[i];
-        }
+        probe_or_die(&cpus[i], 1, seconds, &alone[i]);
         sum_alone += alone[i];
     }
-    for (int t = 0; t < 3; t++) {
-        double g[MAX_CPUS], sum = 0;
-        probe_or_die(cpus, n, seconds, g);
-        for (int i = 0; i < n; i++)
-            sum += g[i];
-        if (sum > best_all) {
-            best_all = sum;
-            memcpy(all, g, sizeof(double) * (size_t)n);
-        }
-    }
+    probe_or_die(cpus, n, seconds, all);
     for (int i = 0; i < n; i++) {
         printf("cpu %d: %.0f GFLOPS alone, %.0f with all %d running\n", cpus[i], alone[i], all[i], n);
         sum_all += all[i];

@@ -24,9 +24,12 @@ extern "C" {
 /* gflops[i] = what OS CPU cpus[i] sustained while all n ran at once. */
 st_status st_cpu_probe(const int *cpus, int n, double seconds, double *gflops);
 
+/* The same, `tries` times; gflops gets the try with the largest sum.  A
+ * shared host only takes speed away, so the best try is the least disturbed. */
+st_status st_cpu_probe_best(const int *cpus, int n, double seconds, int tries, double *gflops);
+
 /* Best of `tries`: the whole-machine figure (sum over cpus, all at once)
- * over the figure of cpus[0] alone.  A shared host only takes speed away,
- * so the best try is the least disturbed.  n distinct cores give ~n. */
+ * over the figure of cpus[0] alone.  n distinct cores give ~n. */
 st_status st_cpu_probe_ratio(const int *cpus, int n, double seconds, int tries, double *one_gflops,
                              double *all_gflops);
 

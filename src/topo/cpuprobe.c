@@ -168,25 +168,39 @@ out:
     return st;
 }
 
+static double sum_of(const double *v, int n)
+{
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += v[i];
+    return s;
+}
+
+st_status st_cpu_probe_best(const int *cpus, int n, double seconds, int tries, double *gflops)
+{
+    double *g = n > 0 ? malloc((size_t)n * sizeof *g) : NULL;
+    if (n > 0 && !g)
+        return st_fail(ST_ERR_NOMEM, "cpu probe: out of memory");
+    st_status st = ST_OK;
+    double best = -1;
+    for (int t = 0; t < tries && st == ST_OK; t++)
+        if ((st = st_cpu_probe(cpus, n, seconds, g)) == ST_OK && sum_of(g, n) > best) {
+            best = sum_of(g, n);
+            memcpy(gflops, g, (size_t)n * sizeof *g);
+        }
+    free(g);
+    return st;
+}
+
 st_status st_cpu_probe_ratio(const int *cpus, int n, double seconds, int tries, double *one_gflops,
                              double *all_gflops)
 {
-    double *g = malloc((size_t)n * sizeof *g);
-    if (!g)
+    double *g = n > 0 ? malloc((size_t)n * sizeof *g) : NULL;
+    if (n > 0 && !g)
         return st_fail(ST_ERR_NOMEM, "cpu probe: out of memory");
-    st_status st = ST_OK;
-    *one_gflops = *all_gflops = 0;
-    for (int t = 0; t < tries && st == ST_OK; t++) {
-        if ((st = st_cpu_probe(cpus, 1, seconds, g)) == ST_OK && g[0] > *one_gflops)
-            *one_gflops = g[0];
-        if (st == ST_OK && (st = st_cpu_probe(cpus, n, seconds, g)) == ST_OK) {
-            double sum = 0;
-            for (int i = 0; i < n; i++)
-                sum += g[i];
-            if (sum > *all_gflops)
-                *all_gflops = sum;
-        }
-    }
+    st_status st = st_cpu_probe_best(cpus, 1, seconds, tries, one_gflops);
+    if (st == ST_OK && (st = st_cpu_probe_best(cpus, n, seconds, tries, g)) == ST_OK)
+        *all_gflops = sum_of(g, n);
     free(g);
     return st;
 }
