@@ -630,6 +630,70 @@ static void test_optimizers_match_torch_rules(void **state)
     assert_true(fabsf(grads[0] - 0.6f) < 1e-4f && fabsf(grads[1] - 0.8f) < 1e-4f);
 }
 
+/* The loss on its own: its value and accuracy against log-sum-exp in double
+ * from the logits, and its gradient (through one linear layer, which the
+ * tests above check) against finite differences of the loss itself.  The
+ * preset checks go through whole models with loose tolerances; an error of
+ * 1% in the softmax part of the gradient gets past them, not past this. */
+static void test_loss_matches_finite_differences(void **state)
+{
+    (void)state;
+    enum { B = 3, IN = 4, K = 5 };
+    st_model *m = parse("input 4 1 1\nlinear 5");
+    for (int backend = 0; backend < 2; backend++) {
+        st_net *n = make_net(m, B, backend ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN, true);
+        st_net_init(n, 11);
+        float x[B * IN], z[B * K], dx[B * IN], loss, lp, lm;
+        int y[B], correct, expect_correct = 0;
+        fill(x, B * IN, 21);
+        for (int i = 0; i < B * IN; i++)
+            x[i] *= 4;  /* logits of a few units: a softmax far from uniform */
+        assert_int_equal(st_net_forward(n, x), ST_OK);
+        assert_int_equal(st_net_output(n, z), ST_OK);
+        for (int i = 0; i < B; i++) {  /* samples 0 and 2 right, 1 wrong */
+            int best = 0;
+            for (int j = 1; j < K; j++)
+                best = z[i * K + j] > z[i * K + best] ? j : best;
+            y[i] = i == 1 ? (best + 1) % K : best;
+        }
+        assert_int_equal(st_net_loss(n, y, &loss, &correct), ST_OK);
+        double expect = 0;
+        for (int i = 0; i < B; i++) {
+            double zmax = z[i * K], sum = 0;
+            int best = 0;
+            for (int j = 1; j < K; j++)
+                if (z[i * K + j] > zmax)
+                    zmax = z[i * K + j], best = j;
+            for (int j = 0; j < K; j++)
+                sum += exp(z[i * K + j] - zmax);
+            expect += (zmax + log(sum) - z[i * K + y[i]]) / B;
+            expect_correct += best == y[i];
+        }
+        assert_true(fabs(loss - expect) < 1e-6 * (1 + fabs(expect)));
+        assert_int_equal(expect_correct, 2);
+        assert_int_equal(correct, expect_correct);
+        assert_int_equal(st_net_backward(n), ST_OK);
+        assert_int_equal(st_net_input_grad(n, dx), ST_OK);
+        const float eps = 3e-3f;
+        for (int i = 0; i < B * IN; i++) {
+            const float keep = x[i];
+            x[i] = keep + eps;
+            st_net_forward(n, x);
+            st_net_loss(n, y, &lp, NULL);
+            x[i] = keep - eps;
+            st_net_forward(n, x);
+            st_net_loss(n, y, &lm, NULL);
+            x[i] = keep;
+            const double num = ((double)lp - lm) / (2 * eps);
+            if (fabs(num - dx[i]) > 2e-4 + 2e-3 * fabs(num))
+                fail_msg("%s input %d: d loss finite difference %.6g vs analytic %.6g",
+                         backend ? "reference" : "oneDNN", i, num, (double)dx[i]);
+        }
+        st_net_destroy(n);
+    }
+    st_model_destroy(m);
+}
+
 static void test_bad_labels_are_refused(void **state)
 {
     (void)state;
@@ -653,6 +717,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_model_files_match_presets),
         cmocka_unit_test(test_optimizers_match_torch_rules),
         cmocka_unit_test(test_bad_labels_are_refused),
+        cmocka_unit_test(test_loss_matches_finite_differences),
         cmocka_unit_test(test_layers_match_reference_1_thread),
         cmocka_unit_test(test_layers_match_reference_2_threads),
         cmocka_unit_test(test_first_layers_backward_in_chunks),
