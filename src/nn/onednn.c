@@ -222,7 +222,7 @@ static st_status pd_new(st_net *n, dnnl_primitive_desc_t *out, const void *op_de
 
 /* oneDNN 2.6 picks its brgemm convolution first for a forward pass in
  * nhwc, but with few input channels its older jit kernel is much faster
- * here (bench/st-conv-candidates, one core: lenet's 1->6 5x5 0.220 ->
+ * here (bench/st-kernel-candidates conv, one core: lenet's 1->6 5x5 0.220 ->
  * 0.088 ms per 16-image chunk, its 6->16 5x5 at batch 64 0.44 -> 0.27 ms).
  * SHMTRAIN_ONEDNN_BRGCONV=1 keeps oneDNN's choice for comparison. */
 static const char *conv_fwd_avoid(const dnnl_memory_desc_t *src)
