@@ -32,6 +32,6 @@ for m in mlp lenet cnn; do for t in 1 2; do
   fi
 done; done
 echo
-echo "share of the step by layer kind (last round, ms):"
+echo "time per step by layer kind, loss, optimizer and the rest (last round, ms):"
 head -1 <("$build/bench/st-step-bench" --rounds 1 --seconds 0.2 --csv --models mlp) | tr -d '\n'; echo
 cat "$tmp/shm.csv" | tail -6

@@ -25,7 +25,8 @@ struct config {
     const char *model;
     int threads;
     double ms[MAX_ROUNDS];
-    st_net_profile prof;   /* summed over rounds */
+    st_net_profile prof;   /* per step, summed over rounds */
+    double optim_s;        /* per step, summed over rounds */
 };
 
 static double now_s(void)
@@ -65,7 +66,7 @@ static double measure(struct config *c, int batch, double seconds)
         y[i] = i % st_model_classes(m);
     float loss;
     int steps = 0;
-    double t0 = 0;
+    double t0 = 0, optim_s = 0;
     for (int warm = -10;; warm++) {
         if (warm == 0) {
             st_net_profile_enable(n, true);
@@ -73,11 +74,16 @@ static double measure(struct config *c, int batch, double seconds)
         }
         if (st_net_forward(n, x) || st_net_loss(n, y, &loss, NULL) || st_net_backward(n))
             die("step");
+        const double before = now_s();
         st_optim_step(o, p, g, 0.001f);
-        if (warm >= 0 && ++steps >= 5 && now_s() - t0 >= seconds)
+        const double after = now_s();
+        if (warm >= 0)
+            optim_s += after - before;
+        if (warm >= 0 && ++steps >= 5 && after - t0 >= seconds)
             break;
     }
     double ms = (now_s() - t0) / steps * 1e3;
+    c->optim_s += optim_s / steps;
     st_net_profile pr;
     st_net_profile_get(n, &pr);
     c->prof.kinds = pr.kinds;
@@ -135,32 +141,40 @@ int main(int argc, char **argv)
         printf("model,threads,batch,step_ms_median,step_ms_min,step_ms_max,samples_per_s");
     else
         printf("%-7s %7s %10s %17s %12s  %s\n", "model", "threads", "step ms", "[min-max]", "samples/s",
-               "share of the step by layer kind");
+               "share of the step (mean over rounds)");
     if (csv) {
         for (int k = 0; k < cfg[0].prof.kinds; k++)
             printf(",%s_ms", cfg[0].prof.names[k]);
-        printf("\n");
+        printf(",optimizer_ms,other_ms\n");
     }
     for (int i = 0; i < nc; i++) {
-        double sorted[MAX_ROUNDS];
-        memcpy(sorted, cfg[i].ms, sizeof(double) * (size_t)rounds);
+        const struct config *c = &cfg[i];
+        double sorted[MAX_ROUNDS], mean = 0, accounted = c->optim_s;
+        memcpy(sorted, c->ms, sizeof(double) * (size_t)rounds);
         qsort(sorted, (size_t)rounds, sizeof(double), by_double);
-        double med = sorted[rounds / 2], total = 0;
-        for (int k = 0; k < cfg[i].prof.kinds; k++)
-            total += cfg[i].prof.seconds[k];
+        for (int r = 0; r < rounds; r++)
+            mean += c->ms[r] / rounds;
+        for (int k = 0; k < c->prof.kinds; k++)
+            accounted += c->prof.seconds[k];
+        /* "other": what no op accounts for (stream waits, the logits copy). */
+        const double med = sorted[rounds / 2], other_ms = mean - accounted / rounds * 1e3;
         if (csv) {
-            printf("%s,%d,%d,%.3f,%.3f,%.3f,%.0f", cfg[i].model, cfg[i].threads, batch, med, sorted[0],
+            printf("%s,%d,%d,%.3f,%.3f,%.3f,%.0f", c->model, c->threads, batch, med, sorted[0],
                    sorted[rounds - 1], batch / med * 1e3);
-            for (int k = 0; k < cfg[i].prof.kinds; k++)
-                printf(",%.3f", cfg[i].prof.seconds[k] / rounds * 1e3);
-            printf("\n");
+            for (int k = 0; k < c->prof.kinds; k++)
+                printf(",%.3f", c->prof.seconds[k] / rounds * 1e3);
+            printf(",%.3f,%.3f\n", c->optim_s / rounds * 1e3, other_ms);
             continue;
         }
-        printf("%-7s %7d %10.3f %8.3f-%-8.3f %12.0f ", cfg[i].model, cfg[i].threads, med, sorted[0],
+        printf("%-7s %7d %10.3f %8.3f-%-8.3f %12.0f ", c->model, c->threads, med, sorted[0],
                sorted[rounds - 1], batch / med * 1e3);
-        for (int k = 0; k < cfg[i].prof.kinds; k++)
-            if (cfg[i].prof.seconds[k] / total >= 0.005)
-                printf(" %s %.0f%%", cfg[i].prof.names[k], 100 * cfg[i].prof.seconds[k] / total);
+        for (int k = 0; k <= c->prof.kinds + 1; k++) {
+            const char *name = k < c->prof.kinds ? c->prof.names[k] : k == c->prof.kinds ? "optimizer" : "other";
+            const double ms = k < c->prof.kinds ? c->prof.seconds[k] / rounds * 1e3
+                              : k == c->prof.kinds ? c->optim_s / rounds * 1e3 : other_ms;
+            if (ms / mean >= 0.005)
+                printf(" %s %.0f%%", name, 100 * ms / mean);
+        }
         printf("\n");
     }
     return 0;

@@ -694,6 +694,61 @@ static void test_loss_matches_finite_differences(void **state)
     st_model_destroy(m);
 }
 
+static double profiled(const st_net_profile *p, const char *name)
+{
+    for (int k = 0; k < p->kinds; k++)
+        if (!strcmp(p->names[k], name))
+            return p->seconds[k];
+    fail_msg("profile has no entry \"%s\"", name);
+    return -1;
+}
+
+/* The per-kind profile st-step-bench reports: the layer kinds a model has
+ * and the loss get time, kinds it lacks get none, it all fits inside the
+ * wall-clock time of the steps, enabling resets it and disabled it stays put. */
+static void test_profile_accounts_for_the_step(void **state)
+{
+    (void)state;
+    omp_set_num_threads(1);
+    st_model *m = parse("input 1 8 8\nconv 4 k3 p1\nrelu\nmaxpool k2\nflatten\nlinear 3");
+    for (int backend = 0; backend < 2; backend++) {
+        st_net *n = make_net(m, 2, backend ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN, false);
+        st_net_init(n, 1);
+        float x[2 * 64];
+        int y[2] = {0, 2};
+        fill(x, 2 * 64, 5);
+        st_net_profile p;
+        st_net_profile_enable(n, true);
+        const double t0 = omp_get_wtime();
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(st_net_forward(n, x), ST_OK);
+            assert_int_equal(st_net_loss(n, y, NULL, NULL), ST_OK);
+            assert_int_equal(st_net_backward(n), ST_OK);
+        }
+        const double wall = omp_get_wtime() - t0;
+        st_net_profile_get(n, &p);
+        assert_true(profiled(&p, "conv") > 0);
+        assert_true(profiled(&p, "linear") > 0);
+        assert_true(profiled(&p, "loss") > 0);
+        assert_true(profiled(&p, "batchnorm") == 0 && profiled(&p, "dropout") == 0);
+        double sum = 0;
+        for (int k = 0; k < p.kinds; k++)
+            sum += p.seconds[k];
+        assert_true(sum <= wall);
+        st_net_profile_enable(n, true);
+        st_net_profile_get(n, &p);
+        for (int k = 0; k < p.kinds; k++)
+            assert_true(p.seconds[k] == 0);
+        st_net_profile_enable(n, false);
+        assert_int_equal(st_net_forward(n, x), ST_OK);
+        assert_int_equal(st_net_loss(n, y, NULL, NULL), ST_OK);
+        st_net_profile_get(n, &p);
+        assert_true(profiled(&p, "conv") == 0 && profiled(&p, "loss") == 0);
+        st_net_destroy(n);
+    }
+    st_model_destroy(m);
+}
+
 static void test_bad_labels_are_refused(void **state)
 {
     (void)state;
@@ -718,6 +773,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_optimizers_match_torch_rules),
         cmocka_unit_test(test_bad_labels_are_refused),
         cmocka_unit_test(test_loss_matches_finite_differences),
+        cmocka_unit_test(test_profile_accounts_for_the_step),
         cmocka_unit_test(test_layers_match_reference_1_thread),
         cmocka_unit_test(test_layers_match_reference_2_threads),
         cmocka_unit_test(test_first_layers_backward_in_chunks),

@@ -139,7 +139,9 @@ st_status st_net_input_grad(st_net *n, float *d_input);
 /* Which implementation each layer got, e.g. "conv:jit:avx512_core fused-relu". */
 void st_net_describe(const st_net *n, FILE *f);
 
-/* Time spent per layer kind since the last reset (for benchmarks). */
+/* Time spent per layer kind since profiling was last enabled (which resets
+ * it), plus "reorders" and "loss" (for benchmarks).  The optimizer is not
+ * the net's: time it beside. */
 typedef struct st_net_profile {
     double seconds[16];
     const char *names[16];

@@ -291,6 +291,7 @@ st_status st_net_output(st_net *n, float *out)
 
 st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct)
 {
+    const double t0 = n->profiling ? nn_now() : 0;
     const int k = st_model_classes(n->model);
     double total = 0;
     int right = 0;
@@ -322,6 +323,8 @@ st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct)
         *loss = (float)(total / n->batch);
     if (correct)
         *correct = right;
+    if (n->profiling)
+        n->prof[NODE_KINDS + 1] += nn_now() - t0;
     return ST_OK;
 }
 
