@@ -309,6 +309,22 @@ static void test_finite_differences(void **state)
 
 /* ------------------------------------------------------- whole presets -- */
 
+/* The loss's central difference in one value `v` (a parameter or an input
+ * element of `x`), restored afterwards. */
+static double loss_slope(st_net *n, const float *x, const int *labels, float *v, float eps)
+{
+    const float keep = *v;
+    float lp, lm;
+    *v = keep + eps;
+    st_net_forward(n, x);
+    st_net_loss(n, labels, &lp, NULL);
+    *v = keep - eps;
+    st_net_forward(n, x);
+    st_net_loss(n, labels, &lm, NULL);
+    *v = keep;
+    return ((double)lp - lm) / (2 * eps);
+}
+
 static void check_preset(const char *name)
 {
     omp_set_num_threads(1);
@@ -343,16 +359,7 @@ static void check_preset(const char *name)
     memcpy(gsave, g, P * 4);
     for (int k = 0; k < 6; k++) {
         size_t i = ((size_t)k * 104729 + 17) % P;
-        float keep = p[i], lp, lm;
-        const float eps = 1e-2f;
-        p[i] = keep + eps;
-        st_net_forward(d, x);
-        st_net_loss(d, labels, &lp, NULL);
-        p[i] = keep - eps;
-        st_net_forward(d, x);
-        st_net_loss(d, labels, &lm, NULL);
-        p[i] = keep;
-        double num = (lp - lm) / (2 * eps);
+        double num = loss_slope(d, x, labels, &p[i], 1e-2f);
         if (fabs(num - gsave[i]) > 5e-3 + 3e-2 * fabs(num))
             fail_msg("%s param %zu: finite difference %.5g vs analytic %.5g", name, i, num, (double)gsave[i]);
     }
@@ -643,7 +650,7 @@ static void test_loss_matches_finite_differences(void **state)
     for (int backend = 0; backend < 2; backend++) {
         st_net *n = make_net(m, B, backend ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN, true);
         st_net_init(n, 11);
-        float x[B * IN], z[B * K], dx[B * IN], loss, lp, lm;
+        float x[B * IN], z[B * K], dx[B * IN], loss;
         int y[B], correct, expect_correct = 0;
         fill(x, B * IN, 21);
         for (int i = 0; i < B * IN; i++)
@@ -674,17 +681,8 @@ static void test_loss_matches_finite_differences(void **state)
         assert_int_equal(correct, expect_correct);
         assert_int_equal(st_net_backward(n), ST_OK);
         assert_int_equal(st_net_input_grad(n, dx), ST_OK);
-        const float eps = 3e-3f;
         for (int i = 0; i < B * IN; i++) {
-            const float keep = x[i];
-            x[i] = keep + eps;
-            st_net_forward(n, x);
-            st_net_loss(n, y, &lp, NULL);
-            x[i] = keep - eps;
-            st_net_forward(n, x);
-            st_net_loss(n, y, &lm, NULL);
-            x[i] = keep;
-            const double num = ((double)lp - lm) / (2 * eps);
+            const double num = loss_slope(n, x, y, &x[i], 3e-3f);
             if (fabs(num - dx[i]) > 2e-4 + 2e-3 * fabs(num))
                 fail_msg("%s input %d: d loss finite difference %.6g vs analytic %.6g",
                          backend ? "reference" : "oneDNN", i, num, (double)dx[i]);
