@@ -9,14 +9,11 @@
  * runs by tens of percent), and [min-max].
  */
 #define _GNU_SOURCE
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "shmtrain/nn.h"
-#include "shmtrain/optim.h"
+#include "step_rig.h"
 
 #define MAX_CONFIGS 16
 #define MAX_ROUNDS 21
@@ -29,73 +26,34 @@ struct config {
     double optim_s;        /* per step, summed over rounds */
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "st-step-bench: %s: %s\n", what, st_last_error());
-    exit(1);
-}
-
 /* Mean milliseconds per step over about `seconds` of steps. */
 static double measure(struct config *c, int batch, double seconds)
 {
-    omp_set_num_threads(c->threads);  /* before the primitives exist */
-    st_model *m;
-    st_net *n;
-    st_optim *o;
-    if (st_model_load(&m, c->model) != ST_OK)
-        die("model");
-    st_net_config nc = {.batch = batch};
-    if (st_net_create(&n, m, &nc) != ST_OK)
-        die("net");
-    size_t P, in = st_model_input_size(m) * (size_t)batch;
-    float *p = st_net_params(n, &P), *g = st_net_grads(n, NULL), *x = malloc(in * sizeof(float));
-    int *y = malloc((size_t)batch * sizeof(int));
-    st_optim_config oc = {.kind = ST_OPTIM_SGD, .momentum = 0.9f};
-    if (st_optim_create(&o, P, &oc) != ST_OK)
-        die("optimizer");
-    for (size_t i = 0; i < in; i++)
-        x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
-    for (int i = 0; i < batch; i++)
-        y[i] = i % st_model_classes(m);
-    float loss;
+    struct step_rig r;
+    rig_create(&r, "st-step-bench", c->model, batch, c->threads);
     int steps = 0;
     double t0 = 0, optim_s = 0;
     for (int warm = -10;; warm++) {
         if (warm == 0) {
-            st_net_profile_enable(n, true);
-            t0 = now_s();
+            st_net_profile_enable(r.net, true);
+            t0 = rig_now();
         }
-        if (st_net_forward(n, x) || st_net_loss(n, y, &loss, NULL) || st_net_backward(n))
-            die("step");
-        const double before = now_s();
-        st_optim_step(o, p, g, 0.001f);
-        const double after = now_s();
+        const double o = rig_step(&r);
         if (warm >= 0)
-            optim_s += after - before;
-        if (warm >= 0 && ++steps >= 5 && after - t0 >= seconds)
+            optim_s += o;
+        if (warm >= 0 && ++steps >= 5 && rig_now() - t0 >= seconds)
             break;
     }
-    double ms = (now_s() - t0) / steps * 1e3;
+    double ms = (rig_now() - t0) / steps * 1e3;
     c->optim_s += optim_s / steps;
     st_net_profile pr;
-    st_net_profile_get(n, &pr);
+    st_net_profile_get(r.net, &pr);
     c->prof.kinds = pr.kinds;
     for (int k = 0; k < pr.kinds; k++) {
         c->prof.names[k] = pr.names[k];
         c->prof.seconds[k] += pr.seconds[k] / steps;
     }
-    free(x);
-    free(y);
-    st_optim_destroy(o);
-    st_net_destroy(n);
-    st_model_destroy(m);
+    rig_destroy(&r);
     return ms;
 }
 

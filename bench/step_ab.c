@@ -1,0 +1,130 @@
+/* A/B of one engine switch inside one process: net A is built as the
+ * environment says, net B with VAR=VALUE set while it is built (the
+ * engine's switches, listed in src/nn/onednn.c's header, are read then),
+ * and the two run in alternating blocks of steps.  On a shared VM whose
+ * speed drifts within seconds this compares like with like where two
+ * separate runs cannot.
+ *
+ *   st-step-ab VAR=VALUE [--models mlp,lenet,cnn] [--threads 1,2] [--blocks 20]
+ *              [--block-seconds 0.1] [--batch 64]
+ *
+ * Prints per model and thread count the median step time of A and of B over
+ * the blocks, B/A, and in how many blocks B was the faster. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "step_rig.h"
+
+enum { MAX_BLOCKS = 200 };
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Mean milliseconds per step over one block of about `seconds`. */
+static double block(struct step_rig *r, double seconds)
+{
+    int steps = 0;
+    const double t0 = rig_now();
+    do {
+        rig_step(r);
+        steps++;
+    } while (steps < 3 || rig_now() - t0 < seconds);
+    return (rig_now() - t0) / steps * 1e3;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, by_double);
+    return v[n / 2];
+}
+
+static void ab(const char *model, int threads, const char *var, const char *value, int blocks, double seconds,
+               int batch)
+{
+    struct step_rig a, b;
+    const char *had = getenv(var);
+    char *keep = had ? strdup(had) : NULL;
+    rig_create(&a, "st-step-ab", model, batch, threads);
+    setenv(var, value, 1);
+    rig_create(&b, "st-step-ab", model, batch, threads);
+    if (keep)
+        setenv(var, keep, 1);
+    else
+        unsetenv(var);
+    free(keep);
+    double ta[MAX_BLOCKS], tb[MAX_BLOCKS];
+    int b_faster = 0;
+    block(&a, seconds), block(&b, seconds);  /* warm-up */
+    for (int i = 0; i < blocks; i++) {
+        /* alternate which goes first, so neither always follows the other */
+        if (i % 2) {
+            tb[i] = block(&b, seconds);
+            ta[i] = block(&a, seconds);
+        } else {
+            ta[i] = block(&a, seconds);
+            tb[i] = block(&b, seconds);
+        }
+        b_faster += tb[i] < ta[i];
+    }
+    const double ma = median(ta, blocks), mb = median(tb, blocks);
+    printf("%-7s %7d %10.3f %10.3f %7.3f %6d/%d\n", model, threads, ma, mb, mb / ma, b_faster, blocks);
+    rig_destroy(&a);
+    rig_destroy(&b);
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: st-step-ab VAR=VALUE [--models a,b] [--threads 1,2] [--blocks N] "
+                    "[--block-seconds S] [--batch B]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strchr(argv[1], '=') || argv[1][0] == '=')
+        usage();
+    char var[128], models[256] = "mlp,lenet,cnn", threads[64] = "1,2";
+    const char *value = strchr(argv[1], '=') + 1;
+    snprintf(var, sizeof var, "%.*s", (int)(value - 1 - argv[1]), argv[1]);
+    int blocks = 20, batch = 64;
+    double seconds = 0.1;
+    for (int i = 2; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            usage();
+        if (!strcmp(argv[i], "--models")) snprintf(models, sizeof models, "%s", v);
+        else if (!strcmp(argv[i], "--threads")) snprintf(threads, sizeof threads, "%s", v);
+        else if (!strcmp(argv[i], "--blocks")) blocks = atoi(v);
+        else if (!strcmp(argv[i], "--block-seconds")) seconds = atof(v);
+        else if (!strcmp(argv[i], "--batch")) batch = atoi(v);
+        else usage();
+        i++;
+    }
+    if (blocks < 1 || blocks > MAX_BLOCKS || seconds <= 0 || batch < 1) {
+        fprintf(stderr, "st-step-ab: need 1 <= --blocks <= %d, --block-seconds > 0, --batch >= 1\n", MAX_BLOCKS);
+        return 2;
+    }
+    st_nn_flush_denormals(true);
+    printf("# A: as the environment says; B: %s=%s while its net is built; medians over %d blocks\n", var, value,
+           blocks);
+    printf("%-7s %7s %10s %10s %7s %8s\n", "model", "threads", "A ms", "B ms", "B/A", "B faster");
+    char *ms = NULL, *ts = NULL;
+    for (char *m = strtok_r(models, ",", &ms); m; m = strtok_r(NULL, ",", &ms)) {
+        char list[64];
+        snprintf(list, sizeof list, "%s", threads);
+        for (char *t = strtok_r(list, ",", &ts); t; t = strtok_r(NULL, ",", &ts)) {
+            const int nt = atoi(t);
+            if (nt < 1) {
+                fprintf(stderr, "st-step-ab: --threads: '%s' is not a thread count\n", t);
+                return 2;
+            }
+            ab(m, nt, var, value, blocks, seconds, batch);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,66 @@
+#define _GNU_SOURCE
+#include "step_rig.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+double rig_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const struct step_rig *r, const char *what)
+{
+    fprintf(stderr, "%s: %s: %s\n", r->tool, what, st_last_error());
+    exit(1);
+}
+
+void rig_create(struct step_rig *r, const char *tool, const char *model, int batch, int threads)
+{
+    *r = (struct step_rig){.tool = tool};
+    omp_set_num_threads(threads);
+    if (st_model_load(&r->model, model) != ST_OK)
+        die(r, "model");
+    st_net_config nc = {.batch = batch};
+    if (st_net_create(&r->net, r->model, &nc) != ST_OK)
+        die(r, "net");
+    size_t P, in = st_model_input_size(r->model) * (size_t)batch;
+    r->params = st_net_params(r->net, &P);
+    r->grads = st_net_grads(r->net, NULL);
+    st_optim_config oc = {.kind = ST_OPTIM_SGD, .momentum = 0.9f};
+    if (st_optim_create(&r->optim, P, &oc) != ST_OK)
+        die(r, "optimizer");
+    r->x = malloc(in * sizeof(float));
+    r->labels = malloc((size_t)batch * sizeof(int));
+    if (!r->x || !r->labels) {
+        fprintf(stderr, "%s: out of memory\n", tool);
+        exit(1);
+    }
+    for (size_t i = 0; i < in; i++)
+        r->x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    for (int i = 0; i < batch; i++)
+        r->labels[i] = i % st_model_classes(r->model);
+}
+
+double rig_step(struct step_rig *r)
+{
+    float loss;
+    if (st_net_forward(r->net, r->x) || st_net_loss(r->net, r->labels, &loss, NULL) || st_net_backward(r->net))
+        die(r, "step");
+    const double t0 = rig_now();
+    st_optim_step(r->optim, r->params, r->grads, 0.001f);
+    return rig_now() - t0;
+}
+
+void rig_destroy(struct step_rig *r)
+{
+    free(r->x);
+    free(r->labels);
+    st_optim_destroy(r->optim);
+    st_net_destroy(r->net);
+    st_model_destroy(r->model);
+}
