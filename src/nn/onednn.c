@@ -609,122 +609,160 @@ static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_l
     return conv_or_ip_bwd_pd(n, x, w, weights_pass, &src_any, &wei_any, bias, &dst_any, hint, pd);
 }
 
-static st_status build_weights(st_net *n, int j)
+/* What the three passes of one convolution or inner product share while
+ * build_weights makes them. */
+struct weights_build {
+    struct weights_layer w;
+    dnnl_memory_desc_t wei_plain, bias_md;   /* the parameter buffer's layouts */
+    const_dnnl_primitive_desc_t fwd_pd;      /* owned by the net's pd list */
+    dnnl_memory_t w_user, w_fwd;             /* the weights where they live, and as the forward reads them */
+};
+
+static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
 {
     struct xnode *x = &n->x[j];
     struct onednn_node *dn = x->dn;
     const struct node *nd = x->nd;
-    struct weights_layer w;
-    weights_dims(n, x, &w);
-    dnnl_memory_desc_t src_any, wei_any, dst_any, bias_md, wei_plain;
-    if (use_nhwc(n, x, &w)) {
-        TRY(dnnl_memory_desc_init_by_tag(&src_any, 4, w.src, dnnl_f32, dnnl_nhwc));
-        TRY(dnnl_memory_desc_init_by_tag(&dst_any, 4, w.dst, dnnl_f32, dnnl_nhwc));
+    const struct weights_layer *w = &b->w;
+    dnnl_memory_desc_t src_any, wei_any, dst_any;
+    if (use_nhwc(n, x, w)) {
+        TRY(dnnl_memory_desc_init_by_tag(&src_any, 4, w->src, dnnl_f32, dnnl_nhwc));
+        TRY(dnnl_memory_desc_init_by_tag(&dst_any, 4, w->dst, dnnl_f32, dnnl_nhwc));
     } else {
-        OK(any_md(n, &src_any, w.ndims, w.src));
-        OK(any_md(n, &dst_any, w.ndims, w.dst));
+        OK(any_md(n, &src_any, w->ndims, w->src));
+        OK(any_md(n, &dst_any, w->ndims, w->dst));
     }
-    OK(any_md(n, &wei_any, w.ndims, w.wei));
-    OK(plain_md(n, &bias_md, 1, w.bias));
-    OK(plain_md(n, &wei_plain, w.ndims, w.wei));
-    dnnl_primitive_desc_t fwd_pd = NULL;
+    OK(any_md(n, &wei_any, w->ndims, w->wei));
+    const dnnl_memory_desc_t *bias = nd->bias ? &b->bias_md : NULL;
+    dnnl_primitive_desc_t pd = NULL;
     if (plain_weights(n, x)) {
-        OK(weights_fwd_desc(n, x, &w, &src_any, &wei_plain, nd->bias ? &bias_md : NULL, &dst_any, &fwd_pd));
-        if (is_reference_impl(fwd_pd))
-            fwd_pd = NULL;  /* owned by the net's pd list, freed with it */
+        OK(weights_fwd_desc(n, x, w, &src_any, &b->wei_plain, bias, &dst_any, &pd));
+        if (is_reference_impl(pd))
+            pd = NULL;  /* owned by the net's pd list, freed with it */
     }
-    if (!fwd_pd)
-        OK(weights_fwd_desc(n, x, &w, &src_any, &wei_any, nd->bias ? &bias_md : NULL, &dst_any, &fwd_pd));
-    impl_name(x, fwd_pd);
+    if (!pd)
+        OK(weights_fwd_desc(n, x, w, &src_any, &wei_any, bias, &dst_any, &pd));
+    b->fwd_pd = pd;
+    impl_name(x, pd);
 
-    dnnl_memory_t w_user, b_user = NULL, w_fwd, db_user = NULL;
-    OK(mem_new(n, &w_user, &wei_plain, n->params + nd->w_off));
-    if (nd->bias) {
-        OK(mem_new(n, &b_user, &bias_md, n->params + nd->b_off));
-        OK(mem_new(n, &db_user, &bias_md, n->grads + nd->b_off));
-    }
-    const dnnl_memory_desc_t *wf = query(fwd_pd, dnnl_query_weights_md, 0);
-    if (same(wf, &wei_plain)) {
-        w_fwd = w_user;
+    dnnl_memory_t b_user = NULL;
+    OK(mem_new(n, &b->w_user, &b->wei_plain, n->params + nd->w_off));
+    if (nd->bias)
+        OK(mem_new(n, &b_user, &b->bias_md, n->params + nd->b_off));
+    const dnnl_memory_desc_t *wf = query(pd, dnnl_query_weights_md, 0);
+    if (same(wf, &b->wei_plain)) {
+        b->w_fwd = b->w_user;
     } else {
-        OK(mem_new(n, &w_fwd, wf, NULL));
-        OK(add_reorder(n, &dn->fwd, w_user, w_fwd));
+        OK(mem_new(n, &b->w_fwd, wf, NULL));
+        OK(add_reorder(n, &dn->fwd, b->w_user, b->w_fwd));
     }
-    OK(input_as(n, x, query(fwd_pd, dnnl_query_src_md, 0), &dn->src));
-    OK(set_dst(n, x, query(fwd_pd, dnnl_query_dst_md, 0)));
+    OK(input_as(n, x, query(pd, dnnl_query_src_md, 0), &dn->src));
+    OK(set_dst(n, x, query(pd, dnnl_query_dst_md, 0)));
     dnnl_primitive_t fwd;
-    OK(prim_new(n, &fwd, fwd_pd));
-    OK(add_op(n, &dn->fwd, fwd, x->kind, DNNL_ARG_SRC, dn->src, DNNL_ARG_WEIGHTS, w_fwd, DNNL_ARG_BIAS,
-              b_user, DNNL_ARG_DST, x->dst.mem, -1));
+    OK(prim_new(n, &fwd, pd));
+    return add_op(n, &dn->fwd, fwd, x->kind, DNNL_ARG_SRC, dn->src, DNNL_ARG_WEIGHTS, b->w_fwd, DNNL_ARG_BIAS,
+                  b_user, DNNL_ARG_DST, x->dst.mem, -1);
+}
 
-    /* Backward.  A fused ReLU first turns diff into the pre-activation
-     * gradient, in place, from the forward output. */
-    if (x->fuse_relu) {
-        dnnl_eltwise_desc_t ed;
-        dnnl_primitive_desc_t rpd;
-        dnnl_primitive_t rb;
-        TRY(dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_relu_use_dst_for_bwd, &x->dst.md,
-                                            &x->dst.md, 0.0f, 0.0f));
-        OK(pd_new(n, &rpd, &ed, NULL, NULL));
-        OK(prim_new(n, &rb, rpd));
-        OK(add_op(n, &dn->bwd, rb, NODE_RELU, DNNL_ARG_DST, x->dst.mem, DNNL_ARG_DIFF_DST, x->diff.mem,
-                  DNNL_ARG_DIFF_SRC, x->diff.mem, -1));
-    }
-    /* The forward's own description of its source, not the producer's: they
-     * are equal to dnnl_memory_desc_equal when they differ only in the
-     * strides of size-1 dimensions (1-channel nchw == nhwc), but the
-     * backward kernels match layouts by tag, and the producer's tag would
-     * get lenet's first convolution only the reference kernel and a 3 MB
-     * reorder per step. */
-    const dnnl_memory_desc_t *src_md = query(fwd_pd, dnnl_query_src_md, 0);
-    dnnl_primitive_desc_t bw_pd;
-    dnnl_memory_t bw_src, bw_ddst;
-    OK(bwd_pd(n, x, &w, true, src_md, nd->bias ? &bias_md : NULL, fwd_pd, &bw_pd));
-    impl_name(x, bw_pd);
-    OK(bwd_input(n, &dn->bwd, dn->src, query(bw_pd, dnnl_query_src_md, 0), &bw_src));
-    OK(bwd_input(n, &dn->bwd, x->diff.mem, query(bw_pd, dnnl_query_diff_dst_md, 0), &bw_ddst));
-    dnnl_memory_t dw_user, dw;
-    OK(mem_new(n, &dw_user, &wei_plain, n->grads + nd->w_off));
-    const dnnl_memory_desc_t *dwm = query(bw_pd, dnnl_query_diff_weights_md, 0);
+/* A fused ReLU's backward: the gradient becomes the pre-activation
+ * gradient, in place, from the forward output. */
+static st_status build_fused_relu_bwd(st_net *n, struct xnode *x)
+{
+    dnnl_eltwise_desc_t ed;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t p;
+    TRY(dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_relu_use_dst_for_bwd, &x->dst.md, &x->dst.md, 0.0f,
+                                        0.0f));
+    OK(pd_new(n, &pd, &ed, NULL, NULL));
+    OK(prim_new(n, &p, pd));
+    return add_op(n, &x->dn->bwd, p, NODE_RELU, DNNL_ARG_DST, x->dst.mem, DNNL_ARG_DIFF_DST, x->diff.mem,
+                  DNNL_ARG_DIFF_SRC, x->diff.mem, -1);
+}
+
+/* The forward's own description of its source, not the producer's: they
+ * are equal to dnnl_memory_desc_equal when they differ only in the strides
+ * of size-1 dimensions (1-channel nchw == nhwc), but the backward kernels
+ * match layouts by tag, and the producer's tag would get lenet's first
+ * convolution only the reference kernel and a 3 MB reorder per step. */
+static const dnnl_memory_desc_t *fwd_src_md(const struct weights_build *b)
+{
+    return query(b->fwd_pd, dnnl_query_src_md, 0);
+}
+
+static st_status build_weights_bwd_w(st_net *n, int j, const struct weights_build *b)
+{
+    struct xnode *x = &n->x[j];
+    struct onednn_node *dn = x->dn;
+    const struct node *nd = x->nd;
+    dnnl_primitive_desc_t pd;
+    dnnl_memory_t src, ddst, dw_user, dw, db_user = NULL;
+    OK(bwd_pd(n, x, &b->w, true, fwd_src_md(b), nd->bias ? &b->bias_md : NULL, b->fwd_pd, &pd));
+    impl_name(x, pd);
+    OK(bwd_input(n, &dn->bwd, dn->src, query(pd, dnnl_query_src_md, 0), &src));
+    OK(bwd_input(n, &dn->bwd, x->diff.mem, query(pd, dnnl_query_diff_dst_md, 0), &ddst));
+    OK(mem_new(n, &dw_user, &b->wei_plain, n->grads + nd->w_off));
+    if (nd->bias)
+        OK(mem_new(n, &db_user, &b->bias_md, n->grads + nd->b_off));
+    const dnnl_memory_desc_t *dwm = query(pd, dnnl_query_diff_weights_md, 0);
     dw = dw_user;
-    if (!same(dwm, &wei_plain))
+    if (!same(dwm, &b->wei_plain))
         OK(mem_new(n, &dw, dwm, NULL));
     dnnl_primitive_t bw;
-    OK(prim_new(n, &bw, bw_pd));
-    OK(add_op(n, &dn->bwd, bw, x->kind, DNNL_ARG_SRC, bw_src, DNNL_ARG_DIFF_DST, bw_ddst,
-              DNNL_ARG_DIFF_WEIGHTS, dw, DNNL_ARG_DIFF_BIAS, db_user, -1));
-    if (dw != dw_user)
-        OK(add_reorder(n, &dn->bwd, dw, dw_user));
+    OK(prim_new(n, &bw, pd));
+    OK(add_op(n, &dn->bwd, bw, x->kind, DNNL_ARG_SRC, src, DNNL_ARG_DIFF_DST, ddst, DNNL_ARG_DIFF_WEIGHTS, dw,
+              DNNL_ARG_DIFF_BIAS, db_user, -1));
+    return dw != dw_user ? add_reorder(n, &dn->bwd, dw, dw_user) : ST_OK;
+}
 
-    if (!n->x[x->in].wants_diff)
-        return ST_OK;  /* the first layer: nobody needs d/d(input) */
-    dnnl_primitive_desc_t bd_pd;
-    dnnl_memory_t bd_ddst;
-    OK(bwd_pd(n, x, &w, false, src_md, NULL, fwd_pd, &bd_pd));
-    OK(bwd_input(n, &dn->bwd, x->diff.mem, query(bd_pd, dnnl_query_diff_dst_md, 0), &bd_ddst));
-    impl_name(x, bd_pd);
+static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_build *b)
+{
+    struct xnode *x = &n->x[j];
+    struct onednn_node *dn = x->dn;
+    dnnl_primitive_desc_t pd;
+    dnnl_memory_t ddst;
+    OK(bwd_pd(n, x, &b->w, false, fwd_src_md(b), NULL, b->fwd_pd, &pd));
+    OK(bwd_input(n, &dn->bwd, x->diff.mem, query(pd, dnnl_query_diff_dst_md, 0), &ddst));
+    impl_name(x, pd);
     /* The weights change every step, so they are reordered into this
      * layout every backward pass (after the optimizer ran). */
-    const dnnl_memory_desc_t *wb = query(bd_pd, dnnl_query_weights_md, 0);
-    dnnl_memory_t w_bwd = same(wb, wf) ? w_fwd : same(wb, &wei_plain) ? w_user : NULL;
+    const dnnl_memory_desc_t *wb = query(pd, dnnl_query_weights_md, 0);
+    dnnl_memory_t w_bwd = same(wb, mem_md(b->w_fwd)) ? b->w_fwd : same(wb, &b->wei_plain) ? b->w_user : NULL;
     if (!w_bwd) {
         OK(mem_new(n, &w_bwd, wb, NULL));
-        OK(add_reorder(n, &dn->bwd, w_user, w_bwd));
+        OK(add_reorder(n, &dn->bwd, b->w_user, w_bwd));
     }
     /* Arguments are filled in after deliver() decided where diff_src goes;
      * the reorder it may add must run after this primitive. */
     dnnl_primitive_t bd;
-    OK(prim_new(n, &bd, bd_pd));
+    OK(prim_new(n, &bd, pd));
     OK(add_op(n, &dn->bwd, bd, x->kind, -1));
     int at = dn->bwd.n - 1;
     dnnl_memory_t diff_src;
-    OK(deliver(n, j, x->in, query(bd_pd, dnnl_query_diff_src_md, 0), NULL, &diff_src));
+    OK(deliver(n, j, x->in, query(pd, dnnl_query_diff_src_md, 0), NULL, &diff_src));
     struct op *o = &dn->bwd.v[at];
-    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, bd_ddst};
+    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, ddst};
     o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, w_bwd};
     o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, diff_src};
     o->nargs = 3;
     return ST_OK;
+}
+
+/* A convolution or inner product: forward; backward (a fused ReLU's first,
+ * then backward-weights, then backward-data unless nothing learns upstream). */
+static st_status build_weights(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    struct weights_build b;
+    weights_dims(n, x, &b.w);
+    OK(plain_md(n, &b.bias_md, 1, b.w.bias));
+    OK(plain_md(n, &b.wei_plain, b.w.ndims, b.w.wei));
+    OK(build_weights_fwd(n, j, &b));
+    if (x->fuse_relu)
+        OK(build_fused_relu_bwd(n, x));
+    OK(build_weights_bwd_w(n, j, &b));
+    if (!n->x[x->in].wants_diff)
+        return ST_OK;  /* the first layer: nobody needs d/d(input) */
+    return build_weights_bwd_data(n, j, &b);
 }
 
 /* ------------------------------------------------------ element-wise -- */
