@@ -19,12 +19,6 @@
 
 enum { MAX_BLOCKS = 200 };
 
-static int by_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Mean milliseconds per step over one block of about `seconds`. */
 static double block(struct step_rig *r, double seconds)
 {
@@ -39,7 +33,7 @@ static double block(struct step_rig *r, double seconds)
 
 static double median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, by_double);
+    rig_sort(v, n);
     return v[n / 2];
 }
 

@@ -57,12 +57,6 @@ static double measure(struct config *c, int batch, double seconds)
     return ms;
 }
 
-static int by_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv)
 {
     int batch = 64, rounds = 5;
@@ -109,7 +103,7 @@ int main(int argc, char **argv)
         const struct config *c = &cfg[i];
         double sorted[MAX_ROUNDS], mean = 0, accounted = c->optim_s;
         memcpy(sorted, c->ms, sizeof(double) * (size_t)rounds);
-        qsort(sorted, (size_t)rounds, sizeof(double), by_double);
+        rig_sort(sorted, rounds);
         for (int r = 0; r < rounds; r++)
             mean += c->ms[r] / rounds;
         for (int k = 0; k < c->prof.kinds; k++)

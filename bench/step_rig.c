@@ -13,6 +13,17 @@ double rig_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void rig_sort(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, by_double);
+}
+
 static void die(const struct step_rig *r, const char *what)
 {
     fprintf(stderr, "%s: %s: %s\n", r->tool, what, st_last_error());

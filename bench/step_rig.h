@@ -19,6 +19,7 @@ struct step_rig {
 };
 
 double rig_now(void);
+void rig_sort(double *v, int n);  /* ascending, for medians and ranges */
 void rig_create(struct step_rig *r, const char *tool, const char *model, int batch, int threads);
 /* One step; the seconds the optimizer took, for the shares. */
 double rig_step(struct step_rig *r);
