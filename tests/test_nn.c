@@ -199,8 +199,14 @@ static void test_first_layers_backward_in_chunks(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof FIRST_LAYERS / sizeof *FIRST_LAYERS; i++) {
         char *text = describe(FIRST_LAYERS[i], 3, false);
-        if (!strstr(text, "(forward and backward-weights) in 1-image chunks"))
-            fail_msg("[%s] is not chunked both ways:\n%s", FIRST_LAYERS[i], text);
+        /* Below AVX-512 (an EPYC Zen 3, say) oneDNN 2.6's backward-weights
+         * kernel wants the output gradient reordered first, so that pass
+         * stays whole-batch and only the forward is chunked. */
+        const bool both = strstr(st_nn_onednn_isa(), "avx512") != NULL;
+        const char *want = both ? "(forward and backward-weights) in 1-image chunks" : "in 1-image chunks";
+        if (!strstr(text, want))
+            fail_msg("[%s] is not chunked %s on %s:\n%s", FIRST_LAYERS[i], both ? "both ways" : "forward",
+                     st_nn_onednn_isa(), text);
         free(text);
         compare_net(FIRST_LAYERS[i], 1, false);
         compare_net(FIRST_LAYERS[i], 2, false);
