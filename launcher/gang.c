@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "gang.h"
+#include "watch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +13,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "shmtrain/env.h"
 
 extern char **environ;
 
@@ -41,43 +44,52 @@ static void write_all(int fd, const char *buf, size_t n)
 
 struct env_entry {
     const char *key;
-    char value[256];
+    char value[1200];
     bool user_wins;  /* keep the user's value if already set */
 };
 
-#define MAX_ENV 20
+#define MAX_ENV 24
+
+/* A rank that exits ST_EXIT_PEER_FAILED is waited on this long (at most
+ * the grace) for the rank that failed first, before the gang is stopped. */
+#define PEER_FAILED_WAIT_S 2.0
 
 static int rank_environment(const st_plan *p, int rank, const struct gang_options *o,
                             struct env_entry *e)
 {
     const st_plan_instance *in = &p->inst[rank];
     int n = 0;
+    char heartbeat[600];
+    watch_heartbeat_path(heartbeat, sizeof heartbeat, o->attempt_dir, rank);
 #define ENV(k, user, ...)                                                        \
     do {                                                                         \
+        if (n == MAX_ENV)                                                        \
+            break;                                                               \
         e[n].key = (k);                                                          \
         e[n].user_wins = (user);                                                 \
         snprintf(e[n].value, sizeof e[n].value, __VA_ARGS__);                    \
         n++;                                                                     \
     } while (0)
-    ENV("SHMTRAIN_RANK", false, "%d", rank);
-    ENV("SHMTRAIN_WORLD_SIZE", false, "%d", p->ninstances);
-    ENV("SHMTRAIN_LOCAL_RANK", false, "%d", rank);
-    ENV("SHMTRAIN_LOCAL_WORLD_SIZE", false, "%d", p->ninstances);
-    ENV("SHMTRAIN_JOB_ID", false, "%s", o->job_id);
-    ENV("SHMTRAIN_CORES", false, "%s", in->pu_list);
-    ENV("SHMTRAIN_NUMA_NODES", false, "%s", in->numa_list);
-    ENV("SHMTRAIN_RESTART_COUNT", false, "%d", o->restart_count);
-    ENV("SHMTRAIN_MAX_RESTARTS", false, "%d", o->max_restarts);
-    ENV("SHMTRAIN_LOG_DIR", false, "%s", o->attempt_dir);
-    ENV("RANK", true, "%d", rank);
-    ENV("WORLD_SIZE", true, "%d", p->ninstances);
-    ENV("LOCAL_RANK", true, "%d", rank);
-    ENV("LOCAL_WORLD_SIZE", true, "%d", p->ninstances);
+    ENV(ST_ENV_RANK, false, "%d", rank);
+    ENV(ST_ENV_WORLD_SIZE, false, "%d", p->ninstances);
+    ENV(ST_ENV_LOCAL_RANK, false, "%d", rank);
+    ENV(ST_ENV_LOCAL_WORLD_SIZE, false, "%d", p->ninstances);
+    ENV(ST_ENV_JOB_ID, false, "%s", o->job_id);
+    ENV(ST_ENV_CORES, false, "%s", in->pu_list);
+    ENV(ST_ENV_NUMA_NODES, false, "%s", in->numa_list);
+    ENV(ST_ENV_RESTART_COUNT, false, "%d", o->restart_count);
+    ENV(ST_ENV_MAX_RESTARTS, false, "%d", o->max_restarts);
+    ENV(ST_ENV_LOG_DIR, false, "%s", o->attempt_dir);
+    ENV(ST_ENV_HEARTBEAT_FILE, false, "%s", heartbeat);
+    ENV(ST_ENV_GENERIC_RANK, true, "%d", rank);
+    ENV(ST_ENV_GENERIC_WORLD_SIZE, true, "%d", p->ninstances);
+    ENV(ST_ENV_GENERIC_LOCAL_RANK, true, "%d", rank);
+    ENV(ST_ENV_GENERIC_LOCAL_WORLD_SIZE, true, "%d", p->ninstances);
     ENV("OMP_NUM_THREADS", true, "%d", in->npus);
     ENV("OMP_PLACES", true, "%s", p->logical ? "threads" : "cores");
     ENV("OMP_PROC_BIND", true, "%s", "close");
     if (rank == 0 && !o->quiet && isatty(STDOUT_FILENO))
-        ENV("SHMTRAIN_CONSOLE_TTY", false, "%s", "1");
+        ENV(ST_ENV_CONSOLE_TTY, false, "%s", "1");
 #undef ENV
     return n;
 }
@@ -201,9 +213,38 @@ static void signal_all(struct attempt *a, struct live *lv, int sig, bool by_us)
     }
 }
 
-static void reap(struct attempt *a, struct live *lv, double t0, int *alive, bool *stopping,
-                 double *kill_at, const struct gang_options *o)
+/* What supervising one attempt keeps track of. */
+struct supervision {
+    struct attempt *a;
+    struct live *lv;
+    const struct gang_options *o;
+    double t0;
+    int alive;
+    bool stopping;
+    double kill_at;
+    int peer_failed_first;        /* a rank that exited ST_EXIT_PEER_FAILED, or -1 */
+    double peer_failed_until;     /* when to stop waiting for the real root cause */
+    struct stall_watch watch;
+    double next_tick;
+    pid_t *pids;                  /* [world], for the watch */
+    bool *running;                /* [world] */
+};
+
+static void stop_gang(struct supervision *sv, int root, const char *why)
 {
+    sv->a->root_cause = root;
+    if (sv->alive == 0 || sv->stopping)
+        return;
+    fprintf(sv->o->launcher_log, "rank %d %s: stopping the gang (SIGTERM, SIGKILL after %.0f s)\n", root, why,
+            sv->o->grace_s);
+    signal_all(sv->a, sv->lv, SIGTERM, true);
+    sv->stopping = true;
+    sv->kill_at = now_s() + sv->o->grace_s;
+}
+
+static void reap(struct supervision *sv)
+{
+    struct attempt *a = sv->a;
     int status;
     pid_t pid;
     struct rusage ru;
@@ -211,57 +252,114 @@ static void reap(struct attempt *a, struct live *lv, double t0, int *alive, bool
         int r = 0;
         while (r < a->world && a->ranks[r].pid != pid)
             r++;
-        if (r == a->world || !lv[r].running)
+        if (r == a->world || !sv->lv[r].running)
             continue;
         struct rank_result *res = &a->ranks[r];
-        lv[r].running = false;
-        (*alive)--;
-        res->end_s = now_s() - t0;
+        sv->lv[r].running = false;
+        sv->alive--;
+        res->end_s = now_s() - sv->t0;
         res->signaled = WIFSIGNALED(status);
         res->exited = WIFEXITED(status);
         res->signal = res->signaled ? WTERMSIG(status) : 0;
         res->exit_code = res->exited ? WEXITSTATUS(status) : -1;
+        res->peer_failed = res->exited && res->exit_code == ST_EXIT_PEER_FAILED;
         res->max_rss_kb = ru.ru_maxrss;
         res->cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
                      (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
         bool failed = res->signaled || res->exit_code != 0;
-        fprintf(o->launcher_log, "%.3f s: rank %d (pid %d) %s %d\n", res->end_s, r, (int)pid,
-                res->signaled ? "killed by signal" : "exited with", res->signaled ? res->signal : res->exit_code);
-        if (failed && a->root_cause < 0 && !a->user_signal && !res->stopped_by_us) {
-            a->root_cause = r;
-            if (*alive > 0) {
-                fprintf(o->launcher_log, "rank %d failed: stopping the gang (SIGTERM, SIGKILL after %.0f s)\n",
-                        r, o->grace_s);
-                signal_all(a, lv, SIGTERM, true);
-                *stopping = true;
-                *kill_at = now_s() + o->grace_s;
-            }
+        fprintf(sv->o->launcher_log, "%.3f s: rank %d (pid %d) %s %d%s\n", res->end_s, r, (int)pid,
+                res->signaled ? "killed by signal" : "exited with", res->signaled ? res->signal : res->exit_code,
+                res->peer_failed ? " (a peer failed)" : "");
+        if (!failed || a->root_cause >= 0 || a->user_signal || res->stopped_by_us)
+            continue;
+        if (!res->peer_failed) {
+            stop_gang(sv, r, "failed");
+        } else if (sv->peer_failed_first < 0) {
+            /* Its peer is failing too and will say why: give it a moment. */
+            sv->peer_failed_first = r;
+            sv->peer_failed_until = now_s() + (sv->o->grace_s < PEER_FAILED_WAIT_S ? sv->o->grace_s
+                                                                                   : PEER_FAILED_WAIT_S);
         }
     }
+    if (a->root_cause < 0 && sv->peer_failed_first >= 0 && (sv->alive == 0 || now_s() >= sv->peer_failed_until))
+        stop_gang(sv, sv->peer_failed_first, "stopped because a peer failed, and no other rank said why");
 }
 
-static void on_signal(int sig, struct attempt *a, struct live *lv, bool *stopping, double *kill_at,
-                      const struct gang_options *o)
+static void on_signal(struct supervision *sv, int sig)
 {
+    struct attempt *a = sv->a;
     if (a->user_signal) {  /* a second Ctrl-C: no more waiting */
         fprintf(stderr, "\nshmrun: second %s: killing the gang\n", strsignal(sig));
-        signal_all(a, lv, SIGKILL, true);
+        signal_all(a, sv->lv, SIGKILL, true);
         return;
     }
     a->user_signal = sig;
     fprintf(stderr, "\nshmrun: %s: forwarding it to all instances (again to kill them)\n", strsignal(sig));
-    fprintf(o->launcher_log, "received %s: forwarded to the gang\n", strsignal(sig));
-    signal_all(a, lv, sig == SIGHUP ? SIGTERM : sig, false);
-    *stopping = true;
-    *kill_at = now_s() + o->grace_s;
+    fprintf(sv->o->launcher_log, "received %s: forwarded to the gang\n", strsignal(sig));
+    signal_all(a, sv->lv, sig == SIGHUP ? SIGTERM : sig, false);
+    sv->stopping = true;
+    sv->kill_at = now_s() + sv->o->grace_s;
 }
 
-static void supervise(struct attempt *a, struct live *lv, int sfd, double t0,
-                      const struct gang_options *o)
+/* Every WATCH_TICK_S: a rank stopped or silent past the stall timeout is
+ * the root cause; it is killed outright (a stopped process acts on nothing
+ * else), the others are stopped as for any failure. */
+static void watch_for_stalls(struct supervision *sv)
 {
-    int alive = a->world;
-    bool stopping = false;
-    double kill_at = 0, drain_until = 0;
+    struct attempt *a = sv->a;
+    double now = now_s();
+    if (now < sv->next_tick || sv->stopping || a->root_cause >= 0 || a->user_signal)
+        return;
+    sv->next_tick = now + WATCH_TICK_S;
+    for (int r = 0; r < a->world; r++) {
+        sv->pids[r] = a->ranks[r].pid;
+        sv->running[r] = sv->lv[r].running;
+    }
+    char why[192];
+    int r = watch_tick(&sv->watch, sv->pids, sv->running, now, why, sizeof why);
+    if (r < 0)
+        return;
+    snprintf(a->ranks[r].stall, sizeof a->ranks[r].stall, "%s", why);
+    fprintf(stderr, "shmrun: rank %d (pid %d) %s: stopping the gang\n", r, (int)a->ranks[r].pid, why);
+    kill(-a->ranks[r].pid, SIGKILL);
+    a->ranks[r].stopped_by_us = true;
+    stop_gang(sv, r, why);
+}
+
+static int poll_timeout_ms(const struct supervision *sv)
+{
+    double now = now_s(), until = now + 3600;
+    if (sv->alive == 0)
+        return 100;
+    if (sv->stopping && sv->kill_at < until)
+        until = sv->kill_at;
+    if (sv->peer_failed_first >= 0 && sv->a->root_cause < 0 && sv->peer_failed_until < until)
+        until = sv->peer_failed_until;
+    if (!sv->stopping && sv->next_tick < until)
+        until = sv->next_tick;
+    return until <= now ? 0 : (int)((until - now) * 1000) + 1;
+}
+
+static void forward_ready_output(struct supervision *sv, const struct pollfd *fds, char *buf, size_t size)
+{
+    for (int r = 0; r < sv->a->world; r++) {
+        struct live *l = &sv->lv[r];
+        if (l->out_fd < 0 || !(fds[r + 1].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        ssize_t n = read(l->out_fd, buf, size);
+        if (n > 0) {
+            forward_output(l, r, sv->o, buf, (size_t)n);
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+            close(l->out_fd);
+            l->out_fd = -1;
+        }
+    }
+}
+
+static void supervise(struct supervision *sv, int sfd)
+{
+    struct attempt *a = sv->a;
+    double drain_until = 0;
     struct pollfd *fds = calloc((size_t)a->world + 1, sizeof *fds);
     char buf[65536];
     if (!fds)
@@ -269,54 +367,38 @@ static void supervise(struct attempt *a, struct live *lv, int sfd, double t0,
     for (;;) {
         int open_pipes = 0;
         for (int r = 0; r < a->world; r++)
-            open_pipes += lv[r].out_fd >= 0;
-        if (alive == 0 && drain_until == 0)
+            open_pipes += sv->lv[r].out_fd >= 0;
+        if (sv->alive == 0 && drain_until == 0)
             drain_until = now_s() + 0.5;  /* a grandchild may hold a pipe open */
-        if (alive == 0 && (open_pipes == 0 || now_s() > drain_until))
+        if (sv->alive == 0 && (open_pipes == 0 || now_s() > drain_until))
             break;
-        int timeout = -1;
-        if (stopping && alive > 0)
-            timeout = (int)((kill_at - now_s()) * 1000) + 1;
-        if (alive == 0)
-            timeout = 100;
-        if (timeout < 0 && stopping && alive > 0)
-            timeout = 0;
         fds[0] = (struct pollfd){.fd = sfd, .events = POLLIN};
         for (int r = 0; r < a->world; r++)
-            fds[r + 1] = (struct pollfd){.fd = lv[r].out_fd, .events = POLLIN};
-        int rc = poll(fds, (nfds_t)a->world + 1, timeout);
+            fds[r + 1] = (struct pollfd){.fd = sv->lv[r].out_fd, .events = POLLIN};
+        int rc = poll(fds, (nfds_t)a->world + 1, poll_timeout_ms(sv));
         if (rc < 0 && errno != EINTR)
             break;
         if (fds[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
                 if (si.ssi_signo == SIGCHLD)
-                    reap(a, lv, t0, &alive, &stopping, &kill_at, o);
+                    reap(sv);
                 else
-                    on_signal((int)si.ssi_signo, a, lv, &stopping, &kill_at, o);
+                    on_signal(sv, (int)si.ssi_signo);
             }
         }
-        for (int r = 0; r < a->world; r++) {
-            if (lv[r].out_fd < 0 || !(fds[r + 1].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            ssize_t n = read(lv[r].out_fd, buf, sizeof buf);
-            if (n > 0) {
-                forward_output(&lv[r], r, o, buf, (size_t)n);
-            } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-                close(lv[r].out_fd);
-                lv[r].out_fd = -1;
-            }
-        }
-        reap(a, lv, t0, &alive, &stopping, &kill_at, o);  /* SIGCHLDs can coalesce */
-        if (stopping && alive > 0 && now_s() >= kill_at) {
-            fprintf(o->launcher_log, "grace period over: SIGKILL to %d instance(s)\n", alive);
-            signal_all(a, lv, SIGKILL, true);
-            kill_at = now_s() + 3600;
+        forward_ready_output(sv, fds, buf, sizeof buf);
+        reap(sv);  /* SIGCHLDs can coalesce */
+        watch_for_stalls(sv);
+        if (sv->stopping && sv->alive > 0 && now_s() >= sv->kill_at) {
+            fprintf(sv->o->launcher_log, "grace period over: SIGKILL to %d instance(s)\n", sv->alive);
+            signal_all(a, sv->lv, SIGKILL, true);
+            sv->kill_at = now_s() + 3600;
         }
     }
     for (int r = 0; r < a->world; r++)
-        if (lv[r].out_fd >= 0)
-            close(lv[r].out_fd);
+        if (sv->lv[r].out_fd >= 0)
+            close(sv->lv[r].out_fd);
     free(fds);
 }
 
@@ -327,9 +409,20 @@ int gang_run(const st_topo *t, const st_plan *p, const struct gang_options *o, s
     a->root_cause = -1;
     a->ranks = calloc((size_t)a->world, sizeof *a->ranks);
     struct live *lv = calloc((size_t)a->world, sizeof *lv);
-    if (!a->ranks || !lv) {
+    struct supervision sv = {.a = a, .lv = lv, .o = o, .peer_failed_first = -1,
+                             .pids = calloc((size_t)a->world, sizeof(pid_t)),
+                             .running = calloc((size_t)a->world, sizeof(bool))};
+    if (!a->ranks || !lv || !sv.pids || !sv.running) {
         free(lv);
+        free(sv.pids);
+        free(sv.running);
         fprintf(stderr, "shmrun: out of memory\n");
+        return -1;
+    }
+    if (watch_init(&sv.watch, a->world, o->stall_timeout_s, o->attempt_dir, o->launcher_log, now_s()) != 0) {
+        free(lv);
+        free(sv.pids);
+        free(sv.running);
         return -1;
     }
     log_environment(p, o);
@@ -346,7 +439,10 @@ int gang_run(const st_topo *t, const st_plan *p, const struct gang_options *o, s
     if (sfd < 0) {
         fprintf(stderr, "shmrun: signalfd failed: %s\n", strerror(errno));
         sigprocmask(SIG_SETMASK, &orig, NULL);
+        watch_free(&sv.watch);
         free(lv);
+        free(sv.pids);
+        free(sv.running);
         return -1;
     }
     double t0 = now_s();
@@ -356,6 +452,7 @@ int gang_run(const st_topo *t, const st_plan *p, const struct gang_options *o, s
         lv[r].line_start = true;
         if (pipe2(pipefd, O_CLOEXEC) != 0) {
             fprintf(stderr, "shmrun: pipe failed: %s\n", strerror(errno));
+            a->world = r;  /* stop what did start */
             signal_all(a, lv, SIGKILL, true);
             break;
         }
@@ -382,20 +479,30 @@ int gang_run(const st_topo *t, const st_plan *p, const struct gang_options *o, s
                 p->inst[r].pu_list, a->ranks[r].log_path);
     }
     fflush(o->launcher_log);
-    supervise(a, lv, sfd, t0, o);
+    sv.t0 = t0;
+    sv.alive = a->world;
+    sv.next_tick = now_s() + WATCH_TICK_S;
+    supervise(&sv, sfd);
     a->seconds = now_s() - t0;
     for (int r = 0; r < a->world; r++)
         if (lv[r].log_fd >= 0)
             close(lv[r].log_fd);
     close(sfd);
     sigprocmask(SIG_SETMASK, &orig, NULL);
+    watch_free(&sv.watch);
     free(lv);
+    free(sv.pids);
+    free(sv.running);
     return 0;
 }
 
 static void describe_end(const struct rank_result *r, char *buf, size_t len)
 {
-    if (r->signaled)
+    if (r->stall[0])
+        snprintf(buf, len, "%s, killed", r->stall);
+    else if (r->peer_failed)
+        snprintf(buf, len, "exit %d (a peer failed)", r->exit_code);
+    else if (r->signaled)
         snprintf(buf, len, "signal %d (%s)%s", r->signal, sigabbrev_np(r->signal) ? sigabbrev_np(r->signal) : "?",
                  r->stopped_by_us ? ", stopped" : "");
     else if (r->exited)
@@ -436,14 +543,14 @@ void gang_print_summary(FILE *f, const st_plan *p, const struct attempt *a, cons
             a->seconds);
     fprintf(f, "%5s %8s %-14s %-24s %s\n", "rank", "pid", "PUs", "result", "log");
     for (int r = 0; r < a->world; r++) {
-        char end[64];
+        char end[256];
         describe_end(&a->ranks[r], end, sizeof end);
         fprintf(f, "%5d %8d %-14s %-24s %s\n", r, (int)a->ranks[r].pid, p->inst[r].pu_list, end,
                 a->ranks[r].log_path);
     }
     if (a->root_cause >= 0) {
         const struct rank_result *rc = &a->ranks[a->root_cause];
-        char end[64];
+        char end[256];
         describe_end(rc, end, sizeof end);
         fprintf(f, "root cause: rank %d (pid %d, PUs %s): %s after %.2f s; see %s\n", a->root_cause,
                 (int)rc->pid, p->inst[a->root_cause].pu_list, end, rc->end_s, rc->log_path);

@@ -5,7 +5,11 @@
  * group), bind it, set its environment, exec the program; collect its
  * output into a per-rank log (and the console); reap.  The first instance
  * that exits non-zero or is killed is the root cause: every other instance
- * gets SIGTERM, then SIGKILL after the grace period.
+ * gets SIGTERM, then SIGKILL after the grace period.  An instance that says
+ * by its exit status that it stopped because a peer failed
+ * (ST_EXIT_PEER_FAILED) is the root cause only if no other rank fails
+ * within a moment.  A rank the stall watch (watch.h) finds stopped or
+ * silent for stall_timeout_s is the root cause too: it gets SIGKILL.
  */
 #ifndef SHMRUN_GANG_H
 #define SHMRUN_GANG_H
@@ -23,6 +27,7 @@ struct gang_options {
     int restart_count, max_restarts;
     bool tee_all, quiet;
     double grace_s;
+    double stall_timeout_s;   /* stop the gang for a rank stopped or silent this long; 0 = never */
     FILE *launcher_log;
 };
 
@@ -31,6 +36,8 @@ struct rank_result {
     int exit_code;            /* valid if !signaled */
     int signal;               /* valid if signaled */
     bool signaled, exited, stopped_by_us;
+    bool peer_failed;         /* exited ST_EXIT_PEER_FAILED: it stopped because another rank failed */
+    char stall[192];          /* why the stall watch stopped the gang for it, or "" */
     double end_s;             /* seconds since the attempt started */
     long max_rss_kb;          /* peak resident set of the instance (wait4) */
     double cpu_s;             /* user + system CPU seconds */

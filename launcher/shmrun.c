@@ -28,8 +28,8 @@ struct options {
     const char *job_id;
     const char *log_dir;
     int max_restarts;
-    double grace_s;
-    const char *grace_arg, *bind_arg, *report;
+    double grace_s, stall_timeout_s;
+    const char *grace_arg, *stall_arg, *bind_arg, *report;
     char **argv;
     struct sweep_job sweep;
     bool sweeping;
@@ -51,6 +51,7 @@ static void usage(FILE *f)
 "      --use-logical-cores       give instances their cores' hyperthreads too\n"
 "      --no-cross-numa           fail instead of warning when an instance must span\n"
 "                                NUMA nodes\n"
+"      --oversubscribe           allow more instances than cores (they share cores)\n"
 "      --bind core|numa|none     CPU binding granularity (default core)\n"
 "topology (default: this machine, limited to the CPUs this process may use):\n"
 "      --topology-xml FILE       an `lstopo --of xml` export\n"
@@ -65,11 +66,14 @@ static void usage(FILE *f)
 "      --quiet                   show no instance output (logs still written)\n"
 "      --max-restarts K          restart the whole gang up to K times after a failure\n"
 "      --grace SECONDS           SIGTERM to SIGKILL grace when stopping (default 10)\n"
+"      --stall-timeout SECONDS   stop the gang when a rank is stopped or makes no\n"
+"                                progress this long (default 60; 0 = never)\n"
 "  -h, --help                    this text;  --version  the version\n"
 "\n"
 "Each instance gets SHMTRAIN_RANK, SHMTRAIN_WORLD_SIZE, SHMTRAIN_LOCAL_RANK,\n"
 "SHMTRAIN_LOCAL_WORLD_SIZE, SHMTRAIN_JOB_ID, SHMTRAIN_CORES, SHMTRAIN_NUMA_NODES,\n"
-"SHMTRAIN_RESTART_COUNT, SHMTRAIN_MAX_RESTARTS and SHMTRAIN_LOG_DIR, and, unless already\n"
+"SHMTRAIN_RESTART_COUNT, SHMTRAIN_MAX_RESTARTS, SHMTRAIN_LOG_DIR and\n"
+"SHMTRAIN_HEARTBEAT_FILE (include/shmtrain/env.h), and, unless already\n"
 "set, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, OMP_NUM_THREADS (its cores),\n"
 "OMP_PLACES=cores and OMP_PROC_BIND=close.\n");
 }
@@ -98,11 +102,21 @@ static int whole_number(const char *flag, const char *v, int min)
     return (int)x;
 }
 
+static double seconds(const char *flag, const char *v, double max)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= 0) || x > max)
+        bad_flag("%s '%s': not a number of seconds (0-%.0f)", flag, v, max);
+    return x;
+}
+
 static struct options parse(int argc, char **argv)
 {
     enum { O_CORES = 256, O_NODES, O_LOGICAL, O_NOCROSS, O_BIND, O_XML, O_SYNTH, O_ALLOWED, O_DRY,
            O_JSON, O_JOB, O_LOGDIR, O_TEE, O_QUIET, O_RESTARTS, O_GRACE, O_VERSION, O_REPORT, O_SWEEP,
-           O_REPEATS, O_SWEEPOUT, O_TARGET, O_TORCH };
+           O_REPEATS, O_SWEEPOUT, O_TARGET, O_TORCH, O_OVERSUB, O_STALL };
     static const struct option longopts[] = {
         {"ninstances", required_argument, 0, 'n'}, {"ncores-per-instance", required_argument, 0, 'c'},
         {"cores-list", required_argument, 0, O_CORES}, {"nodes-list", required_argument, 0, O_NODES},
@@ -116,8 +130,9 @@ static struct options parse(int argc, char **argv)
         {"report", required_argument, 0, O_REPORT}, {"sweep", required_argument, 0, O_SWEEP},
         {"repeats", required_argument, 0, O_REPEATS}, {"sweep-out", required_argument, 0, O_SWEEPOUT},
         {"target-accuracy", required_argument, 0, O_TARGET}, {"compare-torch", optional_argument, 0, O_TORCH},
+        {"oversubscribe", no_argument, 0, O_OVERSUB}, {"stall-timeout", required_argument, 0, O_STALL},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
-    struct options o = {.log_dir = "shmrun-logs", .grace_s = 10, .sweep = {.repeats = 3}};
+    struct options o = {.log_dir = "shmrun-logs", .grace_s = 10, .stall_timeout_s = 60, .sweep = {.repeats = 3}};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "+:n:c:h", longopts, NULL)) != -1) {
@@ -149,14 +164,15 @@ static struct options parse(int argc, char **argv)
         case O_TEE: o.tee_all = true; break;
         case O_QUIET: o.quiet = true; break;
         case O_RESTARTS: o.max_restarts = whole_number("--max-restarts", optarg, 0); break;
-        case O_GRACE: {
-            char *end;
-            o.grace_s = strtod(optarg, &end);
-            if (*end || !(o.grace_s >= 0) || o.grace_s > 3600)
-                bad_flag("--grace '%s': not a number of seconds (0-3600)", optarg);
+        case O_GRACE:
+            o.grace_s = seconds("--grace", optarg, 3600);
             o.grace_arg = optarg;
             break;
-        }
+        case O_STALL:
+            o.stall_timeout_s = seconds("--stall-timeout", optarg, 86400);
+            o.stall_arg = optarg;
+            break;
+        case O_OVERSUB: o.req.oversubscribe = true; break;
         case O_REPORT: o.report = optarg; break;
         case O_SWEEP: o.sweep.spec = optarg; o.sweeping = true; break;
         case O_REPEATS: o.sweep.repeats = whole_number("--repeats", optarg, 1); break;
@@ -225,7 +241,7 @@ static void default_job_id(char *buf, size_t len)
 static FILE *open_launcher_log(const char *dir, char *path, size_t len)
 {
     snprintf(path, len, "%s/shmrun.log", dir);
-    FILE *f = fopen(path, "a");
+    FILE *f = fopen(path, "ae");  /* close-on-exec: no rank inherits the launcher's log */
     if (!f)
         fprintf(stderr, "shmrun: cannot create %s: %s\n", path, strerror(errno));
     return f;
@@ -298,7 +314,7 @@ static int run_job(const st_topo *topo, const st_plan *plan, const struct option
         struct gang_options g = {.argv = o->argv, .job_id = job, .attempt_dir = adir,
                                  .restart_count = attempt, .max_restarts = o->max_restarts,
                                  .tee_all = o->tee_all, .quiet = o->quiet, .grace_s = o->grace_s,
-                                 .launcher_log = log};
+                                 .stall_timeout_s = o->stall_timeout_s, .launcher_log = log};
         struct attempt a;
         fprintf(log, "-- attempt %d of %d\n", attempt + 1, o->max_restarts + 1);
         if (gang_run(topo, plan, &g, &a) != 0)
@@ -343,8 +359,11 @@ static void sweep_child_flags(struct options *o, char **flags)
         flags[k++] = "--use-logical-cores";
     if (o->req.refuse_cross_numa)
         flags[k++] = "--no-cross-numa";
+    if (o->req.oversubscribe)
+        flags[k++] = "--oversubscribe";
     const char *lists[][2] = {{"--cores-list", o->req.cpu_list}, {"--nodes-list", o->req.node_list},
-                              {"--allowed-cpus", o->req.allowed_cpus}, {"--grace", o->grace_arg}};
+                              {"--allowed-cpus", o->req.allowed_cpus}, {"--grace", o->grace_arg},
+                              {"--stall-timeout", o->stall_arg}};
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
         if (lists[i][1]) {
             flags[k++] = (char *)lists[i][0];
@@ -356,7 +375,7 @@ static void sweep_child_flags(struct options *o, char **flags)
 
 static int sweep(struct options *o, const st_topo *topo)
 {
-    char *flags[16], out[256];
+    char *flags[20], out[256];
     sweep_child_flags(o, flags);
     if (!o->sweep.out_dir) {
         time_t now = time(NULL);

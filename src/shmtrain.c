@@ -3,6 +3,7 @@
  * instance).  docs/training.md is the manual. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shmtrain/env.h"
 #include "shmtrain/train.h"
 
 static void usage(FILE *f)
@@ -34,6 +36,8 @@ static void usage(FILE *f)
 "evaluation, output, checkpoints:\n"
 "  --eval-every K (0 = each epoch)   --log-every K (50)   --metrics FILE   --quiet\n"
 "  --checkpoint FILE (shmtrain.ckpt)   --checkpoint-every K   --resume [FILE]\n"
+"exit status: 0 done, 1 failed, 2 bad flag, 130 stopped on request (checkpointed),\n"
+"  75 stopped because another instance failed\n"
 "  --check-replicas K       check every K steps that all instances hold identical parameters\n");
 }
 
@@ -49,17 +53,23 @@ static void bad(const char *fmt, ...)
     exit(2);
 }
 
-static long whole(const char *flag, const char *v, long min)
+/* A whole number in [min, max]: strtol alone lets "4294967312" through,
+ * and an (int) cast would then train with batch 16. */
+static long whole(const char *flag, const char *v, long min, long max)
 {
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (errno || end == v || *end)
+    if (end == v || *end)
         bad("%s '%s': not a whole number", flag, v);
+    if (errno == ERANGE || x > max)
+        bad("%s %s: must be at most %ld", flag, v, max);
     if (x < min)
         bad("%s %ld: must be at least %ld", flag, x, min);
     return x;
 }
+
+#define ONE_BILLION 1000000000L
 
 static float number(const char *flag, const char *v, float min, float max)
 {
@@ -148,12 +158,12 @@ int main(int argc, char **argv)
         case O_TEL: o.test_labels = optarg; break;
         case O_CIFAR: o.cifar_dir = optarg; break;
         case O_CIFAR100: o.cifar_dir = optarg; o.cifar100 = true; break;
-        case O_TRS: o.train_subset = whole("--train-subset", optarg, 1); break;
-        case O_TES: o.test_subset = whole("--test-subset", optarg, 1); break;
+        case O_TRS: o.train_subset = whole("--train-subset", optarg, 1, ONE_BILLION); break;
+        case O_TES: o.test_subset = whole("--test-subset", optarg, 1, ONE_BILLION); break;
         case O_AUG: o.augment = true; break;
-        case O_EPOCHS: o.epochs = (int)whole("--epochs", optarg, 1); break;
-        case O_MAXSTEPS: o.max_steps = whole("--max-steps", optarg, 1); break;
-        case O_BATCH: o.batch = (int)whole("--batch-size", optarg, 1); break;
+        case O_EPOCHS: o.epochs = (int)whole("--epochs", optarg, 1, 1000000); break;
+        case O_MAXSTEPS: o.max_steps = whole("--max-steps", optarg, 1, LONG_MAX); break;
+        case O_BATCH: o.batch = (int)whole("--batch-size", optarg, 1, 1 << 20); break;
         case O_OPT:
             if (!strcmp(optarg, "sgd")) o.optim.kind = ST_OPTIM_SGD;
             else if (!strcmp(optarg, "adamw")) o.optim.kind = ST_OPTIM_ADAMW;
@@ -171,21 +181,27 @@ int main(int argc, char **argv)
             else if (!strcmp(optarg, "cosine")) o.schedule.kind = ST_SCHED_COSINE;
             else bad("--schedule '%s': use constant, step or cosine", optarg);
             break;
-        case O_WARM: o.schedule.warmup = (uint64_t)whole("--warmup", optarg, 0); break;
-        case O_STEPSZ: o.schedule.step_size = (uint64_t)whole("--step-size", optarg, 1); break;
+        case O_WARM: o.schedule.warmup = (uint64_t)whole("--warmup", optarg, 0, LONG_MAX); break;
+        case O_STEPSZ: o.schedule.step_size = (uint64_t)whole("--step-size", optarg, 1, LONG_MAX); break;
         case O_GAMMA: o.schedule.gamma = number("--gamma", optarg, 0, 1); break;
         case O_MINLR: o.schedule.min_lr = number("--min-lr", optarg, 0, 100); break;
-        case O_SEED: o.seed = (uint64_t)whole("--seed", optarg, 0); break;
+        case O_SEED: o.seed = (uint64_t)whole("--seed", optarg, 0, LONG_MAX); break;
         case O_TARGET: o.target_accuracy = number("--target-accuracy", optarg, 0, 1); break;
         case O_NOFLUSH: o.flush_denormals = false; break;
-        case O_EVAL: o.eval_every = whole("--eval-every", optarg, 0); break;
-        case O_LOG: o.log_every = whole("--log-every", optarg, 1); break;
+        case O_EVAL: o.eval_every = whole("--eval-every", optarg, 0, LONG_MAX); break;
+        case O_LOG: o.log_every = whole("--log-every", optarg, 1, LONG_MAX); break;
         case O_METRICS: o.metrics = optarg; break;
         case O_QUIET: o.quiet = true; break;
         case O_CKPT: o.checkpoint = optarg; break;
-        case O_CKPTE: o.checkpoint_every = whole("--checkpoint-every", optarg, 0); break;
-        case O_RESUME: o.resume = optarg ? optarg : ""; break;  /* "" = the --checkpoint file */
-        case O_CHECK: o.check_replicas = whole("--check-replicas", optarg, 1); break;
+        case O_CKPTE: o.checkpoint_every = whole("--checkpoint-every", optarg, 0, LONG_MAX); break;
+        case O_RESUME:
+            /* "--resume FILE" as users type it (getopt takes only --resume=FILE):
+             * shmtrain has no operands, so a following word is the file. */
+            if (!optarg && optind < argc && argv[optind][0] != '-')
+                optarg = argv[optind++];
+            o.resume = optarg ? optarg : "";  /* "" = the --checkpoint file */
+            break;
+        case O_CHECK: o.check_replicas = whole("--check-replicas", optarg, 1, LONG_MAX); break;
         case 'h': usage(stdout); return 0;
         case ':': bad("%s needs a value", argv[optind - 1]);
         default: bad("unknown option '%s'", argv[optind - 1]);
@@ -206,7 +222,9 @@ int main(int argc, char **argv)
         return 130;
     if (st != ST_OK) {
         fprintf(stderr, "shmtrain: %s\n", st_last_error());
-        return 1;
+        /* Tell the launcher whether this rank failed or stopped for a peer,
+         * so it names the right root cause. */
+        return st == ST_ERR_PEER_DEAD || st == ST_ERR_TIMEOUT ? ST_EXIT_PEER_FAILED : 1;
     }
     return 0;
 }

@@ -255,6 +255,56 @@ static void test_world_readable_peer_segment_is_refused(void **state)
     assert_int_equal(leftover_segments(job), 0);
 }
 
+/* A file of the wrong size under a peer's name: a foreign file (no
+ * segment header) is reported as such, not as ranks started with other
+ * sizes; a real peer segment of another size is. */
+static void test_foreign_file_at_a_peer_name(void **state)
+{
+    (void)state;
+    char job[64], name[128];
+    test_job_id(job, sizeof job, "foreign");
+    assert_int_equal(st_segment_name(name, sizeof name, job, 1), ST_OK);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 4096), 0);
+    close(fd);
+    st_group *g = NULL;
+    st_group_config c = {.rank = 0, .world_size = 2, .job_id = job, .join_timeout_s = 10};
+    double t0 = mono_now();
+    assert_int_equal(st_group_create(&g, &c), ST_ERR_MISMATCH);
+    if (!strstr(st_last_error(), "holds 4096 bytes that no rank of this job wrote") ||
+        strstr(st_last_error(), "different sizes"))
+        fail_msg("%s", st_last_error());
+    assert_true(mono_now() - t0 < 5);  /* told within the two seconds, not at the join timeout */
+    st_segment_cleanup(job, 2);
+    assert_int_equal(leftover_segments(job), 0);
+
+    /* Rank 1 joins with a larger staging area than rank 0: whichever of the
+     * two maps the other's segment first says so (the other then times out
+     * or sees it gone). */
+    test_job_id(job, sizeof job, "sizes");
+    fflush(NULL);
+    pid_t peer = fork();
+    assert_true(peer >= 0);
+    if (peer == 0) {
+        st_group *pg = NULL;
+        st_group_config pc = {.rank = 1, .world_size = 2, .job_id = job, .join_timeout_s = 2,
+                              .staging_bytes = 8u << 20};
+        st_status st = st_group_create(&pg, &pc);
+        _exit(st == ST_OK ? 1 : strstr(st_last_error(), "ranks were started with different sizes") ? 0 : 2);
+    }
+    c = (st_group_config){.rank = 0, .world_size = 2, .job_id = job, .join_timeout_s = 2};
+    st_status st = st_group_create(&g, &c);
+    bool rank0_saw = st == ST_ERR_MISMATCH && strstr(st_last_error(), "ranks were started with different sizes");
+    assert_true(st == ST_ERR_MISMATCH || st == ST_ERR_TIMEOUT);
+    int status;
+    assert_int_equal(waitpid(peer, &status, 0), peer);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 1);
+    assert_true(rank0_saw || WEXITSTATUS(status) == 0);
+    st_segment_cleanup(job, 2);
+    assert_int_equal(leftover_segments(job), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -266,6 +316,7 @@ int main(void)
         cmocka_unit_test(test_stale_segment_is_refused),
         cmocka_unit_test(test_segment_is_private_to_user_and_job),
         cmocka_unit_test(test_world_readable_peer_segment_is_refused),
+        cmocka_unit_test(test_foreign_file_at_a_peer_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -133,6 +133,11 @@ static void test_golden_plans(void **state)
     check_golden("sweep-two-sockets",
                  (char *[]){"--synthetic", "pack:2 numa:2 l3:2 core:8 pu:2", "--sweep", "core,l3,numa,4x8", "--repeats",
                             "2", "--compare-torch", NULL});
+    check_golden("two-cores-oversubscribed-4",
+                 (char *[]){"--synthetic", "pack:1 numa:1 l3:1 core:2 pu:1", "-n", "4", "--oversubscribe", NULL});
+    check_golden("two-cores-oversubscribed-3x2",
+                 (char *[]){"--synthetic", "pack:1 numa:1 l3:1 core:2 pu:1", "-n", "3", "-c", "2", "--oversubscribe",
+                            NULL});
     check_golden("two-sockets-8x8-json",
                  (char *[]){"--synthetic", "pack:2 numa:2 l3:1 core:16 pu:2", "-n", "8", "--json", NULL});
 }
@@ -303,6 +308,232 @@ static void test_ctrl_c_is_forwarded(void **state)
     free(err);
 }
 
+/* ------------------------------------------------------ oversubscribe -- */
+
+/* n ranks on cores 0-1: ranks share cores in pairs (or more), bound in
+ * topology order, and still all-reduce correctly many times. */
+static void check_oversubscribed(int n)
+{
+    char nbuf[8], job[32], want[128];
+    snprintf(nbuf, sizeof nbuf, "%d", n);
+    snprintf(job, sizeof job, "over%d", n);
+    struct result r = run((char *[]){(char *)shmrun, "-n", nbuf, "--oversubscribe", "--cores-list", "0-1",
+                                     "--job-id", job, "--log-dir", "logs", "--", (char *)probe, "--join", "--loop",
+                                     "20", NULL},
+                          job);
+    if (exit_code(&r) != 0)
+        fail_msg("shmrun -n %d --oversubscribe failed: %s", n, r.err);
+    snprintf(want, sizeof want, "SHARED x%d", n / 2);
+    assert_non_null(strstr(r.err, want));
+    assert_non_null(strstr(r.err, "WARNING: oversubscribed (--oversubscribe)"));
+    for (int rank = 0; rank < n; rank++) {
+        char *log = rank_log(job, 0, rank);
+        assert_non_null(log);
+        snprintf(want, sizeof want, "allreduce=ok x0=%d\n", n * (n - 1) / 2);
+        assert_non_null(strstr(log, want));
+        assert_non_null(strstr(log, "loop=ok iterations=20"));
+        snprintf(want, sizeof want, "affinity=%d\n", rank * 2 / n);  /* ranks 0..n/2-1 on CPU 0 */
+        if (!strstr(log, want))
+            fail_msg("rank %d of %d: wanted %s in:\n%s", rank, n, want, log);
+        snprintf(want, sizeof want, "OMP_NUM_THREADS=1 ");
+        assert_non_null(strstr(log, want));
+        free(log);
+    }
+    assert_int_equal(leftover_segments(job), 0);
+    result_free(&r);
+}
+
+static void test_oversubscribe_4_and_8_ranks(void **state)
+{
+    (void)state;
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+        skip();
+    check_oversubscribed(4);
+    check_oversubscribed(8);
+}
+
+/* -------------------------------------------------------------- stalls -- */
+
+/* The pid shmrun.log gives rank `rank` of job `job`, waiting up to 30 s
+ * until that rank has printed `ready` in its log. */
+static pid_t started_rank(const char *job, int rank, const char *ready)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/logs/%s/shmrun.log", workdir, job);
+    for (int i = 0; i < 1500; i++, usleep(20 * 1000)) {
+        char *log = slurp(path), *rank_text = rank_log(job, 0, rank), key[32];
+        snprintf(key, sizeof key, "rank %d: pid ", rank);
+        const char *at = log ? strstr(log, key) : NULL;
+        pid_t pid = at ? (pid_t)atoi(at + strlen(key)) : 0;
+        bool is_ready = rank_text && strstr(rank_text, ready);
+        free(log);
+        free(rank_text);
+        if (pid > 0 && is_ready)
+            return pid;
+    }
+    fail_msg("rank %d of %s never printed '%s'", rank, job, ready);
+    return -1;
+}
+
+static struct result wait_result(pid_t pid, const char *tag, double t0)
+{
+    struct result r = {0};
+    assert_int_equal(waitpid(pid, &r.status, 0), pid);
+    r.seconds = mono_now() - t0;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.out", workdir, tag);
+    r.out = slurp(path);
+    snprintf(path, sizeof path, "%s/%s.err", workdir, tag);
+    r.err = slurp(path);
+    assert_non_null(r.out);
+    assert_non_null(r.err);
+    return r;
+}
+
+/* SIGSTOP on one rank: the launcher says so at once, and after
+ * --stall-timeout stops the gang with that rank as the root cause. */
+static void test_stopped_rank_stops_the_gang(void **state)
+{
+    (void)state;
+    pid_t pid = spawn((char *[]){(char *)shmrun, "-n", "2", "--stall-timeout", "2", "--grace", "1", "--job-id",
+                                 "stopped", "--log-dir", "logs", "--", (char *)probe, "--join", "--loop", "100000",
+                                 NULL},
+                      "stopped");
+    assert_true(pid > 0);
+    pid_t victim = started_rank("stopped", 1, "allreduce=ok");
+    double t0 = mono_now();
+    assert_int_equal(kill(victim, SIGSTOP), 0);
+    struct result r = wait_result(pid, "stopped", t0);
+    assert_int_equal(exit_code(&r), 1);
+    if (!(r.seconds > 1.5 && r.seconds < 8))
+        fail_msg("the gang stopped %.1f s after SIGSTOP (timeout 2 s, grace 1 s)", r.seconds);
+    char want[128];
+    snprintf(want, sizeof want, "rank 1 (pid %d) is stopped (state T", (int)victim);
+    assert_non_null(strstr(r.err, want));
+    assert_non_null(strstr(r.err, "root cause: rank 1"));
+    assert_non_null(strstr(r.err, "stalled: stopped (state T"));
+    assert_true(kill(victim, 0) != 0);  /* killed, not left stopped */
+    assert_int_equal(leftover_segments("stopped"), 0);
+    result_free(&r);
+}
+
+/* A rank stopped and continued within the timeout: the job finishes. */
+static void test_stopped_rank_that_continues_resumes(void **state)
+{
+    (void)state;
+    pid_t pid = spawn((char *[]){(char *)shmrun, "-n", "2", "--stall-timeout", "30", "--job-id", "paused",
+                                 "--log-dir", "logs", "--", (char *)probe, "--join", "--loop", "150", NULL},
+                      "paused");
+    assert_true(pid > 0);
+    pid_t victim = started_rank("paused", 1, "allreduce=ok");
+    assert_int_equal(kill(victim, SIGSTOP), 0);
+    usleep(1500 * 1000);
+    assert_int_equal(kill(victim, SIGCONT), 0);
+    struct result r = wait_result(pid, "paused", mono_now());
+    if (exit_code(&r) != 0)
+        fail_msg("a stopped-then-continued rank broke the job: %s", r.err);
+    char want[128];
+    snprintf(want, sizeof want, "rank 1 (pid %d) is stopped", (int)victim);
+    assert_non_null(strstr(r.err, want));
+    snprintf(want, sizeof want, "rank 1 (pid %d) continued after", (int)victim);
+    assert_non_null(strstr(r.err, want));
+    for (int rank = 0; rank < 2; rank++) {
+        char *log = rank_log("paused", 0, rank);
+        assert_non_null(strstr(log, "loop=ok iterations=150"));
+        free(log);
+    }
+    result_free(&r);
+}
+
+/* A rank that runs but never reaches its next collective: the launcher
+ * blames it, not the peer waiting for it. */
+static void test_silent_rank_stops_the_gang(void **state)
+{
+    (void)state;
+    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--stall-timeout", "2", "--grace", "1",
+                                     "--job-id", "silent", "--log-dir", "logs", "--", (char *)probe, "--join",
+                                     "--loop", "100000", "--spin-rank", "1", "--spin-at", "30", NULL},
+                          "silent");
+    assert_int_equal(exit_code(&r), 1);
+    assert_true(r.seconds < 15);
+    if (!strstr(r.err, "root cause: rank 1") || !strstr(r.err, "stalled: no progress for") ||
+        !strstr(r.err, "running, not waiting for a peer") || !strstr(r.err, "waiting for rank 1 in a collective"))
+        fail_msg("%s", r.err);
+    assert_int_equal(leftover_segments("silent"), 0);
+    result_free(&r);
+}
+
+/* A rank that exits ST_EXIT_PEER_FAILED first is not the root cause when
+ * its peer fails for a reason of its own a moment later; alone, it is. */
+static void test_peer_failed_exit_defers_to_the_real_failure(void **state)
+{
+    (void)state;
+    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--grace", "2", "--job-id", "secondary",
+                                     "--log-dir", "logs", "--", (char *)probe, "--peer-failed-rank", "1",
+                                     "--exit-rank", "0", "--code", "4", "--sleep", "60", NULL},
+                          "secondary");
+    assert_int_equal(exit_code(&r), 1);
+    if (!strstr(r.err, "root cause: rank 0") || !strstr(r.err, "exit 4") || !strstr(r.err, "exit 75 (a peer failed)"))
+        fail_msg("%s", r.err);
+    result_free(&r);
+    r = run((char *[]){(char *)shmrun, "-n", "2", "--grace", "1", "--job-id", "onlysecondary", "--log-dir", "logs",
+                       "--", (char *)probe, "--peer-failed-rank", "1", "--sleep", "60", NULL},
+            "onlysecondary");
+    assert_int_equal(exit_code(&r), 1);
+    assert_true(r.seconds < 8);
+    if (!strstr(r.err, "root cause: rank 1") || !strstr(r.err, "exit 75 (a peer failed)") ||
+        !strstr(r.err, "signal 15 (TERM), stopped"))
+        fail_msg("%s", r.err);
+    result_free(&r);
+}
+
+/* ----------------------------------------------------------- leftovers -- */
+
+/* No rank holds a descriptor of the launcher's: its log, other ranks'
+ * logs or heartbeats (the log was fd 3 in every rank). */
+static void test_ranks_inherit_no_launcher_descriptors(void **state)
+{
+    (void)state;
+    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--job-id", "fds", "--log-dir", "logs", "--",
+                                     (char *)probe, "--fds", NULL},
+                          "fds");
+    assert_int_equal(exit_code(&r), 0);
+    for (int rank = 0; rank < 2; rank++) {
+        char *log = rank_log("fds", 0, rank);
+        assert_non_null(log);
+        char *line = strstr(log, "fds=");
+        assert_non_null(line);
+        line[strcspn(line, "\n")] = '\0';
+        if (strstr(line, "/logs/") || strstr(line, "shmrun.log") || strstr(line, "heartbeat"))
+            fail_msg("rank %d inherited the launcher's files: %s", rank, line);
+        free(log);
+    }
+    result_free(&r);
+}
+
+/* A file that something else left under a rank's segment name: the job
+ * fails with that rank saying so, and the launcher removes the file. */
+static void test_foreign_file_at_a_segment_name(void **state)
+{
+    (void)state;
+    char name[160], path[200];
+    assert_int_equal(st_segment_name(name, sizeof name, "foreign", 1), ST_OK);
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 4096), 0);
+    close(fd);
+    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--job-id", "foreign", "--log-dir", "logs", "--",
+                                     (char *)probe, "--join", NULL},
+                          "foreign");
+    assert_int_equal(exit_code(&r), 1);
+    char *log1 = rank_log("foreign", 0, 1);
+    assert_non_null(strstr(log1, "already exists"));
+    assert_int_equal(leftover_segments("foreign"), 0);
+    free(log1);
+    result_free(&r);
+}
+
 /* ---------------------------------------------------------- bad flags -- */
 
 static void test_bad_flags(void **state)
@@ -326,6 +557,11 @@ static void test_bad_flags(void **state)
         {{"-n", "1"}, "no program given"},
         {{"--synthetic", "pack:2 core:2", "--", "true"}, "add --dry-run"},
         {{"--synthetic", "pack:x", "--dry-run"}, "--synthetic 'pack:x'"},
+        {{"--synthetic", "pack:1000000 core:1000000 pu:1000", "--dry-run"}, "more than 65536 PUs"},
+        {{"--synthetic", "pack:4 numa:4 core:4096 pu:2", "--dry-run"}, "more than 65536 PUs"},
+        {{"--stall-timeout", "soon", "--", "true"}, "--stall-timeout 'soon'"},
+        {{"--stall-timeout", "-1", "--", "true"}, "--stall-timeout '-1'"},
+        {{"-n", "3", "--cores-list", "0", "--", "true"}, "--oversubscribe lets instances share cores"},
         {{"--topology-xml", "/no/such.xml", "--dry-run"}, "--topology-xml /no/such.xml"},
         {{"--json", "--", "true"}, "--json goes with --dry-run"},
         {{"-n"}, "-n needs a value"},
@@ -388,6 +624,13 @@ int main(void)
         cmocka_unit_test(test_restart_resumes),
         cmocka_unit_test(test_ctrl_c_is_forwarded),
         cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_oversubscribe_4_and_8_ranks),
+        cmocka_unit_test(test_stopped_rank_stops_the_gang),
+        cmocka_unit_test(test_stopped_rank_that_continues_resumes),
+        cmocka_unit_test(test_silent_rank_stops_the_gang),
+        cmocka_unit_test(test_peer_failed_exit_defers_to_the_real_failure),
+        cmocka_unit_test(test_ranks_inherit_no_launcher_descriptors),
+        cmocka_unit_test(test_foreign_file_at_a_segment_name),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -245,6 +245,17 @@ static void test_data_readers_refuse_bad_files(void **state)
     write_bytes("short-images", buf, idx(buf, 0x08, 3, d3, pix, sizeof pix) - 5);
     write_bytes("three-labels", buf, idx(buf, 0x08, 1, d1b, lab, 3));
     write_bytes("empty", buf, 0);
+    uint32_t d3l[3] = {4, 1, 1};
+    write_bytes("3d-labels", buf, idx(buf, 0x08, 3, d3l, lab, sizeof lab));
+    n = idx(buf, 0x08, 3, d3, pix, sizeof pix);
+    buf[n] = 0x42;  /* one byte after the last image */
+    write_bytes("trailing-images", buf, n + 1);
+    n = idx(buf, 0x08, 1, d1, lab, sizeof lab);
+    memset(buf + n, 1, 3);
+    write_bytes("trailing-labels", buf, n + 3);
+    n = idx(buf, 0x08, 3, d3, pix, sizeof pix);
+    buf[n] = 0x42;
+    write_gz("trailing-images.gz", buf, n + 1);
     n = idx(buf, 0x08, 3, d3, pix, sizeof pix);
     write_gz("good-images.gz", buf, n);
     /* A gzip stream cut short, and one with bytes flipped in the middle. */
@@ -271,6 +282,16 @@ static void test_data_readers_refuse_bad_files(void **state)
     expect_idx_error("missing", "good-labels", "missing: cannot open");
     expect_idx_error("cut.gz", "good-labels", "cut.gz:");
     expect_idx_error("flipped.gz", "good-labels", "flipped.gz:");
+    expect_idx_error("good-images", "3d-labels", "3d-labels: IDX file has 3 dimensions, expected 1");
+    expect_idx_error("trailing-images", "good-labels", "trailing-images: 1 bytes after the last of its 4 items");
+    expect_idx_error("trailing-images.gz", "good-labels", "trailing-images.gz: 1 bytes after the last of its 4");
+    expect_idx_error("good-images", "trailing-labels", "trailing-labels: 3 bytes after the last of its 4 items");
+    /* A label beyond the model's classes is the labels file's fault. */
+    d = NULL;
+    assert_int_equal(st_dataset_load_idx(&d, ip, lp), ST_OK);
+    assert_string_equal(st_dataset_label_source(d), lp);
+    assert_string_equal(st_dataset_source(d), ip);
+    st_dataset_destroy(d);
     path_of(ip, sizeof ip, "good-images.gz");
     assert_int_equal(st_dataset_load_idx(&d, ip, lp), ST_OK);  /* gzip itself is fine */
     st_dataset_destroy(d);
@@ -432,8 +453,9 @@ static void test_deterministic_and_resumable(void **state)
 
     /* Resume with a different number of instances: continues where it was. */
     struct run o1 = train(2, "other.ckpt", (char *[]){"--epochs", "1", "--batch-size", "32", "--seed", "3", NULL}, 0);
+    /* "--resume FILE", with a space, as --help shows it and users type it. */
     struct run o2 = train(1, "other.ckpt", (char *[]){"--epochs", "2", "--batch-size", "32", "--seed", "3",
-                                                      "--resume", NULL}, 0);
+                                                      "--resume", "other.ckpt", NULL}, 0);
     if (o1.code != 0 || o2.code != 0)
         fail_msg("resume with 1 instance failed: %s", o2.err);
     c = read_ckpt("other.ckpt");
@@ -595,21 +617,100 @@ static void test_bad_inputs_name_their_file(void **state)
     fclose(f);
     r = train(1, "x.ckpt", (char *[]){"--model", model, NULL}, 0);
     assert_int_equal(r.code, 1);
-    assert_non_null(strstr(r.err, "has label 9 but model"));
+    char labels[512];
+    path_of(labels, sizeof labels, "train-labels: has label 9 but model");
+    if (!strstr(r.err, labels))  /* the labels file, not the images */
+        fail_msg("wanted '%s' in: %s", labels, r.err);
     run_free(&r);
+    /* Binary content in a model file, before its layers or among them. */
+#define TEXT(literal) literal, sizeof(literal) - 1
+    static const struct {
+        const char *text;
+        size_t len;
+        const char *want;
+    } binary[] = {{TEXT("input 1 28 28\n\0linear 10\n"), "line 2, column 1: binary content (byte 0x00)"},
+                  {TEXT("input 1 28 28\nlinear 10\0\n"), "line 2, column 10: binary content"},
+                  {TEXT("input 1 28 28\nrelu\nlin\x01" "ear 10\n"), "line 3, column 4: binary content (byte 0x01)"}};
+#undef TEXT
+    for (size_t i = 0; i < sizeof binary / sizeof *binary; i++) {
+        path_of(model, sizeof model, "binary.model");
+        f = fopen(model, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(binary[i].text, 1, binary[i].len, f), binary[i].len);
+        fclose(f);
+        r = train(1, "x.ckpt", (char *[]){"--model", model, NULL}, 0);
+        if (r.code != 1 || !strstr(r.err, binary[i].want) || !strstr(r.err, "binary.model"))
+            fail_msg("model %zu: exit %d, '%s', wanted '%s'", i, r.code, r.err, binary[i].want);
+        run_free(&r);
+    }
     const struct {
         char *arg[3];
         const char *fragment;
     } flags[] = {{{"--epochs", "0"}, "--epochs 0"},       {{"--lr", "fast"}, "--lr 'fast'"},
                  {{"--optimizer", "lbfgs"}, "--optimizer 'lbfgs'"}, {{"--schedule", "linear"}, "--schedule 'linear'"},
-                 {{"--batch-size", "-3"}, "--batch-size -3"}, {{"--bogus"}, "unknown option '--bogus'"}};
+                 {{"--batch-size", "-3"}, "--batch-size -3"}, {{"--bogus"}, "unknown option '--bogus'"},
+                 /* values that wrapped modulo 2^32 into a batch of 16 or one epoch */
+                 {{"--batch-size", "4294967312"}, "--batch-size 4294967312: must be at most"},
+                 {{"--epochs", "4294967297"}, "--epochs 4294967297: must be at most"},
+                 {{"--train-subset", "99999999999999999999"}, "--train-subset 99999999999999999999: must be at most"},
+                 {{"--seed", "18446744073709551617"}, "--seed 18446744073709551617: must be at most"},
+                 {{"--resume", "a.ckpt", "b.ckpt"}, "unexpected argument 'b.ckpt'"}};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
-        char *argv[6] = {(char *)shmtrain, flags[i].arg[0], flags[i].arg[1], NULL};
+        char *argv[6] = {(char *)shmtrain, flags[i].arg[0], flags[i].arg[1], flags[i].arg[2], NULL};
         struct run b = run_argv(argv, 0);
         if (b.code != 2 || !strstr(b.err, flags[i].fragment))
             fail_msg("%s: exit %d, '%s'", flags[i].fragment, b.code, b.err);
         run_free(&b);
     }
+}
+
+/* Bad data under two instances: rank 1 stops because rank 0 failed, and
+ * says so by its exit status; the launcher names rank 0 and its message. */
+static void test_bad_data_blames_the_rank_that_failed(void **state)
+{
+    (void)state;
+    struct data_files d = synthetic_files();
+    for (int attempt = 0; attempt < 3; attempt++) {
+        char *argv[] = {(char *)shmrun, "-n", "2", "--log-dir", "logs", "--", (char *)shmtrain, "--model", "mlp",
+                        "--train-images", d.tri, "--train-labels", "/no/such/labels", "--test-images", d.tei,
+                        "--test-labels", d.tel, "--quiet", NULL};
+        struct run r = run_argv(argv, 0);
+        assert_int_equal(r.code, 1);
+        if (!strstr(r.err, "root cause: rank 0") || !strstr(r.err, "/no/such/labels: cannot open") ||
+            !strstr(r.err, "exit 75 (a peer failed)"))
+            fail_msg("attempt %d: %s", attempt, r.err);
+        run_free(&r);
+    }
+}
+
+/* A writer killed mid-checkpoint leaves NAME.tmp.PID: the next run that
+ * writes NAME removes it when PID is dead, and leaves a live writer's. */
+static void test_stale_checkpoint_temporaries_are_removed(void **state)
+{
+    (void)state;
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    char stale[512], live[512], other[512], name[64];
+    snprintf(name, sizeof name, "tmpc.ckpt.tmp.%d", (int)dead);
+    path_of(stale, sizeof stale, name);
+    snprintf(name, sizeof name, "tmpc.ckpt.tmp.%d", (int)getpid());
+    path_of(live, sizeof live, name);
+    snprintf(name, sizeof name, "othr.ckpt.tmp.%d", (int)dead);
+    path_of(other, sizeof other, name);
+    const char *files[] = {stale, live, other};
+    for (int i = 0; i < 3; i++)
+        write_bytes(strrchr(files[i], '/') + 1, "partial", 7);
+    struct run r = train(1, "tmpc.ckpt", (char *[]){"--max-steps", "3", NULL}, 0);
+    if (r.code != 0)
+        fail_msg("%s", r.err);
+    assert_int_equal(access(stale, F_OK), -1);   /* its writer is dead */
+    assert_int_equal(access(live, F_OK), 0);     /* its writer (this test) lives */
+    assert_int_equal(access(other, F_OK), 0);    /* another checkpoint's */
+    unlink(live);
+    unlink(other);
+    run_free(&r);
 }
 
 static void test_metrics_file(void **state)
@@ -843,6 +944,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ctrl_c_checkpoints_and_exits),
         cmocka_unit_test(test_no_thread_runs_a_signal_handler),
         cmocka_unit_test(test_bad_inputs_name_their_file),
+        cmocka_unit_test(test_bad_data_blames_the_rank_that_failed),
+        cmocka_unit_test(test_stale_checkpoint_temporaries_are_removed),
         cmocka_unit_test(test_metrics_file),
         cmocka_unit_test(test_converges_on_fashion_mnist),
         cmocka_unit_test(test_sweep_end_to_end),

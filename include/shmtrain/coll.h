@@ -94,6 +94,11 @@ st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root);
 /* Return only when every rank has entered the barrier. */
 st_status st_barrier(st_group *g);
 
+/* Tell the launcher this rank is making progress outside collectives (a
+ * long evaluation or checkpoint).  Every completed collective counts
+ * already; this is cheap enough to call per batch.  Safe on NULL. */
+void st_group_heartbeat(st_group *g);
+
 /* Seconds this rank has spent blocked waiting for peers (spinning, yielding
  * or sleeping) since it joined: the "wait" part of collective time. */
 double st_group_wait_seconds(const st_group *g);

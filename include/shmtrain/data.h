@@ -39,6 +39,7 @@ size_t st_dataset_size(const st_dataset *d);
 void st_dataset_shape(const st_dataset *d, int *c, int *h, int *w);
 int st_dataset_max_label(const st_dataset *d);
 const char *st_dataset_source(const st_dataset *d);   /* the images file, for messages */
+const char *st_dataset_label_source(const st_dataset *d);  /* the labels file (CIFAR: the same) */
 const uint8_t *st_dataset_image(const st_dataset *d, size_t i);
 int st_dataset_label(const st_dataset *d, size_t i);
 

@@ -18,7 +18,7 @@ typedef enum st_status {
     ST_ERR_NOMEM = 2,     /* allocation failed */
     ST_ERR_SYS = 3,       /* a system call failed; the message has errno text */
     ST_ERR_SHM_SPACE = 4, /* the shm filesystem has no room for the segments */
-    ST_ERR_PEER_DEAD = 5, /* a peer process died or aborted the collective */
+    ST_ERR_PEER_DEAD = 5, /* a peer process died, aborted the collective, or failed */
     ST_ERR_TIMEOUT = 6,   /* a peer did not make progress within the timeout */
     ST_ERR_EXISTS = 7,    /* a segment with our name already exists */
     ST_ERR_MISMATCH = 8,  /* peers disagree (world size, sizes, job) */

@@ -24,6 +24,11 @@ extern "C" {
 
 typedef struct st_topo st_topo;
 
+/* More PUs than any machine has (Linux's largest CPU count is 8192): a
+ * synthetic description beyond this is a typo, and hwloc would build the
+ * whole tree in memory before anything could check it. */
+#define ST_TOPO_MAX_PUS 65536
+
 typedef enum st_topo_kind {
     ST_TOPO_MACHINE = 0,   /* this machine; arg ignored */
     ST_TOPO_XML = 1,       /* arg: path of an `lstopo --of xml` export */
@@ -67,6 +72,9 @@ typedef struct st_plan_request {
     const char *allowed_cpus;/* simulate a cgroup/taskset restriction */
     bool refuse_cross_numa;  /* fail instead of warning when an instance must
                                 span NUMA nodes */
+    bool oversubscribe;      /* allow more instances (x cores) than usable
+                                cores: instances then share cores, spread
+                                evenly in topology order (mpirun's flag) */
     st_bind bind;
 } st_plan_request;
 
@@ -82,6 +90,7 @@ typedef struct st_plan_instance {
     char *package_list;  /* packages (logical indexes) */
     char *bind_cpus;     /* CPU set to bind, per the bind granularity ("" = none) */
     bool cross_numa;     /* spans more than one NUMA node */
+    int shared_by;       /* instances on its busiest core: 1 unless oversubscribed */
 } st_plan_instance;
 
 typedef struct st_plan {
@@ -89,6 +98,7 @@ typedef struct st_plan {
     st_plan_instance *inst;     /* [ninstances], ranks in ring order */
     st_bind bind;
     bool logical;
+    int max_shared_by;          /* 1, or how many instances share a core */
     int nleftover;              /* usable cores no instance got */
     char *leftover_pus;         /* their PUs, or "" */
     int nwarnings;
@@ -96,9 +106,12 @@ typedef struct st_plan {
     char *topology;             /* st_topo_summary at planning time */
 } st_plan;
 
-/* Plan instances on disjoint core sets.  A request that cannot be met fails
+/* Plan instances on disjoint core sets (shared ones only when oversubscribe
+ * allows and the request needs it).  A request that cannot be met fails
  * with ST_ERR_INVALID and a one-line message naming the flag (--ninstances,
- * --ncores-per-instance, --cores-list, --nodes-list, --allowed-cpus). */
+ * --ncores-per-instance, --cores-list, --nodes-list, --allowed-cpus).
+ * Synthetic topologies are refused beyond ST_TOPO_MAX_PUS processing units,
+ * before hwloc builds them. */
 st_status st_plan_create(st_plan **out, const st_topo *t, const st_plan_request *req);
 void st_plan_destroy(st_plan *p);
 

@@ -6,7 +6,9 @@
 #define _GNU_SOURCE
 #include "shmtrain/ckpt.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -56,8 +58,38 @@ static uint64_t payload_size(const st_ckpt *c)
            sizeof(struct state_section);
 }
 
+/* A writer killed between fopen and rename leaves PATH.tmp.PID behind.
+ * Remove those of this checkpoint whose writer is gone; a live writer's
+ * (another process checkpointing to the same file) is left alone. */
+static void remove_stale_temporaries(const char *path)
+{
+    char dir[4096], base[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    snprintf(base, sizeof base, "%s", path);
+    const char *d = dirname(dir), *b = basename(base);
+    char prefix[4200];
+    int plen = snprintf(prefix, sizeof prefix, "%s.tmp.", b);
+    DIR *dh = opendir(d);
+    if (!dh)
+        return;
+    for (struct dirent *e; (e = readdir(dh)) != NULL;) {
+        if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
+            continue;
+        char *end;
+        errno = 0;
+        long pid = strtol(e->d_name + plen, &end, 10);
+        if (errno || end == e->d_name + plen || *end || pid <= 0 || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;  /* alive, or not ours to judge */
+        unlinkat(dirfd(dh), e->d_name, 0);
+    }
+    closedir(dh);
+}
+
 st_status st_ckpt_write(const char *path, const st_ckpt *c)
 {
+    remove_stale_temporaries(path);
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     struct out o = {.f = fopen(tmp, "wb"), .crc = crc32(0, NULL, 0)};

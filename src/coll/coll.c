@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
@@ -36,7 +37,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "heartbeat.h"
 #include "segment.h"
+#include "shmtrain/env.h"
 
 #define LINE 128 /* two cache lines: the adjacent-line prefetcher pairs them */
 #define PAGE 4096
@@ -75,6 +78,7 @@ struct st_group {
     int parity;
     bool oversubscribed;
     double waited_s;              /* time blocked in wait_for */
+    struct st_heartbeat hb;       /* progress for the launcher's stall watch */
     st_status broken;             /* ST_OK while usable */
     char broken_msg[256];
 };
@@ -192,6 +196,8 @@ static st_status wait_slow(st_group *g, int peer, uint32_t target)
         if (atomic_load(&c->aborted))
             return peer_failed(g, peer);
         double t = now_s();
+        if (t - start >= 1.0)
+            st_heartbeat_waiting(&g->hb, peer);
         if (t >= next_check) {
             if (!pid_alive(g->pids[peer]))
                 return peer_failed(g, peer);
@@ -390,7 +396,7 @@ const char *st_allreduce_algorithm(const st_group *g, const float *buf, size_t c
     return in_zero_copy(g, buf, count, &off) ? "ring" : "ring-copy";
 }
 
-st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op)
+static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op)
 {
     st_status st = check_usable(g);
     if (st != ST_OK)
@@ -428,7 +434,7 @@ st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op o
 
 /* The root streams the message through the two halves of its staging area;
  * a half is rewritten only after every peer has consumed the piece before. */
-st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root)
+static st_status broadcast(st_group *g, void *buf, size_t bytes, int root)
 {
     st_status st = check_usable(g);
     if (st != ST_OK)
@@ -465,7 +471,7 @@ st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root)
     return ST_OK;
 }
 
-st_status st_barrier(st_group *g)
+static st_status barrier(st_group *g)
 {
     st_status st = check_usable(g);
     if (st != ST_OK)
@@ -585,7 +591,8 @@ static st_status attach_peer(st_group *g, int q, double deadline)
     st_status st = st_segment_name(name, sizeof name, g->job_id, q);
     double nap = 0.0005;
     while (st == ST_OK) {
-        st = st_segment_attach(&g->segs[q], name, g->seg_bytes);
+        st = st_segment_attach(&g->segs[q], name, g->seg_bytes,
+                               (struct st_segment_mark){CTL_MAGIC, offsetof(struct ctl, magic)});
         if (st == ST_OK) {
             g->ctl[q] = g->segs[q].base;
             while (!atomic_load_explicit(&g->ctl[q]->ready, memory_order_acquire)) {
@@ -677,6 +684,7 @@ st_status st_group_create(st_group **out, const st_group_config *cfg)
     st_group *g = calloc(1, sizeof *g);
     if (!g)
         return st_fail(ST_ERR_NOMEM, "coll: out of memory");
+    g->hb.fd = -1;
     st_status st;
     if ((st = fill_config(g, cfg)) != ST_OK || (st = alloc_arrays(g)) != ST_OK)
         goto fail;
@@ -700,6 +708,7 @@ st_status st_group_create(st_group **out, const st_group_config *cfg)
     if ((st = wait_joined(g, deadline)) != ST_OK)
         goto fail;
     st_segment_unlink(&g->segs[g->rank]);
+    st_heartbeat_open(&g->hb);
     *out = g;
     return ST_OK;
 
@@ -729,15 +738,15 @@ st_status st_group_create_from_env(st_group **out, const st_group_config *defaul
     if (defaults)
         c = *defaults;
     bool have_world = false, have_rank = false;
-    c.world_size = env_int("SHMTRAIN_WORLD_SIZE", "WORLD_SIZE", 1, &have_world);
-    c.rank = env_int("SHMTRAIN_RANK", "RANK", 0, &have_rank);
+    c.world_size = env_int(ST_ENV_WORLD_SIZE, ST_ENV_GENERIC_WORLD_SIZE, 1, &have_world);
+    c.rank = env_int(ST_ENV_RANK, ST_ENV_GENERIC_RANK, 0, &have_rank);
     if (c.world_size < 1)
         return st_fail(ST_ERR_INVALID, "coll: SHMTRAIN_WORLD_SIZE/WORLD_SIZE is not a positive integer");
     if (have_world && c.world_size > 1 && !have_rank)
         return st_fail(ST_ERR_INVALID, "coll: WORLD_SIZE is %d but SHMTRAIN_RANK/RANK is not set",
                        c.world_size);
     char local_job[32];
-    c.job_id = getenv("SHMTRAIN_JOB_ID");
+    c.job_id = getenv(ST_ENV_JOB_ID);
     if (!c.job_id || !*c.job_id) {
         if (c.world_size > 1)
             return st_fail(ST_ERR_INVALID,
@@ -760,6 +769,7 @@ void st_group_destroy(st_group *g)
     free(g->ctl);
     free(g->pids);
     free(g->rank_ptrs);
+    st_heartbeat_close(&g->hb);
     free(g);
 }
 
@@ -779,4 +789,35 @@ const void *st_group_peer_buffer(const st_group *g, int peer)
     if (!g || peer < 0 || peer >= g->world || !g->cfg.zero_copy_bytes)
         return NULL;
     return seg_at(g, peer, g->zc_off);
+}
+
+/* ------------------------------------------------- the public collectives -- */
+
+/* A collective that completed is progress the launcher can see. */
+static st_status progressed(st_group *g, st_status st)
+{
+    if (st == ST_OK)
+        st_heartbeat_beat(&g->hb, now_s());
+    return st;
+}
+
+st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op)
+{
+    return progressed(g, allreduce_f32(g, buf, count, op));
+}
+
+st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root)
+{
+    return progressed(g, broadcast(g, buf, bytes, root));
+}
+
+st_status st_barrier(st_group *g)
+{
+    return progressed(g, barrier(g));
+}
+
+void st_group_heartbeat(st_group *g)
+{
+    if (g)
+        st_heartbeat_beat(&g->hb, now_s());
 }

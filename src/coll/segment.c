@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shmtrain/coll.h"
@@ -135,7 +136,27 @@ out_unlink:
     return st;
 }
 
-st_status st_segment_attach(struct st_segment *s, const char *name, size_t bytes)
+/* Whether the file behind fd (size bytes) starts with a peer's mark. */
+static bool carries_mark(int fd, size_t size, struct st_segment_mark mark)
+{
+    uint64_t found;
+    if (size < mark.offset + sizeof found)
+        return false;
+    return pread(fd, &found, sizeof found, (off_t)mark.offset) == (ssize_t)sizeof found && found == mark.magic;
+}
+
+/* An owner writes its mark right after sizing the segment; a file without
+ * one that changed this recently may still be on its way. */
+static bool just_changed(const struct stat *sb)
+{
+    struct timespec now;
+    if (clock_gettime(CLOCK_REALTIME, &now) != 0)
+        return false;
+    double age = (double)(now.tv_sec - sb->st_ctim.tv_sec) + (now.tv_nsec - sb->st_ctim.tv_nsec) * 1e-9;
+    return age < 2.0;
+}
+
+st_status st_segment_attach(struct st_segment *s, const char *name, size_t bytes, struct st_segment_mark mark)
 {
     memset(s, 0, sizeof *s);
     snprintf(s->name, sizeof s->name, "%s", name);
@@ -161,11 +182,19 @@ st_status st_segment_attach(struct st_segment *s, const char *name, size_t bytes
     }
     if ((size_t)sb.st_size != bytes) {
         /* Zero or short: the owner is between shm_open and ftruncate. */
-        st = (sb.st_size < (off_t)bytes && sb.st_size == 0) ? ST_ERR_EXISTS
-             : st_fail(ST_ERR_MISMATCH,
-                       "shm: %s is %lld bytes but this rank expects %zu: ranks were "
-                       "started with different sizes (zero-copy/staging settings)",
-                       name, (long long)sb.st_size, bytes);
+        if (sb.st_size == 0 || (!carries_mark(fd, (size_t)sb.st_size, mark) && just_changed(&sb)))
+            st = ST_ERR_EXISTS;  /* an owner still sizing or initialising it: try again */
+        else if (carries_mark(fd, (size_t)sb.st_size, mark))
+            st = st_fail(ST_ERR_MISMATCH,
+                         "shm: %s is %lld bytes but this rank expects %zu: ranks were "
+                         "started with different sizes (zero-copy/staging settings)",
+                         name, (long long)sb.st_size, bytes);
+        else
+            st = st_fail(ST_ERR_MISMATCH,
+                         "shm: %s%s holds %lld bytes that no rank of this job wrote (no shmtrain "
+                         "header): something else created a file under this job's segment name; "
+                         "remove it or pick another job id",
+                         ST_SHM_DIR, name, (long long)sb.st_size);
         goto out_close;
     }
     s->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

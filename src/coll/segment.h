@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "shmtrain/status.h"
 
@@ -33,10 +34,19 @@ st_status st_shm_space_check(size_t need, size_t limit, int world, size_t per_ra
 /* Create and map a new segment of `bytes` (zero-filled). */
 st_status st_segment_create(struct st_segment *s, const char *name, size_t bytes);
 
+/* What a segment's owner writes at its start, so an attacher can tell a
+ * peer's segment from a file something else left under the name. */
+struct st_segment_mark {
+    uint64_t magic;
+    size_t offset;       /* of the 64-bit magic, inside the first page */
+};
+
 /* Try once to open and map the peer segment `name` of exactly `bytes`.
  * Returns ST_OK, ST_ERR_EXISTS meaning "not there yet, try again", or an
- * error (wrong owner or mode, mismatched size). */
-st_status st_segment_attach(struct st_segment *s, const char *name, size_t bytes);
+ * error (wrong owner or mode; a size that differs, telling a peer started
+ * with other sizes from a foreign file by `mark`; a file without the mark
+ * is given two seconds from its last change to get one). */
+st_status st_segment_attach(struct st_segment *s, const char *name, size_t bytes, struct st_segment_mark mark);
 
 /* Remove the name (the mapping stays valid).  Idempotent. */
 void st_segment_unlink(struct st_segment *s);

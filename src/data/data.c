@@ -14,12 +14,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define SHARED_MAGIC 0x5354444154413031ull /* "STDATA01" */
+#define SHARED_MAGIC 0x5354444154413032ull /* "STDATA02" */
 
 struct shared_header {
     uint64_t magic, n;
     int32_t c, h, w, max_label;
-    char source[224];
+    char source[224], label_source[224];
 };
 
 struct st_dataset {
@@ -29,7 +29,8 @@ struct st_dataset {
     uint8_t *labels;         /* n */
     void *map;               /* shared mapping, or NULL when malloc'd */
     size_t map_bytes;
-    char source[224];
+    char source[224];        /* the images file */
+    char label_source[224];  /* the labels file */
 };
 
 /* ------------------------------------------------------------- reading -- */
@@ -81,8 +82,12 @@ static st_status idx_header(gzFile f, const char *path, int want_min, int want_m
                                       "0x08)", path, magic[2]);
     *ndims = magic[3];
     if (*ndims < want_min || *ndims > want_max)
-        return st_fail(ST_ERR_FORMAT, "%s: IDX file has %d dimensions, expected %d%s%d", path, *ndims, want_min,
-                       want_min == want_max ? "" : " to ", want_max == want_min ? 0 : want_max);
+    {
+        if (want_min == want_max)
+            return st_fail(ST_ERR_FORMAT, "%s: IDX file has %d dimensions, expected %d", path, *ndims, want_min);
+        return st_fail(ST_ERR_FORMAT, "%s: IDX file has %d dimensions, expected %d to %d", path, *ndims, want_min,
+                       want_max);
+    }
     unsigned char raw[16];
     if ((st = read_exact(f, raw, (size_t)*ndims * 4, path, "the IDX dimensions")) != ST_OK)
         return st;
@@ -92,6 +97,25 @@ static st_status idx_header(gzFile f, const char *path, int want_min, int want_m
         if (dims[i] == 0 || dims[i] > (1u << 28))
             return st_fail(ST_ERR_FORMAT, "%s: IDX dimension %d is %u", path, i, dims[i]);
     }
+    return ST_OK;
+}
+
+/* An IDX file ends with its last item: trailing bytes mean a wrong header
+ * or two files run together, and silently training on part of it hides that. */
+static st_status expect_end(gzFile f, const char *path, uint32_t items)
+{
+    unsigned char extra[4096];
+    size_t n = 0;
+    int r;
+    while ((r = gzread(f, extra, sizeof extra)) > 0)
+        n += (size_t)r;
+    if (r < 0) {
+        int err;
+        return st_fail(ST_ERR_FORMAT, "%s: corrupt gzip data after its %u items: %s", path, items, gzerror(f, &err));
+    }
+    if (n)
+        return st_fail(ST_ERR_FORMAT, "%s: %zu bytes after the last of its %u items (its header says %u; an IDX "
+                                      "file ends with its data)", path, n, items, items);
     return ST_OK;
 }
 
@@ -107,6 +131,7 @@ static st_status alloc_dataset(st_dataset **out, size_t n, int c, int h, int w, 
     d->h = h;
     d->w = w;
     snprintf(d->source, sizeof d->source, "%s", source);
+    snprintf(d->label_source, sizeof d->label_source, "%s", source);
     d->images = malloc(n * (size_t)c * h * w);
     d->labels = malloc(n);
     if (!d->images || !d->labels) {
@@ -145,8 +170,10 @@ st_status st_dataset_load_idx(st_dataset **out, const char *images_path, const c
     int c = ni == 4 ? (int)di[1] : 1, h = (int)di[ni - 2], w = (int)di[ni - 1];
     if ((st = alloc_dataset(&d, di[0], c, h, w, images_path)) != ST_OK)
         goto out;
+    snprintf(d->label_source, sizeof d->label_source, "%s", labels_path);
     if ((st = read_exact(fi, d->images, d->n * (size_t)c * h * w, images_path, "images")) != ST_OK ||
-        (st = read_exact(fl, d->labels, d->n, labels_path, "labels")) != ST_OK)
+        (st = read_exact(fl, d->labels, d->n, labels_path, "labels")) != ST_OK ||
+        (st = expect_end(fi, images_path, di[0])) != ST_OK || (st = expect_end(fl, labels_path, dl[0])) != ST_OK)
         goto out;
     find_max_label(d);
     *out = d;
@@ -232,6 +259,7 @@ void st_dataset_destroy(st_dataset *d)
 size_t st_dataset_size(const st_dataset *d) { return d->n; }
 int st_dataset_max_label(const st_dataset *d) { return d->max_label; }
 const char *st_dataset_source(const st_dataset *d) { return d->source; }
+const char *st_dataset_label_source(const st_dataset *d) { return d->label_source; }
 const uint8_t *st_dataset_image(const st_dataset *d, size_t i) { return d->images + i * (size_t)d->c * d->h * d->w; }
 int st_dataset_label(const st_dataset *d, size_t i) { return d->labels[i]; }
 
@@ -285,6 +313,7 @@ st_status st_dataset_share(st_dataset *d, const char *name)
     hd->w = d->w;
     hd->max_label = d->max_label;
     snprintf(hd->source, sizeof hd->source, "%s", d->source);
+    snprintf(hd->label_source, sizeof hd->label_source, "%s", d->label_source);
     memcpy((uint8_t *)map + sizeof *hd, d->images, d->n * (size_t)d->c * d->h * d->w);
     memcpy((uint8_t *)map + sizeof *hd + d->n * (size_t)d->c * d->h * d->w, d->labels, d->n);
     __atomic_store_n(&hd->magic, SHARED_MAGIC, __ATOMIC_RELEASE);  /* last: attachers check it */
@@ -327,6 +356,7 @@ st_status st_dataset_attach(st_dataset **out, const char *name)
     d->w = hd->w;
     d->max_label = hd->max_label;
     snprintf(d->source, sizeof d->source, "%s", hd->source);
+    snprintf(d->label_source, sizeof d->label_source, "%s", hd->label_source);
     if (shared_bytes(d) != (size_t)sb.st_size) {
         free(d);
         munmap(map, (size_t)sb.st_size);

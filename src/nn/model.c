@@ -464,6 +464,25 @@ out:
     return ST_OK;
 }
 
+/* A model file is text: a NUL would end the parse early without a word
+ * (the layers after it silently dropped), so any control byte but
+ * white space is an error naming where it sits. */
+static st_status check_text(const char *text, size_t len, const char *path)
+{
+    int line = 1, column = 1;
+    for (size_t i = 0; i < len; i++, column++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c == '\n') {
+            line++;
+            column = 0;
+        } else if ((c < 0x20 && c != '\t' && c != '\r' && c != '\f' && c != '\v') || c == 0x7f) {
+            return st_fail(ST_ERR_FORMAT, "--model %s: line %d, column %d: binary content (byte 0x%02x); a model "
+                                          "file is text", path, line, column, c);
+        }
+    }
+    return ST_OK;
+}
+
 st_status st_model_load(st_model **out, const char *name_or_path)
 {
     const char *preset = st_model_preset_text(name_or_path);
@@ -488,7 +507,9 @@ st_status st_model_load(st_model **out, const char *name_or_path)
         free(text);
         return st_fail(ST_ERR_IO, "--model %s: read failed", name_or_path);
     }
-    st_status st = st_model_parse(out, text, name_or_path);
+    st_status st = check_text(text, len, name_or_path);
+    if (st == ST_OK)
+        st = st_model_parse(out, text, name_or_path);
     free(text);
     return st;
 }

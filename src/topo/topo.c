@@ -12,6 +12,7 @@
 #include <hwloc.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,8 +42,45 @@ static void make_summary(st_topo *t)
              nn, nn == 1 ? "" : "s", nc, npu, pus);
 }
 
+/* The leaves a synthetic description would make: the product of its
+ * levels' arities ("pack:2 numa:2 core:16 pu:2" -> 128), or SIZE_MAX once
+ * past `limit`.  Memory children ("[numa]") add no leaves; a token this
+ * does not understand counts as 1 and is left to hwloc to judge. */
+static size_t synthetic_leaves(const char *desc, size_t limit)
+{
+    size_t leaves = 1;
+    for (const char *p = desc; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n')
+            p++;
+        const char *tok = p;
+        int depth = 0;
+        while (*p && (depth > 0 || (*p != ' ' && *p != '\t' && *p != '\n'))) {
+            depth += (*p == '(' || *p == '[') - (*p == ')' || *p == ']');
+            p++;
+        }
+        if (p == tok || *tok == '[')
+            continue;
+        const char *colon = memchr(tok, ':', (size_t)(p - tok));
+        const char *num = colon ? colon + 1 : tok;
+        char *end;
+        errno = 0;
+        unsigned long long k = strtoull(num, &end, 10);
+        if (end == num || (*end != '(' && end != p))
+            continue;
+        if (errno || k > limit || (k && leaves > limit / k))
+            return SIZE_MAX;
+        leaves *= k ? k : 1;
+    }
+    return leaves;
+}
+
 st_status st_topo_create(st_topo **out, st_topo_kind kind, const char *arg)
 {
+    if (kind == ST_TOPO_SYNTHETIC && arg && synthetic_leaves(arg, ST_TOPO_MAX_PUS) > ST_TOPO_MAX_PUS) {
+        *out = NULL;
+        return st_fail(ST_ERR_INVALID, "--synthetic '%s': more than %d PUs, more than any machine has "
+                                       "(ST_TOPO_MAX_PUS)", arg, ST_TOPO_MAX_PUS);
+    }
     *out = NULL;
     st_topo *t = calloc(1, sizeof *t);
     if (!t)
@@ -345,6 +383,7 @@ static st_status fill_instance(struct planning *pl, int rank, const int *idx, in
     hwloc_bitmap_foreach_begin(pu, pus) in->pus[j++] = pu;
     hwloc_bitmap_foreach_end();
     in->cross_numa = hwloc_bitmap_weight(nodes) > 1;
+    in->shared_by = 1;
     in->pu_list = bitmap_string(pus);
     in->core_list = int_list_string(logical, k);
     in->numa_list = bitmap_string(nodes);
@@ -406,13 +445,14 @@ static st_status decide_counts(struct planning *pl, int *n, int *cpi)
         return st_fail(ST_ERR_INVALID, "--ninstances %d: must be at least 1", *n);
     if (*cpi < 0)
         return st_fail(ST_ERR_INVALID, "--ncores-per-instance %d: must be at least 1", *cpi);
-    if (*n > total)
-        return st_fail(ST_ERR_INVALID, "--ninstances %d: only %d usable cores (%s)", *n, total,
-                       pl->t->summary);
-    if (*n && *cpi && (long)*n * *cpi > total)
+    if (*n > total && !r->oversubscribe)
+        return st_fail(ST_ERR_INVALID, "--ninstances %d: only %d usable cores (%s); --oversubscribe lets "
+                       "instances share cores", *n, total, pl->t->summary);
+    if (*n && *cpi && (long)*n * *cpi > total && !r->oversubscribe)
         return st_fail(ST_ERR_INVALID,
                        "--ninstances %d x --ncores-per-instance %d needs %ld cores; only %d are "
-                       "usable (%s)", *n, *cpi, (long)*n * *cpi, total, pl->t->summary);
+                       "usable (%s); --oversubscribe lets instances share cores", *n, *cpi,
+                       (long)*n * *cpi, total, pl->t->summary);
     if (*cpi > total)
         return st_fail(ST_ERR_INVALID, "--ncores-per-instance %d: only %d usable cores (%s)", *cpi,
                        total, pl->t->summary);
@@ -423,7 +463,7 @@ static st_status decide_counts(struct planning *pl, int *n, int *cpi)
     if (*cpi == 0) {
         if (*n == pl->nnodes)
             return ST_OK;
-        *cpi = total / *n;
+        *cpi = total / *n ? total / *n : 1;  /* 0 only when oversubscribed */
     }
     if (*n == 0) {
         for (int k = 0; k < pl->nnodes; k++)
@@ -468,6 +508,51 @@ static int by_first_core(const void *a, const void *b)
     return **(const int *const *)a - **(const int *const *)b;
 }
 
+static st_status check_cross_numa(struct planning *pl, const st_plan_instance *in)
+{
+    if (!in->cross_numa)
+        return ST_OK;
+    if (pl->req->refuse_cross_numa)
+        return st_fail(ST_ERR_INVALID,
+                       "--no-cross-numa: rank %d would span NUMA nodes %s (cores %s); ask for "
+                       "fewer or smaller instances", in->rank, in->numa_list, in->core_list);
+    return warn(pl->plan, "rank %d spans NUMA nodes %s (PUs %s): part of its memory "
+                "traffic will be remote", in->rank, in->numa_list, in->pu_list);
+}
+
+/* --oversubscribe with more instance-cores than cores: instance r starts at
+ * core r*total/n in topology order and takes cpi cores from there (wrapping),
+ * so sharing is as even as it can be and neighbours in the ring share. */
+static st_status place_shared(struct planning *pl, int n, int cpi)
+{
+    const int total = pl->cores.n;
+    int *idx = calloc((size_t)cpi, sizeof *idx), *load = calloc((size_t)total, sizeof *load);
+    st_status st = idx && load ? ST_OK : st_fail(ST_ERR_NOMEM, "plan: out of memory");
+    for (int r = 0; r < n && st == ST_OK; r++) {
+        int start = (int)((long)r * total / n);
+        for (int i = 0; i < cpi; i++)
+            load[idx[i] = (start + i) % total]++;
+        if ((st = fill_instance(pl, r, idx, cpi)) == ST_OK)
+            st = check_cross_numa(pl, &pl->plan->inst[r]);
+    }
+    for (int r = 0; r < n && st == ST_OK; r++) {
+        st_plan_instance *in = &pl->plan->inst[r];
+        int start = (int)((long)r * total / n);
+        for (int i = 0; i < cpi; i++) {
+            int shared = load[(start + i) % total];
+            in->shared_by = shared > in->shared_by ? shared : in->shared_by;
+        }
+        pl->plan->max_shared_by = in->shared_by > pl->plan->max_shared_by ? in->shared_by : pl->plan->max_shared_by;
+    }
+    if (st == ST_OK)
+        st = warn(pl->plan, "oversubscribed (--oversubscribe): %d instances x %d core%s on %d usable core%s; "
+                  "up to %d instances share a core, so each runs at a fraction of its speed", n, cpi,
+                  cpi == 1 ? "" : "s", total, total == 1 ? "" : "s", pl->plan->max_shared_by);
+    free(idx);
+    free(load);
+    return st;
+}
+
 static st_status place_fixed(struct planning *pl, int n, int cpi)
 {
     int per_node[1024], k_inst = 0;
@@ -501,16 +586,8 @@ static st_status place_fixed(struct planning *pl, int n, int cpi)
     qsort(order, (size_t)n, sizeof *order, by_first_core);
     for (int r = 0; r < n && st == ST_OK; r++) {
         st = fill_instance(pl, r, order[r], cpi);
-        st_plan_instance *in = &pl->plan->inst[r];
-        if (st != ST_OK || !in->cross_numa)
-            continue;
-        if (pl->req->refuse_cross_numa)
-            st = st_fail(ST_ERR_INVALID,
-                         "--no-cross-numa: rank %d would span NUMA nodes %s (cores %s); ask for "
-                         "fewer or smaller instances", in->rank, in->numa_list, in->core_list);
-        else
-            st = warn(pl->plan, "rank %d spans NUMA nodes %s (PUs %s): part of its memory "
-                      "traffic will be remote", in->rank, in->numa_list, in->pu_list);
+        if (st == ST_OK)
+            st = check_cross_numa(pl, &pl->plan->inst[r]);
     }
 out:
     free(sets);
@@ -568,7 +645,13 @@ st_status st_plan_create(st_plan **out, const st_topo *t, const st_plan_request 
     pl.plan->bind = req->bind;
     pl.plan->logical = req->use_logical_cores;
     pl.plan->topology = strdup(t->summary);
-    st = cpi == 0 ? place_per_node(&pl) : place_fixed(&pl, n, cpi);
+    pl.plan->max_shared_by = 1;
+    if (cpi == 0)
+        st = place_per_node(&pl);
+    else if ((long)n * cpi > pl.cores.n)
+        st = place_shared(&pl, n, cpi);
+    else
+        st = place_fixed(&pl, n, cpi);
     if (st == ST_OK)
         st = describe_leftover(&pl);
 out:
@@ -635,9 +718,12 @@ void st_plan_write_table(const st_plan *p, FILE *f)
             wn, "NUMA", wl, "L3", "package");
     for (int i = 0; i < p->ninstances; i++) {
         const st_plan_instance *in = &p->inst[i];
-        fprintf(f, "%4d %5d  %-*s  %-*s  %-*s  %-*s  %s%s\n", in->rank, in->ncores, wp, in->pu_list,
+        char shared[32] = "";
+        if (in->shared_by > 1)
+            snprintf(shared, sizeof shared, "  SHARED x%d", in->shared_by);
+        fprintf(f, "%4d %5d  %-*s  %-*s  %-*s  %-*s  %s%s%s\n", in->rank, in->ncores, wp, in->pu_list,
                 wc, in->core_list, wn, in->numa_list, wl, in->l3_list, in->package_list,
-                in->cross_numa ? "  CROSS-NUMA" : "");
+                in->cross_numa ? "  CROSS-NUMA" : "", shared);
     }
     fprintf(f, "leftover: %s\n", p->nleftover ? p->leftover_pus : "none");
     for (int i = 0; i < p->nwarnings; i++)
@@ -678,7 +764,7 @@ void st_plan_write_json(const st_plan *p, FILE *f)
         json_string(f, in->package_list);
         fprintf(f, ",\"bind_cpus\":");
         json_string(f, in->bind_cpus);
-        fprintf(f, ",\"cross_numa\":%s}", in->cross_numa ? "true" : "false");
+        fprintf(f, ",\"cross_numa\":%s,\"shared_by\":%d}", in->cross_numa ? "true" : "false", in->shared_by);
     }
     fprintf(f, "],\"leftover_cores\":%d,\"leftover_pus\":", p->nleftover);
     json_string(f, p->leftover_pus);

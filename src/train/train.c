@@ -19,6 +19,7 @@
 #include "shmtrain/ckpt.h"
 #include "shmtrain/coll.h"
 #include "shmtrain/data.h"
+#include "shmtrain/env.h"
 #include "shmtrain/nn.h"
 
 #define TAIL 4 /* extra floats reduced with the gradients: loss, correct, stop, non-finite */
@@ -135,7 +136,7 @@ static st_status check_fits(const struct trainer *t, const st_dataset *d)
         return st_fail(ST_ERR_FORMAT, "%s: images are %dx%dx%d but model '%s' expects %dx%dx%d",
                        st_dataset_source(d), c, h, w, t->o->model, mc, mh, mw);
     if (st_dataset_max_label(d) >= st_model_classes(t->model))
-        return st_fail(ST_ERR_FORMAT, "%s: has label %d but model '%s' has %d classes", st_dataset_source(d),
+        return st_fail(ST_ERR_FORMAT, "%s: has label %d but model '%s' has %d classes", st_dataset_label_source(d),
                        st_dataset_max_label(d), t->o->model, st_model_classes(t->model));
     if (st_dataset_size(d) < (size_t)t->world * (size_t)t->o->batch)
         return st_fail(ST_ERR_FORMAT, "%s: %zu samples are fewer than one global batch (%d x %d)",
@@ -176,7 +177,7 @@ static st_status load_data(struct trainer *t)
     if (status != ST_OK) {
         if (t->rank == 0)
             return st_fail((st_status)status, "%s", saved);
-        return st_fail((st_status)status, "rank 0 could not load the data (its log says why)");
+        return st_fail(ST_ERR_PEER_DEAD, "rank 0 could not load the data (its log says why)");
     }
     if (t->world > 1) {
         if (t->rank != 0 && ((st = st_dataset_attach(&t->train, names[0])) != ST_OK ||
@@ -274,6 +275,7 @@ static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out)
                               .mean = t->mean, .std = t->std};
         int valid;
         st_batch_fill(t->test, &spec, t->x, t->y, &valid);
+        st_group_heartbeat(t->g);  /* no collective until the end: tell the launcher we progress */
         if ((st = st_net_forward(t->net, t->x)) != ST_OK)
             break;
         st_net_output(t->net, logits);
@@ -478,7 +480,7 @@ static st_status setup(struct trainer *t)
         return st;
     t->rank = st_group_rank(t->g);
     t->world = st_group_size(t->g);
-    t->tty = t->rank == 0 && (isatty(STDOUT_FILENO) || getenv("SHMTRAIN_CONSOLE_TTY"));
+    t->tty = t->rank == 0 && (isatty(STDOUT_FILENO) || getenv(ST_ENV_CONSOLE_TTY));
     if ((st = load_data(t)) != ST_OK)
         return st;
     t->grads = st_group_buffer(t->g, NULL);
@@ -505,7 +507,7 @@ static st_status setup(struct trainer *t)
 static st_status maybe_resume(struct trainer *t)
 {
     const char *path = t->o->resume;
-    const char *restarts = getenv("SHMTRAIN_RESTART_COUNT");
+    const char *restarts = getenv(ST_ENV_RESTART_COUNT);
     struct stat sb;
     if (!path && restarts && atoi(restarts) > 0 && stat(t->o->checkpoint, &sb) == 0)
         path = t->o->checkpoint;  /* a restarted gang continues where it stopped */
@@ -518,7 +520,7 @@ static st_status maybe_resume(struct trainer *t)
     if (rs != ST_OK)
         return rs;
     if (bad > 0)
-        return st != ST_OK ? st_fail(st, "%s", saved) : st_fail(ST_ERR_FORMAT, "another rank could not resume");
+        return st != ST_OK ? st_fail(st, "%s", saved) : st_fail(ST_ERR_PEER_DEAD, "another rank could not resume");
     /* Identical replicas from the start (and after a resume). */
     size_t P, B;
     float *p = st_net_params(t->net, &P), *b = st_net_buffers(t->net, &B);
@@ -532,7 +534,7 @@ static void open_metrics(struct trainer *t)
     if (t->rank != 0)
         return;
     char path[1024];
-    const char *dir = getenv("SHMTRAIN_LOG_DIR");
+    const char *dir = getenv(ST_ENV_LOG_DIR);
     if (t->o->metrics)
         snprintf(path, sizeof path, "%s", t->o->metrics);
     else
