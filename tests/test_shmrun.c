@@ -375,10 +375,22 @@ static pid_t started_rank(const char *job, int rank, const char *ready)
     return -1;
 }
 
-static struct result wait_result(pid_t pid, const char *tag, double t0)
+/* Wait for shmrun, at most `limit` seconds: a launcher that misses a stall
+ * would otherwise hang the test until the peers' 300 s timeout. */
+static struct result wait_result(pid_t pid, const char *tag, double t0, double limit)
 {
     struct result r = {0};
-    assert_int_equal(waitpid(pid, &r.status, 0), pid);
+    pid_t got;
+    while ((got = waitpid(pid, &r.status, WNOHANG)) == 0 && mono_now() - t0 < limit)
+        usleep(20 * 1000);
+    if (got == 0) {
+        kill(pid, SIGINT);  /* the launcher forwards it and stops the gang */
+        usleep(200 * 1000);
+        kill(pid, SIGINT);
+        waitpid(pid, &r.status, 0);
+        fail_msg("shmrun (%s) still ran %.0f s after the stall began", tag, limit);
+    }
+    assert_int_equal(got, pid);
     r.seconds = mono_now() - t0;
     char path[512];
     snprintf(path, sizeof path, "%s/%s.out", workdir, tag);
@@ -403,7 +415,7 @@ static void test_stopped_rank_stops_the_gang(void **state)
     pid_t victim = started_rank("stopped", 1, "allreduce=ok");
     double t0 = mono_now();
     assert_int_equal(kill(victim, SIGSTOP), 0);
-    struct result r = wait_result(pid, "stopped", t0);
+    struct result r = wait_result(pid, "stopped", t0, 20);
     assert_int_equal(exit_code(&r), 1);
     if (!(r.seconds > 1.5 && r.seconds < 8))
         fail_msg("the gang stopped %.1f s after SIGSTOP (timeout 2 s, grace 1 s)", r.seconds);
@@ -429,7 +441,7 @@ static void test_stopped_rank_that_continues_resumes(void **state)
     assert_int_equal(kill(victim, SIGSTOP), 0);
     usleep(1500 * 1000);
     assert_int_equal(kill(victim, SIGCONT), 0);
-    struct result r = wait_result(pid, "paused", mono_now());
+    struct result r = wait_result(pid, "paused", mono_now(), 60);
     if (exit_code(&r) != 0)
         fail_msg("a stopped-then-continued rank broke the job: %s", r.err);
     char want[128];
@@ -450,10 +462,13 @@ static void test_stopped_rank_that_continues_resumes(void **state)
 static void test_silent_rank_stops_the_gang(void **state)
 {
     (void)state;
-    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--stall-timeout", "2", "--grace", "1",
-                                     "--job-id", "silent", "--log-dir", "logs", "--", (char *)probe, "--join",
-                                     "--loop", "100000", "--spin-rank", "1", "--spin-at", "30", NULL},
-                          "silent");
+    double t0 = mono_now();
+    pid_t pid = spawn((char *[]){(char *)shmrun, "-n", "2", "--stall-timeout", "2", "--grace", "1",
+                                 "--job-id", "silent", "--log-dir", "logs", "--", (char *)probe, "--join",
+                                 "--loop", "100000", "--spin-rank", "1", "--spin-at", "30", NULL},
+                      "silent");
+    assert_true(pid > 0);
+    struct result r = wait_result(pid, "silent", t0, 30);
     assert_int_equal(exit_code(&r), 1);
     assert_true(r.seconds < 15);
     if (!strstr(r.err, "root cause: rank 1") || !strstr(r.err, "stalled: no progress for") ||

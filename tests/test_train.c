@@ -217,7 +217,12 @@ static void expect_idx_error(const char *img, const char *lab, const char *fragm
     path_of(lp, sizeof lp, lab);
     st_dataset *d = (st_dataset *)0x1;
     st_status st = st_dataset_load_idx(&d, ip, lp);
-    if (st == ST_OK || d != NULL || !strstr(st_last_error(), fragment))
+    size_t flen = strlen(fragment);
+    bool anchored = flen && fragment[flen - 1] == '$';
+    char want[256];
+    snprintf(want, sizeof want, "%.*s", (int)(anchored ? flen - 1 : flen), fragment);
+    const char *at = strstr(st_last_error(), want);
+    if (st == ST_OK || d != NULL || !at || (anchored && at[strlen(want)] != '\0'))
         fail_msg("%s/%s: status %d, message '%s', wanted '%s'", img, lab, (int)st, st_last_error(), fragment);
 }
 
@@ -275,14 +280,14 @@ static void test_data_readers_refuse_bad_files(void **state)
 
     expect_idx_error("bad-magic", "good-labels", "bad-magic: not an IDX file");
     expect_idx_error("float-type", "good-labels", "element type 0x0d is not supported");
-    expect_idx_error("two-dims", "good-labels", "has 2 dimensions");
+    expect_idx_error("two-dims", "good-labels", "has 2 dimensions, expected 3 to 4$");
     expect_idx_error("short-images", "good-labels", "short-images: truncated: expected 36 bytes of images");
     expect_idx_error("good-images", "three-labels", "has 4 images but");
     expect_idx_error("empty", "good-labels", "empty: truncated");
     expect_idx_error("missing", "good-labels", "missing: cannot open");
     expect_idx_error("cut.gz", "good-labels", "cut.gz:");
     expect_idx_error("flipped.gz", "good-labels", "flipped.gz:");
-    expect_idx_error("good-images", "3d-labels", "3d-labels: IDX file has 3 dimensions, expected 1");
+    expect_idx_error("good-images", "3d-labels", "3d-labels: IDX file has 3 dimensions, expected 1$");
     expect_idx_error("trailing-images", "good-labels", "trailing-images: 1 bytes after the last of its 4 items");
     expect_idx_error("trailing-images.gz", "good-labels", "trailing-images.gz: 1 bytes after the last of its 4");
     expect_idx_error("good-images", "trailing-labels", "trailing-labels: 3 bytes after the last of its 4 items");
