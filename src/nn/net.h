@@ -17,6 +17,7 @@
 #include <dnnl.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "model.h"
 #include "ref.h"
@@ -65,25 +66,53 @@ struct st_net {
     bool profiling;
     double prof[NODE_KINDS + 2];
     struct onednn_net *dnet; /* engine, stream, loss reorders; NULL for the reference */
+    const struct nn_backend *backend;  /* what runs the graph (backend.h) */
 };
 
-/* Dropout mask bit for element i of node k under seed: deterministic. */
-bool dropout_keep(uint64_t seed, int node, size_t i, float p);
+/* Floats in node nd's activation at this batch (plain layout). */
+static inline size_t nn_node_size(const st_net *n, const struct node *nd)
+{
+    return (size_t)n->batch * (size_t)nd->c * (size_t)nd->h * (size_t)nd->w;
+}
 
-/* oneDNN backend (onednn.c). */
-st_status onednn_build(st_net *n);
-st_status onednn_forward(st_net *n, const float *input);
-st_status onednn_backward(st_net *n);      /* from the last node's diff */
-st_status onednn_set_last_diff(st_net *n, const float *plain); /* plain -> last diff */
-st_status onednn_input_grad(st_net *n, float *out);
-void onednn_destroy(st_net *n);
+static inline uint64_t nn_splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
 
-/* Reference backend (net.c). */
-st_status ref_build(st_net *n);
-st_status ref_forward(st_net *n, const float *input);
-st_status ref_backward(st_net *n);
-void ref_destroy(st_net *n);
+/* Dropout mask bit for element i of node k under seed: deterministic, and
+ * the same for both backends. */
+static inline bool dropout_keep(uint64_t seed, int node, size_t i, float p)
+{
+    uint64_t s = seed ^ ((uint64_t)node << 48) ^ (i * 0x9e3779b97f4a7c15ull);
+    double u = (double)(nn_splitmix64(&s) >> 40) / (double)(1ull << 24);
+    return u >= p;
+}
 
-double nn_now(void);
+/* The profiler's clock. */
+static inline double nn_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A backend runs a built exec graph.  Two implement it: the reference
+ * (ref_backend.c, plain C, the definition of every op) and oneDNN
+ * (onednn_*.c).  st_net_create picks one from nn_backends[] by
+ * st_net_config.backend; nothing else in net.c knows which it is. */
+struct nn_backend {
+    const char *name;
+    st_status (*build)(st_net *n);                     /* after the graph; fills x[].impl */
+    st_status (*forward)(st_net *n, const float *input);
+    st_status (*backward_from)(st_net *n, const float *d_output);  /* plain gradient of the output */
+    st_status (*input_grad)(st_net *n, float *out);    /* plain, when cfg.input_grad */
+    void (*destroy)(st_net *n);                        /* safe after a failed build */
+};
+
+extern const struct nn_backend nn_reference_backend, nn_onednn_backend;
 
 #endif

@@ -1,0 +1,183 @@
+/* Internal: the oneDNN backend's shared state and plumbing.
+ *
+ * The backend is split by job:
+ *   onednn_context.c  the registry (every memory, primitive and descriptor
+ *                     the net owns) and the plumbing every layer uses:
+ *                     descriptors, reorders, delivering gradients, op lists
+ *   onednn_weights.c  convolution and inner product (forward, backward-data,
+ *                     backward-weights; the plain-weights and nhwc choices)
+ *   onednn_pool.c     pooling: the C 2x2 max-pool, oneDNN pooling, and the
+ *                     convolution run in chunks inside the pool's step
+ *   onednn_layers.c   the small ones: input, ReLU, batch norm, dropout,
+ *                     flatten, add
+ *   onednn_plan.c     the build (one builder per layer kind), the executor,
+ *                     teardown, and the backend's function table
+ *
+ * Build time: for every exec node, create its primitives once (forward,
+ * backward-data, backward-weights), query the layouts they chose, and record
+ * a forward and a backward list of "ops": a primitive with its argument array,
+ * a reorder, or a small C step.  Run time: execute the lists.
+ *
+ * Layout rules (../shared notes, verified here): conv and inner-product
+ * layouts are `any` and activations stay in whatever layout their producer
+ * chose; a reorder is inserted only where dnnl_memory_desc_equal says two
+ * layouts differ.  Parameters stay plain in the flat buffer.  Inner
+ * products use them as they are (plain_weights); convolution weights are
+ * reordered into the forward and the backward-data layouts each step, and
+ * their gradients back into the plain flat gradient buffer.  The plain
+ * inner products run oneDNN's gemm:jit kernels, which move rsp into the heap
+ * while they run: a signal handler must never run on a compute thread
+ * (src/shmtrain.c takes signals with sigwait instead).
+ *
+ * A convolution feeding a C max-pool runs in batch chunks inside the pool's
+ * step when its output would not fit L2 (chunk_the_conv), and so does its
+ * backward-weights pass when it is a first layer (chunk_the_conv_bwd).
+ * Nothing learns upstream of a first layer, so it runs no backward-data
+ * pass.  Switches for comparison: SHMTRAIN_ONEDNN_NO_CHUNKS=1,
+ * SHMTRAIN_ONEDNN_NO_BWD_CHUNKS=1, SHMTRAIN_ONEDNN_BRGCONV=1 (see
+ * dn_conv_fwd_avoid), SHMTRAIN_ONEDNN_IP_ANY=1 (see plain_weights),
+ * SHMTRAIN_ONEDNN_POOL=1 (oneDNN's pooling instead of maxpool2.c).
+ *
+ * SHMTRAIN_NN_VERBOSE=1 prints every reorder the build inserts (with sizes),
+ * every backward pass that had to fall back from the forward's layouts, and
+ * the kernel each layer got.
+ *
+ * Ownership: everything made through dn_mem_new, dn_prim_new and the pd_new
+ * helpers belongs to the net's registry (struct onednn_net) and goes with
+ * it; an onednn_node owns its op lists and its C buffers.
+ */
+#ifndef SHMTRAIN_NN_ONEDNN_INTERNAL_H
+#define SHMTRAIN_NN_ONEDNN_INTERNAL_H
+
+#include <dnnl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "maxpool2.h"
+#include "net.h"
+
+struct op {
+    dnnl_primitive_t prim;
+    st_status (*step)(st_net *n, int node);  /* a C step instead of a primitive */
+    int node, prof;                       /* prof: node kind, or NODE_KINDS for reorders */
+    int nargs;
+    dnnl_exec_arg_t args[10];
+};
+
+struct oplist {
+    struct op *v;
+    int n, cap;
+};
+
+struct onednn_node {
+    struct oplist fwd, fwd_infer, bwd;   /* fwd_infer: batch norm in evaluation mode */
+    dnnl_memory_t src;                   /* what the forward reads */
+    dnnl_memory_t mean, var;             /* batch norm, training */
+    dnnl_primitive_t accum;              /* diff += diff_tmp, when 2+ consumers */
+    float *mask_scale;                   /* dropout: 0 or 1/(1-p) per element */
+    size_t elems;                        /* floats in dst's buffer (padding included) */
+    dnnl_memory_t dropout_diff_src;
+    /* 2x2/2 max-pool in C (see build_maxpool2) */
+    struct pool_layout pool_src, pool_dst;
+    uint8_t *pool_arg;
+    dnnl_memory_t pool_target;
+    bool pool_relu;                      /* the ReLU after it runs inside it (build_relu) */
+    dnnl_memory_t pool_diff;             /* then the gradient comes from the ReLU's diff */
+    /* The convolution feeding a C max-pool, run in batch chunks inside the
+     * pool's forward step (see chunk_the_conv) */
+    dnnl_primitive_t chunk_conv;
+    dnnl_exec_arg_t chunk_args[4];
+    int chunk_nargs, chunk;
+    dnnl_memory_t chunk_src, chunk_full_src;
+    long chunk_src_image;                /* floats per image in the convolution's source */
+    /* ... and its backward-weights pass in the same chunks inside the pool's
+     * backward step, when it is the convolution's only backward pass */
+    dnnl_primitive_t chunk_bwd_w;
+    dnnl_memory_t chunk_diff;            /* a chunk of the convolution's output gradient */
+    dnnl_memory_t chunk_dw, chunk_db;    /* one chunk's weight gradients */
+    dnnl_memory_t total_dw, total_db;    /* what the whole-batch pass wrote */
+    bool chunk_bwd_moved;
+    bool pool_edges_zeroed;              /* the pool's target keeps its zero edges (sole writer) */
+};
+
+struct onednn_net {
+    dnnl_engine_t eng;
+    dnnl_stream_t strm;
+    dnnl_memory_t *mems;
+    dnnl_primitive_t *prims;
+    dnnl_primitive_desc_t *pds;
+    int nmems, nprims, npds, cap_mems, cap_prims, cap_pds;
+    dnnl_memory_t input_user;            /* plain input; handle set per forward */
+    dnnl_memory_t logits_user, dlast_user;
+    dnnl_primitive_t to_logits, from_dlast;
+    int cur;                             /* node being built, for messages */
+};
+
+#define TRY(call)                                                                        \
+    do {                                                                                 \
+        dnnl_status_t s_ = (call);                                                       \
+        if (s_ != dnnl_success)                                                          \
+            return dn_dnnl_error(n, #call, s_);                                          \
+    } while (0)
+
+#define OK(expr)                                                                         \
+    do {                                                                                 \
+        st_status t_ = (expr);                                                           \
+        if (t_ != ST_OK)                                                                 \
+            return t_;                                                                   \
+    } while (0)
+
+/* ------------------------------------------------- onednn_context.c -- */
+
+st_status dn_dnnl_error(const st_net *n, const char *call, dnnl_status_t s);
+st_status dn_mem_new(st_net *n, dnnl_memory_t *out, const dnnl_memory_desc_t *md, void *handle);
+void *dn_mem_ptr(dnnl_memory_t m);
+const dnnl_memory_desc_t *dn_mem_md(dnnl_memory_t m);
+st_status dn_pd_new_avoiding(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc, const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint, const char *avoid);
+st_status dn_pd_new(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc, const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint);
+const char *dn_conv_fwd_avoid(const dnnl_memory_desc_t *src);
+st_status dn_prim_new(st_net *n, dnnl_primitive_t *out, const_dnnl_primitive_desc_t pd);
+st_status dn_reorder_new(st_net *n, dnnl_primitive_t *out, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to);
+const dnnl_memory_desc_t *dn_query(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index);
+const dnnl_memory_desc_t *dn_arg_md(const_dnnl_primitive_desc_t pd, int arg);
+bool dn_same(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b);
+st_status dn_plain_md(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims);
+st_status dn_any_md(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims);
+st_status dn_add_op(st_net *n, struct oplist *l, dnnl_primitive_t prim, int prof, ...);
+st_status dn_add_step(st_net *n, struct oplist *l, st_status (*step)(st_net *, int), int prof);
+void dn_md_str(char *buf, size_t len, const dnnl_memory_desc_t *md);
+st_status dn_add_reorder(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_memory_t to);
+void dn_impl_name(struct xnode *x, const_dnnl_primitive_desc_t pd);
+st_status dn_set_dst(st_net *n, struct xnode *x, const dnnl_memory_desc_t *md);
+st_status dn_deliver(st_net *n, int j, int p, const dnnl_memory_desc_t *md, dnnl_memory_t computed, dnnl_memory_t *target);
+st_status dn_input_as(st_net *n, struct xnode *x, const dnnl_memory_desc_t *want, dnnl_memory_t *out);
+bool dn_is_reference_impl(const_dnnl_primitive_desc_t pd);
+dnnl_memory_t dn_arg_of(const struct op *o, int key);
+
+/* ------------------------------------------------- onednn_weights.c -- */
+
+/* A convolution's or inner product's dimensions, as oneDNN takes them. */
+struct weights_layer {
+    int ndims;
+    dnnl_dims_t src, wei, bias, dst, strides, pad;
+};
+
+void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_layer *w);
+st_status dn_weights_fwd_desc(st_net *n, const struct xnode *x, const struct weights_layer *w, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst, dnnl_primitive_desc_t *pd);
+st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
+st_status dn_build_weights(st_net *n, int j);
+
+/* ----------------------------------- the other layer families' builders -- */
+
+st_status dn_build_pool(st_net *n, int j);
+st_status dn_build_relu(st_net *n, int j);
+st_status dn_build_bn(st_net *n, int j);
+st_status dn_build_dropout(st_net *n, int j);
+st_status dn_build_flatten(st_net *n, int j);
+st_status dn_build_add(st_net *n, int j);
+st_status dn_build_input(st_net *n, int j);
+
+#endif

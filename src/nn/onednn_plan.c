@@ -1,0 +1,186 @@
+/* The oneDNN backend's build, executor and teardown, and its function table. */
+#define _GNU_SOURCE
+#include "onednn_internal.h"
+
+/* The last node's output as plain (batch, outputs) logits, and back. */
+static st_status build_loss_io(st_net *n)
+{
+    struct xnode *last = &n->x[n->nx - 1];
+    const struct node *nd = last->nd;
+    dnnl_memory_desc_t md;
+    dnnl_dims_t d4 = {n->batch, nd->c, nd->h, nd->w}, d2 = {n->batch, nd->c};
+    OK(dn_plain_md(n, &md, nd->flat ? 2 : 4, nd->flat ? d2 : d4));
+    OK(dn_mem_new(n, &n->dnet->logits_user, &md, n->logits));
+    OK(dn_mem_new(n, &n->dnet->dlast_user, &md, n->dlogits));
+    OK(dn_reorder_new(n, &n->dnet->to_logits, &last->dst.md, &md));
+    OK(dn_reorder_new(n, &n->dnet->from_dlast, &md, &last->dst.md));
+    return ST_OK;
+}
+
+/* ----------------------------------------------------------------- API -- */
+
+static st_status onednn_build(st_net *n)
+{
+    n->dnet = calloc(1, sizeof *n->dnet);
+    if (!n->dnet)
+        return st_fail(ST_ERR_NOMEM, "net: out of memory");
+    n->dnet->cur = -1;
+    TRY(dnnl_engine_create(&n->dnet->eng, dnnl_cpu, 0));
+    TRY(dnnl_stream_create(&n->dnet->strm, n->dnet->eng, dnnl_stream_default_flags));
+    for (int j = 0; j < n->nx; j++) {
+        struct xnode *x = &n->x[j];
+        n->dnet->cur = j;
+        if (!(x->dn = calloc(1, sizeof *x->dn)))
+            return st_fail(ST_ERR_NOMEM, "net: out of memory");
+        switch (x->kind) {
+        case NODE_INPUT: OK(dn_build_input(n, j)); break;
+        case NODE_CONV:
+        case NODE_LINEAR: OK(dn_build_weights(n, j)); break;
+        case NODE_RELU: OK(dn_build_relu(n, j)); break;
+        case NODE_MAXPOOL:
+        case NODE_AVGPOOL: OK(dn_build_pool(n, j)); break;
+        case NODE_BATCHNORM: OK(dn_build_bn(n, j)); break;
+        case NODE_DROPOUT: OK(dn_build_dropout(n, j)); break;
+        case NODE_FLATTEN: OK(dn_build_flatten(n, j)); break;
+        case NODE_ADD: OK(dn_build_add(n, j)); break;
+        default: return st_fail(ST_ERR_INVALID, "net: unknown layer kind %d", (int)x->kind);
+        }
+    }
+    n->dnet->cur = -1;
+    return build_loss_io(n);
+}
+
+static st_status run(st_net *n, const struct oplist *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        const struct op *o = &l->v[i];
+        double t0 = n->profiling ? nn_now() : 0;
+        if (o->step) {
+            st_status st = o->step(n, o->node);
+            if (st != ST_OK)
+                return st;
+        } else {
+            dnnl_status_t s = dnnl_primitive_execute(o->prim, n->dnet->strm, o->nargs, o->args);
+            if (s != dnnl_success) {
+                n->dnet->cur = o->node;
+                return dn_dnnl_error(n, "dnnl_primitive_execute", s);
+            }
+        }
+        if (n->profiling)
+            n->prof[o->prof] += nn_now() - t0;
+    }
+    return ST_OK;
+}
+
+static st_status onednn_forward(st_net *n, const float *input)
+{
+    struct onednn_net *d = n->dnet;
+    TRY(dnnl_memory_set_data_handle(d->input_user, (void *)input));
+    for (int j = 1; j < n->nx; j++) {
+        const struct onednn_node *dn = n->x[j].dn;
+        bool infer = !n->training && dn->fwd_infer.n > 0;
+        OK(run(n, infer ? &dn->fwd_infer : &dn->fwd));
+    }
+    TRY(dnnl_primitive_execute(d->to_logits, d->strm, 2,
+                               (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, n->x[n->nx - 1].dst.mem},
+                                                   {DNNL_ARG_TO, d->logits_user}}));
+    TRY(dnnl_stream_wait(d->strm));
+    return ST_OK;
+}
+
+static st_status onednn_set_last_diff(st_net *n, const float *plain)
+{
+    struct onednn_net *d = n->dnet;
+    TRY(dnnl_memory_set_data_handle(d->dlast_user, (void *)plain));
+    TRY(dnnl_primitive_execute(d->from_dlast, d->strm, 2,
+                               (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, d->dlast_user},
+                                                   {DNNL_ARG_TO, n->x[n->nx - 1].diff.mem}}));
+    return ST_OK;
+}
+
+static st_status onednn_backward(st_net *n)
+{
+    for (int j = n->nx - 1; j >= 1; j--)
+        OK(run(n, &n->x[j].dn->bwd));
+    TRY(dnnl_stream_wait(n->dnet->strm));
+    return ST_OK;
+}
+
+static st_status onednn_input_grad(st_net *n, float *out)
+{
+    const struct xnode *x = &n->x[0];
+    memcpy(out, dn_mem_ptr(x->diff.mem), dnnl_memory_desc_get_size(&x->diff.md));
+    return ST_OK;
+}
+
+static void onednn_destroy(st_net *n)
+{
+    struct onednn_net *d = n->dnet;
+    for (int j = 0; n->x && j < n->nx; j++) {
+        struct onednn_node *dn = n->x[j].dn;
+        if (!dn)
+            continue;
+        free(dn->fwd.v);
+        free(dn->fwd_infer.v);
+        free(dn->bwd.v);
+        free(dn->mask_scale);
+        free(dn->pool_arg);
+        free(dn);
+    }
+    if (!d)
+        return;
+    for (int i = 0; i < d->nprims; i++)
+        dnnl_primitive_destroy(d->prims[i]);
+    for (int i = 0; i < d->npds; i++)
+        dnnl_primitive_desc_destroy(d->pds[i]);
+    for (int i = 0; i < d->nmems; i++)
+        dnnl_memory_destroy(d->mems[i]);
+    if (d->strm)
+        dnnl_stream_destroy(d->strm);
+    if (d->eng)
+        dnnl_engine_destroy(d->eng);
+    free(d->mems);
+    free(d->prims);
+    free(d->pds);
+    free(d);
+}
+
+static st_status onednn_backward_from(st_net *n, const float *d_output)
+{
+    OK(onednn_set_last_diff(n, d_output));
+    return onednn_backward(n);
+}
+
+const struct nn_backend nn_onednn_backend = {
+    .name = "onednn",
+    .build = onednn_build,
+    .forward = onednn_forward,
+    .backward_from = onednn_backward_from,
+    .input_grad = onednn_input_grad,
+    .destroy = onednn_destroy,
+};
+
+/* -------------------------------------------------------------- report -- */
+
+void st_nn_onednn_version(char *buf, size_t len)
+{
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, len, "%d.%d.%d", v->major, v->minor, v->patch);
+}
+
+const char *st_nn_onednn_isa(void)
+{
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "generic";
+    }
+}

@@ -1,0 +1,340 @@
+/* oneDNN convolution and inner product: forward, backward-data, backward-weights. */
+#define _GNU_SOURCE
+#include "onednn_internal.h"
+
+void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_layer *w)
+{
+    const struct node *nd = x->nd, *s = n->x[x->in].nd;
+    memset(w, 0, sizeof *w);
+    w->bias[0] = nd->c;
+    if (x->kind == NODE_LINEAR) {
+        w->ndims = 2;
+        w->src[0] = n->batch; w->src[1] = s->c * s->h * s->w;
+        w->wei[0] = nd->c; w->wei[1] = w->src[1];
+        w->dst[0] = n->batch; w->dst[1] = nd->c;
+        return;
+    }
+    w->ndims = 4;
+    dnnl_dim_t src[4] = {n->batch, s->c, s->h, s->w}, wei[4] = {nd->c, s->c, nd->k, nd->k},
+               dst[4] = {n->batch, nd->c, nd->h, nd->w};
+    memcpy(w->src, src, sizeof src);
+    memcpy(w->wei, wei, sizeof wei);
+    memcpy(w->dst, dst, sizeof dst);
+    w->strides[0] = w->strides[1] = nd->s;
+    w->pad[0] = w->pad[1] = nd->p;
+}
+
+st_status dn_weights_fwd_desc(st_net *n, const struct xnode *x, const struct weights_layer *w,
+                                  const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei,
+                                  const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst,
+                                  dnnl_primitive_desc_t *pd)
+{
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    st_status st = ST_OK;
+    if (x->fuse_relu) {
+        TRY(dnnl_primitive_attr_create(&attr));
+        TRY(dnnl_post_ops_create(&po));
+        TRY(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
+        TRY(dnnl_primitive_attr_set_post_ops(attr, po));
+    }
+    if (x->kind == NODE_CONV) {
+        dnnl_convolution_desc_t cd;
+        dnnl_status_t s = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training,
+                                                             dnnl_convolution_direct, src, wei, bias,
+                                                             dst, w->strides, w->pad, w->pad);
+        st = s != dnnl_success ? dn_dnnl_error(n, "dnnl_convolution_forward_desc_init", s)
+                               : dn_pd_new_avoiding(n, pd, &cd, attr, NULL, dn_conv_fwd_avoid(src));
+    } else {
+        dnnl_inner_product_desc_t id;
+        dnnl_status_t s = dnnl_inner_product_forward_desc_init(&id, dnnl_forward_training, src, wei,
+                                                               bias, dst);
+        st = s != dnnl_success ? dn_dnnl_error(n, "dnnl_inner_product_forward_desc_init", s)
+                               : dn_pd_new(n, pd, &id, attr, NULL);
+    }
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    return st;
+}
+
+/* Inner products take their weights in the plain layout of the parameter
+ * buffer (oneDNN's gemm-based kernels accept it) instead of a blocked one:
+ * that drops three weight reorders per layer and step, which for small
+ * batches cost more than the blocked kernel saves (mlp, 1 thread: 1.54 ->
+ * 1.06 ms a step; bench/st-step-bench).  SHMTRAIN_ONEDNN_IP_ANY=1 restores
+ * oneDNN's choice for comparison.  Convolutions keep `any`: their blocked
+ * kernels are worth the (small) weight reorders. */
+static bool plain_weights(const st_net *n, const struct xnode *x)
+{
+    (void)n;
+    return x->kind == NODE_LINEAR && !getenv("SHMTRAIN_ONEDNN_IP_ANY");
+}
+
+/* Small channel counts waste most of a 16-wide block; nhwc avoids that
+ * (calibration: lenet's 6-channel conv).  But only if all three passes get
+ * a real kernel in nhwc: oneDNN 2.6 gives some nhwc backward passes only
+ * its reference implementation, a thousand times slower. */
+static bool use_nhwc(st_net *n, const struct xnode *x, const struct weights_layer *w)
+{
+    if (x->kind != NODE_CONV || x->nd->c > 16 || n->x[x->in].nd->c >= 16)
+        return false;
+    dnnl_memory_desc_t src, dst, wei, bias;
+    dnnl_convolution_desc_t fd, bd, wd;
+    dnnl_primitive_desc_t fpd = NULL, bpd = NULL, wpd = NULL;
+    bool fast = false;
+    if (dnnl_memory_desc_init_by_tag(&src, 4, w->src, dnnl_f32, dnnl_nhwc) ||
+        dnnl_memory_desc_init_by_tag(&dst, 4, w->dst, dnnl_f32, dnnl_nhwc) ||
+        dnnl_memory_desc_init_by_tag(&wei, 4, w->wei, dnnl_f32, dnnl_format_tag_any) ||
+        dnnl_memory_desc_init_by_tag(&bias, 1, w->bias, dnnl_f32, dnnl_a))
+        return false;
+    const dnnl_memory_desc_t *b = x->nd->bias ? &bias : NULL;
+    if (dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &src, &wei,
+                                           b, &dst, w->strides, w->pad, w->pad) ||
+        dnnl_primitive_desc_create(&fpd, &fd, NULL, n->dnet->eng, NULL) || dn_is_reference_impl(fpd))
+        goto out;
+    if (dnnl_convolution_backward_weights_desc_init(&wd, dnnl_convolution_direct, &src, &wei, b, &dst,
+                                                    w->strides, w->pad, w->pad) ||
+        dnnl_primitive_desc_create(&wpd, &wd, NULL, n->dnet->eng, fpd) || dn_is_reference_impl(wpd))
+        goto out;
+    fast = true;
+    if (n->x[x->in].wants_diff)
+        fast = !dnnl_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &src, &wei, &dst,
+                                                         w->strides, w->pad, w->pad) &&
+               !dnnl_primitive_desc_create(&bpd, &bd, NULL, n->dnet->eng, fpd) && !dn_is_reference_impl(bpd);
+out:
+    if (bpd)
+        dnnl_primitive_desc_destroy(bpd);
+    if (wpd)
+        dnnl_primitive_desc_destroy(wpd);
+    if (fpd)
+        dnnl_primitive_desc_destroy(fpd);
+    return fast;
+}
+
+/* The backward pass's own view of a tensor: `have` if its layout is what the
+ * primitive wants, else a scratch memory refreshed by a reorder before it. */
+static st_status bwd_input(st_net *n, struct oplist *bwd, dnnl_memory_t have, const dnnl_memory_desc_t *want,
+                           dnnl_memory_t *out)
+{
+    if (dn_same(want, dn_mem_md(have))) {
+        *out = have;
+        return ST_OK;
+    }
+    OK(dn_mem_new(n, out, want, NULL));
+    return dn_add_reorder(n, bwd, have, *out);
+}
+
+st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w,
+                                   bool weights_pass, const dnnl_memory_desc_t *src,
+                                   const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
+                                   const dnnl_memory_desc_t *dst, const_dnnl_primitive_desc_t hint,
+                                   dnnl_primitive_desc_t *pd)
+{
+    if (x->kind == NODE_CONV) {
+        dnnl_convolution_desc_t cd;
+        if (weights_pass)
+            TRY(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, src, wei, bias, dst,
+                                                            w->strides, w->pad, w->pad));
+        else
+            TRY(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, src, wei, dst,
+                                                         w->strides, w->pad, w->pad));
+        return dn_pd_new(n, pd, &cd, NULL, hint);
+    }
+    dnnl_inner_product_desc_t id;
+    if (weights_pass)
+        TRY(dnnl_inner_product_backward_weights_desc_init(&id, src, wei, bias, dst));
+    else
+        TRY(dnnl_inner_product_backward_data_desc_init(&id, src, wei, dst));
+    return dn_pd_new(n, pd, &id, NULL, hint);
+}
+
+/* A backward pd that shares the forward's activation layouts when a real
+ * kernel exists for them, else lets the primitive choose (`any`): oneDNN
+ * 2.6 gives, e.g., backward-weights of a 1-channel nhwc input only its
+ * reference implementation. */
+static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass,
+                        const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *bias,
+                        const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd)
+{
+    dnnl_memory_desc_t wei_any, src_any, dst_any, wei_plain;
+    OK(dn_any_md(n, &wei_any, w->ndims, w->wei));
+    if (plain_weights(n, x)) {
+        OK(dn_plain_md(n, &wei_plain, w->ndims, w->wei));
+        OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_plain, bias, &x->dst.md, hint, pd));
+        if (!dn_is_reference_impl(*pd))
+            return ST_OK;
+    }
+    OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_any, bias, &x->dst.md, hint, pd));
+    if (!dn_is_reference_impl(*pd))
+        return ST_OK;
+    if (getenv("SHMTRAIN_NN_VERBOSE")) {
+        char a[256], b[256];
+        dn_md_str(a, sizeof a, src);
+        dn_md_str(b, sizeof b, &x->dst.md);
+        fprintf(stderr, "shmtrain: node %d: backward-%s gets only a reference kernel with src %s, dst %s: "
+                        "letting it choose\n", n->dnet->cur, weights_pass ? "weights" : "data", a, b);
+    }
+    OK(dn_any_md(n, &src_any, w->ndims, w->src));
+    OK(dn_any_md(n, &dst_any, w->ndims, w->dst));
+    return dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, &src_any, &wei_any, bias, &dst_any, hint, pd);
+}
+
+/* What the three passes of one convolution or inner product share while
+ * build_weights makes them. */
+struct weights_build {
+    struct weights_layer w;
+    dnnl_memory_desc_t wei_plain, bias_md;   /* the parameter buffer's layouts */
+    const_dnnl_primitive_desc_t fwd_pd;      /* owned by the net's pd list */
+    dnnl_memory_t w_user, w_fwd;             /* the weights where they live, and as the forward reads them */
+};
+
+static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
+{
+    struct xnode *x = &n->x[j];
+    struct onednn_node *dn = x->dn;
+    const struct node *nd = x->nd;
+    const struct weights_layer *w = &b->w;
+    dnnl_memory_desc_t src_any, wei_any, dst_any;
+    if (use_nhwc(n, x, w)) {
+        TRY(dnnl_memory_desc_init_by_tag(&src_any, 4, w->src, dnnl_f32, dnnl_nhwc));
+        TRY(dnnl_memory_desc_init_by_tag(&dst_any, 4, w->dst, dnnl_f32, dnnl_nhwc));
+    } else {
+        OK(dn_any_md(n, &src_any, w->ndims, w->src));
+        OK(dn_any_md(n, &dst_any, w->ndims, w->dst));
+    }
+    OK(dn_any_md(n, &wei_any, w->ndims, w->wei));
+    const dnnl_memory_desc_t *bias = nd->bias ? &b->bias_md : NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    if (plain_weights(n, x)) {
+        OK(dn_weights_fwd_desc(n, x, w, &src_any, &b->wei_plain, bias, &dst_any, &pd));
+        if (dn_is_reference_impl(pd))
+            pd = NULL;  /* owned by the net's pd list, freed with it */
+    }
+    if (!pd)
+        OK(dn_weights_fwd_desc(n, x, w, &src_any, &wei_any, bias, &dst_any, &pd));
+    b->fwd_pd = pd;
+    dn_impl_name(x, pd);
+
+    dnnl_memory_t b_user = NULL;
+    OK(dn_mem_new(n, &b->w_user, &b->wei_plain, n->params + nd->w_off));
+    if (nd->bias)
+        OK(dn_mem_new(n, &b_user, &b->bias_md, n->params + nd->b_off));
+    const dnnl_memory_desc_t *wf = dn_query(pd, dnnl_query_weights_md, 0);
+    if (dn_same(wf, &b->wei_plain)) {
+        b->w_fwd = b->w_user;
+    } else {
+        OK(dn_mem_new(n, &b->w_fwd, wf, NULL));
+        OK(dn_add_reorder(n, &dn->fwd, b->w_user, b->w_fwd));
+    }
+    OK(dn_input_as(n, x, dn_query(pd, dnnl_query_src_md, 0), &dn->src));
+    OK(dn_set_dst(n, x, dn_query(pd, dnnl_query_dst_md, 0)));
+    dnnl_primitive_t fwd;
+    OK(dn_prim_new(n, &fwd, pd));
+    return dn_add_op(n, &dn->fwd, fwd, x->kind, DNNL_ARG_SRC, dn->src, DNNL_ARG_WEIGHTS, b->w_fwd, DNNL_ARG_BIAS,
+                  b_user, DNNL_ARG_DST, x->dst.mem, -1);
+}
+
+/* A fused ReLU's backward: the gradient becomes the pre-activation
+ * gradient, in place, from the forward output. */
+static st_status build_fused_relu_bwd(st_net *n, struct xnode *x)
+{
+    dnnl_eltwise_desc_t ed;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t p;
+    TRY(dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_relu_use_dst_for_bwd, &x->dst.md, &x->dst.md, 0.0f,
+                                        0.0f));
+    OK(dn_pd_new(n, &pd, &ed, NULL, NULL));
+    OK(dn_prim_new(n, &p, pd));
+    return dn_add_op(n, &x->dn->bwd, p, NODE_RELU, DNNL_ARG_DST, x->dst.mem, DNNL_ARG_DIFF_DST, x->diff.mem,
+                  DNNL_ARG_DIFF_SRC, x->diff.mem, -1);
+}
+
+/* The forward's own description of its source, not the producer's: they
+ * are equal to dnnl_memory_desc_equal when they differ only in the strides
+ * of size-1 dimensions (1-channel nchw == nhwc), but the backward kernels
+ * match layouts by tag, and the producer's tag would get lenet's first
+ * convolution only the reference kernel and a 3 MB reorder per step. */
+static const dnnl_memory_desc_t *fwd_src_md(const struct weights_build *b)
+{
+    return dn_query(b->fwd_pd, dnnl_query_src_md, 0);
+}
+
+static st_status build_weights_bwd_w(st_net *n, int j, const struct weights_build *b)
+{
+    struct xnode *x = &n->x[j];
+    struct onednn_node *dn = x->dn;
+    const struct node *nd = x->nd;
+    dnnl_primitive_desc_t pd;
+    dnnl_memory_t src, ddst, dw_user, dw, db_user = NULL;
+    OK(bwd_pd(n, x, &b->w, true, fwd_src_md(b), nd->bias ? &b->bias_md : NULL, b->fwd_pd, &pd));
+    dn_impl_name(x, pd);
+    OK(bwd_input(n, &dn->bwd, dn->src, dn_query(pd, dnnl_query_src_md, 0), &src));
+    OK(bwd_input(n, &dn->bwd, x->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), &ddst));
+    OK(dn_mem_new(n, &dw_user, &b->wei_plain, n->grads + nd->w_off));
+    if (nd->bias)
+        OK(dn_mem_new(n, &db_user, &b->bias_md, n->grads + nd->b_off));
+    const dnnl_memory_desc_t *dwm = dn_query(pd, dnnl_query_diff_weights_md, 0);
+    dw = dw_user;
+    if (!dn_same(dwm, &b->wei_plain))
+        OK(dn_mem_new(n, &dw, dwm, NULL));
+    dnnl_primitive_t bw;
+    OK(dn_prim_new(n, &bw, pd));
+    OK(dn_add_op(n, &dn->bwd, bw, x->kind, DNNL_ARG_SRC, src, DNNL_ARG_DIFF_DST, ddst, DNNL_ARG_DIFF_WEIGHTS, dw,
+              DNNL_ARG_DIFF_BIAS, db_user, -1));
+    return dw != dw_user ? dn_add_reorder(n, &dn->bwd, dw, dw_user) : ST_OK;
+}
+
+static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_build *b)
+{
+    struct xnode *x = &n->x[j];
+    struct onednn_node *dn = x->dn;
+    dnnl_primitive_desc_t pd;
+    dnnl_memory_t ddst;
+    OK(bwd_pd(n, x, &b->w, false, fwd_src_md(b), NULL, b->fwd_pd, &pd));
+    OK(bwd_input(n, &dn->bwd, x->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), &ddst));
+    dn_impl_name(x, pd);
+    /* The weights change every step, so they are reordered into this
+     * layout every backward pass (after the optimizer ran). */
+    const dnnl_memory_desc_t *wb = dn_query(pd, dnnl_query_weights_md, 0);
+    dnnl_memory_t w_bwd = dn_same(wb, dn_mem_md(b->w_fwd)) ? b->w_fwd : dn_same(wb, &b->wei_plain) ? b->w_user : NULL;
+    if (!w_bwd) {
+        OK(dn_mem_new(n, &w_bwd, wb, NULL));
+        OK(dn_add_reorder(n, &dn->bwd, b->w_user, w_bwd));
+    }
+    /* Arguments are filled in after dn_deliver() decided where diff_src goes;
+     * the reorder it may add must run after this primitive. */
+    dnnl_primitive_t bd;
+    OK(dn_prim_new(n, &bd, pd));
+    OK(dn_add_op(n, &dn->bwd, bd, x->kind, -1));
+    int at = dn->bwd.n - 1;
+    dnnl_memory_t diff_src;
+    OK(dn_deliver(n, j, x->in, dn_query(pd, dnnl_query_diff_src_md, 0), NULL, &diff_src));
+    struct op *o = &dn->bwd.v[at];
+    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, ddst};
+    o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, w_bwd};
+    o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, diff_src};
+    o->nargs = 3;
+    return ST_OK;
+}
+
+/* A convolution or inner product: forward; backward (a fused ReLU's first,
+ * then backward-weights, then backward-data unless nothing learns upstream). */
+st_status dn_build_weights(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    struct weights_build b;
+    dn_weights_dims(n, x, &b.w);
+    OK(dn_plain_md(n, &b.bias_md, 1, b.w.bias));
+    OK(dn_plain_md(n, &b.wei_plain, b.w.ndims, b.w.wei));
+    OK(build_weights_fwd(n, j, &b));
+    if (x->fuse_relu)
+        OK(build_fused_relu_bwd(n, x));
+    OK(build_weights_bwd_w(n, j, &b));
+    if (!n->x[x->in].wants_diff)
+        return ST_OK;  /* the first layer: nobody needs d/d(input) */
+    return build_weights_bwd_data(n, j, &b);
+}
+
+/* ------------------------------------------------------ element-wise -- */
