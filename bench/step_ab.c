@@ -1,6 +1,6 @@
 /* A/B of one engine switch inside one process: net A is built as the
  * environment says, net B with VAR=VALUE set while it is built (the
- * engine's switches, listed in src/nn/onednn.c's header, are read then),
+ * engine's switches, listed in src/nn/onednn_internal.h, are read then),
  * and the two run in alternating blocks of steps.  On a shared VM whose
  * speed drifts within seconds this compares like with like where two
  * separate runs cannot.
