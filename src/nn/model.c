@@ -38,8 +38,12 @@ const char *st_model_preset_text(const char *name)
 
 const char *node_kind_name(node_kind k)
 {
-    static const char *const names[] = {"input", "conv", "linear", "relu", "maxpool", "avgpool",
-                                        "batchnorm", "dropout", "flatten", "add"};
+    static const char *const names[] = {
+#define KEYWORD(KIND, keyword, ...) [NODE_##KIND] = keyword,
+        NN_LAYER_TABLE(KEYWORD)
+#undef KEYWORD
+    };
+    _Static_assert(sizeof names / sizeof *names == NODE_KINDS, "a keyword per layer kind");
     return k < NODE_KINDS ? names[k] : "?";
 }
 
@@ -181,8 +185,9 @@ static void take_params(struct parser *ps, struct node *nd, size_t weights, size
     ps->m->params += weights + bias;
 }
 
-static st_status parse_conv(struct parser *ps, char **tok, int ntok)
+static st_status parse_conv(struct parser *ps, char **tok, int ntok, node_kind kind)
 {
+    (void)kind;
     int out;
     if (ntok < 2 || !int_arg(tok[1], 0, &out) || out < 1)
         return perr(ps, "conv: first argument must be the number of output channels (e.g. conv 32 k3)");
@@ -247,8 +252,9 @@ static st_status add_flatten_if_needed(struct parser *ps)
     return ST_OK;
 }
 
-static st_status parse_linear(struct parser *ps, char **tok, int ntok)
+static st_status parse_linear(struct parser *ps, char **tok, int ntok, node_kind kind)
 {
+    (void)kind;
     int out;
     bool bias = true;
     if (ntok < 2 || !int_arg(tok[1], 0, &out) || out < 1)
@@ -331,8 +337,9 @@ static st_status parse_save(struct parser *ps, char **tok, int ntok)
     return emit(ps, "save %s", tok[1]);
 }
 
-static st_status parse_add(struct parser *ps, char **tok, int ntok)
+static st_status parse_add(struct parser *ps, char **tok, int ntok, node_kind kind)
 {
+    (void)kind;
     bool proj = ntok == 3 && !strcmp(tok[2], "proj");
     if (ntok < 2 || ntok > 3 || (ntok == 3 && !proj))
         return perr(ps, "add: use 'add NAME' or 'add NAME proj'");
@@ -377,8 +384,9 @@ static st_status parse_add(struct parser *ps, char **tok, int ntok)
     return emit(ps, "add %s%s", tok[1], proj ? " proj" : "");
 }
 
-static st_status parse_input(struct parser *ps, char **tok, int ntok)
+static st_status parse_input(struct parser *ps, char **tok, int ntok, node_kind kind)
 {
+    (void)kind;
     int c, h = 1, w = 1;
     if (ps->m->n > 0)
         return perr(ps, "input: declared twice (only the first line may be 'input')");
@@ -409,22 +417,29 @@ static st_status parse_line(struct parser *ps, char *line)
     }
     if (ntok == 0)
         return ST_OK;
-    if (!strcmp(tok[0], "input"))
-        return parse_input(ps, tok, ntok);
-    if (ps->m->n == 0)
-        return perr(ps, "the first layer must be 'input C H W', not '%s'", tok[0]);
-    if (!strcmp(tok[0], "conv")) return parse_conv(ps, tok, ntok);
-    if (!strcmp(tok[0], "linear")) return parse_linear(ps, tok, ntok);
-    if (!strcmp(tok[0], "relu")) return parse_simple(ps, tok, ntok, NODE_RELU);
-    if (!strcmp(tok[0], "maxpool")) return parse_pool(ps, tok, ntok, NODE_MAXPOOL);
-    if (!strcmp(tok[0], "avgpool")) return parse_pool(ps, tok, ntok, NODE_AVGPOOL);
-    if (!strcmp(tok[0], "batchnorm")) return parse_simple(ps, tok, ntok, NODE_BATCHNORM);
-    if (!strcmp(tok[0], "dropout")) return parse_simple(ps, tok, ntok, NODE_DROPOUT);
-    if (!strcmp(tok[0], "flatten")) return parse_simple(ps, tok, ntok, NODE_FLATTEN);
-    if (!strcmp(tok[0], "save")) return parse_save(ps, tok, ntok);
-    if (!strcmp(tok[0], "add")) return parse_add(ps, tok, ntok);
-    return perr(ps, "unknown layer '%s' (known: input conv linear relu maxpool avgpool batchnorm "
-                    "dropout flatten save add)", tok[0]);
+    if (!strcmp(tok[0], "save"))
+        return ps->m->n == 0 ? perr(ps, "the first layer must be 'input C H W', not 'save'") : parse_save(ps, tok, ntok);
+    static const struct {
+        const char *keyword;
+        st_status (*parse)(struct parser *ps, char **tok, int ntok, node_kind kind);
+    } kinds[] = {
+#define PARSER(KIND, keyword, parse, ...) [NODE_##KIND] = {keyword, parse},
+        NN_LAYER_TABLE(PARSER)
+#undef PARSER
+    };
+    _Static_assert(sizeof kinds / sizeof *kinds == NODE_KINDS, "a parser per layer kind");
+    for (int k = 0; k < NODE_KINDS; k++) {
+        if (strcmp(tok[0], kinds[k].keyword) != 0)
+            continue;
+        if (ps->m->n == 0 && k != NODE_INPUT)
+            return perr(ps, "the first layer must be 'input C H W', not '%s'", tok[0]);
+        return kinds[k].parse(ps, tok, ntok, (node_kind)k);
+    }
+    char known[256] = "";
+    size_t len = 0;
+    for (int k = 0; k < NODE_KINDS; k++)
+        len += (size_t)snprintf(known + len, sizeof known - len, "%s ", kinds[k].keyword);
+    return perr(ps, "unknown layer '%s' (known: %ssave)", tok[0], known);
 }
 
 st_status st_model_parse(st_model **out, const char *text, const char *source)

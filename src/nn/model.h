@@ -6,19 +6,14 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "layers.h"
 #include "shmtrain/nn.h"
 
+/* One value per row of the layer table (layers.h). */
 typedef enum node_kind {
-    NODE_INPUT,
-    NODE_CONV,
-    NODE_LINEAR,
-    NODE_RELU,
-    NODE_MAXPOOL,
-    NODE_AVGPOOL,
-    NODE_BATCHNORM,
-    NODE_DROPOUT,
-    NODE_FLATTEN,
-    NODE_ADD,
+#define NODE_KIND_VALUE(KIND, ...) NODE_##KIND,
+    NN_LAYER_TABLE(NODE_KIND_VALUE)
+#undef NODE_KIND_VALUE
     NODE_KINDS
 } node_kind;
 

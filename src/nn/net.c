@@ -231,28 +231,47 @@ static float uniform(uint64_t *s, float bound)
     return (float)((2.0 * u - 1.0) * bound);
 }
 
+/* Layers without parameters. */
+static void init_nothing(st_net *n, const struct node *nd, uint64_t *rng)
+{
+    (void)n, (void)nd, (void)rng;
+}
+
+/* PyTorch's default for conv and linear: kaiming_uniform_(a=sqrt(5)) reduces
+ * to U(-1/sqrt(fan_in), +), for the bias too. */
+static void init_kaiming(st_net *n, const struct node *nd, uint64_t *rng)
+{
+    float bound = 1.0f / sqrtf((float)nd->fan_in);
+    for (size_t k = 0; k < nd->w_count; k++)
+        n->params[nd->w_off + k] = uniform(rng, bound);
+    for (size_t k = 0; k < nd->b_count; k++)
+        n->params[nd->b_off + k] = uniform(rng, bound);
+}
+
+/* Batch norm: gamma 1, beta 0, running mean 0 and variance 1. */
+static void init_bn(st_net *n, const struct node *nd, uint64_t *rng)
+{
+    (void)rng;
+    for (size_t k = 0; k < nd->w_count; k++) {
+        n->params[nd->w_off + k] = 1.0f;
+        n->params[nd->b_off + k] = 0.0f;
+        n->buffers[nd->buf_off + k] = 0.0f;
+        n->buffers[nd->buf_off + nd->w_count + k] = 1.0f;
+    }
+}
+
 void st_net_init(st_net *n, uint64_t seed)
 {
+    static void (*const init[])(st_net *, const struct node *, uint64_t *) = {
+#define INIT(KIND, keyword, parse, init_fn, ...) [NODE_##KIND] = init_fn,
+        NN_LAYER_TABLE(INIT)
+#undef INIT
+    };
+    _Static_assert(sizeof init / sizeof *init == NODE_KINDS, "an init per layer kind");
     const st_model *m = n->model;
-    uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
-    for (int i = 0; i < m->n; i++) {
-        const struct node *nd = &m->nodes[i];
-        if (nd->kind == NODE_BATCHNORM) {
-            for (size_t k = 0; k < nd->w_count; k++) {
-                n->params[nd->w_off + k] = 1.0f;
-                n->params[nd->b_off + k] = 0.0f;
-                n->buffers[nd->buf_off + k] = 0.0f;
-                n->buffers[nd->buf_off + nd->w_count + k] = 1.0f;
-            }
-        } else if (nd->w_count) {
-            /* kaiming_uniform_(a=sqrt(5)) reduces to U(-1/sqrt(fan_in), +) */
-            float bound = 1.0f / sqrtf((float)nd->fan_in);
-            for (size_t k = 0; k < nd->w_count; k++)
-                n->params[nd->w_off + k] = uniform(&s, bound);
-            for (size_t k = 0; k < nd->b_count; k++)
-                n->params[nd->b_off + k] = uniform(&s, bound);
-        }
-    }
+    uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;  /* one stream, layer after layer */
+    for (int i = 0; i < m->n; i++)
+        init[m->nodes[i].kind](n, &m->nodes[i], &s);
 }
 
 /* ------------------------------------------------------------- running -- */

@@ -19,6 +19,14 @@ static st_status build_loss_io(st_net *n)
 
 /* ----------------------------------------------------------------- API -- */
 
+/* Each layer kind's builder, from the layer table (layers.h). */
+static st_status (*const builders[])(st_net *n, int j) = {
+#define BUILDER(KIND, keyword, parse, init, scratch, fwd, bwd, build) [NODE_##KIND] = build,
+    NN_LAYER_TABLE(BUILDER)
+#undef BUILDER
+};
+_Static_assert(sizeof builders / sizeof *builders == NODE_KINDS, "a oneDNN builder per layer kind");
+
 static st_status onednn_build(st_net *n)
 {
     n->dnet = calloc(1, sizeof *n->dnet);
@@ -32,19 +40,7 @@ static st_status onednn_build(st_net *n)
         n->dnet->cur = j;
         if (!(x->dn = calloc(1, sizeof *x->dn)))
             return st_fail(ST_ERR_NOMEM, "net: out of memory");
-        switch (x->kind) {
-        case NODE_INPUT: OK(dn_build_input(n, j)); break;
-        case NODE_CONV:
-        case NODE_LINEAR: OK(dn_build_weights(n, j)); break;
-        case NODE_RELU: OK(dn_build_relu(n, j)); break;
-        case NODE_MAXPOOL:
-        case NODE_AVGPOOL: OK(dn_build_pool(n, j)); break;
-        case NODE_BATCHNORM: OK(dn_build_bn(n, j)); break;
-        case NODE_DROPOUT: OK(dn_build_dropout(n, j)); break;
-        case NODE_FLATTEN: OK(dn_build_flatten(n, j)); break;
-        case NODE_ADD: OK(dn_build_add(n, j)); break;
-        default: return st_fail(ST_ERR_INVALID, "net: unknown layer kind %d", (int)x->kind);
-        }
+        OK(builders[x->kind](n, j));
     }
     n->dnet->cur = -1;
     return build_loss_io(n);

@@ -20,6 +20,224 @@ static struct conv_shape window_shape(const st_net *n, const struct xnode *x, co
     return cs;
 }
 
+/* PyTorch's running statistics: momentum 0.1, the unbiased variance. */
+static void update_running_stats(st_net *n, const struct node *nd, const float *mean, const float *var)
+{
+    const float momentum = 0.1f;
+    const double m = (double)n->batch * nd->h * nd->w;
+    float *rm = n->buffers + nd->buf_off, *rv = rm + nd->c;
+    for (int c = 0; c < nd->c; c++) {
+        rm[c] = (1 - momentum) * rm[c] + momentum * mean[c];
+        rv[c] = (1 - momentum) * rv[c] + momentum * (float)(var[c] * (m > 1 ? m / (m - 1) : 1.0));
+    }
+}
+
+/* What one layer's reference step reads and writes. */
+struct ref_step {
+    st_net *n;
+    struct xnode *x;
+    int j;                       /* its exec index */
+    const struct node *nd, *s;   /* this node; its input's (NULL for the input) */
+    const float *src;            /* its input's activation */
+    float *y;                    /* forward: its output */
+    float *dy, *dx;              /* backward: its output's gradient; its input's, or NULL if unwanted */
+    size_t sz;                   /* floats in its output */
+};
+
+/* ------------------------------------------------------------- scratch -- */
+
+static bool scratch_none(struct xnode *x, size_t sz)
+{
+    (void)x, (void)sz;
+    return true;
+}
+
+static bool scratch_argmax(struct xnode *x, size_t sz) { return (x->argmax = calloc(sz, sizeof(int))) != NULL; }
+static bool scratch_mask(struct xnode *x, size_t sz) { return (x->mask = calloc(sz, 1)) != NULL; }
+
+static bool scratch_bn_stats(struct xnode *x, size_t sz)
+{
+    (void)sz;
+    return (x->mean = calloc((size_t)x->nd->c, sizeof(float))) && (x->var = calloc((size_t)x->nd->c, sizeof(float)));
+}
+
+/* ------------------------------------------------------- forward steps -- */
+
+static void input_ref_forward(const struct ref_step *t) { memcpy(t->y, t->n->input, t->sz * sizeof(float)); }
+
+static void conv_ref_forward(const struct ref_step *t)
+{
+    struct conv_shape cs = window_shape(t->n, t->x, t->s);
+    const float *p = t->n->params;
+    ref_conv_fwd(t->y, t->src, p + t->nd->w_off, t->nd->bias ? p + t->nd->b_off : NULL, &cs);
+}
+
+static void linear_ref_forward(const struct ref_step *t)
+{
+    const float *p = t->n->params;
+    ref_linear_fwd(t->y, t->src, p + t->nd->w_off, t->nd->bias ? p + t->nd->b_off : NULL, t->n->batch,
+                   t->s->c * t->s->h * t->s->w, t->nd->c);
+}
+
+static void relu_ref_forward(const struct ref_step *t) { ref_relu_fwd(t->y, t->src, t->sz); }
+
+static void maxpool_ref_forward(const struct ref_step *t)
+{
+    struct conv_shape cs = window_shape(t->n, t->x, t->s);
+    ref_maxpool_fwd(t->y, t->x->argmax, t->src, &cs);
+}
+
+static void avgpool_ref_forward(const struct ref_step *t)
+{
+    struct conv_shape cs = window_shape(t->n, t->x, t->s);
+    ref_avgpool_fwd(t->y, t->src, &cs);
+}
+
+static void bn_ref_forward(const struct ref_step *t)
+{
+    st_net *n = t->n;
+    const struct node *nd = t->nd;
+    const float *g = n->params + nd->w_off, *b = n->params + nd->b_off;
+    if (n->training) {
+        ref_bn_fwd_train(t->y, t->x->mean, t->x->var, t->src, g, b, n->batch, nd->c, nd->h * nd->w, 1e-5f);
+        update_running_stats(n, nd, t->x->mean, t->x->var);
+    } else {
+        const float *rm = n->buffers + nd->buf_off;
+        ref_bn_fwd_infer(t->y, t->src, g, b, rm, rm + nd->c, n->batch, nd->c, nd->h * nd->w, 1e-5f);
+    }
+}
+
+static void dropout_ref_forward(const struct ref_step *t)
+{
+    const st_net *n = t->n;
+    const float drop = t->nd->drop, scale = 1.0f / (1.0f - drop);
+    for (size_t i = 0; i < t->sz; i++) {
+        t->x->mask[i] = !n->training || dropout_keep(n->dropout_seed, t->j, i, drop);
+        t->y[i] = n->training ? (t->x->mask[i] ? t->src[i] * scale : 0.0f) : t->src[i];
+    }
+}
+
+static void flatten_ref_forward(const struct ref_step *t) { memcpy(t->y, t->src, t->sz * sizeof(float)); }
+
+static void add_ref_forward(const struct ref_step *t)
+{
+    const float *b = t->n->x[t->x->in2].dst.plain;
+    for (size_t i = 0; i < t->sz; i++)
+        t->y[i] = t->src[i] + b[i];
+}
+
+/* ------------------------------------------------------ backward steps -- */
+
+/* Hand `grad` (the gradient w.r.t. node p's output, from consumer j) to p. */
+static void ref_deliver(st_net *n, int p, int j, const float *grad)
+{
+    struct xnode *px = &n->x[p];
+    if (!px->wants_diff)
+        return;
+    const size_t sz = nn_node_size(n, px->nd);
+    if (px->first_writer == j) {
+        memcpy(px->diff.plain, grad, sz * sizeof(float));
+    } else {
+        for (size_t i = 0; i < sz; i++)
+            px->diff.plain[i] += grad[i];
+    }
+}
+
+/* Each writes t->dx (when wanted) and any parameter gradients, and says
+ * whether dx now holds a gradient for the caller to deliver to the input. */
+static bool input_ref_backward(const struct ref_step *t)
+{
+    (void)t;
+    return false;
+}
+
+static bool conv_ref_backward(const struct ref_step *t)
+{
+    st_net *n = t->n;
+    struct conv_shape cs = window_shape(n, t->x, t->s);
+    ref_conv_bwd(t->dx, n->grads + t->nd->w_off, t->nd->bias ? n->grads + t->nd->b_off : NULL, t->dy, t->src,
+                 n->params + t->nd->w_off, &cs);
+    return t->dx != NULL;
+}
+
+static bool linear_ref_backward(const struct ref_step *t)
+{
+    st_net *n = t->n;
+    ref_linear_bwd(t->dx, n->grads + t->nd->w_off, t->nd->bias ? n->grads + t->nd->b_off : NULL, t->dy, t->src,
+                   n->params + t->nd->w_off, n->batch, t->s->c * t->s->h * t->s->w, t->nd->c);
+    return t->dx != NULL;
+}
+
+static bool relu_ref_backward(const struct ref_step *t)
+{
+    if (t->dx)
+        ref_relu_bwd(t->dx, t->dy, t->src, t->sz);
+    return t->dx != NULL;
+}
+
+static bool maxpool_ref_backward(const struct ref_step *t)
+{
+    struct conv_shape cs = window_shape(t->n, t->x, t->s);
+    if (t->dx)
+        ref_maxpool_bwd(t->dx, t->dy, t->x->argmax, &cs);
+    return t->dx != NULL;
+}
+
+static bool avgpool_ref_backward(const struct ref_step *t)
+{
+    struct conv_shape cs = window_shape(t->n, t->x, t->s);
+    if (t->dx)
+        ref_avgpool_bwd(t->dx, t->dy, &cs);
+    return t->dx != NULL;
+}
+
+static bool bn_ref_backward(const struct ref_step *t)
+{
+    st_net *n = t->n;
+    const struct node *nd = t->nd;
+    ref_bn_bwd(t->dx, n->grads + nd->w_off, n->grads + nd->b_off, t->dy, t->src, t->x->mean, t->x->var,
+               n->params + nd->w_off, n->batch, nd->c, nd->h * nd->w, 1e-5f);
+    return t->dx != NULL;
+}
+
+static bool dropout_ref_backward(const struct ref_step *t)
+{
+    const float scale = t->n->training ? 1.0f / (1.0f - t->nd->drop) : 1.0f;
+    for (size_t i = 0; t->dx && i < t->sz; i++)
+        t->dx[i] = t->x->mask[i] ? t->dy[i] * scale : 0.0f;
+    return t->dx != NULL;
+}
+
+static bool flatten_ref_backward(const struct ref_step *t)
+{
+    if (t->dx)
+        memcpy(t->dx, t->dy, t->sz * sizeof(float));
+    return t->dx != NULL;
+}
+
+/* Both inputs get the output's gradient as it is; nothing is left to deliver. */
+static bool add_ref_backward(const struct ref_step *t)
+{
+    ref_deliver(t->n, t->x->in, t->j, t->dy);
+    ref_deliver(t->n, t->x->in2, t->j, t->dy);
+    return false;
+}
+
+/* ----------------------------------------------------------- the table -- */
+
+static const struct {
+    bool (*scratch)(struct xnode *x, size_t sz);
+    void (*forward)(const struct ref_step *t);
+    bool (*backward)(const struct ref_step *t);
+} ref_layers[] = {
+#define REF_LAYER(KIND, keyword, parse, init, scratch, fwd, bwd, ...) [NODE_##KIND] = {scratch, fwd, bwd},
+    NN_LAYER_TABLE(REF_LAYER)
+#undef REF_LAYER
+};
+_Static_assert(sizeof ref_layers / sizeof *ref_layers == NODE_KINDS, "a reference step per layer kind");
+
+/* -------------------------------------------------------------- backend -- */
+
 static st_status ref_build(st_net *n)
 {
     for (int j = 0; j < n->nx; j++) {
@@ -31,14 +249,7 @@ static st_status ref_build(st_net *n)
         x->diff.plain = calloc(sz, sizeof(float));
         x->ref_diff_src = in_sz ? calloc(in_sz, sizeof(float)) : NULL;
         bool ok = x->dst.plain && x->diff.plain && (!in_sz || x->ref_diff_src);
-        if (x->kind == NODE_MAXPOOL)
-            ok = ok && (x->argmax = calloc(sz, sizeof(int)));
-        if (x->kind == NODE_BATCHNORM)
-            ok = ok && (x->mean = calloc((size_t)x->nd->c, sizeof(float))) &&
-                 (x->var = calloc((size_t)x->nd->c, sizeof(float)));
-        if (x->kind == NODE_DROPOUT)
-            ok = ok && (x->mask = calloc(sz, 1));
-        if (!ok)
+        if (!ok || !ref_layers[x->kind].scratch(x, sz))
             return st_fail(ST_ERR_NOMEM, "net: out of memory for layer %d", j);
     }
     return ST_OK;
@@ -58,77 +269,13 @@ static void ref_destroy(st_net *n)
     }
 }
 
-static void update_running_stats(st_net *n, const struct node *nd, const float *mean, const float *var)
-{
-    const float momentum = 0.1f;
-    const double m = (double)n->batch * nd->h * nd->w;
-    float *rm = n->buffers + nd->buf_off, *rv = rm + nd->c;
-    for (int c = 0; c < nd->c; c++) {
-        rm[c] = (1 - momentum) * rm[c] + momentum * mean[c];
-        rv[c] = (1 - momentum) * rv[c] + momentum * (float)(var[c] * (m > 1 ? m / (m - 1) : 1.0));
-    }
-}
-
-static void ref_forward_node(st_net *n, int j)
+static struct ref_step step_of(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    const struct node *nd = x->nd;
-    const float *src = x->in >= 0 ? n->x[x->in].dst.plain : NULL;
-    const struct node *s = x->in >= 0 ? n->x[x->in].nd : NULL;
-    float *y = x->dst.plain;
-    const size_t sz = nn_node_size(n, nd);
-    switch (x->kind) {
-    case NODE_INPUT: memcpy(y, n->input, sz * sizeof(float)); break;
-    case NODE_CONV: {
-        struct conv_shape cs = window_shape(n, x, s);
-        ref_conv_fwd(y, src, n->params + nd->w_off, nd->bias ? n->params + nd->b_off : NULL, &cs);
-        break;
-    }
-    case NODE_LINEAR:
-        ref_linear_fwd(y, src, n->params + nd->w_off, nd->bias ? n->params + nd->b_off : NULL, n->batch,
-                       s->c * s->h * s->w, nd->c);
-        break;
-    case NODE_RELU: ref_relu_fwd(y, src, sz); break;
-    case NODE_MAXPOOL: {
-        struct conv_shape cs = window_shape(n, x, s);
-        ref_maxpool_fwd(y, x->argmax, src, &cs);
-        break;
-    }
-    case NODE_AVGPOOL: {
-        struct conv_shape cs = window_shape(n, x, s);
-        ref_avgpool_fwd(y, src, &cs);
-        break;
-    }
-    case NODE_BATCHNORM: {
-        const float *g = n->params + nd->w_off, *b = n->params + nd->b_off;
-        if (n->training) {
-            ref_bn_fwd_train(y, x->mean, x->var, src, g, b, n->batch, nd->c, nd->h * nd->w, 1e-5f);
-            update_running_stats(n, nd, x->mean, x->var);
-        } else {
-            const float *rm = n->buffers + nd->buf_off;
-            ref_bn_fwd_infer(y, src, g, b, rm, rm + nd->c, n->batch, nd->c, nd->h * nd->w, 1e-5f);
-        }
-        break;
-    }
-    case NODE_DROPOUT: {
-        const float scale = 1.0f / (1.0f - nd->drop);
-        for (size_t i = 0; i < sz; i++) {
-            x->mask[i] = !n->training || dropout_keep(n->dropout_seed, j, i, nd->drop);
-            y[i] = n->training ? (x->mask[i] ? src[i] * scale : 0.0f) : src[i];
-        }
-        break;
-    }
-    case NODE_FLATTEN: memcpy(y, src, sz * sizeof(float)); break;
-    case NODE_ADD: {
-        const float *b = n->x[x->in2].dst.plain;
-        for (size_t i = 0; i < sz; i++)
-            y[i] = src[i] + b[i];
-        break;
-    }
-    case NODE_KINDS: break;
-    }
-    if (x->fuse_relu)
-        ref_relu_fwd(y, y, sz);
+    const struct xnode *px = x->in >= 0 ? &n->x[x->in] : NULL;
+    return (struct ref_step){.n = n, .x = x, .j = j, .nd = x->nd, .s = px ? px->nd : NULL,
+                             .src = px ? px->dst.plain : NULL, .y = x->dst.plain, .dy = x->diff.plain,
+                             .dx = px && px->wants_diff ? x->ref_diff_src : NULL, .sz = nn_node_size(n, x->nd)};
 }
 
 static st_status ref_forward(st_net *n, const float *input)
@@ -136,7 +283,10 @@ static st_status ref_forward(st_net *n, const float *input)
     n->input = input;
     for (int j = 0; j < n->nx; j++) {
         double t0 = n->profiling ? nn_now() : 0;
-        ref_forward_node(n, j);
+        struct ref_step t = step_of(n, j);
+        ref_layers[t.x->kind].forward(&t);
+        if (t.x->fuse_relu)
+            ref_relu_fwd(t.y, t.y, t.sz);
         if (n->profiling)
             n->prof[n->x[j].kind] += nn_now() - t0;
     }
@@ -144,90 +294,17 @@ static st_status ref_forward(st_net *n, const float *input)
     return ST_OK;
 }
 
-/* Hand `grad` (the gradient w.r.t. node p's output, from consumer j) to p. */
-static void ref_deliver(st_net *n, int p, int j, const float *grad)
-{
-    struct xnode *px = &n->x[p];
-    if (!px->wants_diff)
-        return;
-    const size_t sz = nn_node_size(n, px->nd);
-    if (px->first_writer == j) {
-        memcpy(px->diff.plain, grad, sz * sizeof(float));
-    } else {
-        for (size_t i = 0; i < sz; i++)
-            px->diff.plain[i] += grad[i];
-    }
-}
-
-static void ref_backward_node(st_net *n, int j)
-{
-    struct xnode *x = &n->x[j];
-    const struct node *nd = x->nd;
-    if (x->kind == NODE_INPUT)
-        return;
-    const struct xnode *px = &n->x[x->in];
-    const struct node *s = px->nd;
-    const float *src = px->dst.plain;
-    float *dy = x->diff.plain, *dx = px->wants_diff ? x->ref_diff_src : NULL;
-    const size_t sz = nn_node_size(n, nd);
-    if (x->fuse_relu)
-        ref_relu_bwd(dy, dy, x->dst.plain, sz);
-    switch (x->kind) {
-    case NODE_CONV: {
-        struct conv_shape cs = window_shape(n, x, s);
-        ref_conv_bwd(dx, n->grads + nd->w_off, nd->bias ? n->grads + nd->b_off : NULL, dy, src,
-                     n->params + nd->w_off, &cs);
-        break;
-    }
-    case NODE_LINEAR:
-        ref_linear_bwd(dx, n->grads + nd->w_off, nd->bias ? n->grads + nd->b_off : NULL, dy, src,
-                       n->params + nd->w_off, n->batch, s->c * s->h * s->w, nd->c);
-        break;
-    case NODE_RELU:
-        if (dx)
-            ref_relu_bwd(dx, dy, src, sz);
-        break;
-    case NODE_MAXPOOL: {
-        struct conv_shape cs = window_shape(n, x, s);
-        if (dx)
-            ref_maxpool_bwd(dx, dy, x->argmax, &cs);
-        break;
-    }
-    case NODE_AVGPOOL: {
-        struct conv_shape cs = window_shape(n, x, s);
-        if (dx)
-            ref_avgpool_bwd(dx, dy, &cs);
-        break;
-    }
-    case NODE_BATCHNORM:
-        ref_bn_bwd(dx, n->grads + nd->w_off, n->grads + nd->b_off, dy, src, x->mean, x->var,
-                   n->params + nd->w_off, n->batch, nd->c, nd->h * nd->w, 1e-5f);
-        break;
-    case NODE_DROPOUT: {
-        const float scale = n->training ? 1.0f / (1.0f - nd->drop) : 1.0f;
-        for (size_t i = 0; dx && i < sz; i++)
-            dx[i] = x->mask[i] ? dy[i] * scale : 0.0f;
-        break;
-    }
-    case NODE_FLATTEN:
-        if (dx)
-            memcpy(dx, dy, sz * sizeof(float));
-        break;
-    case NODE_ADD:
-        ref_deliver(n, x->in, j, dy);
-        ref_deliver(n, x->in2, j, dy);
-        return;
-    default: break;
-    }
-    if (dx)
-        ref_deliver(n, x->in, j, dx);
-}
-
 static st_status ref_backward(st_net *n)
 {
     for (int j = n->nx - 1; j >= 0; j--) {
         double t0 = n->profiling ? nn_now() : 0;
-        ref_backward_node(n, j);
+        struct ref_step t = step_of(n, j);
+        if (t.x->in >= 0) {  /* the input node has nothing to pass back */
+            if (t.x->fuse_relu)
+                ref_relu_bwd(t.dy, t.dy, t.y, t.sz);
+            if (ref_layers[t.x->kind].backward(&t))
+                ref_deliver(n, t.x->in, j, t.dx);
+        }
         if (n->profiling)
             n->prof[n->x[j].kind] += nn_now() - t0;
     }

@@ -1,0 +1,47 @@
+/* Internal: the layer table.  One row per layer kind names everything the
+ * engine needs of it:
+ *
+ *   KIND      the node_kind is NODE_<KIND>
+ *   keyword   its word in the model text, its name in summaries and profiles
+ *   parse     model.c: reads the line's arguments, infers the output shape,
+ *             lays out its parameters in the flat buffer
+ *   init      net.c: fills its parameters (and buffers) from the seed
+ *   ref_*     ref_backend.c: the reference (plain C) forward and backward,
+ *             over the kernels of ref.c, and the scratch they need
+ *   onednn    onednn_*.c: builds its primitives and ops for the oneDNN backend
+ *
+ * Each of those files expands the table with the columns it owns, so the
+ * enum, the parser's keywords and every backend's dispatch come from these
+ * rows: a row whose functions a file lacks does not compile (a kind cannot
+ * be half added), and adding a kind is one row here plus its functions.
+ * tests/CMakeLists.txt checks that an incomplete row fails to build.
+ */
+#ifndef SHMTRAIN_NN_LAYERS_H
+#define SHMTRAIN_NN_LAYERS_H
+
+/* clang-format off */
+#define NN_LAYER_TABLE_ROWS(X)                                                                                          \
+  /* KIND     keyword      parse         init          ref_scratch       ref_forward          ref_backward          onednn           */ \
+  X(INPUT,    "input",     parse_input,  init_nothing, scratch_none,     input_ref_forward,   input_ref_backward,   dn_build_input)   \
+  X(CONV,     "conv",      parse_conv,   init_kaiming, scratch_none,     conv_ref_forward,    conv_ref_backward,    dn_build_weights) \
+  X(LINEAR,   "linear",    parse_linear, init_kaiming, scratch_none,     linear_ref_forward,  linear_ref_backward,  dn_build_weights) \
+  X(RELU,     "relu",      parse_simple, init_nothing, scratch_none,     relu_ref_forward,    relu_ref_backward,    dn_build_relu)    \
+  X(MAXPOOL,  "maxpool",   parse_pool,   init_nothing, scratch_argmax,   maxpool_ref_forward, maxpool_ref_backward, dn_build_pool)    \
+  X(AVGPOOL,  "avgpool",   parse_pool,   init_nothing, scratch_none,     avgpool_ref_forward, avgpool_ref_backward, dn_build_pool)    \
+  X(BATCHNORM,"batchnorm", parse_simple, init_bn,      scratch_bn_stats, bn_ref_forward,      bn_ref_backward,      dn_build_bn)      \
+  X(DROPOUT,  "dropout",   parse_simple, init_nothing, scratch_mask,     dropout_ref_forward, dropout_ref_backward, dn_build_dropout) \
+  X(FLATTEN,  "flatten",   parse_simple, init_nothing, scratch_none,     flatten_ref_forward, flatten_ref_backward, dn_build_flatten) \
+  X(ADD,      "add",       parse_add,    init_nothing, scratch_none,     add_ref_forward,     add_ref_backward,     dn_build_add)
+/* clang-format on */
+
+/* A test build appends a row whose functions exist nowhere: it must fail. */
+#ifdef NN_LAYER_TABLE_TEST_INCOMPLETE_ROW
+#define NN_LAYER_TABLE(X)                                                                                  \
+    NN_LAYER_TABLE_ROWS(X)                                                                                 \
+    X(UNFINISHED, "unfinished", parse_unfinished, init_unfinished, scratch_unfinished,                    \
+      unfinished_ref_forward, unfinished_ref_backward, dn_build_unfinished)
+#else
+#define NN_LAYER_TABLE(X) NN_LAYER_TABLE_ROWS(X)
+#endif
+
+#endif
