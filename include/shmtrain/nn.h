@@ -142,9 +142,10 @@ void st_net_describe(const st_net *n, FILE *f);
 /* Time spent per layer kind since profiling was last enabled (which resets
  * it), plus "reorders" and "loss" (for benchmarks).  The optimizer is not
  * the net's: time it beside. */
+#define ST_NET_PROFILE_MAX 32  /* layer kinds + "reorders" + "loss" fit (checked at build time) */
 typedef struct st_net_profile {
-    double seconds[16];
-    const char *names[16];
+    double seconds[ST_NET_PROFILE_MAX];
+    const char *names[ST_NET_PROFILE_MAX];
     int kinds;
 } st_net_profile;
 void st_net_profile_enable(st_net *n, bool on);

@@ -363,6 +363,8 @@ void st_net_profile_enable(st_net *n, bool on)
     memset(n->prof, 0, sizeof n->prof);
 }
 
+_Static_assert(NODE_KINDS + 2 <= ST_NET_PROFILE_MAX, "st_net_profile holds every layer kind, reorders and loss");
+
 void st_net_profile_get(const st_net *n, st_net_profile *p)
 {
     memset(p, 0, sizeof *p);

@@ -14,7 +14,6 @@
 #ifndef SHMTRAIN_NN_NET_H
 #define SHMTRAIN_NN_NET_H
 
-#include <dnnl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -22,11 +21,10 @@
 #include "model.h"
 #include "ref.h"
 
-struct tensor {
-    dnnl_memory_desc_t md;   /* oneDNN backend: its layout */
-    dnnl_memory_t mem;       /* oneDNN backend */
-    float *plain;            /* reference backend: NCHW or (N, C) */
-};
+/* One exec node: graph facts both backends share.  Each backend keeps its
+ * own state behind its pointer (NULL for the other backend). */
+struct ref_node;     /* ref_backend.c */
+struct onednn_node;  /* onednn_internal.h */
 
 struct xnode {
     const struct node *nd;   /* the model node (shapes, parameter offsets) */
@@ -36,17 +34,9 @@ struct xnode {
     int first_writer;        /* the consumer that writes `diff` first, -1 if none */
     int consumers;
     bool wants_diff;         /* some consumer delivers a gradient here */
-    struct tensor dst, diff, diff_tmp;
     char impl[96];           /* what runs it, for st_net_describe */
-
-    /* reference backend scratch */
-    int *argmax;
-    float *mean, *var;
-    uint8_t *mask;
-    size_t mask_len;
-    float *ref_diff_src;     /* reference: gradient w.r.t. the input before delivery */
-
-    struct onednn_node *dn;  /* oneDNN backend state, NULL for the reference */
+    struct ref_node *ref;    /* reference backend state */
+    struct onednn_node *dn;  /* oneDNN backend state */
 };
 
 struct st_net {

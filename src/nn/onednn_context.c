@@ -247,13 +247,13 @@ void dn_impl_name(struct xnode *x, const_dnnl_primitive_desc_t pd)
 /* The node's output (and gradient) memories, in layout `md`. */
 st_status dn_set_dst(st_net *n, struct xnode *x, const dnnl_memory_desc_t *md)
 {
-    x->dst.md = *md;
-    OK(dn_mem_new(n, &x->dst.mem, md, NULL));
-    OK(dn_mem_new(n, &x->diff.mem, md, NULL));
-    x->diff.md = *md;
+    x->dn->dst.md = *md;
+    OK(dn_mem_new(n, &x->dn->dst.mem, md, NULL));
+    OK(dn_mem_new(n, &x->dn->diff.mem, md, NULL));
+    x->dn->diff.md = *md;
     if (x->consumers > 1) {
-        OK(dn_mem_new(n, &x->diff_tmp.mem, md, NULL));
-        x->diff_tmp.md = *md;
+        OK(dn_mem_new(n, &x->dn->diff_tmp.mem, md, NULL));
+        x->dn->diff_tmp.md = *md;
         dnnl_binary_desc_t bd;
         dnnl_primitive_desc_t pd;
         TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, md, md, md));
@@ -279,8 +279,8 @@ st_status dn_deliver(st_net *n, int j, int p, const dnnl_memory_desc_t *md, dnnl
     if (!px->wants_diff)
         return ST_OK;
     bool first = px->first_writer == j;
-    dnnl_memory_t dest = first ? px->diff.mem : px->diff_tmp.mem;
-    if (!computed && dn_same(md, &px->dst.md)) {
+    dnnl_memory_t dest = first ? px->dn->diff.mem : px->dn->diff_tmp.mem;
+    if (!computed && dn_same(md, &px->dn->dst.md)) {
         *target = dest;
     } else {
         if (!computed)
@@ -289,8 +289,8 @@ st_status dn_deliver(st_net *n, int j, int p, const dnnl_memory_desc_t *md, dnnl
         OK(dn_add_reorder(n, bwd, computed, dest));
     }
     if (!first)
-        OK(dn_add_op(n, bwd, px->dn->accum, NODE_KINDS, DNNL_ARG_SRC_0, px->diff.mem, DNNL_ARG_SRC_1,
-                  px->diff_tmp.mem, DNNL_ARG_DST, px->diff.mem, -1));
+        OK(dn_add_op(n, bwd, px->dn->accum, NODE_KINDS, DNNL_ARG_SRC_0, px->dn->diff.mem, DNNL_ARG_SRC_1,
+                  px->dn->diff_tmp.mem, DNNL_ARG_DST, px->dn->diff.mem, -1));
     return ST_OK;
 }
 
@@ -298,12 +298,12 @@ st_status dn_deliver(st_net *n, int j, int p, const dnnl_memory_desc_t *md, dnnl
 st_status dn_input_as(st_net *n, struct xnode *x, const dnnl_memory_desc_t *want, dnnl_memory_t *out)
 {
     struct xnode *px = &n->x[x->in];
-    if (dn_same(want, &px->dst.md)) {
-        *out = px->dst.mem;
+    if (dn_same(want, &px->dn->dst.md)) {
+        *out = px->dn->dst.mem;
         return ST_OK;
     }
     OK(dn_mem_new(n, out, want, NULL));
-    return dn_add_reorder(n, &x->dn->fwd, px->dst.mem, *out);
+    return dn_add_reorder(n, &x->dn->fwd, px->dn->dst.mem, *out);
 }
 
 /* --------------------------------------------------- conv and linear -- */

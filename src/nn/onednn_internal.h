@@ -72,7 +72,15 @@ struct oplist {
     int n, cap;
 };
 
+/* A node's activation or gradient as oneDNN holds it: its layout, and the
+ * memory (owned by the registry). */
+struct dn_tensor {
+    dnnl_memory_desc_t md;
+    dnnl_memory_t mem;
+};
+
 struct onednn_node {
+    struct dn_tensor dst, diff, diff_tmp;  /* diff_tmp: a second consumer's gradient, added in */
     struct oplist fwd, fwd_infer, bwd;   /* fwd_infer: batch norm in evaluation mode */
     dnnl_memory_t src;                   /* what the forward reads */
     dnnl_memory_t mean, var;             /* batch norm, training */

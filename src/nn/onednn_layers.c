@@ -15,10 +15,10 @@ static bool relu_fits_pool(const st_net *n, const struct xnode *x)
 static st_status build_relu_in_pool(st_net *n, struct xnode *x)
 {
     struct xnode *px = &n->x[x->in];
-    OK(dn_set_dst(n, x, &px->dst.md));  /* the gradient memories; dst is then the pool's own */
-    x->dst.mem = px->dst.mem;
+    OK(dn_set_dst(n, x, &px->dn->dst.md));  /* the gradient memories; dst is then the pool's own */
+    x->dn->dst.mem = px->dn->dst.mem;
     px->dn->pool_relu = true;
-    px->dn->pool_diff = x->diff.mem;
+    px->dn->pool_diff = x->dn->diff.mem;
     snprintf(x->impl, sizeof x->impl, "in the max-pool before it");
     return ST_OK;
 }
@@ -32,15 +32,15 @@ st_status dn_build_relu(st_net *n, int j)
     dnnl_eltwise_desc_t ed;
     dnnl_primitive_desc_t fpd, bpd;
     dnnl_primitive_t f, b;
-    TRY(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_training, dnnl_eltwise_relu, &px->dst.md, 0, 0));
+    TRY(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_training, dnnl_eltwise_relu, &px->dn->dst.md, 0, 0));
     OK(dn_pd_new(n, &fpd, &ed, NULL, NULL));
     dn_impl_name(x, fpd);
     OK(dn_set_dst(n, x, dn_query(fpd, dnnl_query_dst_md, 0)));
     OK(dn_prim_new(n, &f, fpd));
-    OK(dn_add_op(n, &x->dn->fwd, f, NODE_RELU, DNNL_ARG_SRC, px->dst.mem, DNNL_ARG_DST, x->dst.mem, -1));
+    OK(dn_add_op(n, &x->dn->fwd, f, NODE_RELU, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_DST, x->dn->dst.mem, -1));
     if (!px->wants_diff)
         return ST_OK;
-    TRY(dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_relu, &px->dst.md, &px->dst.md, 0, 0));
+    TRY(dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_relu, &px->dn->dst.md, &px->dn->dst.md, 0, 0));
     OK(dn_pd_new(n, &bpd, &ed, NULL, fpd));
     OK(dn_prim_new(n, &b, bpd));
     OK(dn_add_op(n, &x->dn->bwd, b, NODE_RELU, -1));
@@ -48,8 +48,8 @@ st_status dn_build_relu(st_net *n, int j)
     dnnl_memory_t target;
     OK(dn_deliver(n, j, x->in, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
     struct op *o = &x->dn->bwd.v[at];
-    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, px->dst.mem};
-    o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, x->diff.mem};
+    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, px->dn->dst.mem};
+    o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, x->dn->diff.mem};
     o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, target};
     o->nargs = 3;
     return ST_OK;
@@ -78,9 +78,9 @@ st_status dn_build_bn(st_net *n, int j)
     dnnl_batch_normalization_desc_t bd;
     dnnl_primitive_desc_t tpd, ipd, bpd;
     dnnl_primitive_t tp, ip, bp;
-    TRY(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &px->dst.md, 1e-5f, flags));
+    TRY(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &px->dn->dst.md, 1e-5f, flags));
     OK(dn_pd_new(n, &tpd, &bd, NULL, NULL));
-    TRY(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_inference, &px->dst.md, 1e-5f,
+    TRY(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_inference, &px->dn->dst.md, 1e-5f,
                                                    flags | dnnl_use_global_stats));
     OK(dn_pd_new(n, &ipd, &bd, NULL, NULL));
     dn_impl_name(x, tpd);
@@ -94,14 +94,14 @@ st_status dn_build_bn(st_net *n, int j)
     OK(dn_mem_new(n, &rvar, dn_arg_md(ipd, DNNL_ARG_VARIANCE), n->buffers + nd->buf_off + nd->c));
     OK(dn_prim_new(n, &tp, tpd));
     OK(dn_prim_new(n, &ip, ipd));
-    OK(dn_add_op(n, &x->dn->fwd, tp, NODE_BATCHNORM, DNNL_ARG_SRC, px->dst.mem, DNNL_ARG_SCALE, scale,
-              DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, x->dst.mem, DNNL_ARG_MEAN, x->dn->mean,
+    OK(dn_add_op(n, &x->dn->fwd, tp, NODE_BATCHNORM, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_SCALE, scale,
+              DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, x->dn->dst.mem, DNNL_ARG_MEAN, x->dn->mean,
               DNNL_ARG_VARIANCE, x->dn->var, -1));
     OK(dn_add_step(n, &x->dn->fwd, bn_running_stats, NODE_BATCHNORM));
-    OK(dn_add_op(n, &x->dn->fwd_infer, ip, NODE_BATCHNORM, DNNL_ARG_SRC, px->dst.mem, DNNL_ARG_SCALE, scale,
-              DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, x->dst.mem, DNNL_ARG_MEAN, rmean, DNNL_ARG_VARIANCE,
+    OK(dn_add_op(n, &x->dn->fwd_infer, ip, NODE_BATCHNORM, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_SCALE, scale,
+              DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, x->dn->dst.mem, DNNL_ARG_MEAN, rmean, DNNL_ARG_VARIANCE,
               rvar, -1));
-    TRY(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &px->dst.md, &px->dst.md, 1e-5f,
+    TRY(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &px->dn->dst.md, &px->dn->dst.md, 1e-5f,
                                                     flags));
     OK(dn_pd_new(n, &bpd, &bd, NULL, tpd));
     OK(dn_prim_new(n, &bp, bpd));
@@ -113,10 +113,10 @@ st_status dn_build_bn(st_net *n, int j)
     if (px->wants_diff)
         OK(dn_deliver(n, j, x->in, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
     else
-        OK(dn_mem_new(n, &target, &px->dst.md, NULL));  /* computed anyway, then dropped */
+        OK(dn_mem_new(n, &target, &px->dn->dst.md, NULL));  /* computed anyway, then dropped */
     struct op *o = &x->dn->bwd.v[at];
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, px->dst.mem}, {DNNL_ARG_MEAN, x->dn->mean},
-                              {DNNL_ARG_VARIANCE, x->dn->var}, {DNNL_ARG_DIFF_DST, x->diff.mem},
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, px->dn->dst.mem}, {DNNL_ARG_MEAN, x->dn->mean},
+                              {DNNL_ARG_VARIANCE, x->dn->var}, {DNNL_ARG_DIFF_DST, x->dn->diff.mem},
                               {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift},
                               {DNNL_ARG_DIFF_SRC, target}, {DNNL_ARG_DIFF_SCALE, dscale},
                               {DNNL_ARG_DIFF_SHIFT, dshift}};
@@ -133,8 +133,8 @@ st_status dn_build_bn(st_net *n, int j)
 static st_status dropout_fwd(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    const float *src = dn_mem_ptr(n->x[x->in].dst.mem);
-    float *dst = dn_mem_ptr(x->dst.mem), *ms = x->dn->mask_scale;
+    const float *src = dn_mem_ptr(n->x[x->in].dn->dst.mem);
+    float *dst = dn_mem_ptr(x->dn->dst.mem), *ms = x->dn->mask_scale;
     const float p = x->nd->drop, scale = 1.0f / (1.0f - p);
     for (size_t i = 0; i < x->dn->elems; i++) {
         ms[i] = !n->training ? 1.0f : dropout_keep(n->dropout_seed, j, i, p) ? scale : 0.0f;
@@ -146,7 +146,7 @@ static st_status dropout_fwd(st_net *n, int j)
 static st_status dropout_bwd(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    const float *dy = dn_mem_ptr(x->diff.mem), *ms = x->dn->mask_scale;
+    const float *dy = dn_mem_ptr(x->dn->diff.mem), *ms = x->dn->mask_scale;
     float *dx = dn_mem_ptr(x->dn->dropout_diff_src);
     for (size_t i = 0; i < x->dn->elems; i++)
         dx[i] = dy[i] * ms[i];
@@ -158,16 +158,16 @@ st_status dn_build_dropout(st_net *n, int j)
     struct xnode *x = &n->x[j];
     struct xnode *px = &n->x[x->in];
     snprintf(x->impl, sizeof x->impl, "C loop");
-    OK(dn_set_dst(n, x, &px->dst.md));
+    OK(dn_set_dst(n, x, &px->dn->dst.md));
     if (!(x->dn->mask_scale = calloc(x->dn->elems, sizeof(float))))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
     OK(dn_add_step(n, &x->dn->fwd, dropout_fwd, NODE_DROPOUT));
     if (!px->wants_diff)
         return ST_OK;
-    OK(dn_mem_new(n, &x->dn->dropout_diff_src, &px->dst.md, NULL));
+    OK(dn_mem_new(n, &x->dn->dropout_diff_src, &px->dn->dst.md, NULL));
     OK(dn_add_step(n, &x->dn->bwd, dropout_bwd, NODE_DROPOUT));
     dnnl_memory_t target;
-    return dn_deliver(n, j, x->in, &px->dst.md, x->dn->dropout_diff_src, &target);
+    return dn_deliver(n, j, x->in, &px->dn->dst.md, x->dn->dropout_diff_src, &target);
 }
 
 /* An input already in plain NCHW (mlp's) is read where it is: the input's
@@ -175,7 +175,7 @@ st_status dn_build_dropout(st_net *n, int j)
 static st_status flatten_alias(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    TRY(dnnl_memory_set_data_handle(x->dst.mem, dn_mem_ptr(n->x[x->in].dst.mem)));
+    TRY(dnnl_memory_set_data_handle(x->dn->dst.mem, dn_mem_ptr(n->x[x->in].dn->dst.mem)));
     return ST_OK;
 }
 
@@ -193,16 +193,16 @@ st_status dn_build_flatten(st_net *n, int j)
     snprintf(x->impl, sizeof x->impl, "reorder to nchw");
     OK(dn_set_dst(n, x, &md2));
     dnnl_memory_t view, dview, target;
-    if (dn_same(&px->dst.md, &md4)) {
+    if (dn_same(&px->dn->dst.md, &md4)) {
         snprintf(x->impl, sizeof x->impl, "a view of its input");
         OK(dn_add_step(n, &x->dn->fwd, flatten_alias, NODE_FLATTEN));
     } else {
-        OK(dn_mem_new(n, &view, &md4, dn_mem_ptr(x->dst.mem)));
-        OK(dn_add_reorder(n, &x->dn->fwd, px->dst.mem, view));
+        OK(dn_mem_new(n, &view, &md4, dn_mem_ptr(x->dn->dst.mem)));
+        OK(dn_add_reorder(n, &x->dn->fwd, px->dn->dst.mem, view));
     }
     if (!px->wants_diff)
         return ST_OK;
-    OK(dn_mem_new(n, &dview, &md4, dn_mem_ptr(x->diff.mem)));
+    OK(dn_mem_new(n, &dview, &md4, dn_mem_ptr(x->dn->diff.mem)));
     return dn_deliver(n, j, x->in, &md4, dview, &target);
 }
 
@@ -213,22 +213,22 @@ st_status dn_build_add(st_net *n, int j)
     dnnl_binary_desc_t bd;
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t p;
-    dnnl_memory_t src1 = b->dst.mem, target;
-    if (!dn_same(&b->dst.md, &a->dst.md)) {
-        OK(dn_mem_new(n, &src1, &a->dst.md, NULL));
-        OK(dn_add_reorder(n, &x->dn->fwd, b->dst.mem, src1));
+    dnnl_memory_t src1 = b->dn->dst.mem, target;
+    if (!dn_same(&b->dn->dst.md, &a->dn->dst.md)) {
+        OK(dn_mem_new(n, &src1, &a->dn->dst.md, NULL));
+        OK(dn_add_reorder(n, &x->dn->fwd, b->dn->dst.mem, src1));
     }
-    TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, &a->dst.md, &a->dst.md, &a->dst.md));
+    TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, &a->dn->dst.md, &a->dn->dst.md, &a->dn->dst.md));
     OK(dn_pd_new(n, &pd, &bd, NULL, NULL));
     dn_impl_name(x, pd);
-    OK(dn_set_dst(n, x, &a->dst.md));
+    OK(dn_set_dst(n, x, &a->dn->dst.md));
     OK(dn_prim_new(n, &p, pd));
-    OK(dn_add_op(n, &x->dn->fwd, p, NODE_ADD, DNNL_ARG_SRC_0, a->dst.mem, DNNL_ARG_SRC_1, src1, DNNL_ARG_DST,
-              x->dst.mem, -1));
+    OK(dn_add_op(n, &x->dn->fwd, p, NODE_ADD, DNNL_ARG_SRC_0, a->dn->dst.mem, DNNL_ARG_SRC_1, src1, DNNL_ARG_DST,
+              x->dn->dst.mem, -1));
     /* The gradient passes unchanged to both inputs; copies, because either
      * producer's diff may be added to later. */
-    OK(dn_deliver(n, j, x->in, &x->dst.md, x->diff.mem, &target));
-    return dn_deliver(n, j, x->in2, &x->dst.md, x->diff.mem, &target);
+    OK(dn_deliver(n, j, x->in, &x->dn->dst.md, x->dn->diff.mem, &target));
+    return dn_deliver(n, j, x->in2, &x->dn->dst.md, x->dn->diff.mem, &target);
 }
 
 st_status dn_build_input(st_net *n, int j)
@@ -239,14 +239,14 @@ st_status dn_build_input(st_net *n, int j)
     dnnl_memory_desc_t md;
     OK(dn_plain_md(n, &md, 4, d));
     snprintf(x->impl, sizeof x->impl, "user nchw");
-    x->dst.md = md;
-    x->diff.md = md;
+    x->dn->dst.md = md;
+    x->dn->diff.md = md;
     OK(dn_mem_new(n, &n->dnet->input_user, &md, n->logits /* replaced each forward */));
-    x->dst.mem = n->dnet->input_user;
-    OK(dn_mem_new(n, &x->diff.mem, &md, NULL));
+    x->dn->dst.mem = n->dnet->input_user;
+    OK(dn_mem_new(n, &x->dn->diff.mem, &md, NULL));
     if (x->consumers > 1) {
-        OK(dn_mem_new(n, &x->diff_tmp.mem, &md, NULL));
-        x->diff_tmp.md = md;
+        OK(dn_mem_new(n, &x->dn->diff_tmp.mem, &md, NULL));
+        x->dn->diff_tmp.md = md;
         dnnl_binary_desc_t bd;
         dnnl_primitive_desc_t pd;
         TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, &md, &md, &md));

@@ -12,8 +12,8 @@ static st_status build_loss_io(st_net *n)
     OK(dn_plain_md(n, &md, nd->flat ? 2 : 4, nd->flat ? d2 : d4));
     OK(dn_mem_new(n, &n->dnet->logits_user, &md, n->logits));
     OK(dn_mem_new(n, &n->dnet->dlast_user, &md, n->dlogits));
-    OK(dn_reorder_new(n, &n->dnet->to_logits, &last->dst.md, &md));
-    OK(dn_reorder_new(n, &n->dnet->from_dlast, &md, &last->dst.md));
+    OK(dn_reorder_new(n, &n->dnet->to_logits, &last->dn->dst.md, &md));
+    OK(dn_reorder_new(n, &n->dnet->from_dlast, &md, &last->dn->dst.md));
     return ST_OK;
 }
 
@@ -78,7 +78,7 @@ static st_status onednn_forward(st_net *n, const float *input)
         OK(run(n, infer ? &dn->fwd_infer : &dn->fwd));
     }
     TRY(dnnl_primitive_execute(d->to_logits, d->strm, 2,
-                               (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, n->x[n->nx - 1].dst.mem},
+                               (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, n->x[n->nx - 1].dn->dst.mem},
                                                    {DNNL_ARG_TO, d->logits_user}}));
     TRY(dnnl_stream_wait(d->strm));
     return ST_OK;
@@ -90,7 +90,7 @@ static st_status onednn_set_last_diff(st_net *n, const float *plain)
     TRY(dnnl_memory_set_data_handle(d->dlast_user, (void *)plain));
     TRY(dnnl_primitive_execute(d->from_dlast, d->strm, 2,
                                (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, d->dlast_user},
-                                                   {DNNL_ARG_TO, n->x[n->nx - 1].diff.mem}}));
+                                                   {DNNL_ARG_TO, n->x[n->nx - 1].dn->diff.mem}}));
     return ST_OK;
 }
 
@@ -105,7 +105,7 @@ static st_status onednn_backward(st_net *n)
 static st_status onednn_input_grad(st_net *n, float *out)
 {
     const struct xnode *x = &n->x[0];
-    memcpy(out, dn_mem_ptr(x->diff.mem), dnnl_memory_desc_get_size(&x->diff.md));
+    memcpy(out, dn_mem_ptr(x->dn->diff.mem), dnnl_memory_desc_get_size(&x->dn->diff.md));
     return ST_OK;
 }
 

@@ -35,7 +35,7 @@ static st_status maxpool2_fwd(st_net *n, int j)
     const struct xnode *x = &n->x[j];
     const struct onednn_node *dn = x->dn;
     const struct maxpool2_shape shape = {dn->pool_src, dn->pool_dst, n->batch, x->nd->h, x->nd->w};
-    maxpool2_forward(&shape, dn_mem_ptr(n->x[x->in].dst.mem), dn_mem_ptr(x->dst.mem), dn->pool_arg, dn->pool_relu);
+    maxpool2_forward(&shape, dn_mem_ptr(n->x[x->in].dn->dst.mem), dn_mem_ptr(x->dn->dst.mem), dn->pool_arg, dn->pool_relu);
     return ST_OK;
 }
 
@@ -47,8 +47,8 @@ static st_status maxpool2_bwd(st_net *n, int j)
     const struct maxpool2_shape shape = {dn->pool_src, dn->pool_dst, n->batch, x->nd->h, x->nd->w};
     float *dx = dn_mem_ptr(dn->pool_target);
     if (!dn->pool_edges_zeroed && (px->nd->h != 2 * x->nd->h || px->nd->w != 2 * x->nd->w))
-        memset(dx, 0, dnnl_memory_desc_get_size(&px->dst.md));  /* an odd edge row/column gets no gradient */
-    maxpool2_backward(&shape, dn_mem_ptr(dn->pool_relu ? dn->pool_diff : x->diff.mem), dn->pool_arg, dx);
+        memset(dx, 0, dnnl_memory_desc_get_size(&px->dn->dst.md));  /* an odd edge row/column gets no gradient */
+    maxpool2_backward(&shape, dn_mem_ptr(dn->pool_relu ? dn->pool_diff : x->dn->diff.mem), dn->pool_arg, dx);
     return ST_OK;
 }
 
@@ -67,7 +67,7 @@ static st_status conv_maxpool2_fwd(st_net *n, int j)
     const struct maxpool2_shape shape = {dn->pool_src, dn->pool_dst, dn->chunk, x->nd->h, x->nd->w};
     const float *src = dn_mem_ptr(dn->chunk_full_src);
     const float *out = dn_mem_ptr(dn->chunk_args[dn->chunk_nargs - 1].memory);
-    float *dst = dn_mem_ptr(x->dst.mem);
+    float *dst = dn_mem_ptr(x->dn->dst.mem);
     for (int i = 0; i < n->batch; i += dn->chunk) {
         dnnl_status_t s = dnnl_memory_set_data_handle(dn->chunk_src, (void *)(src + i * dn->chunk_src_image));
         if (s == dnnl_success)
@@ -99,7 +99,7 @@ static st_status maxpool2_conv_bwd(st_net *n, int j)
     const struct xnode *x = &n->x[j];
     const struct onednn_node *dn = x->dn;
     const struct maxpool2_shape shape = {dn->pool_src, dn->pool_dst, dn->chunk, x->nd->h, x->nd->w};
-    const float *src = dn_mem_ptr(dn->chunk_full_src), *dy = dn_mem_ptr(dn->pool_relu ? dn->pool_diff : x->diff.mem);
+    const float *src = dn_mem_ptr(dn->chunk_full_src), *dy = dn_mem_ptr(dn->pool_relu ? dn->pool_diff : x->dn->diff.mem);
     float *dx = dn_mem_ptr(dn->chunk_diff);
     for (int i = 0; i < n->batch; i += dn->chunk) {
         maxpool2_backward(&shape, dy + i * dn->pool_dst.sn, dn->pool_arg + i * dn->pool_dst.sn, dx);
@@ -138,7 +138,7 @@ static st_status chunk_the_conv_bwd(st_net *n, int j, const_dnnl_primitive_desc_
     *moved = false;
     if (n->x[px->in].wants_diff || !pb->n || pb->v[0].step || pb->v[0].prof != NODE_CONV ||
         (pb->n == 2 && pb->v[1].prim && pb->v[1].prof != NODE_KINDS) || pb->n > 2 ||
-        dn_arg_of(&pb->v[0], DNNL_ARG_SRC) != dn->chunk_full_src || dn_arg_of(&pb->v[0], DNNL_ARG_DIFF_DST) != px->diff.mem)
+        dn_arg_of(&pb->v[0], DNNL_ARG_SRC) != dn->chunk_full_src || dn_arg_of(&pb->v[0], DNNL_ARG_DIFF_DST) != px->dn->diff.mem)
         return ST_OK;
     const struct op *bw = &pb->v[0];
     dnnl_memory_t dw = dn_arg_of(bw, DNNL_ARG_DIFF_WEIGHTS), db = dn_arg_of(bw, DNNL_ARG_DIFF_BIAS);
@@ -182,7 +182,7 @@ static st_status chunk_the_conv(st_net *n, int j, int *chunk)
     if (px->kind != NODE_CONV || px->consumers != 1 || px->fuse_relu || !pf->n || pf->v[pf->n - 1].step ||
         pf->v[pf->n - 1].prof != NODE_CONV || getenv("SHMTRAIN_ONEDNN_NO_CHUNKS"))
         return ST_OK;
-    const size_t image = dnnl_memory_desc_get_size(&px->dst.md) / (size_t)n->batch;
+    const size_t image = dnnl_memory_desc_get_size(&px->dn->dst.md) / (size_t)n->batch;
     int c = 0;
     for (int k = 1; k < n->batch && image * (size_t)n->batch > CHUNK_BYTES; k++)
         if (n->batch % k == 0 && image * (size_t)k <= CHUNK_BYTES)
@@ -196,7 +196,7 @@ static st_status chunk_the_conv(st_net *n, int j, int *chunk)
     TRY(dnnl_primitive_get_primitive_desc(conv->prim, &full));
     /* The primitive's own source description: the memory's may differ in
      * the strides of size-1 dimensions, which kernels match by tag. */
-    dnnl_memory_desc_t src_md = *dn_query(full, dnnl_query_src_md, 0), dst_md = px->dst.md;
+    dnnl_memory_desc_t src_md = *dn_query(full, dnnl_query_src_md, 0), dst_md = px->dn->dst.md;
     src_md.dims[0] = src_md.padded_dims[0] = c;  /* the batch is the outermost dimension */
     dst_md.dims[0] = dst_md.padded_dims[0] = c;
     struct weights_layer w;
@@ -235,7 +235,7 @@ static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
     dnnl_format_tag_t dtag;
     TRY(dnnl_memory_desc_init_by_tag(&md, 4, dd, dnnl_f32, tag));
     OK(dn_set_dst(n, x, &md));
-    if (!channel_innermost(&x->dst.md, &dn->pool_dst, &dtag) || dn->pool_dst.block != dn->pool_src.block)
+    if (!channel_innermost(&x->dn->dst.md, &dn->pool_dst, &dtag) || dn->pool_dst.block != dn->pool_src.block)
         return st_fail(ST_ERR_BACKEND, "max-pool: unexpected output layout (model line %d)", x->nd->line);
     if (!(dn->pool_arg = calloc(dn->elems, 1)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
@@ -254,11 +254,11 @@ static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
     if (!px->wants_diff)
         return ST_OK;
     OK(dn_add_step(n, &dn->bwd, maxpool2_bwd, NODE_MAXPOOL));
-    OK(dn_deliver(n, j, x->in, &px->dst.md, NULL, &dn->pool_target));
-    if (px->consumers == 1 && dn->pool_target == px->diff.mem) {
+    OK(dn_deliver(n, j, x->in, &px->dn->dst.md, NULL, &dn->pool_target));
+    if (px->consumers == 1 && dn->pool_target == px->dn->diff.mem) {
         /* Only this pool writes there, never to an odd edge: zero it once
          * instead of every step (2 MB for cnn's second pool). */
-        memset(dn_mem_ptr(dn->pool_target), 0, dnnl_memory_desc_get_size(&px->dst.md));
+        memset(dn_mem_ptr(dn->pool_target), 0, dnnl_memory_desc_get_size(&px->dn->dst.md));
         dn->pool_edges_zeroed = true;
     }
     return ST_OK;
@@ -271,7 +271,7 @@ st_status dn_build_pool(st_net *n, int j)
     const struct node *nd = x->nd, *s = px->nd;
     dnnl_format_tag_t tag;
     if (x->kind == NODE_MAXPOOL && nd->k == 2 && nd->s == 2 && nd->p == 0 && !getenv("SHMTRAIN_ONEDNN_POOL") &&
-        channel_innermost(&px->dst.md, &x->dn->pool_src, &tag))
+        channel_innermost(&px->dn->dst.md, &x->dn->pool_src, &tag))
         return build_maxpool2(n, j, tag);
     dnnl_alg_kind_t alg = x->kind == NODE_MAXPOOL ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
     dnnl_dims_t kernel = {nd->k, nd->k}, strides = {nd->s, nd->s}, pad = {nd->p, nd->p}, dil = {0, 0};
@@ -285,7 +285,7 @@ st_status dn_build_pool(st_net *n, int j)
     dnnl_pooling_v2_desc_t pdsc;
     dnnl_primitive_desc_t fpd, bpd;
     dnnl_primitive_t f, b;
-    TRY(dnnl_pooling_v2_forward_desc_init(&pdsc, dnnl_forward_training, alg, &px->dst.md, &dst_any,
+    TRY(dnnl_pooling_v2_forward_desc_init(&pdsc, dnnl_forward_training, alg, &px->dn->dst.md, &dst_any,
                                           strides, kernel, dil, pad, pad));
     OK(dn_pd_new(n, &fpd, &pdsc, NULL, NULL));
     dn_impl_name(x, fpd);
@@ -295,11 +295,11 @@ st_status dn_build_pool(st_net *n, int j)
     if (wsmd && wsmd->ndims > 0)
         OK(dn_mem_new(n, &ws, wsmd, NULL));
     OK(dn_prim_new(n, &f, fpd));
-    OK(dn_add_op(n, &x->dn->fwd, f, x->kind, DNNL_ARG_SRC, px->dst.mem, DNNL_ARG_DST, x->dst.mem,
+    OK(dn_add_op(n, &x->dn->fwd, f, x->kind, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_DST, x->dn->dst.mem,
               DNNL_ARG_WORKSPACE, ws, -1));
     if (!px->wants_diff)
         return ST_OK;
-    TRY(dnnl_pooling_v2_backward_desc_init(&pdsc, alg, &px->dst.md, &x->dst.md, strides, kernel, dil,
+    TRY(dnnl_pooling_v2_backward_desc_init(&pdsc, alg, &px->dn->dst.md, &x->dn->dst.md, strides, kernel, dil,
                                            pad, pad));
     OK(dn_pd_new(n, &bpd, &pdsc, NULL, fpd));
     OK(dn_prim_new(n, &b, bpd));
@@ -308,7 +308,7 @@ st_status dn_build_pool(st_net *n, int j)
     dnnl_memory_t target;
     OK(dn_deliver(n, j, x->in, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
     struct op *o = &x->dn->bwd.v[at];
-    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, x->diff.mem};
+    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, x->dn->diff.mem};
     o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WORKSPACE, ws};
     o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, target};
     o->nargs = 3;

@@ -162,17 +162,17 @@ static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_l
     OK(dn_any_md(n, &wei_any, w->ndims, w->wei));
     if (plain_weights(n, x)) {
         OK(dn_plain_md(n, &wei_plain, w->ndims, w->wei));
-        OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_plain, bias, &x->dst.md, hint, pd));
+        OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_plain, bias, &x->dn->dst.md, hint, pd));
         if (!dn_is_reference_impl(*pd))
             return ST_OK;
     }
-    OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_any, bias, &x->dst.md, hint, pd));
+    OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_any, bias, &x->dn->dst.md, hint, pd));
     if (!dn_is_reference_impl(*pd))
         return ST_OK;
     if (getenv("SHMTRAIN_NN_VERBOSE")) {
         char a[256], b[256];
         dn_md_str(a, sizeof a, src);
-        dn_md_str(b, sizeof b, &x->dst.md);
+        dn_md_str(b, sizeof b, &x->dn->dst.md);
         fprintf(stderr, "shmtrain: node %d: backward-%s gets only a reference kernel with src %s, dst %s: "
                         "letting it choose\n", n->dnet->cur, weights_pass ? "weights" : "data", a, b);
     }
@@ -233,7 +233,7 @@ static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
     dnnl_primitive_t fwd;
     OK(dn_prim_new(n, &fwd, pd));
     return dn_add_op(n, &dn->fwd, fwd, x->kind, DNNL_ARG_SRC, dn->src, DNNL_ARG_WEIGHTS, b->w_fwd, DNNL_ARG_BIAS,
-                  b_user, DNNL_ARG_DST, x->dst.mem, -1);
+                  b_user, DNNL_ARG_DST, x->dn->dst.mem, -1);
 }
 
 /* A fused ReLU's backward: the gradient becomes the pre-activation
@@ -243,12 +243,12 @@ static st_status build_fused_relu_bwd(st_net *n, struct xnode *x)
     dnnl_eltwise_desc_t ed;
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t p;
-    TRY(dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_relu_use_dst_for_bwd, &x->dst.md, &x->dst.md, 0.0f,
+    TRY(dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_relu_use_dst_for_bwd, &x->dn->dst.md, &x->dn->dst.md, 0.0f,
                                         0.0f));
     OK(dn_pd_new(n, &pd, &ed, NULL, NULL));
     OK(dn_prim_new(n, &p, pd));
-    return dn_add_op(n, &x->dn->bwd, p, NODE_RELU, DNNL_ARG_DST, x->dst.mem, DNNL_ARG_DIFF_DST, x->diff.mem,
-                  DNNL_ARG_DIFF_SRC, x->diff.mem, -1);
+    return dn_add_op(n, &x->dn->bwd, p, NODE_RELU, DNNL_ARG_DST, x->dn->dst.mem, DNNL_ARG_DIFF_DST, x->dn->diff.mem,
+                  DNNL_ARG_DIFF_SRC, x->dn->diff.mem, -1);
 }
 
 /* The forward's own description of its source, not the producer's: they
@@ -271,7 +271,7 @@ static st_status build_weights_bwd_w(st_net *n, int j, const struct weights_buil
     OK(bwd_pd(n, x, &b->w, true, fwd_src_md(b), nd->bias ? &b->bias_md : NULL, b->fwd_pd, &pd));
     dn_impl_name(x, pd);
     OK(bwd_input(n, &dn->bwd, dn->src, dn_query(pd, dnnl_query_src_md, 0), &src));
-    OK(bwd_input(n, &dn->bwd, x->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), &ddst));
+    OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), &ddst));
     OK(dn_mem_new(n, &dw_user, &b->wei_plain, n->grads + nd->w_off));
     if (nd->bias)
         OK(dn_mem_new(n, &db_user, &b->bias_md, n->grads + nd->b_off));
@@ -293,7 +293,7 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
     dnnl_primitive_desc_t pd;
     dnnl_memory_t ddst;
     OK(bwd_pd(n, x, &b->w, false, fwd_src_md(b), NULL, b->fwd_pd, &pd));
-    OK(bwd_input(n, &dn->bwd, x->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), &ddst));
+    OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), &ddst));
     dn_impl_name(x, pd);
     /* The weights change every step, so they are reordered into this
      * layout every backward pass (after the optimizer ran). */

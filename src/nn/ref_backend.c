@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "net.h"
@@ -32,6 +33,15 @@ static void update_running_stats(st_net *n, const struct node *nd, const float *
     }
 }
 
+/* The reference backend's state of one exec node: plain NCHW / (N, C). */
+struct ref_node {
+    float *dst, *diff;       /* its output and the gradient w.r.t. it */
+    float *diff_src;         /* the gradient w.r.t. its input, before delivery */
+    int *argmax;             /* max-pool: the winner of each output */
+    float *mean, *var;       /* batch norm: this batch's statistics */
+    uint8_t *mask;           /* dropout: kept or not */
+};
+
 /* What one layer's reference step reads and writes. */
 struct ref_step {
     st_net *n;
@@ -52,13 +62,13 @@ static bool scratch_none(struct xnode *x, size_t sz)
     return true;
 }
 
-static bool scratch_argmax(struct xnode *x, size_t sz) { return (x->argmax = calloc(sz, sizeof(int))) != NULL; }
-static bool scratch_mask(struct xnode *x, size_t sz) { return (x->mask = calloc(sz, 1)) != NULL; }
+static bool scratch_argmax(struct xnode *x, size_t sz) { return (x->ref->argmax = calloc(sz, sizeof(int))) != NULL; }
+static bool scratch_mask(struct xnode *x, size_t sz) { return (x->ref->mask = calloc(sz, 1)) != NULL; }
 
 static bool scratch_bn_stats(struct xnode *x, size_t sz)
 {
     (void)sz;
-    return (x->mean = calloc((size_t)x->nd->c, sizeof(float))) && (x->var = calloc((size_t)x->nd->c, sizeof(float)));
+    return (x->ref->mean = calloc((size_t)x->nd->c, sizeof(float))) && (x->ref->var = calloc((size_t)x->nd->c, sizeof(float)));
 }
 
 /* ------------------------------------------------------- forward steps -- */
@@ -84,7 +94,7 @@ static void relu_ref_forward(const struct ref_step *t) { ref_relu_fwd(t->y, t->s
 static void maxpool_ref_forward(const struct ref_step *t)
 {
     struct conv_shape cs = window_shape(t->n, t->x, t->s);
-    ref_maxpool_fwd(t->y, t->x->argmax, t->src, &cs);
+    ref_maxpool_fwd(t->y, t->x->ref->argmax, t->src, &cs);
 }
 
 static void avgpool_ref_forward(const struct ref_step *t)
@@ -99,8 +109,8 @@ static void bn_ref_forward(const struct ref_step *t)
     const struct node *nd = t->nd;
     const float *g = n->params + nd->w_off, *b = n->params + nd->b_off;
     if (n->training) {
-        ref_bn_fwd_train(t->y, t->x->mean, t->x->var, t->src, g, b, n->batch, nd->c, nd->h * nd->w, 1e-5f);
-        update_running_stats(n, nd, t->x->mean, t->x->var);
+        ref_bn_fwd_train(t->y, t->x->ref->mean, t->x->ref->var, t->src, g, b, n->batch, nd->c, nd->h * nd->w, 1e-5f);
+        update_running_stats(n, nd, t->x->ref->mean, t->x->ref->var);
     } else {
         const float *rm = n->buffers + nd->buf_off;
         ref_bn_fwd_infer(t->y, t->src, g, b, rm, rm + nd->c, n->batch, nd->c, nd->h * nd->w, 1e-5f);
@@ -112,8 +122,8 @@ static void dropout_ref_forward(const struct ref_step *t)
     const st_net *n = t->n;
     const float drop = t->nd->drop, scale = 1.0f / (1.0f - drop);
     for (size_t i = 0; i < t->sz; i++) {
-        t->x->mask[i] = !n->training || dropout_keep(n->dropout_seed, t->j, i, drop);
-        t->y[i] = n->training ? (t->x->mask[i] ? t->src[i] * scale : 0.0f) : t->src[i];
+        t->x->ref->mask[i] = !n->training || dropout_keep(n->dropout_seed, t->j, i, drop);
+        t->y[i] = n->training ? (t->x->ref->mask[i] ? t->src[i] * scale : 0.0f) : t->src[i];
     }
 }
 
@@ -121,7 +131,7 @@ static void flatten_ref_forward(const struct ref_step *t) { memcpy(t->y, t->src,
 
 static void add_ref_forward(const struct ref_step *t)
 {
-    const float *b = t->n->x[t->x->in2].dst.plain;
+    const float *b = t->n->x[t->x->in2].ref->dst;
     for (size_t i = 0; i < t->sz; i++)
         t->y[i] = t->src[i] + b[i];
 }
@@ -136,10 +146,10 @@ static void ref_deliver(st_net *n, int p, int j, const float *grad)
         return;
     const size_t sz = nn_node_size(n, px->nd);
     if (px->first_writer == j) {
-        memcpy(px->diff.plain, grad, sz * sizeof(float));
+        memcpy(px->ref->diff, grad, sz * sizeof(float));
     } else {
         for (size_t i = 0; i < sz; i++)
-            px->diff.plain[i] += grad[i];
+            px->ref->diff[i] += grad[i];
     }
 }
 
@@ -179,7 +189,7 @@ static bool maxpool_ref_backward(const struct ref_step *t)
 {
     struct conv_shape cs = window_shape(t->n, t->x, t->s);
     if (t->dx)
-        ref_maxpool_bwd(t->dx, t->dy, t->x->argmax, &cs);
+        ref_maxpool_bwd(t->dx, t->dy, t->x->ref->argmax, &cs);
     return t->dx != NULL;
 }
 
@@ -195,7 +205,7 @@ static bool bn_ref_backward(const struct ref_step *t)
 {
     st_net *n = t->n;
     const struct node *nd = t->nd;
-    ref_bn_bwd(t->dx, n->grads + nd->w_off, n->grads + nd->b_off, t->dy, t->src, t->x->mean, t->x->var,
+    ref_bn_bwd(t->dx, n->grads + nd->w_off, n->grads + nd->b_off, t->dy, t->src, t->x->ref->mean, t->x->ref->var,
                n->params + nd->w_off, n->batch, nd->c, nd->h * nd->w, 1e-5f);
     return t->dx != NULL;
 }
@@ -204,7 +214,7 @@ static bool dropout_ref_backward(const struct ref_step *t)
 {
     const float scale = t->n->training ? 1.0f / (1.0f - t->nd->drop) : 1.0f;
     for (size_t i = 0; t->dx && i < t->sz; i++)
-        t->dx[i] = t->x->mask[i] ? t->dy[i] * scale : 0.0f;
+        t->dx[i] = t->x->ref->mask[i] ? t->dy[i] * scale : 0.0f;
     return t->dx != NULL;
 }
 
@@ -245,10 +255,12 @@ static st_status ref_build(st_net *n)
         const size_t sz = nn_node_size(n, x->nd);
         const size_t in_sz = x->in >= 0 ? nn_node_size(n, n->x[x->in].nd) : 0;
         snprintf(x->impl, sizeof x->impl, "reference");
-        x->dst.plain = calloc(sz, sizeof(float));
-        x->diff.plain = calloc(sz, sizeof(float));
-        x->ref_diff_src = in_sz ? calloc(in_sz, sizeof(float)) : NULL;
-        bool ok = x->dst.plain && x->diff.plain && (!in_sz || x->ref_diff_src);
+        if (!(x->ref = calloc(1, sizeof *x->ref)))
+            return st_fail(ST_ERR_NOMEM, "net: out of memory for layer %d", j);
+        x->ref->dst = calloc(sz, sizeof(float));
+        x->ref->diff = calloc(sz, sizeof(float));
+        x->ref->diff_src = in_sz ? calloc(in_sz, sizeof(float)) : NULL;
+        bool ok = x->ref->dst && x->ref->diff && (!in_sz || x->ref->diff_src);
         if (!ok || !ref_layers[x->kind].scratch(x, sz))
             return st_fail(ST_ERR_NOMEM, "net: out of memory for layer %d", j);
     }
@@ -259,13 +271,17 @@ static void ref_destroy(st_net *n)
 {
     for (int j = 0; n->x && j < n->nx; j++) {
         struct xnode *x = &n->x[j];
-        free(x->dst.plain);
-        free(x->diff.plain);
-        free(x->ref_diff_src);
-        free(x->argmax);
-        free(x->mean);
-        free(x->var);
-        free(x->mask);
+        if (!x->ref)
+            continue;
+        free(x->ref->dst);
+        free(x->ref->diff);
+        free(x->ref->diff_src);
+        free(x->ref->argmax);
+        free(x->ref->mean);
+        free(x->ref->var);
+        free(x->ref->mask);
+        free(x->ref);
+        x->ref = NULL;
     }
 }
 
@@ -274,8 +290,8 @@ static struct ref_step step_of(st_net *n, int j)
     struct xnode *x = &n->x[j];
     const struct xnode *px = x->in >= 0 ? &n->x[x->in] : NULL;
     return (struct ref_step){.n = n, .x = x, .j = j, .nd = x->nd, .s = px ? px->nd : NULL,
-                             .src = px ? px->dst.plain : NULL, .y = x->dst.plain, .dy = x->diff.plain,
-                             .dx = px && px->wants_diff ? x->ref_diff_src : NULL, .sz = nn_node_size(n, x->nd)};
+                             .src = px ? px->ref->dst : NULL, .y = x->ref->dst, .dy = x->ref->diff,
+                             .dx = px && px->wants_diff ? x->ref->diff_src : NULL, .sz = nn_node_size(n, x->nd)};
 }
 
 static st_status ref_forward(st_net *n, const float *input)
@@ -290,7 +306,7 @@ static st_status ref_forward(st_net *n, const float *input)
         if (n->profiling)
             n->prof[n->x[j].kind] += nn_now() - t0;
     }
-    memcpy(n->logits, n->x[n->nx - 1].dst.plain, st_net_output_size(n) * sizeof(float));
+    memcpy(n->logits, n->x[n->nx - 1].ref->dst, st_net_output_size(n) * sizeof(float));
     return ST_OK;
 }
 
@@ -309,19 +325,19 @@ static st_status ref_backward(st_net *n)
             n->prof[n->x[j].kind] += nn_now() - t0;
     }
     if (n->cfg.input_grad)
-        memcpy(n->input_grad, n->x[0].diff.plain, nn_node_size(n, n->x[0].nd) * sizeof(float));
+        memcpy(n->input_grad, n->x[0].ref->diff, nn_node_size(n, n->x[0].nd) * sizeof(float));
     return ST_OK;
 }
 
 static st_status ref_backward_from(st_net *n, const float *d_output)
 {
-    memcpy(n->x[n->nx - 1].diff.plain, d_output, (size_t)n->batch * (size_t)st_model_classes(n->model) * sizeof(float));
+    memcpy(n->x[n->nx - 1].ref->diff, d_output, (size_t)n->batch * (size_t)st_model_classes(n->model) * sizeof(float));
     return ref_backward(n);
 }
 
 static st_status ref_input_grad(st_net *n, float *out)
 {
-    memcpy(out, n->x[0].diff.plain, nn_node_size(n, n->x[0].nd) * sizeof(float));
+    memcpy(out, n->x[0].ref->diff, nn_node_size(n, n->x[0].nd) * sizeof(float));
     return ST_OK;
 }
 
