@@ -117,11 +117,11 @@ st_status dn_pd_new(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc,
  * here (bench/st-kernel-candidates conv, one core: lenet's 1->6 5x5 0.220 ->
  * 0.088 ms per 16-image chunk, its 6->16 5x5 at batch 64 0.44 -> 0.27 ms).
  * SHMTRAIN_ONEDNN_BRGCONV=1 keeps oneDNN's choice for comparison. */
-const char *dn_conv_fwd_avoid(const dnnl_memory_desc_t *src)
+const char *dn_conv_fwd_avoid(const st_net *n, const dnnl_memory_desc_t *src)
 {
     const dnnl_blocking_desc_t *b = &src->format_desc.blocking;
     bool nhwc = src->ndims == 4 && src->format_kind == dnnl_blocked && b->inner_nblks == 0 && b->strides[1] == 1;
-    return nhwc && src->dims[1] < 16 && !getenv("SHMTRAIN_ONEDNN_BRGCONV") ? "brgconv" : NULL;
+    return nhwc && src->dims[1] < 16 && !n->dnet->opt.brgconv ? "brgconv" : NULL;
 }
 
 st_status dn_prim_new(st_net *n, dnnl_primitive_t *out, const_dnnl_primitive_desc_t pd)
@@ -223,7 +223,7 @@ st_status dn_add_reorder(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_m
 {
     dnnl_primitive_t r;
     OK(dn_reorder_new(n, &r, dn_mem_md(from), dn_mem_md(to)));
-    if (getenv("SHMTRAIN_NN_VERBOSE")) {  /* which layouts meet where: the cost a profile calls "reorders" */
+    if (n->dnet->opt.verbose) {  /* which layouts meet where: the cost a profile calls "reorders" */
         char a[256], b[256];
         dn_md_str(a, sizeof a, dn_mem_md(from));
         dn_md_str(b, sizeof b, dn_mem_md(to));

@@ -79,36 +79,69 @@ struct dn_tensor {
     dnnl_memory_t mem;
 };
 
+/* Batch norm's statistics in training. */
+struct dn_bn_state {
+    dnnl_memory_t mean, var;
+};
+
+/* Dropout's scaled mask, and where its backward writes. */
+struct dn_dropout_state {
+    float *mask_scale;                   /* 0 or 1/(1-p) per element */
+    dnnl_memory_t diff_src;
+};
+
+/* The C 2x2/2 max-pool (see build_maxpool2 in onednn_pool.c). */
+struct dn_pool_state {
+    struct pool_layout src, dst;
+    uint8_t *arg;                        /* the winner of each output */
+    dnnl_memory_t target;                /* where its backward writes */
+    bool relu;                           /* the ReLU after it runs inside it (dn_build_relu) */
+    dnnl_memory_t diff;                  /* then the gradient comes from the ReLU's diff */
+    bool edges_zeroed;                   /* the target keeps its zero edges (sole writer) */
+};
+
+/* The convolution feeding a C max-pool, run in batch chunks inside the
+ * pool's forward step, and its backward-weights pass in the same chunks
+ * inside the pool's backward step when that is the convolution's only
+ * backward pass (see chunk_the_conv in onednn_pool.c).  Held by the pool. */
+struct dn_chunk_state {
+    int images;                          /* per chunk; 0: not chunked */
+    dnnl_primitive_t conv;
+    dnnl_exec_arg_t args[4];
+    int nargs;
+    dnnl_memory_t src, full_src;
+    long src_image;                      /* floats per image in the convolution's source */
+    dnnl_primitive_t bwd_w;
+    dnnl_memory_t diff;                  /* a chunk of the convolution's output gradient */
+    dnnl_memory_t dw, db;                /* one chunk's weight gradients */
+    dnnl_memory_t total_dw, total_db;    /* what the whole-batch pass wrote */
+    bool bwd_moved;
+};
+
+/* One exec node's oneDNN state: what every node has, then each layer
+ * family's own. */
 struct onednn_node {
     struct dn_tensor dst, diff, diff_tmp;  /* diff_tmp: a second consumer's gradient, added in */
     struct oplist fwd, fwd_infer, bwd;   /* fwd_infer: batch norm in evaluation mode */
     dnnl_memory_t src;                   /* what the forward reads */
-    dnnl_memory_t mean, var;             /* batch norm, training */
     dnnl_primitive_t accum;              /* diff += diff_tmp, when 2+ consumers */
-    float *mask_scale;                   /* dropout: 0 or 1/(1-p) per element */
     size_t elems;                        /* floats in dst's buffer (padding included) */
-    dnnl_memory_t dropout_diff_src;
-    /* 2x2/2 max-pool in C (see build_maxpool2) */
-    struct pool_layout pool_src, pool_dst;
-    uint8_t *pool_arg;
-    dnnl_memory_t pool_target;
-    bool pool_relu;                      /* the ReLU after it runs inside it (build_relu) */
-    dnnl_memory_t pool_diff;             /* then the gradient comes from the ReLU's diff */
-    /* The convolution feeding a C max-pool, run in batch chunks inside the
-     * pool's forward step (see chunk_the_conv) */
-    dnnl_primitive_t chunk_conv;
-    dnnl_exec_arg_t chunk_args[4];
-    int chunk_nargs, chunk;
-    dnnl_memory_t chunk_src, chunk_full_src;
-    long chunk_src_image;                /* floats per image in the convolution's source */
-    /* ... and its backward-weights pass in the same chunks inside the pool's
-     * backward step, when it is the convolution's only backward pass */
-    dnnl_primitive_t chunk_bwd_w;
-    dnnl_memory_t chunk_diff;            /* a chunk of the convolution's output gradient */
-    dnnl_memory_t chunk_dw, chunk_db;    /* one chunk's weight gradients */
-    dnnl_memory_t total_dw, total_db;    /* what the whole-batch pass wrote */
-    bool chunk_bwd_moved;
-    bool pool_edges_zeroed;              /* the pool's target keeps its zero edges (sole writer) */
+    struct dn_bn_state bn;
+    struct dn_dropout_state dropout;
+    struct dn_pool_state pool;
+    struct dn_chunk_state chunk;
+};
+
+/* The engine's switches, read from the environment once per build: each
+ * turns one of the engine's choices off (or on) for an A/B comparison
+ * (bench/st-step-ab; docs/engine.md, "The A/B switches"). */
+struct dn_options {
+    bool no_chunks;      /* SHMTRAIN_ONEDNN_NO_CHUNKS: no convolution in the max-pool's chunks */
+    bool no_bwd_chunks;  /* SHMTRAIN_ONEDNN_NO_BWD_CHUNKS: ... nor its backward-weights */
+    bool brgconv;        /* SHMTRAIN_ONEDNN_BRGCONV: let oneDNN pick brgconv for few input channels */
+    bool ip_any;         /* SHMTRAIN_ONEDNN_IP_ANY: inner products choose their weights' layout */
+    bool onednn_pool;    /* SHMTRAIN_ONEDNN_POOL: oneDNN's pooling instead of maxpool2.c */
+    bool verbose;        /* SHMTRAIN_NN_VERBOSE: print reorders, fallbacks and kernels */
 };
 
 struct onednn_net {
@@ -122,6 +155,7 @@ struct onednn_net {
     dnnl_memory_t logits_user, dlast_user;
     dnnl_primitive_t to_logits, from_dlast;
     int cur;                             /* node being built, for messages */
+    struct dn_options opt;               /* read once per build */
 };
 
 #define TRY(call)                                                                        \
@@ -146,7 +180,7 @@ void *dn_mem_ptr(dnnl_memory_t m);
 const dnnl_memory_desc_t *dn_mem_md(dnnl_memory_t m);
 st_status dn_pd_new_avoiding(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc, const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint, const char *avoid);
 st_status dn_pd_new(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc, const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint);
-const char *dn_conv_fwd_avoid(const dnnl_memory_desc_t *src);
+const char *dn_conv_fwd_avoid(const st_net *n, const dnnl_memory_desc_t *src);
 st_status dn_prim_new(st_net *n, dnnl_primitive_t *out, const_dnnl_primitive_desc_t pd);
 st_status dn_reorder_new(st_net *n, dnnl_primitive_t *out, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to);
 const dnnl_memory_desc_t *dn_query(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index);

@@ -9,7 +9,7 @@
 static bool relu_fits_pool(const st_net *n, const struct xnode *x)
 {
     const struct xnode *px = &n->x[x->in];
-    return px->kind == NODE_MAXPOOL && px->dn->pool_arg && px->consumers == 1;
+    return px->kind == NODE_MAXPOOL && px->dn->pool.arg && px->consumers == 1;
 }
 
 static st_status build_relu_in_pool(st_net *n, struct xnode *x)
@@ -17,8 +17,8 @@ static st_status build_relu_in_pool(st_net *n, struct xnode *x)
     struct xnode *px = &n->x[x->in];
     OK(dn_set_dst(n, x, &px->dn->dst.md));  /* the gradient memories; dst is then the pool's own */
     x->dn->dst.mem = px->dn->dst.mem;
-    px->dn->pool_relu = true;
-    px->dn->pool_diff = x->dn->diff.mem;
+    px->dn->pool.relu = true;
+    px->dn->pool.diff = x->dn->diff.mem;
     snprintf(x->impl, sizeof x->impl, "in the max-pool before it");
     return ST_OK;
 }
@@ -59,7 +59,7 @@ static st_status bn_running_stats(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    const float *mean = dn_mem_ptr(x->dn->mean), *var = dn_mem_ptr(x->dn->var);
+    const float *mean = dn_mem_ptr(x->dn->bn.mean), *var = dn_mem_ptr(x->dn->bn.var);
     const double m = (double)n->batch * nd->h * nd->w;
     float *rm = n->buffers + nd->buf_off, *rv = rm + nd->c;
     for (int c = 0; c < nd->c; c++) {
@@ -88,15 +88,15 @@ st_status dn_build_bn(st_net *n, int j)
     dnnl_memory_t scale, shift, dscale, dshift, rmean, rvar;
     OK(dn_mem_new(n, &scale, dn_arg_md(tpd, DNNL_ARG_SCALE), n->params + nd->w_off));
     OK(dn_mem_new(n, &shift, dn_arg_md(tpd, DNNL_ARG_SHIFT), n->params + nd->b_off));
-    OK(dn_mem_new(n, &x->dn->mean, dn_arg_md(tpd, DNNL_ARG_MEAN), NULL));
-    OK(dn_mem_new(n, &x->dn->var, dn_arg_md(tpd, DNNL_ARG_VARIANCE), NULL));
+    OK(dn_mem_new(n, &x->dn->bn.mean, dn_arg_md(tpd, DNNL_ARG_MEAN), NULL));
+    OK(dn_mem_new(n, &x->dn->bn.var, dn_arg_md(tpd, DNNL_ARG_VARIANCE), NULL));
     OK(dn_mem_new(n, &rmean, dn_arg_md(ipd, DNNL_ARG_MEAN), n->buffers + nd->buf_off));
     OK(dn_mem_new(n, &rvar, dn_arg_md(ipd, DNNL_ARG_VARIANCE), n->buffers + nd->buf_off + nd->c));
     OK(dn_prim_new(n, &tp, tpd));
     OK(dn_prim_new(n, &ip, ipd));
     OK(dn_add_op(n, &x->dn->fwd, tp, NODE_BATCHNORM, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_SCALE, scale,
-              DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, x->dn->dst.mem, DNNL_ARG_MEAN, x->dn->mean,
-              DNNL_ARG_VARIANCE, x->dn->var, -1));
+              DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, x->dn->dst.mem, DNNL_ARG_MEAN, x->dn->bn.mean,
+              DNNL_ARG_VARIANCE, x->dn->bn.var, -1));
     OK(dn_add_step(n, &x->dn->fwd, bn_running_stats, NODE_BATCHNORM));
     OK(dn_add_op(n, &x->dn->fwd_infer, ip, NODE_BATCHNORM, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_SCALE, scale,
               DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, x->dn->dst.mem, DNNL_ARG_MEAN, rmean, DNNL_ARG_VARIANCE,
@@ -115,8 +115,8 @@ st_status dn_build_bn(st_net *n, int j)
     else
         OK(dn_mem_new(n, &target, &px->dn->dst.md, NULL));  /* computed anyway, then dropped */
     struct op *o = &x->dn->bwd.v[at];
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, px->dn->dst.mem}, {DNNL_ARG_MEAN, x->dn->mean},
-                              {DNNL_ARG_VARIANCE, x->dn->var}, {DNNL_ARG_DIFF_DST, x->dn->diff.mem},
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, px->dn->dst.mem}, {DNNL_ARG_MEAN, x->dn->bn.mean},
+                              {DNNL_ARG_VARIANCE, x->dn->bn.var}, {DNNL_ARG_DIFF_DST, x->dn->diff.mem},
                               {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift},
                               {DNNL_ARG_DIFF_SRC, target}, {DNNL_ARG_DIFF_SCALE, dscale},
                               {DNNL_ARG_DIFF_SHIFT, dshift}};
@@ -134,7 +134,7 @@ static st_status dropout_fwd(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const float *src = dn_mem_ptr(n->x[x->in].dn->dst.mem);
-    float *dst = dn_mem_ptr(x->dn->dst.mem), *ms = x->dn->mask_scale;
+    float *dst = dn_mem_ptr(x->dn->dst.mem), *ms = x->dn->dropout.mask_scale;
     const float p = x->nd->drop, scale = 1.0f / (1.0f - p);
     for (size_t i = 0; i < x->dn->elems; i++) {
         ms[i] = !n->training ? 1.0f : dropout_keep(n->dropout_seed, j, i, p) ? scale : 0.0f;
@@ -146,8 +146,8 @@ static st_status dropout_fwd(st_net *n, int j)
 static st_status dropout_bwd(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    const float *dy = dn_mem_ptr(x->dn->diff.mem), *ms = x->dn->mask_scale;
-    float *dx = dn_mem_ptr(x->dn->dropout_diff_src);
+    const float *dy = dn_mem_ptr(x->dn->diff.mem), *ms = x->dn->dropout.mask_scale;
+    float *dx = dn_mem_ptr(x->dn->dropout.diff_src);
     for (size_t i = 0; i < x->dn->elems; i++)
         dx[i] = dy[i] * ms[i];
     return ST_OK;
@@ -159,15 +159,15 @@ st_status dn_build_dropout(st_net *n, int j)
     struct xnode *px = &n->x[x->in];
     snprintf(x->impl, sizeof x->impl, "C loop");
     OK(dn_set_dst(n, x, &px->dn->dst.md));
-    if (!(x->dn->mask_scale = calloc(x->dn->elems, sizeof(float))))
+    if (!(x->dn->dropout.mask_scale = calloc(x->dn->elems, sizeof(float))))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
     OK(dn_add_step(n, &x->dn->fwd, dropout_fwd, NODE_DROPOUT));
     if (!px->wants_diff)
         return ST_OK;
-    OK(dn_mem_new(n, &x->dn->dropout_diff_src, &px->dn->dst.md, NULL));
+    OK(dn_mem_new(n, &x->dn->dropout.diff_src, &px->dn->dst.md, NULL));
     OK(dn_add_step(n, &x->dn->bwd, dropout_bwd, NODE_DROPOUT));
     dnnl_memory_t target;
-    return dn_deliver(n, j, x->in, &px->dn->dst.md, x->dn->dropout_diff_src, &target);
+    return dn_deliver(n, j, x->in, &px->dn->dst.md, x->dn->dropout.diff_src, &target);
 }
 
 /* An input already in plain NCHW (mlp's) is read where it is: the input's

@@ -33,6 +33,14 @@ static st_status onednn_build(st_net *n)
     if (!n->dnet)
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
     n->dnet->cur = -1;
+    n->dnet->opt = (struct dn_options){
+        .no_chunks = getenv("SHMTRAIN_ONEDNN_NO_CHUNKS") != NULL,
+        .no_bwd_chunks = getenv("SHMTRAIN_ONEDNN_NO_BWD_CHUNKS") != NULL,
+        .brgconv = getenv("SHMTRAIN_ONEDNN_BRGCONV") != NULL,
+        .ip_any = getenv("SHMTRAIN_ONEDNN_IP_ANY") != NULL,
+        .onednn_pool = getenv("SHMTRAIN_ONEDNN_POOL") != NULL,
+        .verbose = getenv("SHMTRAIN_NN_VERBOSE") != NULL,
+    };
     TRY(dnnl_engine_create(&n->dnet->eng, dnnl_cpu, 0));
     TRY(dnnl_stream_create(&n->dnet->strm, n->dnet->eng, dnnl_stream_default_flags));
     for (int j = 0; j < n->nx; j++) {
@@ -119,8 +127,8 @@ static void onednn_destroy(st_net *n)
         free(dn->fwd.v);
         free(dn->fwd_infer.v);
         free(dn->bwd.v);
-        free(dn->mask_scale);
-        free(dn->pool_arg);
+        free(dn->dropout.mask_scale);
+        free(dn->pool.arg);
         free(dn);
     }
     if (!d)

@@ -34,8 +34,8 @@ static st_status maxpool2_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct onednn_node *dn = x->dn;
-    const struct maxpool2_shape shape = {dn->pool_src, dn->pool_dst, n->batch, x->nd->h, x->nd->w};
-    maxpool2_forward(&shape, dn_mem_ptr(n->x[x->in].dn->dst.mem), dn_mem_ptr(x->dn->dst.mem), dn->pool_arg, dn->pool_relu);
+    const struct maxpool2_shape shape = {dn->pool.src, dn->pool.dst, n->batch, x->nd->h, x->nd->w};
+    maxpool2_forward(&shape, dn_mem_ptr(n->x[x->in].dn->dst.mem), dn_mem_ptr(x->dn->dst.mem), dn->pool.arg, dn->pool.relu);
     return ST_OK;
 }
 
@@ -44,11 +44,11 @@ static st_status maxpool2_bwd(st_net *n, int j)
     const struct xnode *x = &n->x[j];
     const struct xnode *px = &n->x[x->in];
     const struct onednn_node *dn = x->dn;
-    const struct maxpool2_shape shape = {dn->pool_src, dn->pool_dst, n->batch, x->nd->h, x->nd->w};
-    float *dx = dn_mem_ptr(dn->pool_target);
-    if (!dn->pool_edges_zeroed && (px->nd->h != 2 * x->nd->h || px->nd->w != 2 * x->nd->w))
+    const struct maxpool2_shape shape = {dn->pool.src, dn->pool.dst, n->batch, x->nd->h, x->nd->w};
+    float *dx = dn_mem_ptr(dn->pool.target);
+    if (!dn->pool.edges_zeroed && (px->nd->h != 2 * x->nd->h || px->nd->w != 2 * x->nd->w))
         memset(dx, 0, dnnl_memory_desc_get_size(&px->dn->dst.md));  /* an odd edge row/column gets no gradient */
-    maxpool2_backward(&shape, dn_mem_ptr(dn->pool_relu ? dn->pool_diff : x->dn->diff.mem), dn->pool_arg, dx);
+    maxpool2_backward(&shape, dn_mem_ptr(dn->pool.relu ? dn->pool.diff : x->dn->diff.mem), dn->pool.arg, dx);
     return ST_OK;
 }
 
@@ -64,19 +64,19 @@ static st_status conv_maxpool2_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     struct onednn_node *dn = x->dn;
-    const struct maxpool2_shape shape = {dn->pool_src, dn->pool_dst, dn->chunk, x->nd->h, x->nd->w};
-    const float *src = dn_mem_ptr(dn->chunk_full_src);
-    const float *out = dn_mem_ptr(dn->chunk_args[dn->chunk_nargs - 1].memory);
+    const struct maxpool2_shape shape = {dn->pool.src, dn->pool.dst, dn->chunk.images, x->nd->h, x->nd->w};
+    const float *src = dn_mem_ptr(dn->chunk.full_src);
+    const float *out = dn_mem_ptr(dn->chunk.args[dn->chunk.nargs - 1].memory);
     float *dst = dn_mem_ptr(x->dn->dst.mem);
-    for (int i = 0; i < n->batch; i += dn->chunk) {
-        dnnl_status_t s = dnnl_memory_set_data_handle(dn->chunk_src, (void *)(src + i * dn->chunk_src_image));
+    for (int i = 0; i < n->batch; i += dn->chunk.images) {
+        dnnl_status_t s = dnnl_memory_set_data_handle(dn->chunk.src, (void *)(src + i * dn->chunk.src_image));
         if (s == dnnl_success)
-            s = dnnl_primitive_execute(dn->chunk_conv, n->dnet->strm, dn->chunk_nargs, dn->chunk_args);
+            s = dnnl_primitive_execute(dn->chunk.conv, n->dnet->strm, dn->chunk.nargs, dn->chunk.args);
         if (s != dnnl_success) {
             n->dnet->cur = x->in;
             return dn_dnnl_error(n, "dnnl_primitive_execute (convolution chunk)", s);
         }
-        maxpool2_forward(&shape, out, dst + i * dn->pool_dst.sn, dn->pool_arg + i * dn->pool_dst.sn, dn->pool_relu);
+        maxpool2_forward(&shape, out, dst + i * dn->pool.dst.sn, dn->pool.arg + i * dn->pool.dst.sn, dn->pool.relu);
     }
     return ST_OK;
 }
@@ -98,19 +98,19 @@ static st_status maxpool2_conv_bwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct onednn_node *dn = x->dn;
-    const struct maxpool2_shape shape = {dn->pool_src, dn->pool_dst, dn->chunk, x->nd->h, x->nd->w};
-    const float *src = dn_mem_ptr(dn->chunk_full_src), *dy = dn_mem_ptr(dn->pool_relu ? dn->pool_diff : x->dn->diff.mem);
-    float *dx = dn_mem_ptr(dn->chunk_diff);
-    for (int i = 0; i < n->batch; i += dn->chunk) {
-        maxpool2_backward(&shape, dy + i * dn->pool_dst.sn, dn->pool_arg + i * dn->pool_dst.sn, dx);
+    const struct maxpool2_shape shape = {dn->pool.src, dn->pool.dst, dn->chunk.images, x->nd->h, x->nd->w};
+    const float *src = dn_mem_ptr(dn->chunk.full_src), *dy = dn_mem_ptr(dn->pool.relu ? dn->pool.diff : x->dn->diff.mem);
+    float *dx = dn_mem_ptr(dn->chunk.diff);
+    for (int i = 0; i < n->batch; i += dn->chunk.images) {
+        maxpool2_backward(&shape, dy + i * dn->pool.dst.sn, dn->pool.arg + i * dn->pool.dst.sn, dx);
         const bool first = i == 0;
-        dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, dn->chunk_src},
-                                  {DNNL_ARG_DIFF_DST, dn->chunk_diff},
-                                  {DNNL_ARG_DIFF_WEIGHTS, first ? dn->total_dw : dn->chunk_dw},
-                                  {DNNL_ARG_DIFF_BIAS, first ? dn->total_db : dn->chunk_db}};
-        dnnl_status_t s = dnnl_memory_set_data_handle(dn->chunk_src, (void *)(src + i * dn->chunk_src_image));
+        dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, dn->chunk.src},
+                                  {DNNL_ARG_DIFF_DST, dn->chunk.diff},
+                                  {DNNL_ARG_DIFF_WEIGHTS, first ? dn->chunk.total_dw : dn->chunk.dw},
+                                  {DNNL_ARG_DIFF_BIAS, first ? dn->chunk.total_db : dn->chunk.db}};
+        dnnl_status_t s = dnnl_memory_set_data_handle(dn->chunk.src, (void *)(src + i * dn->chunk.src_image));
         if (s == dnnl_success)
-            s = dnnl_primitive_execute(dn->chunk_bwd_w, n->dnet->strm, dn->total_db ? 4 : 3, args);
+            s = dnnl_primitive_execute(dn->chunk.bwd_w, n->dnet->strm, dn->chunk.total_db ? 4 : 3, args);
         if (s == dnnl_success)
             s = dnnl_stream_wait(n->dnet->strm);
         if (s != dnnl_success) {
@@ -118,9 +118,9 @@ static st_status maxpool2_conv_bwd(st_net *n, int j)
             return dn_dnnl_error(n, "dnnl_primitive_execute (convolution backward chunk)", s);
         }
         if (!first) {
-            add_into(dn->total_dw, dn->chunk_dw);
-            if (dn->total_db)
-                add_into(dn->total_db, dn->chunk_db);
+            add_into(dn->chunk.total_dw, dn->chunk.dw);
+            if (dn->chunk.total_db)
+                add_into(dn->chunk.total_db, dn->chunk.db);
         }
     }
     return ST_OK;
@@ -138,7 +138,7 @@ static st_status chunk_the_conv_bwd(st_net *n, int j, const_dnnl_primitive_desc_
     *moved = false;
     if (n->x[px->in].wants_diff || !pb->n || pb->v[0].step || pb->v[0].prof != NODE_CONV ||
         (pb->n == 2 && pb->v[1].prim && pb->v[1].prof != NODE_KINDS) || pb->n > 2 ||
-        dn_arg_of(&pb->v[0], DNNL_ARG_SRC) != dn->chunk_full_src || dn_arg_of(&pb->v[0], DNNL_ARG_DIFF_DST) != px->dn->diff.mem)
+        dn_arg_of(&pb->v[0], DNNL_ARG_SRC) != dn->chunk.full_src || dn_arg_of(&pb->v[0], DNNL_ARG_DIFF_DST) != px->dn->diff.mem)
         return ST_OK;
     const struct op *bw = &pb->v[0];
     dnnl_memory_t dw = dn_arg_of(bw, DNNL_ARG_DIFF_WEIGHTS), db = dn_arg_of(bw, DNNL_ARG_DIFF_BIAS);
@@ -148,21 +148,21 @@ static st_status chunk_the_conv_bwd(st_net *n, int j, const_dnnl_primitive_desc_
     struct weights_layer w;
     dn_weights_dims(n, px, &w);
     dnnl_primitive_desc_t pd;
-    OK(dn_conv_or_ip_bwd_pd(n, px, &w, true, dn_mem_md(dn->chunk_src), dn_mem_md(dw), db ? dn_mem_md(db) : NULL, &diff_md,
+    OK(dn_conv_or_ip_bwd_pd(n, px, &w, true, dn_mem_md(dn->chunk.src), dn_mem_md(dw), db ? dn_mem_md(db) : NULL, &diff_md,
                          chunk_fwd_pd, &pd));
-    if (dn_is_reference_impl(pd) || !dn_same(dn_query(pd, dnnl_query_src_md, 0), dn_mem_md(dn->chunk_src)) ||
+    if (dn_is_reference_impl(pd) || !dn_same(dn_query(pd, dnnl_query_src_md, 0), dn_mem_md(dn->chunk.src)) ||
         !dn_same(dn_query(pd, dnnl_query_diff_dst_md, 0), &diff_md) ||
         !dn_same(dn_query(pd, dnnl_query_diff_weights_md, 0), dn_mem_md(dw)))
         return ST_OK;
-    OK(dn_prim_new(n, &dn->chunk_bwd_w, pd));
-    OK(dn_mem_new(n, &dn->chunk_diff, &diff_md, NULL));
+    OK(dn_prim_new(n, &dn->chunk.bwd_w, pd));
+    OK(dn_mem_new(n, &dn->chunk.diff, &diff_md, NULL));
     /* an odd edge row or column gets no gradient: nothing else writes here */
-    memset(dn_mem_ptr(dn->chunk_diff), 0, dnnl_memory_desc_get_size(&diff_md));
-    OK(dn_mem_new(n, &dn->chunk_dw, dn_mem_md(dw), NULL));
+    memset(dn_mem_ptr(dn->chunk.diff), 0, dnnl_memory_desc_get_size(&diff_md));
+    OK(dn_mem_new(n, &dn->chunk.dw, dn_mem_md(dw), NULL));
     if (db)
-        OK(dn_mem_new(n, &dn->chunk_db, dn_mem_md(db), NULL));
-    dn->total_dw = dw;
-    dn->total_db = db;
+        OK(dn_mem_new(n, &dn->chunk.db, dn_mem_md(db), NULL));
+    dn->chunk.total_dw = dw;
+    dn->chunk.total_db = db;
     memmove(&pb->v[0], &pb->v[1], (size_t)(pb->n - 1) * sizeof *pb->v);  /* the reorder to plain, if any, stays */
     pb->n--;
     *moved = true;
@@ -180,7 +180,7 @@ static st_status chunk_the_conv(st_net *n, int j, int *chunk)
     struct oplist *pf = &px->dn->fwd;
     *chunk = 0;
     if (px->kind != NODE_CONV || px->consumers != 1 || px->fuse_relu || !pf->n || pf->v[pf->n - 1].step ||
-        pf->v[pf->n - 1].prof != NODE_CONV || getenv("SHMTRAIN_ONEDNN_NO_CHUNKS"))
+        pf->v[pf->n - 1].prof != NODE_CONV || n->dnet->opt.no_chunks)
         return ST_OK;
     const size_t image = dnnl_memory_desc_get_size(&px->dn->dst.md) / (size_t)n->batch;
     int c = 0;
@@ -207,22 +207,22 @@ static st_status chunk_the_conv(st_net *n, int j, int *chunk)
         !dn_same(dn_query(pd, dnnl_query_weights_md, 0), dn_mem_md(wei)) || !dn_same(dn_query(pd, dnnl_query_dst_md, 0), &dst_md))
         return ST_OK;
     dnnl_memory_t out;
-    OK(dn_prim_new(n, &dn->chunk_conv, pd));
-    OK(dn_mem_new(n, &dn->chunk_src, &src_md, dn_mem_ptr(src)));
+    OK(dn_prim_new(n, &dn->chunk.conv, pd));
+    OK(dn_mem_new(n, &dn->chunk.src, &src_md, dn_mem_ptr(src)));
     OK(dn_mem_new(n, &out, &dst_md, NULL));
-    dn->chunk_full_src = src;
-    dn->chunk_src_image = src_md.format_desc.blocking.strides[0];
+    dn->chunk.full_src = src;
+    dn->chunk.src_image = src_md.format_desc.blocking.strides[0];
     int k = 0;
-    dn->chunk_args[k++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, dn->chunk_src};
-    dn->chunk_args[k++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, wei};
+    dn->chunk.args[k++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, dn->chunk.src};
+    dn->chunk.args[k++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, wei};
     if (bias)
-        dn->chunk_args[k++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias};
-    dn->chunk_args[k++] = (dnnl_exec_arg_t){DNNL_ARG_DST, out};  /* last: conv_maxpool2_fwd reads it there */
-    dn->chunk_nargs = k;
-    dn->chunk = c;
+        dn->chunk.args[k++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bias};
+    dn->chunk.args[k++] = (dnnl_exec_arg_t){DNNL_ARG_DST, out};  /* last: conv_maxpool2_fwd reads it there */
+    dn->chunk.nargs = k;
+    dn->chunk.images = c;
     pf->n--;  /* the whole-batch convolution no longer runs; its primitive stays owned by the net */
     *chunk = c;
-    return getenv("SHMTRAIN_ONEDNN_NO_BWD_CHUNKS") ? ST_OK : chunk_the_conv_bwd(n, j, pd, &dn->chunk_bwd_moved);
+    return n->dnet->opt.no_bwd_chunks ? ST_OK : chunk_the_conv_bwd(n, j, pd, &dn->chunk.bwd_moved);
 }
 
 static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
@@ -235,31 +235,31 @@ static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
     dnnl_format_tag_t dtag;
     TRY(dnnl_memory_desc_init_by_tag(&md, 4, dd, dnnl_f32, tag));
     OK(dn_set_dst(n, x, &md));
-    if (!channel_innermost(&x->dn->dst.md, &dn->pool_dst, &dtag) || dn->pool_dst.block != dn->pool_src.block)
+    if (!channel_innermost(&x->dn->dst.md, &dn->pool.dst, &dtag) || dn->pool.dst.block != dn->pool.src.block)
         return st_fail(ST_ERR_BACKEND, "max-pool: unexpected output layout (model line %d)", x->nd->line);
-    if (!(dn->pool_arg = calloc(dn->elems, 1)))
+    if (!(dn->pool.arg = calloc(dn->elems, 1)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
     int chunk;
     OK(chunk_the_conv(n, j, &chunk));
     int at = snprintf(x->impl, sizeof x->impl, "C 2x2/2 max, %s", tag == dnnl_nhwc ? "nhwc" : "blocked");
     if (chunk && at > 0 && (size_t)at < sizeof x->impl)
         snprintf(x->impl + at, sizeof x->impl - (size_t)at, ", with the conv%s in %d-image chunks",
-                 dn->chunk_bwd_moved ? " (forward and backward-weights)" : "", chunk);
+                 dn->chunk.bwd_moved ? " (forward and backward-weights)" : "", chunk);
     if (chunk)
         OK(dn_add_step(n, &dn->fwd, conv_maxpool2_fwd, NODE_CONV));  /* mostly convolution time */
     else
         OK(dn_add_step(n, &dn->fwd, maxpool2_fwd, NODE_MAXPOOL));
-    if (dn->chunk_bwd_moved)
+    if (dn->chunk.bwd_moved)
         return dn_add_step(n, &dn->bwd, maxpool2_conv_bwd, NODE_CONV);  /* mostly convolution time */
     if (!px->wants_diff)
         return ST_OK;
     OK(dn_add_step(n, &dn->bwd, maxpool2_bwd, NODE_MAXPOOL));
-    OK(dn_deliver(n, j, x->in, &px->dn->dst.md, NULL, &dn->pool_target));
-    if (px->consumers == 1 && dn->pool_target == px->dn->diff.mem) {
+    OK(dn_deliver(n, j, x->in, &px->dn->dst.md, NULL, &dn->pool.target));
+    if (px->consumers == 1 && dn->pool.target == px->dn->diff.mem) {
         /* Only this pool writes there, never to an odd edge: zero it once
          * instead of every step (2 MB for cnn's second pool). */
-        memset(dn_mem_ptr(dn->pool_target), 0, dnnl_memory_desc_get_size(&px->dn->dst.md));
-        dn->pool_edges_zeroed = true;
+        memset(dn_mem_ptr(dn->pool.target), 0, dnnl_memory_desc_get_size(&px->dn->dst.md));
+        dn->pool.edges_zeroed = true;
     }
     return ST_OK;
 }
@@ -270,8 +270,8 @@ st_status dn_build_pool(st_net *n, int j)
     struct xnode *px = &n->x[x->in];
     const struct node *nd = x->nd, *s = px->nd;
     dnnl_format_tag_t tag;
-    if (x->kind == NODE_MAXPOOL && nd->k == 2 && nd->s == 2 && nd->p == 0 && !getenv("SHMTRAIN_ONEDNN_POOL") &&
-        channel_innermost(&px->dn->dst.md, &x->dn->pool_src, &tag))
+    if (x->kind == NODE_MAXPOOL && nd->k == 2 && nd->s == 2 && nd->p == 0 && !n->dnet->opt.onednn_pool &&
+        channel_innermost(&px->dn->dst.md, &x->dn->pool.src, &tag))
         return build_maxpool2(n, j, tag);
     dnnl_alg_kind_t alg = x->kind == NODE_MAXPOOL ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
     dnnl_dims_t kernel = {nd->k, nd->k}, strides = {nd->s, nd->s}, pad = {nd->p, nd->p}, dil = {0, 0};

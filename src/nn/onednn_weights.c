@@ -44,7 +44,7 @@ st_status dn_weights_fwd_desc(st_net *n, const struct xnode *x, const struct wei
                                                              dnnl_convolution_direct, src, wei, bias,
                                                              dst, w->strides, w->pad, w->pad);
         st = s != dnnl_success ? dn_dnnl_error(n, "dnnl_convolution_forward_desc_init", s)
-                               : dn_pd_new_avoiding(n, pd, &cd, attr, NULL, dn_conv_fwd_avoid(src));
+                               : dn_pd_new_avoiding(n, pd, &cd, attr, NULL, dn_conv_fwd_avoid(n, src));
     } else {
         dnnl_inner_product_desc_t id;
         dnnl_status_t s = dnnl_inner_product_forward_desc_init(&id, dnnl_forward_training, src, wei,
@@ -69,7 +69,7 @@ st_status dn_weights_fwd_desc(st_net *n, const struct xnode *x, const struct wei
 static bool plain_weights(const st_net *n, const struct xnode *x)
 {
     (void)n;
-    return x->kind == NODE_LINEAR && !getenv("SHMTRAIN_ONEDNN_IP_ANY");
+    return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any;
 }
 
 /* Small channel counts waste most of a 16-wide block; nhwc avoids that
@@ -169,7 +169,7 @@ static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_l
     OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_any, bias, &x->dn->dst.md, hint, pd));
     if (!dn_is_reference_impl(*pd))
         return ST_OK;
-    if (getenv("SHMTRAIN_NN_VERBOSE")) {
+    if (n->dnet->opt.verbose) {
         char a[256], b[256];
         dn_md_str(a, sizeof a, src);
         dn_md_str(b, sizeof b, &x->dn->dst.md);
