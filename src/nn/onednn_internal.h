@@ -6,8 +6,10 @@
  *                     descriptors, reorders, delivering gradients, op lists
  *   onednn_weights.c  convolution and inner product (forward, backward-data,
  *                     backward-weights; the plain-weights and nhwc choices)
- *   onednn_pool.c     pooling: the C 2x2 max-pool, oneDNN pooling, and the
- *                     convolution run in chunks inside the pool's step
+ *   onednn_pool.c     pooling: the C 2x2 max-pool and oneDNN pooling
+ *   onednn_chunk.c    the chunking pass over the finished plan: a
+ *                     convolution run in L2-sized chunks inside the C
+ *                     max-pool's steps
  *   onednn_layers.c   the small ones: input, ReLU, batch norm, dropout,
  *                     flatten, add
  *   onednn_plan.c     the build (one builder per layer kind), the executor,
@@ -30,8 +32,8 @@
  * (src/shmtrain.c takes signals with sigwait instead).
  *
  * A convolution feeding a C max-pool runs in batch chunks inside the pool's
- * step when its output would not fit L2 (chunk_the_conv), and so does its
- * backward-weights pass when it is a first layer (chunk_the_conv_bwd).
+ * step when its output would not fit L2, and so does its backward-weights
+ * pass when it is a first layer: a pass over the built plan (onednn_chunk.c).
  * Nothing learns upstream of a first layer, so it runs no backward-data
  * pass.  Switches for comparison: SHMTRAIN_ONEDNN_NO_CHUNKS=1,
  * SHMTRAIN_ONEDNN_NO_BWD_CHUNKS=1, SHMTRAIN_ONEDNN_BRGCONV=1 (see
@@ -103,7 +105,7 @@ struct dn_pool_state {
 /* The convolution feeding a C max-pool, run in batch chunks inside the
  * pool's forward step, and its backward-weights pass in the same chunks
  * inside the pool's backward step when that is the convolution's only
- * backward pass (see chunk_the_conv in onednn_pool.c).  Held by the pool. */
+ * backward pass (onednn_chunk.c).  Held by the pool. */
 struct dn_chunk_state {
     int images;                          /* per chunk; 0: not chunked */
     dnnl_primitive_t conv;
@@ -215,6 +217,13 @@ st_status dn_build_weights(st_net *n, int j);
 /* ----------------------------------- the other layer families' builders -- */
 
 st_status dn_build_pool(st_net *n, int j);
+/* Is node j a C 2x2 max-pool whose forward is its one step (not chunked yet)? */
+bool dn_is_c_maxpool(const st_net *n, int j);
+
+/* -------------------------------------------------- onednn_chunk.c -- */
+
+/* The chunking pass over a finished plan (see onednn_chunk.c). */
+st_status dn_chunk_pass(st_net *n);
 st_status dn_build_relu(st_net *n, int j);
 st_status dn_build_bn(st_net *n, int j);
 st_status dn_build_dropout(st_net *n, int j);

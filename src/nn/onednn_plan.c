@@ -51,6 +51,7 @@ static st_status onednn_build(st_net *n)
         OK(builders[x->kind](n, j));
     }
     n->dnet->cur = -1;
+    OK(dn_chunk_pass(n));
     return build_loss_io(n);
 }
 
