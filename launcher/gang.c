@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "shmtrain/env.h"
+#include "shmtrain/json.h"
 
 extern char **environ;
 
@@ -562,15 +563,31 @@ void gang_print_summary(FILE *f, const st_plan *p, const struct attempt *a, cons
 
 void gang_write_report(FILE *f, const st_plan *p, const struct attempt *a, const char *job_id)
 {
-    fprintf(f, "{\"job\":\"%s\",\"instances\":%d,\"seconds\":%.3f,\"ok\":%s,\"ranks\":[", job_id, a->world,
-            a->seconds, a->root_cause < 0 && !a->user_signal ? "true" : "false");
+    st_json j;
+    st_json_init(&j, f);
+    st_json_object_begin(&j, NULL);
+    st_json_string(&j, "job", job_id);
+    st_json_int(&j, "instances", a->world);
+    st_json_number(&j, "seconds", a->seconds, "%.3f");
+    st_json_bool(&j, "ok", a->root_cause < 0 && !a->user_signal);
+    st_json_array_begin(&j, "ranks");
     for (int r = 0; r < a->world; r++) {
         const struct rank_result *rr = &a->ranks[r];
-        fprintf(f, "%s{\"rank\":%d,\"pus\":\"%s\",\"exit\":%d,\"signal\":%d,\"max_rss_kb\":%ld,\"cpu_s\":%.3f,"
-                   "\"end_s\":%.3f}", r ? "," : "", r, p->inst[r].pu_list, rr->exit_code, rr->signal,
-                rr->max_rss_kb, rr->cpu_s, rr->end_s);
+        st_json_object_begin(&j, NULL);
+        st_json_int(&j, "rank", r);
+        st_json_string(&j, "pus", p->inst[r].pu_list);
+        st_json_int(&j, "exit", rr->exit_code);
+        st_json_int(&j, "signal", rr->signal);
+        st_json_int(&j, "max_rss_kb", rr->max_rss_kb);
+        st_json_number(&j, "cpu_s", rr->cpu_s, "%.3f");
+        st_json_number(&j, "end_s", rr->end_s, "%.3f");
+        st_json_bool(&j, "peer_failed", rr->peer_failed);
+        st_json_string(&j, "stall", rr->stall);
+        st_json_object_end(&j);
     }
-    fprintf(f, "]}\n");
+    st_json_array_end(&j);
+    st_json_object_end(&j);
+    fputc('\n', f);
 }
 
 void attempt_free(struct attempt *a)

@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shmtrain/json.h"
+#include "shmtrain/metrics.h"
+
 const char *const sweep_system_name[SWEEP_NSYSTEMS] = {"shmtrain", "pytorch-ddp"};
 
 /* ------------------------------------------------------------ settings -- */
@@ -149,47 +152,6 @@ void sweep_run_reset(struct sweep_run *r, int setting, int system, int repeat, i
     r->time_to_target_s = r->final_accuracy = r->rss_max_mb = r->rss_total_mb = r->wall_s = NAN;
 }
 
-/* Our own flat JSON lines: "key":value, keys unique per line. */
-static const char *json_value(const char *line, const char *key)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *p = strstr(line, pat);
-    if (!p)
-        return NULL;
-    p += strlen(pat);
-    while (*p == ' ')
-        p++;
-    return p;
-}
-
-static double json_num(const char *line, const char *key)
-{
-    const char *p = json_value(line, key);
-    if (!p)
-        return NAN;
-    char *end;
-    double v = strtod(p, &end);
-    return end == p ? NAN : v;
-}
-
-static void json_str(const char *line, const char *key, char *out, size_t len)
-{
-    const char *p = json_value(line, key);
-    size_t n = 0;
-    if (p && *p == '"')
-        for (p++; *p && *p != '"' && n + 1 < len; p++)
-            out[n++] = *p;
-    out[n] = '\0';
-}
-
-static bool is_type(const char *line, const char *type)
-{
-    char want[32];
-    json_str(line, "type", want, sizeof want);
-    return !strcmp(want, type);
-}
-
 static int run_failed(struct sweep_run *r, const char *msg)
 {
     r->ok = false;
@@ -199,32 +161,59 @@ static int run_failed(struct sweep_run *r, const char *msg)
 
 struct interval_sums { double steps, seconds, compute, reduce, wait; int count; };
 
-static void add_interval(struct interval_sums *acc, const char *line, double *prev_step, double samples_per_step)
+static void add_interval(struct interval_sums *acc, const st_train_record *t, double *prev_step,
+                         double samples_per_step)
 {
-    double step = json_num(line, "step"), sps = json_num(line, "samples_per_s");
+    double step = (double)t->step, sps = t->samples_per_s;
     double dsteps = step - *prev_step;
     *prev_step = step;
     if (!(dsteps > 0) || !(sps > 0))
         return;
     if (++acc->count == 1)
         return;  /* the first interval holds start-up: first touches, cold caches */
-    double wait = json_num(line, "wait_s"), reduce = json_num(line, "allreduce_s");
     acc->steps += dsteps;
     acc->seconds += dsteps * samples_per_step / sps;
-    acc->compute += json_num(line, "compute_s");
-    acc->reduce += isnan(reduce) ? NAN : reduce - (isnan(wait) ? 0 : wait);
-    acc->wait += wait;
+    acc->compute += t->compute_s;
+    acc->reduce += isnan(t->allreduce_s) ? NAN : t->allreduce_s - (isnan(t->wait_s) ? 0 : t->wait_s);
+    acc->wait += t->wait_s;
 }
 
-static void first_interval_only(struct interval_sums *acc, const char *line, double first_step,
+static void first_interval_only(struct interval_sums *acc, const st_train_record *t, double first_step,
                                 double samples_per_step)
 {
     /* A run of one interval: use it rather than nothing. */
     double prev = first_step;
     struct interval_sums one = {0};
     one.count = 1;
-    add_interval(&one, line, &prev, samples_per_step);
+    add_interval(&one, t, &prev, samples_per_step);
     *acc = one;
+}
+
+static void note_versions(const st_run_record *run, struct sweep_versions *v)
+{
+    if (!v)
+        return;
+    if (!strcmp(run->system, "shmtrain")) {
+        snprintf(v->onednn, sizeof v->onednn, "%s", run->onednn);
+        snprintf(v->isa, sizeof v->isa, "%s", run->isa);
+    }
+    if (!strcmp(run->system, "pytorch-ddp"))
+        snprintf(v->torch, sizeof v->torch, "%s", run->torch);
+    if (run->threads > 0)
+        v->threads = run->threads;
+}
+
+static void note_eval(const st_eval_record *e, double target, struct sweep_run *r)
+{
+    if (isnan(e->time_s) || isnan(e->test_accuracy))
+        return;
+    if (r->ncurve < SWEEP_MAX_CURVE) {
+        r->curve_s[r->ncurve] = e->time_s;
+        r->curve_acc[r->ncurve++] = e->test_accuracy;
+    }
+    if (target > 0 && e->test_accuracy >= target && isnan(r->time_to_target_s))
+        r->time_to_target_s = e->time_s;
+    r->final_accuracy = e->test_accuracy;
 }
 
 int sweep_read_metrics(const char *text, double target, struct sweep_run *r, struct sweep_versions *v)
@@ -237,8 +226,8 @@ int sweep_read_metrics(const char *text, double target, struct sweep_run *r, str
         return run_failed(r, "the run wrote no metrics");
     double instances = NAN, batch = NAN, first_step = 0, prev_step = 0;
     struct interval_sums acc = {0};
-    char first_train[4096] = "";
-    bool summary = false;
+    st_train_record first_train = {0};
+    bool have_train = false, summary = false;
     for (const char *line = text; line && *line;) {
         const char *nl = strchr(line, '\n');
         char buf[4096];
@@ -248,46 +237,35 @@ int sweep_read_metrics(const char *text, double target, struct sweep_run *r, str
         memcpy(buf, line, len);
         buf[len] = '\0';
         line = nl ? nl + 1 : NULL;
-        if (is_type(buf, "run")) {
-            instances = json_num(buf, "instances");
-            batch = json_num(buf, "batch_per_instance");
-            first_step = prev_step = isnan(json_num(buf, "first_step")) ? 0 : json_num(buf, "first_step");
-            char sys[32];
-            json_str(buf, "system", sys, sizeof sys);
-            if (v && !strcmp(sys, "shmtrain")) {
-                json_str(buf, "onednn", v->onednn, sizeof v->onednn);
-                json_str(buf, "isa", v->isa, sizeof v->isa);
-            }
-            if (v && !strcmp(sys, "pytorch-ddp"))
-                json_str(buf, "torch", v->torch, sizeof v->torch);
-            if (v && !isnan(json_num(buf, "threads")))
-                v->threads = (int)json_num(buf, "threads");
-        } else if (is_type(buf, "train")) {
+        st_record rec;
+        switch (st_metrics_parse(buf, &rec)) {
+        case ST_RECORD_RUN:
+            instances = rec.u.run.instances > 0 ? rec.u.run.instances : NAN;
+            batch = rec.u.run.batch_per_instance > 0 ? rec.u.run.batch_per_instance : NAN;
+            first_step = prev_step = (double)rec.u.run.first_step;
+            note_versions(&rec.u.run, v);
+            break;
+        case ST_RECORD_TRAIN:
             if (isnan(instances) || isnan(batch))
                 return run_failed(r, "metrics: a train record before the run record");
-            if (!*first_train)
-                snprintf(first_train, sizeof first_train, "%s", buf);
-            add_interval(&acc, buf, &prev_step, instances * batch);
-        } else if (is_type(buf, "eval")) {
-            double t = json_num(buf, "time_s"), a = json_num(buf, "test_accuracy");
-            if (isnan(t) || isnan(a))
-                continue;
-            if (r->ncurve < SWEEP_MAX_CURVE) {
-                r->curve_s[r->ncurve] = t;
-                r->curve_acc[r->ncurve++] = a;
+            if (!have_train) {
+                first_train = rec.u.train;
+                have_train = true;
             }
-            if (target > 0 && a >= target && isnan(r->time_to_target_s))
-                r->time_to_target_s = t;
-            r->final_accuracy = a;
-        } else if (is_type(buf, "summary")) {
+            add_interval(&acc, &rec.u.train, &prev_step, instances * batch);
+            break;
+        case ST_RECORD_EVAL: note_eval(&rec.u.eval, target, r); break;
+        case ST_RECORD_SUMMARY:
             summary = true;
-            r->steps = (long)json_num(buf, "steps");
+            r->steps = rec.u.summary.steps;
+            break;
+        case ST_RECORD_UNKNOWN: break;
         }
     }
     if (acc.count == 0)
         return run_failed(r, "metrics: no training interval recorded (is the budget shorter than --log-every?)");
     if (acc.count == 1)
-        first_interval_only(&acc, first_train, first_step, instances * batch);
+        first_interval_only(&acc, &first_train, first_step, instances * batch);
     if (!summary)
         return run_failed(r, "metrics: the run did not finish (no summary record)");
     r->samples_per_s = acc.steps * instances * batch / acc.seconds;
@@ -306,16 +284,16 @@ int sweep_read_report(const char *text, struct sweep_run *r)
     r->rss_max_mb = r->rss_total_mb = r->wall_s = NAN;
     if (!text || !strstr(text, "\"ranks\":"))
         return run_failed(r, "the launcher wrote no report");
-    r->wall_s = json_num(text, "seconds");
+    r->wall_s = st_json_get_number(text, "seconds");
     double mx = 0, sum = 0;
     for (const char *p = strstr(text, "\"max_rss_kb\":"); p; p = strstr(p + 1, "\"max_rss_kb\":")) {
-        double kb = json_num(p, "max_rss_kb");
+        double kb = st_json_get_number(p, "max_rss_kb");
         mx = fmax(mx, kb);
         sum += kb;
     }
     r->rss_max_mb = mx / 1024;
     r->rss_total_mb = sum / 1024;
-    const char *ok = json_value(text, "ok");
+    const char *ok = st_json_find(text, "ok");
     if (!ok || strncmp(ok, "true", 4) != 0)
         return run_failed(r, "an instance failed");
     return 0;
@@ -471,112 +449,133 @@ void sweep_write_csv(FILE *f, const struct sweep_setting *s, const struct sweep_
     }
 }
 
-static void json_string(FILE *f, const char *s)
+static void json_stat(st_json *j, const char *key, struct sweep_stat st, const char *format)
 {
-    fputc('"', f);
-    for (; s && *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", *s);
-        else
-            fputc(*s, f);
-    }
-    fputc('"', f);
+    st_json_object_begin(j, key);
+    st_json_number(j, "median", st.median, format);
+    st_json_number(j, "min", st.min, format);
+    st_json_number(j, "max", st.max, format);
+    st_json_int(j, "n", st.n);
+    st_json_object_end(j);
 }
 
-static void json_stat(FILE *f, const char *key, struct sweep_stat st, int decimals)
-{
-    char a[32], b[32], c[32];
-    fprintf(f, "\"%s\":{\"median\":%s,\"min\":%s,\"max\":%s,\"n\":%d}", key, num(a, 32, st.median, decimals, "null"),
-            num(b, 32, st.min, decimals, "null"), num(c, 32, st.max, decimals, "null"), st.n);
-}
-
-static void json_hardware(FILE *f, const struct sweep_report *rep)
+static void json_hardware(st_json *j, const struct sweep_report *rep)
 {
     const st_topo_info *t = &rep->topo;
-    fprintf(f, "\"hardware\":{\"cpu\":");
-    json_string(f, t->cpu_model);
-    fprintf(f, ",\"packages\":%d,\"numa_nodes\":%d,\"l3_caches\":%d,\"cores\":%d,\"pus\":%d,\"l1d_bytes\":%ld,"
-               "\"l2_bytes\":%ld,\"l3_bytes\":%ld,\"kernel\":", t->packages, t->numa_nodes, t->l3_caches, t->cores,
-            t->pus, t->l1d_bytes, t->l2_bytes, t->l3_bytes);
-    json_string(f, rep->kernel);
-    fprintf(f, ",\"compiler\":");
-    json_string(f, rep->compiler);
-    fprintf(f, ",\"hwloc\":\"%s\",\"onednn\":", t->hwloc_version);
-    json_string(f, rep->versions.onednn);
-    fprintf(f, ",\"onednn_isa\":");
-    json_string(f, rep->versions.isa);
-    fprintf(f, ",\"torch\":");
-    json_string(f, rep->versions.torch);
-    fprintf(f, ",\"shmrun\":\"%s\",\"date\":", rep->shmrun_version);
-    json_string(f, rep->date);
-    if (rep->probe_cpus > 0)
-        fprintf(f, ",\"cpu_probe\":{\"cpus\":%d,\"one_gflops\":%.1f,\"all_gflops\":%.1f}", rep->probe_cpus,
-                rep->probe_one_gflops, rep->probe_all_gflops);
-    fprintf(f, "}");
+    st_json_object_begin(j, "hardware");
+    st_json_string(j, "cpu", t->cpu_model);
+    st_json_int(j, "packages", t->packages);
+    st_json_int(j, "numa_nodes", t->numa_nodes);
+    st_json_int(j, "l3_caches", t->l3_caches);
+    st_json_int(j, "cores", t->cores);
+    st_json_int(j, "pus", t->pus);
+    st_json_int(j, "l1d_bytes", t->l1d_bytes);
+    st_json_int(j, "l2_bytes", t->l2_bytes);
+    st_json_int(j, "l3_bytes", t->l3_bytes);
+    st_json_string(j, "kernel", rep->kernel);
+    st_json_string(j, "compiler", rep->compiler);
+    st_json_string(j, "hwloc", t->hwloc_version);
+    st_json_string(j, "onednn", rep->versions.onednn);
+    st_json_string(j, "onednn_isa", rep->versions.isa);
+    st_json_string(j, "torch", rep->versions.torch);
+    st_json_string(j, "shmrun", rep->shmrun_version);
+    st_json_string(j, "date", rep->date);
+    if (rep->probe_cpus > 0) {
+        st_json_object_begin(j, "cpu_probe");
+        st_json_int(j, "cpus", rep->probe_cpus);
+        st_json_number(j, "one_gflops", rep->probe_one_gflops, "%.1f");
+        st_json_number(j, "all_gflops", rep->probe_all_gflops, "%.1f");
+        st_json_object_end(j);
+    }
+    st_json_object_end(j);
+}
+
+static void json_system(st_json *j, const struct sweep_summary *o, int sys)
+{
+    st_json_object_begin(j, sweep_system_name[sys]);
+    st_json_int(j, "runs", o->runs);
+    st_json_int(j, "failed", o->failed);
+    st_json_int(j, "reached_target", o->reached);
+    json_stat(j, "samples_per_s", o->samples_per_s, "%.1f");
+    json_stat(j, "step_ms", o->step_ms, "%.3f");
+    json_stat(j, "time_to_target_s", o->time_to_target_s, "%.2f");
+    st_json_number(j, "compute_ms", o->compute_ms, "%.3f");
+    st_json_number(j, "allreduce_ms", o->allreduce_ms, "%.3f");
+    st_json_number(j, "wait_ms", o->wait_ms, "%.3f");
+    st_json_number(j, "other_ms", o->other_ms, "%.3f");
+    st_json_number(j, "final_accuracy", o->final_accuracy, "%.4f");
+    st_json_number(j, "peak_rss_mb_max", o->rss_max_mb, "%.1f");
+    st_json_number(j, "peak_rss_mb_total", o->rss_total_mb, "%.1f");
+    st_json_object_end(j);
+}
+
+static void json_run(st_json *j, const struct sweep_setting *s, const struct sweep_run *r)
+{
+    st_json_object_begin(j, NULL);
+    st_json_string(j, "setting", s[r->setting].label);
+    st_json_string(j, "system", sweep_system_name[r->system]);
+    st_json_int(j, "repeat", r->repeat + 1);
+    st_json_int(j, "order", r->order + 1);
+    st_json_bool(j, "ok", r->ok);
+    st_json_string(j, "error", r->ok ? "" : r->error);
+    st_json_int(j, "steps", r->steps);
+    st_json_number(j, "samples_per_s", r->samples_per_s, "%.1f");
+    st_json_number(j, "step_ms", r->step_ms, "%.3f");
+    st_json_number(j, "compute_ms", r->compute_ms, "%.3f");
+    st_json_number(j, "allreduce_ms", r->allreduce_ms, "%.3f");
+    st_json_number(j, "wait_ms", r->wait_ms, "%.3f");
+    st_json_number(j, "other_ms", r->other_ms, "%.3f");
+    st_json_number(j, "time_to_target_s", r->time_to_target_s, "%.2f");
+    st_json_number(j, "final_accuracy", r->final_accuracy, "%.4f");
+    st_json_number(j, "peak_rss_mb_max", r->rss_max_mb, "%.1f");
+    st_json_number(j, "peak_rss_mb_total", r->rss_total_mb, "%.1f");
+    st_json_number(j, "wall_s", r->wall_s, "%.2f");
+    st_json_array_begin(j, "curve");
+    for (int k = 0; k < r->ncurve; k++) {
+        st_json_array_begin(j, NULL);
+        st_json_number(j, NULL, r->curve_s[k], "%.3f");
+        st_json_number(j, NULL, r->curve_acc[k], "%.5f");
+        st_json_array_end(j);
+    }
+    st_json_array_end(j);
+    st_json_object_end(j);
 }
 
 void sweep_write_json(FILE *f, const struct sweep_report *rep, const struct sweep_setting *s, int ns,
                       const struct sweep_run *runs, int nruns, const struct sweep_summary *sums)
 {
-    char b[12][32];
     bool by_target;
     int best = sweep_best(sums, ns, rep->target > 0, &by_target);
-    fprintf(f, "{\"command\":");
-    json_string(f, rep->command);
-    fprintf(f, ",\"repeats\":%d,\"target_accuracy\":%s,", rep->repeats, num(b[0], 32, rep->target > 0 ? rep->target : NAN, 4, "null"));
-    json_hardware(f, rep);
-    fprintf(f, ",\"best\":%s%s%s,\"best_by\":\"%s\",\n\"settings\":[", best >= 0 ? "\"" : "",
-            best >= 0 ? s[best].label : "null", best >= 0 ? "\"" : "", by_target ? "time_to_target" : "throughput");
+    st_json j;
+    st_json_init(&j, f);
+    st_json_object_begin(&j, NULL);
+    st_json_string(&j, "command", rep->command);
+    st_json_int(&j, "repeats", rep->repeats);
+    st_json_number(&j, "target_accuracy", rep->target > 0 ? rep->target : NAN, "%.4f");
+    json_hardware(&j, rep);
+    st_json_string(&j, "best", best >= 0 ? s[best].label : NULL);
+    st_json_string(&j, "best_by", by_target ? "time_to_target" : "throughput");
+    st_json_array_begin(&j, "settings");
     for (int i = 0; i < ns; i++) {
-        fprintf(f, "%s\n {\"label\":\"%s\",\"instances\":%d,\"cores_per_instance\":%d,\"asked\":", i ? "," : "",
-                s[i].label, s[i].instances, s[i].cores);
-        json_string(f, s[i].asked);
-        fprintf(f, ",\"systems\":{");
-        bool first = true;
-        for (int sys = 0; sys < SWEEP_NSYSTEMS; sys++) {
-            const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS + sys];
-            if (o->runs == 0)
-                continue;
-            fprintf(f, "%s\"%s\":{\"runs\":%d,\"failed\":%d,\"reached_target\":%d,", first ? "" : ",",
-                    sweep_system_name[sys], o->runs, o->failed, o->reached);
-            first = false;
-            json_stat(f, "samples_per_s", o->samples_per_s, 1);
-            fputc(',', f);
-            json_stat(f, "step_ms", o->step_ms, 3);
-            fputc(',', f);
-            json_stat(f, "time_to_target_s", o->time_to_target_s, 2);
-            fprintf(f, ",\"compute_ms\":%s,\"allreduce_ms\":%s,\"wait_ms\":%s,\"other_ms\":%s,\"final_accuracy\":%s,"
-                       "\"peak_rss_mb_max\":%s,\"peak_rss_mb_total\":%s}",
-                    num(b[1], 32, o->compute_ms, 3, "null"), num(b[2], 32, o->allreduce_ms, 3, "null"),
-                    num(b[3], 32, o->wait_ms, 3, "null"), num(b[4], 32, o->other_ms, 3, "null"),
-                    num(b[5], 32, o->final_accuracy, 4, "null"), num(b[6], 32, o->rss_max_mb, 1, "null"),
-                    num(b[7], 32, o->rss_total_mb, 1, "null"));
-        }
-        fprintf(f, "}}");
+        st_json_object_begin(&j, NULL);
+        st_json_string(&j, "label", s[i].label);
+        st_json_int(&j, "instances", s[i].instances);
+        st_json_int(&j, "cores_per_instance", s[i].cores);
+        st_json_string(&j, "asked", s[i].asked);
+        st_json_object_begin(&j, "systems");
+        for (int sys = 0; sys < SWEEP_NSYSTEMS; sys++)
+            if (sums[i * SWEEP_NSYSTEMS + sys].runs > 0)
+                json_system(&j, &sums[i * SWEEP_NSYSTEMS + sys], sys);
+        st_json_object_end(&j);
+        st_json_object_end(&j);
     }
-    fprintf(f, "],\n\"runs\":[");
-    for (int i = 0; i < nruns; i++) {
-        const struct sweep_run *r = &runs[i];
-        fprintf(f, "%s\n {\"setting\":\"%s\",\"system\":\"%s\",\"repeat\":%d,\"order\":%d,\"ok\":%s,\"error\":",
-                i ? "," : "", s[r->setting].label, sweep_system_name[r->system], r->repeat + 1, r->order + 1,
-                r->ok ? "true" : "false");
-        json_string(f, r->ok ? "" : r->error);
-        fprintf(f, ",\"steps\":%ld,\"samples_per_s\":%s,\"step_ms\":%s,\"compute_ms\":%s,\"allreduce_ms\":%s,"
-                   "\"wait_ms\":%s,\"other_ms\":%s,\"time_to_target_s\":%s,\"final_accuracy\":%s,"
-                   "\"peak_rss_mb_max\":%s,\"peak_rss_mb_total\":%s,\"wall_s\":%s,\"curve\":[",
-                r->steps, num(b[0], 32, r->samples_per_s, 1, "null"), num(b[1], 32, r->step_ms, 3, "null"),
-                num(b[2], 32, r->compute_ms, 3, "null"), num(b[3], 32, r->allreduce_ms, 3, "null"),
-                num(b[4], 32, r->wait_ms, 3, "null"), num(b[5], 32, r->other_ms, 3, "null"),
-                num(b[6], 32, r->time_to_target_s, 2, "null"), num(b[7], 32, r->final_accuracy, 4, "null"),
-                num(b[8], 32, r->rss_max_mb, 1, "null"), num(b[9], 32, r->rss_total_mb, 1, "null"),
-                num(b[10], 32, r->wall_s, 2, "null"));
-        for (int k = 0; k < r->ncurve; k++)
-            fprintf(f, "%s[%.3f,%.5f]", k ? "," : "", r->curve_s[k], r->curve_acc[k]);
-        fprintf(f, "]}");
-    }
-    fprintf(f, "]}\n");
+    st_json_array_end(&j);
+    st_json_array_begin(&j, "runs");
+    for (int i = 0; i < nruns; i++)
+        json_run(&j, s, &runs[i]);
+    st_json_array_end(&j);
+    st_json_object_end(&j);
+    fputc('\n', f);
 }
 
 static const char *spread(char *buf, size_t len, struct sweep_stat st, int decimals)

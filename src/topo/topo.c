@@ -8,6 +8,8 @@
 #define _GNU_SOURCE
 #include "shmtrain/topo.h"
 
+#include "shmtrain/json.h"
+
 #include <errno.h>
 #include <hwloc.h>
 #include <stdarg.h>
@@ -730,50 +732,44 @@ void st_plan_write_table(const st_plan *p, FILE *f)
         fprintf(f, "WARNING: %s\n", p->warnings[i]);
 }
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fputc('\\', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 void st_plan_write_json(const st_plan *p, FILE *f)
 {
-    fprintf(f, "{\"topology\":");
-    json_string(f, p->topology);
-    fprintf(f, ",\"ninstances\":%d,\"bind\":\"%s\",\"logical_cores\":%s,\"instances\":[",
-            p->ninstances, bind_name(p->bind), p->logical ? "true" : "false");
+    st_json j;
+    st_json_init(&j, f);
+    st_json_object_begin(&j, NULL);
+    st_json_string(&j, "topology", p->topology);
+    st_json_int(&j, "ninstances", p->ninstances);
+    st_json_string(&j, "bind", bind_name(p->bind));
+    st_json_bool(&j, "logical_cores", p->logical);
+    st_json_array_begin(&j, "instances");
     for (int i = 0; i < p->ninstances; i++) {
         const st_plan_instance *in = &p->inst[i];
-        fprintf(f, "%s{\"rank\":%d,\"cores\":%d,\"pus\":[", i ? "," : "", in->rank, in->ncores);
-        for (int j = 0; j < in->npus; j++)
-            fprintf(f, "%s%d", j ? "," : "", in->pus[j]);
-        fprintf(f, "],\"pu_list\":");
-        json_string(f, in->pu_list);
-        fprintf(f, ",\"core_ids\":");
-        json_string(f, in->core_list);
-        fprintf(f, ",\"numa\":");
-        json_string(f, in->numa_list);
-        fprintf(f, ",\"l3\":");
-        json_string(f, in->l3_list);
-        fprintf(f, ",\"package\":");
-        json_string(f, in->package_list);
-        fprintf(f, ",\"bind_cpus\":");
-        json_string(f, in->bind_cpus);
-        fprintf(f, ",\"cross_numa\":%s,\"shared_by\":%d}", in->cross_numa ? "true" : "false", in->shared_by);
+        st_json_object_begin(&j, NULL);
+        st_json_int(&j, "rank", in->rank);
+        st_json_int(&j, "cores", in->ncores);
+        st_json_array_begin(&j, "pus");
+        for (int k = 0; k < in->npus; k++)
+            st_json_int(&j, NULL, in->pus[k]);
+        st_json_array_end(&j);
+        st_json_string(&j, "pu_list", in->pu_list);
+        st_json_string(&j, "core_ids", in->core_list);
+        st_json_string(&j, "numa", in->numa_list);
+        st_json_string(&j, "l3", in->l3_list);
+        st_json_string(&j, "package", in->package_list);
+        st_json_string(&j, "bind_cpus", in->bind_cpus);
+        st_json_bool(&j, "cross_numa", in->cross_numa);
+        st_json_int(&j, "shared_by", in->shared_by);
+        st_json_object_end(&j);
     }
-    fprintf(f, "],\"leftover_cores\":%d,\"leftover_pus\":", p->nleftover);
-    json_string(f, p->leftover_pus);
-    fprintf(f, ",\"warnings\":[");
-    for (int i = 0; i < p->nwarnings; i++) {
-        fputs(i ? "," : "", f);
-        json_string(f, p->warnings[i]);
-    }
-    fprintf(f, "]}\n");
+    st_json_array_end(&j);
+    st_json_int(&j, "leftover_cores", p->nleftover);
+    st_json_string(&j, "leftover_pus", p->leftover_pus);
+    st_json_array_begin(&j, "warnings");
+    for (int i = 0; i < p->nwarnings; i++)
+        st_json_string(&j, NULL, p->warnings[i]);
+    st_json_array_end(&j);
+    st_json_object_end(&j);
+    fputc('\n', f);
 }
 
 /* ------------------------------------------------------------- binding -- */

@@ -20,6 +20,7 @@
 #include "shmtrain/coll.h"
 #include "shmtrain/data.h"
 #include "shmtrain/env.h"
+#include "shmtrain/metrics.h"
 #include "shmtrain/nn.h"
 
 #define TAIL 4 /* extra floats reduced with the gradients: loss, correct, stop, non-finite */
@@ -29,6 +30,7 @@ void st_train_request_stop(void) { atomic_store(&stop_requested, true); }
 
 static const double THRESHOLDS[] = {0.80, 0.85, 0.88, 0.89, 0.90, 0.91, 0.92};
 #define NTHRESH (sizeof THRESHOLDS / sizeof *THRESHOLDS)
+_Static_assert(NTHRESH <= ST_METRICS_MAX_TARGETS, "the summary record holds every threshold");
 
 struct trainer {
     const st_train_options *o;
@@ -198,17 +200,10 @@ static st_status load_data(struct trainer *t)
 
 /* ------------------------------------------------------------ output -- */
 
-static void metrics_line(struct trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void metrics_line(struct trainer *t, const char *fmt, ...)
+static void record(struct trainer *t, const st_record *r)
 {
-    if (!t->metrics)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(t->metrics, fmt, ap);
-    va_end(ap);
-    fputc('\n', t->metrics);
-    fflush(t->metrics);
+    if (t->metrics)
+        st_metrics_write(t->metrics, r);
 }
 
 static void say(const struct trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -235,10 +230,10 @@ static void log_interval(struct trainer *t, float lr)
     const long max = t->o->max_steps && t->o->max_steps < total ? t->o->max_steps : total;
     const double eta = sps > 0 ? (double)(max - (long)t->step) * t->world * t->o->batch / sps : 0;
     const double frac = t->epoch + (double)t->epoch_pos / ((double)t->steps_per_epoch * t->world * t->o->batch);
-    metrics_line(t, "{\"type\":\"train\",\"step\":%llu,\"epoch\":%.4f,\"loss\":%.6f,\"accuracy\":%.5f,\"lr\":%.6g,"
-                    "\"samples_per_s\":%.1f,\"time_s\":%.3f,\"compute_s\":%.4f,\"allreduce_s\":%.4f,\"wait_s\":%.4f}",
-                 (unsigned long long)t->step, frac, loss, acc, lr, sps, now - t->start + t->elapsed_before,
-                 t->t_compute, t->t_reduce, t->t_wait);
+    record(t, &(st_record){.type = ST_RECORD_TRAIN,
+                           .u.train = {.step = t->step, .epoch = frac, .loss = loss, .accuracy = acc, .lr = lr,
+                                       .samples_per_s = sps, .time_s = now - t->start + t->elapsed_before,
+                                       .compute_s = t->t_compute, .allreduce_s = t->t_reduce, .wait_s = t->t_wait}});
     if (t->tty) {
         int width = 24, done = max > 0 ? (int)(width * (double)t->step / max) : 0;
         char bar[32];
@@ -323,9 +318,9 @@ static st_status eval_and_report(struct trainer *t)
             t->reached_at[i] = at;
             t->reached_step[i] = (long)t->step;
         }
-    metrics_line(t, "{\"type\":\"eval\",\"step\":%llu,\"epoch\":%llu,\"test_loss\":%.6f,\"test_accuracy\":%.5f,"
-                    "\"time_s\":%.3f,\"eval_s\":%.3f}",
-                 (unsigned long long)t->step, (unsigned long long)t->epoch, loss, acc, at, now_s() - t0);
+    record(t, &(st_record){.type = ST_RECORD_EVAL,
+                           .u.eval = {.step = t->step, .epoch = t->epoch, .test_loss = loss, .test_accuracy = acc,
+                                      .time_s = at, .eval_s = now_s() - t0}});
     say(t, "eval  epoch %llu step %llu: test loss %.4f, test accuracy %.2f%% (best %.2f%%)\n",
         (unsigned long long)t->epoch + (t->epoch_pos ? 1 : 0), (unsigned long long)t->step, loss, 100 * acc,
         100 * t->best_acc);
@@ -544,28 +539,16 @@ static void open_metrics(struct trainer *t)
         fprintf(stderr, "shmtrain: --metrics %s: cannot open: %s (continuing without)\n", path, strerror(errno));
 }
 
-static void json_escape(char *dst, size_t len, const char *src)
-{
-    size_t n = 0;
-    for (; *src && n + 3 < len; src++) {
-        if (*src == '"' || *src == '\\')
-            dst[n++] = '\\';
-        dst[n++] = (unsigned char)*src < 0x20 ? '?' : *src;
-    }
-    dst[n] = '\0';
-}
-
 /* What ran, so a report can say what it compares (shmrun --sweep reads it). */
 static void run_record(struct trainer *t)
 {
-    char version[32], model[512];
-    st_nn_onednn_version(version, sizeof version);
-    json_escape(model, sizeof model, t->o->model);
-    metrics_line(t, "{\"type\":\"run\",\"system\":\"shmtrain\",\"instances\":%d,\"threads\":%d,"
-                    "\"model\":\"%s\",\"params\":%zu,\"batch_per_instance\":%d,\"onednn\":\"%s\",\"isa\":\"%s\","
-                    "\"first_step\":%llu}",
-                 t->world, omp_get_max_threads(), model, t->P, t->o->batch, version, st_nn_onednn_isa(),
-                 (unsigned long long)t->step);
+    st_record r = {.type = ST_RECORD_RUN,
+                   .u.run = {.system = "shmtrain", .instances = t->world, .threads = omp_get_max_threads(),
+                             .params = (long long)t->P, .batch_per_instance = t->o->batch, .first_step = t->step}};
+    snprintf(r.u.run.model, sizeof r.u.run.model, "%s", t->o->model);
+    st_nn_onednn_version(r.u.run.onednn, sizeof r.u.run.onednn);
+    snprintf(r.u.run.isa, sizeof r.u.run.isa, "%s", st_nn_onednn_isa());
+    record(t, &r);
 }
 
 static void summary(struct trainer *t, st_train_result *r)
@@ -574,20 +557,19 @@ static void summary(struct trainer *t, st_train_result *r)
     const double sps = t->train_seconds > 0 ? r->samples_per_s : 0;
     say(t, "done: %ld steps in %.1f s (%.0f samples/s training), final test accuracy %.2f%%, best %.2f%%\n",
         r->steps, total, sps, 100 * t->last_acc, 100 * t->best_acc);
-    char reached[512] = "";
-    size_t len = 0;
+    st_record rec = {.type = ST_RECORD_SUMMARY,
+                     .u.summary = {.steps = r->steps, .instances = t->world, .batch_per_instance = t->o->batch,
+                                   .total_s = total, .train_s = t->train_seconds, .samples_per_s = sps,
+                                   .final_test_accuracy = t->last_acc, .best_test_accuracy = t->best_acc}};
     for (size_t i = 0; i < NTHRESH; i++)
-        if (t->reached_at[i] >= 0)
-            len += (size_t)snprintf(reached + len, sizeof reached - len, "%s\"%.2f\":%.2f", len ? "," : "",
-                                    THRESHOLDS[i], t->reached_at[i]);
-    for (size_t i = 0; i < NTHRESH; i++)
-        if (t->reached_at[i] >= 0)
+        if (t->reached_at[i] >= 0) {
             say(t, "      reached %.0f%% test accuracy after %.1f s (step %ld)\n", 100 * THRESHOLDS[i],
                 t->reached_at[i], t->reached_step[i]);
-    metrics_line(t, "{\"type\":\"summary\",\"steps\":%ld,\"instances\":%d,\"batch_per_instance\":%d,"
-                    "\"total_s\":%.3f,\"train_s\":%.3f,\"samples_per_s\":%.1f,\"final_test_accuracy\":%.5f,"
-                    "\"best_test_accuracy\":%.5f,\"time_to_accuracy_s\":{%s}}",
-                 r->steps, t->world, t->o->batch, total, t->train_seconds, sps, t->last_acc, t->best_acc, reached);
+            st_summary_record *s = &rec.u.summary;
+            s->reached_accuracy[s->nreached] = THRESHOLDS[i];
+            s->reached_s[s->nreached++] = t->reached_at[i];
+        }
+    record(t, &rec);
 }
 
 static void teardown(struct trainer *t)

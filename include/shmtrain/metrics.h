@@ -1,0 +1,81 @@
+/* The metrics file: one JSON object per line, each a record of one type.
+ *
+ * Written by the trainer's rank 0 (src/train) and, with the same records,
+ * by the PyTorch peer (bench/torch_ddp.py); read by shmrun --sweep.  This
+ * header is the contract: a field added here is written and read by the
+ * same code.  docs/training.md describes the fields.
+ *
+ *   run      once at start (and again on resume): what ran
+ *   train    every --log-every steps: the interval's loss, speed, time split
+ *   eval     every evaluation
+ *   summary  once at the end
+ */
+#ifndef SHMTRAIN_METRICS_H
+#define SHMTRAIN_METRICS_H
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum st_record_type {
+    ST_RECORD_UNKNOWN = 0,  /* not a record of ours (or not JSON) */
+    ST_RECORD_RUN,
+    ST_RECORD_TRAIN,
+    ST_RECORD_EVAL,
+    ST_RECORD_SUMMARY
+} st_record_type;
+
+typedef struct st_run_record {
+    char system[32];                 /* "shmtrain", "pytorch-ddp" */
+    int instances, threads, batch_per_instance;
+    char model[256];
+    long long params;
+    char onednn[32], isa[32];        /* shmtrain's; "" otherwise */
+    char torch[32];                  /* the PyTorch peer's; "" otherwise */
+    unsigned long long first_step;   /* > 0 after a resume */
+} st_run_record;
+
+typedef struct st_train_record {
+    unsigned long long step;
+    double epoch, loss, accuracy, lr, samples_per_s, time_s;
+    double compute_s, allreduce_s, wait_s;   /* summed over the interval */
+} st_train_record;
+
+typedef struct st_eval_record {
+    unsigned long long step, epoch;
+    double test_loss, test_accuracy, time_s, eval_s;
+} st_eval_record;
+
+#define ST_METRICS_MAX_TARGETS 16
+
+typedef struct st_summary_record {
+    long steps;
+    int instances, batch_per_instance;
+    double total_s, train_s, samples_per_s, final_test_accuracy, best_test_accuracy;
+    int nreached;                    /* test-accuracy thresholds reached, and when */
+    double reached_accuracy[ST_METRICS_MAX_TARGETS], reached_s[ST_METRICS_MAX_TARGETS];
+} st_summary_record;
+
+typedef struct st_record {
+    st_record_type type;
+    union {
+        st_run_record run;
+        st_train_record train;
+        st_eval_record eval;
+        st_summary_record summary;
+    } u;
+} st_record;
+
+/* Write one record as one line and flush it (a crash keeps every line). */
+void st_metrics_write(FILE *f, const st_record *r);
+
+/* Read one line; fields absent from it are NAN (numbers), 0 or "".
+ * Returns the record's type. */
+st_record_type st_metrics_parse(const char *line, st_record *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,182 @@
+/* The metrics records (include/shmtrain/metrics.h): one writer, one reader. */
+#include "shmtrain/metrics.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shmtrain/json.h"
+
+static const char *const TYPE_NAMES[] = {[ST_RECORD_RUN] = "run", [ST_RECORD_TRAIN] = "train",
+                                         [ST_RECORD_EVAL] = "eval", [ST_RECORD_SUMMARY] = "summary"};
+
+static void optional_string(st_json *j, const char *key, const char *value)
+{
+    if (value[0])
+        st_json_string(j, key, value);
+}
+
+static void write_run(st_json *j, const st_run_record *r)
+{
+    st_json_string(j, "system", r->system);
+    st_json_int(j, "instances", r->instances);
+    st_json_int(j, "threads", r->threads);
+    st_json_string(j, "model", r->model);
+    st_json_int(j, "params", r->params);
+    st_json_int(j, "batch_per_instance", r->batch_per_instance);
+    optional_string(j, "onednn", r->onednn);
+    optional_string(j, "isa", r->isa);
+    optional_string(j, "torch", r->torch);
+    st_json_uint(j, "first_step", r->first_step);
+}
+
+static void write_train(st_json *j, const st_train_record *r)
+{
+    st_json_uint(j, "step", r->step);
+    st_json_number(j, "epoch", r->epoch, "%.4f");
+    st_json_number(j, "loss", r->loss, "%.6f");
+    st_json_number(j, "accuracy", r->accuracy, "%.5f");
+    st_json_number(j, "lr", r->lr, "%.6g");
+    st_json_number(j, "samples_per_s", r->samples_per_s, "%.1f");
+    st_json_number(j, "time_s", r->time_s, "%.3f");
+    st_json_number(j, "compute_s", r->compute_s, "%.4f");
+    st_json_number(j, "allreduce_s", r->allreduce_s, "%.4f");
+    st_json_number(j, "wait_s", r->wait_s, "%.4f");
+}
+
+static void write_eval(st_json *j, const st_eval_record *r)
+{
+    st_json_uint(j, "step", r->step);
+    st_json_uint(j, "epoch", r->epoch);
+    st_json_number(j, "test_loss", r->test_loss, "%.6f");
+    st_json_number(j, "test_accuracy", r->test_accuracy, "%.5f");
+    st_json_number(j, "time_s", r->time_s, "%.3f");
+    st_json_number(j, "eval_s", r->eval_s, "%.3f");
+}
+
+static void write_summary(st_json *j, const st_summary_record *r)
+{
+    st_json_int(j, "steps", r->steps);
+    st_json_int(j, "instances", r->instances);
+    st_json_int(j, "batch_per_instance", r->batch_per_instance);
+    st_json_number(j, "total_s", r->total_s, "%.3f");
+    st_json_number(j, "train_s", r->train_s, "%.3f");
+    st_json_number(j, "samples_per_s", r->samples_per_s, "%.1f");
+    st_json_number(j, "final_test_accuracy", r->final_test_accuracy, "%.5f");
+    st_json_number(j, "best_test_accuracy", r->best_test_accuracy, "%.5f");
+    st_json_object_begin(j, "time_to_accuracy_s");
+    for (int i = 0; i < r->nreached && i < ST_METRICS_MAX_TARGETS; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "%.2f", r->reached_accuracy[i]);
+        st_json_number(j, key, r->reached_s[i], "%.2f");
+    }
+    st_json_object_end(j);
+}
+
+void st_metrics_write(FILE *f, const st_record *r)
+{
+    if (!f || r->type <= ST_RECORD_UNKNOWN || r->type > ST_RECORD_SUMMARY)
+        return;
+    st_json j;
+    st_json_init(&j, f);
+    st_json_object_begin(&j, NULL);
+    st_json_string(&j, "type", TYPE_NAMES[r->type]);
+    switch (r->type) {
+    case ST_RECORD_RUN: write_run(&j, &r->u.run); break;
+    case ST_RECORD_TRAIN: write_train(&j, &r->u.train); break;
+    case ST_RECORD_EVAL: write_eval(&j, &r->u.eval); break;
+    case ST_RECORD_SUMMARY: write_summary(&j, &r->u.summary); break;
+    case ST_RECORD_UNKNOWN: break;
+    }
+    st_json_object_end(&j);
+    fputc('\n', f);
+    fflush(f);
+}
+
+/* ------------------------------------------------------------- reading -- */
+
+static double num(const char *line, const char *key) { return st_json_get_number(line, key); }
+
+static unsigned long long count(const char *line, const char *key)
+{
+    double v = num(line, key);
+    return v > 0 ? (unsigned long long)v : 0;
+}
+
+static void parse_summary(const char *line, st_summary_record *r)
+{
+    r->steps = (long)count(line, "steps");
+    r->instances = (int)count(line, "instances");
+    r->batch_per_instance = (int)count(line, "batch_per_instance");
+    r->total_s = num(line, "total_s");
+    r->train_s = num(line, "train_s");
+    r->samples_per_s = num(line, "samples_per_s");
+    r->final_test_accuracy = num(line, "final_test_accuracy");
+    r->best_test_accuracy = num(line, "best_test_accuracy");
+    const char *p = st_json_find(line, "time_to_accuracy_s");
+    if (!p || *p != '{')
+        return;
+    for (p++; *p == '"' && r->nreached < ST_METRICS_MAX_TARGETS;) {
+        char *end;
+        double acc = strtod(p + 1, &end);
+        if (end == p + 1 || strncmp(end, "\":", 2) != 0)
+            break;
+        double s = strtod(end + 2, &end);
+        r->reached_accuracy[r->nreached] = acc;
+        r->reached_s[r->nreached++] = s;
+        p = *end == ',' ? end + 1 : end;
+    }
+}
+
+st_record_type st_metrics_parse(const char *line, st_record *out)
+{
+    memset(out, 0, sizeof *out);
+    char type[16];
+    st_json_get_string(line, "type", type, sizeof type);
+    for (int t = ST_RECORD_RUN; t <= ST_RECORD_SUMMARY; t++)
+        if (!strcmp(type, TYPE_NAMES[t]))
+            out->type = (st_record_type)t;
+    switch (out->type) {
+    case ST_RECORD_RUN: {
+        st_run_record *r = &out->u.run;
+        st_json_get_string(line, "system", r->system, sizeof r->system);
+        r->instances = (int)count(line, "instances");
+        r->threads = (int)count(line, "threads");
+        r->batch_per_instance = (int)count(line, "batch_per_instance");
+        st_json_get_string(line, "model", r->model, sizeof r->model);
+        r->params = (long long)count(line, "params");
+        st_json_get_string(line, "onednn", r->onednn, sizeof r->onednn);
+        st_json_get_string(line, "isa", r->isa, sizeof r->isa);
+        st_json_get_string(line, "torch", r->torch, sizeof r->torch);
+        r->first_step = count(line, "first_step");
+        break;
+    }
+    case ST_RECORD_TRAIN: {
+        st_train_record *r = &out->u.train;
+        r->step = count(line, "step");
+        r->epoch = num(line, "epoch");
+        r->loss = num(line, "loss");
+        r->accuracy = num(line, "accuracy");
+        r->lr = num(line, "lr");
+        r->samples_per_s = num(line, "samples_per_s");
+        r->time_s = num(line, "time_s");
+        r->compute_s = num(line, "compute_s");
+        r->allreduce_s = num(line, "allreduce_s");
+        r->wait_s = num(line, "wait_s");
+        break;
+    }
+    case ST_RECORD_EVAL: {
+        st_eval_record *r = &out->u.eval;
+        r->step = count(line, "step");
+        r->epoch = count(line, "epoch");
+        r->test_loss = num(line, "test_loss");
+        r->test_accuracy = num(line, "test_accuracy");
+        r->time_s = num(line, "time_s");
+        r->eval_s = num(line, "eval_s");
+        break;
+    }
+    case ST_RECORD_SUMMARY: parse_summary(line, &out->u.summary); break;
+    case ST_RECORD_UNKNOWN: break;
+    }
+    return out->type;
+}

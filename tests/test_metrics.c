@@ -1,0 +1,130 @@
+/* The JSON writer and the metrics records: what the trainer writes, the
+ * sweep reads back, field by field. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shmtrain/json.h"
+#include "shmtrain/metrics.h"
+
+static char *capture(void (*fn)(FILE *, const void *), const void *arg)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    fn(f, arg);
+    assert_int_equal(fclose(f), 0);
+    return text;
+}
+
+static void nested(FILE *f, const void *arg)
+{
+    (void)arg;
+    st_json j;
+    st_json_init(&j, f);
+    st_json_object_begin(&j, NULL);
+    st_json_string(&j, "s", "a\"b\\c\nd\x01");
+    st_json_int(&j, "i", -3);
+    st_json_uint(&j, "u", 18446744073709551615ull);
+    st_json_number(&j, "x", 1.5, "%.2f");
+    st_json_number(&j, "nan", NAN, "%.2f");
+    st_json_bool(&j, "t", true);
+    st_json_string(&j, "none", NULL);
+    st_json_array_begin(&j, "a");
+    st_json_int(&j, NULL, 1);
+    st_json_array_begin(&j, NULL);
+    st_json_array_end(&j);
+    st_json_object_begin(&j, NULL);
+    st_json_bool(&j, "f", false);
+    st_json_object_end(&j);
+    st_json_array_end(&j);
+    st_json_object_end(&j);
+}
+
+static void test_json_writer(void **state)
+{
+    (void)state;
+    char *text = capture(nested, NULL);
+    assert_string_equal(text, "{\"s\":\"a\\\"b\\\\c\\u000ad\\u0001\",\"i\":-3,\"u\":18446744073709551615,\"x\":1.50,"
+                              "\"nan\":null,\"t\":true,\"none\":null,\"a\":[1,[],{\"f\":false}]}");
+    char s[32];
+    st_json_get_string(text, "s", s, sizeof s);
+    assert_string_equal(s, "a\"b\\c\\u000ad\\u0001");  /* \" and \\ undone, the rest as written */
+    assert_true(st_json_get_number(text, "x") == 1.5);
+    assert_true(isnan(st_json_get_number(text, "nan")));
+    assert_true(isnan(st_json_get_number(text, "absent")));
+    assert_null(st_json_find(text, "absent"));
+    free(text);
+}
+
+static void write_records(FILE *f, const void *arg)
+{
+    const st_record *r = arg;
+    for (int i = 0; i < 4; i++)
+        st_metrics_write(f, &r[i]);
+}
+
+static void test_records_round_trip(void **state)
+{
+    (void)state;
+    st_record in[4] = {
+        {.type = ST_RECORD_RUN, .u.run = {.system = "shmtrain", .instances = 2, .threads = 1, .model = "my \"lenet\"",
+                                          .params = 61706, .batch_per_instance = 64, .onednn = "2.6.3",
+                                          .isa = "avx2", .first_step = 120}},
+        {.type = ST_RECORD_TRAIN, .u.train = {.step = 50, .epoch = 0.25, .loss = 0.5, .accuracy = 0.75, .lr = 0.05,
+                                              .samples_per_s = 1234.5, .time_s = 2.5, .compute_s = 1.25,
+                                              .allreduce_s = 0.125, .wait_s = 0.0625}},
+        {.type = ST_RECORD_EVAL, .u.eval = {.step = 100, .epoch = 1, .test_loss = 0.375, .test_accuracy = 0.875,
+                                            .time_s = 3.5, .eval_s = 0.25}},
+        {.type = ST_RECORD_SUMMARY, .u.summary = {.steps = 937, .instances = 2, .batch_per_instance = 64,
+                                                  .total_s = 9.5, .train_s = 8.5, .samples_per_s = 7000,
+                                                  .final_test_accuracy = 0.9, .best_test_accuracy = 0.91,
+                                                  .nreached = 2, .reached_accuracy = {0.85, 0.89},
+                                                  .reached_s = {4.25, 7.5}}}};
+    char *text = capture(write_records, in);
+    assert_int_equal(strncmp(text, "{\"type\":\"run\",\"system\":\"shmtrain\",\"instances\":2,", 48), 0);
+    assert_non_null(strstr(text, "\"time_to_accuracy_s\":{\"0.85\":4.25,\"0.89\":7.50}"));
+    assert_null(strstr(text, "\"torch\""));  /* empty strings of other writers are left out */
+    st_record out[4];
+    char *line = text;
+    for (int i = 0; i < 4; i++) {
+        char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        *nl = '\0';
+        assert_int_equal(st_metrics_parse(line, &out[i]), in[i].type);
+        line = nl + 1;
+    }
+    assert_string_equal(line, "");
+    assert_string_equal(out[0].u.run.model, "my \"lenet\"");
+    assert_string_equal(out[0].u.run.isa, "avx2");
+    assert_int_equal(out[0].u.run.params, 61706);
+    assert_int_equal(out[0].u.run.first_step, 120);
+    assert_int_equal(out[1].u.train.step, 50);
+    assert_true(out[1].u.train.wait_s == 0.0625 && out[1].u.train.samples_per_s == 1234.5);
+    assert_true(out[2].u.eval.test_accuracy == 0.875 && out[2].u.eval.epoch == 1);
+    assert_int_equal(out[3].u.summary.steps, 937);
+    assert_int_equal(out[3].u.summary.nreached, 2);
+    assert_true(out[3].u.summary.reached_accuracy[1] == 0.89 && out[3].u.summary.reached_s[1] == 7.5);
+    st_record junk;
+    assert_int_equal(st_metrics_parse("not json at all", &junk), ST_RECORD_UNKNOWN);
+    assert_int_equal(st_metrics_parse("{\"type\":\"unheard-of\"}", &junk), ST_RECORD_UNKNOWN);
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_json_writer),
+        cmocka_unit_test(test_records_round_trip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
