@@ -16,30 +16,11 @@
 
 #define MIB (1024.0 * 1024.0)
 
-bool st_job_id_valid(const char *job_id)
-{
-    if (!job_id || !*job_id || strlen(job_id) > 64)
-        return false;
-    for (const char *p = job_id; *p; p++) {
-        char c = *p;
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                  (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
 st_status st_segment_name(char *name, size_t len, const char *job_id, int rank)
 {
-    if (!st_job_id_valid(job_id))
-        return st_fail(ST_ERR_INVALID,
-                       "job id '%s' is not usable: use 1-64 of [A-Za-z0-9_.-]",
-                       job_id ? job_id : "(null)");
-    int n = snprintf(name, len, "/shmtrain.%u.%s.%d", (unsigned)getuid(), job_id, rank);
-    if (n < 0 || (size_t)n >= len)
-        return st_fail(ST_ERR_INVALID, "segment name buffer too small");
-    return ST_OK;
+    char what[16];
+    snprintf(what, sizeof what, "%d", rank);
+    return st_shm_name(name, len, job_id, what);
 }
 
 int st_segment_cleanup(const char *job_id, int world_size)
@@ -52,8 +33,9 @@ int st_segment_cleanup(const char *job_id, int world_size)
         if (st_segment_name(name, sizeof name, job_id, r) == ST_OK && shm_unlink(name) == 0)
             removed++;
     }
-    char prefix[ST_SEGMENT_NAME_MAX];
-    snprintf(prefix, sizeof prefix, "shmtrain.%u.%s.", (unsigned)getuid(), job_id);
+    char prefix[ST_SHM_NAME_MAX];
+    if (st_shm_prefix(prefix, sizeof prefix, job_id) != ST_OK)
+        return -1;
     DIR *d = opendir(ST_SHM_DIR);
     for (struct dirent *e; d && (e = readdir(d));) {
         char name[sizeof e->d_name + 2];

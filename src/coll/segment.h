@@ -12,10 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shmtrain/shmname.h"
 #include "shmtrain/status.h"
 
-#define ST_SHM_DIR "/dev/shm"
-#define ST_SEGMENT_NAME_MAX 128
+#define ST_SEGMENT_NAME_MAX ST_SHM_NAME_MAX
 
 struct st_segment {
     void *base;          /* mapping, or NULL */
@@ -23,9 +23,6 @@ struct st_segment {
     char name[ST_SEGMENT_NAME_MAX];  /* "/shmtrain.<uid>.<job>.<rank>" */
     bool linked;         /* we created it and have not unlinked it yet */
 };
-
-/* Is `job_id` usable in a segment name ([A-Za-z0-9_.-]{1,64})? */
-bool st_job_id_valid(const char *job_id);
 
 /* Fail with ST_ERR_SHM_SPACE unless the shm filesystem has `need` bytes
  * free (or `limit`, when non-zero, pretends it has only that much). */

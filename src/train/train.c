@@ -21,6 +21,7 @@
 #include "shmtrain/data.h"
 #include "shmtrain/env.h"
 #include "shmtrain/metrics.h"
+#include "shmtrain/shmname.h"
 #include "shmtrain/nn.h"
 
 #define TAIL 4 /* extra floats reduced with the gradients: loss, correct, stop, non-finite */
@@ -156,8 +157,9 @@ static st_status load_data(struct trainer *t)
     int status = 0;
     st_status st = ST_OK;
     for (int s = 0; s < 2; s++)
-        snprintf(names[s], sizeof names[s], "/shmtrain.%u.%s.data-%s", (unsigned)getuid(),
-                 st_group_job_id(t->g), s ? "test" : "train");
+        if ((st = st_shm_name(names[s], sizeof names[s], st_group_job_id(t->g), s ? "data-test" : "data-train")) !=
+            ST_OK)
+            return st;
     if (t->rank == 0) {
         st_dataset **ds[2] = {&t->train, &t->test};
         for (int s = 0; s < 2 && st == ST_OK; s++) {
