@@ -37,62 +37,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "heartbeat.h"
-#include "segment.h"
+#include "coll_internal.h"
 #include "shmtrain/env.h"
 
-#define LINE 128 /* two cache lines: the adjacent-line prefetcher pairs them */
-#define PAGE 4096
-#define CTL_MAGIC 0x53484d5452414e31ull /* "SHMTRAN1" */
-
-/* One rank's control page, at the start of its segment. */
-struct ctl {
-    /* Written by the owner only, except `sleepers` (waiters register there
-     * so the owner knows a FUTEX_WAKE is needed). */
-    _Alignas(LINE) _Atomic uint32_t progress;
-    _Atomic uint32_t sleepers;
-    _Atomic uint32_t aborted;     /* 0, or 1 + rank that failed first */
-    _Atomic uint32_t joined;
-    /* Written once by the owner before `ready`. */
-    _Alignas(LINE) _Atomic uint32_t ready;
-    uint64_t magic;
-    int32_t rank, world, pid;
-    uint64_t zero_copy_bytes, staging_bytes, small_bytes, seg_bytes;
-    char job_id[72];
-};
 _Static_assert(sizeof(struct ctl) <= PAGE, "control block fits one page");
 
-struct st_group {
-    int rank, world;
-    char job_id[72];
-    st_group_config cfg;          /* with defaults filled in */
-    size_t seg_bytes, zc_off, staging_off, slots_off;
-    struct st_segment *segs;      /* [world]; segs[rank] is ours */
-    struct ctl **ctl;             /* [world] */
-    pid_t *pids;                  /* [world] */
-    float **rank_ptrs;            /* scratch [world] */
-    uint32_t base;                /* progress value before the current collective */
-    uint32_t known_all_ge;        /* every peer's progress is known to be >= this */
-    uint32_t slot_base[2];        /* base of the last direct collective per slot */
-    bool slot_used[2];
-    int parity;
-    bool oversubscribed;
-    double waited_s;              /* time blocked in wait_for */
-    struct st_heartbeat hb;       /* progress for the launcher's stall watch */
-    st_status broken;             /* ST_OK while usable */
-    char broken_msg[256];
-};
-
-/* ---------------------------------------------------------------- time -- */
-
-static double now_s(void)
+double coll_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void sleep_s(double s)
+void coll_sleep_s(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
@@ -112,7 +69,7 @@ static inline bool ge(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
 
 /* kill(pid, 0) alone reports a zombie as alive, and a peer that died while
  * our parent has not reaped it yet is exactly a zombie. */
-static bool pid_alive(pid_t pid)
+bool coll_pid_alive(pid_t pid)
 {
     if (kill(pid, 0) != 0 && errno == ESRCH)
         return false;
@@ -184,7 +141,7 @@ static st_status wait_slow(st_group *g, int peer, uint32_t target)
             return ST_OK;
     }
     const struct timespec nap = {0, 20 * 1000 * 1000};
-    double start = now_s(), next_check = start + 0.1;
+    double start = coll_now_s(), next_check = start + 0.1;
     for (;;) {
         atomic_fetch_add(&c->sleepers, 1);
         uint32_t v = atomic_load(&c->progress);
@@ -195,11 +152,11 @@ static st_status wait_slow(st_group *g, int peer, uint32_t target)
             return ST_OK;
         if (atomic_load(&c->aborted))
             return peer_failed(g, peer);
-        double t = now_s();
+        double t = coll_now_s();
         if (t - start >= 1.0)
             st_heartbeat_waiting(&g->hb, peer);
         if (t >= next_check) {
-            if (!pid_alive(g->pids[peer]))
+            if (!coll_pid_alive(g->pids[peer]))
                 return peer_failed(g, peer);
             next_check = t + 0.1;
         }
@@ -219,14 +176,14 @@ static inline st_status wait_for(st_group *g, int peer, uint32_t target)
 {
     if (reached(g, peer, target))
         return ST_OK;
-    double t0 = now_s();
+    double t0 = coll_now_s();
     st_status st = ST_OK;
     int i = 0;
     for (; i < g->cfg.spin && !reached(g, peer, target); i++)
         cpu_relax();
     if (i == g->cfg.spin)
         st = wait_slow(g, peer, target);
-    g->waited_s += now_s() - t0;
+    g->waited_s += coll_now_s() - t0;
     return st;
 }
 
@@ -340,7 +297,7 @@ static st_status ring(st_group *g, float *const *bufs, size_t n, st_reduce_op op
 
 /* -------------------------------------------------------------- direct -- */
 
-static char *seg_at(const st_group *g, int q, size_t off)
+char *coll_seg_at(const st_group *g, int q, size_t off)
 {
     return (char *)g->segs[q].base + off;
 }
@@ -357,14 +314,14 @@ static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op)
     if (g->slot_used[p] && (st = wait_all(g, g->slot_base[p] + 2)) != ST_OK)
         return st;
     const size_t slot_off = g->slots_off + (size_t)p * g->cfg.small_bytes;
-    memcpy(seg_at(g, g->rank, slot_off), buf, n * sizeof(float));
+    memcpy(coll_seg_at(g, g->rank, slot_off), buf, n * sizeof(float));
     publish(g, base + 1);
     if ((st = wait_all(g, base + 1)) != ST_OK)
         return st;
-    const float *first = (const float *)seg_at(g, 0, slot_off);
+    const float *first = (const float *)coll_seg_at(g, 0, slot_off);
     memcpy(buf, first, n * sizeof(float));
     for (int q = 1; q < g->world; q++)
-        add_into(buf, (const float *)seg_at(g, q, slot_off), n);
+        add_into(buf, (const float *)coll_seg_at(g, q, slot_off), n);
     if (op == ST_AVG)
         for (size_t i = 0; i < n; i++)
             buf[i] /= (float)g->world;
@@ -379,7 +336,7 @@ static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op)
 
 static bool in_zero_copy(const st_group *g, const float *buf, size_t n, size_t *off)
 {
-    const char *zc = seg_at(g, g->rank, g->zc_off), *b = (const char *)buf;
+    const char *zc = coll_seg_at(g, g->rank, g->zc_off), *b = (const char *)buf;
     if (!g->cfg.zero_copy_bytes || b < zc || b >= zc + g->cfg.zero_copy_bytes)
         return false;
     *off = (size_t)(b - zc);
@@ -413,12 +370,12 @@ static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_
     size_t off;
     if (in_zero_copy(g, buf, count, &off)) {
         for (int q = 0; q < g->world; q++)
-            g->rank_ptrs[q] = (float *)(seg_at(g, q, g->zc_off) + off);
+            g->rank_ptrs[q] = (float *)(coll_seg_at(g, q, g->zc_off) + off);
         return ring(g, g->rank_ptrs, count, op);
     }
     /* Ordinary buffer: stage it through shared memory piece by piece. */
     for (int q = 0; q < g->world; q++)
-        g->rank_ptrs[q] = (float *)seg_at(g, q, g->staging_off);
+        g->rank_ptrs[q] = (float *)coll_seg_at(g, q, g->staging_off);
     const size_t piece = g->cfg.staging_bytes / sizeof(float);
     for (size_t done = 0; done < count; done += piece) {
         size_t len = count - done < piece ? count - done : piece;
@@ -453,7 +410,7 @@ static st_status broadcast(st_group *g, void *buf, size_t bytes, int root)
     publish(g, base + 1);
     for (uint32_t i = 0; i < pieces; i++) {
         size_t off = (size_t)i * half, len = bytes - off < half ? bytes - off : half;
-        char *stage = seg_at(g, root, g->staging_off + (i % 2) * half);
+        char *stage = coll_seg_at(g, root, g->staging_off + (i % 2) * half);
         if (g->rank == root) {
             if (i >= 2 && (st = wait_all(g, base + 1 + (i - 2) + 1)) != ST_OK)
                 return st;
@@ -486,310 +443,6 @@ static st_status barrier(st_group *g)
     return ST_OK;
 }
 
-/* ---------------------------------------------------------------- join -- */
-
-static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
-
-static size_t env_size(const char *name, size_t fallback)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return fallback;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    return (errno || *end || x == 0) ? fallback : (size_t)x;
-}
-
-static double env_double(const char *name, double fallback)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return fallback;
-    char *end;
-    double x = strtod(v, &end);
-    return (*end || !(x > 0)) ? fallback : x;
-}
-
-static st_status fill_config(st_group *g, const st_group_config *in)
-{
-    st_group_config c = *in;
-    if (c.world_size < 1 || c.world_size > 4096)
-        return st_fail(ST_ERR_INVALID, "coll: world size %d is not in 1..4096", c.world_size);
-    if (c.rank < 0 || c.rank >= c.world_size)
-        return st_fail(ST_ERR_INVALID, "coll: rank %d is not in 0..%d", c.rank, c.world_size - 1);
-    if (!st_job_id_valid(c.job_id))
-        return st_fail(ST_ERR_INVALID, "coll: job id '%s' is not usable: use 1-64 of [A-Za-z0-9_.-]",
-                       c.job_id ? c.job_id : "(null)");
-    if (!c.staging_bytes)
-        c.staging_bytes = env_size("SHMTRAIN_STAGING_BYTES", 4u << 20);
-    if (!c.chunk_bytes)
-        c.chunk_bytes = env_size("SHMTRAIN_CHUNK_BYTES", 128u << 10);
-    if (!c.small_bytes) {
-        const char *v = getenv("SHMTRAIN_SMALL_BYTES");
-        c.small_bytes = (v && !strcmp(v, "0")) ? ST_SMALL_NEVER
-                                               : env_size("SHMTRAIN_SMALL_BYTES", 16u << 10);
-    }
-    if (c.small_bytes == ST_SMALL_NEVER)
-        c.small_bytes = 0;
-    if (!(c.timeout_s > 0))
-        c.timeout_s = env_double("SHMTRAIN_TIMEOUT", 300.0);
-    if (!(c.join_timeout_s > 0))
-        c.join_timeout_s = env_double("SHMTRAIN_JOIN_TIMEOUT", 60.0);
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    g->oversubscribed = ncpu > 0 && c.world_size > ncpu;
-    if (c.spin <= 0)
-        c.spin = (int)env_size("SHMTRAIN_SPIN", g->oversubscribed ? 20 : 2000);
-    c.staging_bytes = round_up(c.staging_bytes < 2 * PAGE ? 2 * PAGE : c.staging_bytes, 2 * PAGE);
-    c.small_bytes = round_up(c.small_bytes, 64);
-    if (c.chunk_bytes < 4096)
-        c.chunk_bytes = 4096;
-    g->cfg = c;
-    g->rank = c.rank;
-    g->world = c.world_size;
-    snprintf(g->job_id, sizeof g->job_id, "%s", c.job_id);
-    g->cfg.job_id = g->job_id;
-    g->zc_off = PAGE;
-    g->staging_off = g->zc_off + round_up(c.zero_copy_bytes, PAGE);
-    g->slots_off = g->staging_off + c.staging_bytes;
-    g->seg_bytes = g->slots_off + round_up(2 * c.small_bytes, PAGE);
-    return ST_OK;
-}
-
-static void init_ctl(st_group *g)
-{
-    struct ctl *c = g->segs[g->rank].base;
-    c->magic = CTL_MAGIC;
-    c->rank = g->rank;
-    c->world = g->world;
-    c->pid = (int32_t)getpid();
-    c->zero_copy_bytes = g->cfg.zero_copy_bytes;
-    c->staging_bytes = g->cfg.staging_bytes;
-    c->small_bytes = g->cfg.small_bytes;
-    c->seg_bytes = g->seg_bytes;
-    snprintf(c->job_id, sizeof c->job_id, "%s", g->job_id);
-    atomic_store_explicit(&c->ready, 1, memory_order_release);
-}
-
-static st_status check_peer_ctl(st_group *g, int q)
-{
-    const struct ctl *c = g->ctl[q];
-    if (c->magic != CTL_MAGIC || c->rank != q || c->world != g->world ||
-        strcmp(c->job_id, g->job_id) != 0 || c->seg_bytes != g->seg_bytes)
-        return st_fail(ST_ERR_MISMATCH,
-                       "coll: rank %d's segment disagrees with rank %d (world %d vs %d, "
-                       "job '%.64s' vs '%s'): ranks were started with different settings",
-                       q, g->rank, (int)c->world, g->world, c->job_id, g->job_id);
-    g->pids[q] = c->pid;
-    return ST_OK;
-}
-
-/* Map peer q's segment, waiting until it exists and is initialised. */
-static st_status attach_peer(st_group *g, int q, double deadline)
-{
-    char name[ST_SEGMENT_NAME_MAX];
-    st_status st = st_segment_name(name, sizeof name, g->job_id, q);
-    double nap = 0.0005;
-    while (st == ST_OK) {
-        st = st_segment_attach(&g->segs[q], name, g->seg_bytes,
-                               (struct st_segment_mark){CTL_MAGIC, offsetof(struct ctl, magic)});
-        if (st == ST_OK) {
-            g->ctl[q] = g->segs[q].base;
-            while (!atomic_load_explicit(&g->ctl[q]->ready, memory_order_acquire)) {
-                if (now_s() > deadline)
-                    return st_fail(ST_ERR_TIMEOUT, "coll: rank %d never initialised its segment", q);
-                sleep_s(0.0005);
-            }
-            return check_peer_ctl(g, q);
-        }
-        if (st != ST_ERR_EXISTS)
-            return st;
-        if (now_s() > deadline)
-            return st_fail(ST_ERR_TIMEOUT,
-                           "coll: rank %d of job '%s': rank %d did not join within %.0f s "
-                           "(SHMTRAIN_JOIN_TIMEOUT); was it started with the same job id?",
-                           g->rank, g->job_id, q, g->cfg.join_timeout_s);
-        sleep_s(nap);
-        nap = nap < 0.01 ? nap * 2 : nap;
-        st = ST_OK;
-    }
-    return st;
-}
-
-/* Everyone has mapped everyone once every `joined` flag is set; then each
- * owner can drop its segment's name. */
-static st_status wait_joined(st_group *g, double deadline)
-{
-    for (int q = 0; q < g->world; q++) {
-        while (!atomic_load_explicit(&g->ctl[q]->joined, memory_order_acquire)) {
-            if (atomic_load(&g->ctl[q]->aborted) || !pid_alive(g->pids[q]))
-                return st_fail(ST_ERR_PEER_DEAD, "coll: rank %d (pid %d) died while joining",
-                               q, (int)g->pids[q]);
-            if (now_s() > deadline)
-                return st_fail(ST_ERR_TIMEOUT, "coll: rank %d did not finish joining", q);
-            sleep_s(0.0002);
-        }
-    }
-    return ST_OK;
-}
-
-static st_status alloc_arrays(st_group *g)
-{
-    g->segs = calloc((size_t)g->world, sizeof *g->segs);
-    g->ctl = calloc((size_t)g->world, sizeof *g->ctl);
-    g->pids = calloc((size_t)g->world, sizeof *g->pids);
-    g->rank_ptrs = calloc((size_t)g->world, sizeof *g->rank_ptrs);
-    if (!g->segs || !g->ctl || !g->pids || !g->rank_ptrs)
-        return st_fail(ST_ERR_NOMEM, "coll: out of memory for a world of %d", g->world);
-    return ST_OK;
-}
-
-/* On a failed join: our own name goes; so do the names of peers that died
- * holding theirs, so a crash while joining leaves nothing in /dev/shm. */
-static void abandon_join(st_group *g)
-{
-    for (int q = 0; q < g->world; q++) {
-        if (q != g->rank && g->ctl[q] && g->pids[q] > 0 && !pid_alive(g->pids[q])) {
-            char name[ST_SEGMENT_NAME_MAX];
-            if (st_segment_name(name, sizeof name, g->job_id, q) == ST_OK)
-                shm_unlink(name);
-        }
-    }
-    if (g->ctl[g->rank])
-        atomic_store(&g->ctl[g->rank]->aborted, (uint32_t)g->rank + 1);
-}
-
-/* Segments of this job not created yet, ours included: what the space
- * check must still find room for (peers that joined first already took
- * theirs out of the free space). */
-static size_t missing_segments(const st_group *g)
-{
-    size_t missing = 0;
-    for (int q = 0; q < g->world; q++) {
-        char name[ST_SEGMENT_NAME_MAX], path[ST_SEGMENT_NAME_MAX + 16];
-        struct stat sb;
-        st_segment_name(name, sizeof name, g->job_id, q);
-        snprintf(path, sizeof path, "%s%s", ST_SHM_DIR, name);
-        if (q == g->rank || stat(path, &sb) != 0)
-            missing++;
-    }
-    return missing;
-}
-
-st_status st_group_create(st_group **out, const st_group_config *cfg)
-{
-    if (!out || !cfg)
-        return st_fail(ST_ERR_INVALID, "coll: st_group_create: NULL argument");
-    *out = NULL;
-    st_group *g = calloc(1, sizeof *g);
-    if (!g)
-        return st_fail(ST_ERR_NOMEM, "coll: out of memory");
-    g->hb.fd = -1;
-    st_status st;
-    if ((st = fill_config(g, cfg)) != ST_OK || (st = alloc_arrays(g)) != ST_OK)
-        goto fail;
-    if ((st = st_shm_space_check(g->seg_bytes * missing_segments(g), g->cfg.shm_limit_bytes,
-                                 g->world, g->seg_bytes)) != ST_OK)
-        goto fail;
-
-    char name[ST_SEGMENT_NAME_MAX];
-    if ((st = st_segment_name(name, sizeof name, g->job_id, g->rank)) != ST_OK ||
-        (st = st_segment_create(&g->segs[g->rank], name, g->seg_bytes)) != ST_OK)
-        goto fail;
-    g->ctl[g->rank] = g->segs[g->rank].base;
-    g->pids[g->rank] = getpid();
-    init_ctl(g);
-
-    const double deadline = now_s() + g->cfg.join_timeout_s;
-    for (int q = 0; q < g->world; q++)
-        if (q != g->rank && (st = attach_peer(g, q, deadline)) != ST_OK)
-            goto fail;
-    atomic_store_explicit(&g->ctl[g->rank]->joined, 1, memory_order_release);
-    if ((st = wait_joined(g, deadline)) != ST_OK)
-        goto fail;
-    st_segment_unlink(&g->segs[g->rank]);
-    st_heartbeat_open(&g->hb);
-    *out = g;
-    return ST_OK;
-
-fail:
-    if (g->segs)
-        abandon_join(g);
-    st_group_destroy(g);
-    return st;
-}
-
-static int env_int(const char *a, const char *b, int fallback, bool *found)
-{
-    const char *v = getenv(a);
-    if (!v || !*v)
-        v = b ? getenv(b) : NULL;
-    if (!v || !*v)
-        return fallback;
-    *found = true;
-    char *end;
-    long x = strtol(v, &end, 10);
-    return (*end || x < INT_MIN || x > INT_MAX) ? -1 : (int)x;
-}
-
-st_status st_group_create_from_env(st_group **out, const st_group_config *defaults)
-{
-    st_group_config c = {0};
-    if (defaults)
-        c = *defaults;
-    bool have_world = false, have_rank = false;
-    c.world_size = env_int(ST_ENV_WORLD_SIZE, ST_ENV_GENERIC_WORLD_SIZE, 1, &have_world);
-    c.rank = env_int(ST_ENV_RANK, ST_ENV_GENERIC_RANK, 0, &have_rank);
-    if (c.world_size < 1)
-        return st_fail(ST_ERR_INVALID, "coll: SHMTRAIN_WORLD_SIZE/WORLD_SIZE is not a positive integer");
-    if (have_world && c.world_size > 1 && !have_rank)
-        return st_fail(ST_ERR_INVALID, "coll: WORLD_SIZE is %d but SHMTRAIN_RANK/RANK is not set",
-                       c.world_size);
-    char local_job[32];
-    c.job_id = getenv(ST_ENV_JOB_ID);
-    if (!c.job_id || !*c.job_id) {
-        if (c.world_size > 1)
-            return st_fail(ST_ERR_INVALID,
-                           "coll: SHMTRAIN_JOB_ID is not set (shmrun sets it; ranks of one job "
-                           "must share it)");
-        snprintf(local_job, sizeof local_job, "local-%d", (int)getpid());
-        c.job_id = local_job;
-    }
-    return st_group_create(out, &c);
-}
-
-void st_group_destroy(st_group *g)
-{
-    if (!g)
-        return;
-    if (g->segs)
-        for (int q = 0; q < g->world; q++)
-            st_segment_close(&g->segs[q]);
-    free(g->segs);
-    free(g->ctl);
-    free(g->pids);
-    free(g->rank_ptrs);
-    st_heartbeat_close(&g->hb);
-    free(g);
-}
-
-int st_group_rank(const st_group *g) { return g->rank; }
-int st_group_size(const st_group *g) { return g->world; }
-const char *st_group_job_id(const st_group *g) { return g->job_id; }
-
-void *st_group_buffer(st_group *g, size_t *bytes)
-{
-    if (bytes)
-        *bytes = g->cfg.zero_copy_bytes;
-    return g->cfg.zero_copy_bytes ? seg_at(g, g->rank, g->zc_off) : NULL;
-}
-
-const void *st_group_peer_buffer(const st_group *g, int peer)
-{
-    if (!g || peer < 0 || peer >= g->world || !g->cfg.zero_copy_bytes)
-        return NULL;
-    return seg_at(g, peer, g->zc_off);
-}
 
 /* ------------------------------------------------- the public collectives -- */
 
@@ -797,7 +450,7 @@ const void *st_group_peer_buffer(const st_group *g, int peer)
 static st_status progressed(st_group *g, st_status st)
 {
     if (st == ST_OK)
-        st_heartbeat_beat(&g->hb, now_s());
+        st_heartbeat_beat(&g->hb, coll_now_s());
     return st;
 }
 
@@ -819,5 +472,5 @@ st_status st_barrier(st_group *g)
 void st_group_heartbeat(st_group *g)
 {
     if (g)
-        st_heartbeat_beat(&g->hb, now_s());
+        st_heartbeat_beat(&g->hb, coll_now_s());
 }

@@ -1,0 +1,73 @@
+/* Internal: the collectives' shared state.
+ *
+ * coll.c       the wait/publish protocol and the algorithms (direct, ring,
+ *              broadcast, barrier) and the public collectives
+ * group.c      joining and leaving a group: configuration, segments, the
+ *              control pages, the environment
+ * segment.c    one POSIX shared-memory segment
+ * heartbeat.c  progress for the launcher's stall watch
+ */
+#ifndef SHMTRAIN_COLL_INTERNAL_H
+#define SHMTRAIN_COLL_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "heartbeat.h"
+#include "segment.h"
+#include "shmtrain/coll.h"
+
+#define LINE 128 /* two cache lines: the adjacent-line prefetcher pairs them */
+
+#define PAGE 4096
+
+#define CTL_MAGIC 0x53484d5452414e31ull /* "SHMTRAN1" */
+
+/* One rank's control page, at the start of its segment. */
+struct ctl {
+    /* Written by the owner only, except `sleepers` (waiters register there
+     * so the owner knows a FUTEX_WAKE is needed). */
+    _Alignas(LINE) _Atomic uint32_t progress;
+    _Atomic uint32_t sleepers;
+    _Atomic uint32_t aborted;     /* 0, or 1 + rank that failed first */
+    _Atomic uint32_t joined;
+    /* Written once by the owner before `ready`. */
+    _Alignas(LINE) _Atomic uint32_t ready;
+    uint64_t magic;
+    int32_t rank, world, pid;
+    uint64_t zero_copy_bytes, staging_bytes, small_bytes, seg_bytes;
+    char job_id[72];
+};
+
+struct st_group {
+    int rank, world;
+    char job_id[72];
+    st_group_config cfg;          /* with defaults filled in */
+    size_t seg_bytes, zc_off, staging_off, slots_off;
+    struct st_segment *segs;      /* [world]; segs[rank] is ours */
+    struct ctl **ctl;             /* [world] */
+    pid_t *pids;                  /* [world] */
+    float **rank_ptrs;            /* scratch [world] */
+    uint32_t base;                /* progress value before the current collective */
+    uint32_t known_all_ge;        /* every peer's progress is known to be >= this */
+    uint32_t slot_base[2];        /* base of the last direct collective per slot */
+    bool slot_used[2];
+    int parity;
+    bool oversubscribed;
+    double waited_s;              /* time blocked in wait_for */
+    struct st_heartbeat hb;       /* progress for the launcher's stall watch */
+    st_status broken;             /* ST_OK while usable */
+    char broken_msg[256];
+};
+
+/* ---------------------------------------------------------------- time -- */
+
+/* Defined in coll.c, used by group.c too. */
+double coll_now_s(void);
+void coll_sleep_s(double s);
+bool coll_pid_alive(pid_t pid);
+char *coll_seg_at(const st_group *g, int q, size_t off);
+
+#endif

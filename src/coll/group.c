@@ -1,0 +1,331 @@
+/* Joining and leaving a group: the configuration (with its environment
+ * defaults), creating this rank's segment and mapping the peers', the
+ * control pages, and dropping every name once all ranks have mapped them. */
+#define _GNU_SOURCE
+#include "shmtrain/coll.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll_internal.h"
+#include "shmtrain/env.h"
+
+static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+static size_t env_size(const char *name, size_t fallback)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return fallback;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    return (errno || *end || x == 0) ? fallback : (size_t)x;
+}
+
+static double env_double(const char *name, double fallback)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return fallback;
+    char *end;
+    double x = strtod(v, &end);
+    return (*end || !(x > 0)) ? fallback : x;
+}
+
+static st_status fill_config(st_group *g, const st_group_config *in)
+{
+    st_group_config c = *in;
+    if (c.world_size < 1 || c.world_size > 4096)
+        return st_fail(ST_ERR_INVALID, "coll: world size %d is not in 1..4096", c.world_size);
+    if (c.rank < 0 || c.rank >= c.world_size)
+        return st_fail(ST_ERR_INVALID, "coll: rank %d is not in 0..%d", c.rank, c.world_size - 1);
+    if (!st_job_id_valid(c.job_id))
+        return st_fail(ST_ERR_INVALID, "coll: job id '%s' is not usable: use 1-64 of [A-Za-z0-9_.-]",
+                       c.job_id ? c.job_id : "(null)");
+    if (!c.staging_bytes)
+        c.staging_bytes = env_size("SHMTRAIN_STAGING_BYTES", 4u << 20);
+    if (!c.chunk_bytes)
+        c.chunk_bytes = env_size("SHMTRAIN_CHUNK_BYTES", 128u << 10);
+    if (!c.small_bytes) {
+        const char *v = getenv("SHMTRAIN_SMALL_BYTES");
+        c.small_bytes = (v && !strcmp(v, "0")) ? ST_SMALL_NEVER
+                                               : env_size("SHMTRAIN_SMALL_BYTES", 16u << 10);
+    }
+    if (c.small_bytes == ST_SMALL_NEVER)
+        c.small_bytes = 0;
+    if (!(c.timeout_s > 0))
+        c.timeout_s = env_double("SHMTRAIN_TIMEOUT", 300.0);
+    if (!(c.join_timeout_s > 0))
+        c.join_timeout_s = env_double("SHMTRAIN_JOIN_TIMEOUT", 60.0);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    g->oversubscribed = ncpu > 0 && c.world_size > ncpu;
+    if (c.spin <= 0)
+        c.spin = (int)env_size("SHMTRAIN_SPIN", g->oversubscribed ? 20 : 2000);
+    c.staging_bytes = round_up(c.staging_bytes < 2 * PAGE ? 2 * PAGE : c.staging_bytes, 2 * PAGE);
+    c.small_bytes = round_up(c.small_bytes, 64);
+    if (c.chunk_bytes < 4096)
+        c.chunk_bytes = 4096;
+    g->cfg = c;
+    g->rank = c.rank;
+    g->world = c.world_size;
+    snprintf(g->job_id, sizeof g->job_id, "%s", c.job_id);
+    g->cfg.job_id = g->job_id;
+    g->zc_off = PAGE;
+    g->staging_off = g->zc_off + round_up(c.zero_copy_bytes, PAGE);
+    g->slots_off = g->staging_off + c.staging_bytes;
+    g->seg_bytes = g->slots_off + round_up(2 * c.small_bytes, PAGE);
+    return ST_OK;
+}
+
+static void init_ctl(st_group *g)
+{
+    struct ctl *c = g->segs[g->rank].base;
+    c->magic = CTL_MAGIC;
+    c->rank = g->rank;
+    c->world = g->world;
+    c->pid = (int32_t)getpid();
+    c->zero_copy_bytes = g->cfg.zero_copy_bytes;
+    c->staging_bytes = g->cfg.staging_bytes;
+    c->small_bytes = g->cfg.small_bytes;
+    c->seg_bytes = g->seg_bytes;
+    snprintf(c->job_id, sizeof c->job_id, "%s", g->job_id);
+    atomic_store_explicit(&c->ready, 1, memory_order_release);
+}
+
+static st_status check_peer_ctl(st_group *g, int q)
+{
+    const struct ctl *c = g->ctl[q];
+    if (c->magic != CTL_MAGIC || c->rank != q || c->world != g->world ||
+        strcmp(c->job_id, g->job_id) != 0 || c->seg_bytes != g->seg_bytes)
+        return st_fail(ST_ERR_MISMATCH,
+                       "coll: rank %d's segment disagrees with rank %d (world %d vs %d, "
+                       "job '%.64s' vs '%s'): ranks were started with different settings",
+                       q, g->rank, (int)c->world, g->world, c->job_id, g->job_id);
+    g->pids[q] = c->pid;
+    return ST_OK;
+}
+
+/* Map peer q's segment, waiting until it exists and is initialised. */
+static st_status attach_peer(st_group *g, int q, double deadline)
+{
+    char name[ST_SEGMENT_NAME_MAX];
+    st_status st = st_segment_name(name, sizeof name, g->job_id, q);
+    double nap = 0.0005;
+    while (st == ST_OK) {
+        st = st_segment_attach(&g->segs[q], name, g->seg_bytes,
+                               (struct st_segment_mark){CTL_MAGIC, offsetof(struct ctl, magic)});
+        if (st == ST_OK) {
+            g->ctl[q] = g->segs[q].base;
+            while (!atomic_load_explicit(&g->ctl[q]->ready, memory_order_acquire)) {
+                if (coll_now_s() > deadline)
+                    return st_fail(ST_ERR_TIMEOUT, "coll: rank %d never initialised its segment", q);
+                coll_sleep_s(0.0005);
+            }
+            return check_peer_ctl(g, q);
+        }
+        if (st != ST_ERR_EXISTS)
+            return st;
+        if (coll_now_s() > deadline)
+            return st_fail(ST_ERR_TIMEOUT,
+                           "coll: rank %d of job '%s': rank %d did not join within %.0f s "
+                           "(SHMTRAIN_JOIN_TIMEOUT); was it started with the same job id?",
+                           g->rank, g->job_id, q, g->cfg.join_timeout_s);
+        coll_sleep_s(nap);
+        nap = nap < 0.01 ? nap * 2 : nap;
+        st = ST_OK;
+    }
+    return st;
+}
+
+/* Everyone has mapped everyone once every `joined` flag is set; then each
+ * owner can drop its segment's name. */
+static st_status wait_joined(st_group *g, double deadline)
+{
+    for (int q = 0; q < g->world; q++) {
+        while (!atomic_load_explicit(&g->ctl[q]->joined, memory_order_acquire)) {
+            if (atomic_load(&g->ctl[q]->aborted) || !coll_pid_alive(g->pids[q]))
+                return st_fail(ST_ERR_PEER_DEAD, "coll: rank %d (pid %d) died while joining",
+                               q, (int)g->pids[q]);
+            if (coll_now_s() > deadline)
+                return st_fail(ST_ERR_TIMEOUT, "coll: rank %d did not finish joining", q);
+            coll_sleep_s(0.0002);
+        }
+    }
+    return ST_OK;
+}
+
+static st_status alloc_arrays(st_group *g)
+{
+    g->segs = calloc((size_t)g->world, sizeof *g->segs);
+    g->ctl = calloc((size_t)g->world, sizeof *g->ctl);
+    g->pids = calloc((size_t)g->world, sizeof *g->pids);
+    g->rank_ptrs = calloc((size_t)g->world, sizeof *g->rank_ptrs);
+    if (!g->segs || !g->ctl || !g->pids || !g->rank_ptrs)
+        return st_fail(ST_ERR_NOMEM, "coll: out of memory for a world of %d", g->world);
+    return ST_OK;
+}
+
+/* On a failed join: our own name goes; so do the names of peers that died
+ * holding theirs, so a crash while joining leaves nothing in /dev/shm. */
+static void abandon_join(st_group *g)
+{
+    for (int q = 0; q < g->world; q++) {
+        if (q != g->rank && g->ctl[q] && g->pids[q] > 0 && !coll_pid_alive(g->pids[q])) {
+            char name[ST_SEGMENT_NAME_MAX];
+            if (st_segment_name(name, sizeof name, g->job_id, q) == ST_OK)
+                shm_unlink(name);
+        }
+    }
+    if (g->ctl[g->rank])
+        atomic_store(&g->ctl[g->rank]->aborted, (uint32_t)g->rank + 1);
+}
+
+/* Segments of this job not created yet, ours included: what the space
+ * check must still find room for (peers that joined first already took
+ * theirs out of the free space). */
+static size_t missing_segments(const st_group *g)
+{
+    size_t missing = 0;
+    for (int q = 0; q < g->world; q++) {
+        char name[ST_SEGMENT_NAME_MAX], path[ST_SEGMENT_NAME_MAX + 16];
+        struct stat sb;
+        st_segment_name(name, sizeof name, g->job_id, q);
+        snprintf(path, sizeof path, "%s%s", ST_SHM_DIR, name);
+        if (q == g->rank || stat(path, &sb) != 0)
+            missing++;
+    }
+    return missing;
+}
+
+st_status st_group_create(st_group **out, const st_group_config *cfg)
+{
+    if (!out || !cfg)
+        return st_fail(ST_ERR_INVALID, "coll: st_group_create: NULL argument");
+    *out = NULL;
+    st_group *g = calloc(1, sizeof *g);
+    if (!g)
+        return st_fail(ST_ERR_NOMEM, "coll: out of memory");
+    g->hb.fd = -1;
+    st_status st;
+    if ((st = fill_config(g, cfg)) != ST_OK || (st = alloc_arrays(g)) != ST_OK)
+        goto fail;
+    if ((st = st_shm_space_check(g->seg_bytes * missing_segments(g), g->cfg.shm_limit_bytes,
+                                 g->world, g->seg_bytes)) != ST_OK)
+        goto fail;
+
+    char name[ST_SEGMENT_NAME_MAX];
+    if ((st = st_segment_name(name, sizeof name, g->job_id, g->rank)) != ST_OK ||
+        (st = st_segment_create(&g->segs[g->rank], name, g->seg_bytes)) != ST_OK)
+        goto fail;
+    g->ctl[g->rank] = g->segs[g->rank].base;
+    g->pids[g->rank] = getpid();
+    init_ctl(g);
+
+    const double deadline = coll_now_s() + g->cfg.join_timeout_s;
+    for (int q = 0; q < g->world; q++)
+        if (q != g->rank && (st = attach_peer(g, q, deadline)) != ST_OK)
+            goto fail;
+    atomic_store_explicit(&g->ctl[g->rank]->joined, 1, memory_order_release);
+    if ((st = wait_joined(g, deadline)) != ST_OK)
+        goto fail;
+    st_segment_unlink(&g->segs[g->rank]);
+    st_heartbeat_open(&g->hb);
+    *out = g;
+    return ST_OK;
+
+fail:
+    if (g->segs)
+        abandon_join(g);
+    st_group_destroy(g);
+    return st;
+}
+
+static int env_int(const char *a, const char *b, int fallback, bool *found)
+{
+    const char *v = getenv(a);
+    if (!v || !*v)
+        v = b ? getenv(b) : NULL;
+    if (!v || !*v)
+        return fallback;
+    *found = true;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return (*end || x < INT_MIN || x > INT_MAX) ? -1 : (int)x;
+}
+
+st_status st_group_create_from_env(st_group **out, const st_group_config *defaults)
+{
+    st_group_config c = {0};
+    if (defaults)
+        c = *defaults;
+    bool have_world = false, have_rank = false;
+    c.world_size = env_int(ST_ENV_WORLD_SIZE, ST_ENV_GENERIC_WORLD_SIZE, 1, &have_world);
+    c.rank = env_int(ST_ENV_RANK, ST_ENV_GENERIC_RANK, 0, &have_rank);
+    if (c.world_size < 1)
+        return st_fail(ST_ERR_INVALID, "coll: SHMTRAIN_WORLD_SIZE/WORLD_SIZE is not a positive integer");
+    if (have_world && c.world_size > 1 && !have_rank)
+        return st_fail(ST_ERR_INVALID, "coll: WORLD_SIZE is %d but SHMTRAIN_RANK/RANK is not set",
+                       c.world_size);
+    char local_job[32];
+    c.job_id = getenv(ST_ENV_JOB_ID);
+    if (!c.job_id || !*c.job_id) {
+        if (c.world_size > 1)
+            return st_fail(ST_ERR_INVALID,
+                           "coll: SHMTRAIN_JOB_ID is not set (shmrun sets it; ranks of one job "
+                           "must share it)");
+        snprintf(local_job, sizeof local_job, "local-%d", (int)getpid());
+        c.job_id = local_job;
+    }
+    return st_group_create(out, &c);
+}
+
+void st_group_destroy(st_group *g)
+{
+    if (!g)
+        return;
+    if (g->segs)
+        for (int q = 0; q < g->world; q++)
+            st_segment_close(&g->segs[q]);
+    free(g->segs);
+    free(g->ctl);
+    free(g->pids);
+    free(g->rank_ptrs);
+    st_heartbeat_close(&g->hb);
+    free(g);
+}
+
+int st_group_rank(const st_group *g) { return g->rank; }
+
+int st_group_size(const st_group *g) { return g->world; }
+
+const char *st_group_job_id(const st_group *g) { return g->job_id; }
+
+void *st_group_buffer(st_group *g, size_t *bytes)
+{
+    if (bytes)
+        *bytes = g->cfg.zero_copy_bytes;
+    return g->cfg.zero_copy_bytes ? coll_seg_at(g, g->rank, g->zc_off) : NULL;
+}
+
+const void *st_group_peer_buffer(const st_group *g, int peer)
+{
+    if (!g || peer < 0 || peer >= g->world || !g->cfg.zero_copy_bytes)
+        return NULL;
+    return coll_seg_at(g, peer, g->zc_off);
+}
