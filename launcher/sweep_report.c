@@ -1,0 +1,392 @@
+/* sweep reports: CSV, JSON, markdown and the plots' data and gnuplot script.
+ * Nothing here has side effects beyond the FILE * it is given. */
+#define _GNU_SOURCE
+#include "sweep.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shmtrain/json.h"
+
+
+/* ------------------------------------------------------------- writers -- */
+
+/* Numbers as text; "" (CSV), "null" (JSON) or "-" (tables) when missing. */
+static const char *num(char *buf, size_t len, double v, int decimals, const char *missing)
+{
+    if (isnan(v) || isinf(v))
+        snprintf(buf, len, "%s", missing);
+    else
+        snprintf(buf, len, "%.*f", decimals, v);
+    return buf;
+}
+
+static void csv_field(FILE *f, const char *s)
+{
+    bool quote = strpbrk(s, ",\"\n") != NULL;
+    if (!quote) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+void sweep_write_csv(FILE *f, const struct sweep_setting *s, const struct sweep_run *runs, int nruns)
+{
+    fprintf(f, "setting,instances,cores_per_instance,system,repeat,order,ok,samples_per_s,step_ms,compute_ms,"
+               "allreduce_ms,wait_ms,other_ms,time_to_target_s,final_accuracy,peak_rss_mb_max,peak_rss_mb_total,"
+               "wall_s,steps,error\n");
+    for (int i = 0; i < nruns; i++) {
+        const struct sweep_run *r = &runs[i];
+        const struct sweep_setting *st = &s[r->setting];
+        char b[12][32];
+        fprintf(f, "%s,%d,%d,%s,%d,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%ld,", st->label, st->instances,
+                st->cores, sweep_system_name[r->system], r->repeat + 1, r->order + 1, r->ok,
+                num(b[0], 32, r->samples_per_s, 1, ""), num(b[1], 32, r->step_ms, 3, ""),
+                num(b[2], 32, r->compute_ms, 3, ""), num(b[3], 32, r->allreduce_ms, 3, ""),
+                num(b[4], 32, r->wait_ms, 3, ""), num(b[5], 32, r->other_ms, 3, ""),
+                num(b[6], 32, r->time_to_target_s, 2, ""), num(b[7], 32, r->final_accuracy, 4, ""),
+                num(b[8], 32, r->rss_max_mb, 1, ""), num(b[9], 32, r->rss_total_mb, 1, ""),
+                num(b[10], 32, r->wall_s, 2, ""), r->steps);
+        csv_field(f, r->ok ? "" : r->error);
+        fputc('\n', f);
+    }
+}
+
+static void json_stat(st_json *j, const char *key, struct sweep_stat st, const char *format)
+{
+    st_json_object_begin(j, key);
+    st_json_number(j, "median", st.median, format);
+    st_json_number(j, "min", st.min, format);
+    st_json_number(j, "max", st.max, format);
+    st_json_int(j, "n", st.n);
+    st_json_object_end(j);
+}
+
+static void json_hardware(st_json *j, const struct sweep_report *rep)
+{
+    const st_topo_info *t = &rep->topo;
+    st_json_object_begin(j, "hardware");
+    st_json_string(j, "cpu", t->cpu_model);
+    st_json_int(j, "packages", t->packages);
+    st_json_int(j, "numa_nodes", t->numa_nodes);
+    st_json_int(j, "l3_caches", t->l3_caches);
+    st_json_int(j, "cores", t->cores);
+    st_json_int(j, "pus", t->pus);
+    st_json_int(j, "l1d_bytes", t->l1d_bytes);
+    st_json_int(j, "l2_bytes", t->l2_bytes);
+    st_json_int(j, "l3_bytes", t->l3_bytes);
+    st_json_string(j, "kernel", rep->kernel);
+    st_json_string(j, "compiler", rep->compiler);
+    st_json_string(j, "hwloc", t->hwloc_version);
+    st_json_string(j, "onednn", rep->versions.onednn);
+    st_json_string(j, "onednn_isa", rep->versions.isa);
+    st_json_string(j, "torch", rep->versions.torch);
+    st_json_string(j, "shmrun", rep->shmrun_version);
+    st_json_string(j, "date", rep->date);
+    if (rep->probe_cpus > 0) {
+        st_json_object_begin(j, "cpu_probe");
+        st_json_int(j, "cpus", rep->probe_cpus);
+        st_json_number(j, "one_gflops", rep->probe_one_gflops, "%.1f");
+        st_json_number(j, "all_gflops", rep->probe_all_gflops, "%.1f");
+        st_json_object_end(j);
+    }
+    st_json_object_end(j);
+}
+
+static void json_system(st_json *j, const struct sweep_summary *o, int sys)
+{
+    st_json_object_begin(j, sweep_system_name[sys]);
+    st_json_int(j, "runs", o->runs);
+    st_json_int(j, "failed", o->failed);
+    st_json_int(j, "reached_target", o->reached);
+    json_stat(j, "samples_per_s", o->samples_per_s, "%.1f");
+    json_stat(j, "step_ms", o->step_ms, "%.3f");
+    json_stat(j, "time_to_target_s", o->time_to_target_s, "%.2f");
+    st_json_number(j, "compute_ms", o->compute_ms, "%.3f");
+    st_json_number(j, "allreduce_ms", o->allreduce_ms, "%.3f");
+    st_json_number(j, "wait_ms", o->wait_ms, "%.3f");
+    st_json_number(j, "other_ms", o->other_ms, "%.3f");
+    st_json_number(j, "final_accuracy", o->final_accuracy, "%.4f");
+    st_json_number(j, "peak_rss_mb_max", o->rss_max_mb, "%.1f");
+    st_json_number(j, "peak_rss_mb_total", o->rss_total_mb, "%.1f");
+    st_json_object_end(j);
+}
+
+static void json_run(st_json *j, const struct sweep_setting *s, const struct sweep_run *r)
+{
+    st_json_object_begin(j, NULL);
+    st_json_string(j, "setting", s[r->setting].label);
+    st_json_string(j, "system", sweep_system_name[r->system]);
+    st_json_int(j, "repeat", r->repeat + 1);
+    st_json_int(j, "order", r->order + 1);
+    st_json_bool(j, "ok", r->ok);
+    st_json_string(j, "error", r->ok ? "" : r->error);
+    st_json_int(j, "steps", r->steps);
+    st_json_number(j, "samples_per_s", r->samples_per_s, "%.1f");
+    st_json_number(j, "step_ms", r->step_ms, "%.3f");
+    st_json_number(j, "compute_ms", r->compute_ms, "%.3f");
+    st_json_number(j, "allreduce_ms", r->allreduce_ms, "%.3f");
+    st_json_number(j, "wait_ms", r->wait_ms, "%.3f");
+    st_json_number(j, "other_ms", r->other_ms, "%.3f");
+    st_json_number(j, "time_to_target_s", r->time_to_target_s, "%.2f");
+    st_json_number(j, "final_accuracy", r->final_accuracy, "%.4f");
+    st_json_number(j, "peak_rss_mb_max", r->rss_max_mb, "%.1f");
+    st_json_number(j, "peak_rss_mb_total", r->rss_total_mb, "%.1f");
+    st_json_number(j, "wall_s", r->wall_s, "%.2f");
+    st_json_array_begin(j, "curve");
+    for (int k = 0; k < r->ncurve; k++) {
+        st_json_array_begin(j, NULL);
+        st_json_number(j, NULL, r->curve_s[k], "%.3f");
+        st_json_number(j, NULL, r->curve_acc[k], "%.5f");
+        st_json_array_end(j);
+    }
+    st_json_array_end(j);
+    st_json_object_end(j);
+}
+
+void sweep_write_json(FILE *f, const struct sweep_report *rep, const struct sweep_setting *s, int ns,
+                      const struct sweep_run *runs, int nruns, const struct sweep_summary *sums)
+{
+    bool by_target;
+    int best = sweep_best(sums, ns, rep->target > 0, &by_target);
+    st_json j;
+    st_json_init(&j, f);
+    st_json_object_begin(&j, NULL);
+    st_json_string(&j, "command", rep->command);
+    st_json_int(&j, "repeats", rep->repeats);
+    st_json_number(&j, "target_accuracy", rep->target > 0 ? rep->target : NAN, "%.4f");
+    json_hardware(&j, rep);
+    st_json_string(&j, "best", best >= 0 ? s[best].label : NULL);
+    st_json_string(&j, "best_by", by_target ? "time_to_target" : "throughput");
+    st_json_array_begin(&j, "settings");
+    for (int i = 0; i < ns; i++) {
+        st_json_object_begin(&j, NULL);
+        st_json_string(&j, "label", s[i].label);
+        st_json_int(&j, "instances", s[i].instances);
+        st_json_int(&j, "cores_per_instance", s[i].cores);
+        st_json_string(&j, "asked", s[i].asked);
+        st_json_object_begin(&j, "systems");
+        for (int sys = 0; sys < SWEEP_NSYSTEMS; sys++)
+            if (sums[i * SWEEP_NSYSTEMS + sys].runs > 0)
+                json_system(&j, &sums[i * SWEEP_NSYSTEMS + sys], sys);
+        st_json_object_end(&j);
+        st_json_object_end(&j);
+    }
+    st_json_array_end(&j);
+    st_json_array_begin(&j, "runs");
+    for (int i = 0; i < nruns; i++)
+        json_run(&j, s, &runs[i]);
+    st_json_array_end(&j);
+    st_json_object_end(&j);
+    fputc('\n', f);
+}
+
+static const char *spread(char *buf, size_t len, struct sweep_stat st, int decimals)
+{
+    if (st.n == 0)
+        snprintf(buf, len, "-");
+    else if (st.n == 1)
+        snprintf(buf, len, "%.*f", decimals, st.median);
+    else
+        snprintf(buf, len, "%.*f (%.*f–%.*f)", decimals, st.median, decimals, st.min, decimals, st.max);
+    return buf;
+}
+
+static void markdown_hardware(FILE *f, const struct sweep_report *rep)
+{
+    const st_topo_info *t = &rep->topo;
+    fprintf(f, "## Machine\n\n");
+    fprintf(f, "| | |\n|---|---|\n");
+    fprintf(f, "| CPU | %s |\n", *t->cpu_model ? t->cpu_model : "(hwloc reports no model)");
+    fprintf(f, "| usable | %d package%s, %d NUMA node%s, %d L3 cache%s, %d cores, %d PUs |\n", t->packages,
+            t->packages == 1 ? "" : "s", t->numa_nodes, t->numa_nodes == 1 ? "" : "s", t->l3_caches,
+            t->l3_caches == 1 ? "" : "s", t->cores, t->pus);
+    fprintf(f, "| caches | L1d %ld KiB, L2 %ld KiB, L3 %ld KiB (each) |\n", t->l1d_bytes / 1024, t->l2_bytes / 1024,
+            t->l3_bytes / 1024);
+    if (rep->probe_cpus > 0 && rep->probe_one_gflops > 0)
+        fprintf(f, "| arithmetic | its %d CPUs at once: %.2fx one CPU's multiply-add throughput (%d real cores: "
+                   "%d.00x; %.0f GFLOPS f32 alone) |\n",
+                rep->probe_cpus, rep->probe_all_gflops / rep->probe_one_gflops, rep->probe_cpus, rep->probe_cpus,
+                rep->probe_one_gflops);
+    fprintf(f, "| oneDNN | %s, widest ISA %s |\n", *rep->versions.onednn ? rep->versions.onednn : "-",
+            *rep->versions.isa ? rep->versions.isa : "-");
+    fprintf(f, "| PyTorch | %s |\n", *rep->versions.torch ? rep->versions.torch
+                                     : rep->torch_asked ? "not available (python3-torch)" : "not run");
+    fprintf(f, "| software | shmrun %s, hwloc %s, %s, %s |\n", rep->shmrun_version, t->hwloc_version, rep->compiler,
+            rep->kernel);
+    fprintf(f, "| date | %s |\n", rep->date);
+}
+
+void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct sweep_setting *s, int ns,
+                          const struct sweep_summary *sums)
+{
+    bool by_target;
+    int best = sweep_best(sums, ns, rep->target > 0, &by_target);
+    int base = sweep_baseline(s, ns, rep->topo.cores);
+    const struct sweep_summary *bsum = base >= 0 ? &sums[base * SWEEP_NSYSTEMS] : NULL;
+    bool torch = false;
+    for (int i = 0; i < ns; i++)
+        torch |= sums[i * SWEEP_NSYSTEMS + SWEEP_TORCH].runs > 0;
+    char tgt[32] = "";
+    if (rep->target > 0)
+        snprintf(tgt, sizeof tgt, "%g%%", 100 * rep->target);
+
+    fprintf(f, "# Partitioning sweep\n\n`%s`\n\n", rep->command);
+    fprintf(f, "%d repeat%s per setting, interleaved; medians with the range over repeats in brackets. "
+               "Throughput is the steady state (after the first log interval), summed over instances.\n\n",
+            rep->repeats, rep->repeats == 1 ? "" : "s");
+    fprintf(f, "| setting | asked | samples/s | vs %s | step ms | compute / all-reduce / wait / other ms |%s%s%s "
+               "final test acc. %% | peak RSS MiB per instance / total |%s\n",
+            base >= 0 ? s[base].label : "1 x all", *tgt ? " time to " : "", *tgt ? tgt : "", *tgt ? " (s) |" : "",
+            torch ? " PyTorch DDP samples/s | shmtrain / PyTorch |" : "");
+    fprintf(f, "|---|---|---|---|---|---|%s---|---|%s\n", *tgt ? "---|" : "", torch ? "---|---|" : "");
+    for (int i = 0; i < ns; i++) {
+        const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS + SWEEP_SHMTRAIN];
+        const struct sweep_summary *pt = &sums[i * SWEEP_NSYSTEMS + SWEEP_TORCH];
+        char b[10][64];
+        char failed[48] = "";
+        if (o->failed)
+            snprintf(failed, sizeof failed, " (%d of %d runs FAILED)", o->failed, o->runs);
+        fprintf(f, "| %s%s%s%s | %s | %s | ", i == best ? "**" : "", s[i].label, i == best ? "**" : "", failed,
+                s[i].asked, spread(b[0], 64, o->samples_per_s, 0));
+        if (bsum && bsum->samples_per_s.n && o->samples_per_s.n)
+            fprintf(f, "%.2fx", o->samples_per_s.median / bsum->samples_per_s.median);
+        else
+            fprintf(f, "-");
+        fprintf(f, " | %s | %s / %s / %s / %s |", spread(b[1], 64, o->step_ms, 2), num(b[2], 64, o->compute_ms, 2, "-"),
+                num(b[3], 64, o->allreduce_ms, 2, "-"), num(b[4], 64, o->wait_ms, 2, "-"),
+                num(b[5], 64, o->other_ms, 2, "-"));
+        if (*tgt) {
+            if (o->reached < o->runs || o->runs == 0)
+                fprintf(f, " %s (%d of %d) |", spread(b[6], 64, o->time_to_target_s, 1), o->reached, o->runs);
+            else
+                fprintf(f, " %s |", spread(b[6], 64, o->time_to_target_s, 1));
+        }
+        fprintf(f, " %s | %s / %s |", isnan(o->final_accuracy) ? "-" : num(b[7], 64, 100 * o->final_accuracy, 2, "-"),
+                num(b[8], 64, o->rss_max_mb, 0, "-"), num(b[9], 64, o->rss_total_mb, 0, "-"));
+        if (torch) {
+            fprintf(f, " %s | ", spread(b[0], 64, pt->samples_per_s, 0));
+            if (pt->samples_per_s.n && o->samples_per_s.n)
+                fprintf(f, "%.2fx |", o->samples_per_s.median / pt->samples_per_s.median);
+            else
+                fprintf(f, "- |");
+        }
+        fputc('\n', f);
+    }
+    fputc('\n', f);
+    if (best >= 0) {
+        fprintf(f, "**Best: %s**, by %s", s[best].label, by_target ? "median time to the target accuracy"
+                                                                    : "median throughput");
+        if (bsum && bsum->samples_per_s.n && best != base)
+            fprintf(f, " (%.2fx the throughput of %s)",
+                    sums[best * SWEEP_NSYSTEMS].samples_per_s.median / bsum->samples_per_s.median, s[base].label);
+        fprintf(f, ".\n\n");
+    } else {
+        fprintf(f, "**No setting completed a run.**\n\n");
+    }
+    fprintf(f, "Step time is the gang's (every instance waits for the slowest at the all-reduce). "
+               "The split is instance 0's, per step: compute = batch assembly, forward, backward and optimizer; "
+               "all-reduce = moving gradients; wait = blocked on a slower peer; other = the rest (logging, "
+               "evaluation overhead outside the intervals).");
+    if (torch)
+        fprintf(f, " PyTorch DDP overlaps its all-reduce with the backward pass, so its split is not comparable "
+                   "and is left out of the table (it is in the CSV).");
+    fprintf(f, "\n\n");
+    if (rep->plots_note)
+        fprintf(f, "Plots: %s\n\n", rep->plots_note);
+    else
+        fprintf(f, "![throughput](throughput.svg)\n\n![time split](timesplit.svg)\n\n![accuracy](accuracy.svg)\n\n");
+    markdown_hardware(f, rep);
+}
+
+/* ---------------------------------------------------------------- plots -- */
+
+void sweep_write_plot_data(FILE *throughput, FILE *split, FILE *curves, const struct sweep_setting *s, int ns,
+                           const struct sweep_run *runs, const struct sweep_summary *sums)
+{
+    fprintf(throughput, "# instances cores label shm_median shm_min shm_max torch_median torch_min torch_max\n");
+    fprintf(split, "# label compute_ms allreduce_ms wait_ms other_ms (shmtrain, medians)\n");
+    for (int i = 0; i < ns; i++) {
+        const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS], *t = o + SWEEP_TORCH;
+        char b[10][32];
+        fprintf(throughput, "%d %d %s %s %s %s %s %s %s\n", s[i].instances, s[i].cores, s[i].label,
+                num(b[0], 32, o->samples_per_s.median, 1, "-"), num(b[1], 32, o->samples_per_s.min, 1, "-"),
+                num(b[2], 32, o->samples_per_s.max, 1, "-"), num(b[3], 32, t->samples_per_s.median, 1, "-"),
+                num(b[4], 32, t->samples_per_s.min, 1, "-"), num(b[5], 32, t->samples_per_s.max, 1, "-"));
+        fprintf(split, "%s %s %s %s %s\n", s[i].label, num(b[6], 32, o->compute_ms, 3, "0"),
+                num(b[7], 32, o->allreduce_ms, 3, "0"), num(b[8], 32, o->wait_ms, 3, "0"),
+                num(b[9], 32, o->other_ms, 3, "0"));
+    }
+    /* One block per (setting, system) with a curve, separated for `index`. */
+    for (int i = 0; i < ns; i++)
+        for (int sys = 0; sys < SWEEP_NSYSTEMS; sys++) {
+            int k = sums[i * SWEEP_NSYSTEMS + sys].curve_run;
+            if (k < 0)
+                continue;
+            fprintf(curves, "# %s %s\n", s[i].label, sweep_system_name[sys]);
+            for (int p = 0; p < runs[k].ncurve; p++)
+                fprintf(curves, "%.3f %.5f\n", runs[k].curve_s[p], 100 * runs[k].curve_acc[p]);
+            fprintf(curves, "\n\n");
+        }
+}
+
+void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const struct sweep_run *runs,
+                         const struct sweep_summary *sums)
+{
+    (void)runs;
+    bool torch = false;
+    for (int i = 0; i < ns; i++)
+        torch |= sums[i * SWEEP_NSYSTEMS + SWEEP_TORCH].samples_per_s.n > 0;
+    fprintf(f, "# gnuplot script written by shmrun --sweep; run it in this directory: gnuplot plot.gp\n"
+               "set terminal svg size 760,440 dynamic font 'sans,12' background '#ffffff'\n"
+               "set datafile missing '-'\nset grid ytics lc '#dddddd'\nset border 3\nset tics nomirror\n"
+               "set key top left\n");
+    fprintf(f, "\nset output 'throughput.svg'\nset title 'Throughput against instances (median, bars: range)'\n"
+               "set xlabel 'instances (x cores each)'\nset ylabel 'samples/s, all instances'\n"
+               "set logscale x 2\nset xtics (");
+    for (int i = 0; i < ns; i++)
+        fprintf(f, "%s'%s' %d", i ? ", " : "", s[i].label, s[i].instances);
+    fprintf(f, ")\nset yrange [0:*]\nset offsets graph 0.05, graph 0.05, 0, 0\n");
+    fprintf(f, "plot 'throughput.dat' using 1:4:5:6 with yerrorlines lw 2 pt 7 lc '#1f77b4' title 'shmtrain'");
+    if (torch)
+        fprintf(f, ", \\\n     '' using 1:7:8:9 with yerrorlines lw 2 pt 5 dt 2 lc '#d62728' title 'PyTorch DDP'");
+    fprintf(f, "\nunset logscale x\nunset xtics\nset xtics\nset offsets 0, 0, 0, 0\n");
+    fprintf(f, "\nset output 'timesplit.svg'\nset title 'Where a step goes (shmtrain, instance 0, median)'\n"
+               "set xlabel 'setting (instances x cores)'\nset ylabel 'ms per step'\n"
+               "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.85 border -1\n"
+               "set boxwidth 0.6\nset key top right\nset yrange [0:*]\n"
+               "plot 'timesplit.dat' using 2:xtic(1) lc '#1f77b4' title 'compute', \\\n"
+               "     '' using 3 lc '#2ca02c' title 'all-reduce', \\\n"
+               "     '' using 4 lc '#ff7f0e' title 'wait', \\\n"
+               "     '' using 5 lc '#bbbbbb' title 'other'\n"
+               "set style data lines\n");
+    fprintf(f, "\nset output 'accuracy.svg'\nset title 'Test accuracy against wall time'\n"
+               "set xlabel 'seconds since start'\nset ylabel 'test accuracy (%%)'\nset key bottom right\n"
+               "set yrange [*:*]\n");
+    int block = 0, drawn = 0;
+    for (int i = 0; i < ns; i++)
+        for (int sys = 0; sys < SWEEP_NSYSTEMS; sys++) {
+            if (sums[i * SWEEP_NSYSTEMS + sys].curve_run < 0)
+                continue;
+            fprintf(f, "%s'accuracy.dat' index %d using 1:2 with linespoints lw 2 pt 7 ps 0.6 dt %d lc %d "
+                       "title '%s %s'",
+                    drawn ? ", \\\n     " : "plot ", block, sys == SWEEP_TORCH ? 2 : 1, i + 1, s[i].label,
+                    sys == SWEEP_TORCH ? "PyTorch" : "shmtrain");
+            block++;
+            drawn++;
+        }
+    if (!drawn)
+        fprintf(f, "set label 1 'no evaluation recorded' at graph 0.5, 0.5 center\nplot [0:1] [0:1] NaN notitle");
+    fprintf(f, "\n");
+}
