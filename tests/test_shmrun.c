@@ -37,13 +37,23 @@ struct result {
     char *out, *err;
 };
 
-static struct result run(char *const argv[], const char *tag)
+/* Wait for shmrun, at most `limit` seconds (then stop it and fail): a
+ * launcher that misses a stall would otherwise hang the test until the
+ * peers' 300 s timeout. */
+static struct result wait_result(pid_t pid, const char *tag, double t0, double limit)
 {
     struct result r = {0};
-    double t0 = mono_now();
-    pid_t pid = spawn(argv, tag);
-    assert_true(pid > 0);
-    assert_int_equal(waitpid(pid, &r.status, 0), pid);
+    pid_t got;
+    while ((got = waitpid(pid, &r.status, WNOHANG)) == 0 && mono_now() - t0 < limit)
+        usleep(20 * 1000);
+    if (got == 0) {
+        kill(pid, SIGINT);  /* the launcher forwards it and stops the gang */
+        usleep(200 * 1000);
+        kill(pid, SIGINT);
+        waitpid(pid, &r.status, 0);
+        fail_msg("shmrun (%s) still ran after %.0f s", tag, limit);
+    }
+    assert_int_equal(got, pid);
     r.seconds = mono_now() - t0;
     char path[512];
     snprintf(path, sizeof path, "%s/%s.out", workdir, tag);
@@ -53,6 +63,14 @@ static struct result run(char *const argv[], const char *tag)
     assert_non_null(r.out);
     assert_non_null(r.err);
     return r;
+}
+
+static struct result run(char *const argv[], const char *tag)
+{
+    double t0 = mono_now();
+    pid_t pid = spawn(argv, tag);
+    assert_true(pid > 0);
+    return wait_result(pid, tag, t0, 240);
 }
 
 static void result_free(struct result *r)
@@ -373,33 +391,6 @@ static pid_t started_rank(const char *job, int rank, const char *ready)
     }
     fail_msg("rank %d of %s never printed '%s'", rank, job, ready);
     return -1;
-}
-
-/* Wait for shmrun, at most `limit` seconds: a launcher that misses a stall
- * would otherwise hang the test until the peers' 300 s timeout. */
-static struct result wait_result(pid_t pid, const char *tag, double t0, double limit)
-{
-    struct result r = {0};
-    pid_t got;
-    while ((got = waitpid(pid, &r.status, WNOHANG)) == 0 && mono_now() - t0 < limit)
-        usleep(20 * 1000);
-    if (got == 0) {
-        kill(pid, SIGINT);  /* the launcher forwards it and stops the gang */
-        usleep(200 * 1000);
-        kill(pid, SIGINT);
-        waitpid(pid, &r.status, 0);
-        fail_msg("shmrun (%s) still ran %.0f s after the stall began", tag, limit);
-    }
-    assert_int_equal(got, pid);
-    r.seconds = mono_now() - t0;
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.out", workdir, tag);
-    r.out = slurp(path);
-    snprintf(path, sizeof path, "%s/%s.err", workdir, tag);
-    r.err = slurp(path);
-    assert_non_null(r.out);
-    assert_non_null(r.err);
-    return r;
 }
 
 /* SIGSTOP on one rank: the launcher says so at once, and after
