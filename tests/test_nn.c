@@ -565,6 +565,18 @@ static void test_parser_shapes_and_text(void **state)
     assert_int_equal(st_model_load(&m, "lenet"), ST_OK);
     assert_int_equal(st_model_param_count(m), 61706);  /* torch: LeNet-5 with padding 2 */
     assert_int_equal(st_model_classes(m), 10);
+    st_shape in;
+    st_dtype dtype;
+    st_model_input(m, &in, &dtype);
+    char shape[32];
+    st_shape_str(&in, shape, sizeof shape);
+    assert_string_equal(shape, "1x28x28");
+    assert_int_equal(in.ndims, 3);
+    assert_int_equal(st_shape_elems(&in), 784);
+    assert_int_equal(st_model_input_size(m), 784);
+    assert_int_equal(dtype, ST_DTYPE_F32);
+    assert_string_equal(st_dtype_name(dtype), "f32");
+    assert_int_equal(st_dtype_size(ST_DTYPE_BF16), 2);
     assert_non_null(strstr(st_model_text(m), "conv 6 k5 s1 p2\nrelu\nmaxpool k2 s2 p0\n"));
     st_model *again = NULL;  /* the canonical text parses to the same text */
     assert_int_equal(st_model_parse(&again, st_model_text(m), "canonical"), ST_OK);

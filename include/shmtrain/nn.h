@@ -39,6 +39,25 @@ extern "C" {
 typedef struct st_model st_model;
 typedef struct st_net st_net;
 
+/* ------------------------------------------------------ shapes, types -- */
+
+/* The element type of a tensor: activations are f32 today; bf16 (mixed
+ * precision) and i32 (token ids at a model's input) are the next. */
+typedef enum st_dtype { ST_DTYPE_F32 = 0, ST_DTYPE_BF16 = 1, ST_DTYPE_I32 = 2 } st_dtype;
+const char *st_dtype_name(st_dtype t);   /* "f32", "bf16", "i32" */
+size_t st_dtype_size(st_dtype t);        /* bytes per element */
+
+/* A per-sample shape, outermost first: [C, H, W] for an image, [C] for
+ * features; a sequence [T, C] or token ids [T] fit the same way. */
+#define ST_MAX_DIMS 4
+typedef struct st_shape {
+    int ndims;
+    int dims[ST_MAX_DIMS];
+} st_shape;
+size_t st_shape_elems(const st_shape *s);
+void st_shape_str(const st_shape *s, char *buf, size_t len);  /* "1x28x28" */
+bool st_shape_equal(const st_shape *a, const st_shape *b);
+
 /* ---------------------------------------------------------------- models -- */
 
 /* Parse model text.  `source` names it in errors ("lenet.model:4: ..."). */
@@ -58,7 +77,8 @@ const char *st_model_text(const st_model *m);
 size_t st_model_param_count(const st_model *m);
 size_t st_model_buffer_count(const st_model *m);   /* batch-norm running statistics */
 size_t st_model_input_size(const st_model *m);     /* C*H*W of one sample */
-void st_model_input_shape(const st_model *m, int *c, int *h, int *w);
+void st_model_input_shape(const st_model *m, int *c, int *h, int *w);  /* an image input's C, H, W */
+void st_model_input(const st_model *m, st_shape *shape, st_dtype *dtype);  /* any input, per sample */
 int st_model_classes(const st_model *m);            /* outputs of the last layer */
 
 /* Layer, output shape, parameter count, total: like Keras' summary(). */

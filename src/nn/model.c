@@ -442,6 +442,14 @@ static st_status parse_line(struct parser *ps, char *line)
     return perr(ps, "unknown layer '%s' (known: %ssave)", tok[0], known);
 }
 
+/* The layers still describe their output as c, h, w (or c, flat); the
+ * shape every size is computed from is set from that once per node. */
+static void set_shape(struct node *nd)
+{
+    nd->dtype = ST_DTYPE_F32;
+    nd->shape = nd->flat ? (st_shape){1, {nd->c}} : (st_shape){3, {nd->c, nd->h, nd->w}};
+}
+
 st_status st_model_parse(st_model **out, const char *text, const char *source)
 {
     *out = NULL;
@@ -460,7 +468,10 @@ st_status st_model_parse(st_model **out, const char *text, const char *source)
         if (nl)
             *nl++ = '\0';
         ps.line++;
+        int before = ps.m ? ps.m->n : 0;
         st = parse_line(&ps, p);
+        for (int k = before; st == ST_OK && k < ps.m->n; k++)
+            set_shape(&ps.m->nodes[k]);
     }
     (void)save;
     if (st == ST_OK && ps.m->n == 0)
@@ -542,9 +553,12 @@ const char *st_model_text(const st_model *m) { return m->text; }
 size_t st_model_param_count(const st_model *m) { return m->params; }
 size_t st_model_buffer_count(const st_model *m) { return m->buffers; }
 
-size_t st_model_input_size(const st_model *m)
+size_t st_model_input_size(const st_model *m) { return st_shape_elems(&m->nodes[0].shape); }
+
+void st_model_input(const st_model *m, st_shape *shape, st_dtype *dtype)
 {
-    return (size_t)m->nodes[0].c * (size_t)m->nodes[0].h * (size_t)m->nodes[0].w;
+    *shape = m->nodes[0].shape;
+    *dtype = m->nodes[0].dtype;
 }
 
 void st_model_input_shape(const st_model *m, int *c, int *h, int *w)
@@ -554,10 +568,43 @@ void st_model_input_shape(const st_model *m, int *c, int *h, int *w)
     *w = m->nodes[0].w;
 }
 
-int st_model_classes(const st_model *m)
+int st_model_classes(const st_model *m) { return (int)st_shape_elems(&m->nodes[m->n - 1].shape); }
+
+/* ------------------------------------------------------ shapes, types -- */
+
+const char *st_dtype_name(st_dtype t)
 {
-    const struct node *l = &m->nodes[m->n - 1];
-    return l->c * l->h * l->w;
+    static const char *const names[] = {[ST_DTYPE_F32] = "f32", [ST_DTYPE_BF16] = "bf16", [ST_DTYPE_I32] = "i32"};
+    return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
+}
+
+size_t st_dtype_size(st_dtype t) { return t == ST_DTYPE_BF16 ? 2 : 4; }
+
+size_t st_shape_elems(const st_shape *s)
+{
+    size_t n = 1;
+    for (int i = 0; i < s->ndims; i++)
+        n *= (size_t)s->dims[i];
+    return n;
+}
+
+void st_shape_str(const st_shape *s, char *buf, size_t len)
+{
+    size_t at = 0;
+    if (len)
+        buf[0] = '\0';
+    for (int i = 0; i < s->ndims && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%d", i ? "x" : "", s->dims[i]);
+}
+
+bool st_shape_equal(const st_shape *a, const st_shape *b)
+{
+    if (a->ndims != b->ndims)
+        return false;
+    for (int i = 0; i < a->ndims; i++)
+        if (a->dims[i] != b->dims[i])
+            return false;
+    return true;
 }
 
 void st_model_summary(const st_model *m, FILE *f)
@@ -583,10 +630,7 @@ void st_model_summary(const st_model *m, FILE *f)
         case NODE_ADD: snprintf(desc, sizeof desc, "add (from #%d)", nd->in2); break;
         default: snprintf(desc, sizeof desc, "%s", node_kind_name(nd->kind));
         }
-        if (nd->flat)
-            snprintf(shape, sizeof shape, "%d", nd->c);
-        else
-            snprintf(shape, sizeof shape, "%dx%dx%d", nd->c, nd->h, nd->w);
+        st_shape_str(&nd->shape, shape, sizeof shape);
         fprintf(f, "%-4d %-26s %-16s %12zu\n", i, desc, shape, nd->w_count + nd->b_count);
     }
     fprintf(f, "total parameters: %zu (%.1f KiB)\n", m->params, (double)m->params * 4 / 1024);

@@ -25,7 +25,9 @@ struct node {
     int k, s, p;              /* kernel, stride, padding (conv and pools) */
     bool bias, global;
     float drop;
-    int c, h, w;              /* output shape per sample; flat outputs have h=w=1 */
+    st_shape shape;           /* output shape per sample, the definition of its size */
+    st_dtype dtype;           /* of its output */
+    int c, h, w;              /* the image view of `shape`: [c, h, w], or [c] with h = w = 1 */
     bool flat;                /* output is 2-D (N, c) */
     size_t w_off, w_count;    /* weights (conv OIHW, linear OI; bn gamma) in params */
     size_t b_off, b_count;    /* bias (bn beta) */

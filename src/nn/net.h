@@ -62,7 +62,7 @@ struct st_net {
 /* Floats in node nd's activation at this batch (plain layout). */
 static inline size_t nn_node_size(const st_net *n, const struct node *nd)
 {
-    return (size_t)n->batch * (size_t)nd->c * (size_t)nd->h * (size_t)nd->w;
+    return (size_t)n->batch * st_shape_elems(&nd->shape);
 }
 
 static inline uint64_t nn_splitmix64(uint64_t *s)

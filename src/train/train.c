@@ -132,12 +132,19 @@ static st_status load_split(const st_train_options *o, bool test, st_dataset **o
 
 static st_status check_fits(const struct trainer *t, const st_dataset *d)
 {
-    int c, h, w, mc, mh, mw;
+    int c, h, w;
     st_dataset_shape(d, &c, &h, &w);
-    st_model_input_shape(t->model, &mc, &mh, &mw);
-    if (c != mc || h != mh || w != mw)
-        return st_fail(ST_ERR_FORMAT, "%s: images are %dx%dx%d but model '%s' expects %dx%dx%d",
-                       st_dataset_source(d), c, h, w, t->o->model, mc, mh, mw);
+    const st_shape data = {3, {c, h, w}};
+    st_shape want;
+    st_dtype dtype;
+    st_model_input(t->model, &want, &dtype);
+    if (!st_shape_equal(&data, &want) || dtype != ST_DTYPE_F32) {
+        char have_s[64], want_s[64];
+        st_shape_str(&data, have_s, sizeof have_s);
+        st_shape_str(&want, want_s, sizeof want_s);
+        return st_fail(ST_ERR_FORMAT, "%s: images are %s but model '%s' expects %s %s", st_dataset_source(d), have_s,
+                       t->o->model, st_dtype_name(dtype), want_s);
+    }
     if (st_dataset_max_label(d) >= st_model_classes(t->model))
         return st_fail(ST_ERR_FORMAT, "%s: has label %d but model '%s' has %d classes", st_dataset_label_source(d),
                        st_dataset_max_label(d), t->o->model, st_model_classes(t->model));
