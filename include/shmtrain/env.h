@@ -51,6 +51,23 @@
  * cause it reports is the real one.  75 is sysexits' EX_TEMPFAIL. */
 #define ST_EXIT_PEER_FAILED 75
 
+/* Open MPI's and Slurm's names for the same facts (read, never written). */
+#define ST_ENV_OMPI_RANK "OMPI_COMM_WORLD_RANK"
+#define ST_ENV_OMPI_WORLD_SIZE "OMPI_COMM_WORLD_SIZE"
+#define ST_ENV_OMPI_LOCAL_RANK "OMPI_COMM_WORLD_LOCAL_RANK"
+#define ST_ENV_OMPI_LOCAL_SIZE "OMPI_COMM_WORLD_LOCAL_SIZE"
+#define ST_ENV_SLURM_RANK "SLURM_PROCID"
+#define ST_ENV_SLURM_WORLD_SIZE "SLURM_NTASKS"
+#define ST_ENV_SLURM_LOCAL_RANK "SLURM_LOCALID"
+#define ST_ENV_SLURM_NODE "SLURM_NODEID"
+#define ST_ENV_SLURM_NODES "SLURM_NNODES"
+#define ST_ENV_SLURM_TASKS_PER_NODE "SLURM_TASKS_PER_NODE"  /* "4(x2),3": per node, run-length */
+#define ST_ENV_TORCH_NODE "GROUP_RANK"
+
+/* Tests and single-machine experiments: split the world into "nodes" of
+ * this many consecutive ranks (each with its own shared-memory group). */
+#define ST_ENV_NODE_SIZE "SHMTRAIN_NODE_SIZE"
+
 /* The heartbeat file: one fixed-size text record rewritten in place,
  *   "beats=<n> state=<run|wait> peer=<rank or -1>\n"  padded to 63 bytes + '\n'.
  * beats grows while the instance makes progress (collectives complete, or
@@ -59,4 +76,31 @@
  * file empty and reads it; the instance only writes it. */
 #define ST_HEARTBEAT_RECORD 64
 
+#include "shmtrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where this process sits, whoever started it. */
+typedef struct st_placement {
+    int rank, world;              /* global */
+    int local_rank, local_world;  /* among the processes of this node */
+    int node, nodes;              /* this node's index and the node count; -1 when the launcher does not say */
+    char launcher[16];            /* "shmrun", "mpirun", "srun", "torchrun" or "none" */
+} st_placement;
+
+/* Read the placement from the first launcher whose variables are set:
+ * shmrun (SHMTRAIN_*), Open MPI (OMPI_COMM_WORLD_*), Slurm (SLURM_*),
+ * torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK); a
+ * world of one when none is.  A later launcher's variables that are also set
+ * must agree (mpirun under srun, shmrun's own torchrun names).  With
+ * SHMTRAIN_NODE_SIZE=K the world is cut into nodes of K consecutive ranks.
+ * Fails with ST_ERR_INVALID and one line naming the variables when they are
+ * incomplete, out of range or disagree. */
+st_status st_placement_from_env(st_placement *out);
+
+#ifdef __cplusplus
+}
+#endif
 #endif

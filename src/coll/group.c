@@ -256,32 +256,22 @@ fail:
     return st;
 }
 
-static int env_int(const char *a, const char *b, int fallback, bool *found)
-{
-    const char *v = getenv(a);
-    if (!v || !*v)
-        v = b ? getenv(b) : NULL;
-    if (!v || !*v)
-        return fallback;
-    *found = true;
-    char *end;
-    long x = strtol(v, &end, 10);
-    return (*end || x < INT_MIN || x > INT_MAX) ? -1 : (int)x;
-}
-
 st_status st_group_create_from_env(st_group **out, const st_group_config *defaults)
 {
     st_group_config c = {0};
     if (defaults)
         c = *defaults;
-    bool have_world = false, have_rank = false;
-    c.world_size = env_int(ST_ENV_WORLD_SIZE, ST_ENV_GENERIC_WORLD_SIZE, 1, &have_world);
-    c.rank = env_int(ST_ENV_RANK, ST_ENV_GENERIC_RANK, 0, &have_rank);
-    if (c.world_size < 1)
-        return st_fail(ST_ERR_INVALID, "coll: SHMTRAIN_WORLD_SIZE/WORLD_SIZE is not a positive integer");
-    if (have_world && c.world_size > 1 && !have_rank)
-        return st_fail(ST_ERR_INVALID, "coll: WORLD_SIZE is %d but SHMTRAIN_RANK/RANK is not set",
-                       c.world_size);
+    st_placement pl;
+    st_status st = st_placement_from_env(&pl);
+    if (st != ST_OK)
+        return st;
+    if (pl.local_world != pl.world)
+        return st_fail(ST_ERR_INVALID,
+                       "coll: rank %d is one of %d on node %d of a %d-rank job (%s): a shared-memory group "
+                       "spans one node; join through the MPI stage for more", pl.rank, pl.local_world, pl.node,
+                       pl.world, pl.launcher);
+    c.world_size = pl.world;
+    c.rank = pl.rank;
     char local_job[32];
     c.job_id = getenv(ST_ENV_JOB_ID);
     if (!c.job_id || !*c.job_id) {

@@ -1,0 +1,176 @@
+/* Reading where this process sits (include/shmtrain/env.h), whichever
+ * launcher started it. */
+#include "shmtrain/env.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One launcher's names.  NULL: the launcher does not set it. */
+struct source {
+    const char *launcher;
+    const char *rank, *world, *local_rank, *local_world, *node, *nodes;
+};
+
+/* In order of precedence: the first whose rank or world is set is read. */
+static const struct source SOURCES[] = {
+    {"shmrun", ST_ENV_RANK, ST_ENV_WORLD_SIZE, ST_ENV_LOCAL_RANK, ST_ENV_LOCAL_WORLD_SIZE, NULL, NULL},
+    {"mpirun", ST_ENV_OMPI_RANK, ST_ENV_OMPI_WORLD_SIZE, ST_ENV_OMPI_LOCAL_RANK, ST_ENV_OMPI_LOCAL_SIZE, NULL, NULL},
+    {"srun", ST_ENV_SLURM_RANK, ST_ENV_SLURM_WORLD_SIZE, ST_ENV_SLURM_LOCAL_RANK, NULL, ST_ENV_SLURM_NODE,
+     ST_ENV_SLURM_NODES},
+    {"torchrun", ST_ENV_GENERIC_RANK, ST_ENV_GENERIC_WORLD_SIZE, ST_ENV_GENERIC_LOCAL_RANK,
+     ST_ENV_GENERIC_LOCAL_WORLD_SIZE, ST_ENV_TORCH_NODE, NULL},
+};
+enum { SHMRUN = 0, MPIRUN = 1, SRUN = 2, NSOURCES = sizeof SOURCES / sizeof *SOURCES };
+
+static bool set(const char *name)
+{
+    const char *v = name ? getenv(name) : NULL;
+    return v && *v;
+}
+
+/* The integer in `name` into *out (>= min); false with a message if it is
+ * not one.  An unset name leaves *out alone and returns true. */
+static bool read_int(const char *name, int min, int *out)
+{
+    if (!set(name))
+        return true;
+    const char *v = getenv(name);
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < min || x > INT_MAX) {
+        st_fail(ST_ERR_INVALID, "environment: %s='%s' is not a whole number >= %d", name, v, min);
+        return false;
+    }
+    *out = (int)x;
+    return true;
+}
+
+/* Slurm's "4(x2),3": tasks per node, run-length coded; the count of node `node`. */
+static int slurm_tasks_on_node(const char *spec, int node)
+{
+    int at = 0;
+    for (const char *p = spec; *p;) {
+        char *end;
+        long count = strtol(p, &end, 10), times = 1;
+        if (end == p || count < 1)
+            return -1;
+        p = end;
+        if (*p == '(') {
+            if (p[1] != 'x')
+                return -1;
+            times = strtol(p + 2, &end, 10);
+            if (end == p + 2 || *end != ')' || times < 1)
+                return -1;
+            p = end + 1;
+        }
+        if (node < at + times)
+            return (int)count;
+        at += (int)times;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
+    }
+    return -1;
+}
+
+static st_status read_source(int k, st_placement *pl)
+{
+    const struct source *s = &SOURCES[k];
+    if (!set(s->rank) || !set(s->world))
+        return st_fail(ST_ERR_INVALID, "environment (%s): %s is set but %s is not", s->launcher,
+                       set(s->rank) ? s->rank : s->world, set(s->rank) ? s->world : s->rank);
+    *pl = (st_placement){.node = -1, .nodes = -1};
+    snprintf(pl->launcher, sizeof pl->launcher, "%s", s->launcher);
+    if (!read_int(s->rank, 0, &pl->rank) || !read_int(s->world, 1, &pl->world))
+        return ST_ERR_INVALID;
+    if (pl->rank >= pl->world)
+        return st_fail(ST_ERR_INVALID, "environment (%s): %s=%d is not below %s=%d", s->launcher, s->rank,
+                       pl->rank, s->world, pl->world);
+    pl->local_rank = pl->rank;  /* one node unless the launcher says otherwise */
+    pl->local_world = pl->world;
+    if (!read_int(s->local_rank, 0, &pl->local_rank) || !read_int(s->local_world, 1, &pl->local_world) ||
+        !read_int(s->node, 0, &pl->node) || !read_int(s->nodes, 1, &pl->nodes))
+        return ST_ERR_INVALID;
+    if (k == SRUN && set(ST_ENV_SLURM_TASKS_PER_NODE)) {
+        int here = slurm_tasks_on_node(getenv(ST_ENV_SLURM_TASKS_PER_NODE), pl->node < 0 ? 0 : pl->node);
+        if (here < 1)
+            return st_fail(ST_ERR_INVALID, "environment (srun): %s='%s' does not give node %d's task count",
+                           ST_ENV_SLURM_TASKS_PER_NODE, getenv(ST_ENV_SLURM_TASKS_PER_NODE), pl->node);
+        pl->local_world = here;
+    } else if (k == SRUN && pl->nodes > 1) {
+        return st_fail(ST_ERR_INVALID, "environment (srun): %d nodes but no %s to say how many tasks each has",
+                       pl->nodes, ST_ENV_SLURM_TASKS_PER_NODE);
+    }
+    if (pl->local_rank >= pl->local_world || pl->local_world > pl->world)
+        return st_fail(ST_ERR_INVALID, "environment (%s): local rank %d of %d does not fit a world of %d",
+                       s->launcher, pl->local_rank, pl->local_world, pl->world);
+    return ST_OK;
+}
+
+/* shmrun under an MPI or Slurm job of several processes: each would start
+ * its own gang under one job's names.  An outer launcher of one process
+ * (srun -n1 shmrun ...) is fine.  mpirun and srun are not compared: mpirun
+ * inside a Slurm allocation inherits the batch step's SLURM_PROCID. */
+static st_status check_nesting(const st_placement *pl, int chosen)
+{
+    if (chosen != SHMRUN)
+        return ST_OK;
+    for (int k = MPIRUN; k <= SRUN; k++) {
+        st_placement outer;
+        if (!set(SOURCES[k].rank) || read_source(k, &outer) != ST_OK || outer.world == 1)
+            continue;
+        return st_fail(ST_ERR_INVALID,
+                       "environment: %s=%d %s=%d (shmrun) but %s=%d %s=%d (%s): shmrun inside a job of %d %s "
+                       "processes; start shmtrain with %s directly, or shmrun alone",
+                       ST_ENV_RANK, pl->rank, ST_ENV_WORLD_SIZE, pl->world, SOURCES[k].rank, outer.rank,
+                       SOURCES[k].world, outer.world, SOURCES[k].launcher, outer.world, SOURCES[k].launcher,
+                       SOURCES[k].launcher);
+    }
+    return ST_OK;
+}
+
+/* SHMTRAIN_NODE_SIZE=K: nodes of K consecutive ranks, on one machine. */
+static st_status simulate_nodes(st_placement *pl)
+{
+    int k = 0;
+    if (!set(ST_ENV_NODE_SIZE))
+        return ST_OK;
+    if (!read_int(ST_ENV_NODE_SIZE, 1, &k))
+        return ST_ERR_INVALID;
+    if (pl->world % k != 0)
+        return st_fail(ST_ERR_INVALID, "environment: %s=%d does not divide the world of %d ranks", ST_ENV_NODE_SIZE,
+                       k, pl->world);
+    pl->local_world = k;
+    pl->local_rank = pl->rank % k;
+    pl->node = pl->rank / k;
+    pl->nodes = pl->world / k;
+    return ST_OK;
+}
+
+st_status st_placement_from_env(st_placement *out)
+{
+    *out = (st_placement){.rank = 0, .world = 1, .local_rank = 0, .local_world = 1, .node = 0, .nodes = 1,
+                          .launcher = "none"};
+    for (int k = 0; k < NSOURCES; k++) {
+        if (!set(SOURCES[k].rank) && !set(SOURCES[k].world))
+            continue;
+        st_placement pl;
+        st_status st = read_source(k, &pl);
+        if (st == ST_OK)
+            st = check_nesting(&pl, k);
+        if (st == ST_OK && pl.local_world == pl.world && pl.node < 0)
+            pl.node = 0, pl.nodes = 1;  /* everything on one node */
+        if (st == ST_OK)
+            st = simulate_nodes(&pl);
+        if (st == ST_OK)
+            *out = pl;
+        return st;
+    }
+    return simulate_nodes(out);
+}
