@@ -108,6 +108,118 @@ static void check_reduce(int world, size_t small_bytes, bool zero_copy)
 
 static const int worlds[] = {1, 2, 3, 4, 8};
 
+/* ---------------------------------------------------------- staged -- */
+
+/* A stand-in for the stage between nodes: as if NODES identical nodes
+ * added their parts (times NODES), and a record of which parts it got. */
+#define NODES 3
+struct stage_log {
+    size_t covered;   /* elements this rank's stage saw */
+    int calls;
+};
+
+static st_status times_nodes(void *ctx, float *part, size_t n)
+{
+    struct stage_log *log = ctx;
+    for (size_t i = 0; i < n; i++)
+        part[i] *= NODES;
+    log->covered += n;
+    log->calls++;
+    return ST_OK;
+}
+
+static st_status failing_stage(void *ctx, float *part, size_t n)
+{
+    (void)ctx, (void)part, (void)n;
+    return st_fail(ST_ERR_BACKEND, "stage: the transport between nodes failed");
+}
+
+struct staged_results {
+    uint64_t hash[8][MAX_RESULTS];
+    size_t covered[8][MAX_RESULTS];
+    int cases;
+};
+
+struct staged_arg {
+    struct staged_results *out;
+    size_t sizes[8];
+    int nsizes;
+};
+
+static int staged_cases(st_group *g, int rank, void *varg)
+{
+    struct staged_arg *a = varg;
+    const int world = st_group_size(g);
+    int c = 0;
+    for (int s = 0; s < a->nsizes; s++) {
+        for (int op = ST_SUM; op <= ST_AVG; op++, c++) {
+            const size_t n = a->sizes[s];
+            float *buf = malloc((n ? n : 1) * sizeof(float));
+            CHILD_CHECK(buf != NULL);
+            for (size_t i = 0; i < n; i++)
+                buf[i] = input_value(rank, i, (unsigned)c);
+            struct stage_log log = {0};
+            CHILD_CHECK(st_allreduce_f32_staged(g, buf, n, (st_reduce_op)op, times_nodes, &log, NODES * world) ==
+                        ST_OK);
+            for (size_t i = 0; i < n; i++) {
+                float want = NODES * reference_value(world, i, (unsigned)c, ST_SUM);
+                if (op == ST_AVG)
+                    want /= (float)(NODES * world);
+                if (buf[i] != want) {
+                    fprintf(stderr, "rank %d n=%zu op=%d: [%zu] = %g, want %g\n", rank, n, op, i, buf[i], want);
+                    return 1;
+                }
+            }
+            a->out->hash[rank][c] = fnv1a(buf, n * sizeof(float));
+            a->out->covered[rank][c] = log.covered;
+            free(buf);
+        }
+    }
+    a->out->cases = c;
+    /* A stage that fails fails the collective on every rank (the ring: the
+     * others wait for the part it never publishes), and breaks the group. */
+    static float x[20000];
+    st_status st = st_allreduce_f32_staged(g, x, 20000, ST_SUM, rank == world - 1 ? failing_stage : times_nodes,
+                                           &(struct stage_log){0}, world);
+    CHILD_CHECK(world == 1 ? st == ST_ERR_BACKEND : st != ST_OK);
+    return 0;
+}
+
+/* Sizes for the direct algorithm (every rank stages all of it) and the
+ * ring (each rank its own part: the parts cover the buffer once). */
+static void test_staged_allreduce(void **state)
+{
+    (void)state;
+    for (size_t w = 0; w < sizeof worlds / sizeof *worlds; w++) {
+        const int world = worlds[w];
+        char job[64];
+        test_job_id(job, sizeof job, "staged");
+        struct staged_arg a = {.nsizes = 0};
+        const size_t sizes[] = {1, 100, 10007, (1u << 20) + 3};
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+            a.sizes[a.nsizes++] = sizes[i];
+        a.out = shared_alloc(sizeof *a.out);
+        assert_non_null(a.out);
+        st_group_config cfg = {.job_id = job, .staging_bytes = STAGING, .chunk_bytes = CHUNK, .timeout_s = 20};
+        assert_int_equal(run_ranks(world, &cfg, staged_cases, &a), 0);
+        assert_int_equal(a.out->cases, 2 * a.nsizes);
+        for (int r = 1; r < world; r++)
+            assert_memory_equal(a.out->hash[r], a.out->hash[0], sizeof(uint64_t) * (size_t)a.out->cases);
+        for (int c = 0; c < a.out->cases; c++) {
+            const size_t n = a.sizes[c / 2];
+            size_t total = 0;
+            for (int r = 0; r < world; r++)
+                total += a.out->covered[r][c];
+            const bool direct = n * sizeof(float) <= 16384 || world == 1;
+            if (total != (direct ? n * (size_t)world : n))
+                fail_msg("world %d, n %zu: the stages saw %zu elements, want %zu", world, n, total,
+                         direct ? n * (size_t)world : n);
+        }
+        assert_int_equal(leftover_segments(job), 0);
+        shared_free(a.out, sizeof *a.out);
+    }
+}
+
 static void test_ring_copy(void **state)
 {
     (void)state;
@@ -318,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_broadcast_every_root),
         cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_back_to_back_mixed),
+        cmocka_unit_test(test_staged_allreduce),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -88,6 +88,19 @@ const void *st_group_peer_buffer(const st_group *g, int peer);
  * identical values; the same inputs give the same bits on every run. */
 st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op);
 
+/* An all-reduce with a stage between its two halves, for a transport
+ * beyond this machine (the hierarchical all-reduce of shmtrain-coll-mpi):
+ * after the in-group reduce-scatter, `between(ctx, part, n)` runs on the
+ * part of buf this rank owns, summed over the group (with the direct
+ * algorithm of small messages, on all of it, on every rank); an average is
+ * then divided by `divisor` (the whole job's rank count) there; the
+ * all-gather spreads the result.  Whatever `between` leaves in the part is
+ * what every rank of the group ends with, bit for bit.  A failing `between`
+ * fails the collective with its status. */
+typedef st_status (*st_shard_fn)(void *ctx, float *part, size_t count);
+st_status st_allreduce_f32_staged(st_group *g, float *buf, size_t count, st_reduce_op op, st_shard_fn between,
+                                  void *ctx, int divisor);
+
 /* Copy `bytes` from `root`'s buf into every other rank's buf. */
 st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root);
 

@@ -233,6 +233,28 @@ static void add_into_div(float *restrict dst, const float *restrict src, size_t 
         dst[i] = (dst[i] + src[i]) / div;
 }
 
+/* --------------------------------------------------------------- stage -- */
+
+/* What runs between the reduce-scatter and the all-gather halves of a
+ * staged all-reduce (st_allreduce_f32_staged): `fn` on the part this rank
+ * owns, summed over the group, then the division of an average by
+ * `divisor` (the whole job's rank count), so the all-gather spreads final
+ * values and every rank ends with the same bits. */
+struct stage {
+    st_shard_fn fn;
+    void *ctx;
+    float divisor;
+};
+
+static st_status run_stage(const struct stage *sg, float *part, size_t n, st_reduce_op op)
+{
+    st_status st = n ? sg->fn(sg->ctx, part, n) : ST_OK;
+    if (st == ST_OK && op == ST_AVG)
+        for (size_t i = 0; i < n; i++)
+            part[i] /= sg->divisor;
+    return st;
+}
+
 /* ---------------------------------------------------------------- ring -- */
 
 /* Elements [lo, hi) of chunk `j` (of `k`) of segment `seg` (of `world`). */
@@ -249,7 +271,7 @@ static void chunk_range(size_t n, int world, int seg, size_t j, size_t k, size_t
  * neighbour's partial sum of one segment into ours), t >= N-1 all-gather
  * (copy the left neighbour's final segment).  Each step is cut into k chunks
  * so the right neighbour can start on chunk j while we do chunk j+1. */
-static st_status ring(st_group *g, float *const *bufs, size_t n, st_reduce_op op)
+static st_status ring(st_group *g, float *const *bufs, size_t n, st_reduce_op op, const struct stage *sg)
 {
     const int N = g->world, r = g->rank, left = (r + N - 1) % N, right = (r + 1) % N;
     const size_t max_seg = (n + (size_t)N - 1) / (size_t)N;
@@ -279,11 +301,19 @@ static st_status ring(st_group *g, float *const *bufs, size_t n, st_reduce_op op
             chunk_range(n, N, seg, j, k, &lo, &hi);
             if (!scatter)
                 memcpy(mine + lo, theirs + lo, (hi - lo) * sizeof(float));
-            else if (t == N - 2 && op == ST_AVG)
+            else if (t == N - 2 && op == ST_AVG && !sg)
                 add_into_div(mine + lo, theirs + lo, hi - lo, (float)N);
             else
                 add_into(mine + lo, theirs + lo, hi - lo);
-            publish(g, base + 1 + (uint32_t)t * K + j + 1);
+            if (!(sg && t == N - 2))  /* staged: the owned part is published whole, after the stage */
+                publish(g, base + 1 + (uint32_t)t * K + j + 1);
+        }
+        if (sg && t == N - 2) {
+            size_t lo, hi;
+            chunk_range(n, N, seg, 0, 1, &lo, &hi);
+            if ((st = run_stage(sg, mine + lo, hi - lo, op)) != ST_OK)
+                return mark_broken(g, st, g->rank);  /* the peers stop waiting for it */
+            publish(g, base + 1 + (uint32_t)t * K + K);
         }
     }
     const uint32_t units = 1 + 2 * (uint32_t)(N - 1) * K;
@@ -306,7 +336,7 @@ char *coll_seg_at(const st_group *g, int q, size_t off)
  * order: one synchronisation, identical bits everywhere.  Two slots
  * alternate, so a slot is rewritten only after every peer has entered the
  * collective that followed its last use, i.e. finished reading it. */
-static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op)
+static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op, const struct stage *sg)
 {
     const int p = g->parity;
     const uint32_t base = g->base;
@@ -322,9 +352,14 @@ static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op)
     memcpy(buf, first, n * sizeof(float));
     for (int q = 1; q < g->world; q++)
         add_into(buf, (const float *)coll_seg_at(g, q, slot_off), n);
-    if (op == ST_AVG)
+    if (sg) {
+        /* Every rank holds the whole sum: each runs the stage on all of it. */
+        if ((st = run_stage(sg, buf, n, op)) != ST_OK)
+            return mark_broken(g, st, g->rank);
+    } else if (op == ST_AVG) {
         for (size_t i = 0; i < n; i++)
             buf[i] /= (float)g->world;
+    }
     g->slot_base[p] = base;
     g->slot_used[p] = true;
     g->parity ^= 1;
@@ -353,7 +388,7 @@ const char *st_allreduce_algorithm(const st_group *g, const float *buf, size_t c
     return in_zero_copy(g, buf, count, &off) ? "ring" : "ring-copy";
 }
 
-static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op)
+static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op, const struct stage *sg)
 {
     st_status st = check_usable(g);
     if (st != ST_OK)
@@ -362,16 +397,18 @@ static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_
         return st_fail(ST_ERR_INVALID, "coll: allreduce: unknown reduce op %d", (int)op);
     if (count && !buf)
         return st_fail(ST_ERR_INVALID, "coll: allreduce: NULL buffer with count %zu", count);
-    if (g->world == 1 || count == 0)
+    if (count == 0)
         return ST_OK;
+    if (g->world == 1)
+        return sg ? run_stage(sg, buf, count, op) : ST_OK;
     if (count * sizeof(float) <= g->cfg.small_bytes)
-        return direct(g, buf, count, op);
+        return direct(g, buf, count, op, sg);
 
     size_t off;
     if (in_zero_copy(g, buf, count, &off)) {
         for (int q = 0; q < g->world; q++)
             g->rank_ptrs[q] = (float *)(coll_seg_at(g, q, g->zc_off) + off);
-        return ring(g, g->rank_ptrs, count, op);
+        return ring(g, g->rank_ptrs, count, op, sg);
     }
     /* Ordinary buffer: stage it through shared memory piece by piece. */
     for (int q = 0; q < g->world; q++)
@@ -380,7 +417,7 @@ static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_
     for (size_t done = 0; done < count; done += piece) {
         size_t len = count - done < piece ? count - done : piece;
         memcpy(g->rank_ptrs[g->rank], buf + done, len * sizeof(float));
-        if ((st = ring(g, g->rank_ptrs, len, op)) != ST_OK)
+        if ((st = ring(g, g->rank_ptrs, len, op, sg)) != ST_OK)
             return st;
         memcpy(buf + done, g->rank_ptrs[g->rank], len * sizeof(float));
     }
@@ -456,7 +493,16 @@ static st_status progressed(st_group *g, st_status st)
 
 st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op)
 {
-    return progressed(g, allreduce_f32(g, buf, count, op));
+    return progressed(g, allreduce_f32(g, buf, count, op, NULL));
+}
+
+st_status st_allreduce_f32_staged(st_group *g, float *buf, size_t count, st_reduce_op op, st_shard_fn between,
+                                  void *ctx, int divisor)
+{
+    if (!between || divisor < 1)
+        return st_fail(ST_ERR_INVALID, "coll: staged allreduce: no stage function, or divisor %d", divisor);
+    const struct stage sg = {between, ctx, (float)divisor};
+    return progressed(g, allreduce_f32(g, buf, count, op, &sg));
 }
 
 st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root)
