@@ -2,7 +2,7 @@
 # Install what shmtrain needs, from Debian's (or Ubuntu's) packages.
 #
 #   scripts/install-deps.sh            install anything missing (build + tests + data)
-#   scripts/install-deps.sh --bench    also the benchmark peers (Open MPI, PyTorch + OpenBLAS)
+#   scripts/install-deps.sh --bench    also the benchmark peer (PyTorch + OpenBLAS)
 #   scripts/install-deps.sh --check    list what is missing; exit 1 if anything is
 #
 # The Makefile runs it before every build, so a fresh machine goes from clone
@@ -10,8 +10,8 @@
 set -euo pipefail
 
 required=(gcc make cmake pkg-config libdnnl-dev libhwloc-dev hwloc libcmocka-dev gnuplot-nox
-          zlib1g-dev dataset-fashion-mnist)
-bench=(openmpi-bin libopenmpi-dev python3-torch libopenblas0-pthread)
+          zlib1g-dev dataset-fashion-mnist openmpi-bin libopenmpi-dev)
+bench=(python3-torch libopenblas0-pthread)
 
 mode=install
 want=("${required[@]}")
