@@ -718,6 +718,110 @@ static void test_stale_checkpoint_temporaries_are_removed(void **state)
     run_free(&r);
 }
 
+/* ---------------------------------------------------------- across nodes -- */
+
+/* mpirun [simulated nodes of node_size ranks] shmtrain <synthetic data> <extra...> */
+static pid_t start_mpi(int ranks, int node_size, const char *job, char *const extra[], const char *tag)
+{
+    const char *mpiexec = getenv("MPIEXEC");
+    char np[8], nodes[48], jobvar[96], out[512], err[512];
+    snprintf(np, sizeof np, "%d", ranks);
+    snprintf(nodes, sizeof nodes, "SHMTRAIN_NODE_SIZE=%d", node_size);
+    snprintf(jobvar, sizeof jobvar, "SHMTRAIN_JOB_ID=%s", job);
+    struct data_files d = synthetic_files();
+    const char *base[] = {mpiexec, "--oversubscribe", "--allow-run-as-root", "--mca", "btl", "self,vader", "--mca",
+                          "btl_vader_single_copy_mechanism", "none", "-x", nodes, "-x", jobvar, "-np", np,
+                          shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
+                          "--test-images", d.tei, "--test-labels", d.tel, "--quiet"};
+    char *argv[64];
+    int k = 0;
+    for (size_t i = 0; i < sizeof base / sizeof *base; i++)
+        argv[k++] = (char *)base[i];
+    for (int i = 0; extra[i]; i++)
+        argv[k++] = extra[i];
+    argv[k] = NULL;
+    snprintf(out, sizeof out, "%s/%s.out", dir, tag);
+    snprintf(err, sizeof err, "%s/%s.err", dir, tag);
+    return spawn_redirected(argv, dir, out, err);
+}
+
+/* Two simulated nodes of one rank each, joined over MPI, train as one node
+ * of two ranks over shared memory: the same sums in the same order, so the
+ * same bits after 50 steps (the issue asks round-off; it is exact). */
+static void test_two_nodes_equal_one_node_of_two(void **state)
+{
+    (void)state;
+    if (!getenv("MPIEXEC")) {
+        printf("skipped: built without MPI (install libopenmpi-dev)\n");
+        skip();
+    }
+    char *common[] = {"--batch-size", "16", "--max-steps", "50", "--checkpoint", "nodes.ckpt", "--metrics",
+                      "nodes.jsonl", "--check-replicas", "10", NULL};
+    pid_t pid = start_mpi(2, 1, "twonodes", common, "mpi2x1");
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    char path[512];
+    snprintf(path, sizeof path, "%s/mpi2x1.err", dir);
+    char *err = slurp_or_empty(path);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("mpirun 2 nodes x 1 failed: %s", err);
+    free(err);
+    struct run one = train(2, "node.ckpt", (char *[]){"--batch-size", "16", "--max-steps", "50", NULL}, 0);
+    if (one.code != 0)
+        fail_msg("1 node x 2 failed: %s", one.err);
+    st_ckpt a = read_ckpt("nodes.ckpt"), b = read_ckpt("node.ckpt");
+    assert_int_equal(a.step, 50);
+    assert_int_equal(a.world_size, 2);
+    assert_int_equal(a.nparams, b.nparams);
+    assert_memory_equal(a.params, b.params, a.nparams * sizeof(float));
+    st_ckpt_free(&a);
+    st_ckpt_free(&b);
+    run_free(&one);
+    assert_int_equal(leftover_segments("twonodes"), 0);
+}
+
+/* A rank of one node killed mid-run: every process of every node exits
+ * within seconds, and nothing stays in /dev/shm. */
+static void test_killed_rank_stops_every_node(void **state)
+{
+    (void)state;
+    if (!getenv("MPIEXEC")) {
+        printf("skipped: built without MPI (install libopenmpi-dev)\n");
+        skip();
+    }
+    char path[512];
+    path_of(path, sizeof path, "kill.jsonl");
+    unlink(path);
+    pid_t pid = start_mpi(4, 2, "killnode", (char *[]){"--epochs", "50", "--metrics", "kill.jsonl", "--checkpoint",
+                                                        "kill.ckpt", "--log-every", "5", NULL}, "mpikill");
+    wait_for_text("kill.jsonl", "\"type\":\"train\"");
+    /* The ranks are mpirun's children; the last started is rank 3 (node 1). */
+    char cmd[128], line[64];
+    snprintf(cmd, sizeof cmd, "pgrep -P %d -n shmtrain", (int)pid);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    pid_t victim = fgets(line, sizeof line, p) ? (pid_t)atoi(line) : 0;
+    pclose(p);
+    assert_true(victim > 0);
+    double t0 = mono_now();
+    assert_int_equal(kill(victim, SIGKILL), 0);
+    int status;
+    pid_t got;
+    while ((got = waitpid(pid, &status, WNOHANG)) == 0 && mono_now() - t0 < 30)
+        usleep(50 * 1000);
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("mpirun still ran 30 s after a rank was killed");
+    }
+    double took = mono_now() - t0;
+    assert_true(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
+    snprintf(cmd, sizeof cmd, "pgrep -f 'shmtrai[n] .*kill.jsonl' >/dev/null");  /* [n]: not this shell */
+    assert_int_not_equal(system(cmd), 0);  /* no rank of any node is left */
+    assert_int_equal(leftover_segments("killnode"), 0);
+    printf("mpirun out %.2f s after the kill\n", took);
+}
+
 static void test_metrics_file(void **state)
 {
     (void)state;
@@ -951,6 +1055,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_inputs_name_their_file),
         cmocka_unit_test(test_bad_data_blames_the_rank_that_failed),
         cmocka_unit_test(test_stale_checkpoint_temporaries_are_removed),
+        cmocka_unit_test(test_two_nodes_equal_one_node_of_two),
+        cmocka_unit_test(test_killed_rank_stops_every_node),
         cmocka_unit_test(test_metrics_file),
         cmocka_unit_test(test_converges_on_fashion_mnist),
         cmocka_unit_test(test_sweep_end_to_end),

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "shmtrain/ckpt.h"
 #include "shmtrain/coll.h"
 #include "shmtrain/data.h"
@@ -35,7 +36,7 @@ _Static_assert(NTHRESH <= ST_METRICS_MAX_TARGETS, "the summary record holds ever
 
 struct trainer {
     const st_train_options *o;
-    st_group *g;
+    struct train_comm comm;    /* the job's group: one node's shared memory, or nodes over MPI */
     int rank, world;
     st_model *model;
     st_net *net;
@@ -154,9 +155,9 @@ static st_status check_fits(const struct trainer *t, const st_dataset *d)
     return ST_OK;
 }
 
-/* Rank 0 decodes both splits and publishes them; the others attach, so the
- * decoded bytes exist once per machine.  Rank 0 tells everyone whether
- * that worked before anyone attaches. */
+/* Each node's first rank decodes both splits and publishes them; the
+ * node's others attach, so the decoded bytes exist once per node.  It tells
+ * its node whether that worked before anyone attaches. */
 static st_status load_data(struct trainer *t)
 {
     const st_train_options *o = t->o;
@@ -164,39 +165,41 @@ static st_status load_data(struct trainer *t)
     int status = 0;
     st_status st = ST_OK;
     for (int s = 0; s < 2; s++)
-        if ((st = st_shm_name(names[s], sizeof names[s], st_group_job_id(t->g), s ? "data-test" : "data-train")) !=
+        if ((st = st_shm_name(names[s], sizeof names[s], st_group_job_id(t->comm.local), s ? "data-test" : "data-train")) !=
             ST_OK)
             return st;
-    if (t->rank == 0) {
+    const int first = t->comm.local_rank == 0, sharing = t->comm.local_world > 1;
+    if (first) {
         st_dataset **ds[2] = {&t->train, &t->test};
         for (int s = 0; s < 2 && st == ST_OK; s++) {
             if ((st = load_split(o, s == 1, ds[s])) != ST_OK)
                 break;
             st_dataset_truncate(*ds[s], (size_t)(s ? o->test_subset : o->train_subset));
-            if ((st = check_fits(t, *ds[s])) == ST_OK && t->world > 1)
+            if ((st = check_fits(t, *ds[s])) == ST_OK && sharing)
                 st = st_dataset_share(*ds[s], names[s]);
         }
         status = (int)st;
     }
     char saved[512];
     snprintf(saved, sizeof saved, "%s", st_last_error());
-    if (t->world > 1) {
-        st_status bs = st_broadcast(t->g, &status, sizeof status, 0);
+    if (sharing) {
+        st_status bs = st_broadcast(t->comm.local, &status, sizeof status, 0);
         if (bs != ST_OK)
             return bs;
     }
     if (status != ST_OK) {
-        if (t->rank == 0)
+        if (first)
             return st_fail((st_status)status, "%s", saved);
-        return st_fail(ST_ERR_PEER_DEAD, "rank 0 could not load the data (its log says why)");
+        return st_fail(ST_ERR_PEER_DEAD, "rank %d, the first of this node, could not load the data (its log says why)",
+                       t->rank - t->comm.local_rank);
     }
-    if (t->world > 1) {
-        if (t->rank != 0 && ((st = st_dataset_attach(&t->train, names[0])) != ST_OK ||
+    if (sharing) {
+        if (!first && ((st = st_dataset_attach(&t->train, names[0])) != ST_OK ||
                              (st = st_dataset_attach(&t->test, names[1])) != ST_OK))
             return st;
-        if ((st = st_barrier(t->g)) != ST_OK)
+        if ((st = st_barrier(t->comm.local)) != ST_OK)
             return st;
-        if (t->rank == 0) {
+        if (first) {
             st_dataset_unlink_shared(names[0]);
             st_dataset_unlink_shared(names[1]);
         }
@@ -279,7 +282,7 @@ static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out)
                               .mean = t->mean, .std = t->std};
         int valid;
         st_batch_fill(t->test, &spec, t->x, t->y, &valid);
-        st_group_heartbeat(t->g);  /* no collective until the end: tell the launcher we progress */
+        st_group_heartbeat(t->comm.local);  /* no collective until the end: tell the launcher we progress */
         if ((st = st_net_forward(t->net, t->x)) != ST_OK)
             break;
         st_net_output(t->net, logits);
@@ -301,7 +304,7 @@ static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out)
     st_net_set_training(t->net, true);
     free(logits);
     if (st == ST_OK)
-        st = st_allreduce_f32(t->g, sums, 3, ST_SUM);
+        st = comm_allreduce(&t->comm, sums, 3, ST_SUM);
     if (st == ST_OK) {
         *acc_out = sums[2] > 0 ? sums[1] / sums[2] : 0;
         *loss_out = sums[2] > 0 ? sums[0] / sums[2] : 0;
@@ -409,10 +412,10 @@ static uint64_t params_hash(st_net *net)
 static st_status check_replicas(struct trainer *t)
 {
     uint64_t mine = params_hash(t->net), root = mine;
-    st_status st = st_broadcast(t->g, &root, sizeof root, 0);
+    st_status st = comm_broadcast(&t->comm, &root, sizeof root, 0);
     float differs = mine != root;
     if (st == ST_OK)
-        st = st_allreduce_f32(t->g, &differs, 1, ST_SUM);
+        st = comm_allreduce(&t->comm, &differs, 1, ST_SUM);
     if (st == ST_OK && differs > 0)
         return st_fail(ST_ERR_MISMATCH, "step %llu: %s parameters differ from rank 0's (hash %016llx vs %016llx)",
                        (unsigned long long)t->step, mine != root ? "this rank's" : "another rank's",
@@ -440,11 +443,11 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
     tail[1] = (float)correct / (float)o->batch;
     tail[2] = atomic_load(&stop_requested) ? 1.0f : 0.0f;
     tail[3] = isfinite(loss) ? 0.0f : 1.0f;
-    const double t1 = now_s(), w0 = st_group_wait_seconds(t->g);
-    if ((st = st_allreduce_f32(t->g, t->grads, t->P + TAIL, ST_AVG)) != ST_OK)
+    const double t1 = now_s(), w0 = st_group_wait_seconds(t->comm.local);
+    if ((st = comm_allreduce(&t->comm, t->grads, t->P + TAIL, ST_AVG)) != ST_OK)
         return st;
     const double t2 = now_s();
-    t->t_wait += st_group_wait_seconds(t->g) - w0;
+    t->t_wait += st_group_wait_seconds(t->comm.local) - w0;
     if (tail[3] > 0 || !isfinite(tail[0]))
         return st_fail(ST_ERR_FORMAT, "step %llu: the loss is not finite (NaN/Inf); stopping, the last good "
                                       "checkpoint (%s) is kept; lower --lr or set --clip-norm",
@@ -479,15 +482,14 @@ static st_status setup(struct trainer *t)
     if ((st = st_model_load(&t->model, o->model)) != ST_OK)
         return st;
     t->P = st_model_param_count(t->model);
-    st_group_config gc = {.zero_copy_bytes = (t->P + TAIL) * sizeof(float)};
-    if ((st = st_group_create_from_env(&t->g, &gc)) != ST_OK)
+    if ((st = comm_join(&t->comm, (t->P + TAIL) * sizeof(float))) != ST_OK)
         return st;
-    t->rank = st_group_rank(t->g);
-    t->world = st_group_size(t->g);
+    t->rank = t->comm.rank;
+    t->world = t->comm.world;
     t->tty = t->rank == 0 && (isatty(STDOUT_FILENO) || getenv(ST_ENV_CONSOLE_TTY));
     if ((st = load_data(t)) != ST_OK)
         return st;
-    t->grads = st_group_buffer(t->g, NULL);
+    t->grads = st_group_buffer(t->comm.local, NULL);
     st_net_config nc = {.batch = o->batch, .grad_buffer = t->grads};
     if ((st = st_net_create(&t->net, t->model, &nc)) != ST_OK || (st = st_optim_create(&t->opt, t->P, &o->optim)) != ST_OK)
         return st;
@@ -520,7 +522,7 @@ static st_status maybe_resume(struct trainer *t)
     float bad = st != ST_OK;
     char saved[512];
     snprintf(saved, sizeof saved, "%s", st_last_error());
-    st_status rs = st_allreduce_f32(t->g, &bad, 1, ST_SUM);
+    st_status rs = comm_allreduce(&t->comm, &bad, 1, ST_SUM);
     if (rs != ST_OK)
         return rs;
     if (bad > 0)
@@ -528,9 +530,9 @@ static st_status maybe_resume(struct trainer *t)
     /* Identical replicas from the start (and after a resume). */
     size_t P, B;
     float *p = st_net_params(t->net, &P), *b = st_net_buffers(t->net, &B);
-    if ((st = st_broadcast(t->g, p, P * sizeof(float), 0)) != ST_OK)
+    if ((st = comm_broadcast(&t->comm, p, P * sizeof(float), 0)) != ST_OK)
         return st;
-    return B ? st_broadcast(t->g, b, B * sizeof(float), 0) : ST_OK;
+    return B ? comm_broadcast(&t->comm, b, B * sizeof(float), 0) : ST_OK;
 }
 
 static void open_metrics(struct trainer *t)
@@ -581,7 +583,7 @@ static void summary(struct trainer *t, st_train_result *r)
     record(t, &rec);
 }
 
-static void teardown(struct trainer *t)
+static void teardown(struct trainer *t, bool failed)
 {
     if (t->metrics)
         fclose(t->metrics);
@@ -592,7 +594,7 @@ static void teardown(struct trainer *t)
     st_net_destroy(t->net);
     st_dataset_destroy(t->train);
     st_dataset_destroy(t->test);
-    st_group_destroy(t->g);
+    comm_leave(&t->comm, failed);
     st_model_destroy(t->model);
 }
 
@@ -691,7 +693,7 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
     }
     char saved[512];
     snprintf(saved, sizeof saved, "%s", st_last_error());
-    teardown(&t);
+    teardown(&t, st != ST_OK && st != ST_ERR_INTERRUPTED);
     if (st != ST_OK && st != ST_ERR_INTERRUPTED)
         st_fail(st, "%s", saved);
     return st;

@@ -1,0 +1,112 @@
+/* The trainer's process group (comm.h). */
+#define _GNU_SOURCE
+#include "comm.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "shmtrain/env.h"
+#ifdef SHMTRAIN_HAVE_MPI
+#include <mpi.h>
+
+#include "shmtrain/coll_mpi.h"
+#endif
+
+/* mpirun and srun start every rank themselves: the nodes are joined over
+ * MPI.  shmrun (one machine) and a lone process never touch MPI. */
+static bool wants_mpi(const st_placement *pl)
+{
+    return !strcmp(pl->launcher, "mpirun") || !strcmp(pl->launcher, "srun");
+}
+
+static void fill_ranks(struct train_comm *c)
+{
+    c->local_rank = st_group_rank(c->local);
+    c->local_world = st_group_size(c->local);
+    if (!c->h) {
+        c->rank = c->local_rank;
+        c->world = c->local_world;
+    }
+}
+
+st_status comm_join(struct train_comm *c, size_t zero_copy_bytes)
+{
+    memset(c, 0, sizeof *c);
+    st_group_config gc = {.zero_copy_bytes = zero_copy_bytes};
+    st_placement pl;
+    st_status st = st_placement_from_env(&pl);
+    if (st != ST_OK)
+        return st;
+    if (!wants_mpi(&pl)) {
+        if ((st = st_group_create_from_env(&c->local, &gc)) == ST_OK)
+            fill_ranks(c);
+        return st;
+    }
+#ifdef SHMTRAIN_HAVE_MPI
+    int provided = 0;
+    /* Collectives come from the main thread only; the signal thread and
+     * OpenMP's workers never call MPI. */
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return st_fail(ST_ERR_BACKEND, "train: MPI_Init_thread failed (started by %s)", pl.launcher);
+    c->mpi_started = true;
+    if ((st = st_hgroup_create(&c->h, &gc)) != ST_OK)
+        return st;
+    c->local = st_hgroup_local(c->h);
+    c->rank = st_hgroup_rank(c->h);
+    c->world = st_hgroup_size(c->h);
+    fill_ranks(c);
+    return ST_OK;
+#else
+    return st_fail(ST_ERR_INVALID, "train: started by %s (%s of %d ranks), but this shmtrain was built without "
+                                   "MPI; install libopenmpi-dev and rebuild, or start it with shmrun",
+                   pl.launcher, pl.launcher, pl.world);
+#endif
+}
+
+void comm_leave(struct train_comm *c, bool failed)
+{
+#ifdef SHMTRAIN_HAVE_MPI
+    if (c->h) {
+        st_hgroup_destroy(c->h);  /* its local group with it */
+        c->h = NULL;
+        c->local = NULL;
+    }
+    if (c->mpi_started && !failed)
+        MPI_Finalize();
+    c->mpi_started = false;
+#else
+    (void)failed;
+#endif
+    st_group_destroy(c->local);
+    c->local = NULL;
+}
+
+st_status comm_allreduce(struct train_comm *c, float *buf, size_t count, st_reduce_op op)
+{
+#ifdef SHMTRAIN_HAVE_MPI
+    if (c->h)
+        return st_hallreduce_f32(c->h, buf, count, op);
+#endif
+    return st_allreduce_f32(c->local, buf, count, op);
+}
+
+st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root)
+{
+#ifdef SHMTRAIN_HAVE_MPI
+    if (c->h)
+        return st_hbroadcast(c->h, buf, bytes, root);
+#endif
+    return st_broadcast(c->local, buf, bytes, root);
+}
+
+const char *comm_describe(const struct train_comm *c, char *buf, size_t len)
+{
+#ifdef SHMTRAIN_HAVE_MPI
+    if (c->h && st_hgroup_nodes(c->h) > 1) {
+        snprintf(buf, len, "shared memory in each node + MPI across %d nodes", st_hgroup_nodes(c->h));
+        return buf;
+    }
+#endif
+    snprintf(buf, len, "shared memory");
+    return buf;
+}

@@ -1,0 +1,40 @@
+/* Internal: the trainer's process group, on one node or several.
+ *
+ * Under shmrun (or alone) it is one node's shared-memory group.  Started by
+ * mpirun or srun, and built with MPI, it is the hierarchical group of
+ * shmtrain-coll-mpi (shared memory in the node, MPI between nodes); on one
+ * node that makes no MPI call in a collective either.  The trainer calls
+ * only these, so it does not care which.
+ */
+#ifndef SHMTRAIN_TRAIN_COMM_H
+#define SHMTRAIN_TRAIN_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "shmtrain/coll.h"
+
+struct st_hgroup;
+
+struct train_comm {
+    st_group *local;          /* this node's group: its zero-copy buffer, data sharing, heartbeat */
+    struct st_hgroup *h;      /* the nodes joined over MPI, or NULL */
+    bool mpi_started;         /* we called MPI_Init, so we finalise */
+    int rank, world;          /* in the whole job */
+    int local_rank, local_world;
+};
+
+/* Join the job's group; `zero_copy_bytes` as in st_group_config. */
+st_status comm_join(struct train_comm *c, size_t zero_copy_bytes);
+/* After a failure MPI is not finalised (that would wait for peers that may
+ * wait for us): the process exits non-zero and mpirun stops the job. */
+void comm_leave(struct train_comm *c, bool failed);
+
+/* Over the whole job. */
+st_status comm_allreduce(struct train_comm *c, float *buf, size_t count, st_reduce_op op);
+st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root);
+
+/* "shared memory", or "shared memory + MPI across N nodes": for the log. */
+const char *comm_describe(const struct train_comm *c, char *buf, size_t len);
+
+#endif
