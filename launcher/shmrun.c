@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gang.h"
+#include "mpirun_cmd.h"
 #include "sweep_run.h"
 #include "shmtrain/coll.h"
 #include "shmtrain/topo.h"
@@ -24,7 +25,8 @@ struct options {
     st_plan_request req;
     st_topo_kind topo_kind;
     const char *topo_arg;
-    bool dry_run, json, tee_all, quiet;
+    bool dry_run, json, tee_all, quiet, print_mpirun;
+    const char *hosts;
     const char *job_id;
     const char *log_dir;
     int max_restarts;
@@ -59,6 +61,9 @@ static void usage(FILE *f)
 "      --allowed-cpus LIST       pretend only these CPUs are allowed (cgroup)\n"
 "      --dry-run                 print the plan and exit\n"
 "      --json                    with --dry-run: print the plan as JSON\n"
+"      --hosts H1,H2,...         with --print-mpirun: nodes of this machine's shape\n"
+"      --print-mpirun            print the mpirun command and rankfile that reproduce\n"
+"                                the plan on every node of --hosts, and exit\n"
 "running:\n"
 "      --job-id ID               job id (default: time and pid); names shm segments\n"
 "      --log-dir DIR             logs go to DIR/JOB_ID/ (default ./shmrun-logs)\n"
@@ -116,7 +121,7 @@ static struct options parse(int argc, char **argv)
 {
     enum { O_CORES = 256, O_NODES, O_LOGICAL, O_NOCROSS, O_BIND, O_XML, O_SYNTH, O_ALLOWED, O_DRY,
            O_JSON, O_JOB, O_LOGDIR, O_TEE, O_QUIET, O_RESTARTS, O_GRACE, O_VERSION, O_REPORT, O_SWEEP,
-           O_REPEATS, O_SWEEPOUT, O_TARGET, O_TORCH, O_OVERSUB, O_STALL };
+           O_REPEATS, O_SWEEPOUT, O_TARGET, O_TORCH, O_OVERSUB, O_STALL, O_HOSTS, O_PRINT_MPIRUN };
     static const struct option longopts[] = {
         {"ninstances", required_argument, 0, 'n'}, {"ncores-per-instance", required_argument, 0, 'c'},
         {"cores-list", required_argument, 0, O_CORES}, {"nodes-list", required_argument, 0, O_NODES},
@@ -131,6 +136,7 @@ static struct options parse(int argc, char **argv)
         {"repeats", required_argument, 0, O_REPEATS}, {"sweep-out", required_argument, 0, O_SWEEPOUT},
         {"target-accuracy", required_argument, 0, O_TARGET}, {"compare-torch", optional_argument, 0, O_TORCH},
         {"oversubscribe", no_argument, 0, O_OVERSUB}, {"stall-timeout", required_argument, 0, O_STALL},
+        {"hosts", required_argument, 0, O_HOSTS}, {"print-mpirun", no_argument, 0, O_PRINT_MPIRUN},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
     struct options o = {.log_dir = "shmrun-logs", .grace_s = 10, .stall_timeout_s = 60, .sweep = {.repeats = 3}};
     opterr = 0;
@@ -173,6 +179,12 @@ static struct options parse(int argc, char **argv)
             o.stall_arg = optarg;
             break;
         case O_OVERSUB: o.req.oversubscribe = true; break;
+        case O_HOSTS:
+            if (!mpirun_hosts_count(optarg))
+                bad_flag("--hosts '%s': not a list of host names like node1,node2", optarg);
+            o.hosts = optarg;
+            break;
+        case O_PRINT_MPIRUN: o.print_mpirun = true; break;
         case O_REPORT: o.report = optarg; break;
         case O_SWEEP: o.sweep.spec = optarg; o.sweeping = true; break;
         case O_REPEATS: o.sweep.repeats = whole_number("--repeats", optarg, 1); break;
@@ -194,6 +206,14 @@ static struct options parse(int argc, char **argv)
             bad_flag("unknown option '%s'", argv[optind - 1]);
         }
     }
+    if (o.print_mpirun && !o.hosts)
+        bad_flag("--print-mpirun needs --hosts: the nodes to run on (node1,node2,...)");
+    if (o.hosts && !o.print_mpirun)
+        bad_flag("--hosts goes with --print-mpirun (shmrun itself runs on this machine)");
+    if (o.print_mpirun && (o.sweeping || o.json))
+        bad_flag("--print-mpirun does not go with --sweep or --json");
+    if (o.print_mpirun)
+        o.dry_run = true;  /* it prints; it runs nothing */
     if (o.json && !o.dry_run)
         bad_flag("--json goes with --dry-run");
     if (optind < argc)
@@ -411,7 +431,9 @@ int main(int argc, char **argv)
         return 2;
     }
     int rc = 0;
-    if (o.dry_run) {
+    if (o.print_mpirun) {
+        mpirun_print(stdout, plan, o.hosts, o.argv);
+    } else if (o.dry_run) {
         if (o.json)
             st_plan_write_json(plan, stdout);
         else

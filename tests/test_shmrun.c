@@ -156,6 +156,9 @@ static void test_golden_plans(void **state)
     check_golden("two-cores-oversubscribed-3x2",
                  (char *[]){"--synthetic", "pack:1 numa:1 l3:1 core:2 pu:1", "-n", "3", "-c", "2", "--oversubscribe",
                             NULL});
+    check_golden("two-sockets-4-print-mpirun",
+                 (char *[]){"--synthetic", "pack:2 numa:2 l3:1 core:16 pu:2", "-n", "4", "--hosts", "node1,node2",
+                            "--print-mpirun", "--", "shmtrain", "--model", "cnn", "--lr", "0.1 x", NULL});
     check_golden("two-sockets-8x8-json",
                  (char *[]){"--synthetic", "pack:2 numa:2 l3:1 core:16 pu:2", "-n", "8", "--json", NULL});
 }
@@ -493,6 +496,39 @@ static void test_peer_failed_exit_defers_to_the_real_failure(void **state)
     result_free(&r);
 }
 
+/* The rankfile command --print-mpirun prints pins mpirun's ranks to the
+ * plan's PUs (Open MPI, this machine as the one host). */
+static void test_print_mpirun_pins_like_the_plan(void **state)
+{
+    (void)state;
+    const char *mpiexec = getenv("MPIEXEC");
+    if (!mpiexec || sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+        printf("skipped: no MPI, or fewer than 2 CPUs\n");
+        skip();
+    }
+    char host[256] = "localhost";
+    gethostname(host, sizeof host);
+    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--cores-list", "0-1", "--hosts", host,
+                                     "--print-mpirun", "--", (char *)probe, NULL},
+                          "printmpi");
+    assert_int_equal(exit_code(&r), 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/shmrun.rankfile", workdir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    char *rf = strstr(r.out, "# shmrun.rankfile\n");
+    assert_non_null(rf);
+    fputs(rf + strlen("# shmrun.rankfile\n"), f);
+    fclose(f);
+    char *argv[] = {(char *)mpiexec, "--allow-run-as-root", "-np", "2", "--rankfile", path, "--mca",
+                    "rmaps_rank_file_physical", "1", (char *)probe, NULL};
+    struct result m = run(argv, "mpirun-rankfile");
+    if (exit_code(&m) != 0 || !strstr(m.out, "affinity=0\n") || !strstr(m.out, "affinity=1\n"))
+        fail_msg("mpirun with the printed rankfile: exit %d\n%s%s", exit_code(&m), m.out, m.err);
+    result_free(&m);
+    result_free(&r);
+}
+
 /* ----------------------------------------------------------- leftovers -- */
 
 /* No rank holds a descriptor of the launcher's: its log, other ranks'
@@ -566,6 +602,10 @@ static void test_bad_flags(void **state)
         {{"--synthetic", "pack:1000000 core:1000000 pu:1000", "--dry-run"}, "more than 65536 PUs"},
         {{"--synthetic", "pack:4 numa:4 core:4096 pu:2", "--dry-run"}, "more than 65536 PUs"},
         {{"--stall-timeout", "soon", "--", "true"}, "--stall-timeout 'soon'"},
+        {{"--print-mpirun", "-n", "1"}, "--print-mpirun needs --hosts"},
+        {{"--hosts", "a,,b", "--print-mpirun"}, "--hosts 'a,,b': not a list of host names"},
+        {{"--hosts", "a b", "--print-mpirun"}, "--hosts 'a b': not a list of host names"},
+        {{"--hosts", "a", "--", "true"}, "--hosts goes with --print-mpirun"},
         {{"--stall-timeout", "-1", "--", "true"}, "--stall-timeout '-1'"},
         {{"-n", "3", "--cores-list", "0", "--", "true"}, "--oversubscribe lets instances share cores"},
         {{"--topology-xml", "/no/such.xml", "--dry-run"}, "--topology-xml /no/such.xml"},
@@ -636,6 +676,7 @@ int main(void)
         cmocka_unit_test(test_silent_rank_stops_the_gang),
         cmocka_unit_test(test_peer_failed_exit_defers_to_the_real_failure),
         cmocka_unit_test(test_ranks_inherit_no_launcher_descriptors),
+        cmocka_unit_test(test_print_mpirun_pins_like_the_plan),
         cmocka_unit_test(test_foreign_file_at_a_segment_name),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
