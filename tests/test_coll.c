@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "forkranks.h"
+#include "shmtrain/bf16.h"
 
 #define STAGING (64u << 10) /* small, so ordinary tests exceed it */
 #define CHUNK (4u << 10)
@@ -107,6 +108,85 @@ static void check_reduce(int world, size_t small_bytes, bool zero_copy)
 }
 
 static const int worlds[] = {1, 2, 3, 4, 8};
+
+/* ------------------------------------------------------------ bf16 -- */
+
+/* Non-integer values, so the rounding matters. */
+static st_bf16 bf16_input(int rank, size_t i, int round)
+{
+    return st_bf16_from_f32((float)((int)((i * 2654435761u + (size_t)rank * 40503u + (size_t)round) % 2001) - 1000) /
+                            97.0f);
+}
+
+/* The definition: fp32 sum in rank order, divided for an average, rounded once. */
+static st_bf16 bf16_reference(int world, size_t i, int round, st_reduce_op op)
+{
+    float sum = 0;
+    for (int q = 0; q < world; q++)
+        sum += st_bf16_to_f32(bf16_input(q, i, round));
+    return st_bf16_from_f32(op == ST_AVG ? sum / (float)world : sum);
+}
+
+struct bf16_arg {
+    struct shared_results *out;
+    size_t sizes[8];
+    int nsizes;
+};
+
+static int bf16_cases(st_group *g, int rank, void *varg)
+{
+    struct bf16_arg *a = varg;
+    const int world = st_group_size(g);
+    int c = 0;
+    for (int s = 0; s < a->nsizes; s++)
+        for (int zc = 0; zc < 2; zc++)
+            for (int op = ST_SUM; op <= ST_AVG; op++, c++) {
+                const size_t n = a->sizes[s];
+                size_t bytes;
+                st_bf16 *buf = zc ? st_group_buffer(g, &bytes) : malloc((n ? n : 1) * sizeof *buf);
+                CHILD_CHECK(buf != NULL && (!zc || n * sizeof *buf <= bytes));
+                for (size_t i = 0; i < n; i++)
+                    buf[i] = bf16_input(rank, i, c);
+                CHILD_CHECK(st_allreduce(g, buf, n, ST_DTYPE_BF16, (st_reduce_op)op) == ST_OK);
+                for (size_t i = 0; i < n; i++)
+                    if (buf[i] != bf16_reference(world, i, c, (st_reduce_op)op)) {
+                        fprintf(stderr, "rank %d n=%zu zc=%d op=%d: [%zu] = %#x, want %#x\n", rank, n, zc, op, i,
+                                buf[i], bf16_reference(world, i, c, (st_reduce_op)op));
+                        return 1;
+                    }
+                a->out->hash[rank][c] = fnv1a(buf, n * sizeof *buf);
+                if (!zc)
+                    free(buf);
+            }
+    a->out->cases = c;
+    return 0;
+}
+
+/* Against the definition, bit for bit, every rank the same: sizes below a
+ * slice per rank, across staging pieces, in and out of the zero-copy region. */
+static void test_bf16_allreduce(void **state)
+{
+    (void)state;
+    for (size_t w = 0; w < sizeof worlds / sizeof *worlds; w++) {
+        const int world = worlds[w];
+        char job[64];
+        test_job_id(job, sizeof job, "bf16");
+        struct bf16_arg a = {.nsizes = 0};
+        const size_t sizes[] = {0, 1, 7, 1000, 100003};
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+            a.sizes[a.nsizes++] = sizes[i];
+        a.out = shared_alloc(sizeof *a.out);
+        assert_non_null(a.out);
+        st_group_config cfg = {.job_id = job, .staging_bytes = STAGING, .chunk_bytes = CHUNK,
+                               .zero_copy_bytes = 100003 * sizeof(st_bf16)};
+        assert_int_equal(run_ranks(world, &cfg, bf16_cases, &a), 0);
+        assert_int_equal(a.out->cases, 4 * a.nsizes);
+        for (int r = 1; r < world; r++)
+            assert_memory_equal(a.out->hash[r], a.out->hash[0], sizeof(uint64_t) * (size_t)a.out->cases);
+        assert_int_equal(leftover_segments(job), 0);
+        shared_free(a.out, sizeof *a.out);
+    }
+}
 
 /* ---------------------------------------------------------- staged -- */
 
@@ -431,6 +511,7 @@ int main(void)
         cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_back_to_back_mixed),
         cmocka_unit_test(test_staged_allreduce),
+        cmocka_unit_test(test_bf16_allreduce),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

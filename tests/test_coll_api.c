@@ -6,10 +6,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "forkranks.h"
+#include "shmtrain/bf16.h"
 
 static void expect_create_error(st_group_config cfg, st_status want, const char *fragment)
 {
@@ -98,6 +100,25 @@ static void test_from_env(void **state)
     unsetenv("RANK");
 }
 
+/* Round to nearest, ties to even; NaN stays NaN; exact values survive. */
+static void test_bf16_conversion(void **state)
+{
+    (void)state;
+    assert_int_equal(st_bf16_from_f32(1.0f), 0x3f80);
+    assert_true(st_bf16_to_f32(0x3f80) == 1.0f);
+    /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even, 1. */
+    assert_int_equal(st_bf16_from_f32(1.0f + 1.0f / 256), 0x3f80);
+    /* 1 + 3 x 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: up to the even. */
+    assert_int_equal(st_bf16_from_f32(1.0f + 3.0f / 256), 0x3f82);
+    assert_int_equal(st_bf16_from_f32(1.0f + 1.0f / 256 + 1.0f / 65536), 0x3f81);  /* above half: up */
+    assert_int_equal(st_bf16_from_f32(-2.5f), 0xc020);
+    assert_true(st_bf16_to_f32(st_bf16_from_f32(NAN)) != st_bf16_to_f32(st_bf16_from_f32(NAN)));
+    assert_int_equal(st_bf16_from_f32(INFINITY), 0x7f80);
+    assert_int_equal(st_bf16_from_f32(3.4e38f), 0x7f80);  /* beyond bf16's largest: infinity */
+    assert_string_equal(st_dtype_name(ST_DTYPE_BF16), "bf16");
+    assert_int_equal(st_dtype_size(ST_DTYPE_BF16), 2);
+}
+
 static void test_status_strings(void **state)
 {
     (void)state;
@@ -127,6 +148,7 @@ int main(void)
         cmocka_unit_test(test_world_of_one),
         cmocka_unit_test(test_from_env),
         cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_bf16_conversion),
         cmocka_unit_test(test_algorithm_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,6 +19,9 @@
 
 #include <stddef.h>
 
+#include <stdint.h>
+
+#include "shmtrain/dtype.h"
 #include "shmtrain/status.h"
 
 #ifdef __cplusplus
@@ -87,6 +90,15 @@ const void *st_group_peer_buffer(const st_group *g, int peer);
 /* In-place all-reduce of `count` floats.  All ranks end with bitwise
  * identical values; the same inputs give the same bits on every run. */
 st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op);
+
+/* In-place all-reduce of `count` bfloat16 values (shmtrain/bf16.h): every
+ * element is summed over the ranks in fp32, in rank order, and rounded once,
+ * so all ranks end with the same bits, and half the bytes of f32 move.
+ * ST_AVG divides in fp32 before the rounding. */
+st_status st_allreduce_bf16(st_group *g, uint16_t *buf, size_t count, st_reduce_op op);
+
+/* The same by element type: ST_DTYPE_F32 (float *) or ST_DTYPE_BF16. */
+st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op);
 
 /* An all-reduce with a stage between its two halves, for a transport
  * beyond this machine (the hierarchical all-reduce of shmtrain-coll-mpi):

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "shmtrain/dtype.h"
 #include "shmtrain/status.h"
 
 #ifdef __cplusplus
@@ -41,11 +42,7 @@ typedef struct st_net st_net;
 
 /* ------------------------------------------------------ shapes, types -- */
 
-/* The element type of a tensor: activations are f32 today; bf16 (mixed
- * precision) and i32 (token ids at a model's input) are the next. */
-typedef enum st_dtype { ST_DTYPE_F32 = 0, ST_DTYPE_BF16 = 1, ST_DTYPE_I32 = 2 } st_dtype;
-const char *st_dtype_name(st_dtype t);   /* "f32", "bf16", "i32" */
-size_t st_dtype_size(st_dtype t);        /* bytes per element */
+/* Element types: st_dtype (shmtrain/dtype.h). */
 
 /* A per-sample shape, outermost first: [C, H, W] for an image, [C] for
  * features; a sequence [T, C] or token ids [T] fit the same way. */

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "coll_internal.h"
+#include "shmtrain/bf16.h"
 #include "shmtrain/env.h"
 
 _Static_assert(sizeof(struct ctl) <= PAGE, "control block fits one page");
@@ -424,6 +425,79 @@ static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_
     return ST_OK;
 }
 
+/* ---------------------------------------------------------------- bf16 -- */
+
+/* bf16 payloads summed in fp32 and rounded once (DeepSpeed's shared-memory
+ * all-reduce does the same): rank r sums slice r of every rank's buffer in
+ * rank order, in fp32, rounds it into its own buffer, and everyone then
+ * copies every slice.  Each element is computed by one rank in one order,
+ * so all ranks end with the same bits; the bytes moved are half fp32's.
+ * Units: 1 inputs in place, 2 slices reduced, 3 slices copied (after which
+ * nobody reads this rank's buffer: the caller may overwrite it). */
+static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_reduce_op op)
+{
+    const int N = g->world, r = g->rank;
+    const uint32_t base = g->base;
+    st_status st;
+    publish(g, base + 1);
+    if ((st = wait_all(g, base + 1)) != ST_OK)
+        return st;
+    size_t lo, hi;
+    chunk_range(n, N, r, 0, 1, &lo, &hi);
+    st_bf16 *mine = bufs[r];
+    for (size_t i = lo; i < hi; i++) {
+        float sum = 0;
+        for (int q = 0; q < N; q++)
+            sum += st_bf16_to_f32(bufs[q][i]);
+        mine[i] = st_bf16_from_f32(op == ST_AVG ? sum / (float)N : sum);
+    }
+    publish(g, base + 2);
+    if ((st = wait_all(g, base + 2)) != ST_OK)
+        return st;
+    for (int q = 0; q < N; q++) {
+        if (q == r)
+            continue;
+        chunk_range(n, N, q, 0, 1, &lo, &hi);
+        memcpy(mine + lo, bufs[q] + lo, (hi - lo) * sizeof *mine);
+    }
+    publish(g, base + 3);
+    if ((st = wait_all(g, base + 3)) != ST_OK)
+        return st;
+    g->base = base + 3;
+    return ST_OK;
+}
+
+static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_reduce_op op)
+{
+    st_status st = check_usable(g);
+    if (st != ST_OK)
+        return st;
+    if (op != ST_SUM && op != ST_AVG)
+        return st_fail(ST_ERR_INVALID, "coll: allreduce: unknown reduce op %d", (int)op);
+    if (count && !buf)
+        return st_fail(ST_ERR_INVALID, "coll: allreduce: NULL buffer with count %zu", count);
+    if (count == 0 || g->world == 1)
+        return ST_OK;  /* a sum of one, rounded once: itself */
+    st_bf16 **ptrs = g->bf16_ptrs;
+    size_t off;
+    if (in_zero_copy(g, (const float *)buf, (count + 1) / 2, &off) && off % sizeof(float) == 0) {
+        for (int q = 0; q < g->world; q++)
+            ptrs[q] = (st_bf16 *)(coll_seg_at(g, q, g->zc_off) + off);
+        return slices_bf16(g, ptrs, count, op);
+    }
+    for (int q = 0; q < g->world; q++)
+        ptrs[q] = (st_bf16 *)coll_seg_at(g, q, g->staging_off);
+    const size_t piece = g->cfg.staging_bytes / sizeof(st_bf16);
+    for (size_t done = 0; done < count; done += piece) {
+        size_t len = count - done < piece ? count - done : piece;
+        memcpy(ptrs[g->rank], buf + done, len * sizeof *buf);
+        if ((st = slices_bf16(g, ptrs, len, op)) != ST_OK)
+            return st;
+        memcpy(buf + done, ptrs[g->rank], len * sizeof *buf);
+    }
+    return ST_OK;
+}
+
 /* ----------------------------------------------------- broadcast, barrier -- */
 
 /* The root streams the message through the two halves of its staging area;
@@ -494,6 +568,20 @@ static st_status progressed(st_group *g, st_status st)
 st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op)
 {
     return progressed(g, allreduce_f32(g, buf, count, op, NULL));
+}
+
+st_status st_allreduce_bf16(st_group *g, uint16_t *buf, size_t count, st_reduce_op op)
+{
+    return progressed(g, allreduce_bf16(g, buf, count, op));
+}
+
+st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op)
+{
+    switch (dtype) {
+    case ST_DTYPE_F32: return st_allreduce_f32(g, buf, count, op);
+    case ST_DTYPE_BF16: return st_allreduce_bf16(g, buf, count, op);
+    default: return st_fail(ST_ERR_INVALID, "coll: allreduce: element type %d is not f32 or bf16", (int)dtype);
+    }
 }
 
 st_status st_allreduce_f32_staged(st_group *g, float *buf, size_t count, st_reduce_op op, st_shard_fn between,

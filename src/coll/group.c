@@ -176,7 +176,8 @@ static st_status alloc_arrays(st_group *g)
     g->ctl = calloc((size_t)g->world, sizeof *g->ctl);
     g->pids = calloc((size_t)g->world, sizeof *g->pids);
     g->rank_ptrs = calloc((size_t)g->world, sizeof *g->rank_ptrs);
-    if (!g->segs || !g->ctl || !g->pids || !g->rank_ptrs)
+    g->bf16_ptrs = calloc((size_t)g->world, sizeof *g->bf16_ptrs);
+    if (!g->segs || !g->ctl || !g->pids || !g->rank_ptrs || !g->bf16_ptrs)
         return st_fail(ST_ERR_NOMEM, "coll: out of memory for a world of %d", g->world);
     return ST_OK;
 }
@@ -296,6 +297,7 @@ void st_group_destroy(st_group *g)
     free(g->ctl);
     free(g->pids);
     free(g->rank_ptrs);
+    free(g->bf16_ptrs);
     st_heartbeat_close(&g->hb);
     free(g);
 }
