@@ -38,7 +38,8 @@ static void usage(FILE *f)
 "  --checkpoint FILE (shmtrain.ckpt)   --checkpoint-every K   --resume [FILE]\n"
 "exit status: 0 done, 1 failed, 2 bad flag, 130 stopped on request (checkpointed),\n"
 "  75 stopped because another instance failed\n"
-"  --check-replicas K       check every K steps that all instances hold identical parameters\n");
+"  --check-replicas K       check every K steps that all instances hold identical parameters\n"
+"  --allreduce-dtype fp32|bf16   the gradient exchange (bf16: half the bytes, summed in fp32)\n");
 }
 
 static void bad(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -128,7 +129,7 @@ int main(int argc, char **argv)
     enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
            O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ,
            O_GAMMA, O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE,
-           O_RESUME, O_CHECK };
+           O_RESUME, O_CHECK, O_ARDTYPE };
     static const struct option opts[] = {
         {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI},
         {"train-labels", 1, 0, O_TRL}, {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL},
@@ -142,6 +143,7 @@ int main(int argc, char **argv)
         {"no-flush-denormals", 0, 0, O_NOFLUSH}, {"eval-every", 1, 0, O_EVAL}, {"log-every", 1, 0, O_LOG},
         {"metrics", 1, 0, O_METRICS}, {"quiet", 0, 0, O_QUIET}, {"checkpoint", 1, 0, O_CKPT},
         {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 2, 0, O_RESUME}, {"check-replicas", 1, 0, O_CHECK},
+        {"allreduce-dtype", 1, 0, O_ARDTYPE},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     st_train_options o;
     st_train_defaults(&o);
@@ -202,6 +204,11 @@ int main(int argc, char **argv)
             o.resume = optarg ? optarg : "";  /* "" = the --checkpoint file */
             break;
         case O_CHECK: o.check_replicas = whole("--check-replicas", optarg, 1, LONG_MAX); break;
+        case O_ARDTYPE:
+            if (!strcmp(optarg, "fp32") || !strcmp(optarg, "f32")) o.allreduce_dtype = ST_DTYPE_F32;
+            else if (!strcmp(optarg, "bf16")) o.allreduce_dtype = ST_DTYPE_BF16;
+            else bad("--allreduce-dtype '%s': use fp32 or bf16", optarg);
+            break;
         case 'h': usage(stdout); return 0;
         case ':': bad("%s needs a value", argv[optind - 1]);
         default: bad("unknown option '%s'", argv[optind - 1]);

@@ -718,6 +718,51 @@ static void test_stale_checkpoint_temporaries_are_removed(void **state)
     run_free(&r);
 }
 
+/* --allreduce-dtype bf16: the gradients travel rounded to bf16 (summed in
+ * fp32), replicas stay bitwise identical, training still learns, and the
+ * result is near, not equal to, fp32's (it did run in bf16). */
+static void test_bf16_gradient_exchange(void **state)
+{
+    (void)state;
+    char *common[] = {"--batch-size", "32", "--max-steps", "200", "--check-replicas", "20", "--log-every", "50",
+                      NULL};
+    char *bf[16], *fp[16];
+    int k = 0;
+    for (; common[k]; k++)
+        bf[k] = fp[k] = common[k];
+    bf[k] = "--allreduce-dtype";
+    bf[k + 1] = "bf16";
+    bf[k + 2] = NULL;
+    fp[k] = NULL;
+    struct run b = train(2, "bf16.ckpt", bf, 0);
+    if (b.code != 0)
+        fail_msg("bf16 exchange failed: %s", b.err);
+    struct run f = train(2, "fp32.ckpt", fp, 0);
+    assert_int_equal(f.code, 0);
+    char path[512];
+    path_of(path, sizeof path, "metrics.jsonl");
+    char *m = slurp_or_empty(path);  /* the last run's (fp32) */
+    assert_non_null(strstr(m, "\"allreduce_dtype\":\"f32\""));
+    free(m);
+    st_ckpt cb = read_ckpt("bf16.ckpt"), cf = read_ckpt("fp32.ckpt");
+    assert_int_equal(cb.nparams, cf.nparams);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < cb.nparams; i++) {
+        worst = fmax(worst, fabs((double)cb.params[i] - cf.params[i]));
+        scale = fmax(scale, fabs(cf.params[i]));
+    }
+    /* bf16 keeps 8 bits: each step's gradient moves by up to 2^-9 of itself,
+     * and 200 steps of lr 0.05 add it up; equal bits would mean no bf16. */
+    if (!(worst > 0 && worst < 0.05 * scale))
+        fail_msg("bf16 vs fp32 parameters differ by %.3g (scale %.3g)", worst, scale);
+    if (!(cb.best_accuracy > 0.8))
+        fail_msg("bf16 exchange reached only %.3f test accuracy", cb.best_accuracy);
+    st_ckpt_free(&cb);
+    st_ckpt_free(&cf);
+    run_free(&b);
+    run_free(&f);
+}
+
 /* ---------------------------------------------------------- across nodes -- */
 
 /* mpirun [simulated nodes of node_size ranks] shmtrain <synthetic data> <extra...> */
@@ -1057,6 +1102,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_inputs_name_their_file),
         cmocka_unit_test(test_bad_data_blames_the_rank_that_failed),
         cmocka_unit_test(test_stale_checkpoint_temporaries_are_removed),
+        cmocka_unit_test(test_bf16_gradient_exchange),
         cmocka_unit_test(test_two_nodes_equal_one_node_of_two),
         cmocka_unit_test(test_killed_rank_stops_every_node),
         cmocka_unit_test(test_metrics_file),

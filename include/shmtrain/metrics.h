@@ -34,6 +34,7 @@ typedef struct st_run_record {
     long long params;
     char onednn[32], isa[32];        /* shmtrain's; "" otherwise */
     char torch[32];                  /* the PyTorch peer's; "" otherwise */
+    char allreduce_dtype[8];         /* the gradient exchange: "f32", "bf16"; "" when not said */
     unsigned long long first_step;   /* > 0 after a resume */
 } st_run_record;
 

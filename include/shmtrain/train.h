@@ -11,6 +11,7 @@
 #ifndef SHMTRAIN_TRAIN_H
 #define SHMTRAIN_TRAIN_H
 
+#include "shmtrain/dtype.h"
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -39,6 +40,7 @@ typedef struct st_train_options {
     long log_every;               /* steps (default 50) */
     long checkpoint_every;        /* steps; 0 = only at the end */
     long check_replicas;          /* compare parameter hashes every K steps */
+    st_dtype allreduce_dtype;     /* the gradient exchange: f32 (default) or bf16, half the bytes */
     const char *checkpoint;       /* path (default shmtrain.ckpt) */
     const char *resume;           /* checkpoint to resume from, or NULL */
     const char *metrics;          /* JSON-lines file (default: in the log dir) */

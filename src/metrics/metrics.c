@@ -27,6 +27,7 @@ static void write_run(st_json *j, const st_run_record *r)
     optional_string(j, "onednn", r->onednn);
     optional_string(j, "isa", r->isa);
     optional_string(j, "torch", r->torch);
+    optional_string(j, "allreduce_dtype", r->allreduce_dtype);
     st_json_uint(j, "first_step", r->first_step);
 }
 
@@ -148,6 +149,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         st_json_get_string(line, "onednn", r->onednn, sizeof r->onednn);
         st_json_get_string(line, "isa", r->isa, sizeof r->isa);
         st_json_get_string(line, "torch", r->torch, sizeof r->torch);
+        st_json_get_string(line, "allreduce_dtype", r->allreduce_dtype, sizeof r->allreduce_dtype);
         r->first_step = count(line, "first_step");
         break;
     }

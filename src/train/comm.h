@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "shmtrain/coll.h"
 
@@ -33,6 +34,7 @@ void comm_leave(struct train_comm *c, bool failed);
 /* Over the whole job. */
 st_status comm_allreduce(struct train_comm *c, float *buf, size_t count, st_reduce_op op);
 st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root);
+st_status comm_allreduce_bf16(struct train_comm *c, uint16_t *buf, size_t count, st_reduce_op op);
 
 /* "shared memory", or "shared memory + MPI across N nodes": for the log. */
 const char *comm_describe(const struct train_comm *c, char *buf, size_t len);

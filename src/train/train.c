@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "shmtrain/bf16.h"
 #include "shmtrain/ckpt.h"
 #include "shmtrain/coll.h"
 #include "shmtrain/data.h"
@@ -47,6 +48,7 @@ struct trainer {
     float *x;
     int *y;
     float *grads;              /* P gradients + TAIL, in the shared segment */
+    st_bf16 *grads_bf16;       /* --allreduce-dtype bf16: the P gradients as exchanged, after them */
     size_t P;
     FILE *metrics;
     st_schedule sched;         /* the options' schedule, its length filled in */
@@ -423,6 +425,23 @@ static st_status check_replicas(struct trainer *t)
     return st;
 }
 
+/* The gradient average over every rank.  In bf16 the gradients travel
+ * rounded (summed in fp32 and rounded once by the collectives); the tail
+ * (loss, accuracy, the stop and non-finite flags) stays fp32. */
+static st_status exchange(struct trainer *t)
+{
+    if (!t->grads_bf16)
+        return comm_allreduce(&t->comm, t->grads, t->P + TAIL, ST_AVG);
+    for (size_t i = 0; i < t->P; i++)
+        t->grads_bf16[i] = st_bf16_from_f32(t->grads[i]);
+    st_status st = comm_allreduce_bf16(&t->comm, t->grads_bf16, t->P, ST_AVG);
+    if (st == ST_OK)
+        st = comm_allreduce(&t->comm, t->grads + t->P, TAIL, ST_AVG);
+    for (size_t i = 0; st == ST_OK && i < t->P; i++)
+        t->grads[i] = st_bf16_to_f32(t->grads_bf16[i]);
+    return st;
+}
+
 static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
 {
     const st_train_options *o = t->o;
@@ -444,7 +463,7 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
     tail[2] = atomic_load(&stop_requested) ? 1.0f : 0.0f;
     tail[3] = isfinite(loss) ? 0.0f : 1.0f;
     const double t1 = now_s(), w0 = st_group_wait_seconds(t->comm.local);
-    if ((st = comm_allreduce(&t->comm, t->grads, t->P + TAIL, ST_AVG)) != ST_OK)
+    if ((st = exchange(t)) != ST_OK)
         return st;
     const double t2 = now_s();
     t->t_wait += st_group_wait_seconds(t->comm.local) - w0;
@@ -482,7 +501,9 @@ static st_status setup(struct trainer *t)
     if ((st = st_model_load(&t->model, o->model)) != ST_OK)
         return st;
     t->P = st_model_param_count(t->model);
-    if ((st = comm_join(&t->comm, (t->P + TAIL) * sizeof(float))) != ST_OK)
+    const size_t f32_bytes = ((t->P + TAIL) * sizeof(float) + 63) / 64 * 64;
+    const size_t bf16_bytes = o->allreduce_dtype == ST_DTYPE_BF16 ? t->P * sizeof(st_bf16) : 0;
+    if ((st = comm_join(&t->comm, f32_bytes + bf16_bytes)) != ST_OK)
         return st;
     t->rank = t->comm.rank;
     t->world = t->comm.world;
@@ -490,6 +511,8 @@ static st_status setup(struct trainer *t)
     if ((st = load_data(t)) != ST_OK)
         return st;
     t->grads = st_group_buffer(t->comm.local, NULL);
+    if (bf16_bytes)
+        t->grads_bf16 = (st_bf16 *)((char *)t->grads + f32_bytes);
     st_net_config nc = {.batch = o->batch, .grad_buffer = t->grads};
     if ((st = st_net_create(&t->net, t->model, &nc)) != ST_OK || (st = st_optim_create(&t->opt, t->P, &o->optim)) != ST_OK)
         return st;
@@ -559,6 +582,7 @@ static void run_record(struct trainer *t)
     snprintf(r.u.run.model, sizeof r.u.run.model, "%s", t->o->model);
     st_nn_onednn_version(r.u.run.onednn, sizeof r.u.run.onednn);
     snprintf(r.u.run.isa, sizeof r.u.run.isa, "%s", st_nn_onednn_isa());
+    snprintf(r.u.run.allreduce_dtype, sizeof r.u.run.allreduce_dtype, "%s", st_dtype_name(t->o->allreduce_dtype));
     record(t, &r);
 }
 
