@@ -389,7 +389,7 @@ const char *st_allreduce_algorithm(const st_group *g, const float *buf, size_t c
     return in_zero_copy(g, buf, count, &off) ? "ring" : "ring-copy";
 }
 
-static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op, const struct stage *sg)
+static st_status check_allreduce(const st_group *g, const void *buf, size_t count, st_reduce_op op)
 {
     st_status st = check_usable(g);
     if (st != ST_OK)
@@ -398,6 +398,14 @@ static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_
         return st_fail(ST_ERR_INVALID, "coll: allreduce: unknown reduce op %d", (int)op);
     if (count && !buf)
         return st_fail(ST_ERR_INVALID, "coll: allreduce: NULL buffer with count %zu", count);
+    return ST_OK;
+}
+
+static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op, const struct stage *sg)
+{
+    st_status st = check_allreduce(g, buf, count, op);
+    if (st != ST_OK)
+        return st;
     if (count == 0)
         return ST_OK;
     if (g->world == 1)
@@ -469,13 +477,9 @@ static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_red
 
 static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_reduce_op op)
 {
-    st_status st = check_usable(g);
+    st_status st = check_allreduce(g, buf, count, op);
     if (st != ST_OK)
         return st;
-    if (op != ST_SUM && op != ST_AVG)
-        return st_fail(ST_ERR_INVALID, "coll: allreduce: unknown reduce op %d", (int)op);
-    if (count && !buf)
-        return st_fail(ST_ERR_INVALID, "coll: allreduce: NULL buffer with count %zu", count);
     if (count == 0 || g->world == 1)
         return ST_OK;  /* a sum of one, rounded once: itself */
     st_bf16 **ptrs = g->bf16_ptrs;

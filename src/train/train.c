@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "trainer.h"
 #include "shmtrain/bf16.h"
 #include "shmtrain/ckpt.h"
 #include "shmtrain/coll.h"
@@ -26,44 +26,12 @@
 #include "shmtrain/shmname.h"
 #include "shmtrain/nn.h"
 
-#define TAIL 4 /* extra floats reduced with the gradients: loss, correct, stop, non-finite */
 
 static atomic_bool stop_requested;  /* set by main's signal thread */
 void st_train_request_stop(void) { atomic_store(&stop_requested, true); }
 
-static const double THRESHOLDS[] = {0.80, 0.85, 0.88, 0.89, 0.90, 0.91, 0.92};
-#define NTHRESH (sizeof THRESHOLDS / sizeof *THRESHOLDS)
+static const double THRESHOLDS[NTHRESH] = {0.80, 0.85, 0.88, 0.89, 0.90, 0.91, 0.92};
 _Static_assert(NTHRESH <= ST_METRICS_MAX_TARGETS, "the summary record holds every threshold");
-
-struct trainer {
-    const st_train_options *o;
-    struct train_comm comm;    /* the job's group: one node's shared memory, or nodes over MPI */
-    int rank, world;
-    st_model *model;
-    st_net *net;
-    st_optim *opt;
-    st_dataset *train, *test;
-    float mean[3], std[3];
-    uint32_t *order;
-    float *x;
-    int *y;
-    float *grads;              /* P gradients + TAIL, in the shared segment */
-    st_bf16 *grads_bf16;       /* --allreduce-dtype bf16: the P gradients as exchanged, after them */
-    size_t P;
-    FILE *metrics;
-    st_schedule sched;         /* the options' schedule, its length filled in */
-    bool tty;
-    uint64_t epoch, epoch_pos, step, first_step;
-    long steps_per_epoch;
-    double start, elapsed_before, train_seconds, best_acc, last_acc, last_loss;
-    long last_eval_step;
-    double reached_at[NTHRESH];
-    long reached_step[NTHRESH];
-    /* accumulated over the current log interval */
-    double t_compute, t_reduce, t_wait, loss_sum, correct_sum;
-    long interval_steps;
-    double interval_start;
-};
 
 void st_train_defaults(st_train_options *o)
 {
@@ -85,131 +53,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* -------------------------------------------------------------- data -- */
-
-static char *join_path(const char *dir, const char *file)
-{
-    char *p = NULL;
-    return asprintf(&p, "%s/%s", dir, file) < 0 ? NULL : p;
-}
-
-/* Fashion-MNIST's file names, gzipped or not. */
-static char *idx_file(const char *dir, const char *base)
-{
-    char gz[512];
-    snprintf(gz, sizeof gz, "%s/%s.gz", dir, base);
-    struct stat sb;
-    return stat(gz, &sb) == 0 ? join_path(dir, (snprintf(gz, sizeof gz, "%s.gz", base), gz)) : join_path(dir, base);
-}
-
-static st_status load_split(const st_train_options *o, bool test, st_dataset **out)
-{
-    if (o->cifar_dir) {
-        char *paths[5] = {0};
-        int n = 0;
-        if (test)
-            paths[n++] = join_path(o->cifar_dir, o->cifar100 ? "test.bin" : "test_batch.bin");
-        else if (o->cifar100)
-            paths[n++] = join_path(o->cifar_dir, "train.bin");
-        else
-            for (int i = 1; i <= 5; i++) {
-                char name[32];
-                snprintf(name, sizeof name, "data_batch_%d.bin", i);
-                paths[n++] = join_path(o->cifar_dir, name);
-            }
-        st_status st = st_dataset_load_cifar(out, (const char *const *)paths, n, o->cifar100);
-        for (int i = 0; i < n; i++)
-            free(paths[i]);
-        return st;
-    }
-    const char *img = test ? o->test_images : o->train_images, *lab = test ? o->test_labels : o->train_labels;
-    char *ip = img ? strdup(img) : idx_file(o->data_dir, test ? "t10k-images-idx3-ubyte" : "train-images-idx3-ubyte");
-    char *lp = lab ? strdup(lab) : idx_file(o->data_dir, test ? "t10k-labels-idx1-ubyte" : "train-labels-idx1-ubyte");
-    st_status st = ip && lp ? st_dataset_load_idx(out, ip, lp) : st_fail(ST_ERR_NOMEM, "out of memory");
-    free(ip);
-    free(lp);
-    return st;
-}
-
-static st_status check_fits(const struct trainer *t, const st_dataset *d)
-{
-    int c, h, w;
-    st_dataset_shape(d, &c, &h, &w);
-    const st_shape data = {3, {c, h, w}};
-    st_shape want;
-    st_dtype dtype;
-    st_model_input(t->model, &want, &dtype);
-    if (!st_shape_equal(&data, &want) || dtype != ST_DTYPE_F32) {
-        char have_s[64], want_s[64];
-        st_shape_str(&data, have_s, sizeof have_s);
-        st_shape_str(&want, want_s, sizeof want_s);
-        return st_fail(ST_ERR_FORMAT, "%s: images are %s but model '%s' expects %s %s", st_dataset_source(d), have_s,
-                       t->o->model, st_dtype_name(dtype), want_s);
-    }
-    if (st_dataset_max_label(d) >= st_model_classes(t->model))
-        return st_fail(ST_ERR_FORMAT, "%s: has label %d but model '%s' has %d classes", st_dataset_label_source(d),
-                       st_dataset_max_label(d), t->o->model, st_model_classes(t->model));
-    if (st_dataset_size(d) < (size_t)t->world * (size_t)t->o->batch)
-        return st_fail(ST_ERR_FORMAT, "%s: %zu samples are fewer than one global batch (%d x %d)",
-                       st_dataset_source(d), st_dataset_size(d), t->world, t->o->batch);
-    return ST_OK;
-}
-
-/* Each node's first rank decodes both splits and publishes them; the
- * node's others attach, so the decoded bytes exist once per node.  It tells
- * its node whether that worked before anyone attaches. */
-static st_status load_data(struct trainer *t)
-{
-    const st_train_options *o = t->o;
-    char names[2][160];
-    int status = 0;
-    st_status st = ST_OK;
-    for (int s = 0; s < 2; s++)
-        if ((st = st_shm_name(names[s], sizeof names[s], st_group_job_id(t->comm.local), s ? "data-test" : "data-train")) !=
-            ST_OK)
-            return st;
-    const int first = t->comm.local_rank == 0, sharing = t->comm.local_world > 1;
-    if (first) {
-        st_dataset **ds[2] = {&t->train, &t->test};
-        for (int s = 0; s < 2 && st == ST_OK; s++) {
-            if ((st = load_split(o, s == 1, ds[s])) != ST_OK)
-                break;
-            st_dataset_truncate(*ds[s], (size_t)(s ? o->test_subset : o->train_subset));
-            if ((st = check_fits(t, *ds[s])) == ST_OK && sharing)
-                st = st_dataset_share(*ds[s], names[s]);
-        }
-        status = (int)st;
-    }
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", st_last_error());
-    if (sharing) {
-        st_status bs = st_broadcast(t->comm.local, &status, sizeof status, 0);
-        if (bs != ST_OK)
-            return bs;
-    }
-    if (status != ST_OK) {
-        if (first)
-            return st_fail((st_status)status, "%s", saved);
-        return st_fail(ST_ERR_PEER_DEAD, "rank %d, the first of this node, could not load the data (its log says why)",
-                       t->rank - t->comm.local_rank);
-    }
-    if (sharing) {
-        if (!first && ((st = st_dataset_attach(&t->train, names[0])) != ST_OK ||
-                             (st = st_dataset_attach(&t->test, names[1])) != ST_OK))
-            return st;
-        if ((st = st_barrier(t->comm.local)) != ST_OK)
-            return st;
-        if (first) {
-            st_dataset_unlink_shared(names[0]);
-            st_dataset_unlink_shared(names[1]);
-        }
-    }
-    int c, h, w;
-    st_dataset_shape(t->train, &c, &h, &w);
-    st_dataset_stats(t->train, t->mean, t->std, c);
-    return ST_OK;
 }
 
 /* ------------------------------------------------------------ output -- */
@@ -508,7 +351,7 @@ static st_status setup(struct trainer *t)
     t->rank = t->comm.rank;
     t->world = t->comm.world;
     t->tty = t->rank == 0 && (isatty(STDOUT_FILENO) || getenv(ST_ENV_CONSOLE_TTY));
-    if ((st = load_data(t)) != ST_OK)
+    if ((st = train_load_data(t)) != ST_OK)
         return st;
     t->grads = st_group_buffer(t->comm.local, NULL);
     if (bf16_bytes)
