@@ -213,6 +213,75 @@ static void test_first_layers_backward_in_chunks(void **state)
     }
 }
 
+/* ------------------------------------------------------ gradients ready -- */
+
+static void synthetic_batch(float *x, int *y, int batch, int c, int h, int w, int classes, uint64_t seed);
+
+struct ready_log {
+    st_net *net;
+    size_t first[64], count[64];
+    float *seen;    /* the gradients as they were at each callback */
+    int calls;
+};
+
+static void note_ready(void *ctx, size_t first, size_t count)
+{
+    struct ready_log *log = ctx;
+    const float *g = st_net_grads(log->net, NULL);
+    if (log->calls < 64) {
+        log->first[log->calls] = first;
+        log->count[log->calls] = count;
+    }
+    log->calls++;
+    memcpy(log->seen + first, g + first, count * sizeof(float));
+}
+
+/* The callback names every parameter's gradient once, last layers first,
+ * and only once the values are final (what a bucketed all-reduce relies on):
+ * a residual model, both backends, a chunked first layer on oneDNN. */
+static void test_grads_ready_callbacks(void **state)
+{
+    (void)state;
+    const char *const models[] = {"resnet", "cnn", "input 6 96 96\nconv 6 k3 p1\nrelu\nmaxpool k2\nlinear 5"};
+    for (size_t k = 0; k < sizeof models / sizeof *models; k++)
+        for (int b = ST_BACKEND_ONEDNN; b <= ST_BACKEND_REFERENCE; b++) {
+            st_model *m = NULL;
+            if (st_model_load(&m, models[k]) != ST_OK)
+                m = parse(models[k]);
+            const int batch = 3;
+            st_net *n = make_net(m, batch, (st_backend)b, false);
+            size_t P;
+            st_net_params(n, &P);
+            struct ready_log log = {.net = n, .seen = calloc(P, sizeof(float))};
+            assert_non_null(log.seen);
+            st_net_on_grads_ready(n, note_ready, &log);
+            int c, h, w;
+            st_model_input_shape(m, &c, &h, &w);
+            float *x = malloc((size_t)batch * c * h * w * sizeof *x);
+            int y[3];
+            synthetic_batch(x, y, batch, c, h, w, st_model_classes(m), 7);
+            float loss;
+            assert_int_equal(st_net_forward(n, x), ST_OK);
+            assert_int_equal(st_net_loss(n, y, &loss, NULL), ST_OK);
+            assert_int_equal(st_net_backward(n), ST_OK);
+            assert_true(log.calls > 0 && log.calls <= 64);
+            size_t covered = 0;
+            for (int i = 0; i < log.calls; i++) {
+                covered += log.count[i];
+                if (i > 0 && log.first[i] + log.count[i] > log.first[i - 1])
+                    fail_msg("%s, backend %d: range %d [%zu, +%zu) is not below the one before", models[k], b, i,
+                             log.first[i], log.count[i]);
+            }
+            assert_int_equal(covered, P);  /* decreasing and disjoint, so each parameter once */
+            assert_int_equal(log.first[log.calls - 1], 0);
+            assert_memory_equal(log.seen, st_net_grads(n, NULL), P * sizeof(float));  /* final when announced */
+            free(x);
+            free(log.seen);
+            st_net_destroy(n);
+            st_model_destroy(m);
+        }
+}
+
 /* The comparison itself must be able to fail: a perturbed gradient is caught. */
 static void test_comparison_catches_a_wrong_gradient(void **state)
 {
@@ -797,6 +866,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_presets_gradients),
         cmocka_unit_test(test_no_gradient_flows_to_the_input),
         cmocka_unit_test(test_training_drives_loss_down_deterministically),
+        cmocka_unit_test(test_grads_ready_callbacks),
     };
     if (argc > 1)
         cmocka_set_test_filter(argv[1]);  /* e.g. test_finite_differences */

@@ -145,6 +145,13 @@ st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct);
 /* Backward from the loss: writes (overwrites) the gradient buffer. */
 st_status st_net_backward(st_net *n);
 
+/* Called during a backward pass each time a layer's parameter gradients
+ * are final: `count` floats from `first` in the gradient buffer (layers
+ * finish last first, so ranges come in decreasing order).  For starting
+ * their all-reduce while the backward pass goes on.  NULL turns it off. */
+typedef void (*st_grads_ready_fn)(void *ctx, size_t first, size_t count);
+void st_net_on_grads_ready(st_net *n, st_grads_ready_fn fn, void *ctx);
+
 /* Tests and tools: the last activation in plain layout (batch x outputs), and
  * backward from an arbitrary gradient of it instead of the loss. */
 size_t st_net_output_size(const st_net *n);            /* floats per batch */

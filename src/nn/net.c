@@ -221,6 +221,12 @@ float *st_net_buffers(st_net *n, size_t *count)
 }
 
 void st_net_set_training(st_net *n, bool training) { n->training = training; }
+
+void st_net_on_grads_ready(st_net *n, st_grads_ready_fn fn, void *ctx)
+{
+    n->grads_ready = fn;
+    n->grads_ready_ctx = ctx;
+}
 void st_net_set_dropout_seed(st_net *n, uint64_t seed) { n->dropout_seed = seed; }
 
 /* --------------------------------------------------------------- init -- */

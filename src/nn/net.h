@@ -57,6 +57,8 @@ struct st_net {
     double prof[NODE_KINDS + 2];
     struct onednn_net *dnet; /* engine, stream, loss reorders; NULL for the reference */
     const struct nn_backend *backend;  /* what runs the graph (backend.h) */
+    st_grads_ready_fn grads_ready;     /* st_net_on_grads_ready, or NULL */
+    void *grads_ready_ctx;
 };
 
 /* Floats in node nd's activation at this batch (plain layout). */
@@ -80,6 +82,16 @@ static inline bool dropout_keep(uint64_t seed, int node, size_t i, float p)
     uint64_t s = seed ^ ((uint64_t)node << 48) ^ (i * 0x9e3779b97f4a7c15ull);
     double u = (double)(nn_splitmix64(&s) >> 40) / (double)(1ull << 24);
     return u >= p;
+}
+
+/* Exec node j's backward is done: its parameters' gradients are final. */
+static inline void nn_grads_ready(st_net *n, int j)
+{
+    const struct node *nd = n->x[j].nd;
+    if (!n->grads_ready || !nd->w_count)
+        return;
+    const size_t end = nd->b_count ? nd->b_off + nd->b_count : nd->w_off + nd->w_count;
+    n->grads_ready(n->grads_ready_ctx, nd->w_off, end - nd->w_off);
 }
 
 /* The profiler's clock. */

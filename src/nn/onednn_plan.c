@@ -105,8 +105,13 @@ static st_status onednn_set_last_diff(st_net *n, const float *plain)
 
 static st_status onednn_backward(st_net *n)
 {
-    for (int j = n->nx - 1; j >= 1; j--)
+    for (int j = n->nx - 1; j >= 1; j--) {
         OK(run(n, &n->x[j].dn->bwd));
+        if (n->grads_ready && n->x[j].nd->w_count) {
+            TRY(dnnl_stream_wait(n->dnet->strm));  /* CPU streams run in order; be sure */
+            nn_grads_ready(n, j);
+        }
+    }
     TRY(dnnl_stream_wait(n->dnet->strm));
     return ST_OK;
 }

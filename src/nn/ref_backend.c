@@ -320,6 +320,7 @@ static st_status ref_backward(st_net *n)
                 ref_relu_bwd(t.dy, t.dy, t.y, t.sz);
             if (ref_layers[t.x->kind].backward(&t))
                 ref_deliver(n, t.x->in, j, t.dx);
+            nn_grads_ready(n, j);
         }
         if (n->profiling)
             n->prof[n->x[j].kind] += nn_now() - t0;
