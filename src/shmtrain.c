@@ -39,7 +39,8 @@ static void usage(FILE *f)
 "exit status: 0 done, 1 failed, 2 bad flag, 130 stopped on request (checkpointed),\n"
 "  75 stopped because another instance failed\n"
 "  --check-replicas K       check every K steps that all instances hold identical parameters\n"
-"  --allreduce-dtype fp32|bf16   the gradient exchange (bf16: half the bytes, summed in fp32)\n");
+"  --allreduce-dtype fp32|bf16   the gradient exchange (bf16: half the bytes, summed in fp32)\n"
+"  --bucket-mb MB           all-reduce gradients in buckets of MB during backward (0: after it)\n");
 }
 
 static void bad(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -129,7 +130,7 @@ int main(int argc, char **argv)
     enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
            O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ,
            O_GAMMA, O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE,
-           O_RESUME, O_CHECK, O_ARDTYPE };
+           O_RESUME, O_CHECK, O_ARDTYPE, O_BUCKET };
     static const struct option opts[] = {
         {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI},
         {"train-labels", 1, 0, O_TRL}, {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL},
@@ -143,7 +144,7 @@ int main(int argc, char **argv)
         {"no-flush-denormals", 0, 0, O_NOFLUSH}, {"eval-every", 1, 0, O_EVAL}, {"log-every", 1, 0, O_LOG},
         {"metrics", 1, 0, O_METRICS}, {"quiet", 0, 0, O_QUIET}, {"checkpoint", 1, 0, O_CKPT},
         {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 2, 0, O_RESUME}, {"check-replicas", 1, 0, O_CHECK},
-        {"allreduce-dtype", 1, 0, O_ARDTYPE},
+        {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"bucket-mb", 1, 0, O_BUCKET},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     st_train_options o;
     st_train_defaults(&o);
@@ -204,6 +205,7 @@ int main(int argc, char **argv)
             o.resume = optarg ? optarg : "";  /* "" = the --checkpoint file */
             break;
         case O_CHECK: o.check_replicas = whole("--check-replicas", optarg, 1, LONG_MAX); break;
+        case O_BUCKET: o.bucket_mb = number("--bucket-mb", optarg, 0, 1024); break;
         case O_ARDTYPE:
             if (!strcmp(optarg, "fp32") || !strcmp(optarg, "f32")) o.allreduce_dtype = ST_DTYPE_F32;
             else if (!strcmp(optarg, "bf16")) o.allreduce_dtype = ST_DTYPE_BF16;

@@ -763,6 +763,48 @@ static void test_bf16_gradient_exchange(void **state)
     run_free(&f);
 }
 
+/* --bucket-mb: the gradients go in buckets during backward, on a progress
+ * thread.  With two ranks each element is one addition whatever the
+ * buckets, so the result must equal the unbucketed one to the bit; with
+ * three (oversubscribed) the buckets change the ring's order: replicas stay
+ * identical and the result stays close. */
+static void test_bucketed_overlap(void **state)
+{
+    (void)state;
+    char *plain[] = {"--batch-size", "32", "--max-steps", "60", "--check-replicas", "10", NULL};
+    char *buckets[] = {"--batch-size", "32", "--max-steps", "60", "--check-replicas", "10", "--bucket-mb", "0.05",
+                       NULL};
+    struct run a = train(2, "plain.ckpt", plain, 0);
+    assert_int_equal(a.code, 0);
+    st_ckpt ca = read_ckpt("plain.ckpt");
+    /* 0.05 MB: every layer fills a bucket as it finishes; 2 MB: the whole
+     * model (0.94 MB) goes as the one bucket left when backward ends. */
+    const char *sizes[] = {"0.05", "2"};
+    for (int i = 0; i < 2; i++) {
+        buckets[7] = (char *)sizes[i];
+        struct run b = train(2, "buckets.ckpt", buckets, 0);
+        if (b.code != 0)
+            fail_msg("--bucket-mb %s: exit %d: %s", sizes[i], b.code, b.err);
+        st_ckpt cb = read_ckpt("buckets.ckpt");
+        assert_int_equal(ca.nparams, cb.nparams);
+        if (memcmp(ca.params, cb.params, ca.nparams * sizeof(float)) != 0)
+            fail_msg("--bucket-mb %s: the parameters differ from the unbucketed run's", sizes[i]);
+        st_ckpt_free(&cb);
+        run_free(&b);
+    }
+    st_ckpt_free(&ca);
+    run_free(&a);
+    struct data_files d = synthetic_files();
+    char *argv[] = {(char *)shmrun, "-n", "3", "--oversubscribe", "--quiet", "--log-dir", "logs", "--",
+                    (char *)shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
+                    "--test-images", d.tei, "--test-labels", d.tel, "--quiet", "--batch-size", "32", "--max-steps",
+                    "60", "--check-replicas", "10", "--bucket-mb", "0.05", "--checkpoint", "b3.ckpt", NULL};
+    struct run c = run_argv(argv, 0);
+    if (c.code != 0)
+        fail_msg("3 ranks with buckets: %s", c.err);
+    run_free(&c);
+}
+
 /* ---------------------------------------------------------- across nodes -- */
 
 /* mpirun [simulated nodes of node_size ranks] shmtrain <synthetic data> <extra...> */
@@ -1103,6 +1145,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_data_blames_the_rank_that_failed),
         cmocka_unit_test(test_stale_checkpoint_temporaries_are_removed),
         cmocka_unit_test(test_bf16_gradient_exchange),
+        cmocka_unit_test(test_bucketed_overlap),
         cmocka_unit_test(test_two_nodes_equal_one_node_of_two),
         cmocka_unit_test(test_killed_rank_stops_every_node),
         cmocka_unit_test(test_metrics_file),

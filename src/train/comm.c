@@ -44,9 +44,10 @@ st_status comm_join(struct train_comm *c, size_t zero_copy_bytes)
     }
 #ifdef SHMTRAIN_HAVE_MPI
     int provided = 0;
-    /* Collectives come from the main thread only; the signal thread and
+    /* Collectives come from one thread at a time (the main thread, or the
+     * buckets' progress thread while it waits); the signal thread and
      * OpenMP's workers never call MPI. */
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
         return st_fail(ST_ERR_BACKEND, "train: MPI_Init_thread failed (started by %s)", pl.launcher);
     c->mpi_started = true;
     if ((st = st_hgroup_create(&c->h, &gc)) != ST_OK)

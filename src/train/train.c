@@ -273,6 +273,10 @@ static st_status check_replicas(struct trainer *t)
  * (loss, accuracy, the stop and non-finite flags) stays fp32. */
 static st_status exchange(struct trainer *t)
 {
+    if (t->ov.started) {  /* the buckets went during backward; the tail goes now */
+        st_status st = overlap_finish(&t->ov);
+        return st != ST_OK ? st : comm_allreduce(&t->comm, t->grads + t->P, TAIL, ST_AVG);
+    }
     if (!t->grads_bf16)
         return comm_allreduce(&t->comm, t->grads, t->P + TAIL, ST_AVG);
     for (size_t i = 0; i < t->P; i++)
@@ -356,9 +360,16 @@ static st_status setup(struct trainer *t)
     t->grads = st_group_buffer(t->comm.local, NULL);
     if (bf16_bytes)
         t->grads_bf16 = (st_bf16 *)((char *)t->grads + f32_bytes);
+    if (o->bucket_mb > 0 && bf16_bytes)
+        return st_fail(ST_ERR_INVALID, "--bucket-mb goes with --allreduce-dtype fp32 (bf16 buckets are not built yet)");
     st_net_config nc = {.batch = o->batch, .grad_buffer = t->grads};
     if ((st = st_net_create(&t->net, t->model, &nc)) != ST_OK || (st = st_optim_create(&t->opt, t->P, &o->optim)) != ST_OK)
         return st;
+    if (o->bucket_mb > 0) {
+        if ((st = overlap_start(&t->ov, &t->comm, t->grads, t->P, o->bucket_mb)) != ST_OK)
+            return st;
+        st_net_on_grads_ready(t->net, overlap_ready, &t->ov);
+    }
     st_net_init(t->net, o->seed);
     int c, h, w;
     st_model_input_shape(t->model, &c, &h, &w);
@@ -461,6 +472,7 @@ static void teardown(struct trainer *t, bool failed)
     st_net_destroy(t->net);
     st_dataset_destroy(t->train);
     st_dataset_destroy(t->test);
+    overlap_stop(&t->ov);
     comm_leave(&t->comm, failed);
     st_model_destroy(t->model);
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "comm.h"
+#include "overlap.h"
 #include "shmtrain/bf16.h"
 #include "shmtrain/data.h"
 #include "shmtrain/nn.h"
@@ -31,6 +32,7 @@ struct trainer {
     int *y;
     float *grads;              /* P gradients + TAIL, in the shared segment */
     st_bf16 *grads_bf16;       /* --allreduce-dtype bf16: the P gradients as exchanged, after them */
+    struct overlap ov;         /* --bucket-mb: the buckets' progress thread */
     size_t P;
     FILE *metrics;
     st_schedule sched;         /* the options' schedule, its length filled in */
