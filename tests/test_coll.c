@@ -111,6 +111,13 @@ static const int worlds[] = {1, 2, 3, 4, 8};
 
 /* ------------------------------------------------------------ bf16 -- */
 
+#define NODES 3
+struct stage_log {
+    size_t covered;   /* elements this rank's stage saw */
+    int calls;
+};
+static st_status times_nodes(void *ctx, float *part, size_t n);
+
 /* Non-integer values, so the rounding matters. */
 static st_bf16 bf16_input(int rank, size_t i, int round)
 {
@@ -159,6 +166,33 @@ static int bf16_cases(st_group *g, int rank, void *varg)
                     free(buf);
             }
     a->out->cases = c;
+    /* With a stage (as between nodes): it sees the slice's fp32 sums before
+     * the one rounding; here it stands for NODES identical nodes. */
+    for (int s = 0; s < a->nsizes; s++)
+        for (int op = ST_SUM; op <= ST_AVG; op++) {
+            const size_t n = a->sizes[s];
+            st_bf16 *buf = malloc((n ? n : 1) * sizeof *buf);
+            CHILD_CHECK(buf != NULL);
+            for (size_t i = 0; i < n; i++)
+                buf[i] = bf16_input(rank, i, 100 + op);
+            struct stage_log log = {0};
+            CHILD_CHECK(st_allreduce_bf16_staged(g, buf, n, (st_reduce_op)op, times_nodes, &log, NODES * world) ==
+                        ST_OK);
+            for (size_t i = 0; i < n; i++) {
+                float sum = 0;
+                for (int q = 0; q < world; q++)
+                    sum += st_bf16_to_f32(bf16_input(q, i, 100 + op));
+                sum *= NODES;
+                if (op == ST_AVG)
+                    sum /= (float)(NODES * world);
+                if (buf[i] != st_bf16_from_f32(sum)) {
+                    fprintf(stderr, "rank %d staged n=%zu op=%d: [%zu] = %#x, want %#x\n", rank, n, op, i, buf[i],
+                            st_bf16_from_f32(sum));
+                    return 1;
+                }
+            }
+            free(buf);
+        }
     return 0;
 }
 
@@ -192,11 +226,6 @@ static void test_bf16_allreduce(void **state)
 
 /* A stand-in for the stage between nodes: as if NODES identical nodes
  * added their parts (times NODES), and a record of which parts it got. */
-#define NODES 3
-struct stage_log {
-    size_t covered;   /* elements this rank's stage saw */
-    int calls;
-};
 
 static st_status times_nodes(void *ctx, float *part, size_t n)
 {

@@ -866,6 +866,25 @@ static void test_two_nodes_equal_one_node_of_two(void **state)
     st_ckpt_free(&a);
     st_ckpt_free(&b);
     run_free(&one);
+    /* The bf16 exchange too: fp32 sums across the nodes, one rounding. */
+    char *bf16[] = {"--batch-size", "16", "--max-steps", "50", "--checkpoint", "nodes16.ckpt", "--metrics",
+                    "nodes16.jsonl", "--check-replicas", "10", "--allreduce-dtype", "bf16", NULL};
+    pid = start_mpi(2, 1, "twonodes16", bf16, "mpi2x1bf16");
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    snprintf(path, sizeof path, "%s/mpi2x1bf16.err", dir);
+    err = slurp_or_empty(path);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("mpirun 2 nodes x 1, bf16 exchange, failed: %s", err);
+    free(err);
+    one = train(2, "node16.ckpt", (char *[]){"--batch-size", "16", "--max-steps", "50", "--allreduce-dtype", "bf16",
+                                            NULL}, 0);
+    assert_int_equal(one.code, 0);
+    a = read_ckpt("nodes16.ckpt");
+    b = read_ckpt("node16.ckpt");
+    assert_memory_equal(a.params, b.params, a.nparams * sizeof(float));
+    st_ckpt_free(&a);
+    st_ckpt_free(&b);
+    run_free(&one);
     assert_int_equal(leftover_segments("twonodes"), 0);
 }
 

@@ -113,6 +113,12 @@ typedef st_status (*st_shard_fn)(void *ctx, float *part, size_t count);
 st_status st_allreduce_f32_staged(st_group *g, float *buf, size_t count, st_reduce_op op, st_shard_fn between,
                                   void *ctx, int divisor);
 
+/* The bf16 all-reduce with a stage: `between` gets this rank's slice as
+ * fp32 sums over the group (before rounding), may add other nodes' sums to
+ * them, and the average (by `divisor`) and the one rounding follow. */
+st_status st_allreduce_bf16_staged(st_group *g, uint16_t *buf, size_t count, st_reduce_op op, st_shard_fn between,
+                                   void *ctx, int divisor);
+
 /* Copy `bytes` from `root`'s buf into every other rank's buf. */
 st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root);
 

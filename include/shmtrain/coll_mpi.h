@@ -41,6 +41,9 @@ int st_hgroup_nodes(const st_hgroup *h);
 st_group *st_hgroup_local(st_hgroup *h);       /* this node's group (its zero-copy buffer) */
 
 st_status st_hallreduce_f32(st_hgroup *h, float *buf, size_t count, st_reduce_op op);
+/* bf16 payloads: summed in fp32 in the node, the slices' fp32 sums across
+ * nodes, rounded once; half the bytes inside the node. */
+st_status st_hallreduce_bf16(st_hgroup *h, uint16_t *buf, size_t count, st_reduce_op op);
 st_status st_hbroadcast(st_hgroup *h, void *buf, size_t bytes, int root);   /* root: a world rank */
 st_status st_hbarrier(st_hgroup *h);
 

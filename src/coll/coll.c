@@ -442,7 +442,38 @@ static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_
  * so all ranks end with the same bits; the bytes moved are half fp32's.
  * Units: 1 inputs in place, 2 slices reduced, 3 slices copied (after which
  * nobody reads this rank's buffer: the caller may overwrite it). */
-static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_reduce_op op)
+/* fp32 room for n values (a bf16 slice's sums, before a stage). */
+static float *stage_scratch(st_group *g, size_t n)
+{
+    if (n == 0)
+        n = 1;  /* a slice may be empty; its scratch still exists */
+    if (n > g->stage_f32_len) {
+        float *p = realloc(g->stage_f32, n * sizeof *p);
+        if (!p)
+            return NULL;
+        g->stage_f32 = p;
+        g->stage_f32_len = n;
+    }
+    return g->stage_f32;
+}
+
+/* Round fp32 sums into bf16, after the stage (if any) and the average. */
+static st_status finish_bf16(st_group *g, float *sums, st_bf16 *out, size_t n, st_reduce_op op, const struct stage *sg)
+{
+    if (sg) {
+        st_status st = run_stage(sg, sums, n, op);
+        if (st != ST_OK)
+            return st;
+    } else if (op == ST_AVG) {
+        for (size_t i = 0; i < n; i++)
+            sums[i] /= (float)g->world;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = st_bf16_from_f32(sums[i]);
+    return ST_OK;
+}
+
+static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_reduce_op op, const struct stage *sg)
 {
     const int N = g->world, r = g->rank;
     const uint32_t base = g->base;
@@ -453,12 +484,17 @@ static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_red
     size_t lo, hi;
     chunk_range(n, N, r, 0, 1, &lo, &hi);
     st_bf16 *mine = bufs[r];
+    float *sums = stage_scratch(g, hi - lo);
+    if (!sums)
+        return mark_broken(g, st_fail(ST_ERR_NOMEM, "coll: out of memory for a bf16 slice"), g->rank);
     for (size_t i = lo; i < hi; i++) {
         float sum = 0;
         for (int q = 0; q < N; q++)
             sum += st_bf16_to_f32(bufs[q][i]);
-        mine[i] = st_bf16_from_f32(op == ST_AVG ? sum / (float)N : sum);
+        sums[i - lo] = sum;
     }
+    if ((st = finish_bf16(g, sums, mine + lo, hi - lo, op, sg)) != ST_OK)
+        return mark_broken(g, st, g->rank);
     publish(g, base + 2);
     if ((st = wait_all(g, base + 2)) != ST_OK)
         return st;
@@ -475,19 +511,27 @@ static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_red
     return ST_OK;
 }
 
-static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_reduce_op op)
+static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_reduce_op op, const struct stage *sg)
 {
     st_status st = check_allreduce(g, buf, count, op);
     if (st != ST_OK)
         return st;
-    if (count == 0 || g->world == 1)
+    if (count == 0 || (g->world == 1 && !sg))
         return ST_OK;  /* a sum of one, rounded once: itself */
+    if (g->world == 1) {
+        float *sums = stage_scratch(g, count);
+        if (!sums)
+            return st_fail(ST_ERR_NOMEM, "coll: out of memory for a bf16 stage");
+        for (size_t i = 0; i < count; i++)
+            sums[i] = st_bf16_to_f32(buf[i]);
+        return finish_bf16(g, sums, buf, count, op, sg);
+    }
     st_bf16 **ptrs = g->bf16_ptrs;
     size_t off;
     if (in_zero_copy(g, (const float *)buf, (count + 1) / 2, &off) && off % sizeof(float) == 0) {
         for (int q = 0; q < g->world; q++)
             ptrs[q] = (st_bf16 *)(coll_seg_at(g, q, g->zc_off) + off);
-        return slices_bf16(g, ptrs, count, op);
+        return slices_bf16(g, ptrs, count, op, sg);
     }
     for (int q = 0; q < g->world; q++)
         ptrs[q] = (st_bf16 *)coll_seg_at(g, q, g->staging_off);
@@ -495,7 +539,7 @@ static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_redu
     for (size_t done = 0; done < count; done += piece) {
         size_t len = count - done < piece ? count - done : piece;
         memcpy(ptrs[g->rank], buf + done, len * sizeof *buf);
-        if ((st = slices_bf16(g, ptrs, len, op)) != ST_OK)
+        if ((st = slices_bf16(g, ptrs, len, op, sg)) != ST_OK)
             return st;
         memcpy(buf + done, ptrs[g->rank], len * sizeof *buf);
     }
@@ -576,7 +620,16 @@ st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op o
 
 st_status st_allreduce_bf16(st_group *g, uint16_t *buf, size_t count, st_reduce_op op)
 {
-    return progressed(g, allreduce_bf16(g, buf, count, op));
+    return progressed(g, allreduce_bf16(g, buf, count, op, NULL));
+}
+
+st_status st_allreduce_bf16_staged(st_group *g, uint16_t *buf, size_t count, st_reduce_op op, st_shard_fn between,
+                                   void *ctx, int divisor)
+{
+    if (!between || divisor < 1)
+        return st_fail(ST_ERR_INVALID, "coll: staged allreduce: no stage function, or divisor %d", divisor);
+    const struct stage sg = {between, ctx, (float)divisor};
+    return progressed(g, allreduce_bf16(g, buf, count, op, &sg));
 }
 
 st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op)

@@ -51,6 +51,8 @@ struct st_group {
     pid_t *pids;                  /* [world] */
     float **rank_ptrs;            /* scratch [world] */
     uint16_t **bf16_ptrs;         /* scratch [world], for bf16 payloads */
+    float *stage_f32;             /* a bf16 slice's fp32 sums, for a stage */
+    size_t stage_f32_len;
     uint32_t base;                /* progress value before the current collective */
     uint32_t known_all_ge;        /* every peer's progress is known to be >= this */
     uint32_t slot_base[2];        /* base of the last direct collective per slot */

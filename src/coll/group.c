@@ -298,6 +298,7 @@ void st_group_destroy(st_group *g)
     free(g->pids);
     free(g->rank_ptrs);
     free(g->bf16_ptrs);
+    free(g->stage_f32);
     st_heartbeat_close(&g->hb);
     free(g);
 }

@@ -158,6 +158,13 @@ st_status st_hallreduce_f32(st_hgroup *h, float *buf, size_t count, st_reduce_op
     return st_allreduce_f32_staged(h->local, buf, count, op, across_nodes, h, h->world);
 }
 
+st_status st_hallreduce_bf16(st_hgroup *h, uint16_t *buf, size_t count, st_reduce_op op)
+{
+    if (h->nodes == 1)
+        return st_allreduce_bf16(h->local, buf, count, op);
+    return st_allreduce_bf16_staged(h->local, buf, count, op, across_nodes, h, h->world);
+}
+
 /* Broadcasts are rare (the start, a resume): MPI's over the world. */
 st_status st_hbroadcast(st_hgroup *h, void *buf, size_t bytes, int root)
 {

@@ -93,9 +93,10 @@ st_status comm_allreduce(struct train_comm *c, float *buf, size_t count, st_redu
 
 st_status comm_allreduce_bf16(struct train_comm *c, uint16_t *buf, size_t count, st_reduce_op op)
 {
-    if (c->h && c->world != c->local_world)
-        return st_fail(ST_ERR_INVALID, "train: --allreduce-dtype bf16 across nodes is not built yet (one node "
-                                       "only); use fp32 there");
+#ifdef SHMTRAIN_HAVE_MPI
+    if (c->h)
+        return st_hallreduce_bf16(c->h, buf, count, op);
+#endif
     return st_allreduce_bf16(c->local, buf, count, op);
 }
 
