@@ -40,6 +40,7 @@ st_status comm_join(struct train_comm *c, size_t zero_copy_bytes)
     if (!wants_mpi(&pl)) {
         if ((st = st_group_create_from_env(&c->local, &gc)) == ST_OK)
             fill_ranks(c);
+        c->any_thread = true;
         return st;
     }
 #ifdef SHMTRAIN_HAVE_MPI
@@ -50,6 +51,7 @@ st_status comm_join(struct train_comm *c, size_t zero_copy_bytes)
     if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
         return st_fail(ST_ERR_BACKEND, "train: MPI_Init_thread failed (started by %s)", pl.launcher);
     c->mpi_started = true;
+    c->any_thread = provided >= MPI_THREAD_SERIALIZED;
     if ((st = st_hgroup_create(&c->h, &gc)) != ST_OK)
         return st;
     c->local = st_hgroup_local(c->h);

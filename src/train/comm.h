@@ -21,6 +21,7 @@ struct train_comm {
     st_group *local;          /* this node's group: its zero-copy buffer, data sharing, heartbeat */
     struct st_hgroup *h;      /* the nodes joined over MPI, or NULL */
     bool mpi_started;         /* we called MPI_Init, so we finalise */
+    bool any_thread;          /* another thread may run the collectives (MPI gave SERIALIZED) */
     int rank, world;          /* in the whole job */
     int local_rank, local_world;
 };

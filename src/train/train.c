@@ -366,6 +366,9 @@ static st_status setup(struct trainer *t)
     if ((st = st_net_create(&t->net, t->model, &nc)) != ST_OK || (st = st_optim_create(&t->opt, t->P, &o->optim)) != ST_OK)
         return st;
     if (o->bucket_mb > 0) {
+        if (!t->comm.any_thread)
+            return st_fail(ST_ERR_INVALID, "--bucket-mb: this MPI cannot run collectives from a second thread "
+                                           "(no MPI_THREAD_SERIALIZED); leave it at 0");
         if ((st = overlap_start(&t->ov, &t->comm, t->grads, t->P, o->bucket_mb)) != ST_OK)
             return st;
         st_net_on_grads_ready(t->net, overlap_ready, &t->ov);
