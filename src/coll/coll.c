@@ -613,6 +613,14 @@ static st_status progressed(st_group *g, st_status st)
     return st;
 }
 
+static st_status make_stage(st_shard_fn between, void *ctx, int divisor, struct stage *out)
+{
+    if (!between || divisor < 1)
+        return st_fail(ST_ERR_INVALID, "coll: staged allreduce: no stage function, or divisor %d", divisor);
+    *out = (struct stage){between, ctx, (float)divisor};
+    return ST_OK;
+}
+
 st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op)
 {
     return progressed(g, allreduce_f32(g, buf, count, op, NULL));
@@ -626,10 +634,9 @@ st_status st_allreduce_bf16(st_group *g, uint16_t *buf, size_t count, st_reduce_
 st_status st_allreduce_bf16_staged(st_group *g, uint16_t *buf, size_t count, st_reduce_op op, st_shard_fn between,
                                    void *ctx, int divisor)
 {
-    if (!between || divisor < 1)
-        return st_fail(ST_ERR_INVALID, "coll: staged allreduce: no stage function, or divisor %d", divisor);
-    const struct stage sg = {between, ctx, (float)divisor};
-    return progressed(g, allreduce_bf16(g, buf, count, op, &sg));
+    struct stage sg;
+    st_status st = make_stage(between, ctx, divisor, &sg);
+    return st != ST_OK ? st : progressed(g, allreduce_bf16(g, buf, count, op, &sg));
 }
 
 st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op)
@@ -644,10 +651,9 @@ st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_
 st_status st_allreduce_f32_staged(st_group *g, float *buf, size_t count, st_reduce_op op, st_shard_fn between,
                                   void *ctx, int divisor)
 {
-    if (!between || divisor < 1)
-        return st_fail(ST_ERR_INVALID, "coll: staged allreduce: no stage function, or divisor %d", divisor);
-    const struct stage sg = {between, ctx, (float)divisor};
-    return progressed(g, allreduce_f32(g, buf, count, op, &sg));
+    struct stage sg;
+    st_status st = make_stage(between, ctx, divisor, &sg);
+    return st != ST_OK ? st : progressed(g, allreduce_f32(g, buf, count, op, &sg));
 }
 
 st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root)

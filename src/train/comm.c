@@ -110,15 +110,3 @@ st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root
 #endif
     return st_broadcast(c->local, buf, bytes, root);
 }
-
-const char *comm_describe(const struct train_comm *c, char *buf, size_t len)
-{
-#ifdef SHMTRAIN_HAVE_MPI
-    if (c->h && st_hgroup_nodes(c->h) > 1) {
-        snprintf(buf, len, "shared memory in each node + MPI across %d nodes", st_hgroup_nodes(c->h));
-        return buf;
-    }
-#endif
-    snprintf(buf, len, "shared memory");
-    return buf;
-}

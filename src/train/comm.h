@@ -37,7 +37,5 @@ st_status comm_allreduce(struct train_comm *c, float *buf, size_t count, st_redu
 st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root);
 st_status comm_allreduce_bf16(struct train_comm *c, uint16_t *buf, size_t count, st_reduce_op op);
 
-/* "shared memory", or "shared memory + MPI across N nodes": for the log. */
-const char *comm_describe(const struct train_comm *c, char *buf, size_t len);
 
 #endif
