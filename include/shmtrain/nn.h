@@ -13,6 +13,19 @@
  * residual blocks: `save NAME` names the current activation, `add NAME` adds it back
  * (`add NAME proj` through a 1x1 convolution with the stride that matches shapes).
  *
+ * Language models work on sequences, [T, C] per sample (docs/engine.md):
+ *
+ *     input tokens 64        # int32 token ids, context 64
+ *     embed 256 128          # token table [256, 128] + learned positions [64, 128]
+ *     block heads 4          # a pre-norm GPT-2 block, expanded into its parts:
+ *                            #   save, layernorm, linear 3C, attention heads 4, linear C, add,
+ *                            #   save, layernorm, linear 4C, gelu, linear C, add
+ *     layernorm
+ *     head tied              # logits [64, 256] through the embed's token table
+ *
+ * `linear` on [T, C] maps every position alike; the loss is cross-entropy at
+ * every position.
+ *
  * A network (st_net) is a model built for one batch size.  All parameters live
  * in one contiguous float buffer, in plain layouts (OIHW weights, then bias, layer by
  * layer), with gradients in a second buffer of the same layout, so zeroing,
@@ -76,7 +89,9 @@ size_t st_model_buffer_count(const st_model *m);   /* batch-norm running statist
 size_t st_model_input_size(const st_model *m);     /* C*H*W of one sample */
 void st_model_input_shape(const st_model *m, int *c, int *h, int *w);  /* an image input's C, H, W */
 void st_model_input(const st_model *m, st_shape *shape, st_dtype *dtype);  /* any input, per sample */
-int st_model_classes(const st_model *m);            /* outputs of the last layer */
+int st_model_classes(const st_model *m);            /* outputs of the last layer, per position */
+int st_model_positions(const st_model *m);          /* positions scored per sample: T of a sequence, else 1 */
+int st_model_vocab(const st_model *m);              /* a language model's vocabulary (embed), else 0 */
 
 /* Layer, output shape, parameter count, total: like Keras' summary(). */
 void st_model_summary(const st_model *m, FILE *f);
@@ -131,15 +146,17 @@ void st_net_set_training(st_net *n, bool training);
 /* Seed of the dropout masks for the next forward pass (same seed, same masks). */
 void st_net_set_dropout_seed(st_net *n, uint64_t seed);
 
-/* Forward a batch of `batch` samples, plain NCHW floats.  The net reads
- * `input` in place (no copy), so it must stay unchanged until the backward
- * pass of this batch has run. */
-st_status st_net_forward(st_net *n, const float *input);
+/* Forward a batch of `batch` samples: plain NCHW floats, or int32 token
+ * ids (batch x T) for an `input tokens` model (ids outside the vocabulary
+ * are an error).  The net reads `input` in place (no copy), so it must stay
+ * unchanged until the backward pass of this batch has run. */
+st_status st_net_forward(st_net *n, const void *input);
 
 /* Softmax cross-entropy of the last forward pass against class indices in
- * [0, classes): mean loss, number of correct predictions, and the gradient
- * of the mean loss w.r.t. the logits, ready for st_net_backward().  Labels
- * out of range are an error. */
+ * [0, classes), one per sample and position (batch x positions): mean loss
+ * over them all, number of correct predictions, and the gradient of the
+ * mean loss w.r.t. the logits, ready for st_net_backward().  Labels out of
+ * range are an error. */
 st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct);
 
 /* Backward from the loss: writes (overwrites) the gradient buffer. */

@@ -24,14 +24,19 @@
   /* KIND     keyword      parse         init          ref_scratch       ref_forward          ref_backward          onednn           */ \
   X(INPUT,    "input",     parse_input,  init_nothing, scratch_none,     input_ref_forward,   input_ref_backward,   dn_build_input)   \
   X(CONV,     "conv",      parse_conv,   init_kaiming, scratch_none,     conv_ref_forward,    conv_ref_backward,    dn_build_weights) \
-  X(LINEAR,   "linear",    parse_linear, init_kaiming, scratch_none,     linear_ref_forward,  linear_ref_backward,  dn_build_weights) \
+  X(LINEAR,   "linear",    parse_linear, init_linear,  scratch_none,     linear_ref_forward,  linear_ref_backward,  dn_build_weights) \
   X(RELU,     "relu",      parse_simple, init_nothing, scratch_none,     relu_ref_forward,    relu_ref_backward,    dn_build_relu)    \
   X(MAXPOOL,  "maxpool",   parse_pool,   init_nothing, scratch_argmax,   maxpool_ref_forward, maxpool_ref_backward, dn_build_pool)    \
   X(AVGPOOL,  "avgpool",   parse_pool,   init_nothing, scratch_none,     avgpool_ref_forward, avgpool_ref_backward, dn_build_pool)    \
   X(BATCHNORM,"batchnorm", parse_simple, init_bn,      scratch_bn_stats, bn_ref_forward,      bn_ref_backward,      dn_build_bn)      \
   X(DROPOUT,  "dropout",   parse_simple, init_nothing, scratch_mask,     dropout_ref_forward, dropout_ref_backward, dn_build_dropout) \
   X(FLATTEN,  "flatten",   parse_simple, init_nothing, scratch_none,     flatten_ref_forward, flatten_ref_backward, dn_build_flatten) \
-  X(ADD,      "add",       parse_add,    init_nothing, scratch_none,     add_ref_forward,     add_ref_backward,     dn_build_add)
+  X(ADD,      "add",       parse_add,    init_nothing, scratch_none,     add_ref_forward,     add_ref_backward,     dn_build_add)     \
+  X(EMBED,    "embed",     parse_embed,  init_embed,   scratch_none,     embed_ref_forward,   embed_ref_backward,   dn_build_embed)   \
+  X(LAYERNORM,"layernorm", parse_simple, init_ln,      scratch_ln_stats, ln_ref_forward,      ln_ref_backward,      dn_build_ln)      \
+  X(ATTENTION,"attention", parse_attention, init_nothing, scratch_att,   att_ref_forward,     att_ref_backward,     dn_build_attention) \
+  X(GELU,     "gelu",      parse_simple, init_nothing, scratch_none,     gelu_ref_forward,    gelu_ref_backward,    dn_build_gelu)    \
+  X(HEAD,     "head",      parse_head,   init_nothing, scratch_none,     head_ref_forward,    head_ref_backward,    dn_build_head)
 /* clang-format on */
 
 /* A test build appends a row whose functions exist nowhere: it must fail. */

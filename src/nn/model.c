@@ -26,7 +26,17 @@ static const char *const PRESETS[][2] = {
                "relu\nsave b2\n"
                "conv 64 k3 s2 p1 nobias\nbatchnorm\nrelu\nconv 64 k3 p1 nobias\nbatchnorm\nadd b2 proj\n"
                "relu\navgpool global\nlinear 10\n"},
+    {"gpt-mini", "# nanoGPT's CPU recipe for character-level text: 4 layers, 4 heads, 128 dims, context 64\n"
+                 "input tokens 64\nembed 256 128\n"
+                 "block heads 4\nblock heads 4\nblock heads 4\nblock heads 4\n"
+                 "layernorm\nhead tied\n"},
+    {"gpt", "# nanoGPT's GPU recipe for character-level text: 6 layers, 6 heads, 384 dims, context 256\n"
+            "input tokens 256\nembed 256 384\n"
+            "block heads 6\nblock heads 6\nblock heads 6\nblock heads 6\nblock heads 6\nblock heads 6\n"
+            "layernorm\nhead tied\n"},
 };
+
+#define PRESET_NAMES "mlp, lenet, cnn, resnet, gpt-mini, gpt"
 
 const char *st_model_preset_text(const char *name)
 {
@@ -267,10 +277,11 @@ static st_status parse_linear(struct parser *ps, char **tok, int ntok, node_kind
     st_status st = add_flatten_if_needed(ps);
     if (st != ST_OK)
         return st;
-    int in_features = last(ps)->c;
+    int in_features = last(ps)->c, t = last(ps)->t;
     struct node *nd = add_node(ps, NODE_LINEAR);
     if (!nd)
         return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->t = t;  /* on a sequence: the same map at every position */
     nd->out = nd->c = out;
     nd->h = nd->w = 1;
     nd->flat = true;
@@ -288,6 +299,9 @@ static st_status parse_simple(struct parser *ps, char **tok, int ntok, node_kind
     const struct node *src = last(ps);
     if (kind == NODE_BATCHNORM && src->flat)
         return perr(ps, "batchnorm (2-d) needs an image input, but the previous layer's output is flat");
+    if (kind == NODE_LAYERNORM && !src->flat)
+        return perr(ps, "layernorm normalises features ([T, C] or flat), but the previous layer's output is an "
+                        "image (use batchnorm)");
     if (kind == NODE_FLATTEN)
         return src->flat ? perr(ps, "flatten: the input is already flat") : add_flatten_if_needed(ps);
     float drop = 0;
@@ -297,7 +311,7 @@ static st_status parse_simple(struct parser *ps, char **tok, int ntok, node_kind
         if (*end || !(drop >= 0 && drop < 1))
             return perr(ps, "dropout: probability '%s' must be a number in [0, 1)", tok[1]);
     }
-    int c = src->c, h = src->h, w = src->w;
+    int c = src->c, h = src->h, w = src->w, t = src->t;
     bool flat = src->flat;
     struct node *nd = add_node(ps, kind);
     if (!nd)
@@ -305,8 +319,13 @@ static st_status parse_simple(struct parser *ps, char **tok, int ntok, node_kind
     nd->c = c;
     nd->h = h;
     nd->w = w;
+    nd->t = t;
     nd->flat = flat;
     nd->drop = drop;
+    if (kind == NODE_LAYERNORM) {
+        take_params(ps, nd, (size_t)c, (size_t)c);
+        return emit(ps, "layernorm");
+    }
     if (kind == NODE_BATCHNORM) {
         take_params(ps, nd, (size_t)c, (size_t)c);
         nd->buf_off = ps->m->buffers;
@@ -337,6 +356,8 @@ static st_status parse_save(struct parser *ps, char **tok, int ntok)
     return emit(ps, "save %s", tok[1]);
 }
 
+static st_status add_features(struct parser *ps, const char *name, int main_in, int skip, bool proj);
+
 static st_status parse_add(struct parser *ps, char **tok, int ntok, node_kind kind)
 {
     (void)kind;
@@ -349,7 +370,7 @@ static st_status parse_add(struct parser *ps, char **tok, int ntok, node_kind ki
     int main_in = ps->m->n - 1, skip = ps->name_node[k];
     const struct node a = ps->m->nodes[main_in], b = ps->m->nodes[skip];
     if (a.flat || b.flat)
-        return perr(ps, "add: both inputs must be images");
+        return add_features(ps, tok[1], main_in, skip, proj);
     if (proj) {
         int stride = b.h / a.h;
         if (stride < 1 || (b.h + stride - 1) / stride != a.h || (b.w + stride - 1) / stride != a.w)
@@ -384,12 +405,167 @@ static st_status parse_add(struct parser *ps, char **tok, int ntok, node_kind ki
     return emit(ps, "add %s%s", tok[1], proj ? " proj" : "");
 }
 
+/* A residual connection between feature tensors ([T, C] or flat): shapes
+ * must agree, there is no projection. */
+static st_status add_features(struct parser *ps, const char *name, int main_in, int skip, bool proj)
+{
+    const struct node a = ps->m->nodes[main_in], b = ps->m->nodes[skip];
+    if (proj || !a.flat || !b.flat || a.c != b.c || a.t != b.t) {
+        char as[32], bs[32];
+        st_shape_str(&a.shape, as, sizeof as);
+        st_shape_str(&b.shape, bs, sizeof bs);
+        return perr(ps, "add %s%s: shapes must be equal and both features or both images (%s saved, %s here)%s",
+                    name, proj ? " proj" : "", bs, as, proj ? "; proj is for images" : "");
+    }
+    struct node *nd = add_node(ps, NODE_ADD);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->in = main_in;
+    nd->in2 = skip;
+    nd->c = a.c;
+    nd->h = nd->w = 1;
+    nd->t = a.t;
+    nd->flat = true;
+    return emit(ps, "add %s", name);
+}
+
+/* ------------------------------------------------------- transformers -- */
+
+/* embed VOCAB DIM: token table [VOCAB, DIM] then learned positions [T, DIM],
+ * summed: the token ids' embeddings. */
+static st_status parse_embed(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    (void)kind;
+    int vocab, dim;
+    if (ntok != 3 || !int_arg(tok[1], 0, &vocab) || !int_arg(tok[2], 0, &dim) || vocab < 1 || dim < 1)
+        return perr(ps, "embed: expected 'embed VOCAB DIM' (e.g. embed 256 128)");
+    const struct node *src = last(ps);
+    if (!src->tokens)
+        return perr(ps, "embed must follow 'input tokens T' (it reads token ids)");
+    for (int i = 0; i < ps->m->n; i++)
+        if (ps->m->nodes[i].kind == NODE_EMBED)
+            return perr(ps, "embed: a model has one token embedding");
+    const int t = src->t;
+    struct node *nd = add_node(ps, NODE_EMBED);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->vocab = vocab;
+    nd->t = t;
+    nd->c = dim;
+    nd->h = nd->w = 1;
+    nd->flat = true;
+    take_params(ps, nd, (size_t)vocab * dim, (size_t)t * dim);  /* "bias": the position table */
+    return emit(ps, "embed %d %d", vocab, dim);
+}
+
+/* attention heads H: causal multi-head self-attention on [T, 3C] (q, k, v
+ * side by side, each head a slice of C/H) -> [T, C]. */
+static st_status parse_attention(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    (void)kind;
+    int heads;
+    if (ntok != 3 || strcmp(tok[1], "heads") || !int_arg(tok[2], 0, &heads) || heads < 1)
+        return perr(ps, "attention: expected 'attention heads H'");
+    const struct node *src = last(ps);
+    if (src->t < 1 || src->c % 3 || (src->c / 3) % heads)
+        return perr(ps, "attention heads %d needs a [T, 3C] input with C a multiple of %d (q, k, v from one "
+                        "'linear 3C'); the input is %dx%d", heads, heads, src->t, src->c);
+    const int t = src->t, c = src->c / 3;
+    struct node *nd = add_node(ps, NODE_ATTENTION);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->heads = heads;
+    nd->t = t;
+    nd->c = c;
+    nd->h = nd->w = 1;
+    nd->flat = true;
+    return emit(ps, "attention heads %d", heads);
+}
+
+/* head tied: the language-model head, logits [T, VOCAB] = x E^T with the
+ * embed's token table E (its gradient adds into E's). */
+static st_status parse_head(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    (void)kind;
+    if (ntok != 2 || strcmp(tok[1], "tied"))
+        return perr(ps, "head: expected 'head tied' (an untied head is 'linear VOCAB nobias')");
+    int e = -1;
+    for (int i = 0; i < ps->m->n; i++)
+        if (ps->m->nodes[i].kind == NODE_EMBED)
+            e = i;
+    const struct node *src = last(ps);
+    if (e < 0)
+        return perr(ps, "head tied: no 'embed' layer to tie to");
+    struct node *emb = &ps->m->nodes[e];
+    if (src->t < 1 || src->c != emb->c)
+        return perr(ps, "head tied: the input must be [T, %d] (the embedding's width), not %dx%d", emb->c, src->t,
+                    src->c);
+    emb->tied = true;
+    const int t = src->t, vocab = emb->vocab;
+    struct node *nd = add_node(ps, NODE_HEAD);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->embed = e;
+    nd->vocab = nd->c = vocab;
+    nd->t = t;
+    nd->h = nd->w = 1;
+    nd->flat = true;
+    return emit(ps, "head tied");
+}
+
+static st_status parse_line(struct parser *ps, char *line);
+
+/* block heads H: one pre-norm transformer block (GPT-2's), as its parts. */
+static st_status parse_block(struct parser *ps, char **tok, int ntok)
+{
+    int heads;
+    if (ntok != 3 || strcmp(tok[1], "heads") || !int_arg(tok[2], 0, &heads) || heads < 1)
+        return perr(ps, "block: expected 'block heads H'");
+    const struct node *src = last(ps);
+    if (src->t < 1)
+        return perr(ps, "block: needs a [T, C] sequence input (after embed)");
+    const int c = src->c, id = ps->nnames;
+    char lines[12][48];
+    snprintf(lines[0], sizeof lines[0], "save _b%d_attn", id);
+    snprintf(lines[1], sizeof lines[1], "layernorm");
+    snprintf(lines[2], sizeof lines[2], "linear %d", 3 * c);
+    snprintf(lines[3], sizeof lines[3], "attention heads %d", heads);
+    snprintf(lines[4], sizeof lines[4], "linear %d", c);
+    snprintf(lines[5], sizeof lines[5], "add _b%d_attn", id);
+    snprintf(lines[6], sizeof lines[6], "save _b%d_mlp", id);
+    snprintf(lines[7], sizeof lines[7], "layernorm");
+    snprintf(lines[8], sizeof lines[8], "linear %d", 4 * c);
+    snprintf(lines[9], sizeof lines[9], "gelu");
+    snprintf(lines[10], sizeof lines[10], "linear %d", c);
+    snprintf(lines[11], sizeof lines[11], "add _b%d_mlp", id);
+    for (int i = 0; i < 12; i++) {
+        st_status st = parse_line(ps, lines[i]);
+        if (st != ST_OK)
+            return st;
+    }
+    return ST_OK;
+}
+
 static st_status parse_input(struct parser *ps, char **tok, int ntok, node_kind kind)
 {
     (void)kind;
     int c, h = 1, w = 1;
     if (ps->m->n > 0)
         return perr(ps, "input: declared twice (only the first line may be 'input')");
+    if (ntok >= 2 && !strcmp(tok[1], "tokens")) {
+        int t;
+        if (ntok != 3 || !int_arg(tok[2], 0, &t) || t < 1)
+            return perr(ps, "input tokens: expected 'input tokens CONTEXT' (e.g. input tokens 64)");
+        struct node *nd = add_node(ps, NODE_INPUT);
+        if (!nd)
+            return st_fail(ST_ERR_NOMEM, "model: out of memory");
+        nd->in = -1;
+        nd->tokens = true;
+        nd->t = t;
+        nd->c = nd->h = nd->w = 1;
+        nd->flat = true;
+        return emit(ps, "input tokens %d", t);
+    }
     if ((ntok != 4 && ntok != 2) || !int_arg(tok[1], 0, &c) || c < 1 ||
         (ntok == 4 && (!int_arg(tok[2], 0, &h) || !int_arg(tok[3], 0, &w) || h < 1 || w < 1)))
         return perr(ps, "input: expected 'input CHANNELS HEIGHT WIDTH' (e.g. input 1 28 28)");
@@ -419,6 +595,10 @@ static st_status parse_line(struct parser *ps, char *line)
         return ST_OK;
     if (!strcmp(tok[0], "save"))
         return ps->m->n == 0 ? perr(ps, "the first layer must be 'input C H W', not 'save'") : parse_save(ps, tok, ntok);
+    if (!strcmp(tok[0], "block"))
+        return ps->m->n == 0 ? perr(ps, "the first layer must be 'input ...', not 'block'") : parse_block(ps, tok, ntok);
+    if (ps->m->n > 0 && last(ps)->tokens && strcmp(tok[0], "embed"))
+        return perr(ps, "%s: token ids must go through 'embed VOCAB DIM' first", tok[0]);
     static const struct {
         const char *keyword;
         st_status (*parse)(struct parser *ps, char **tok, int ntok, node_kind kind);
@@ -439,15 +619,20 @@ static st_status parse_line(struct parser *ps, char *line)
     size_t len = 0;
     for (int k = 0; k < NODE_KINDS; k++)
         len += (size_t)snprintf(known + len, sizeof known - len, "%s ", kinds[k].keyword);
-    return perr(ps, "unknown layer '%s' (known: %ssave)", tok[0], known);
+    return perr(ps, "unknown layer '%s' (known: %ssave block)", tok[0], known);
 }
 
 /* The layers still describe their output as c, h, w (or c, flat); the
  * shape every size is computed from is set from that once per node. */
 static void set_shape(struct node *nd)
 {
-    nd->dtype = ST_DTYPE_F32;
-    nd->shape = nd->flat ? (st_shape){1, {nd->c}} : (st_shape){3, {nd->c, nd->h, nd->w}};
+    nd->dtype = nd->tokens ? ST_DTYPE_I32 : ST_DTYPE_F32;
+    if (nd->tokens)
+        nd->shape = (st_shape){1, {nd->t}};
+    else if (nd->t > 0)
+        nd->shape = (st_shape){2, {nd->t, nd->c}};
+    else
+        nd->shape = nd->flat ? (st_shape){1, {nd->c}} : (st_shape){3, {nd->c, nd->h, nd->w}};
 }
 
 st_status st_model_parse(st_model **out, const char *text, const char *source)
@@ -516,7 +701,7 @@ st_status st_model_load(st_model **out, const char *name_or_path)
         return st_model_parse(out, preset, name_or_path);
     FILE *f = fopen(name_or_path, "r");
     if (!f)
-        return st_fail(ST_ERR_IO, "--model %s: not a preset (mlp, lenet, cnn, resnet) and not a "
+        return st_fail(ST_ERR_IO, "--model %s: not a preset (" PRESET_NAMES ") and not a "
                                   "readable file: %s", name_or_path, strerror(errno));
     char *text = NULL;
     size_t len = 0;
@@ -568,7 +753,16 @@ void st_model_input_shape(const st_model *m, int *c, int *h, int *w)
     *w = m->nodes[0].w;
 }
 
-int st_model_classes(const st_model *m) { return (int)st_shape_elems(&m->nodes[m->n - 1].shape); }
+/* Per position: a sequence's last layer scores every position. */
+int st_model_classes(const st_model *m)
+{
+    const struct node *nd = &m->nodes[m->n - 1];
+    return nd->t > 0 ? nd->c : (int)st_shape_elems(&nd->shape);
+}
+
+int st_model_positions(const st_model *m) { return node_positions(&m->nodes[m->n - 1]); }
+
+int st_model_vocab(const st_model *m) { return m->nodes[0].tokens ? m->nodes[1].vocab : 0; }
 
 /* ------------------------------------------------------ shapes, types -- */
 
@@ -620,6 +814,10 @@ void st_model_summary(const st_model *m, FILE *f)
             break;
         case NODE_DROPOUT: snprintf(desc, sizeof desc, "dropout %g", (double)nd->drop); break;
         case NODE_ADD: snprintf(desc, sizeof desc, "add (from #%d)", nd->in2); break;
+        case NODE_EMBED: snprintf(desc, sizeof desc, "embed %d %d%s", nd->vocab, nd->c, nd->tied ? " (tied)" : ""); break;
+        case NODE_ATTENTION: snprintf(desc, sizeof desc, "attention heads %d", nd->heads); break;
+        case NODE_HEAD: snprintf(desc, sizeof desc, "head tied (to #%d)", nd->embed); break;
+        case NODE_INPUT: snprintf(desc, sizeof desc, "input%s", nd->tokens ? " tokens" : ""); break;
         default: snprintf(desc, sizeof desc, "%s", node_kind_name(nd->kind));
         }
         st_shape_str(&nd->shape, shape, sizeof shape);

@@ -33,6 +33,13 @@ struct node {
     size_t b_off, b_count;    /* bias (bn beta) */
     size_t buf_off;           /* bn: running mean at buf_off, variance after it */
     int fan_in;
+    /* Sequences: an activation [t, c] per sample (t > 0), rows of c features. */
+    int t;                    /* positions; 0 for images and flat features */
+    bool tokens;              /* input: int32 token ids [t] */
+    int vocab;                /* embed: table rows; head: outputs */
+    int heads;                /* attention */
+    int embed;                /* head: the embed node whose table it shares */
+    bool tied;                /* embed: a head reads its table too (its gradient adds in) */
 };
 
 struct st_model {
@@ -43,5 +50,8 @@ struct st_model {
 };
 
 const char *node_kind_name(node_kind k);
+
+/* Rows a layer's plain activation has per sample: positions, or 1. */
+static inline int node_positions(const struct node *nd) { return nd->t > 0 ? nd->t : 1; }
 
 #endif

@@ -149,7 +149,7 @@ st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cf
     n->batch = cfg->batch;
     n->training = true;
     const size_t P = m->params ? m->params : 1, B = m->buffers ? m->buffers : 1;
-    const size_t outs = (size_t)n->batch * (size_t)st_model_classes(m);
+    const size_t outs = (size_t)n->batch * (size_t)st_model_positions(m) * (size_t)st_model_classes(m);
     n->params = aligned_alloc(64, (P * sizeof(float) + 63) / 64 * 64);
     n->buffers = calloc(B, sizeof(float));
     n->logits = calloc(outs, sizeof(float));
@@ -254,6 +254,60 @@ static void init_kaiming(st_net *n, const struct node *nd, uint64_t *rng)
         n->params[nd->b_off + k] = uniform(rng, bound);
 }
 
+/* N(0, std^2) by Box-Muller, from the same stream. */
+static float normal(uint64_t *s, float std)
+{
+    double u1 = ((double)(nn_splitmix64(s) >> 11) + 1.0) / (double)(1ull << 53);  /* (0, 1] */
+    double u2 = (double)(nn_splitmix64(s) >> 11) / (double)(1ull << 53);
+    return (float)(std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* GPT-2's initialisation, as nanoGPT's: N(0, 0.02) weights, zero biases,
+ * and a residual branch's last projection (a linear whose consumer is an
+ * add) at 0.02 / sqrt(2 x blocks), so the residual stream's variance does
+ * not grow with depth. */
+static void init_gpt_linear(st_net *n, const struct node *nd, uint64_t *rng)
+{
+    const st_model *m = n->model;
+    int blocks = 0, self = (int)(nd - m->nodes);
+    bool residual = false;
+    for (int i = 0; i < m->n; i++) {
+        blocks += m->nodes[i].kind == NODE_ATTENTION;
+        residual |= m->nodes[i].kind == NODE_ADD && m->nodes[i].in == self;
+    }
+    const float std = residual && blocks ? 0.02f / sqrtf(2.0f * (float)blocks) : 0.02f;
+    for (size_t k = 0; k < nd->w_count; k++)
+        n->params[nd->w_off + k] = normal(rng, std);
+    for (size_t k = 0; k < nd->b_count; k++)
+        n->params[nd->b_off + k] = 0.0f;
+}
+
+/* Linear layers: PyTorch's default on images and features, GPT-2's on sequences. */
+static void init_linear(st_net *n, const struct node *nd, uint64_t *rng)
+{
+    if (nd->t > 0)
+        init_gpt_linear(n, nd, rng);
+    else
+        init_kaiming(n, nd, rng);
+}
+
+/* Token and position tables: N(0, 0.02), as GPT-2's. */
+static void init_embed(st_net *n, const struct node *nd, uint64_t *rng)
+{
+    for (size_t k = 0; k < nd->w_count + nd->b_count; k++)
+        n->params[nd->w_off + k] = normal(rng, 0.02f);
+}
+
+/* Layer norm: gamma 1, beta 0. */
+static void init_ln(st_net *n, const struct node *nd, uint64_t *rng)
+{
+    (void)rng;
+    for (size_t k = 0; k < nd->w_count; k++) {
+        n->params[nd->w_off + k] = 1.0f;
+        n->params[nd->b_off + k] = 0.0f;
+    }
+}
+
 /* Batch norm: gamma 1, beta 0, running mean 0 and variance 1. */
 static void init_bn(st_net *n, const struct node *nd, uint64_t *rng)
 {
@@ -282,16 +336,36 @@ void st_net_init(st_net *n, uint64_t seed)
 
 /* ------------------------------------------------------------- running -- */
 
-st_status st_net_forward(st_net *n, const float *input)
+/* Token ids index the embedding table: one out of range would read (and
+ * later write) outside it. */
+static st_status check_tokens(const st_net *n, const int32_t *ids)
+{
+    const struct node *in = &n->model->nodes[0];
+    const int vocab = n->model->nodes[1].vocab;
+    const size_t count = (size_t)n->batch * (size_t)in->t;
+    for (size_t i = 0; i < count; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return st_fail(ST_ERR_INVALID, "net: token %d at position %zu of sample %zu is outside the "
+                                           "vocabulary (0..%d)", ids[i], i % (size_t)in->t, i / (size_t)in->t,
+                           vocab - 1);
+    return ST_OK;
+}
+
+st_status st_net_forward(st_net *n, const void *input)
 {
     if (!input)
         return st_fail(ST_ERR_INVALID, "net: forward: NULL input");
+    if (n->model->nodes[0].tokens) {
+        st_status st = check_tokens(n, input);
+        if (st != ST_OK)
+            return st;
+    }
     return n->backend->forward(n, input);
 }
 
 size_t st_net_output_size(const st_net *n)
 {
-    return (size_t)n->batch * (size_t)st_model_classes(n->model);
+    return (size_t)n->batch * (size_t)st_model_positions(n->model) * (size_t)st_model_classes(n->model);
 }
 
 st_status st_net_output(st_net *n, float *out)
@@ -303,10 +377,10 @@ st_status st_net_output(st_net *n, float *out)
 st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct)
 {
     const double t0 = n->profiling ? nn_now() : 0;
-    const int k = st_model_classes(n->model);
+    const int k = st_model_classes(n->model), rows = n->batch * st_model_positions(n->model);
     double total = 0;
     int right = 0;
-    for (int i = 0; i < n->batch; i++) {
+    for (int i = 0; i < rows; i++) {
         if (labels[i] < 0 || labels[i] >= k)
             return st_fail(ST_ERR_INVALID, "loss: label %d of sample %d is not a class of this model "
                                            "(0..%d)", labels[i], i, k - 1);
@@ -328,10 +402,10 @@ st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct)
         total += zmax + log(sum) - z[labels[i]];
         right += best == labels[i];
         for (int j = 0; j < k; j++)
-            dz[j] = (float)(((double)dz[j] / sum - (j == labels[i])) / n->batch);
+            dz[j] = (float)(((double)dz[j] / sum - (j == labels[i])) / rows);
     }
     if (loss)
-        *loss = (float)(total / n->batch);
+        *loss = (float)(total / rows);
     if (correct)
         *correct = right;
     if (n->profiling)

@@ -52,7 +52,7 @@ struct st_net {
     float *logits;           /* plain (batch, classes) of the last forward */
     float *dlogits;          /* gradient of the loss w.r.t. the logits */
     float *input_grad;       /* plain, when cfg.input_grad */
-    const float *input;      /* the last forward's input (reference backend) */
+    const void *input;       /* the last forward's input (reference backend) */
     bool profiling;
     double prof[NODE_KINDS + 2];
     struct onednn_net *dnet; /* engine, stream, loss reorders; NULL for the reference */
@@ -60,6 +60,12 @@ struct st_net {
     st_grads_ready_fn grads_ready;     /* st_net_on_grads_ready, or NULL */
     void *grads_ready_ctx;
 };
+
+/* Rows of node nd's plain activation at this batch: samples x positions. */
+static inline size_t nn_rows(const st_net *n, const struct node *nd)
+{
+    return (size_t)n->batch * (size_t)node_positions(nd);
+}
 
 /* Floats in node nd's activation at this batch (plain layout). */
 static inline size_t nn_node_size(const st_net *n, const struct node *nd)
@@ -109,7 +115,7 @@ static inline double nn_now(void)
 struct nn_backend {
     const char *name;
     st_status (*build)(st_net *n);                     /* after the graph; fills x[].impl */
-    st_status (*forward)(st_net *n, const float *input);
+    st_status (*forward)(st_net *n, const void *input);
     st_status (*backward_from)(st_net *n, const float *d_output);  /* plain gradient of the output */
     st_status (*input_grad)(st_net *n, float *out);    /* plain, when cfg.input_grad */
     void (*destroy)(st_net *n);                        /* safe after a failed build */

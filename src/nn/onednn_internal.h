@@ -12,6 +12,9 @@
  *                     max-pool's steps
  *   onednn_layers.c   the small ones: input, ReLU, batch norm, dropout,
  *                     flatten, add
+ *   onednn_seq.c      the sequence layers: embeddings, layer norm,
+ *                     attention, GELU, the tied head (C steps over plain
+ *                     [rows, C] tensors, matrix products through dnnl_sgemm)
  *   onednn_plan.c     the build (one builder per layer kind), the executor,
  *                     teardown, and the backend's function table
  *
@@ -120,6 +123,16 @@ struct dn_chunk_state {
     bool bwd_moved;
 };
 
+/* The sequence layers' C steps (onednn_seq.c): where the gradient for the
+ * input goes, and the statistics and weights the backward reads. */
+struct dn_seq_state {
+    dnnl_memory_t src;                   /* the input, plain [rows, c] */
+    dnnl_memory_t target;                /* where the input's gradient goes; NULL if unwanted */
+    float *mean, *rstd;                  /* layer norm, per row */
+    float *partial;                      /* layer norm: per-thread dgamma, dbeta */
+    float *att, *scratch;                /* attention: softmax weights; per-thread dP */
+};
+
 /* One exec node's oneDNN state: what every node has, then each layer
  * family's own. */
 struct onednn_node {
@@ -132,6 +145,7 @@ struct onednn_node {
     struct dn_dropout_state dropout;
     struct dn_pool_state pool;
     struct dn_chunk_state chunk;
+    struct dn_seq_state seq;
 };
 
 /* The engine's switches, read from the environment once per build: each
@@ -230,5 +244,14 @@ st_status dn_build_dropout(st_net *n, int j);
 st_status dn_build_flatten(st_net *n, int j);
 st_status dn_build_add(st_net *n, int j);
 st_status dn_build_input(st_net *n, int j);
+
+/* ---------------------------------------------------- onednn_seq.c -- */
+
+st_status dn_build_embed(st_net *n, int j);
+st_status dn_build_ln(st_net *n, int j);
+st_status dn_build_attention(st_net *n, int j);
+st_status dn_build_gelu(st_net *n, int j);
+st_status dn_build_head(st_net *n, int j);
+void dn_seq_free(struct dn_seq_state *s);
 
 #endif

@@ -235,10 +235,13 @@ st_status dn_build_input(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    dnnl_dims_t d = {n->batch, nd->c, nd->h, nd->w};
+    dnnl_dims_t d = {n->batch, nd->c, nd->h, nd->w}, ids = {n->batch, nd->t};
     dnnl_memory_desc_t md;
-    OK(dn_plain_md(n, &md, 4, d));
-    snprintf(x->impl, sizeof x->impl, "user nchw");
+    if (nd->tokens)
+        TRY(dnnl_memory_desc_init_by_tag(&md, 2, ids, dnnl_s32, dnnl_ab));
+    else
+        OK(dn_plain_md(n, &md, 4, d));
+    snprintf(x->impl, sizeof x->impl, nd->tokens ? "user token ids" : "user nchw");
     x->dn->dst.md = md;
     x->dn->diff.md = md;
     OK(dn_mem_new(n, &n->dnet->input_user, &md, n->logits /* replaced each forward */));

@@ -8,7 +8,7 @@ static st_status build_loss_io(st_net *n)
     struct xnode *last = &n->x[n->nx - 1];
     const struct node *nd = last->nd;
     dnnl_memory_desc_t md;
-    dnnl_dims_t d4 = {n->batch, nd->c, nd->h, nd->w}, d2 = {n->batch, nd->c};
+    dnnl_dims_t d4 = {n->batch, nd->c, nd->h, nd->w}, d2 = {(dnnl_dim_t)nn_rows(n, nd), nd->c};
     OK(dn_plain_md(n, &md, nd->flat ? 2 : 4, nd->flat ? d2 : d4));
     OK(dn_mem_new(n, &n->dnet->logits_user, &md, n->logits));
     OK(dn_mem_new(n, &n->dnet->dlast_user, &md, n->dlogits));
@@ -77,7 +77,7 @@ static st_status run(st_net *n, const struct oplist *l)
     return ST_OK;
 }
 
-static st_status onednn_forward(st_net *n, const float *input)
+static st_status onednn_forward(st_net *n, const void *input)
 {
     struct onednn_net *d = n->dnet;
     TRY(dnnl_memory_set_data_handle(d->input_user, (void *)input));
@@ -135,6 +135,7 @@ static void onednn_destroy(st_net *n)
         free(dn->bwd.v);
         free(dn->dropout.mask_scale);
         free(dn->pool.arg);
+        dn_seq_free(&dn->seq);
         free(dn);
     }
     if (!d)

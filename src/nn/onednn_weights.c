@@ -9,9 +9,10 @@ void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_laye
     w->bias[0] = nd->c;
     if (x->kind == NODE_LINEAR) {
         w->ndims = 2;
-        w->src[0] = n->batch; w->src[1] = s->c * s->h * s->w;
+        const dnnl_dim_t rows = (dnnl_dim_t)nn_rows(n, nd);  /* a sequence's positions are rows too */
+        w->src[0] = rows; w->src[1] = s->c * s->h * s->w;
         w->wei[0] = nd->c; w->wei[1] = w->src[1];
-        w->dst[0] = n->batch; w->dst[1] = nd->c;
+        w->dst[0] = rows; w->dst[1] = nd->c;
         return;
     }
     w->ndims = 4;

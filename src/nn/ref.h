@@ -41,4 +41,27 @@ void ref_bn_fwd_infer(float *y, const float *x, const float *gamma, const float 
 void ref_bn_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                 const float *mean, const float *var, const float *gamma, int n, int c, int hw, float eps);
 
+/* Sequences: rows of plain [rows, C] activations, rows = samples x T.
+ * Layer norm over each row's C features (biased variance, as PyTorch). */
+void ref_ln_fwd(float *y, float *mean, float *rstd, const float *x, const float *gamma, const float *beta,
+                int rows, int c, float eps);
+void ref_ln_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x, const float *mean,
+                const float *rstd, const float *gamma, int rows, int c);
+
+/* GELU, tanh form (PyTorch's approximate='tanh', GPT-2's). */
+void ref_gelu_fwd(float *y, const float *x, size_t count);
+void ref_gelu_bwd(float *dx, const float *dy, const float *x, size_t count);
+
+/* Token + position embedding: y[b, t] = wte[ids[b, t]] + wpe[t].  The
+ * backward adds into dwte (a tied head may have written it) and writes dwpe. */
+void ref_embed_fwd(float *y, const int *ids, const float *wte, const float *wpe, int n, int t, int c);
+void ref_embed_bwd(float *dwte, float *dwpe, const float *dy, const int *ids, int n, int t, int c);
+
+/* Causal multi-head self-attention.  qkv: [n, t, 3c] (q, k, v; head h is
+ * columns h*c/heads .. of each), y: [n, t, c], att: [n, heads, t, t] the
+ * softmax weights (zero above the diagonal), kept for the backward. */
+void ref_attention_fwd(float *y, float *att, const float *qkv, int n, int t, int c, int heads);
+void ref_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, int n, int t, int c,
+                       int heads);
+
 #endif

@@ -40,6 +40,8 @@ struct ref_node {
     int *argmax;             /* max-pool: the winner of each output */
     float *mean, *var;       /* batch norm: this batch's statistics */
     uint8_t *mask;           /* dropout: kept or not */
+    float *rstd;             /* layer norm: per row, with mean */
+    float *att;              /* attention: the softmax weights */
 };
 
 /* What one layer's reference step reads and writes. */
@@ -65,6 +67,21 @@ static bool scratch_none(struct xnode *x, size_t sz)
 static bool scratch_argmax(struct xnode *x, size_t sz) { return (x->ref->argmax = calloc(sz, sizeof(int))) != NULL; }
 static bool scratch_mask(struct xnode *x, size_t sz) { return (x->ref->mask = calloc(sz, 1)) != NULL; }
 
+/* Layer norm's mean and 1/sigma per row (sz / c rows). */
+static bool scratch_ln_stats(struct xnode *x, size_t sz)
+{
+    const size_t rows = sz / (size_t)x->nd->c;
+    return (x->ref->mean = calloc(rows, sizeof(float))) && (x->ref->rstd = calloc(rows, sizeof(float)));
+}
+
+/* Attention's weights: heads x T x T per sample (sz / (T c) samples). */
+static bool scratch_att(struct xnode *x, size_t sz)
+{
+    const struct node *nd = x->nd;
+    const size_t samples = sz / ((size_t)nd->t * nd->c);
+    return (x->ref->att = calloc(samples * nd->heads * nd->t * nd->t, sizeof(float))) != NULL;
+}
+
 static bool scratch_bn_stats(struct xnode *x, size_t sz)
 {
     (void)sz;
@@ -85,7 +102,7 @@ static void conv_ref_forward(const struct ref_step *t)
 static void linear_ref_forward(const struct ref_step *t)
 {
     const float *p = t->n->params;
-    ref_linear_fwd(t->y, t->src, p + t->nd->w_off, t->nd->bias ? p + t->nd->b_off : NULL, t->n->batch,
+    ref_linear_fwd(t->y, t->src, p + t->nd->w_off, t->nd->bias ? p + t->nd->b_off : NULL, (int)nn_rows(t->n, t->nd),
                    t->s->c * t->s->h * t->s->w, t->nd->c);
 }
 
@@ -136,6 +153,33 @@ static void add_ref_forward(const struct ref_step *t)
         t->y[i] = t->src[i] + b[i];
 }
 
+static void embed_ref_forward(const struct ref_step *t)
+{
+    const float *p = t->n->params;
+    ref_embed_fwd(t->y, t->n->input, p + t->nd->w_off, p + t->nd->b_off, t->n->batch, t->nd->t, t->nd->c);
+}
+
+static void ln_ref_forward(const struct ref_step *t)
+{
+    const float *p = t->n->params;
+    ref_ln_fwd(t->y, t->x->ref->mean, t->x->ref->rstd, t->src, p + t->nd->w_off, p + t->nd->b_off,
+               (int)nn_rows(t->n, t->nd), t->nd->c, 1e-5f);
+}
+
+static void att_ref_forward(const struct ref_step *t)
+{
+    ref_attention_fwd(t->y, t->x->ref->att, t->src, t->n->batch, t->nd->t, t->nd->c, t->nd->heads);
+}
+
+static void gelu_ref_forward(const struct ref_step *t) { ref_gelu_fwd(t->y, t->src, t->sz); }
+
+/* The head is a linear map through the embed's token table, no bias. */
+static void head_ref_forward(const struct ref_step *t)
+{
+    const struct node *e = &t->n->model->nodes[t->nd->embed];
+    ref_linear_fwd(t->y, t->src, t->n->params + e->w_off, NULL, (int)nn_rows(t->n, t->nd), e->c, e->vocab);
+}
+
 /* ------------------------------------------------------ backward steps -- */
 
 /* Hand `grad` (the gradient w.r.t. node p's output, from consumer j) to p. */
@@ -174,7 +218,7 @@ static bool linear_ref_backward(const struct ref_step *t)
 {
     st_net *n = t->n;
     ref_linear_bwd(t->dx, n->grads + t->nd->w_off, t->nd->bias ? n->grads + t->nd->b_off : NULL, t->dy, t->src,
-                   n->params + t->nd->w_off, n->batch, t->s->c * t->s->h * t->s->w, t->nd->c);
+                   n->params + t->nd->w_off, (int)nn_rows(n, t->nd), t->s->c * t->s->h * t->s->w, t->nd->c);
     return t->dx != NULL;
 }
 
@@ -222,6 +266,50 @@ static bool flatten_ref_backward(const struct ref_step *t)
 {
     if (t->dx)
         memcpy(t->dx, t->dy, t->sz * sizeof(float));
+    return t->dx != NULL;
+}
+
+/* Token ids have no gradient; the tables do.  A tied head ran first and
+ * wrote the token table's gradient, which this adds to. */
+static bool embed_ref_backward(const struct ref_step *t)
+{
+    st_net *n = t->n;
+    float *dwte = n->grads + t->nd->w_off;
+    if (!t->nd->tied)
+        memset(dwte, 0, t->nd->w_count * sizeof(float));
+    ref_embed_bwd(dwte, n->grads + t->nd->b_off, t->dy, n->input, n->batch, t->nd->t, t->nd->c);
+    return false;
+}
+
+static bool ln_ref_backward(const struct ref_step *t)
+{
+    st_net *n = t->n;
+    ref_ln_bwd(t->dx, n->grads + t->nd->w_off, n->grads + t->nd->b_off, t->dy, t->src, t->x->ref->mean,
+               t->x->ref->rstd, n->params + t->nd->w_off, (int)nn_rows(n, t->nd), t->nd->c);
+    return t->dx != NULL;
+}
+
+static bool att_ref_backward(const struct ref_step *t)
+{
+    if (t->dx)
+        ref_attention_bwd(t->dx, t->dy, t->src, t->x->ref->att, t->n->batch, t->nd->t, t->nd->c, t->nd->heads);
+    return t->dx != NULL;
+}
+
+static bool gelu_ref_backward(const struct ref_step *t)
+{
+    if (t->dx)
+        ref_gelu_bwd(t->dx, t->dy, t->src, t->sz);
+    return t->dx != NULL;
+}
+
+/* Writes the token table's gradient (the embed's backward, later, adds). */
+static bool head_ref_backward(const struct ref_step *t)
+{
+    st_net *n = t->n;
+    const struct node *e = &n->model->nodes[t->nd->embed];
+    ref_linear_bwd(t->dx, n->grads + e->w_off, NULL, t->dy, t->src, n->params + e->w_off, (int)nn_rows(n, t->nd),
+                   e->c, e->vocab);
     return t->dx != NULL;
 }
 
@@ -280,6 +368,8 @@ static void ref_destroy(st_net *n)
         free(x->ref->mean);
         free(x->ref->var);
         free(x->ref->mask);
+        free(x->ref->rstd);
+        free(x->ref->att);
         free(x->ref);
         x->ref = NULL;
     }
@@ -294,7 +384,7 @@ static struct ref_step step_of(st_net *n, int j)
                              .dx = px && px->wants_diff ? x->ref->diff_src : NULL, .sz = nn_node_size(n, x->nd)};
 }
 
-static st_status ref_forward(st_net *n, const float *input)
+static st_status ref_forward(st_net *n, const void *input)
 {
     n->input = input;
     for (int j = 0; j < n->nx; j++) {
@@ -332,7 +422,7 @@ static st_status ref_backward(st_net *n)
 
 static st_status ref_backward_from(st_net *n, const float *d_output)
 {
-    memcpy(n->x[n->nx - 1].ref->diff, d_output, (size_t)n->batch * (size_t)st_model_classes(n->model) * sizeof(float));
+    memcpy(n->x[n->nx - 1].ref->diff, d_output, st_net_output_size(n) * sizeof(float));
     return ref_backward(n);
 }
 

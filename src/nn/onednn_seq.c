@@ -1,0 +1,351 @@
+/* The sequence layers on the oneDNN backend: token and position embeddings,
+ * layer norm, causal attention, GELU and the tied head, over plain
+ * [rows, C] tensors (rows = samples x positions).
+ *
+ * Matrix products go through dnnl_sgemm (the head's, and attention's per
+ * sample and head; the linear layers around them are oneDNN inner products,
+ * onednn_weights.c).  GELU is oneDNN's eltwise primitive.  Layer norm and
+ * the embeddings are C loops over rows, OpenMP-parallel: oneDNN 2.6.3's
+ * layer norm is a generic C++ kernel (its jit one came in 2.7), and the
+ * embeddings are gathers.  Every sum over rows that becomes a parameter
+ * gradient is reduced in a fixed order for a fixed thread count, so a run
+ * repeats bitwise.  Tested against ref_seq.c (tests/test_gpt.c).
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <omp.h>
+
+#include "onednn_internal.h"
+
+static st_status sgemm(char ta, char tb, dnnl_dim_t m, dnnl_dim_t nn, dnnl_dim_t k, float alpha, const float *a,
+                       dnnl_dim_t lda, const float *b, dnnl_dim_t ldb, float beta, float *c, dnnl_dim_t ldc)
+{
+    dnnl_status_t s = dnnl_sgemm(ta, tb, m, nn, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return s == dnnl_success ? ST_OK : st_fail(ST_ERR_BACKEND, "oneDNN: dnnl_sgemm failed (status %d)", (int)s);
+}
+
+/* The plain [rows, c] layout every layer here reads and writes. */
+static st_status plain_rows(st_net *n, const struct node *nd, dnnl_memory_desc_t *md)
+{
+    dnnl_dims_t d = {(dnnl_dim_t)nn_rows(n, nd), nd->c};
+    return dn_plain_md(n, md, 2, d);
+}
+
+/* Output plain; input plain (reordered if its producer chose otherwise);
+ * and, when the input wants a gradient, where it goes, after step `bwd`. */
+static st_status seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int))
+{
+    struct xnode *x = &n->x[j];
+    dnnl_memory_desc_t out, in;
+    OK(plain_rows(n, x->nd, &out));
+    OK(dn_set_dst(n, x, &out));
+    if (x->in < 0 || x->kind == NODE_EMBED)
+        return bwd ? dn_add_step(n, &x->dn->bwd, bwd, x->kind) : ST_OK;
+    OK(plain_rows(n, n->x[x->in].nd, &in));
+    OK(dn_input_as(n, x, &in, &x->dn->seq.src));
+    if (bwd)
+        OK(dn_add_step(n, &x->dn->bwd, bwd, x->kind));
+    return dn_deliver(n, j, x->in, &in, NULL, &x->dn->seq.target);
+}
+
+/* Inside a parallel region: no st_fail from a worker, the caller reports. */
+static bool sgemm_ok(char ta, char tb, dnnl_dim_t m, dnnl_dim_t nn, dnnl_dim_t k, float alpha, const float *a,
+                     dnnl_dim_t lda, const float *b, dnnl_dim_t ldb, float *c, dnnl_dim_t ldc)
+{
+    return dnnl_sgemm(ta, tb, m, nn, k, alpha, a, lda, b, ldb, 0.0f, c, ldc) == dnnl_success;
+}
+
+static float *src_of(const struct xnode *x) { return dn_mem_ptr(x->dn->seq.src); }
+static float *target_of(const struct xnode *x) { return x->dn->seq.target ? dn_mem_ptr(x->dn->seq.target) : NULL; }
+
+void dn_seq_free(struct dn_seq_state *s)
+{
+    free(s->mean);
+    free(s->rstd);
+    free(s->partial);
+    free(s->att);
+    free(s->scratch);
+}
+
+/* ------------------------------------------------------- embeddings -- */
+
+static st_status embed_fwd(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    const int32_t *ids = dn_mem_ptr(n->dnet->input_user);
+    const float *wte = n->params + nd->w_off, *wpe = n->params + nd->b_off;
+    float *y = dn_mem_ptr(x->dn->dst.mem);
+    const long rows = (long)nn_rows(n, nd), c = nd->c, t = nd->t;
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        const float *e = wte + ids[r] * c, *p = wpe + (r % t) * c;
+        float *o = y + r * c;
+        for (long i = 0; i < c; i++)
+            o[i] = e[i] + p[i];
+    }
+    return ST_OK;
+}
+
+static st_status embed_bwd(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    const int32_t *ids = dn_mem_ptr(n->dnet->input_user);
+    const float *dy = dn_mem_ptr(x->dn->diff.mem);
+    float *dwte = n->grads + nd->w_off, *dwpe = n->grads + nd->b_off;
+    const long c = nd->c, t = nd->t, samples = n->batch;
+#pragma omp parallel for schedule(static)
+    for (long p = 0; p < t; p++) {  /* each position's sum over samples, in sample order */
+        float *d = dwpe + p * c;
+        memcpy(d, dy + p * c, (size_t)c * sizeof(float));
+        for (long b = 1; b < samples; b++)
+            for (long i = 0; i < c; i++)
+                d[i] += dy[(b * t + p) * c + i];
+    }
+    if (!nd->tied)  /* else the head wrote it, and this adds */
+        memset(dwte, 0, nd->w_count * sizeof(float));
+    for (long r = 0; r < samples * t; r++) {  /* a scatter: rows sharing a token would race */
+        float *e = dwte + ids[r] * c;
+        for (long i = 0; i < c; i++)
+            e[i] += dy[r * c + i];
+    }
+    return ST_OK;
+}
+
+st_status dn_build_embed(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    snprintf(x->impl, sizeof x->impl, "C gather");
+    OK(seq_io(n, j, embed_bwd));
+    return dn_add_step(n, &x->dn->fwd, embed_fwd, NODE_EMBED);
+}
+
+/* ------------------------------------------------------- layer norm -- */
+
+static st_status ln_fwd(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    const float *src = src_of(x), *g = n->params + nd->w_off, *b = n->params + nd->b_off;
+    float *y = dn_mem_ptr(x->dn->dst.mem), *mean = x->dn->seq.mean, *rstd = x->dn->seq.rstd;
+    const long rows = (long)nn_rows(n, nd), c = nd->c;
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++) {
+        const float *xr = src + r * c;
+        float m = 0, v = 0;
+        for (long i = 0; i < c; i++)
+            m += xr[i];
+        m /= (float)c;
+        for (long i = 0; i < c; i++)
+            v += (xr[i] - m) * (xr[i] - m);
+        const float s = 1.0f / sqrtf(v / (float)c + 1e-5f);
+        for (long i = 0; i < c; i++)
+            y[r * c + i] = (xr[i] - m) * s * g[i] + b[i];
+        mean[r] = m;
+        rstd[r] = s;
+    }
+    return ST_OK;
+}
+
+static st_status ln_bwd(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    const float *src = src_of(x), *dy = dn_mem_ptr(x->dn->diff.mem), *g = n->params + nd->w_off;
+    const float *mean = x->dn->seq.mean, *rstd = x->dn->seq.rstd;
+    float *dx = target_of(x), *partial = x->dn->seq.partial;
+    const long rows = (long)nn_rows(n, nd), c = nd->c;
+    const int threads = omp_get_max_threads();
+#pragma omp parallel num_threads(threads)
+    {
+        const int me = omp_get_thread_num(), nt = omp_get_num_threads();
+        float *pg = partial + (size_t)me * 2 * c, *pb = pg + c;
+        memset(pg, 0, 2 * (size_t)c * sizeof(float));
+        const long first = rows * me / nt, last = rows * (me + 1) / nt;
+        for (long r = first; r < last; r++) {
+            const float *xr = src + r * c, *dr = dy + r * c;
+            float md = 0, mdx = 0;
+            for (long i = 0; i < c; i++) {
+                const float xhat = (xr[i] - mean[r]) * rstd[r];
+                pg[i] += dr[i] * xhat;
+                pb[i] += dr[i];
+                md += dr[i] * g[i];
+                mdx += dr[i] * g[i] * xhat;
+            }
+            md /= (float)c;
+            mdx /= (float)c;
+            for (long i = 0; dx && i < c; i++) {
+                const float xhat = (xr[i] - mean[r]) * rstd[r];
+                dx[r * c + i] = rstd[r] * (dr[i] * g[i] - md - xhat * mdx);
+            }
+        }
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (long i = 0; i < 2 * c; i++) {  /* the partials summed in thread order */
+            float s = 0;
+            for (int k = 0; k < nt; k++)
+                s += partial[(size_t)k * 2 * c + i];
+            n->grads[(i < c ? nd->w_off : nd->b_off - c) + i] = s;
+        }
+    }
+    return ST_OK;
+}
+
+st_status dn_build_ln(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    const size_t rows = nn_rows(n, x->nd);
+    snprintf(x->impl, sizeof x->impl, "C rows (oneDNN 2.6's is generic C++)");
+    struct dn_seq_state *s = &x->dn->seq;
+    s->mean = calloc(rows, sizeof(float));
+    s->rstd = calloc(rows, sizeof(float));
+    s->partial = calloc((size_t)omp_get_max_threads() * 2 * x->nd->c, sizeof(float));
+    if (!s->mean || !s->rstd || !s->partial)
+        return st_fail(ST_ERR_NOMEM, "net: out of memory");
+    OK(seq_io(n, j, ln_bwd));
+    return dn_add_step(n, &x->dn->fwd, ln_fwd, NODE_LAYERNORM);
+}
+
+/* -------------------------------------------------------- attention -- */
+
+/* One sample's one head: P = causal softmax(Q K^T / sqrt(hs)), Y = P V. */
+static st_status att_fwd(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    const long t = nd->t, c = nd->c, heads = nd->heads, hs = c / heads, row = 3 * c;
+    const float *qkv = src_of(x), scale = 1.0f / sqrtf((float)hs);
+    float *y = dn_mem_ptr(x->dn->dst.mem), *att = x->dn->seq.att;
+    int failed = 0;
+#pragma omp parallel for schedule(static) reduction(| : failed)
+    for (long bh = 0; bh < n->batch * heads; bh++) {
+        const long b = bh / heads, h = bh % heads;
+        const float *q = qkv + b * t * row + h * hs;
+        float *p = att + bh * t * t;
+        failed |= !sgemm_ok('N', 'T', t, t, hs, scale, q, row, q + c, row, p, t);
+        for (long i = 0; i < t; i++) {
+            float *pr = p + i * t, mx = pr[0], sum = 0;
+            for (long k = 1; k <= i; k++)
+                mx = pr[k] > mx ? pr[k] : mx;
+            for (long k = 0; k <= i; k++)
+                sum += (pr[k] = expf(pr[k] - mx));
+            for (long k = 0; k < t; k++)
+                pr[k] = k <= i ? pr[k] / sum : 0.0f;
+        }
+        failed |= !sgemm_ok('N', 'N', t, hs, t, 1.0f, p, t, q + 2 * c, row, y + b * t * c + h * hs, c);
+    }
+    return failed ? st_fail(ST_ERR_BACKEND, "attention (node %d): dnnl_sgemm failed", j) : ST_OK;
+}
+
+/* dP = dY V^T; dS = P (dP - rowsum(P dP)) / sqrt(hs); dQ = dS K, dK = dS^T Q,
+ * dV = P^T dY, each head writing its own columns of dqkv. */
+static st_status att_bwd(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    const long t = nd->t, c = nd->c, heads = nd->heads, hs = c / heads, row = 3 * c;
+    const float *qkv = src_of(x), *dy = dn_mem_ptr(x->dn->diff.mem), *att = x->dn->seq.att;
+    const float scale = 1.0f / sqrtf((float)hs);
+    float *dqkv = target_of(x);
+    int failed = 0;
+    if (!dqkv)
+        return ST_OK;
+#pragma omp parallel for schedule(static) reduction(| : failed)
+    for (long bh = 0; bh < n->batch * heads; bh++) {
+        const long b = bh / heads, h = bh % heads;
+        const float *q = qkv + b * t * row + h * hs, *p = att + bh * t * t, *g = dy + b * t * c + h * hs;
+        float *ds = x->dn->seq.scratch + (size_t)omp_get_thread_num() * t * t, *dq = dqkv + b * t * row + h * hs;
+        failed |= !sgemm_ok('N', 'T', t, t, hs, 1.0f, g, c, q + 2 * c, row, ds, t);
+        for (long i = 0; i < t; i++) {
+            const float *pr = p + i * t;
+            float *dr = ds + i * t, inner = 0;
+            for (long k = 0; k <= i; k++)
+                inner += pr[k] * dr[k];
+            for (long k = 0; k < t; k++)
+                dr[k] = k <= i ? pr[k] * (dr[k] - inner) * scale : 0.0f;
+        }
+        failed |= !sgemm_ok('N', 'N', t, hs, t, 1.0f, ds, t, q + c, row, dq, row);
+        failed |= !sgemm_ok('T', 'N', t, hs, t, 1.0f, ds, t, q, row, dq + c, row);
+        failed |= !sgemm_ok('T', 'N', t, hs, t, 1.0f, p, t, g, c, dq + 2 * c, row);
+    }
+    return failed ? st_fail(ST_ERR_BACKEND, "attention (node %d): dnnl_sgemm failed", j) : ST_OK;
+}
+
+st_status dn_build_attention(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    const size_t tt = (size_t)nd->t * nd->t;
+    snprintf(x->impl, sizeof x->impl, "sgemm per sample and head, C softmax");
+    x->dn->seq.att = calloc((size_t)n->batch * nd->heads * tt, sizeof(float));
+    x->dn->seq.scratch = calloc((size_t)omp_get_max_threads() * tt, sizeof(float));
+    if (!x->dn->seq.att || !x->dn->seq.scratch)
+        return st_fail(ST_ERR_NOMEM, "net: out of memory for attention weights");
+    OK(seq_io(n, j, att_bwd));
+    return dn_add_step(n, &x->dn->fwd, att_fwd, NODE_ATTENTION);
+}
+
+/* ------------------------------------------------------------- GELU -- */
+
+st_status dn_build_gelu(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    dnnl_memory_desc_t md;
+    OK(plain_rows(n, x->nd, &md));
+    dnnl_eltwise_desc_t ed;
+    dnnl_primitive_desc_t fpd, bpd;
+    dnnl_primitive_t f, b;
+    TRY(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_training, dnnl_eltwise_gelu_tanh, &md, 0, 0));
+    OK(dn_pd_new(n, &fpd, &ed, NULL, NULL));
+    dn_impl_name(x, fpd);
+    OK(seq_io(n, j, NULL));
+    OK(dn_prim_new(n, &f, fpd));
+    OK(dn_add_op(n, &x->dn->fwd, f, NODE_GELU, DNNL_ARG_SRC, x->dn->seq.src, DNNL_ARG_DST, x->dn->dst.mem, -1));
+    if (!x->dn->seq.target)
+        return ST_OK;
+    TRY(dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_gelu_tanh, &md, &md, 0, 0));
+    OK(dn_pd_new(n, &bpd, &ed, NULL, fpd));
+    OK(dn_prim_new(n, &b, bpd));
+    /* Before the delivery ops seq_io appended: the gradient must exist first. */
+    struct oplist *l = &x->dn->bwd;
+    OK(dn_add_op(n, l, b, NODE_GELU, DNNL_ARG_SRC, x->dn->seq.src, DNNL_ARG_DIFF_DST, x->dn->diff.mem,
+                 DNNL_ARG_DIFF_SRC, x->dn->seq.target, -1));
+    struct op last = l->v[l->n - 1];
+    memmove(l->v + 1, l->v, (size_t)(l->n - 1) * sizeof *l->v);
+    l->v[0] = last;
+    return ST_OK;
+}
+
+/* ------------------------------------------------------ tied head -- */
+
+/* logits = x E^T, E the embed's [vocab, c] token table. */
+static st_status head_fwd(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct node *e = &n->model->nodes[x->nd->embed];
+    return sgemm('N', 'T', (dnnl_dim_t)nn_rows(n, x->nd), e->vocab, e->c, 1.0f, src_of(x), e->c,
+                 n->params + e->w_off, e->c, 0.0f, dn_mem_ptr(x->dn->dst.mem), e->vocab);
+}
+
+/* dx = dlogits E; dE = dlogits^T x, written here (the embed adds later). */
+static st_status head_bwd(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct node *e = &n->model->nodes[x->nd->embed];
+    const dnnl_dim_t rows = (dnnl_dim_t)nn_rows(n, x->nd);
+    const float *dy = dn_mem_ptr(x->dn->diff.mem);
+    float *dx = target_of(x);
+    if (dx)
+        OK(sgemm('N', 'N', rows, e->c, e->vocab, 1.0f, dy, e->vocab, n->params + e->w_off, e->c, 0.0f, dx, e->c));
+    return sgemm('T', 'N', e->vocab, e->c, rows, 1.0f, dy, e->vocab, src_of(x), e->c, 0.0f, n->grads + e->w_off,
+                 e->c);
+}
+
+st_status dn_build_head(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    snprintf(x->impl, sizeof x->impl, "sgemm through the embed's table");
+    OK(seq_io(n, j, head_bwd));
+    return dn_add_step(n, &x->dn->fwd, head_fwd, NODE_HEAD);
+}

@@ -1,0 +1,323 @@
+/* The sequence layers (embeddings, layer norm, causal attention, GELU, the
+ * tied head, linear and add on [T, C]): oneDNN against the plain-C
+ * reference (forward, every parameter gradient, the input gradients in
+ * between), the reference against finite differences, the causal mask, the
+ * tied head's gradient, a whole gpt-mini gradient check, and the model
+ * text's errors.
+ *
+ * Tolerances.  Both backends compute in fp32; the reference sums in double.
+ * A dot product of length K in fp32 is off by about K * 2^-24 relative to
+ * the sum of |terms| in the worst case and sqrt(K) * 2^-24 typically; the
+ * longest reductions here are the head's and the weight gradients' over
+ * rows x positions (<= 1024 terms), and errors compound through a few
+ * layers, so oneDNN matches the reference within 1e-4 of the tensor's
+ * largest value (1024 x 6e-8 = 6e-5, rounded up).  Finite differences in
+ * fp32: central differences with step h have truncation error O(h^2 f''')
+ * and round-off about 2^-24 |L| / h; with |L| ~ 1 and h = 1e-2 both are
+ * near 1e-4, so the check allows 2e-3 + 2e-2 |g|. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shmtrain/nn.h"
+
+static float frand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
+}
+
+static st_model *parse(const char *text)
+{
+    st_model *m = NULL;
+    if (st_model_parse(&m, text, "test") != ST_OK)
+        fail_msg("parse failed: %s", st_last_error());
+    return m;
+}
+
+static st_net *make_net(const st_model *m, int batch, st_backend b)
+{
+    st_net *n = NULL;
+    st_net_config c = {.batch = batch, .backend = b};
+    if (st_net_create(&n, m, &c) != ST_OK)
+        fail_msg("net failed: %s", st_last_error());
+    return n;
+}
+
+static void tokens(int32_t *ids, size_t count, int vocab, uint64_t seed)
+{
+    for (size_t i = 0; i < count; i++)
+        ids[i] = (int32_t)((frand(&seed) + 1.0f) * 0.5f * (float)vocab) % vocab;
+}
+
+/* max |a - b| <= tol * max(1, max |b|), naming where it fails. */
+static void assert_close(const float *a, const float *b, size_t n, double tol, const char *what)
+{
+    double worst = 0, scale = 1;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        if (d > worst || isnan(d))
+            worst = d, at = i;
+        scale = fmax(scale, fabs(b[i]));
+    }
+    if (!(worst <= tol * scale))
+        fail_msg("%s: max diff %.3g at %zu (%g vs %g), scale %.3g", what, worst, at, (double)a[at], (double)b[at],
+                 scale);
+}
+
+/* A chain through every sequence layer, residuals included. */
+static const char *const ALL_LAYERS =
+    "input tokens 8\nembed 11 12\nsave r\nlayernorm\nlinear 36\nattention heads 3\nlinear 12\nadd r\n"
+    "save m\nlayernorm\nlinear 48\ngelu\nlinear 12\nadd m\nlayernorm\nhead tied\n";
+
+/* Forward, a random output gradient, backward: outputs and parameter
+ * gradients of both backends. */
+static void run_both(const char *text, int batch, int threads, uint64_t seed)
+{
+    omp_set_num_threads(threads);
+    st_model *m = parse(text);
+    st_net *ref = make_net(m, batch, ST_BACKEND_REFERENCE), *dn = make_net(m, batch, ST_BACKEND_ONEDNN);
+    size_t P, out = st_net_output_size(ref);
+    st_net_init(ref, seed);
+    st_net_init(dn, seed);
+    float *pr = st_net_params(ref, &P);
+    memcpy(st_net_params(dn, NULL), pr, P * sizeof(float));
+    const int t = 8;
+    int32_t *ids = malloc((size_t)batch * t * sizeof *ids);
+    float *dy = malloc(out * sizeof(float)), *y1 = malloc(out * sizeof(float)), *y2 = malloc(out * sizeof(float));
+    tokens(ids, (size_t)batch * t, st_model_vocab(m), seed);
+    uint64_t s = seed;
+    for (size_t i = 0; i < out; i++)
+        dy[i] = frand(&s);
+    assert_int_equal(st_net_forward(ref, ids), ST_OK);
+    assert_int_equal(st_net_forward(dn, ids), ST_OK);
+    st_net_output(ref, y1);
+    st_net_output(dn, y2);
+    assert_close(y2, y1, out, 1e-4, "forward");
+    assert_int_equal(st_net_backward_from(ref, dy), ST_OK);
+    assert_int_equal(st_net_backward_from(dn, dy), ST_OK);
+    assert_close(st_net_grads(dn, NULL), st_net_grads(ref, NULL), P, 1e-4, "parameter gradients");
+    free(ids), free(dy), free(y1), free(y2);
+    st_net_destroy(ref);
+    st_net_destroy(dn);
+    st_model_destroy(m);
+}
+
+static void test_onednn_matches_reference(void **state)
+{
+    (void)state;
+    for (int threads = 1; threads <= 2; threads++) {
+        run_both(ALL_LAYERS, 3, threads, 5);
+        run_both("input tokens 8\nembed 7 6\nlinear 18\nattention heads 1\nhead tied\n", 2, threads, 9);
+        run_both("input tokens 8\nembed 9 16\ngelu\nlayernorm\nlinear 9 nobias\n", 4, threads, 13);
+    }
+}
+
+/* L = sum(R * y): its gradient by backward vs central differences. */
+static double weighted_loss(st_net *n, const int32_t *ids, const float *r, float *y)
+{
+    assert_int_equal(st_net_forward(n, ids), ST_OK);
+    st_net_output(n, y);
+    double l = 0;
+    for (size_t i = 0; i < st_net_output_size(n); i++)
+        l += (double)r[i] * y[i];
+    return l;
+}
+
+static void gradcheck(const char *text, int batch, int t, int samples, uint64_t seed)
+{
+    omp_set_num_threads(1);
+    st_model *m = parse(text);
+    st_net *n = make_net(m, batch, ST_BACKEND_REFERENCE);
+    st_net_init(n, seed);
+    size_t P, out = st_net_output_size(n);
+    float *p = st_net_params(n, &P), *r = malloc(out * sizeof(float)), *y = malloc(out * sizeof(float));
+    int32_t *ids = malloc((size_t)batch * t * sizeof *ids);
+    tokens(ids, (size_t)batch * t, st_model_vocab(m), seed + 1);
+    uint64_t s = seed;
+    for (size_t i = 0; i < out; i++)
+        r[i] = frand(&s) / sqrtf((float)out);
+    /* Larger weights than GPT-2's init, so every path carries signal. */
+    for (size_t i = 0; i < P; i++)
+        p[i] += 0.2f * frand(&s);
+    weighted_loss(n, ids, r, y);
+    assert_int_equal(st_net_backward_from(n, r), ST_OK);
+    float *g = malloc(P * sizeof(float));
+    memcpy(g, st_net_grads(n, NULL), P * sizeof(float));
+    const float h = 1e-2f;
+    for (int k = 0; k < samples; k++) {
+        const size_t i = (size_t)((frand(&s) + 1.0f) * 0.5f * (float)P) % P;
+        const float keep = p[i];
+        p[i] = keep + h;
+        const double up = weighted_loss(n, ids, r, y);
+        p[i] = keep - h;
+        const double down = weighted_loss(n, ids, r, y);
+        p[i] = keep;
+        const double fd = (up - down) / (2 * h);
+        if (!(fabs(fd - g[i]) <= 2e-3 + 2e-2 * fabs(fd)))
+            fail_msg("parameter %zu of %zu: backward %.6g, finite difference %.6g", i, P, (double)g[i], fd);
+    }
+    free(r), free(y), free(ids), free(g);
+    st_net_destroy(n);
+    st_model_destroy(m);
+}
+
+static void test_reference_matches_finite_differences(void **state)
+{
+    (void)state;
+    gradcheck(ALL_LAYERS, 2, 8, 200, 3);
+}
+
+/* gpt-mini itself, one sample: the reference's gradient at 48 sampled
+ * parameters against finite differences, and oneDNN's whole gradient
+ * against the reference's. */
+static void test_gpt_mini_gradient(void **state)
+{
+    (void)state;
+    const char *text = st_model_preset_text("gpt-mini");
+    assert_non_null(text);
+    gradcheck(text, 1, 64, 48, 21);
+    omp_set_num_threads(2);
+    st_model *m = parse(text);
+    assert_int_equal(st_model_classes(m), 256);
+    assert_int_equal(st_model_positions(m), 64);
+    st_net *ref = make_net(m, 2, ST_BACKEND_REFERENCE), *dn = make_net(m, 2, ST_BACKEND_ONEDNN);
+    st_net_init(ref, 4);
+    st_net_init(dn, 4);
+    int32_t ids[128];
+    int labels[128];
+    tokens(ids, 128, 256, 8);
+    tokens((int32_t *)labels, 128, 256, 9);
+    float l1, l2;
+    assert_int_equal(st_net_forward(ref, ids), ST_OK);
+    assert_int_equal(st_net_forward(dn, ids), ST_OK);
+    assert_int_equal(st_net_loss(ref, labels, &l1, NULL), ST_OK);
+    assert_int_equal(st_net_loss(dn, labels, &l2, NULL), ST_OK);
+    assert_float_equal(l1, l2, 1e-4);
+    assert_float_equal(l1, logf(256.0f), 0.05f);  /* GPT-2's init: near-uniform predictions */
+    assert_int_equal(st_net_backward(ref), ST_OK);
+    assert_int_equal(st_net_backward(dn), ST_OK);
+    size_t P;
+    const float *gdn = st_net_grads(dn, &P);
+    assert_close(gdn, st_net_grads(ref, NULL), P, 1e-4, "gpt-mini gradients");
+    st_net_destroy(ref);
+    st_net_destroy(dn);
+    st_model_destroy(m);
+}
+
+/* Changing token k changes no output before position k, on both backends. */
+static void test_causal_mask(void **state)
+{
+    (void)state;
+    omp_set_num_threads(2);
+    st_model *m = parse(ALL_LAYERS);
+    for (int b = 0; b < 2; b++) {
+        st_net *n = make_net(m, 2, b ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN);
+        st_net_init(n, 2);
+        const size_t out = st_net_output_size(n), per_pos = (size_t)st_model_classes(m);
+        float *y1 = malloc(out * sizeof(float)), *y2 = malloc(out * sizeof(float));
+        int32_t ids[16];
+        tokens(ids, 16, 11, 3);
+        assert_int_equal(st_net_forward(n, ids), ST_OK);
+        st_net_output(n, y1);
+        const int k = 5;
+        ids[k] = (ids[k] + 1) % 11;  /* sample 0, position 5 */
+        assert_int_equal(st_net_forward(n, ids), ST_OK);
+        st_net_output(n, y2);
+        assert_memory_equal(y1, y2, k * per_pos * sizeof(float));                 /* before k: bitwise */
+        assert_memory_equal(y1 + 8 * per_pos, y2 + 8 * per_pos, 8 * per_pos * sizeof(float));  /* sample 1 */
+        for (int pos = k; pos < 8; pos++)
+            assert_memory_not_equal(y1 + pos * per_pos, y2 + pos * per_pos, per_pos * sizeof(float));
+        free(y1), free(y2);
+        st_net_destroy(n);
+    }
+    st_model_destroy(m);
+}
+
+/* A token that never occurs in the input still gets a gradient in the
+ * shared table: through the head only. */
+static void test_tied_head_gradient_reaches_embedding(void **state)
+{
+    (void)state;
+    omp_set_num_threads(1);
+    st_model *m = parse("input tokens 4\nembed 5 3\nhead tied\n");
+    for (int b = 0; b < 2; b++) {
+        st_net *n = make_net(m, 1, b ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN);
+        st_net_init(n, 1);
+        int32_t ids[4] = {0, 1, 1, 2};
+        int labels[4] = {1, 4, 2, 3};
+        assert_int_equal(st_net_forward(n, ids), ST_OK);
+        assert_int_equal(st_net_loss(n, labels, NULL, NULL), ST_OK);
+        assert_int_equal(st_net_backward(n), ST_OK);
+        size_t P;
+        const float *g = st_net_grads(n, &P);
+        assert_int_equal(P, 5 * 3 + 4 * 3);
+        for (int tok = 3; tok < 5; tok++)  /* absent from the input: the head's part alone, not zero */
+            assert_true(fabsf(g[tok * 3]) + fabsf(g[tok * 3 + 1]) + fabsf(g[tok * 3 + 2]) > 1e-6f);
+        st_net_destroy(n);
+    }
+    st_model_destroy(m);
+}
+
+static void expect_parse_error(const char *text, const char *needle)
+{
+    st_model *m = NULL;
+    assert_int_not_equal(st_model_parse(&m, text, "bad.model"), ST_OK);
+    if (!strstr(st_last_error(), needle))
+        fail_msg("expected '%s' in: %s", needle, st_last_error());
+}
+
+static void test_model_text_errors(void **state)
+{
+    (void)state;
+    expect_parse_error("input tokens 8\nlinear 4\n", "bad.model:2: linear: token ids must go through 'embed");
+    expect_parse_error("input 1 4 4\nembed 5 4\n", "bad.model:2: embed must follow 'input tokens T'");
+    expect_parse_error("input tokens 8\nembed 5 8\nlinear 24\nattention heads 3\n",
+                       "bad.model:4: attention heads 3 needs a [T, 3C] input with C a multiple of 3");
+    expect_parse_error("input tokens 8\nembed 5 8\nlinear 7\nhead tied\n",
+                       "bad.model:4: head tied: the input must be [T, 8]");
+    expect_parse_error("input tokens 8\nembed 5 8\nblock heads 3\n", "bad.model:3: attention heads 3");
+    expect_parse_error("input tokens 8\nembed 5 8\nsave a\nlinear 4\nadd a\n", "add a: shapes must be equal");
+    expect_parse_error("input 1 4 4\nconv 2 k3\nlayernorm\n", "layernorm normalises features");
+    /* and a good block: 12 layers from one line, with its summary */
+    st_model *m = parse("input tokens 8\nembed 5 8\nblock heads 2\nlayernorm\nhead tied\n");
+    assert_int_equal(st_model_param_count(m), 5 * 8 + 8 * 8 + 2 * (2 * 8) + (8 * 24 + 24) + (8 * 8 + 8) +
+                                                  (8 * 32 + 32) + (32 * 8 + 8) + 2 * 8);
+    assert_non_null(strstr(st_model_text(m), "attention heads 2\n"));
+    st_model_destroy(m);
+}
+
+static void test_token_out_of_vocabulary_is_an_error(void **state)
+{
+    (void)state;
+    st_model *m = parse("input tokens 4\nembed 5 3\nhead tied\n");
+    st_net *n = make_net(m, 1, ST_BACKEND_ONEDNN);
+    int32_t ids[4] = {0, 1, 5, 2};
+    assert_int_equal(st_net_forward(n, ids), ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "token 5 at position 2 of sample 0 is outside the vocabulary (0..4)"));
+    st_net_destroy(n);
+    st_model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_onednn_matches_reference),
+        cmocka_unit_test(test_reference_matches_finite_differences),
+        cmocka_unit_test(test_gpt_mini_gradient),
+        cmocka_unit_test(test_causal_mask),
+        cmocka_unit_test(test_tied_head_gradient_reaches_embedding),
+        cmocka_unit_test(test_model_text_errors),
+        cmocka_unit_test(test_token_out_of_vocabulary_is_an_error),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
