@@ -13,23 +13,31 @@
 #include <string.h>
 
 #include "shmtrain/env.h"
+#include "shmtrain/nn.h"
+#include "shmtrain/text.h"
 #include "shmtrain/train.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
 "usage: shmtrain [options]            (under shmrun for several instances)\n"
+"       shmtrain sample --checkpoint FILE --prompt TEXT [--tokens N] ...   (shmtrain sample --help)\n"
 "model and data:\n"
-"  --model NAME|FILE        mlp, lenet, cnn, resnet or a model file (default lenet)\n"
+"  --model NAME|FILE        mlp, lenet, cnn, resnet, gpt-mini, gpt or a model file (default lenet)\n"
 "  --data DIR               IDX directory (default /usr/share/datasets/fashion-mnist)\n"
 "  --train-images F --train-labels F --test-images F --test-labels F   IDX files\n"
 "  --cifar DIR              CIFAR-10 binary batches instead; --cifar100 for CIFAR-100\n"
 "  --train-subset N --test-subset N   use only the first N samples\n"
 "  --augment                random crop (padding 4) and horizontal flip\n"
+"  --text PATH              a language model's text: a file or a directory of files; its last 10%%\n"
+"                           validates, or give --text twice (training, validation)\n"
+"  --tokens chars|bytes     token ids: the text's characters (default) or all 256 bytes\n"
+"  --eval-windows N         validation windows per evaluation (256; 0 = all)\n"
 "training:\n"
 "  --epochs N (1)   --max-steps N   --batch-size B (64, per instance)\n"
 "  --optimizer sgd|adamw (sgd)   --lr LR (0.05)   --momentum M (0.9)   --nesterov\n"
-"  --weight-decay W (0)   --clip-norm C (off)   --scale-lr (lr x instances)\n"
+"  --weight-decay W (0; language models: matrices only)   --beta2 B (AdamW, 0.999)\n"
+"  --clip-norm C (off)   --scale-lr (lr x instances)\n"
 "  --schedule constant|step|cosine   --warmup STEPS   --step-size STEPS --gamma G   --min-lr LR\n"
 "  --seed S (1)   --target-accuracy A (stop once the test accuracy reaches A)\n"
 "  --no-flush-denormals     keep denormal floats (slower late in training)\n"
@@ -125,12 +133,57 @@ static void take_signals_in_a_thread(void)
     }
 }
 
+static void sample_usage(FILE *f)
+{
+    fprintf(f,
+"usage: shmtrain sample --checkpoint FILE --prompt TEXT [options]\n"
+"  print TEXT and its continuation by a language model's checkpoint\n"
+"  --tokens N (200)   --temperature T (0.8; 0 = greedy)   --top-k K (200; 0 = all)   --seed S (1)\n");
+}
+
+static int sample_main(int argc, char **argv)
+{
+    enum { S_CKPT = 256, S_PROMPT, S_TOKENS, S_TEMP, S_TOPK, S_SEED };
+    static const struct option opts[] = {
+        {"checkpoint", 1, 0, S_CKPT}, {"prompt", 1, 0, S_PROMPT}, {"tokens", 1, 0, S_TOKENS},
+        {"temperature", 1, 0, S_TEMP}, {"top-k", 1, 0, S_TOPK}, {"seed", 1, 0, S_SEED}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
+    st_sample_options o = {.prompt = "\n", .tokens = 200, .top_k = 200, .temperature = 0.8, .seed = 1};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case S_CKPT: o.checkpoint = optarg; break;
+        case S_PROMPT: o.prompt = optarg; break;
+        case S_TOKENS: o.tokens = (int)whole("--tokens", optarg, 0, 1000000); break;
+        case S_TEMP: o.temperature = number("--temperature", optarg, 0, 100); break;
+        case S_TOPK: o.top_k = (int)whole("--top-k", optarg, 0, 1000000); break;
+        case S_SEED: o.seed = (uint64_t)whole("--seed", optarg, 0, LONG_MAX); break;
+        case 'h': sample_usage(stdout); return 0;
+        case ':': bad("%s needs a value", argv[optind - 1]);
+        default: bad("sample: unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        bad("sample: unexpected argument '%s'", argv[optind]);
+    if (!o.checkpoint)
+        bad("sample: --checkpoint FILE is required");
+    st_nn_flush_denormals(true);
+    if (st_sample(&o, stdout) != ST_OK) {
+        fprintf(stderr, "shmtrain sample: %s\n", st_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "sample"))
+        return sample_main(argc - 1, argv + 1);
     enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
            O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ,
            O_GAMMA, O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE,
-           O_RESUME, O_CHECK, O_ARDTYPE, O_BUCKET };
+           O_RESUME, O_CHECK, O_ARDTYPE, O_BUCKET, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2 };
     static const struct option opts[] = {
         {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI},
         {"train-labels", 1, 0, O_TRL}, {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL},
@@ -144,7 +197,8 @@ int main(int argc, char **argv)
         {"no-flush-denormals", 0, 0, O_NOFLUSH}, {"eval-every", 1, 0, O_EVAL}, {"log-every", 1, 0, O_LOG},
         {"metrics", 1, 0, O_METRICS}, {"quiet", 0, 0, O_QUIET}, {"checkpoint", 1, 0, O_CKPT},
         {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 2, 0, O_RESUME}, {"check-replicas", 1, 0, O_CHECK},
-        {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"bucket-mb", 1, 0, O_BUCKET},
+        {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"bucket-mb", 1, 0, O_BUCKET}, {"text", 1, 0, O_TEXT},
+        {"tokens", 1, 0, O_TOKENS}, {"eval-windows", 1, 0, O_EVALWIN}, {"beta2", 1, 0, O_BETA2},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     st_train_options o;
     st_train_defaults(&o);
@@ -164,6 +218,17 @@ int main(int argc, char **argv)
         case O_TRS: o.train_subset = whole("--train-subset", optarg, 1, ONE_BILLION); break;
         case O_TES: o.test_subset = whole("--test-subset", optarg, 1, ONE_BILLION); break;
         case O_AUG: o.augment = true; break;
+        case O_TEXT:
+            if (o.ntext == 2)
+                bad("--text: at most two (training, then validation)");
+            o.text[o.ntext++] = optarg;
+            break;
+        case O_TOKENS:
+            if (!strcmp(optarg, "chars")) o.text_tokens = ST_TEXT_CHARS;
+            else if (!strcmp(optarg, "bytes")) o.text_tokens = ST_TEXT_BYTES;
+            else bad("--tokens '%s': use chars or bytes", optarg);
+            break;
+        case O_EVALWIN: o.eval_windows = whole("--eval-windows", optarg, 0, ONE_BILLION); break;
         case O_EPOCHS: o.epochs = (int)whole("--epochs", optarg, 1, 1000000); break;
         case O_MAXSTEPS: o.max_steps = whole("--max-steps", optarg, 1, LONG_MAX); break;
         case O_BATCH: o.batch = (int)whole("--batch-size", optarg, 1, 1 << 20); break;
@@ -175,6 +240,7 @@ int main(int argc, char **argv)
         case O_LR: o.schedule.lr = number("--lr", optarg, 0, 100); break;
         case O_MOM: o.optim.momentum = number("--momentum", optarg, 0, 0.999f); momentum_set = true; break;
         case O_NEST: o.optim.nesterov = true; break;
+        case O_BETA2: o.optim.beta2 = number("--beta2", optarg, 0, 0.99999f); break;
         case O_WD: o.optim.weight_decay = number("--weight-decay", optarg, 0, 1); break;
         case O_CLIP: o.clip_norm = number("--clip-norm", optarg, 0, 1e6f); break;
         case O_SCALE: o.scale_lr = true; break;

@@ -32,6 +32,8 @@ typedef struct st_ckpt {
     uint64_t seed;
     uint32_t world_size;     /* of the run that wrote it (informational) */
     double best_accuracy, elapsed_s;
+    uint8_t *alphabet;       /* a language model's token id -> byte; NULL (0) otherwise */
+    uint32_t nalphabet;
 } st_ckpt;
 
 /* Write atomically.  The arrays are borrowed. */

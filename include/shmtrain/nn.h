@@ -93,6 +93,11 @@ int st_model_classes(const st_model *m);            /* outputs of the last layer
 int st_model_positions(const st_model *m);          /* positions scored per sample: T of a sequence, else 1 */
 int st_model_vocab(const st_model *m);              /* a language model's vocabulary (embed), else 0 */
 
+/* Which parameters are matrices (conv and linear weights, embedding
+ * tables: 1) and which are biases and norms' scales and shifts (0): the
+ * ones nanoGPT's AdamW decays.  `mask` holds st_model_param_count bytes. */
+void st_model_decay_mask(const st_model *m, uint8_t *mask);
+
 /* Layer, output shape, parameter count, total: like Keras' summary(). */
 void st_model_summary(const st_model *m, FILE *f);
 

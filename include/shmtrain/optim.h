@@ -25,6 +25,7 @@ typedef struct st_optim_config {
     bool nesterov;       /* SGD with momentum */
     float weight_decay;  /* SGD: L2 added to the gradient; AdamW: decoupled */
     float beta1, beta2, eps;   /* AdamW (0 = 0.9, 0.999, 1e-8) */
+    const uint8_t *decay_mask; /* AdamW: per parameter, 1 = decays (NULL: all do); borrowed */
 } st_optim_config;
 
 typedef struct st_optim st_optim;

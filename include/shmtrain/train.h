@@ -14,6 +14,7 @@
 #include "shmtrain/dtype.h"
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "shmtrain/optim.h"
 #include "shmtrain/status.h"
@@ -28,6 +29,10 @@ typedef struct st_train_options {
     const char *train_images, *train_labels, *test_images, *test_labels;
     const char *cifar_dir;        /* CIFAR binary directory instead of IDX */
     bool cifar100;
+    const char *text[2];          /* --text: a language model's corpus (and its validation text) */
+    int ntext;
+    int text_tokens;              /* st_text_tokens: characters (default) or bytes */
+    long eval_windows;            /* text: validation windows per evaluation (0 = all) */
     int epochs;                   /* default 1 */
     long max_steps;               /* stop after this many steps (0 = no limit) */
     int batch;                    /* per instance (default 64) */
@@ -63,6 +68,17 @@ void st_train_defaults(st_train_options *o);
  * (a checkpoint was written); ST_ERR_FORMAT / ST_ERR_IO for bad inputs,
  * with the file named in st_last_error(). */
 st_status st_train_run(const st_train_options *o, st_train_result *r);
+
+/* Sampling from a language model's checkpoint (shmtrain sample): prints
+ * the prompt and `tokens` more, drawn at `temperature` (0: greedy) from the
+ * `top_k` likeliest (0: all), deterministic from `seed`. */
+typedef struct st_sample_options {
+    const char *checkpoint, *prompt;
+    int tokens, top_k;
+    double temperature;
+    uint64_t seed;
+} st_sample_options;
+st_status st_sample(const st_sample_options *o, FILE *out);
 
 /* Request a clean stop after the current step (from any thread; also
  * async-signal-safe, but see src/shmtrain.c for why shmtrain takes its

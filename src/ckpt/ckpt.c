@@ -22,7 +22,8 @@
 #define VERSION 1u
 #define TAG(a, b, c, d) ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
 enum { T_MODEL = TAG('M', 'O', 'D', 'L'), T_PARAMS = TAG('P', 'A', 'R', 'M'), T_BUFFERS = TAG('B', 'U', 'F', 'S'),
-       T_OPTIM = TAG('O', 'P', 'T', 'S'), T_STATE = TAG('S', 'T', 'A', 'T') };
+       T_OPTIM = TAG('O', 'P', 'T', 'S'), T_STATE = TAG('S', 'T', 'A', 'T'),
+       T_VOCAB = TAG('V', 'O', 'C', 'B') /* optional: a language model's alphabet */ };
 
 struct state_section {
     uint64_t epoch, epoch_pos, step, seed, optim_steps;
@@ -55,7 +56,7 @@ static void section(struct out *o, uint32_t tag, const void *p, size_t n)
 static uint64_t payload_size(const st_ckpt *c)
 {
     return 5 * 12 + strlen(c->model_text) + (c->nparams + c->nbuffers + c->noptim) * sizeof(float) +
-           sizeof(struct state_section);
+           sizeof(struct state_section) + (c->nalphabet ? 12 + c->nalphabet : 0);
 }
 
 /* A writer killed between fopen and rename leaves PATH.tmp.PID behind.
@@ -108,6 +109,8 @@ st_status st_ckpt_write(const char *path, const st_ckpt *c)
     section(&o, T_BUFFERS, c->buffers, c->nbuffers * sizeof(float));
     section(&o, T_OPTIM, c->optim_state, c->noptim * sizeof(float));
     section(&o, T_STATE, &s, sizeof s);
+    if (c->nalphabet)
+        section(&o, T_VOCAB, c->alphabet, c->nalphabet);
     uint32_t crc = (uint32_t)o.crc;
     put(&o, &crc, 4, false);
     put(&o, "END!", 4, false);
@@ -176,6 +179,11 @@ static st_status parse_sections(const char *path, const uint8_t *p, uint64_t len
             st = take_floats(path, "buffers", p, n, &c->buffers, &c->nbuffers), have[2] = true;
         } else if (tag == T_OPTIM) {
             st = take_floats(path, "optimizer", p, n, &c->optim_state, &c->noptim), have[3] = true;
+        } else if (tag == T_VOCAB && n >= 1 && n <= 256) {
+            if (!(c->alphabet = malloc(n)))
+                return st_fail(ST_ERR_NOMEM, "checkpoint %s: out of memory", path);
+            memcpy(c->alphabet, p, n);
+            c->nalphabet = (uint32_t)n;
         } else if (tag == T_STATE && n == sizeof(struct state_section)) {
             struct state_section s;
             memcpy(&s, p, sizeof s);
@@ -246,6 +254,7 @@ out:
 
 void st_ckpt_free(st_ckpt *c)
 {
+    free(c->alphabet);
     free(c->model_text);
     free(c->params);
     free(c->buffers);

@@ -764,6 +764,17 @@ int st_model_positions(const st_model *m) { return node_positions(&m->nodes[m->n
 
 int st_model_vocab(const st_model *m) { return m->nodes[0].tokens ? m->nodes[1].vocab : 0; }
 
+void st_model_decay_mask(const st_model *m, uint8_t *mask)
+{
+    memset(mask, 0, m->params);
+    for (int i = 0; i < m->n; i++) {
+        const struct node *nd = &m->nodes[i];
+        const bool matrix = nd->kind == NODE_CONV || nd->kind == NODE_LINEAR || nd->kind == NODE_EMBED;
+        if (matrix)  /* the embed's "bias" is its position table, a matrix too */
+            memset(mask + nd->w_off, 1, nd->w_count + (nd->kind == NODE_EMBED ? nd->b_count : 0));
+    }
+}
+
 /* ------------------------------------------------------ shapes, types -- */
 
 size_t st_shape_elems(const st_shape *s)

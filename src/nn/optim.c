@@ -110,10 +110,11 @@ static void sgd_step(st_optim *o, float *restrict p, const float *restrict g, fl
 
 ST_MULTIVERSION
 static void adamw_chunk(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, size_t n,
-                        float lr, float wd, float b1, float b2, float c1, float c2, float eps)
+                        float lr, float wd, float b1, float b2, float c1, float c2, float eps,
+                        const uint8_t *restrict decays)
 {
     for (size_t i = 0; i < n; i++) {
-        p[i] *= 1.0f - lr * wd;
+        p[i] *= 1.0f - lr * wd * (decays ? (float)decays[i] : 1.0f);
         m[i] = b1 * m[i] + (1 - b1) * g[i];
         v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
         p[i] -= lr * (m[i] / c1) / (sqrtf(v[i]) / c2 + eps);
@@ -130,7 +131,8 @@ static void adamw_step(st_optim *o, float *restrict p, const float *restrict g, 
 #pragma omp parallel for schedule(static) if (chunks > 4)
     for (size_t c = 0; c < chunks; c++) {
         const size_t lo = c * CHUNK, n = count - lo < CHUNK ? count - lo : CHUNK;
-        adamw_chunk(p + lo, g + lo, m + lo, v + lo, n, lr, wd, b1, b2, c1, c2, eps);
+        adamw_chunk(p + lo, g + lo, m + lo, v + lo, n, lr, wd, b1, b2, c1, c2, eps,
+                    o->cfg.decay_mask ? o->cfg.decay_mask + lo : NULL);
     }
 }
 

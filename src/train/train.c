@@ -46,6 +46,7 @@ void st_train_defaults(st_train_options *o)
     o->log_every = 50;
     o->checkpoint = "shmtrain.ckpt";
     o->flush_denormals = true;
+    o->eval_windows = 256;
 }
 
 static double now_s(void)
@@ -77,6 +78,10 @@ static void say(const struct trainer *t, const char *fmt, ...)
     fflush(stdout);
 }
 
+/* Language models count tokens: a window is `context` of them. */
+static double rate_per_sample(const struct trainer *t) { return t->text ? t->context : 1; }
+static const char *rate_unit(const struct trainer *t) { return t->text ? "tokens/s" : "samples/s"; }
+
 static void log_interval(struct trainer *t, float lr)
 {
     const double now = now_s(), span = now - t->interval_start;
@@ -97,13 +102,14 @@ static void log_interval(struct trainer *t, float lr)
         for (int i = 0; i < width; i++)
             bar[i] = i < done ? '=' : i == done ? '>' : ' ';
         bar[width] = '\0';
-        say(t, "epoch %llu/%d [%s] step %llu/%ld loss %.4f acc %5.1f%% %8.0f samples/s ETA %d:%02d",
+        say(t, "epoch %llu/%d [%s] step %llu/%ld loss %.4f acc %5.1f%% %8.0f %s ETA %d:%02d",
             (unsigned long long)t->epoch + 1, t->o->epochs, bar, (unsigned long long)t->step, max, loss,
-            100 * acc, sps, (int)eta / 60, (int)eta % 60);
+            100 * acc, sps * rate_per_sample(t), rate_unit(t), (int)eta / 60, (int)eta % 60);
     } else {
-        say(t, "epoch %llu step %llu/%ld loss %.4f acc %.1f%% lr %.4g %.0f samples/s (compute %.0f%%, "
+        say(t, "epoch %llu step %llu/%ld loss %.4f acc %.1f%% lr %.4g %.0f %s (compute %.0f%%, "
                "all-reduce %.0f%%, wait %.0f%%) ETA %d:%02d\n",
-            (unsigned long long)t->epoch + 1, (unsigned long long)t->step, max, loss, 100 * acc, lr, sps,
+            (unsigned long long)t->epoch + 1, (unsigned long long)t->step, max, loss, 100 * acc, lr,
+            sps * rate_per_sample(t), rate_unit(t),
             100 * t->t_compute / span, 100 * (t->t_reduce - t->t_wait) / span, 100 * t->t_wait / span,
             (int)eta / 60, (int)eta % 60);
     }
@@ -116,22 +122,20 @@ static void log_interval(struct trainer *t, float lr)
 
 static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out)
 {
-    const int b = t->o->batch, k = st_model_classes(t->model);
-    const size_t n = st_dataset_size(t->test), global = (size_t)t->world * b;
-    float *logits = malloc((size_t)b * k * sizeof(float));
+    const int b = t->o->batch, k = st_model_classes(t->model), positions = st_model_positions(t->model);
+    const size_t n = train_eval_samples(t), global = (size_t)t->world * b;
+    float *logits = malloc((size_t)b * positions * k * sizeof(float));
     float sums[3] = {0, 0, 0};  /* loss, correct, count */
     st_status st = logits ? ST_OK : st_fail(ST_ERR_NOMEM, "eval: out of memory");
     st_net_set_training(t->net, false);
     for (size_t first = 0; first < n && st == ST_OK; first += global) {
-        st_batch_spec spec = {.first = first, .world = t->world, .rank = t->rank, .batch = b,
-                              .mean = t->mean, .std = t->std};
         int valid;
-        st_batch_fill(t->test, &spec, t->x, t->y, &valid);
+        train_fill_eval_batch(t, first, &valid);
         st_group_heartbeat(t->comm.local);  /* no collective until the end: tell the launcher we progress */
         if ((st = st_net_forward(t->net, t->x)) != ST_OK)
             break;
         st_net_output(t->net, logits);
-        for (int i = 0; i < valid; i++) {
+        for (int i = 0; i < valid * positions; i++) {
             const float *z = logits + (size_t)i * k;
             int best = 0;
             double zmax = z[0], sum = 0;
@@ -178,9 +182,13 @@ static st_status eval_and_report(struct trainer *t)
     record(t, &(st_record){.type = ST_RECORD_EVAL,
                            .u.eval = {.step = t->step, .epoch = t->epoch, .test_loss = loss, .test_accuracy = acc,
                                       .time_s = at, .eval_s = now_s() - t0}});
-    say(t, "eval  epoch %llu step %llu: test loss %.4f, test accuracy %.2f%% (best %.2f%%)\n",
-        (unsigned long long)t->epoch + (t->epoch_pos ? 1 : 0), (unsigned long long)t->step, loss, 100 * acc,
-        100 * t->best_acc);
+    if (t->text)
+        say(t, "eval  step %llu: validation loss %.4f (%.3f bits per character), next-character accuracy %.2f%% "
+               "(%zu windows)\n", (unsigned long long)t->step, loss, loss / log(2.0), 100 * acc, t->eval_count);
+    else
+        say(t, "eval  epoch %llu step %llu: test loss %.4f, test accuracy %.2f%% (best %.2f%%)\n",
+            (unsigned long long)t->epoch + (t->epoch_pos ? 1 : 0), (unsigned long long)t->step, loss, 100 * acc,
+            100 * t->best_acc);
     t->interval_start += now_s() - t0;  /* evaluation is not training time */
     return ST_OK;
 }
@@ -200,7 +208,9 @@ static st_status save(struct trainer *t)
                  .optim_steps = st_optim_steps(t->opt),
                  .epoch = t->epoch, .epoch_pos = t->epoch_pos, .step = t->step, .seed = t->o->seed,
                  .world_size = (uint32_t)t->world, .best_accuracy = t->best_acc,
-                 .elapsed_s = now_s() - t->start + t->elapsed_before};
+                 .elapsed_s = now_s() - t->start + t->elapsed_before,
+                 .alphabet = t->text ? (uint8_t *)st_text_alphabet(t->text) : NULL,
+                 .nalphabet = t->text ? (uint32_t)st_text_vocab(t->text) : 0};
     c.nbuffers = nb;
     c.noptim = no;
     return st_ckpt_write(t->o->checkpoint, &c);
@@ -220,6 +230,11 @@ static st_status restore(struct trainer *t, const char *path)
         st = st_fail(ST_ERR_MISMATCH, "checkpoint %s: %zu parameters, the model has %zu", path, c.nparams, P);
     else if (c.optim_kind != (uint32_t)t->o->optim.kind || c.noptim != S)
         st = st_fail(ST_ERR_MISMATCH, "checkpoint %s was written with another --optimizer (or momentum)", path);
+    else if (t->text && (c.nalphabet != (uint32_t)st_text_vocab(t->text) ||
+                         memcmp(c.alphabet, st_text_alphabet(t->text), c.nalphabet)))
+        st = st_fail(ST_ERR_MISMATCH, "checkpoint %s: its vocabulary (%u symbols) differs from --text %s's (%d): "
+                                      "token ids would mean other characters", path, c.nalphabet,
+                     st_text_source(t->text, ST_TEXT_TRAIN), st_text_vocab(t->text));
     else if (c.seed != t->o->seed)
         st = st_fail(ST_ERR_MISMATCH, "checkpoint %s was written with --seed %llu, not %llu", path,
                      (unsigned long long)c.seed, (unsigned long long)t->o->seed);
@@ -293,10 +308,7 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
 {
     const st_train_options *o = t->o;
     const double t0 = now_s();
-    st_batch_spec spec = {.order = t->order, .first = t->epoch_pos, .world = t->world, .rank = t->rank,
-                          .batch = o->batch, .mean = t->mean, .std = t->std, .augment = o->augment,
-                          .seed = o->seed, .epoch = t->epoch};
-    st_batch_fill(t->train, &spec, t->x, t->y, NULL);
+    train_fill_batch(t);
     st_net_set_dropout_seed(t->net, o->seed * 0x9e3779b97f4a7c15ull + t->step);
     float loss;
     int correct;
@@ -306,7 +318,7 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
         return st;
     float *tail = t->grads + t->P;
     tail[0] = loss;
-    tail[1] = (float)correct / (float)o->batch;
+    tail[1] = (float)correct / (float)(o->batch * st_model_positions(t->model));
     tail[2] = atomic_load(&stop_requested) ? 1.0f : 0.0f;
     tail[3] = isfinite(loss) ? 0.0f : 1.0f;
     const double t1 = now_s(), w0 = st_group_wait_seconds(t->comm.local);
@@ -363,7 +375,14 @@ static st_status setup(struct trainer *t)
     if (o->bucket_mb > 0 && bf16_bytes)
         return st_fail(ST_ERR_INVALID, "--bucket-mb goes with --allreduce-dtype fp32 (bf16 buckets are not built yet)");
     st_net_config nc = {.batch = o->batch, .grad_buffer = t->grads};
-    if ((st = st_net_create(&t->net, t->model, &nc)) != ST_OK || (st = st_optim_create(&t->opt, t->P, &o->optim)) != ST_OK)
+    st_optim_config oc = o->optim;
+    if (t->text) {  /* nanoGPT's AdamW: matrices decay, biases and norms do not */
+        if (!(t->decay_mask = malloc(t->P ? t->P : 1)))
+            return st_fail(ST_ERR_NOMEM, "train: out of memory");
+        st_model_decay_mask(t->model, t->decay_mask);
+        oc.decay_mask = t->decay_mask;
+    }
+    if ((st = st_net_create(&t->net, t->model, &nc)) != ST_OK || (st = st_optim_create(&t->opt, t->P, &oc)) != ST_OK)
         return st;
     if (o->bucket_mb > 0) {
         if (!t->comm.any_thread)
@@ -374,14 +393,11 @@ static st_status setup(struct trainer *t)
         st_net_on_grads_ready(t->net, overlap_ready, &t->ov);
     }
     st_net_init(t->net, o->seed);
-    int c, h, w;
-    st_model_input_shape(t->model, &c, &h, &w);
-    t->x = malloc((size_t)o->batch * c * h * w * sizeof(float));
-    t->y = malloc((size_t)o->batch * sizeof(int));
-    t->order = malloc(st_dataset_size(t->train) * sizeof(uint32_t));
-    if (!t->x || !t->y || !t->order)
-        return st_fail(ST_ERR_NOMEM, "train: out of memory");
-    t->steps_per_epoch = (long)(st_dataset_size(t->train) / ((size_t)t->world * o->batch));
+    if ((st = train_alloc_batch(t)) != ST_OK)
+        return st;
+    t->steps_per_epoch = (long)(train_samples(t) / ((size_t)t->world * o->batch));
+    if (t->steps_per_epoch < 1)
+        t->steps_per_epoch = 1;
     t->sched = o->schedule;
     if (!t->sched.total) {
         long total = t->steps_per_epoch * o->epochs;
@@ -447,8 +463,12 @@ static void summary(struct trainer *t, st_train_result *r)
 {
     const double total = now_s() - t->start + t->elapsed_before;
     const double sps = t->train_seconds > 0 ? r->samples_per_s : 0;
-    say(t, "done: %ld steps in %.1f s (%.0f samples/s training), final test accuracy %.2f%%, best %.2f%%\n",
-        r->steps, total, sps, 100 * t->last_acc, 100 * t->best_acc);
+    if (t->text)
+        say(t, "done: %ld steps in %.1f s (%.0f tokens/s training), final validation loss %.4f (%.3f bits per "
+               "character)\n", r->steps, total, sps * t->context, t->last_loss, t->last_loss / log(2.0));
+    else
+        say(t, "done: %ld steps in %.1f s (%.0f samples/s training), final test accuracy %.2f%%, best %.2f%%\n",
+            r->steps, total, sps, 100 * t->last_acc, 100 * t->best_acc);
     st_record rec = {.type = ST_RECORD_SUMMARY,
                      .u.summary = {.steps = r->steps, .instances = t->world, .batch_per_instance = t->o->batch,
                                    .total_s = total, .train_s = t->train_seconds, .samples_per_s = sps,
@@ -475,6 +495,8 @@ static void teardown(struct trainer *t, bool failed)
     st_net_destroy(t->net);
     st_dataset_destroy(t->train);
     st_dataset_destroy(t->test);
+    st_text_destroy(t->text);
+    free(t->decay_mask);
     overlap_stop(&t->ov);
     comm_leave(&t->comm, failed);
     st_model_destroy(t->model);
@@ -483,14 +505,16 @@ static void teardown(struct trainer *t, bool failed)
 static st_status loop(struct trainer *t, st_train_result *r)
 {
     const st_train_options *o = t->o;
-    const size_t global = (size_t)t->world * o->batch, n = st_dataset_size(t->train);
+    const size_t global = (size_t)t->world * o->batch, n = t->text ? (size_t)t->steps_per_epoch * global
+                                                                        : st_dataset_size(t->train);
     st_status st = ST_OK;
     bool stop = false, done = false;
     float lr = o->schedule.lr;
     double train_start = now_s();
     t->interval_start = train_start;
     for (; t->epoch < (uint64_t)o->epochs && !done && st == ST_OK; t->epoch++, t->epoch_pos = 0) {
-        st_epoch_order(t->order, n, o->seed, t->epoch);
+        if (!t->text)
+            st_epoch_order(t->order, n, o->seed, t->epoch);
         while (t->epoch_pos + global <= n && st == ST_OK) {
             if (o->max_steps && (long)t->step >= o->max_steps) {
                 done = true;
@@ -555,7 +579,13 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
     if (st == ST_OK) {
         open_metrics(&t);
         run_record(&t);
-        if (t.rank == 0 && !o->quiet) {
+        if (t.rank == 0 && !o->quiet && t.text) {
+            printf("shmtrain: %d instance%s x batch %d x context %d, model %s (%zu parameters), %zu training / "
+                   "%zu validation tokens, vocabulary %d\n", t.world, t.world == 1 ? "" : "s", o->batch, t.context,
+                   o->model, t.P, st_text_tokens_in(t.text, ST_TEXT_TRAIN), st_text_tokens_in(t.text, ST_TEXT_VAL),
+                   st_text_vocab(t.text));
+            fflush(stdout);
+        } else if (t.rank == 0 && !o->quiet) {
             printf("shmtrain: %d instance%s x batch %d, model %s (%zu parameters), %zu training / %zu test samples\n",
                    t.world, t.world == 1 ? "" : "s", o->batch, o->model, t.P, st_dataset_size(t.train),
                    st_dataset_size(t.test));

@@ -80,9 +80,20 @@ static st_status check_fits(const struct trainer *t, const st_dataset *d)
 /* Each node's first rank decodes both splits and publishes them; the
  * node's others attach, so the decoded bytes exist once per node.  It tells
  * its node whether that worked before anyone attaches. */
+st_status train_load_text(struct trainer *t);
+
 st_status train_load_data(struct trainer *t)
 {
     const st_train_options *o = t->o;
+    const bool lm = st_model_vocab(t->model) > 0;
+    if (lm != (o->ntext > 0))
+        return lm ? st_fail(ST_ERR_INVALID, "--model %s reads token ids: give it text (--text FILE)", o->model)
+                  : st_fail(ST_ERR_INVALID, "--text: model '%s' is not a language model (its input is not "
+                                            "'input tokens T')", o->model);
+    if (lm) {
+        t->context = st_model_positions(t->model);
+        return train_load_text(t);
+    }
     char names[2][160];
     int status = 0;
     st_status st = ST_OK;
@@ -130,4 +141,99 @@ st_status train_load_data(struct trainer *t)
     st_dataset_shape(t->train, &c, &h, &w);
     st_dataset_stats(t->train, t->mean, t->std, c);
     return ST_OK;
+}
+
+/* ---------------------------------------------------------------- text -- */
+
+static st_status check_text_fits(const struct trainer *t)
+{
+    const int vocab = st_model_vocab(t->model), have = st_text_vocab(t->text);
+    if (have > vocab)
+        return st_fail(ST_ERR_FORMAT, "--text %s: %d distinct tokens, more than model '%s''s vocabulary of %d",
+                       st_text_source(t->text, ST_TEXT_TRAIN), have, t->o->model, vocab);
+    return st_text_check(t->text, t->context, (long)t->world * t->o->batch);
+}
+
+/* As the images: the node's first rank reads and publishes, the others
+ * attach, then the name goes. */
+st_status train_load_text(struct trainer *t)
+{
+    char name[160];
+    st_status st = st_shm_name(name, sizeof name, st_group_job_id(t->comm.local), "text");
+    if (st != ST_OK)
+        return st;
+    const int first = t->comm.local_rank == 0, sharing = t->comm.local_world > 1;
+    int status = 0;
+    if (first) {
+        st = st_text_load(&t->text, t->o->text, t->o->ntext, (st_text_tokens)t->o->text_tokens);
+        if (st == ST_OK)
+            st = check_text_fits(t);
+        if (st == ST_OK && sharing)
+            st = st_text_share(t->text, name);
+        status = (int)st;
+    }
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", st_last_error());
+    if (sharing && (st = st_broadcast(t->comm.local, &status, sizeof status, 0)) != ST_OK)
+        return st;
+    if (status != ST_OK)
+        return first ? st_fail((st_status)status, "%s", saved)
+                     : st_fail(ST_ERR_PEER_DEAD, "rank %d, the first of this node, could not load the text (its log "
+                                                 "says why)", t->rank - t->comm.local_rank);
+    if (sharing) {
+        if (!first && (st = st_text_attach(&t->text, name)) != ST_OK)
+            return st;
+        if ((st = st_barrier(t->comm.local)) != ST_OK)
+            return st;
+        if (first)
+            st_dataset_unlink_shared(name);
+    }
+    t->eval_count = st_text_eval_windows(t->text, t->context, (size_t)t->o->eval_windows);
+    return ST_OK;
+}
+
+size_t train_samples(const struct trainer *t)
+{
+    /* A text "epoch": as many windows as the split has tokens per window. */
+    return t->text ? st_text_tokens_in(t->text, ST_TEXT_TRAIN) / (size_t)t->context : st_dataset_size(t->train);
+}
+
+size_t train_eval_samples(const struct trainer *t)
+{
+    return t->text ? t->eval_count : st_dataset_size(t->test);
+}
+
+st_status train_alloc_batch(struct trainer *t)
+{
+    const size_t b = (size_t)t->o->batch, positions = (size_t)st_model_positions(t->model);
+    t->x = malloc(b * st_model_input_size(t->model) * sizeof(float));  /* ids are 4 bytes too */
+    t->y = malloc(b * positions * sizeof(int));
+    if (!t->text)
+        t->order = malloc(st_dataset_size(t->train) * sizeof(uint32_t));
+    return t->x && t->y && (t->text || t->order) ? ST_OK : st_fail(ST_ERR_NOMEM, "train: out of memory");
+}
+
+void train_fill_batch(struct trainer *t)
+{
+    const st_train_options *o = t->o;
+    if (t->text) {
+        st_text_train_batch(t->text, o->seed, t->step, t->world, t->rank, o->batch, t->context, t->x, t->y);
+        return;
+    }
+    st_batch_spec spec = {.order = t->order, .first = t->epoch_pos, .world = t->world, .rank = t->rank,
+                          .batch = o->batch, .mean = t->mean, .std = t->std, .augment = o->augment,
+                          .seed = o->seed, .epoch = t->epoch};
+    st_batch_fill(t->train, &spec, t->x, t->y, NULL);
+}
+
+void train_fill_eval_batch(struct trainer *t, size_t first, int *valid)
+{
+    if (t->text) {
+        st_text_eval_batch(t->text, first, t->eval_count, t->world, t->rank, t->o->batch, t->context, t->x, t->y,
+                           valid);
+        return;
+    }
+    st_batch_spec spec = {.first = first, .world = t->world, .rank = t->rank, .batch = t->o->batch,
+                          .mean = t->mean, .std = t->std};
+    st_batch_fill(t->test, &spec, t->x, t->y, valid);
 }

@@ -13,6 +13,7 @@
 #include "shmtrain/data.h"
 #include "shmtrain/nn.h"
 #include "shmtrain/optim.h"
+#include "shmtrain/text.h"
 #include "shmtrain/train.h"
 
 #define TAIL 4    /* extra floats reduced with the gradients: loss, correct, stop, non-finite */
@@ -25,11 +26,15 @@ struct trainer {
     st_model *model;
     st_net *net;
     st_optim *opt;
-    st_dataset *train, *test;
+    st_dataset *train, *test;  /* images; or */
+    st_text *text;             /* a language model's corpus */
+    int context;               /* text: tokens per window (the model's positions) */
+    size_t eval_count;         /* text: validation windows per evaluation */
+    uint8_t *decay_mask;       /* text: which parameters AdamW decays */
     float mean[3], std[3];
     uint32_t *order;
-    float *x;
-    int *y;
+    void *x;                   /* a batch: floats, or int32 token ids */
+    int *y;                    /* labels: per sample, or per token */
     float *grads;              /* P gradients + TAIL, in the shared segment */
     st_bf16 *grads_bf16;       /* --allreduce-dtype bf16: the P gradients as exchanged, after them */
     struct overlap ov;         /* --bucket-mb: the buckets' progress thread */
@@ -50,7 +55,19 @@ struct trainer {
 };
 
 /* Each node's first rank decodes both splits and publishes them; the
- * node's others attach.  Fills t->train, t->test, t->mean, t->std. */
+ * node's others attach.  Fills t->train, t->test, t->mean, t->std, or
+ * t->text. */
 st_status train_load_data(struct trainer *t);
+
+/* Samples (images, or windows) in the training split, and the buffers a
+ * batch needs.  Then this rank's batch of the current step into t->x, t->y. */
+size_t train_samples(const struct trainer *t);
+st_status train_alloc_batch(struct trainer *t);
+void train_fill_batch(struct trainer *t);
+
+/* Evaluation batches: how many samples the split has, and this rank's part
+ * of global batch `first` (valid: how many are real). */
+size_t train_eval_samples(const struct trainer *t);
+void train_fill_eval_batch(struct trainer *t, size_t first, int *valid);
 
 #endif

@@ -1,0 +1,345 @@
+/* Language models end to end: the text reader's errors, learning a text
+ * whose structure is known, N x b against 1 x Nb, determinism, resume, the
+ * checkpoint's vocabulary, and sampling. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "forkranks.h"
+#include "shmtrain/ckpt.h"
+#include "shmtrain/text.h"
+
+static const char *shmrun, *shmtrain;
+static char dir[256];
+
+/* A tiny GPT: one block, context 16, vocabulary 32. */
+static const char *const MODEL = "input tokens 16\nembed 32 32\nblock heads 2\nlayernorm\nhead tied\n";
+
+static void path_of(char *out, size_t len, const char *name) { snprintf(out, len, "%s/%s", dir, name); }
+
+static void write_text(const char *name, const char *text, size_t n)
+{
+    char path[512];
+    path_of(path, sizeof path, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, n, f), n);
+    fclose(f);
+}
+
+/* Letters a..p, each followed by one of exactly two successors chosen by a
+ * fair coin: the unigram entropy is ln 16 = 2.77 nats per character, the
+ * best possible loss ln 2 = 0.69. */
+static char successor(char c, int coin) { return (char)('a' + ((c - 'a') * (coin ? 3 : 5) + (coin ? 1 : 2)) % 16); }
+
+static void make_markov(const char *name, size_t n, uint64_t seed, char first)
+{
+    char *t = malloc(n);
+    t[0] = first;
+    for (size_t i = 1; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        t[i] = successor(t[i - 1], (int)(seed >> 63));
+    }
+    write_text(name, t, n);
+    free(t);
+}
+
+struct run {
+    int code;
+    char *out, *err;
+};
+
+static struct run run_argv(char *const argv[])
+{
+    char out[512], err[512];
+    path_of(out, sizeof out, "run.out");
+    path_of(err, sizeof err, "run.err");
+    pid_t pid = spawn_redirected(argv, dir, out, err);
+    int status;
+    waitpid(pid, &status, 0);
+    char *o = slurp(out), *e = slurp(err);
+    return (struct run){WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), o ? o : strdup(""),
+                        e ? e : strdup("")};
+}
+
+static void run_free(struct run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+/* shmrun -n N -- shmtrain --model tiny.model --text markov.txt ... extra;
+ * N = 0: shmtrain alone, its output kept. */
+static struct run lm(int n, const char *ckpt, char *const extra[])
+{
+    char *argv[64], nbuf[8];
+    int k = 0;
+    snprintf(nbuf, sizeof nbuf, "%d", n);
+    const char *launch[] = {shmrun, "-n", nbuf, "--quiet", "--log-dir", "logs", "--"};
+    const char *base[] = {shmtrain, "--model", "tiny.model",
+                          "--checkpoint", ckpt, "--metrics", "metrics.jsonl", "--log-every", "1000",
+                          "--eval-windows", "64", "--batch-size", "8", "--optimizer", "adamw", "--lr", "3e-3"};
+    for (size_t i = 0; n > 0 && i < sizeof launch / sizeof *launch; i++)
+        argv[k++] = (char *)launch[i];
+    for (size_t i = 0; i < sizeof base / sizeof *base; i++)
+        argv[k++] = (char *)base[i];
+    bool has_text = false;
+    for (int i = 0; extra[i]; i++)
+        has_text |= !strcmp(extra[i], "--text");
+    if (!has_text)
+        argv[k++] = "--text", argv[k++] = "markov.txt";
+    for (int i = 0; extra[i]; i++)
+        argv[k++] = extra[i];
+    argv[k] = NULL;
+    return run_argv(argv);
+}
+
+static st_ckpt read_ckpt(const char *name)
+{
+    char path[512];
+    path_of(path, sizeof path, name);
+    st_ckpt c;
+    if (st_ckpt_read(path, &c) != ST_OK)
+        fail_msg("%s", st_last_error());
+    return c;
+}
+
+static double final_loss(const struct run *r)
+{
+    const char *at = strstr(r->out, "final validation loss ");
+    if (!at)
+        fail_msg("no final validation loss in:\n%s\n%s", r->out, r->err);
+    return atof(at + strlen("final validation loss "));
+}
+
+/* ------------------------------------------------------------- tests -- */
+
+static void test_learns_below_the_unigram_entropy(void **state)
+{
+    (void)state;
+    struct run r = lm(0, "learn.ckpt", (char *[]){"--max-steps", "300", NULL});
+    if (r.code != 0)
+        fail_msg("training failed: %s", r.err);
+    const double loss = final_loss(&r);
+    /* ln 16 = 2.77 with no context, ln 2 = 0.69 at best */
+    if (!(loss < 1.0))
+        fail_msg("validation loss %.3f after 300 steps: the model did not learn the successor rule", loss);
+    assert_non_null(strstr(r.out, "tokens/s"));
+    assert_non_null(strstr(r.out, "bits per character"));
+    run_free(&r);
+
+    /* Greedy samples follow the rule: every generated transition is legal. */
+    char ckpt[512];
+    path_of(ckpt, sizeof ckpt, "learn.ckpt");
+    struct run s = run_argv((char *[]){(char *)shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "abc",
+                                       "--tokens", "100", "--temperature", "0", NULL});
+    if (s.code != 0)
+        fail_msg("sample failed: %s", s.err);
+    assert_int_equal(strlen(s.out), 3 + 100 + 1);
+    int legal = 0;
+    for (int i = 3; i < 103; i++)
+        legal += s.out[i] == successor(s.out[i - 1], 0) || s.out[i] == successor(s.out[i - 1], 1);
+    assert_int_equal(legal, 100);
+    run_free(&s);
+
+    /* Sampling at a temperature: the seed decides, and decides alike twice. */
+    char *argv[] = {(char *)shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "ab", "--tokens", "60", "--seed",
+                    "5", NULL};
+    struct run a = run_argv(argv), b = run_argv(argv);
+    argv[9] = "6";
+    struct run c = run_argv(argv);
+    assert_int_equal(a.code, 0);
+    assert_string_equal(a.out, b.out);
+    assert_string_not_equal(a.out, c.out);
+    run_free(&a), run_free(&b), run_free(&c);
+
+    struct run bad = run_argv((char *[]){(char *)shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "aZ", NULL});
+    assert_int_equal(bad.code, 1);
+    assert_non_null(strstr(bad.err, "--prompt: byte 0x5a ('Z') at offset 1 is not in the checkpoint's vocabulary of 16"));
+    run_free(&bad);
+}
+
+static void test_two_ranks_equal_one_with_double_batch(void **state)
+{
+    (void)state;
+    struct run a = lm(2, "a.ckpt", (char *[]){"--max-steps", "50", "--check-replicas", "10", NULL});
+    if (a.code != 0)
+        fail_msg("2 x 8 failed: %s", a.err);
+    struct run b = lm(1, "b.ckpt", (char *[]){"--max-steps", "50", "--batch-size", "16", NULL});
+    if (b.code != 0)
+        fail_msg("1 x 16 failed: %s", b.err);
+    st_ckpt ca = read_ckpt("a.ckpt"), cb = read_ckpt("b.ckpt");
+    assert_int_equal(ca.step, 50);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < ca.nparams; i++) {
+        worst = fmax(worst, fabs((double)ca.params[i] - cb.params[i]));
+        scale = fmax(scale, fabs(cb.params[i]));
+    }
+    /* The same windows, summed in another order: round-off, which AdamW's
+     * step (lr x m / sqrt(v), up to lr per step) keeps at lr's scale at most. */
+    if (!(worst < 1e-3 * scale))
+        fail_msg("parameters differ by %.3g (scale %.3g) after 50 steps", worst, scale);
+    st_ckpt_free(&ca), st_ckpt_free(&cb);
+    run_free(&a), run_free(&b);
+}
+
+static void test_deterministic_and_resumable(void **state)
+{
+    (void)state;
+    char *straight[] = {"--max-steps", "60", "--seed", "4", NULL};
+    struct run r1 = lm(2, "d1.ckpt", straight), r2 = lm(2, "d2.ckpt", straight);
+    assert_int_equal(r1.code, 0);
+    assert_int_equal(r2.code, 0);
+    st_ckpt a = read_ckpt("d1.ckpt"), b = read_ckpt("d2.ckpt");
+    assert_memory_equal(a.params, b.params, a.nparams * sizeof(float));
+    assert_memory_equal(a.optim_state, b.optim_state, a.noptim * sizeof(float));
+    assert_int_equal(a.nalphabet, 16);
+    assert_memory_equal(a.alphabet, "abcdefghijklmnop", 16);
+
+    struct run h1 = lm(2, "h.ckpt", (char *[]){"--max-steps", "25", "--seed", "4", NULL});
+    struct run h2 = lm(2, "h.ckpt", (char *[]){"--max-steps", "60", "--seed", "4", "--resume", NULL});
+    if (h1.code != 0 || h2.code != 0)
+        fail_msg("stop and resume failed: %s%s", h1.err, h2.err);
+    st_ckpt c = read_ckpt("h.ckpt");
+    assert_int_equal(c.step, 60);
+    assert_memory_equal(c.params, a.params, a.nparams * sizeof(float));
+    st_ckpt_free(&c);
+
+    /* Another alphabet: the checkpoint's ids would mean other characters. */
+    make_markov("upper.txt", 20000, 9, 'a');
+    char path[512];
+    path_of(path, sizeof path, "upper.txt");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "sed -i 's/a/A/g' %s", path);
+    assert_int_equal(system(cmd), 0);
+    struct run v = lm(1, "d1.ckpt", (char *[]){"--text", "upper.txt", "--resume", "--seed", "4", NULL});
+    assert_int_equal(v.code, 1);
+    assert_non_null(strstr(v.err, "its vocabulary (16 symbols) differs from --text upper.txt's (16)"));
+    st_ckpt after = read_ckpt("d1.ckpt");  /* and the refused checkpoint is intact */
+    assert_memory_equal(after.params, a.params, a.nparams * sizeof(float));
+    st_ckpt_free(&after);
+    st_ckpt_free(&a), st_ckpt_free(&b);
+    run_free(&r1), run_free(&r2), run_free(&h1), run_free(&h2), run_free(&v);
+}
+
+static void expect_error(char *const extra[], const char *needle)
+{
+    struct run r = lm(1, "bad.ckpt", extra);
+    if (r.code == 0 || !strstr(r.err, needle))
+        fail_msg("exit %d, wanted '%s' in:\n%s", r.code, needle, r.err);
+    run_free(&r);
+}
+
+static void test_bad_inputs_name_their_file(void **state)
+{
+    (void)state;
+    write_text("empty.txt", "", 0);
+    write_text("short.txt", "abcdefghij", 10);
+    char wide[64];
+    for (int i = 0; i < 64; i++)
+        wide[i] = (char)(' ' + i % 40);  /* 40 distinct characters, the model has 32 */
+    write_text("wide.txt", wide, 64);
+    write_text("val.txt", "abcdefghijklmnopqrstuvwxyz", 26);
+    char d[512];
+    path_of(d, sizeof d, "nodir");
+    mkdir(d, 0755);
+    write_text("nodir/index.dat", "\0\1\2", 3);
+    expect_error((char *[]){"--text", "missing.txt", NULL}, "--text missing.txt: No such file or directory");
+    expect_error((char *[]){"--text", "empty.txt", NULL}, "--text empty.txt: empty");
+    expect_error((char *[]){"--text", "short.txt", NULL},
+                 "--text short.txt: the training split has 9 tokens, fewer than one window of context + 1 = 17");
+    expect_error((char *[]){"--text", "wide.txt", NULL},
+                 "--text wide.txt: 40 distinct tokens, more than model 'tiny.model''s vocabulary of 32");
+    expect_error((char *[]){"--text", "markov.txt", "--text", "val.txt", NULL},
+                 "--text val.txt: byte 0x71 at offset 16 does not occur in the training text markov.txt");
+    expect_error((char *[]){"--text", "nodir", NULL}, "--text nodir: no text files in this directory");
+    expect_error((char *[]){"--text", "markov.txt", "--model", "mlp", NULL}, "model 'mlp' is not a language model");
+    /* a token model without text */
+    char *argv[] = {(char *)shmtrain, "--model", "gpt-mini", "--max-steps", "1", NULL};
+    struct run r = run_argv(argv);
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(r.err, "--model gpt-mini reads token ids: give it text (--text FILE)"));
+    run_free(&r);
+}
+
+/* The reader itself: a directory in name order, skipping .dat files and
+ * links; the 90/10 split; byte-level ids. */
+static void test_reader(void **state)
+{
+    (void)state;
+    char d[512], link[600], target[600];
+    path_of(d, sizeof d, "corpus");
+    mkdir(d, 0755);
+    write_text("corpus/b", "world", 5);
+    write_text("corpus/a", "hello ", 6);
+    write_text("corpus/a.dat", "\0\0\0\1", 4);
+    snprintf(link, sizeof link, "%s/a.u8", d);
+    snprintf(target, sizeof target, "%s/a", d);
+    assert_int_equal(symlink(target, link), 0);
+    st_text *t;
+    const char *paths[] = {d};
+    assert_int_equal(st_text_load(&t, paths, 1, ST_TEXT_CHARS), ST_OK);
+    assert_int_equal(st_text_tokens_in(t, ST_TEXT_TRAIN) + st_text_tokens_in(t, ST_TEXT_VAL), 11);
+    assert_int_equal(st_text_tokens_in(t, ST_TEXT_VAL), 1);  /* 10% of 11 */
+    assert_int_equal(st_text_vocab(t), 8);                   /* " dehlorw" */
+    char decoded[12] = {0};
+    for (int s = 0, at = 0; s < 2; s++)
+        for (size_t i = 0; i < st_text_tokens_in(t, s); i++)
+            decoded[at++] = (char)st_text_alphabet(t)[st_text_ids(t, s)[i]];
+    assert_string_equal(decoded, "hello world");
+    st_text_destroy(t);
+    assert_int_equal(st_text_load(&t, paths, 1, ST_TEXT_BYTES), ST_OK);
+    assert_int_equal(st_text_vocab(t), 256);
+    assert_int_equal(st_text_ids(t, ST_TEXT_TRAIN)[0], 'h');
+    st_text_destroy(t);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    shmrun = getenv("SHMRUN");
+    shmtrain = getenv("SHMTRAIN");
+    if (!shmrun || !shmtrain)
+        return -1;
+    snprintf(dir, sizeof dir, "/tmp/test_text.%d", (int)getpid());
+    if (mkdir(dir, 0755) != 0)
+        return -1;
+    make_markov("markov.txt", 60000, 7, 'a');
+    write_text("tiny.model", MODEL, strlen(MODEL));
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (getenv("KEEP_TEST_DIR"))
+        return 0;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reader),
+        cmocka_unit_test(test_bad_inputs_name_their_file),
+        cmocka_unit_test(test_learns_below_the_unigram_entropy),
+        cmocka_unit_test(test_two_ranks_equal_one_with_double_batch),
+        cmocka_unit_test(test_deterministic_and_resumable),
+    };
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
