@@ -2,6 +2,7 @@
 #include "step_rig.h"
 
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -45,16 +46,22 @@ void rig_create(struct step_rig *r, const char *tool, const char *model, int bat
     st_optim_config oc = {.kind = ST_OPTIM_SGD, .momentum = 0.9f};
     if (st_optim_create(&r->optim, P, &oc) != ST_OK)
         die(r, "optimizer");
-    r->x = malloc(in * sizeof(float));
-    r->labels = malloc((size_t)batch * sizeof(int));
+    const size_t rows = (size_t)batch * (size_t)st_model_positions(r->model);
+    const int vocab = st_model_vocab(r->model);
+    r->x = malloc(in * sizeof(float));  /* or int32 token ids, as many */
+    r->labels = malloc(rows * sizeof(int));
     if (!r->x || !r->labels) {
         fprintf(stderr, "%s: out of memory\n", tool);
         exit(1);
     }
-    for (size_t i = 0; i < in; i++)
-        r->x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
-    for (int i = 0; i < batch; i++)
-        r->labels[i] = i % st_model_classes(r->model);
+    for (size_t i = 0; i < in; i++) {
+        if (vocab)
+            ((int32_t *)r->x)[i] = (int32_t)((i * 2654435761u) % (unsigned)vocab);
+        else
+            r->x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    }
+    for (size_t i = 0; i < rows; i++)
+        r->labels[i] = (int)(i % (size_t)st_model_classes(r->model));
 }
 
 double rig_step(struct step_rig *r)

@@ -19,7 +19,7 @@ typedef void (*row_bwd_fn)(float *r0, float *r1, const float *g, const uint8_t *
 
 /* ------------------------------------------------------------ portable -- */
 
-#define ST_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+#include "simd.h"
 
 /* Written once, instantiated for the usual widths: a constant lane count
  * turns the channel loop into whole-vector operations. */

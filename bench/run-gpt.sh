@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Language-model training throughput (tokens/s): shmtrain beside the same GPT
+# in PyTorch (bench/torch_gpt.py; DDP gloo for 2+ instances), under the same
+# shmrun partitionings and pinning, interleaved, medians over rounds.
+#
+#   bench/run-gpt.sh [BUILD_DIR] [ROUNDS] [STEPS] [MODELS] [PARTITIONS] [PRECISIONS]
+#
+# defaults: build 3 40 "gpt-mini gpt" "1x1 1x2 2x1" "fp32".  Each run trains
+# STEPS steps on the fortunes corpus (batch 12, AdamW, clip 1) after untimed
+# warm-up steps; shmtrain's rate is its steady state (the median of its
+# per-interval rates after the first), PyTorch's the timed steps.  bf16 needs
+# a CPU with native bf16 (AVX512-BF16 or AMX).  PYTHON picks the interpreter
+# (default Debian's /usr/bin/python3 with PyTorch 1.13).
+set -euo pipefail
+build=${1:-build}; rounds=${2:-3}; steps=${3:-40}
+models=${4:-gpt-mini gpt}; parts=${5:-1x1 1x2 2x1}; precisions=${6:-fp32}
+py=${PYTHON:-/usr/bin/python3}; text=${TEXT:-/usr/share/games/fortunes}
+here=$(cd "$(dirname "$0")" && pwd); tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+torch_ok=0; $py -c 'import torch' 2>/dev/null && torch_ok=1
+median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+context() { [ "$1" = gpt ] && echo 256 || echo 64; }
+
+run_shm() { # model n c precision -> tokens/s
+  local log=$((steps / 4 > 0 ? steps / 4 : 1))
+  "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- "$build/shmtrain" --model "$1" --text "$text" \
+    --batch-size 12 --optimizer adamw --lr 1e-3 --weight-decay 0.1 --beta2 0.99 --clip-norm 1 \
+    --max-steps "$((steps + log))" --log-every "$log" --eval-windows 1 --quiet --metrics "$tmp/m.jsonl" \
+    --checkpoint "$tmp/c.ckpt"
+  grep '"type":"train"' "$tmp/m.jsonl" | tail -n +2 | sed 's/.*"samples_per_s":\([0-9.]*\).*/\1/' | median |
+    awk -v t="$(context "$1")" '{print $1 * t}'
+}
+run_torch() { # model n c precision -> tokens/s
+  "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- $py "$here/torch_gpt.py" --model "$1" \
+    --text "$text" --batch-size 12 --max-steps "$steps" --precision "$4" > "$tmp/t.out" 2> "$tmp/t.err" ||
+    { sed 's/^/torch_gpt.py: /' "$tmp/t.err" | tail -3 >&2; echo nan; return; }
+  grep -o '"tokens_per_s": [0-9.]*' "$tmp/t.out" | head -1 | awk '{print $2}'
+}
+
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $steps steps x batch 12; $rounds interleaved rounds"
+[ $torch_ok = 1 ] && echo "# peer: $($py -c 'import torch; print("PyTorch", torch.__version__)')" || echo "# peer: PyTorch not installed ($py)"
+for r in $(seq 1 "$rounds"); do
+  for m in $models; do for p in $parts; do for q in $precisions; do
+    n=${p%x*}; c=${p#*x}
+    echo "$m $p $q $(run_shm "$m" "$n" "$c" "$q")" >> "$tmp/shm.txt"
+    [ $torch_ok = 1 ] && echo "$m $p $q $(run_torch "$m" "$n" "$c" "$q")" >> "$tmp/torch.txt"
+  done; done; done
+done
+echo "# shmtrain's run record: $(grep -o '"onednn":"[^"]*","isa":"[^"]*"' "$tmp/m.jsonl" | head -1)"
+echo
+echo "| model | instances x cores | precision | shmtrain tokens/s | PyTorch tokens/s | ratio |"
+echo "|---|---|---|---|---|---|"
+for m in $models; do for p in $parts; do for q in $precisions; do
+  s=$(awk -v m=$m -v p=$p -v q=$q '$1==m && $2==p && $3==q {print $4}' "$tmp/shm.txt" | median)
+  t=$( [ -f "$tmp/torch.txt" ] && awk -v m=$m -v p=$p -v q=$q '$1==m && $2==p && $3==q {print $4}' "$tmp/torch.txt" | median || true)
+  if [ -n "$t" ]; then
+    printf "| %s | %s | %s | %.0f | %.0f | %.2fx |\n" $m $p $q $s $t "$(awk -v a=$s -v b=$t 'BEGIN{print a/b}')"
+  else
+    printf "| %s | %s | %s | %.0f | not installed | |\n" $m $p $q $s
+  fi
+done; done; done

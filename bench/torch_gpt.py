@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""The GPT presets in PyTorch: shmtrain's peer for language models.
+
+Run one process per instance under shmrun (which pins it and sets RANK,
+WORLD_SIZE, OMP_NUM_THREADS and SHMTRAIN_LOG_DIR); two or more train with
+DistributedDataParallel over gloo:
+
+    shmrun -n 2 -- python3 bench/torch_gpt.py --model gpt-mini --text /usr/share/games/fortunes \\
+        --max-steps 200 --batch-size 12
+
+The same model as shmtrain's preset (pre-norm GPT-2 blocks with biases, GELU
+tanh, causal attention, a head tied to the token table, vocabulary 256), the
+same initialisation (N(0, 0.02), residual projections 0.02/sqrt(2 x blocks),
+zero biases), the same data (the text read as shmtrain reads it, character
+ids in byte order, and the very same training windows: shmtrain's seeded
+stream of distinct starts, rank r taking every W-th), AdamW with decay on
+matrices only, clipping, and shmtrain's warm-up + cosine schedule.
+`--precision bf16` runs the step under torch.autocast(cpu, bfloat16).
+Prints one JSON summary line with tokens/s.  The attention is nanoGPT's
+"slow" path on PyTorch 1.13 (no fused kernel there) and
+scaled_dot_product_attention where PyTorch has it (2.0+).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+PRESETS = {"gpt-mini": dict(layers=4, heads=4, dim=128, context=64),
+           "gpt": dict(layers=6, heads=6, dim=384, context=256)}
+VOCAB = 256
+MASK64 = (1 << 64) - 1
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc, self.fc_proj = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def attention(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            mask = torch.ones(t, t, dtype=torch.bool).tril()
+            att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+            y = att @ v
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+    def forward(self, x):
+        x = x + self.attention(self.ln1(x))
+        return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, layers, heads, dim, context):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(VOCAB, dim), nn.Embedding(context, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith(("proj.weight", "fc_proj.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.ln(x) @ self.wte.weight.t()
+
+
+def read_text(path):
+    """shmtrain's reader: a file, or a directory's regular non-.dat text files in name order."""
+    if os.path.isdir(path):
+        data = b""
+        for name in sorted(os.listdir(path)):
+            p = os.path.join(path, name)
+            if name.startswith(".") or name.endswith(".dat") or os.path.islink(p) or not os.path.isfile(p):
+                continue
+            blob = open(p, "rb").read()
+            if b"\0" not in blob:
+                data += blob
+        return data
+    return open(path, "rb").read()
+
+
+def mix(s):
+    s = (s + 0x9E3779B97F4A7C15) & MASK64
+    z = s
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return s, z ^ (z >> 31)
+
+
+def windows(ids, seed, step, world, rank, batch, context):
+    """st_text_train_batch: world x batch distinct starts from one (seed, step) stream."""
+    starts = len(ids) - context
+    s = ((seed * 0xD1342543DE82EF95) & MASK64) ^ (((step + 1) * 0x9E3779B97F4A7C15) & MASK64)
+    drawn, mine = [], []
+    for k in range(world * batch):
+        while True:
+            s, z = mix(s)
+            d = z % starts
+            if d not in drawn:
+                break
+        drawn.append(d)
+        if k % world == rank:
+            mine.append(d)
+    x = torch.stack([ids[d:d + context] for d in mine])
+    y = torch.stack([ids[d + 1:d + context + 1] for d in mine])
+    return x, y
+
+
+def lr_at(a, step, total):
+    if a.warmup and step < a.warmup:
+        return a.lr * (step + 1) / a.warmup
+    if a.schedule != "cosine":
+        return a.lr
+    span = max(total - a.warmup, 1)
+    frac = min((step - a.warmup) / span, 1.0)
+    return a.min_lr + (a.lr - a.min_lr) * 0.5 * (1 + math.cos(math.pi * frac))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add = ap.add_argument
+    add("--model", choices=sorted(PRESETS), default="gpt-mini")
+    add("--text", required=True)
+    add("--batch-size", type=int, default=12)
+    add("--max-steps", type=int, default=100)
+    add("--warm-steps", type=int, default=3, help="untimed steps first")
+    add("--lr", type=float, default=1e-3)
+    add("--min-lr", type=float, default=1e-4)
+    add("--warmup", type=int, default=0)
+    add("--schedule", choices=("constant", "cosine"), default="constant")
+    add("--weight-decay", type=float, default=0.1)
+    add("--beta2", type=float, default=0.99)
+    add("--clip-norm", type=float, default=1.0)
+    add("--seed", type=int, default=1)
+    add("--precision", choices=("fp32", "bf16"), default="fp32")
+    a = ap.parse_args()
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    torch.set_flush_denormal(True)
+    if world > 1:
+        log_dir = os.environ.get("SHMTRAIN_LOG_DIR")
+        init = "file://" + os.path.join(os.path.abspath(log_dir), "torch-gpt-store") if log_dir else \
+            "tcp://127.0.0.1:29511"
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    text = read_text(a.text)
+    alphabet = sorted(set(text))
+    table = bytes.maketrans(bytes(alphabet), bytes(range(len(alphabet))))
+    ids = torch.frombuffer(bytearray(text.translate(table)), dtype=torch.uint8).long()
+    ids = ids[:len(ids) - len(ids) // 10]  # the training split
+    cfg = PRESETS[a.model]
+    torch.manual_seed(a.seed)
+    model = GPT(**cfg)
+    params = sum(p.numel() for p in model.parameters())
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, a.beta2), eps=1e-8)
+    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    total = a.warm_steps + a.max_steps
+
+    def step(k):
+        x, y = windows(ids, a.seed, k, world, rank, a.batch_size, cfg["context"])
+        for g in opt.param_groups:
+            g["lr"] = lr_at(a, k, total)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            logits = net(x)
+        loss = F.cross_entropy(logits.float().view(-1, VOCAB), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if a.clip_norm > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), a.clip_norm)
+        opt.step()
+        return loss.item()
+
+    for k in range(a.warm_steps):
+        step(k)
+    t0 = time.perf_counter()
+    loss = 0.0
+    for k in range(a.warm_steps, total):
+        loss = step(k)
+    seconds = time.perf_counter() - t0
+    tokens = a.max_steps * world * a.batch_size * cfg["context"]
+    if rank == 0:
+        print(json.dumps({"type": "summary", "system": "pytorch" + ("-ddp" if world > 1 else ""),
+                          "torch": torch.__version__, "model": a.model, "precision": a.precision,
+                          "instances": world, "threads": torch.get_num_threads(), "params": params,
+                          "steps": a.max_steps, "last_loss": round(loss, 4),
+                          "tokens_per_s": round(tokens / seconds, 1)}), flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
