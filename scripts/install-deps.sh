@@ -10,7 +10,7 @@
 set -euo pipefail
 
 required=(gcc make cmake pkg-config libdnnl-dev libhwloc-dev hwloc libcmocka-dev gnuplot-nox
-          zlib1g-dev dataset-fashion-mnist openmpi-bin libopenmpi-dev)
+          zlib1g-dev dataset-fashion-mnist openmpi-bin libopenmpi-dev fortunes)
 bench=(python3-torch libopenblas0-pthread)
 
 mode=install

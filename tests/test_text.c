@@ -305,6 +305,36 @@ static void test_reader(void **state)
     st_text_destroy(t);
 }
 
+/* W ranks x b windows are 1 rank x W b's, dealt round-robin, all distinct,
+ * and the next step draws others. */
+static void test_windows_are_dealt_not_shared(void **state)
+{
+    (void)state;
+    char path[512];
+    path_of(path, sizeof path, "markov.txt");
+    const char *paths[] = {path};
+    st_text *t;
+    assert_int_equal(st_text_load(&t, paths, 1, ST_TEXT_CHARS), ST_OK);
+    enum { B = 4, T = 16 };
+    int32_t one[2 * B * T], r0[B * T], r1[B * T], next[2 * B * T];
+    int y1[2 * B * T], y[B * T];
+    st_text_train_batch(t, 3, 7, 1, 0, 2 * B, T, one, y1);
+    st_text_train_batch(t, 3, 7, 2, 0, B, T, r0, y);
+    st_text_train_batch(t, 3, 7, 2, 1, B, T, r1, y);
+    for (int i = 0; i < B; i++) {
+        assert_memory_equal(r0 + i * T, one + (2 * i) * T, T * sizeof(int32_t));
+        assert_memory_equal(r1 + i * T, one + (2 * i + 1) * T, T * sizeof(int32_t));
+    }
+    for (int i = 0; i < 2 * B; i++) {
+        assert_memory_equal(y1 + i * T, one + i * T + 1, (T - 1) * sizeof(int32_t));  /* labels: the next tokens */
+        for (int k = 0; k < i; k++)
+            assert_memory_not_equal(one + i * T, one + k * T, T * sizeof(int32_t));
+    }
+    st_text_train_batch(t, 3, 8, 1, 0, 2 * B, T, next, y1);
+    assert_memory_not_equal(next, one, sizeof one);
+    st_text_destroy(t);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -334,6 +364,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reader),
+        cmocka_unit_test(test_windows_are_dealt_not_shared),
         cmocka_unit_test(test_bad_inputs_name_their_file),
         cmocka_unit_test(test_learns_below_the_unigram_entropy),
         cmocka_unit_test(test_two_ranks_equal_one_with_double_batch),
