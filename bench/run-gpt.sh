@@ -31,7 +31,7 @@ run_shm() { # model n c precision -> tokens/s
 }
 run_torch() { # model n c precision -> tokens/s
   "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- $py "$here/torch_gpt.py" --model "$1" \
-    --text "$text" --batch-size 12 --max-steps "$steps" --precision "$4" > "$tmp/t.out" 2> "$tmp/t.err" ||
+    --text "$text" --batch-size 12 --max-steps "$steps" --precision "$4" --metrics "$tmp/t.out" 2> "$tmp/t.err" ||
     { sed 's/^/torch_gpt.py: /' "$tmp/t.err" | tail -3 >&2; echo nan; return; }
   grep -o '"tokens_per_s": [0-9.]*' "$tmp/t.out" | head -1 | awk '{print $2}'
 }

@@ -153,8 +153,20 @@ def main():
     add("--clip-norm", type=float, default=1.0)
     add("--seed", type=int, default=1)
     add("--precision", choices=("fp32", "bf16"), default="fp32")
+    add("--eval-every", type=int, default=0, help="steps between validation losses (0: none)")
+    add("--eval-windows", type=int, default=256)
+    add("--metrics", help="also write the JSON lines here (shmrun keeps a rank's stdout in its log)")
     a = ap.parse_args()
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    sink = open(a.metrics, "w") if a.metrics and rank == 0 else None
+
+    def emit(record):
+        line = json.dumps(record)
+        print(line, flush=True)
+        if sink:
+            sink.write(line + "\n")
+            sink.flush()
+
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     torch.set_flush_denormal(True)
     if world > 1:
@@ -165,8 +177,9 @@ def main():
     text = read_text(a.text)
     alphabet = sorted(set(text))
     table = bytes.maketrans(bytes(alphabet), bytes(range(len(alphabet))))
-    ids = torch.frombuffer(bytearray(text.translate(table)), dtype=torch.uint8).long()
-    ids = ids[:len(ids) - len(ids) // 10]  # the training split
+    all_ids = torch.frombuffer(bytearray(text.translate(table)), dtype=torch.uint8).long()
+    cut = len(all_ids) - len(all_ids) // 10
+    ids, val = all_ids[:cut], all_ids[cut:]  # shmtrain's split: the last 10% validates
     cfg = PRESETS[a.model]
     torch.manual_seed(a.seed)
     model = GPT(**cfg)
@@ -192,20 +205,41 @@ def main():
         opt.step()
         return loss.item()
 
+    def evaluate():
+        """shmtrain's: consecutive windows of the validation split, mean loss per token."""
+        t, n = cfg["context"], min(a.eval_windows, (len(val) - 1) // cfg["context"])
+        model.eval()
+        total_loss = 0.0
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            for first in range(0, n, a.batch_size):
+                ks = range(first, min(first + a.batch_size, n))
+                x = torch.stack([val[k * t:k * t + t] for k in ks])
+                y = torch.stack([val[k * t + 1:k * t + t + 1] for k in ks])
+                total_loss += F.cross_entropy(model(x).float().view(-1, VOCAB), y.reshape(-1),
+                                              reduction="sum").item()
+        model.train()
+        return total_loss / (n * t)
+
     for k in range(a.warm_steps):
         step(k)
     t0 = time.perf_counter()
-    loss = 0.0
+    loss, eval_s = 0.0, 0.0
     for k in range(a.warm_steps, total):
         loss = step(k)
-    seconds = time.perf_counter() - t0
+        if a.eval_every and (k + 1 - a.warm_steps) % a.eval_every == 0 and rank == 0:
+            e0 = time.perf_counter()
+            trained = e0 - t0 - eval_s  # training time so far, evaluations left out
+            v = evaluate()
+            eval_s += time.perf_counter() - e0
+            emit({"type": "eval", "step": k + 1, "val_loss": round(v, 4), "time_s": round(trained, 2)})
+    seconds = time.perf_counter() - t0 - eval_s
     tokens = a.max_steps * world * a.batch_size * cfg["context"]
     if rank == 0:
-        print(json.dumps({"type": "summary", "system": "pytorch" + ("-ddp" if world > 1 else ""),
+        emit({"type": "summary", "system": "pytorch" + ("-ddp" if world > 1 else ""),
                           "torch": torch.__version__, "model": a.model, "precision": a.precision,
                           "instances": world, "threads": torch.get_num_threads(), "params": params,
                           "steps": a.max_steps, "last_loss": round(loss, 4),
-                          "tokens_per_s": round(tokens / seconds, 1)}), flush=True)
+                          "tokens_per_s": round(tokens / seconds, 1)})
     if world > 1:
         dist.destroy_process_group()
 

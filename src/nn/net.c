@@ -154,12 +154,13 @@ st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cf
     n->buffers = calloc(B, sizeof(float));
     n->logits = calloc(outs, sizeof(float));
     n->dlogits = calloc(outs, sizeof(float));
+    n->loss_rows = calloc((size_t)n->batch * (size_t)st_model_positions(m), sizeof(double));
     n->grads = cfg->grad_buffer;
     n->own_grads = !cfg->grad_buffer;
     if (n->own_grads)
         n->grads = calloc(P, sizeof(float));
     st_status st = ST_OK;
-    if (!n->params || !n->buffers || !n->grads || !n->logits || !n->dlogits) {
+    if (!n->params || !n->buffers || !n->grads || !n->logits || !n->dlogits || !n->loss_rows) {
         st = st_fail(ST_ERR_NOMEM, "net: out of memory for %zu parameters", m->params);
         goto fail;
     }
@@ -195,6 +196,7 @@ void st_net_destroy(st_net *n)
         free(n->grads);
     free(n->logits);
     free(n->dlogits);
+    free(n->loss_rows);
     free(n->input_grad);
     free(n);
 }
@@ -374,36 +376,48 @@ st_status st_net_output(st_net *n, float *out)
     return ST_OK;
 }
 
+/* One row's softmax cross-entropy: its loss, and d(mean loss)/d(logits)
+ * into dz; returns whether the top logit is the label. */
+static bool loss_row(const float *z, float *dz, int k, int label, int rows, double *row_loss)
+{
+    int best = 0;
+    float zmax = z[0];
+    for (int j = 1; j < k; j++)
+        if (z[j] > zmax)
+            zmax = z[j], best = j;
+    /* One exp per logit (they were half of this function's time): the
+     * softmax is e_j / sum, and e_j waits in dz. */
+    double sum = 0;
+    for (int j = 0; j < k; j++) {
+        const double e = exp((double)z[j] - zmax);
+        dz[j] = (float)e;
+        sum += e;
+    }
+    *row_loss = zmax + log(sum) - z[label];
+    for (int j = 0; j < k; j++)
+        dz[j] = (float)(((double)dz[j] / sum - (j == label)) / rows);
+    return best == label;
+}
+
 st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct)
 {
     const double t0 = n->profiling ? nn_now() : 0;
     const int k = st_model_classes(n->model), rows = n->batch * st_model_positions(n->model);
-    double total = 0;
-    int right = 0;
-    for (int i = 0; i < rows; i++) {
+    for (int i = 0; i < rows; i++)
         if (labels[i] < 0 || labels[i] >= k)
             return st_fail(ST_ERR_INVALID, "loss: label %d of sample %d is not a class of this model "
                                            "(0..%d)", labels[i], i, k - 1);
-        const float *z = n->logits + (size_t)i * k;
-        float *dz = n->dlogits + (size_t)i * k;
-        int best = 0;
-        float zmax = z[0];
-        for (int j = 1; j < k; j++)
-            if (z[j] > zmax)
-                zmax = z[j], best = j;
-        /* One exp per logit (they were half of this function's time): the
-         * softmax is e_j / sum, and e_j waits in dz. */
-        double sum = 0;
-        for (int j = 0; j < k; j++) {
-            const double e = exp((double)z[j] - zmax);
-            dz[j] = (float)e;
-            sum += e;
-        }
-        total += zmax + log(sum) - z[labels[i]];
-        right += best == labels[i];
-        for (int j = 0; j < k; j++)
-            dz[j] = (float)(((double)dz[j] / sum - (j == labels[i])) / rows);
-    }
+    /* Rows in parallel (a language model scores batch x context of them),
+     * their losses summed afterwards in row order: the same bits at any
+     * thread count. */
+    double *row_loss = n->loss_rows;
+    int right = 0;
+#pragma omp parallel for schedule(static) reduction(+ : right) if (rows >= 64)
+    for (int i = 0; i < rows; i++)
+        right += loss_row(n->logits + (size_t)i * k, n->dlogits + (size_t)i * k, k, labels[i], rows, &row_loss[i]);
+    double total = 0;
+    for (int i = 0; i < rows; i++)
+        total += row_loss[i];
     if (loss)
         *loss = (float)(total / rows);
     if (correct)

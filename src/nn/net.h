@@ -51,6 +51,7 @@ struct st_net {
     uint64_t dropout_seed;
     float *logits;           /* plain (batch, classes) of the last forward */
     float *dlogits;          /* gradient of the loss w.r.t. the logits */
+    double *loss_rows;       /* st_net_loss: each row's loss, summed in order */
     float *input_grad;       /* plain, when cfg.input_grad */
     const void *input;       /* the last forward's input (reference backend) */
     bool profiling;

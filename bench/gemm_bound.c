@@ -1,0 +1,141 @@
+/* How near the machine's matrix-multiply limit a model's training step runs.
+ *
+ *   st-gemm-bound MODEL [--batch B] [--threads N] [--seconds S]
+ *
+ * Lists every matrix product of one training step of MODEL (a language
+ * model: its linear layers and head forward, backward-data and
+ * backward-weights, attention's six per sample and head), times each shape
+ * alone with dnnl_sgemm at N threads (attention's small ones on one thread,
+ * as the engine runs them, divided by N), and prints the step's matmul
+ * FLOPs, the time they take at those measured rates (the bound: the step
+ * cannot be faster than its matrix products), a 1024^3 product's rate for
+ * reference, and the engine's whole step timed the same way, so
+ *
+ *     share of the limit = bound / step.
+ *
+ * What the issue calls "the step's FLOPs against the measured matmul rate". */
+#define _GNU_SOURCE
+#include <dnnl.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "step_rig.h"
+
+struct product {
+    const char *what;
+    char ta, tb;
+    long m, n, k, count;   /* count: how many per step */
+    bool serial;           /* run per sample and head on one thread each */
+};
+
+static double time_sgemm(const struct product *p, int threads, double seconds)
+{
+    const long a_rows = p->ta == 'N' ? p->m : p->k, a_cols = p->ta == 'N' ? p->k : p->m;
+    const long b_rows = p->tb == 'N' ? p->k : p->n, b_cols = p->tb == 'N' ? p->n : p->k;
+    float *a = malloc((size_t)(a_rows * a_cols) * sizeof(float)), *b = malloc((size_t)(b_rows * b_cols) * sizeof(float)),
+          *c = malloc((size_t)(p->m * p->n) * sizeof(float));
+    if (!a || !b || !c) {
+        fprintf(stderr, "st-gemm-bound: out of memory\n");
+        exit(1);
+    }
+    for (long i = 0; i < a_rows * a_cols; i++)
+        a[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+    for (long i = 0; i < b_rows * b_cols; i++)
+        b[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+    omp_set_num_threads(p->serial ? 1 : threads);
+    int reps = 0;
+    double t0 = rig_now(), t;
+    do {
+        if (dnnl_sgemm(p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, a_cols, b, b_cols, 0.0f, c, p->n) != dnnl_success) {
+            fprintf(stderr, "st-gemm-bound: dnnl_sgemm failed\n");
+            exit(1);
+        }
+        reps++;
+        t = rig_now() - t0;
+    } while (reps < 3 || t < seconds);
+    free(a), free(b), free(c);
+    omp_set_num_threads(threads);
+    return t / reps;
+}
+
+/* The step's products, from the model's layers. */
+static int list_products(const st_model *m, int batch, struct product *v, int cap)
+{
+    int np = 0;
+    for (int i = 0; i < m->n && np + 6 <= cap; i++) {
+        const struct node *nd = &m->nodes[i];
+        const long rows = (long)batch * node_positions(nd);
+        if (nd->kind == NODE_LINEAR || nd->kind == NODE_HEAD) {
+            const long in = nd->kind == NODE_HEAD ? m->nodes[nd->embed].c : nd->fan_in, out = nd->c;
+            v[np++] = (struct product){"linear fwd", 'N', 'T', rows, out, in, 1, false};
+            v[np++] = (struct product){"linear bwd-data", 'N', 'N', rows, in, out, 1, false};
+            v[np++] = (struct product){"linear bwd-weights", 'T', 'N', out, in, rows, 1, false};
+        } else if (nd->kind == NODE_ATTENTION) {
+            const long t = nd->t, hs = nd->c / nd->heads, per = (long)batch * nd->heads;
+            v[np++] = (struct product){"attention QK^T", 'N', 'T', t, t, hs, per, true};
+            v[np++] = (struct product){"attention PV", 'N', 'N', t, hs, t, per, true};
+            v[np++] = (struct product){"attention dP", 'N', 'T', t, t, hs, per, true};
+            v[np++] = (struct product){"attention dQ", 'N', 'N', t, hs, t, per, true};
+            v[np++] = (struct product){"attention dK", 'T', 'N', t, hs, t, per, true};
+            v[np++] = (struct product){"attention dV", 'T', 'N', t, hs, t, per, true};
+        }
+    }
+    return np;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model = NULL;
+    int batch = 12, threads = 1;
+    double seconds = 0.2;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v && !strcmp(argv[i], "--batch")) batch = atoi(v), i++;
+        else if (v && !strcmp(argv[i], "--threads")) threads = atoi(v), i++;
+        else if (v && !strcmp(argv[i], "--seconds")) seconds = atof(v), i++;
+        else if (argv[i][0] != '-' && !model) model = argv[i];
+        else {
+            fprintf(stderr, "usage: st-gemm-bound MODEL [--batch B] [--threads N] [--seconds S]\n");
+            return 2;
+        }
+    }
+    if (!model || batch < 1 || threads < 1) {
+        fprintf(stderr, "usage: st-gemm-bound MODEL [--batch B] [--threads N] [--seconds S]\n");
+        return 2;
+    }
+    struct step_rig r;
+    rig_create(&r, "st-gemm-bound", model, batch, threads);
+    struct product v[512];
+    const int np = list_products(r.model, batch, v, 512);
+    double flops = 0, bound = 0;
+    for (int i = 0; i < np; i++) {
+        const double f = 2.0 * v[i].m * v[i].n * v[i].k * v[i].count;
+        const double s = time_sgemm(&v[i], threads, seconds / 4) * v[i].count / (v[i].serial ? threads : 1);
+        flops += f;
+        bound += s;
+    }
+    const struct product big = {"1024^3", 'N', 'N', 1024, 1024, 1024, 1, false};
+    const double big_rate = 2.0 * 1024 * 1024 * 1024 / time_sgemm(&big, threads, seconds) / 1e9;
+    double steps[64];
+    int ns = 0;
+    for (int k = 0; k < 3; k++)
+        rig_step(&r);
+    for (double t0 = rig_now(); ns < 64 && (ns < 5 || rig_now() - t0 < seconds * 5);) {
+        const double s0 = rig_now();
+        rig_step(&r);
+        steps[ns++] = rig_now() - s0;
+    }
+    rig_sort(steps, ns);
+    const double step = steps[ns / 2];
+    printf("model %s, batch %d, %d thread%s: %d matrix products, %.2f GFLOP per step\n", model, batch, threads,
+           threads == 1 ? "" : "s", np, flops / 1e9);
+    printf("  at their measured sgemm rates: %.1f ms (%.1f GFLOP/s); a 1024^3 sgemm runs at %.1f GFLOP/s\n",
+           bound * 1e3, flops / bound / 1e9, big_rate);
+    printf("  the engine's step: %.1f ms (median of %d): %.0f%% of the matmul limit\n", step * 1e3, ns,
+           100 * bound / step);
+    rig_destroy(&r);
+    return 0;
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# nanoGPT's CPU recipe on the fortunes corpus, shmtrain beside PyTorch
+# (bench/torch_gpt.py), same model, init, windows, AdamW and schedule:
+# validation loss every EVAL steps, SEEDS seeds each, runs interleaved.
+#
+#   bench/run-gpt-learn.sh [BUILD_DIR] [STEPS] [SEEDS] [PARTITION] [EVAL]
+#
+# defaults: build 2000 "1 2 3" 1x2 100.  Reports, per system, the final
+# validation loss (median over seeds) and the training time to reach
+# PyTorch's median final loss (evaluations left out of both clocks).
+# PYTHON picks the interpreter (default /usr/bin/python3).
+set -euo pipefail
+build=${1:-build}; steps=${2:-2000}; seeds=${3:-1 2 3}; part=${4:-1x2}; every=${5:-100}
+py=${PYTHON:-/usr/bin/python3}; text=${TEXT:-/usr/share/games/fortunes}
+here=$(cd "$(dirname "$0")" && pwd); out=${OUT:-$(mktemp -d)}
+n=${part%x*}; c=${part#*x}
+recipe=(--batch-size 12 --lr 1e-3 --min-lr 1e-4 --schedule cosine --warmup 100 --weight-decay 0.1 --beta2 0.99
+        --clip-norm 1 --eval-windows 256)
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; gpt-mini, $steps steps, $part, seeds: $seeds; files in $out"
+for s in $seeds; do
+  "$build/shmrun" -n "$n" -c "$c" --quiet --log-dir "$out/logs" -- "$build/shmtrain" --model gpt-mini --text "$text" \
+    --optimizer adamw "${recipe[@]}" --max-steps "$steps" --eval-every "$every" --log-every "$every" --seed "$s" \
+    --quiet --metrics "$out/shm-$s.jsonl" --checkpoint "$out/shm-$s.ckpt"
+  # the training clock: time_s less the evaluations before it
+  awk -F'[:,}]' '/"type":"eval"/ { for (i = 1; i < NF; i++) { if ($i ~ /"step"/) st = $(i+1); if ($i ~ /"test_loss"/) l = $(i+1);
+      if ($i ~ /"time_s"/) t = $(i+1); if ($i ~ /"eval_s"/) e = $(i+1) } print st, l, t - ev; ev += e }' \
+    "$out/shm-$s.jsonl" > "$out/shm-$s.txt"
+  "$build/shmrun" -n "$n" -c "$c" --quiet --log-dir "$out/logs" -- $py "$here/torch_gpt.py" --model gpt-mini \
+    --text "$text" "${recipe[@]}" --max-steps "$steps" --warm-steps 0 --eval-every "$every" --seed "$s" \
+    --metrics "$out/torch-$s.jsonl"
+  sed -n 's/.*"step": \([0-9]*\), "val_loss": \([0-9.]*\), "time_s": \([0-9.]*\).*/\1 \2 \3/p' "$out/torch-$s.jsonl" \
+    > "$out/torch-$s.txt"
+done
+median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+target=$(for s in $seeds; do tail -1 "$out/torch-$s.txt" | awk '{print $2}'; done | median)
+reach() { awk -v t="$target" '$2 <= t {print $3; found = 1; exit} END {if (!found) print "nan"}' "$1"; }
+echo
+echo "| system | final validation loss per seed | median | time to PyTorch's median final loss ($target), median s |"
+echo "|---|---|---|---|"
+for sys in shm torch; do
+  finals=$(for s in $seeds; do tail -1 "$out/$sys-$s.txt" | awk '{print $2}'; done | tr '\n' ' ')
+  med=$(echo $finals | tr ' ' '\n' | median)
+  tt=$(for s in $seeds; do reach "$out/$sys-$s.txt"; done | median)
+  echo "| $([ $sys = shm ] && echo shmtrain || echo "PyTorch $($py -c 'import torch; print(torch.__version__)')") | $finals | $med | $tt |"
+done
