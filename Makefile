@@ -49,6 +49,7 @@ bench: deps
 	bench/run-allreduce.sh $(BUILD)
 	bench/run-step.sh $(BUILD)
 	bench/run-train.sh $(BUILD)
+	bench/run-gpt.sh $(BUILD)
 
 run: build
 	$(BUILD)/shmrun --log-dir runs -- $(BUILD)/shmtrain --model lenet --epochs 8 --schedule cosine \

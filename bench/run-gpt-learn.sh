@@ -18,6 +18,7 @@ recipe=(--batch-size 12 --lr 1e-3 --min-lr 1e-4 --schedule cosine --warmup 100 -
         --clip-norm 1 --eval-windows 256)
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; gpt-mini, $steps steps, $part, seeds: $seeds; files in $out"
 for s in $seeds; do
+  [ -n "${REPORT_ONLY:-}" ] && break  # OUT holds a finished run: report it again
   "$build/shmrun" -n "$n" -c "$c" --quiet --log-dir "$out/logs" -- "$build/shmtrain" --model gpt-mini --text "$text" \
     --optimizer adamw "${recipe[@]}" --max-steps "$steps" --eval-every "$every" --log-every "$every" --seed "$s" \
     --quiet --metrics "$out/shm-$s.jsonl" --checkpoint "$out/shm-$s.ckpt"
@@ -42,4 +43,15 @@ for sys in shm torch; do
   med=$(echo $finals | tr ' ' '\n' | median)
   tt=$(for s in $seeds; do reach "$out/$sys-$s.txt"; done | median)
   echo "| $([ $sys = shm ] && echo shmtrain || echo "PyTorch $($py -c 'import torch; print(torch.__version__)')") | $finals | $med | $tt |"
+done
+echo
+echo "Training time to each validation loss (median over seeds, s; nan: a seed never got there):"
+echo
+echo "| loss | shmtrain | PyTorch | PyTorch / shmtrain |"
+echo "|---|---|---|---|"
+for level in 2.6 2.4 2.2 2.1 2.05 2.0; do
+  target=$level
+  a=$(for s in $seeds; do reach "$out/shm-$s.txt"; done | median)
+  b=$(for s in $seeds; do reach "$out/torch-$s.txt"; done | median)
+  echo "| $level | $a | $b | $(awk -v a="$a" -v b="$b" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", b / a; else print "-" }') |"
 done

@@ -121,7 +121,7 @@ static struct options parse(int argc, char **argv)
 {
     enum { O_CORES = 256, O_NODES, O_LOGICAL, O_NOCROSS, O_BIND, O_XML, O_SYNTH, O_ALLOWED, O_DRY,
            O_JSON, O_JOB, O_LOGDIR, O_TEE, O_QUIET, O_RESTARTS, O_GRACE, O_VERSION, O_REPORT, O_SWEEP,
-           O_REPEATS, O_SWEEPOUT, O_TARGET, O_TORCH, O_OVERSUB, O_STALL, O_HOSTS, O_PRINT_MPIRUN };
+           O_REPEATS, O_SWEEPOUT, O_TARGET, O_TARGET_LOSS, O_TORCH, O_OVERSUB, O_STALL, O_HOSTS, O_PRINT_MPIRUN };
     static const struct option longopts[] = {
         {"ninstances", required_argument, 0, 'n'}, {"ncores-per-instance", required_argument, 0, 'c'},
         {"cores-list", required_argument, 0, O_CORES}, {"nodes-list", required_argument, 0, O_NODES},
@@ -134,7 +134,8 @@ static struct options parse(int argc, char **argv)
         {"max-restarts", required_argument, 0, O_RESTARTS}, {"grace", required_argument, 0, O_GRACE},
         {"report", required_argument, 0, O_REPORT}, {"sweep", required_argument, 0, O_SWEEP},
         {"repeats", required_argument, 0, O_REPEATS}, {"sweep-out", required_argument, 0, O_SWEEPOUT},
-        {"target-accuracy", required_argument, 0, O_TARGET}, {"compare-torch", optional_argument, 0, O_TORCH},
+        {"target-accuracy", required_argument, 0, O_TARGET}, {"target-loss", required_argument, 0, O_TARGET_LOSS},
+        {"compare-torch", optional_argument, 0, O_TORCH},
         {"oversubscribe", no_argument, 0, O_OVERSUB}, {"stall-timeout", required_argument, 0, O_STALL},
         {"hosts", required_argument, 0, O_HOSTS}, {"print-mpirun", no_argument, 0, O_PRINT_MPIRUN},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
@@ -189,10 +190,17 @@ static struct options parse(int argc, char **argv)
         case O_SWEEP: o.sweep.spec = optarg; o.sweeping = true; break;
         case O_REPEATS: o.sweep.repeats = whole_number("--repeats", optarg, 1); break;
         case O_SWEEPOUT: o.sweep.out_dir = optarg; break;
-        case O_TARGET: {
+        case O_TARGET:
+        case O_TARGET_LOSS: {
             char *end;
-            o.sweep.target = strtod(optarg, &end);
-            if (*end || end == optarg || !(o.sweep.target > 0 && o.sweep.target <= 1))
+            const bool loss = c == O_TARGET_LOSS;
+            if (o.sweep.target.value > 0 && o.sweep.target.loss != loss)
+                bad_flag("--target-accuracy and --target-loss: give one (accuracy for classifiers, loss for "
+                         "language models)");
+            o.sweep.target = (struct sweep_target){.loss = loss, .value = strtod(optarg, &end)};
+            if (*end || end == optarg || !(o.sweep.target.value > 0))
+                bad_flag("--target-%s '%s': not a positive number", loss ? "loss" : "accuracy", optarg);
+            if (!loss && o.sweep.target.value > 1)
                 bad_flag("--target-accuracy '%s': not a fraction in (0, 1]", optarg);
             break;
         }
@@ -224,8 +232,8 @@ static struct options parse(int argc, char **argv)
         bad_flag("no program given: shmrun [options] -- program [args...]");
     if (o.topo_kind != ST_TOPO_MACHINE && !o.dry_run)
         bad_flag("--topology-xml/--synthetic describe another machine: add --dry-run");
-    if (!o.sweeping && (o.sweep.out_dir || o.sweep.target > 0 || o.sweep.compare_torch || o.sweep.repeats != 3))
-        bad_flag("--repeats, --sweep-out, --target-accuracy and --compare-torch go with --sweep");
+    if (!o.sweeping && (o.sweep.out_dir || o.sweep.target.value > 0 || o.sweep.compare_torch || o.sweep.repeats != 3))
+        bad_flag("--repeats, --sweep-out, --target-accuracy, --target-loss and --compare-torch go with --sweep");
     if (o.sweeping && (o.req.ninstances || o.req.cores_per_instance))
         bad_flag("--sweep names the settings itself: drop -n/-c");
     if (o.sweeping && (o.json || o.report || o.max_restarts || o.job_id || o.tee_all))

@@ -149,7 +149,7 @@ void sweep_run_reset(struct sweep_run *r, int setting, int system, int repeat, i
     memset(r, 0, sizeof *r);
     *r = (struct sweep_run){.setting = setting, .system = system, .repeat = repeat, .order = order};
     r->samples_per_s = r->step_ms = r->compute_ms = r->allreduce_ms = r->wait_ms = r->other_ms = NAN;
-    r->time_to_target_s = r->final_accuracy = r->rss_max_mb = r->rss_total_mb = r->wall_s = NAN;
+    r->time_to_target_s = r->final_accuracy = r->final_loss = r->rss_max_mb = r->rss_total_mb = r->wall_s = NAN;
 }
 
 static int run_failed(struct sweep_run *r, const char *msg)
@@ -203,24 +203,26 @@ static void note_versions(const st_run_record *run, struct sweep_versions *v)
         v->threads = run->threads;
 }
 
-static void note_eval(const st_eval_record *e, double target, struct sweep_run *r)
+static void note_eval(const st_eval_record *e, struct sweep_target target, struct sweep_run *r)
 {
     if (isnan(e->time_s) || isnan(e->test_accuracy))
         return;
-    if (r->ncurve < SWEEP_MAX_CURVE) {
+    if (r->ncurve < SWEEP_MAX_CURVE) {  /* a language model's curve is its loss */
         r->curve_s[r->ncurve] = e->time_s;
-        r->curve_acc[r->ncurve++] = e->test_accuracy;
+        r->curve_acc[r->ncurve++] = target.loss ? e->test_loss : e->test_accuracy;
     }
-    if (target > 0 && e->test_accuracy >= target && isnan(r->time_to_target_s))
+    const bool reached = target.loss ? e->test_loss <= target.value : e->test_accuracy >= target.value;
+    if (target.value > 0 && reached && isnan(r->time_to_target_s))
         r->time_to_target_s = e->time_s;
     r->final_accuracy = e->test_accuracy;
+    r->final_loss = e->test_loss;
 }
 
-int sweep_read_metrics(const char *text, double target, struct sweep_run *r, struct sweep_versions *v)
+int sweep_read_metrics(const char *text, struct sweep_target target, struct sweep_run *r, struct sweep_versions *v)
 {
     r->steps = 0;
     r->samples_per_s = r->step_ms = r->compute_ms = r->allreduce_ms = r->wait_ms = r->other_ms = NAN;
-    r->time_to_target_s = r->final_accuracy = NAN;
+    r->time_to_target_s = r->final_accuracy = r->final_loss = NAN;
     r->ncurve = 0;
     if (!text || !*text)
         return run_failed(r, "the run wrote no metrics");
@@ -359,6 +361,7 @@ void sweep_summarize(const struct sweep_run *runs, int nruns, int nsettings, str
             o->wait_ms = FIELD(wait_ms).median;
             o->other_ms = FIELD(other_ms).median;
             o->final_accuracy = FIELD(final_accuracy).median;
+            o->final_loss = FIELD(final_loss).median;
             o->rss_max_mb = FIELD(rss_max_mb).max;
             o->rss_total_mb = FIELD(rss_total_mb).max;
             /* Draw the repeat whose throughput is closest to the median. */

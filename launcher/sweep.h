@@ -56,6 +56,14 @@ int sweep_baseline(const struct sweep_setting *s, int n, int all_cores);
 struct sweep_slot { int setting, system, repeat; };
 int sweep_order(int nsettings, int nsystems, int repeats, struct sweep_slot *out);
 
+/* What a run must reach: a test accuracy of at least `value`, or (a
+ * language model, `loss`) a validation loss of at most it.  value <= 0: no
+ * target. */
+struct sweep_target {
+    bool loss;
+    double value;
+};
+
 struct sweep_run {
     int setting, system, repeat, order;
     bool ok;
@@ -66,6 +74,7 @@ struct sweep_run {
     double compute_ms, allreduce_ms, wait_ms, other_ms;   /* per step; all-reduce = moving data */
     double time_to_target_s;         /* NAN when not reached */
     double final_accuracy;           /* NAN when never evaluated */
+    double final_loss;               /* the last evaluation's loss; NAN when never evaluated */
     double rss_max_mb, rss_total_mb; /* peak per instance: the largest one, and the sum */
     double wall_s;
     int ncurve;                      /* test accuracy against wall time */
@@ -82,9 +91,9 @@ struct sweep_versions {
 };
 
 /* Read a metrics file (JSON lines, docs/training.md) into r.  `target` is
- * the accuracy whose time is reported (<= 0: none).  Returns 0, or -1 with
- * r->error set and r->ok false. */
-int sweep_read_metrics(const char *text, double target, struct sweep_run *r, struct sweep_versions *v);
+ * what the reported time reaches.  Returns 0, or -1 with r->error set and
+ * r->ok false. */
+int sweep_read_metrics(const char *text, struct sweep_target target, struct sweep_run *r, struct sweep_versions *v);
 
 /* Read `shmrun --report` JSON: success and peak memory per instance. */
 int sweep_read_report(const char *text, struct sweep_run *r);
@@ -94,7 +103,7 @@ struct sweep_stat { double median, min, max; int n; };
 struct sweep_summary {
     int runs, failed, reached;       /* repeats, failed ones, ones that reached the target */
     struct sweep_stat samples_per_s, step_ms, time_to_target_s;
-    double compute_ms, allreduce_ms, wait_ms, other_ms, final_accuracy;  /* medians */
+    double compute_ms, allreduce_ms, wait_ms, other_ms, final_accuracy, final_loss;  /* medians */
     double rss_max_mb, rss_total_mb; /* worst over repeats */
     int curve_run;                   /* the run whose accuracy curve is drawn, or -1 */
 };
@@ -110,7 +119,7 @@ int sweep_best(const struct sweep_summary *sums, int nsettings, bool target_set,
 struct sweep_report {
     const char *command;             /* the job, as one line */
     int repeats;
-    double target;                   /* <= 0: none */
+    struct sweep_target target;
     st_topo_info topo;
     char kernel[128], compiler[64], date[40], shmrun_version[16];
     struct sweep_versions versions;  /* merged from the runs */

@@ -118,6 +118,7 @@ static void json_system(st_json *j, const struct sweep_summary *o, int sys)
     st_json_number(j, "wait_ms", o->wait_ms, "%.3f");
     st_json_number(j, "other_ms", o->other_ms, "%.3f");
     st_json_number(j, "final_accuracy", o->final_accuracy, "%.4f");
+    st_json_number(j, "final_loss", o->final_loss, "%.4f");
     st_json_number(j, "peak_rss_mb_max", o->rss_max_mb, "%.1f");
     st_json_number(j, "peak_rss_mb_total", o->rss_total_mb, "%.1f");
     st_json_object_end(j);
@@ -141,6 +142,7 @@ static void json_run(st_json *j, const struct sweep_setting *s, const struct swe
     st_json_number(j, "other_ms", r->other_ms, "%.3f");
     st_json_number(j, "time_to_target_s", r->time_to_target_s, "%.2f");
     st_json_number(j, "final_accuracy", r->final_accuracy, "%.4f");
+    st_json_number(j, "final_loss", r->final_loss, "%.4f");
     st_json_number(j, "peak_rss_mb_max", r->rss_max_mb, "%.1f");
     st_json_number(j, "peak_rss_mb_total", r->rss_total_mb, "%.1f");
     st_json_number(j, "wall_s", r->wall_s, "%.2f");
@@ -159,13 +161,14 @@ void sweep_write_json(FILE *f, const struct sweep_report *rep, const struct swee
                       const struct sweep_run *runs, int nruns, const struct sweep_summary *sums)
 {
     bool by_target;
-    int best = sweep_best(sums, ns, rep->target > 0, &by_target);
+    int best = sweep_best(sums, ns, rep->target.value > 0, &by_target);
     st_json j;
     st_json_init(&j, f);
     st_json_object_begin(&j, NULL);
     st_json_string(&j, "command", rep->command);
     st_json_int(&j, "repeats", rep->repeats);
-    st_json_number(&j, "target_accuracy", rep->target > 0 ? rep->target : NAN, "%.4f");
+    st_json_number(&j, "target_accuracy", rep->target.value > 0 && !rep->target.loss ? rep->target.value : NAN, "%.4f");
+    st_json_number(&j, "target_loss", rep->target.value > 0 && rep->target.loss ? rep->target.value : NAN, "%.4f");
     json_hardware(&j, rep);
     st_json_string(&j, "best", best >= 0 ? s[best].label : NULL);
     st_json_string(&j, "best_by", by_target ? "time_to_target" : "throughput");
@@ -232,24 +235,25 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
                           const struct sweep_summary *sums)
 {
     bool by_target;
-    int best = sweep_best(sums, ns, rep->target > 0, &by_target);
+    int best = sweep_best(sums, ns, rep->target.value > 0, &by_target);
     int base = sweep_baseline(s, ns, rep->topo.cores);
     const struct sweep_summary *bsum = base >= 0 ? &sums[base * SWEEP_NSYSTEMS] : NULL;
     bool torch = false;
     for (int i = 0; i < ns; i++)
         torch |= sums[i * SWEEP_NSYSTEMS + SWEEP_TORCH].runs > 0;
     char tgt[32] = "";
-    if (rep->target > 0)
-        snprintf(tgt, sizeof tgt, "%g%%", 100 * rep->target);
+    const bool lm = rep->target.loss;  /* a language model: loss, not accuracy */
+    if (rep->target.value > 0)
+        snprintf(tgt, sizeof tgt, lm ? "loss %g" : "%g%%", lm ? rep->target.value : 100 * rep->target.value);
 
     fprintf(f, "# Partitioning sweep\n\n`%s`\n\n", rep->command);
     fprintf(f, "%d repeat%s per setting, interleaved; medians with the range over repeats in brackets. "
                "Throughput is the steady state (after the first log interval), summed over instances.\n\n",
             rep->repeats, rep->repeats == 1 ? "" : "s");
     fprintf(f, "| setting | asked | samples/s | vs %s | step ms | compute / all-reduce / wait / other ms |%s%s%s "
-               "final test acc. %% | peak RSS MiB per instance / total |%s\n",
+               "%s | peak RSS MiB per instance / total |%s\n",
             base >= 0 ? s[base].label : "1 x all", *tgt ? " time to " : "", *tgt ? tgt : "", *tgt ? " (s) |" : "",
-            torch ? " PyTorch DDP samples/s | shmtrain / PyTorch |" : "");
+            lm ? "final validation loss" : "final test acc. %", torch ? " PyTorch DDP samples/s | shmtrain / PyTorch |" : "");
     fprintf(f, "|---|---|---|---|---|---|%s---|---|%s\n", *tgt ? "---|" : "", torch ? "---|---|" : "");
     for (int i = 0; i < ns; i++) {
         const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS + SWEEP_SHMTRAIN];
@@ -273,7 +277,11 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
             else
                 fprintf(f, " %s |", spread(b[6], 64, o->time_to_target_s, 1));
         }
-        fprintf(f, " %s | %s / %s |", isnan(o->final_accuracy) ? "-" : num(b[7], 64, 100 * o->final_accuracy, 2, "-"),
+        if (lm)
+            fprintf(f, " %s |", num(b[7], 64, o->final_loss, 4, "-"));
+        else
+            fprintf(f, " %s |", isnan(o->final_accuracy) ? "-" : num(b[7], 64, 100 * o->final_accuracy, 2, "-"));
+        fprintf(f, " %s / %s |",
                 num(b[8], 64, o->rss_max_mb, 0, "-"), num(b[9], 64, o->rss_total_mb, 0, "-"));
         if (torch) {
             fprintf(f, " %s | ", spread(b[0], 64, pt->samples_per_s, 0));
@@ -286,8 +294,9 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
     }
     fputc('\n', f);
     if (best >= 0) {
-        fprintf(f, "**Best: %s**, by %s", s[best].label, by_target ? "median time to the target accuracy"
-                                                                    : "median throughput");
+        fprintf(f, "**Best: %s**, by %s", s[best].label,
+                by_target ? (lm ? "median time to the target loss" : "median time to the target accuracy")
+                          : "median throughput");
         if (bsum && bsum->samples_per_s.n && best != base)
             fprintf(f, " (%.2fx the throughput of %s)",
                     sums[best * SWEEP_NSYSTEMS].samples_per_s.median / bsum->samples_per_s.median, s[base].label);

@@ -12,12 +12,13 @@
 #include <stdbool.h>
 
 #include "shmtrain/topo.h"
+#include "sweep.h"
 
 struct sweep_job {
     const char *spec;              /* --sweep */
     int repeats;                   /* --repeats (default 3) */
     const char *out_dir;           /* --sweep-out */
-    double target;                 /* --target-accuracy for the report; <= 0 none */
+    struct sweep_target target;    /* --target-accuracy or --target-loss; value <= 0: none */
     bool compare_torch;            /* --compare-torch */
     const char *torch_script;      /* NULL: the installed or source-tree torch_ddp.py */
     bool dry_run;

@@ -24,6 +24,7 @@ static void usage(FILE *f)
 "       shmtrain sample --checkpoint FILE --prompt TEXT [--tokens N] ...   (shmtrain sample --help)\n"
 "model and data:\n"
 "  --model NAME|FILE        mlp, lenet, cnn, resnet, gpt-mini, gpt or a model file (default lenet)\n"
+"  --summary                print the model's layers, output shapes and parameters, and exit\n"
 "  --data DIR               IDX directory (default /usr/share/datasets/fashion-mnist)\n"
 "  --train-images F --train-labels F --test-images F --test-labels F   IDX files\n"
 "  --cifar DIR              CIFAR-10 binary batches instead; --cifar100 for CIFAR-100\n"
@@ -40,6 +41,7 @@ static void usage(FILE *f)
 "  --clip-norm C (off)   --scale-lr (lr x instances)\n"
 "  --schedule constant|step|cosine   --warmup STEPS   --step-size STEPS --gamma G   --min-lr LR\n"
 "  --seed S (1)   --target-accuracy A (stop once the test accuracy reaches A)\n"
+"  --target-loss L          stop once the validation loss is at most L (language models)\n"
 "  --no-flush-denormals     keep denormal floats (slower late in training)\n"
 "evaluation, output, checkpoints:\n"
 "  --eval-every K (0 = each epoch)   --log-every K (50)   --metrics FILE   --quiet\n"
@@ -183,7 +185,7 @@ int main(int argc, char **argv)
     enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
            O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ,
            O_GAMMA, O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE,
-           O_RESUME, O_CHECK, O_ARDTYPE, O_BUCKET, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2 };
+           O_RESUME, O_CHECK, O_ARDTYPE, O_BUCKET, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY };
     static const struct option opts[] = {
         {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI},
         {"train-labels", 1, 0, O_TRL}, {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL},
@@ -198,11 +200,11 @@ int main(int argc, char **argv)
         {"metrics", 1, 0, O_METRICS}, {"quiet", 0, 0, O_QUIET}, {"checkpoint", 1, 0, O_CKPT},
         {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 2, 0, O_RESUME}, {"check-replicas", 1, 0, O_CHECK},
         {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"bucket-mb", 1, 0, O_BUCKET}, {"text", 1, 0, O_TEXT},
-        {"tokens", 1, 0, O_TOKENS}, {"eval-windows", 1, 0, O_EVALWIN}, {"beta2", 1, 0, O_BETA2},
+        {"tokens", 1, 0, O_TOKENS}, {"eval-windows", 1, 0, O_EVALWIN}, {"beta2", 1, 0, O_BETA2}, {"target-loss", 1, 0, O_TLOSS}, {"summary", 0, 0, O_SUMMARY},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     st_train_options o;
     st_train_defaults(&o);
-    bool momentum_set = false;
+    bool momentum_set = false, summary = false;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
@@ -255,6 +257,8 @@ int main(int argc, char **argv)
         case O_GAMMA: o.schedule.gamma = number("--gamma", optarg, 0, 1); break;
         case O_MINLR: o.schedule.min_lr = number("--min-lr", optarg, 0, 100); break;
         case O_SEED: o.seed = (uint64_t)whole("--seed", optarg, 0, LONG_MAX); break;
+        case O_SUMMARY: summary = true; break;
+        case O_TLOSS: o.target_loss = number("--target-loss", optarg, 0, 1e6f); break;
         case O_TARGET: o.target_accuracy = number("--target-accuracy", optarg, 0, 1); break;
         case O_NOFLUSH: o.flush_denormals = false; break;
         case O_EVAL: o.eval_every = whole("--eval-every", optarg, 0, LONG_MAX); break;
@@ -284,6 +288,16 @@ int main(int argc, char **argv)
     }
     if (optind < argc)
         bad("unexpected argument '%s'", argv[optind]);
+    if (summary) {  /* the model's layers, shapes and parameters, then exit */
+        st_model *m = NULL;
+        if (st_model_load(&m, o.model) != ST_OK) {
+            fprintf(stderr, "shmtrain: %s\n", st_last_error());
+            return 1;
+        }
+        st_model_summary(m, stdout);
+        st_model_destroy(m);
+        return 0;
+    }
     if (o.resume && !*o.resume)
         o.resume = o.checkpoint;
     if (o.optim.kind == ST_OPTIM_ADAMW && !momentum_set)

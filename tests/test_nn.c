@@ -678,8 +678,8 @@ static void test_model_files_match_presets(void **state)
     const char *dir = getenv("MODELS_DIR");
     if (!dir)
         fail_msg("MODELS_DIR is not set (ctest sets it)");
-    const char *names[] = {"mlp", "lenet", "cnn", "resnet"};
-    for (size_t i = 0; i < 4; i++) {
+    const char *names[] = {"mlp", "lenet", "cnn", "resnet", "gpt-mini", "gpt"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s.model", dir, names[i]);
         st_model *file = NULL, *preset = NULL;

@@ -18,6 +18,10 @@
 #include "forkranks.h"
 #include "sweep.h"
 
+#define NO_TARGET ((struct sweep_target){0})
+#define ACCURACY(v) ((struct sweep_target){.loss = false, .value = (v)})
+#define LOSS(v) ((struct sweep_target){.loss = true, .value = (v)})
+
 /* ------------------------------------------------------------ fixtures -- */
 
 static const char *const METRICS =
@@ -204,7 +208,7 @@ static void test_read_metrics_steady_state(void **state)
     (void)state;
     struct sweep_run r = {0};
     struct sweep_versions v = {0};
-    assert_int_equal(sweep_read_metrics(METRICS, 0.85, &r, &v), 0);
+    assert_int_equal(sweep_read_metrics(METRICS, ACCURACY(0.85), &r, &v), 0);
     /* Intervals 2 and 3 (the first is start-up): 100 steps at 25600/s and
      * 100 at 12800/s with 128 samples a step: 0.5 s + 1.0 s. */
     assert_close(r.samples_per_s, 25600 / 1.5);
@@ -223,7 +227,15 @@ static void test_read_metrics_steady_state(void **state)
     assert_string_equal(v.isa, "avx512_core");
     assert_int_equal(v.threads, 1);
 
-    assert_int_equal(sweep_read_metrics(METRICS, 0.9, &r, &v), 0);
+    assert_int_equal(sweep_read_metrics(METRICS, ACCURACY(0.9), &r, &v), 0);
+    assert_true(isnan(r.time_to_target_s));
+
+    /* A language model's target is a loss, reached from above; its curve is the loss. */
+    assert_int_equal(sweep_read_metrics(METRICS, LOSS(0.5), &r, &v), 0);
+    assert_close(r.time_to_target_s, 3.9);
+    assert_close(r.final_loss, 0.4);
+    assert_close(r.curve_acc[0], 0.6);
+    assert_int_equal(sweep_read_metrics(METRICS, LOSS(0.3), &r, &v), 0);
     assert_true(isnan(r.time_to_target_s));
 }
 
@@ -233,16 +245,16 @@ static void test_read_metrics_refuses_incomplete_runs(void **state)
     struct sweep_run r = {0};
     char *cut = strdup(METRICS);
     *strstr(cut, "{\"type\":\"summary\"") = '\0';
-    assert_int_equal(sweep_read_metrics(cut, 0, &r, NULL), -1);
+    assert_int_equal(sweep_read_metrics(cut, NO_TARGET, &r, NULL), -1);
     assert_false(r.ok);
     assert_non_null(strstr(r.error, "did not finish"));
     char *no_train = strdup(METRICS);
     *strstr(no_train, "{\"type\":\"train\"") = '\0';
-    assert_int_equal(sweep_read_metrics(no_train, 0, &r, NULL), -1);
+    assert_int_equal(sweep_read_metrics(no_train, NO_TARGET, &r, NULL), -1);
     assert_non_null(strstr(r.error, "no training interval"));
-    assert_int_equal(sweep_read_metrics("", 0, &r, NULL), -1);
+    assert_int_equal(sweep_read_metrics("", NO_TARGET, &r, NULL), -1);
     assert_non_null(strstr(r.error, "no metrics"));
-    assert_int_equal(sweep_read_metrics(strstr(METRICS, "{\"type\":\"train\""), 0, &r, NULL), -1);
+    assert_int_equal(sweep_read_metrics(strstr(METRICS, "{\"type\":\"train\""), NO_TARGET, &r, NULL), -1);
     assert_non_null(strstr(r.error, "before the run record"));
     free(cut);
     free(no_train);
@@ -256,7 +268,7 @@ static void test_read_metrics_single_interval(void **state)
     char *second = strstr(one, "{\"type\":\"train\",\"step\":200"), *summary = strstr(one, "{\"type\":\"summary\"");
     memmove(second, summary, strlen(summary) + 1);
     struct sweep_run r = {0};
-    assert_int_equal(sweep_read_metrics(one, 0, &r, NULL), 0);
+    assert_int_equal(sweep_read_metrics(one, NO_TARGET, &r, NULL), 0);
     assert_close(r.samples_per_s, 6400);
     assert_close(r.step_ms, 20);
     assert_close(r.compute_ms, 15);
@@ -342,7 +354,7 @@ struct report_args {
     struct sweep_report rep;
 };
 
-static void setup_report(struct report_args *x, double target)
+static void setup_report(struct report_args *x, struct sweep_target target)
 {
     memset(x, 0, sizeof *x);
     x->nruns = recorded(x->s, x->runs);
@@ -386,7 +398,7 @@ static void test_csv(void **state)
 {
     (void)state;
     struct report_args x;
-    setup_report(&x, 0);
+    setup_report(&x, NO_TARGET);
     char *csv = written(csv_of, &x);
     assert_int_equal(count_lines(csv), 1 + x.nruns);
     assert_true(strncmp(csv, "setting,instances,cores_per_instance,system,repeat,order,ok,samples_per_s,", 72) == 0);
@@ -403,7 +415,7 @@ static void test_markdown_marks_best_and_ratios(void **state)
 {
     (void)state;
     struct report_args x;
-    setup_report(&x, 0);
+    setup_report(&x, NO_TARGET);
     char *md = written(md_of, &x);
     assert_non_null(strstr(md, "`shmtrain --model mlp`"));
     assert_non_null(strstr(md, "| setting | asked | samples/s | vs 1x2 |"));
@@ -432,7 +444,7 @@ static void test_markdown_marks_best_and_ratios(void **state)
     }
     free(md);
 
-    setup_report(&x, 0.85);
+    setup_report(&x, ACCURACY(0.85));
     x.rep.plots_note = "gnuplot is not installed";
     md = written(md_of, &x);
     assert_non_null(strstr(md, "time to 85% (s)"));
@@ -440,6 +452,13 @@ static void test_markdown_marks_best_and_ratios(void **state)
     assert_non_null(strstr(md, "| 5.0 (5.0–5.0) (2 of 3) |"));  /* 1x1 reached it twice */
     assert_non_null(strstr(md, "Plots: gnuplot is not installed"));
     assert_null(strstr(md, "![throughput]"));
+    free(md);
+
+    setup_report(&x, LOSS(1.5));  /* a language model's sweep */
+    md = written(md_of, &x);
+    assert_non_null(strstr(md, "time to loss 1.5 (s)"));
+    assert_non_null(strstr(md, "final validation loss |"));
+    assert_null(strstr(md, "final test acc."));
     free(md);
 
     /* The CPU probe's row. */
@@ -454,7 +473,7 @@ static void test_json(void **state)
 {
     (void)state;
     struct report_args x;
-    setup_report(&x, 0);
+    setup_report(&x, NO_TARGET);
     char *js = written(json_of, &x);
     assert_non_null(strstr(js, "\"best\":\"2x1\",\"best_by\":\"throughput\""));
     assert_non_null(strstr(js, "\"samples_per_s\":{\"median\":175.0,\"min\":150.0,\"max\":200.0,\"n\":2}"));
@@ -486,7 +505,7 @@ static void test_plots(void **state)
 {
     (void)state;
     struct report_args x;
-    setup_report(&x, 0);
+    setup_report(&x, NO_TARGET);
     char dir[] = "/tmp/test_sweep.XXXXXX";
     assert_non_null(mkdtemp(dir));
     char path[4][300];

@@ -53,6 +53,7 @@ typedef struct st_train_options {
     long train_subset, test_subset;
     bool augment, quiet, flush_denormals;
     float target_accuracy;        /* stop once test accuracy reaches it (0 = off) */
+    float target_loss;            /* stop once the test (validation) loss is at most it (0 = off) */
 } st_train_options;
 
 typedef struct st_train_result {

@@ -18,6 +18,10 @@
 #include "onednn_internal.h"
 #include "simd.h"
 
+/* The `omp simd` reductions below sum in vector lanes: a fixed order for a
+ * given build and CPU, so runs repeat bitwise; within fp32 round-off of the
+ * reference's double sums (test_gpt's tolerance). */
+
 static st_status sgemm(char ta, char tb, dnnl_dim_t m, dnnl_dim_t nn, dnnl_dim_t k, float alpha, const float *a,
                        dnnl_dim_t lda, const float *b, dnnl_dim_t ldb, float beta, float *c, dnnl_dim_t ldc)
 {
@@ -135,9 +139,11 @@ static st_status ln_fwd(st_net *n, int j)
     for (long r = 0; r < rows; r++) {
         const float *xr = src + r * c;
         float m = 0, v = 0;
+#pragma omp simd reduction(+ : m)
         for (long i = 0; i < c; i++)
             m += xr[i];
         m /= (float)c;
+#pragma omp simd reduction(+ : v)
         for (long i = 0; i < c; i++)
             v += (xr[i] - m) * (xr[i] - m);
         const float s = 1.0f / sqrtf(v / (float)c + 1e-5f);
@@ -167,6 +173,7 @@ static st_status ln_bwd(st_net *n, int j)
         for (long r = first; r < last; r++) {
             const float *xr = src + r * c, *dr = dy + r * c;
             float md = 0, mdx = 0;
+#pragma omp simd reduction(+ : md, mdx)
             for (long i = 0; i < c; i++) {
                 const float xhat = (xr[i] - mean[r]) * rstd[r];
                 pg[i] += dr[i] * xhat;
@@ -227,6 +234,7 @@ static st_status att_fwd(st_net *n, int j)
         failed |= !sgemm_ok('N', 'T', t, t, hs, scale, q, row, q + c, row, p, t);
         for (long i = 0; i < t; i++) {
             float *pr = p + i * t, mx = pr[0], sum = 0;
+#pragma omp simd reduction(max : mx)
             for (long k = 1; k <= i; k++)
                 mx = pr[k] > mx ? pr[k] : mx;
 #pragma omp simd reduction(+ : sum)
@@ -262,6 +270,7 @@ static st_status att_bwd(st_net *n, int j)
         for (long i = 0; i < t; i++) {
             const float *pr = p + i * t;
             float *dr = ds + i * t, inner = 0;
+#pragma omp simd reduction(+ : inner)
             for (long k = 0; k <= i; k++)
                 inner += pr[k] * dr[k];
             for (long k = 0; k < t; k++)

@@ -502,6 +502,14 @@ static void teardown(struct trainer *t, bool failed)
     st_model_destroy(t->model);
 }
 
+/* --target-accuracy (classifiers) or --target-loss (language models), at the last evaluation. */
+static bool reached_target(const struct trainer *t)
+{
+    const st_train_options *o = t->o;
+    return (o->target_accuracy > 0 && t->best_acc >= o->target_accuracy) ||
+           (o->target_loss > 0 && t->last_eval_step >= 0 && t->last_loss <= o->target_loss);
+}
+
 static st_status loop(struct trainer *t, st_train_result *r)
 {
     const st_train_options *o = t->o;
@@ -536,7 +544,7 @@ static st_status loop(struct trainer *t, st_train_result *r)
                 r->interrupted = true;
                 return st == ST_OK ? ST_ERR_INTERRUPTED : st;
             }
-            if (o->target_accuracy > 0 && t->best_acc >= o->target_accuracy)
+            if (reached_target(t))
                 done = true;
             if (done)
                 break;
@@ -547,7 +555,7 @@ static st_status loop(struct trainer *t, st_train_result *r)
             log_interval(t, lr);
         if (!o->eval_every && (st = eval_and_report(t)) != ST_OK)
             break;
-        if (o->target_accuracy > 0 && t->best_acc >= o->target_accuracy)
+        if (reached_target(t))
             done = true;
     }
     t->train_seconds = now_s() - train_start;
