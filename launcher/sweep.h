@@ -137,11 +137,12 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
                           const struct sweep_summary *sums);
 
 /* gnuplot input: throughput against instances (with the spread), the time
- * split as stacked bars, test accuracy against wall time.  The script reads
- * the three data files from its own directory and writes three SVGs. */
+ * split as stacked bars, test accuracy (`loss`: a language model's
+ * validation loss) against wall time.  The script reads the three data
+ * files from its own directory and writes three SVGs. */
 void sweep_write_plot_data(FILE *throughput, FILE *split, FILE *curves, const struct sweep_setting *s, int ns,
-                           const struct sweep_run *runs, const struct sweep_summary *sums);
+                           const struct sweep_run *runs, const struct sweep_summary *sums, bool loss);
 void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const struct sweep_run *runs,
-                         const struct sweep_summary *sums);
+                         const struct sweep_summary *sums, bool loss);
 
 #endif

@@ -322,7 +322,7 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
 /* ---------------------------------------------------------------- plots -- */
 
 void sweep_write_plot_data(FILE *throughput, FILE *split, FILE *curves, const struct sweep_setting *s, int ns,
-                           const struct sweep_run *runs, const struct sweep_summary *sums)
+                           const struct sweep_run *runs, const struct sweep_summary *sums, bool loss)
 {
     fprintf(throughput, "# instances cores label shm_median shm_min shm_max torch_median torch_min torch_max\n");
     fprintf(split, "# label compute_ms allreduce_ms wait_ms other_ms (shmtrain, medians)\n");
@@ -345,13 +345,13 @@ void sweep_write_plot_data(FILE *throughput, FILE *split, FILE *curves, const st
                 continue;
             fprintf(curves, "# %s %s\n", s[i].label, sweep_system_name[sys]);
             for (int p = 0; p < runs[k].ncurve; p++)
-                fprintf(curves, "%.3f %.5f\n", runs[k].curve_s[p], 100 * runs[k].curve_acc[p]);
+                fprintf(curves, "%.3f %.5f\n", runs[k].curve_s[p], (loss ? 1 : 100) * runs[k].curve_acc[p]);
             fprintf(curves, "\n\n");
         }
 }
 
 void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const struct sweep_run *runs,
-                         const struct sweep_summary *sums)
+                         const struct sweep_summary *sums, bool loss)
 {
     (void)runs;
     bool torch = false;
@@ -380,9 +380,10 @@ void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const s
                "     '' using 4 lc '#ff7f0e' title 'wait', \\\n"
                "     '' using 5 lc '#bbbbbb' title 'other'\n"
                "set style data lines\n");
-    fprintf(f, "\nset output 'accuracy.svg'\nset title 'Test accuracy against wall time'\n"
-               "set xlabel 'seconds since start'\nset ylabel 'test accuracy (%%)'\nset key bottom right\n"
-               "set yrange [*:*]\n");
+    fprintf(f, "\nset output 'accuracy.svg'\nset title '%s against wall time'\n"
+               "set xlabel 'seconds since start'\nset ylabel '%s'\nset key %s right\n"
+               "set yrange [*:*]\n", loss ? "Validation loss" : "Test accuracy",
+            loss ? "validation loss (nats per token)" : "test accuracy (%)", loss ? "top" : "bottom");
     int block = 0, drawn = 0;
     for (int i = 0; i < ns; i++)
         for (int sys = 0; sys < SWEEP_NSYSTEMS; sys++) {

@@ -310,7 +310,7 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
     unlink(rp.checkpoint);  /* the sweep measures; it keeps no models */
 }
 
-static void print_progress(const struct sweep_setting *s, const struct sweep_run *r, int k, int n)
+static void print_progress(const struct sweep_setting *s, const struct sweep_run *r, int k, int n, bool loss)
 {
     fprintf(stderr, "shmrun: sweep [%d/%d] %-6s %-11s repeat %d: ", k + 1, n, s[r->setting].label,
             sweep_system_name[r->system], r->repeat + 1);
@@ -321,8 +321,9 @@ static void print_progress(const struct sweep_setting *s, const struct sweep_run
     fprintf(stderr, "%.0f samples/s, step %.2f ms", r->samples_per_s, r->step_ms);
     if (!isnan(r->time_to_target_s))
         fprintf(stderr, ", target at %.1f s", r->time_to_target_s);
-    if (!isnan(r->final_accuracy))
-        fprintf(stderr, ", test accuracy %.2f%%", 100 * r->final_accuracy);
+    if (!isnan(r->final_accuracy))  /* the loss for a language model's race, else the accuracy */
+        fprintf(stderr, loss ? ", validation loss %.4f" : ", test accuracy %.2f%%",
+                loss ? r->final_loss : 100 * r->final_accuracy);
     fprintf(stderr, " (%.1f s)\n", r->wall_s);
 }
 
@@ -374,8 +375,8 @@ static const char *draw_plots(const struct sweep_job *j, const struct sweep_sett
     FILE *tp = open_out(j->out_dir, "throughput.dat"), *sp = open_out(j->out_dir, "timesplit.dat");
     FILE *cv = open_out(j->out_dir, "accuracy.dat"), *gp = open_out(j->out_dir, "plot.gp");
     if (tp && sp && cv && gp) {
-        sweep_write_plot_data(tp, sp, cv, s, ns, runs, sums);
-        sweep_write_gnuplot(gp, s, ns, runs, sums);
+        sweep_write_plot_data(tp, sp, cv, s, ns, runs, sums, j->target.loss);
+        sweep_write_gnuplot(gp, s, ns, runs, sums, j->target.loss);
     }
     int bad = close_out(tp, "throughput.dat") | close_out(sp, "timesplit.dat") | close_out(cv, "accuracy.dat") |
               close_out(gp, "plot.gp");
@@ -497,7 +498,7 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
     for (; done < n && !interrupted; done++) {
         run_one(j, s, &slots[done], done, torch, self, &runs[done], &rep.versions);
         failed += !runs[done].ok;
-        print_progress(s, &runs[done], done, n);
+        print_progress(s, &runs[done], done, n, j->target.loss);
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);

@@ -516,8 +516,8 @@ static void test_plots(void **state)
         f[i] = fopen(path[i], "w");
         assert_non_null(f[i]);
     }
-    sweep_write_plot_data(f[0], f[1], f[2], x.s, 3, x.runs, x.sums);
-    sweep_write_gnuplot(f[3], x.s, 3, x.runs, x.sums);
+    sweep_write_plot_data(f[0], f[1], f[2], x.s, 3, x.runs, x.sums, false);
+    sweep_write_gnuplot(f[3], x.s, 3, x.runs, x.sums, false);
     for (int i = 0; i < 4; i++)
         fclose(f[i]);
     char *tp = slurp(path[0]), *sp = slurp(path[1]), *cv = slurp(path[2]);
