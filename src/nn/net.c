@@ -3,6 +3,7 @@
  * runs the graph behind struct nn_backend. */
 #define _GNU_SOURCE
 #include "net.h"
+#include "simd.h"
 
 #include <math.h>
 #include <omp.h>
@@ -385,14 +386,15 @@ static bool loss_row(const float *z, float *dz, int k, int label, int rows, doub
     for (int j = 1; j < k; j++)
         if (z[j] > zmax)
             zmax = z[j], best = j;
-    /* One exp per logit (they were half of this function's time): the
-     * softmax is e_j / sum, and e_j waits in dz. */
+    /* One exp per logit, vectorised (libm's double exp was 3% of a GPT's
+     * step: batch x context x vocabulary of them): the softmax is e_j / sum,
+     * and e_j waits in dz; the sum runs in double, in order. */
+#pragma omp simd
+    for (int j = 0; j < k; j++)
+        dz[j] = nn_expf(z[j] - zmax);
     double sum = 0;
-    for (int j = 0; j < k; j++) {
-        const double e = exp((double)z[j] - zmax);
-        dz[j] = (float)e;
-        sum += e;
-    }
+    for (int j = 0; j < k; j++)
+        sum += dz[j];
     *row_loss = zmax + log(sum) - z[label];
     for (int j = 0; j < k; j++)
         dz[j] = (float)(((double)dz[j] / sum - (j == label)) / rows);
