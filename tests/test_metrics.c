@@ -120,11 +120,41 @@ static void test_records_round_trip(void **state)
     free(text);
 }
 
+/* A language model's records carry its context and tokens/s; an image
+ * model's leave them out. */
+static void test_language_model_fields(void **state)
+{
+    (void)state;
+    st_record in[4] = {
+        {.type = ST_RECORD_RUN, .u.run = {.system = "shmtrain", .instances = 1, .model = "gpt-mini", .context = 64}},
+        {.type = ST_RECORD_TRAIN, .u.train = {.step = 10, .samples_per_s = 200, .tokens_per_s = 12800}},
+        {.type = ST_RECORD_SUMMARY, .u.summary = {.steps = 10, .samples_per_s = 150, .tokens_per_s = 9600}},
+        {.type = ST_RECORD_TRAIN, .u.train = {.step = 20, .samples_per_s = 300}}};
+    char *text = capture(write_records, in);
+    assert_non_null(strstr(text, "\"first_step\":0,\"context\":64}"));
+    assert_non_null(strstr(text, "\"samples_per_s\":200.0,\"tokens_per_s\":12800.0,"));
+    assert_non_null(strstr(text, "\"samples_per_s\":150.0,\"tokens_per_s\":9600.0,"));
+    assert_null(strstr(strstr(text, "\"step\":20"), "tokens_per_s"));
+    st_record out;
+    char *lines = strdup(text);
+    free(text);
+    assert_non_null(lines);
+    char *second = strchr(lines, '\n');
+    assert_non_null(second);
+    *second++ = '\0';
+    assert_int_equal(st_metrics_parse(lines, &out), ST_RECORD_RUN);
+    assert_int_equal(out.u.run.context, 64);
+    assert_int_equal(st_metrics_parse(second, &out), ST_RECORD_TRAIN);
+    assert_true(out.u.train.tokens_per_s == 12800);
+    free(lines);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_writer),
         cmocka_unit_test(test_records_round_trip),
+        cmocka_unit_test(test_language_model_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,12 +36,14 @@ typedef struct st_run_record {
     char torch[32];                  /* the PyTorch peer's; "" otherwise */
     char allreduce_dtype[8];         /* the gradient exchange: "f32", "bf16"; "" when not said */
     unsigned long long first_step;   /* > 0 after a resume */
+    int context;                     /* a language model's tokens per sample (window); 0 otherwise */
 } st_run_record;
 
 typedef struct st_train_record {
     unsigned long long step;
     double epoch, loss, accuracy, lr, samples_per_s, time_s;
     double compute_s, allreduce_s, wait_s;   /* summed over the interval */
+    double tokens_per_s;                     /* language models (samples_per_s x context); else 0, not written */
 } st_train_record;
 
 typedef struct st_eval_record {
@@ -55,6 +57,7 @@ typedef struct st_summary_record {
     long steps;
     int instances, batch_per_instance;
     double total_s, train_s, samples_per_s, final_test_accuracy, best_test_accuracy;
+    double tokens_per_s;             /* language models; else 0, not written */
     int nreached;                    /* test-accuracy thresholds reached, and when */
     double reached_accuracy[ST_METRICS_MAX_TARGETS], reached_s[ST_METRICS_MAX_TARGETS];
 } st_summary_record;

@@ -29,6 +29,8 @@ static void write_run(st_json *j, const st_run_record *r)
     optional_string(j, "torch", r->torch);
     optional_string(j, "allreduce_dtype", r->allreduce_dtype);
     st_json_uint(j, "first_step", r->first_step);
+    if (r->context > 0)
+        st_json_int(j, "context", r->context);
 }
 
 static void write_train(st_json *j, const st_train_record *r)
@@ -39,6 +41,8 @@ static void write_train(st_json *j, const st_train_record *r)
     st_json_number(j, "accuracy", r->accuracy, "%.5f");
     st_json_number(j, "lr", r->lr, "%.6g");
     st_json_number(j, "samples_per_s", r->samples_per_s, "%.1f");
+    if (r->tokens_per_s > 0)
+        st_json_number(j, "tokens_per_s", r->tokens_per_s, "%.1f");
     st_json_number(j, "time_s", r->time_s, "%.3f");
     st_json_number(j, "compute_s", r->compute_s, "%.4f");
     st_json_number(j, "allreduce_s", r->allreduce_s, "%.4f");
@@ -63,6 +67,8 @@ static void write_summary(st_json *j, const st_summary_record *r)
     st_json_number(j, "total_s", r->total_s, "%.3f");
     st_json_number(j, "train_s", r->train_s, "%.3f");
     st_json_number(j, "samples_per_s", r->samples_per_s, "%.1f");
+    if (r->tokens_per_s > 0)
+        st_json_number(j, "tokens_per_s", r->tokens_per_s, "%.1f");
     st_json_number(j, "final_test_accuracy", r->final_test_accuracy, "%.5f");
     st_json_number(j, "best_test_accuracy", r->best_test_accuracy, "%.5f");
     st_json_object_begin(j, "time_to_accuracy_s");
@@ -112,6 +118,7 @@ static void parse_summary(const char *line, st_summary_record *r)
     r->total_s = num(line, "total_s");
     r->train_s = num(line, "train_s");
     r->samples_per_s = num(line, "samples_per_s");
+    r->tokens_per_s = num(line, "tokens_per_s");
     r->final_test_accuracy = num(line, "final_test_accuracy");
     r->best_test_accuracy = num(line, "best_test_accuracy");
     const char *p = st_json_find(line, "time_to_accuracy_s");
@@ -151,6 +158,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         st_json_get_string(line, "torch", r->torch, sizeof r->torch);
         st_json_get_string(line, "allreduce_dtype", r->allreduce_dtype, sizeof r->allreduce_dtype);
         r->first_step = count(line, "first_step");
+        r->context = (int)count(line, "context");
         break;
     }
     case ST_RECORD_TRAIN: {
@@ -161,6 +169,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         r->accuracy = num(line, "accuracy");
         r->lr = num(line, "lr");
         r->samples_per_s = num(line, "samples_per_s");
+        r->tokens_per_s = num(line, "tokens_per_s");
         r->time_s = num(line, "time_s");
         r->compute_s = num(line, "compute_s");
         r->allreduce_s = num(line, "allreduce_s");

@@ -94,7 +94,7 @@ static void log_interval(struct trainer *t, float lr)
     const double frac = t->epoch + (double)t->epoch_pos / ((double)t->steps_per_epoch * t->world * t->o->batch);
     record(t, &(st_record){.type = ST_RECORD_TRAIN,
                            .u.train = {.step = t->step, .epoch = frac, .loss = loss, .accuracy = acc, .lr = lr,
-                                       .samples_per_s = sps, .time_s = now - t->start + t->elapsed_before,
+                                       .samples_per_s = sps, .tokens_per_s = t->text ? sps * t->context : 0, .time_s = now - t->start + t->elapsed_before,
                                        .compute_s = t->t_compute, .allreduce_s = t->t_reduce, .wait_s = t->t_wait}});
     if (t->tty) {
         int width = 24, done = max > 0 ? (int)(width * (double)t->step / max) : 0;
@@ -451,7 +451,8 @@ static void run_record(struct trainer *t)
 {
     st_record r = {.type = ST_RECORD_RUN,
                    .u.run = {.system = "shmtrain", .instances = t->world, .threads = omp_get_max_threads(),
-                             .params = (long long)t->P, .batch_per_instance = t->o->batch, .first_step = t->step}};
+                             .params = (long long)t->P, .batch_per_instance = t->o->batch, .first_step = t->step,
+                             .context = t->text ? t->context : 0}};
     snprintf(r.u.run.model, sizeof r.u.run.model, "%s", t->o->model);
     st_nn_onednn_version(r.u.run.onednn, sizeof r.u.run.onednn);
     snprintf(r.u.run.isa, sizeof r.u.run.isa, "%s", st_nn_onednn_isa());
@@ -472,6 +473,7 @@ static void summary(struct trainer *t, st_train_result *r)
     st_record rec = {.type = ST_RECORD_SUMMARY,
                      .u.summary = {.steps = r->steps, .instances = t->world, .batch_per_instance = t->o->batch,
                                    .total_s = total, .train_s = t->train_seconds, .samples_per_s = sps,
+                                   .tokens_per_s = t->text ? sps * t->context : 0,
                                    .final_test_accuracy = t->last_acc, .best_test_accuracy = t->best_acc}};
     for (size_t i = 0; i < NTHRESH; i++)
         if (t->reached_at[i] >= 0) {
