@@ -16,21 +16,22 @@ here=$(cd "$(dirname "$0")" && pwd); out=${OUT:-$(mktemp -d)}
 n=${part%x*}; c=${part#*x}
 recipe=(--batch-size 12 --lr 1e-3 --min-lr 1e-4 --schedule cosine --warmup 100 --weight-decay 0.1 --beta2 0.99
         --clip-norm 1 --eval-windows 256)
+# step, validation loss, and the training clock: time_s less the evaluations before it
+clock() {
+  awk -F'[:,}]' '/"type":"eval"/ { for (i = 1; i < NF; i++) { if ($i ~ /"step"/) st = $(i+1); if ($i ~ /"test_loss"/) l = $(i+1);
+      if ($i ~ /"time_s"/) t = $(i+1); if ($i ~ /"eval_s"/) e = $(i+1) } print st, l, t - ev; ev += e }' "$1"
+}
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; gpt-mini, $steps steps, $part, seeds: $seeds; files in $out"
 for s in $seeds; do
   [ -n "${REPORT_ONLY:-}" ] && break  # OUT holds a finished run: report it again
   "$build/shmrun" -n "$n" -c "$c" --quiet --log-dir "$out/logs" -- "$build/shmtrain" --model gpt-mini --text "$text" \
     --optimizer adamw "${recipe[@]}" --max-steps "$steps" --eval-every "$every" --log-every "$every" --seed "$s" \
     --quiet --metrics "$out/shm-$s.jsonl" --checkpoint "$out/shm-$s.ckpt"
-  # the training clock: time_s less the evaluations before it
-  awk -F'[:,}]' '/"type":"eval"/ { for (i = 1; i < NF; i++) { if ($i ~ /"step"/) st = $(i+1); if ($i ~ /"test_loss"/) l = $(i+1);
-      if ($i ~ /"time_s"/) t = $(i+1); if ($i ~ /"eval_s"/) e = $(i+1) } print st, l, t - ev; ev += e }' \
-    "$out/shm-$s.jsonl" > "$out/shm-$s.txt"
+  clock "$out/shm-$s.jsonl" > "$out/shm-$s.txt"
   "$build/shmrun" -n "$n" -c "$c" --quiet --log-dir "$out/logs" -- $py "$here/torch_gpt.py" --model gpt-mini \
     --text "$text" "${recipe[@]}" --max-steps "$steps" --warm-steps 0 --eval-every "$every" --seed "$s" \
     --metrics "$out/torch-$s.jsonl"
-  sed -n 's/.*"step": \([0-9]*\), "val_loss": \([0-9.]*\), "time_s": \([0-9.]*\).*/\1 \2 \3/p' "$out/torch-$s.jsonl" \
-    > "$out/torch-$s.txt"
+  clock "$out/torch-$s.jsonl" > "$out/torch-$s.txt"
 done
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 target=$(for s in $seeds; do tail -1 "$out/torch-$s.txt" | awk '{print $2}'; done | median)

@@ -33,7 +33,7 @@ run_torch() { # model n c precision -> tokens/s
   "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- $py "$here/torch_gpt.py" --model "$1" \
     --text "$text" --batch-size 12 --max-steps "$steps" --precision "$4" --metrics "$tmp/t.out" 2> "$tmp/t.err" ||
     { sed 's/^/torch_gpt.py: /' "$tmp/t.err" | tail -3 >&2; echo nan; return; }
-  grep -o '"tokens_per_s": [0-9.]*' "$tmp/t.out" | head -1 | awk '{print $2}'
+  grep '"type":"summary"' "$tmp/t.out" | sed 's/.*"tokens_per_s":\([0-9.]*\).*/\1/'
 }
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $steps steps x batch 12; $rounds interleaved rounds"

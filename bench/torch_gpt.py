@@ -16,7 +16,9 @@ ids in byte order, and the very same training windows: shmtrain's seeded
 stream of distinct starts, rank r taking every W-th), AdamW with decay on
 matrices only, clipping, and shmtrain's warm-up + cosine schedule.
 `--precision bf16` runs the step under torch.autocast(cpu, bfloat16).
-Prints one JSON summary line with tokens/s.  The attention is nanoGPT's
+Writes shmtrain's metrics records (run, train, eval, summary; JSON lines, to --metrics or
+$SHMTRAIN_LOG_DIR/metrics.jsonl) and takes shmtrain's training flags, so
+`shmrun --sweep --compare-torch` runs it beside shmtrain for a language model.  The attention is nanoGPT's
 "slow" path on PyTorch 1.13 (no fused kernel there) and
 scaled_dot_product_attention where PyTorch has it (2.0+).
 """
@@ -136,51 +138,90 @@ def lr_at(a, step, total):
     return a.min_lr + (a.lr - a.min_lr) * 0.5 * (1 + math.cos(math.pi * frac))
 
 
-def main():
+def fail(msg):
+    print(f"torch_gpt.py: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def parse_args():
+    """shmtrain's own flags (as `shmrun --sweep --compare-torch` passes them), plus a few of its own."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add = ap.add_argument
-    add("--model", choices=sorted(PRESETS), default="gpt-mini")
-    add("--text", required=True)
+    add("--model", default="gpt-mini")
+    add("--text", action="append", required=True)
+    add("--tokens", choices=("chars", "bytes"), default="chars")
     add("--batch-size", type=int, default=12)
-    add("--max-steps", type=int, default=100)
-    add("--warm-steps", type=int, default=3, help="untimed steps first")
+    add("--max-steps", type=int)
+    add("--epochs", type=int, default=1)
+    add("--warm-steps", type=int, default=3, help="untimed steps first (benchmarks; 0 in a sweep)")
+    add("--optimizer", choices=("adamw",), default="adamw")
     add("--lr", type=float, default=1e-3)
-    add("--min-lr", type=float, default=1e-4)
+    add("--min-lr", type=float, default=0.0)
     add("--warmup", type=int, default=0)
     add("--schedule", choices=("constant", "cosine"), default="constant")
-    add("--weight-decay", type=float, default=0.1)
-    add("--beta2", type=float, default=0.99)
-    add("--clip-norm", type=float, default=1.0)
+    add("--weight-decay", type=float, default=0.0)
+    add("--beta2", type=float, default=0.999)
+    add("--clip-norm", type=float, default=0.0)
     add("--seed", type=int, default=1)
     add("--precision", choices=("fp32", "bf16"), default="fp32")
-    add("--eval-every", type=int, default=0, help="steps between validation losses (0: none)")
+    add("--eval-every", type=int, default=0, help="steps between validation losses (0: at the end)")
     add("--eval-windows", type=int, default=256)
-    add("--metrics", help="also write the JSON lines here (shmrun keeps a rank's stdout in its log)")
+    add("--log-every", type=int, default=50)
+    add("--target-loss", type=float, default=0.0)
+    add("--metrics", help="shmtrain's JSON lines (default: $SHMTRAIN_LOG_DIR/metrics.jsonl when set)")
+    for flag in ("--checkpoint", "--check-replicas"):  # shmtrain's output-only flags: accepted, ignored
+        add(flag)
+    for flag in ("--quiet", "--no-flush-denormals"):
+        add(flag, action="store_true")
     a = ap.parse_args()
+    if a.model not in PRESETS:
+        fail(f"--model {a.model}: only the presets {', '.join(sorted(PRESETS))} are built here")
+    if len(a.text) > 2:
+        fail("--text: at most two (training, validation)")
+    return a
+
+
+def main():
+    a = parse_args()
+    start = time.perf_counter()
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    sink = open(a.metrics, "w") if a.metrics and rank == 0 else None
+    log_dir = os.environ.get("SHMTRAIN_LOG_DIR")
+    path = a.metrics or (os.path.join(log_dir, "metrics.jsonl") if log_dir else None)
+    sink = open(path, "w") if path and rank == 0 else None
 
     def emit(record):
-        line = json.dumps(record)
-        print(line, flush=True)
+        line = json.dumps(record, separators=(",", ":"))
+        if rank == 0 and not a.quiet:
+            print(line, flush=True)
         if sink:
             sink.write(line + "\n")
             sink.flush()
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    torch.set_flush_denormal(True)
+    if not a.no_flush_denormals:
+        torch.set_flush_denormal(True)
     if world > 1:
-        log_dir = os.environ.get("SHMTRAIN_LOG_DIR")
         init = "file://" + os.path.join(os.path.abspath(log_dir), "torch-gpt-store") if log_dir else \
             "tcp://127.0.0.1:29511"
         dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    text = read_text(a.text)
-    alphabet = sorted(set(text))
+    text = read_text(a.text[0])
+    if not text:
+        fail(f"--text {a.text[0]}: empty")
+    held = text + (read_text(a.text[1]) if len(a.text) == 2 else b"")
+    alphabet = list(range(256)) if a.tokens == "bytes" else sorted(set(text if len(a.text) == 2 else held))
     table = bytes.maketrans(bytes(alphabet), bytes(range(len(alphabet))))
-    all_ids = torch.frombuffer(bytearray(text.translate(table)), dtype=torch.uint8).long()
-    cut = len(all_ids) - len(all_ids) // 10
-    ids, val = all_ids[:cut], all_ids[cut:]  # shmtrain's split: the last 10% validates
+    if len(a.text) == 2:
+        extra = set(read_text(a.text[1])) - set(alphabet)
+        if extra:
+            fail(f"--text {a.text[1]}: byte 0x{min(extra):02x} does not occur in the training text {a.text[0]}")
+        ids = torch.frombuffer(bytearray(text.translate(table)), dtype=torch.uint8).long()
+        val = torch.frombuffer(bytearray(read_text(a.text[1]).translate(table)), dtype=torch.uint8).long()
+    else:
+        all_ids = torch.frombuffer(bytearray(text.translate(table)), dtype=torch.uint8).long()
+        cut = len(all_ids) - len(all_ids) // 10
+        ids, val = all_ids[:cut], all_ids[cut:]  # shmtrain's split: the last 10% validates
     cfg = PRESETS[a.model]
+    t = cfg["context"]
     torch.manual_seed(a.seed)
     model = GPT(**cfg)
     params = sum(p.numel() for p in model.parameters())
@@ -189,10 +230,15 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, a.beta2), eps=1e-8)
     net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    total = a.warm_steps + a.max_steps
+    per_epoch = max(1, len(ids) // (t * world * a.batch_size))
+    steps = a.max_steps if a.max_steps else per_epoch * a.epochs
+    total = a.warm_steps + steps
+    emit({"type": "run", "system": "pytorch-ddp" if world > 1 else "pytorch", "instances": world,
+          "threads": torch.get_num_threads(), "model": a.model, "params": params, "batch_per_instance": a.batch_size,
+          "torch": torch.__version__, "first_step": 0, "context": t})
 
     def step(k):
-        x, y = windows(ids, a.seed, k, world, rank, a.batch_size, cfg["context"])
+        x, y = windows(ids, a.seed, k, world, rank, a.batch_size, t)
         for g in opt.param_groups:
             g["lr"] = lr_at(a, k, total)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
@@ -203,43 +249,71 @@ def main():
         if a.clip_norm > 0:
             nn.utils.clip_grad_norm_(model.parameters(), a.clip_norm)
         opt.step()
-        return loss.item()
+        return loss.item(), (logits.argmax(-1) == y).float().mean().item()
 
     def evaluate():
-        """shmtrain's: consecutive windows of the validation split, mean loss per token."""
-        t, n = cfg["context"], min(a.eval_windows, (len(val) - 1) // cfg["context"])
+        """shmtrain's: consecutive windows of the validation split, mean loss per token (rank 0 alone)."""
+        n = min(a.eval_windows, (len(val) - 1) // t) if a.eval_windows else (len(val) - 1) // t
         model.eval()
-        total_loss = 0.0
+        total_loss, right = 0.0, 0
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
             for first in range(0, n, a.batch_size):
                 ks = range(first, min(first + a.batch_size, n))
                 x = torch.stack([val[k * t:k * t + t] for k in ks])
                 y = torch.stack([val[k * t + 1:k * t + t + 1] for k in ks])
-                total_loss += F.cross_entropy(model(x).float().view(-1, VOCAB), y.reshape(-1),
-                                              reduction="sum").item()
+                z = model(x).float()
+                total_loss += F.cross_entropy(z.view(-1, VOCAB), y.reshape(-1), reduction="sum").item()
+                right += (z.argmax(-1) == y).sum().item()
         model.train()
-        return total_loss / (n * t)
+        return total_loss / (n * t), right / (n * t)
 
     for k in range(a.warm_steps):
         step(k)
     t0 = time.perf_counter()
-    loss, eval_s = 0.0, 0.0
+    eval_s, last_log, loss_sum, acc_sum, since = 0.0, t0, 0.0, 0.0, 0
+    last_loss, last_acc, best_acc, done = float("nan"), 0.0, 0.0, 0
+
+    def run_eval(k):
+        nonlocal eval_s, last_loss, last_acc, best_acc, last_log
+        e0 = time.perf_counter()
+        if rank == 0:
+            last_loss, last_acc = evaluate()
+            best_acc = max(best_acc, last_acc)
+            emit({"type": "eval", "step": k, "epoch": 0, "test_loss": round(last_loss, 6),
+                  "test_accuracy": round(last_acc, 5), "time_s": round(e0 - start, 3),
+                  "eval_s": round(time.perf_counter() - e0, 3)})
+        if world > 1:
+            flag = torch.tensor([last_loss if rank == 0 else 0.0])
+            dist.broadcast(flag, 0)  # every rank decides alike whether the target is reached
+            last_loss = flag.item()
+        eval_s += time.perf_counter() - e0
+        last_log += time.perf_counter() - e0  # evaluation is not training time
+
     for k in range(a.warm_steps, total):
-        loss = step(k)
-        if a.eval_every and (k + 1 - a.warm_steps) % a.eval_every == 0 and rank == 0:
-            e0 = time.perf_counter()
-            trained = e0 - t0 - eval_s  # training time so far, evaluations left out
-            v = evaluate()
-            eval_s += time.perf_counter() - e0
-            emit({"type": "eval", "step": k + 1, "val_loss": round(v, 4), "time_s": round(trained, 2)})
-    seconds = time.perf_counter() - t0 - eval_s
-    tokens = a.max_steps * world * a.batch_size * cfg["context"]
-    if rank == 0:
-        emit({"type": "summary", "system": "pytorch" + ("-ddp" if world > 1 else ""),
-                          "torch": torch.__version__, "model": a.model, "precision": a.precision,
-                          "instances": world, "threads": torch.get_num_threads(), "params": params,
-                          "steps": a.max_steps, "last_loss": round(loss, 4),
-                          "tokens_per_s": round(tokens / seconds, 1)})
+        loss, acc = step(k)
+        done = k + 1 - a.warm_steps
+        loss_sum, acc_sum, since = loss_sum + loss, acc_sum + acc, since + 1
+        if done % a.log_every == 0 or k + 1 == total:
+            now = time.perf_counter()
+            sps = since * world * a.batch_size / (now - last_log)
+            emit({"type": "train", "step": done, "epoch": round(done / per_epoch, 4),
+                  "loss": round(loss_sum / since, 6), "accuracy": round(acc_sum / since, 5),
+                  "lr": lr_at(a, k, total), "samples_per_s": round(sps, 1), "tokens_per_s": round(sps * t, 1),
+                  "time_s": round(now - start, 3), "compute_s": round(now - last_log, 4), "allreduce_s": 0,
+                  "wait_s": 0})
+            last_log, loss_sum, acc_sum, since = now, 0.0, 0.0, 0
+        if a.eval_every and done % a.eval_every == 0:
+            run_eval(done)
+            if a.target_loss > 0 and last_loss <= a.target_loss:
+                break
+    train_s = time.perf_counter() - t0 - eval_s
+    if not a.eval_every or done % a.eval_every:
+        run_eval(done)
+    sps = done * world * a.batch_size / train_s
+    emit({"type": "summary", "steps": done, "instances": world, "batch_per_instance": a.batch_size,
+          "total_s": round(time.perf_counter() - start, 3), "train_s": round(train_s, 3),
+          "samples_per_s": round(sps, 1), "tokens_per_s": round(sps * t, 1), "precision": a.precision,
+          "final_test_accuracy": round(last_acc, 5), "best_test_accuracy": round(best_acc, 5)})
     if world > 1:
         dist.destroy_process_group()
 

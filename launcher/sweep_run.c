@@ -430,14 +430,28 @@ static int check_job(const struct sweep_job *j)
     return 0;
 }
 
+/* A language model's job (it reads --text) is compared with the same GPT
+ * in PyTorch, torch_gpt.py, which lives beside torch_ddp.py. */
+static const char *peer_for_job(const struct sweep_job *j, const char *ddp_script)
+{
+    static char gpt[1100];
+    if (j->torch_script || !has_flag(j->argv, "--text"))
+        return ddp_script;
+    const char *slash = strrchr(ddp_script, '/');
+    snprintf(gpt, sizeof gpt, "%.*storch_gpt.py", slash ? (int)(slash - ddp_script + 1) : 0, ddp_script);
+    return access(gpt, R_OK) == 0 ? gpt : NULL;
+}
+
 static const char *torch_if_usable(const struct sweep_job *j)
 {
     if (!j->compare_torch)
         return NULL;
     const char *script = find_torch_script(j->torch_script);
+    if (script)
+        script = peer_for_job(j, script);
     if (!script) {
         fprintf(stderr, "shmrun: --compare-torch: %s; running shmtrain only\n",
-                j->torch_script ? "that script cannot be read" : "bench/torch_ddp.py not found (set SHMTRAIN_TORCH_DDP)");
+                j->torch_script ? "that script cannot be read" : "bench/torch_ddp.py (or torch_gpt.py) not found (set SHMTRAIN_TORCH_DDP)");
         return NULL;
     }
     char *probe[] = {(char *)python(), "-c", "import torch", NULL};
