@@ -6,9 +6,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "forkranks.h"
 #include "shmtrain/bf16.h"
@@ -70,6 +75,44 @@ static void test_world_of_one(void **state)
     assert_int_equal(st_allreduce_f32(g, x, 0, ST_SUM), ST_OK);
     st_group_destroy(g);
     st_group_destroy(NULL);
+}
+
+/* A name mpirun's killed job left: an old one goes when the next group
+ * joins; a fresh one (a job still starting) stays. */
+static void make_segment(const char *name, time_t age_s)
+{
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 4096), 0);
+    struct timespec when[2] = {{.tv_sec = time(NULL) - age_s}, {.tv_sec = time(NULL) - age_s}};
+    assert_int_equal(futimens(fd, when), 0);
+    close(fd);
+}
+
+static void test_stale_names_are_reaped(void **state)
+{
+    (void)state;
+    char old_job[64], new_job[64], stale[160], fresh[160], job[64];
+    test_job_id(old_job, sizeof old_job, "stale");
+    test_job_id(new_job, sizeof new_job, "fresh");
+    assert_int_equal(st_segment_name(stale, sizeof stale, old_job, 0), ST_OK);
+    assert_int_equal(st_segment_name(fresh, sizeof fresh, new_job, 0), ST_OK);
+    make_segment(stale, 700);  /* older than the 600 s floor */
+    make_segment(fresh, 5);
+    test_job_id(job, sizeof job, "reaper");
+    st_group *g = NULL;
+    st_group_config cfg = {.rank = 0, .world_size = 1, .job_id = job};
+    assert_int_equal(st_group_create(&g, &cfg), ST_OK);
+    assert_int_equal(leftover_segments(old_job), 0);
+    assert_int_equal(leftover_segments(new_job), 1);
+    st_group_destroy(g);
+    /* Called alone with its own age (never a small one here: the suite's
+     * other tests start jobs at the same time). */
+    make_segment(stale, 4000);
+    assert_true(st_segment_reap_stale(3600) >= 1);
+    assert_int_equal(leftover_segments(old_job), 0);
+    assert_int_equal(leftover_segments(new_job), 1);
+    assert_int_equal(shm_unlink(fresh), 0);
 }
 
 static void test_from_env(void **state)
@@ -146,6 +189,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_world_of_one),
+        cmocka_unit_test(test_stale_names_are_reaped),
         cmocka_unit_test(test_from_env),
         cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_bf16_conversion),

@@ -148,6 +148,15 @@ st_status st_segment_name(char *name, size_t len, const char *job_id, int rank);
  * shared dataset); returns how many were removed (>= 0), -1 on a bad job id. */
 int st_segment_cleanup(const char *job_id, int world_size);
 
+/* Remove this user's shmtrain names in /dev/shm that have not changed for
+ * `older_than_s` seconds: what a job killed while joining left behind when no
+ * launcher of ours cleaned up after it (mpirun, srun).  A live job's names
+ * exist only while it starts (each goes once every peer has mapped it, at
+ * most the join timeout), so anything much older is stale; mappings of a
+ * running job are not affected by a name's removal.  st_group_create calls
+ * it with max(600 s, 2 x the join timeout).  Returns how many it removed. */
+int st_segment_reap_stale(double older_than_s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -226,6 +226,9 @@ st_status st_group_create(st_group **out, const st_group_config *cfg)
     st_status st;
     if ((st = fill_config(g, cfg)) != ST_OK || (st = alloc_arrays(g)) != ST_OK)
         goto fail;
+    /* A job mpirun killed while it joined left names no launcher of ours
+     * removed: the next job on the node does (their space counts below). */
+    st_segment_reap_stale(g->cfg.join_timeout_s * 2 > 600 ? g->cfg.join_timeout_s * 2 : 600);
     if ((st = st_shm_space_check(g->seg_bytes * missing_segments(g), g->cfg.shm_limit_bytes,
                                  g->world, g->seg_bytes)) != ST_OK)
         goto fail;

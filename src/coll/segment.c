@@ -50,6 +50,31 @@ int st_segment_cleanup(const char *job_id, int world_size)
     return removed;
 }
 
+int st_segment_reap_stale(double older_than_s)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "shmtrain.%u.", (unsigned)getuid());
+    const time_t now = time(NULL);
+    int removed = 0;
+    DIR *d = opendir(ST_SHM_DIR);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[sizeof e->d_name + 16], name[sizeof e->d_name + 2];
+        struct stat sb;
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", ST_SHM_DIR, e->d_name);
+        /* Ours only (the uid in the name could be anyone's text), and old. */
+        if (stat(path, &sb) != 0 || sb.st_uid != getuid() || difftime(now, sb.st_mtime) < older_than_s)
+            continue;
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        if (shm_unlink(name) == 0)
+            removed++;
+    }
+    if (d)
+        closedir(d);
+    return removed;
+}
+
 st_status st_shm_space_check(size_t need, size_t limit, int world, size_t per_rank)
 {
     struct statvfs vfs;

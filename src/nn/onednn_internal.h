@@ -131,6 +131,7 @@ struct dn_seq_state {
     float *mean, *rstd;                  /* layer norm, per row */
     float *partial;                      /* layer norm: per-thread dgamma, dbeta */
     float *att, *scratch;                /* attention: softmax weights; per-thread dP */
+    float *tanh_u;                       /* GELU: tanh of its argument, kept for the backward */
 };
 
 /* One exec node's oneDNN state: what every node has, then each layer

@@ -70,6 +70,7 @@ void dn_seq_free(struct dn_seq_state *s)
     free(s->partial);
     free(s->att);
     free(s->scratch);
+    free(s->tanh_u);
 }
 
 /* ------------------------------------------------------- embeddings -- */
@@ -304,21 +305,24 @@ st_status dn_build_attention(st_net *n, int j)
  * 0.6 ms (6%). */
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 
-ST_MULTIVERSION static void gelu_rows(float *restrict y, const float *restrict x, long count)
+/* The forward keeps tanh(u) for the backward: reading it back costs less
+ * than computing it again (the exp and the division are most of GELU). */
+ST_MULTIVERSION static void gelu_rows(float *restrict y, float *restrict th, const float *restrict x, long count)
 {
 #pragma omp simd
     for (long i = 0; i < count; i++) {
         const float v = x[i], t = nn_tanhf(GELU_K * (v + 0.044715f * v * v * v));
         y[i] = 0.5f * v * (1.0f + t);
+        th[i] = t;
     }
 }
 
 ST_MULTIVERSION static void gelu_rows_bwd(float *restrict dx, const float *restrict dy, const float *restrict x,
-                                          long count)
+                                          const float *restrict th, long count)
 {
 #pragma omp simd
     for (long i = 0; i < count; i++) {
-        const float v = x[i], t = nn_tanhf(GELU_K * (v + 0.044715f * v * v * v));
+        const float v = x[i], t = th[i];
         dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3 * 0.044715f * v * v));
     }
 }
@@ -335,7 +339,7 @@ static st_status gelu_fwd(st_net *n, int j)
 #pragma omp parallel for schedule(static)
     for (long k = 0; k < pieces; k++) {
         const long at = k * GELU_PIECE;
-        gelu_rows(y + at, src + at, count - at < GELU_PIECE ? count - at : GELU_PIECE);
+        gelu_rows(y + at, x->dn->seq.tanh_u + at, src + at, count - at < GELU_PIECE ? count - at : GELU_PIECE);
     }
     return ST_OK;
 }
@@ -351,7 +355,8 @@ static st_status gelu_bwd(st_net *n, int j)
 #pragma omp parallel for schedule(static)
     for (long k = 0; k < pieces; k++) {
         const long at = k * GELU_PIECE;
-        gelu_rows_bwd(dx + at, dy + at, src + at, count - at < GELU_PIECE ? count - at : GELU_PIECE);
+        gelu_rows_bwd(dx + at, dy + at, src + at, x->dn->seq.tanh_u + at,
+                      count - at < GELU_PIECE ? count - at : GELU_PIECE);
     }
     return ST_OK;
 }
@@ -360,6 +365,8 @@ st_status dn_build_gelu(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     snprintf(x->impl, sizeof x->impl, "C, vectorised tanh");
+    if (!(x->dn->seq.tanh_u = malloc(nn_node_size(n, x->nd) * sizeof(float))))
+        return st_fail(ST_ERR_NOMEM, "net: out of memory for GELU");
     OK(seq_io(n, j, gelu_bwd));
     return dn_add_step(n, &x->dn->fwd, gelu_fwd, NODE_GELU);
 }
