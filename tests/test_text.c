@@ -186,9 +186,13 @@ static void test_two_ranks_equal_one_with_double_batch(void **state)
         worst = fmax(worst, fabs((double)ca.params[i] - cb.params[i]));
         scale = fmax(scale, fabs(cb.params[i]));
     }
-    /* The same windows, summed in another order: round-off, which AdamW's
-     * step (lr x m / sqrt(v), up to lr per step) keeps at lr's scale at most. */
-    if (!(worst < 1e-3 * scale))
+    /* The same windows, their gradients summed in another order: fp32
+     * round-off (~1e-7 relative) in each step's gradient, which AdamW's
+     * normalised step (lr x m / sqrt(v)) passes on about 1:1 and 50 steps
+     * compound; measured 2.4e-5 of the largest parameter here, and 2e-4
+     * leaves 8x room (a rank that trained on its own gradients alone, or on
+     * other windows, is off by 1e-2 and more). */
+    if (!(worst < 2e-4 * scale))
         fail_msg("parameters differ by %.3g (scale %.3g) after 50 steps", worst, scale);
     st_ckpt_free(&ca), st_ckpt_free(&cb);
     run_free(&a), run_free(&b);
