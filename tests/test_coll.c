@@ -47,14 +47,21 @@ struct reduce_arg {
     bool zero_copy;
 };
 
-static float *case_buffer(st_group *g, bool zero_copy, size_t n)
+/* A copying-path buffer sits 16 bytes into a page in even cases (where
+ * glibc puts large allocations: the results come back last element first,
+ * coll.c's 4K-aliasing rule) and 2064 bytes in odd ones (first element
+ * first); *raw is what to free. */
+static float *case_buffer(st_group *g, bool zero_copy, size_t n, int c, void **raw)
 {
+    *raw = NULL;
     if (zero_copy) {
         size_t bytes;
         float *zc = st_group_buffer(g, &bytes);
         return n * sizeof(float) <= bytes ? zc : NULL;
     }
-    return malloc((n ? n : 1) * sizeof(float));
+    const size_t skip = c % 2 ? 2064 : 16;
+    *raw = aligned_alloc(4096, (skip + (n ? n : 1) * sizeof(float) + 4095) / 4096 * 4096);
+    return *raw ? (float *)((char *)*raw + skip) : NULL;
 }
 
 static int reduce_cases(st_group *g, int rank, void *varg)
@@ -64,7 +71,8 @@ static int reduce_cases(st_group *g, int rank, void *varg)
     for (int s = 0; s < a->nsizes; s++) {
         for (int op = ST_SUM; op <= ST_AVG; op++, c++) {
             size_t n = a->sizes[s];
-            float *buf = case_buffer(g, a->zero_copy, n);
+            void *raw;
+            float *buf = case_buffer(g, a->zero_copy, n, c, &raw);
             CHILD_CHECK(buf != NULL);
             for (size_t i = 0; i < n; i++)
                 buf[i] = input_value(rank, i, (unsigned)c);
@@ -77,8 +85,7 @@ static int reduce_cases(st_group *g, int rank, void *varg)
                 }
             }
             a->out->hash[rank][c] = fnv1a(buf, n * sizeof(float));
-            if (!a->zero_copy)
-                free(buf);
+            free(raw);
         }
     }
     a->out->cases = c;
