@@ -257,13 +257,13 @@ static void add_backward(float *dst, const float *src, size_t n)
 }
 
 ST_MULTIVERSION
-static void copy_backward(float *dst, const float *src, size_t n)
+static void copy_backward(char *dst, const char *src, size_t bytes)
 {
-    size_t i = n;
-    for (; i >= 8; i -= 8) {
+    size_t i = bytes;
+    for (; i >= sizeof(coll_f8); i -= sizeof(coll_f8)) {
         coll_f8 a;
-        memcpy(&a, src + i - 8, sizeof a);
-        memcpy(dst + i - 8, &a, sizeof a);
+        memcpy(&a, src + i - sizeof a, sizeof a);
+        memcpy(dst + i - sizeof a, &a, sizeof a);
     }
     while (i-- > 0)
         dst[i] = src[i];
@@ -271,12 +271,12 @@ static void copy_backward(float *dst, const float *src, size_t n)
 
 /* dst (a caller's buffer) = or += src (a segment array), in the order
  * that does not alias. */
-static void copy_to_user(float *dst, const float *src, size_t n)
+static void copy_to_user(void *dst, const void *src, size_t bytes)
 {
     if (aliases_forward(dst, src))
-        copy_backward(dst, src, n);
+        copy_backward(dst, src, bytes);
     else
-        memcpy(dst, src, n * sizeof *dst);
+        memcpy(dst, src, bytes);
 }
 
 static void add_to_user(float *dst, const float *src, size_t n)
@@ -410,7 +410,7 @@ static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op, cons
     if ((st = wait_all(g, base + 1)) != ST_OK)
         return st;
     const float *first = (const float *)coll_seg_at(g, 0, slot_off);
-    copy_to_user(buf, first, n);
+    copy_to_user(buf, first, n * sizeof *buf);
     for (int q = 1; q < g->world; q++)
         add_to_user(buf, (const float *)coll_seg_at(g, q, slot_off), n);
     if (sg) {
@@ -488,7 +488,7 @@ static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_
         memcpy(g->rank_ptrs[g->rank], buf + done, len * sizeof(float));
         if ((st = ring(g, g->rank_ptrs, len, op, sg)) != ST_OK)
             return st;
-        copy_to_user(buf + done, g->rank_ptrs[g->rank], len);
+        copy_to_user(buf + done, g->rank_ptrs[g->rank], len * sizeof *buf);
     }
     return ST_OK;
 }
@@ -601,7 +601,7 @@ static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_redu
         memcpy(ptrs[g->rank], buf + done, len * sizeof *buf);
         if ((st = slices_bf16(g, ptrs, len, op, sg)) != ST_OK)
             return st;
-        memcpy(buf + done, ptrs[g->rank], len * sizeof *buf);
+        copy_to_user(buf + done, ptrs[g->rank], len * sizeof *buf);
     }
     return ST_OK;
 }
@@ -637,7 +637,7 @@ static st_status broadcast(st_group *g, void *buf, size_t bytes, int root)
         } else {
             if ((st = wait_for(g, root, base + 1 + i + 1)) != ST_OK)
                 return st;
-            memcpy(data + off, stage, len);
+            copy_to_user(data + off, stage, len);
         }
         publish(g, base + 1 + i + 1);
     }
