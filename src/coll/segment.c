@@ -23,6 +23,31 @@ st_status st_segment_name(char *name, size_t len, const char *job_id, int rank)
     return st_shm_name(name, len, job_id, what);
 }
 
+/* Remove the names in /dev/shm that start with `prefix`; with
+ * older_than_s >= 0 only this user's that have not changed for that long
+ * (the uid in a name is text anyone could write). */
+static int unlink_prefixed(const char *prefix, double older_than_s)
+{
+    const time_t now = time(NULL);
+    int removed = 0;
+    DIR *d = opendir(ST_SHM_DIR);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[sizeof e->d_name + 16];
+        struct stat sb;
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", ST_SHM_DIR, e->d_name);
+        if (older_than_s >= 0 &&
+            (stat(path, &sb) != 0 || sb.st_uid != getuid() || difftime(now, sb.st_mtime) < older_than_s))
+            continue;
+        if (shm_unlink(path + strlen(ST_SHM_DIR)) == 0)  /* "/name" */
+            removed++;
+    }
+    if (d)
+        closedir(d);
+    return removed;
+}
+
 int st_segment_cleanup(const char *job_id, int world_size)
 {
     if (!st_job_id_valid(job_id))
@@ -36,43 +61,14 @@ int st_segment_cleanup(const char *job_id, int world_size)
     char prefix[ST_SHM_NAME_MAX];
     if (st_shm_prefix(prefix, sizeof prefix, job_id) != ST_OK)
         return -1;
-    DIR *d = opendir(ST_SHM_DIR);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        char name[sizeof e->d_name + 2];
-        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
-            continue;
-        snprintf(name, sizeof name, "/%s", e->d_name);
-        if (shm_unlink(name) == 0)
-            removed++;
-    }
-    if (d)
-        closedir(d);
-    return removed;
+    return removed + unlink_prefixed(prefix, -1);
 }
 
 int st_segment_reap_stale(double older_than_s)
 {
     char prefix[64];
     snprintf(prefix, sizeof prefix, "shmtrain.%u.", (unsigned)getuid());
-    const time_t now = time(NULL);
-    int removed = 0;
-    DIR *d = opendir(ST_SHM_DIR);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        char path[sizeof e->d_name + 16], name[sizeof e->d_name + 2];
-        struct stat sb;
-        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
-            continue;
-        snprintf(path, sizeof path, "%s/%s", ST_SHM_DIR, e->d_name);
-        /* Ours only (the uid in the name could be anyone's text), and old. */
-        if (stat(path, &sb) != 0 || sb.st_uid != getuid() || difftime(now, sb.st_mtime) < older_than_s)
-            continue;
-        snprintf(name, sizeof name, "/%s", e->d_name);
-        if (shm_unlink(name) == 0)
-            removed++;
-    }
-    if (d)
-        closedir(d);
-    return removed;
+    return unlink_prefixed(prefix, older_than_s);
 }
 
 st_status st_shm_space_check(size_t need, size_t limit, int world, size_t per_rank)

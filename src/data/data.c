@@ -1,6 +1,7 @@
 /* Dataset readers, the shared decoded copy, the epoch order and batches. */
 #define _GNU_SOURCE
 #include "shmtrain/data.h"
+#include "published.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -288,24 +289,10 @@ static void point_into(st_dataset *d, void *map, size_t bytes)
 st_status st_dataset_share(st_dataset *d, const char *name)
 {
     const size_t bytes = shared_bytes(d);
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0)
-        return st_fail(errno == EEXIST ? ST_ERR_EXISTS : ST_ERR_SYS, "data: shm_open(%s) failed: %s", name,
-                       strerror(errno));
-    st_status st = ST_OK;
-    void *map = MAP_FAILED;
-    int rc = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
-    if (rc != 0) {
-        st = st_fail(rc == ENOSPC ? ST_ERR_SHM_SPACE : ST_ERR_SYS,
-                     "data: cannot allocate %.1f MiB in /dev/shm for the shared dataset (%s); enlarge it "
-                     "(docker run --shm-size=1g)", bytes / 1048576.0, strerror(rc));
-        goto fail;
-    }
-    map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED) {
-        st = st_fail(ST_ERR_SYS, "data: mmap(%s) failed: %s", name, strerror(errno));
-        goto fail;
-    }
+    void *map;
+    st_status st = published_create(name, bytes, "dataset", &map);
+    if (st != ST_OK)
+        return st;
     struct shared_header *hd = map;
     hd->n = d->n;
     hd->c = d->c;
@@ -317,37 +304,30 @@ st_status st_dataset_share(st_dataset *d, const char *name)
     memcpy((uint8_t *)map + sizeof *hd, d->images, d->n * (size_t)d->c * d->h * d->w);
     memcpy((uint8_t *)map + sizeof *hd + d->n * (size_t)d->c * d->h * d->w, d->labels, d->n);
     __atomic_store_n(&hd->magic, SHARED_MAGIC, __ATOMIC_RELEASE);  /* last: attachers check it */
-    mprotect(map, bytes, PROT_READ);
-    close(fd);
+    if ((st = published_seal(name, map, bytes)) != ST_OK) {
+        munmap(map, bytes);
+        shm_unlink(name);
+        return st;
+    }
     free(d->images);
     free(d->labels);
     point_into(d, map, bytes);
     return ST_OK;
-fail:
-    close(fd);
-    shm_unlink(name);
-    return st;
 }
 
 st_status st_dataset_attach(st_dataset **out, const char *name)
 {
     *out = NULL;
-    int fd = shm_open(name, O_RDONLY, 0);
-    if (fd < 0)
-        return st_fail(ST_ERR_SYS, "data: shared dataset %s: %s", name, strerror(errno));
-    struct stat sb;
-    void *map = MAP_FAILED;
-    if (fstat(fd, &sb) != 0 || sb.st_uid != geteuid() || (size_t)sb.st_size < sizeof(struct shared_header) ||
-        (map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED) {
-        close(fd);
-        return st_fail(ST_ERR_SYS, "data: cannot map the shared dataset %s", name);
-    }
-    close(fd);
+    void *map;
+    size_t size;
+    st_status st = published_attach(name, sizeof(struct shared_header), "dataset", &map, &size);
+    if (st != ST_OK)
+        return st;
     const struct shared_header *hd = map;
     st_dataset *d = calloc(1, sizeof *d);
     if (!d || __atomic_load_n(&hd->magic, __ATOMIC_ACQUIRE) != SHARED_MAGIC) {
         free(d);
-        munmap(map, (size_t)sb.st_size);
+        munmap(map, size);
         return st_fail(ST_ERR_FORMAT, "data: %s is not a published dataset", name);
     }
     d->n = hd->n;
@@ -357,12 +337,12 @@ st_status st_dataset_attach(st_dataset **out, const char *name)
     d->max_label = hd->max_label;
     snprintf(d->source, sizeof d->source, "%s", hd->source);
     snprintf(d->label_source, sizeof d->label_source, "%s", hd->label_source);
-    if (shared_bytes(d) != (size_t)sb.st_size) {
+    if (shared_bytes(d) != size) {
         free(d);
-        munmap(map, (size_t)sb.st_size);
+        munmap(map, size);
         return st_fail(ST_ERR_FORMAT, "data: %s has the wrong size", name);
     }
-    point_into(d, map, (size_t)sb.st_size);
+    point_into(d, map, size);
     *out = d;
     return ST_OK;
 }

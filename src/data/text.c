@@ -2,6 +2,7 @@
  * vocabulary, the shared copy, and the training and evaluation windows. */
 #define _GNU_SOURCE
 #include "shmtrain/text.h"
+#include "published.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -273,20 +274,10 @@ static void point_into(st_text *t, void *map, size_t bytes)
 st_status st_text_share(st_text *t, const char *name)
 {
     const size_t bytes = sizeof(struct shared_text) + t->n[0] + t->n[1];
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0)
-        return st_fail(errno == EEXIST ? ST_ERR_EXISTS : ST_ERR_SYS, "text: shm_open(%s) failed: %s", name,
-                       strerror(errno));
-    st_status st = ST_OK;
-    int rc = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
-    void *map = rc ? MAP_FAILED : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) {
-        st = st_fail(rc == ENOSPC ? ST_ERR_SHM_SPACE : ST_ERR_SYS, "text: cannot map %.1f MiB in /dev/shm for the "
-                     "shared text (%s)", bytes / 1048576.0, strerror(rc ? rc : errno));
-        shm_unlink(name);
+    void *map;
+    st_status st = published_create(name, bytes, "text", &map);
+    if (st != ST_OK)
         return st;
-    }
     struct shared_text *h = map;
     h->n[0] = t->n[0];
     h->n[1] = t->n[1];
@@ -296,8 +287,7 @@ st_status st_text_share(st_text *t, const char *name)
     memcpy((uint8_t *)map + sizeof *h, t->ids[0], t->n[0]);
     memcpy((uint8_t *)map + sizeof *h + t->n[0], t->ids[1], t->n[1]);
     __atomic_store_n(&h->magic, SHARED_MAGIC, __ATOMIC_RELEASE);  /* last: attachers check it */
-    if (mprotect(map, bytes, PROT_READ) != 0) {
-        st = st_fail(ST_ERR_SYS, "text: mprotect(%s) failed: %s", name, strerror(errno));
+    if ((st = published_seal(name, map, bytes)) != ST_OK) {
         munmap(map, bytes);
         shm_unlink(name);
         return st;
@@ -311,25 +301,19 @@ st_status st_text_share(st_text *t, const char *name)
 st_status st_text_attach(st_text **out, const char *name)
 {
     *out = NULL;
-    int fd = shm_open(name, O_RDONLY, 0);
-    if (fd < 0)
-        return st_fail(ST_ERR_SYS, "text: shm_open(%s) failed: %s", name, strerror(errno));
-    struct stat sb;
-    void *map = MAP_FAILED;
-    if (fstat(fd, &sb) == 0 && (size_t)sb.st_size >= sizeof(struct shared_text))
-        map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return st_fail(ST_ERR_SYS, "text: cannot map %s", name);
+    void *map;
+    size_t size;
+    st_status st = published_attach(name, sizeof(struct shared_text), "text", &map, &size);
+    if (st != ST_OK)
+        return st;
     const struct shared_text *h = map;
     st_text *t = calloc(1, sizeof *t);
-    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHARED_MAGIC ||
-        sizeof *h + h->n[0] + h->n[1] != (size_t)sb.st_size || !t) {
-        munmap(map, (size_t)sb.st_size);
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHARED_MAGIC || sizeof *h + h->n[0] + h->n[1] != size || !t) {
+        munmap(map, size);
         free(t);
         return st_fail(ST_ERR_FORMAT, "text: %s is not a complete shared text", name);
     }
-    point_into(t, map, (size_t)sb.st_size);
+    point_into(t, map, size);
     *out = t;
     return ST_OK;
 }
