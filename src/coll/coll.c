@@ -214,86 +214,6 @@ static st_status check_usable(const st_group *g)
     return ST_OK;
 }
 
-/* ------------------------------------------------------------- kernels -- */
-
-/* Built for several ISAs, picked at load time (ifunc): the library stays
- * portable while the reduction uses the widest vectors the CPU has. */
-#define ST_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-
-ST_MULTIVERSION
-static void add_into(float *restrict dst, const float *restrict src, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] += src[i];
-}
-
-/* A user's buffer just above a segment array modulo 4 KiB (glibc's large
- * allocations start 16 bytes into a page, the segment's arrays at a page)
- * makes the forward order's loads, running ahead, match the low 12 bits of
- * stores still in flight: each load then waits for a store (4K aliasing),
- * and the copying path ran 2-5x slower than on the zero-copy region at
- * 4-256 KiB.  The same work last element first has no such pairs. */
-static bool aliases_forward(const void *dst, const void *src)
-{
-    const uintptr_t d = ((uintptr_t)dst - (uintptr_t)src) & 4095;
-    return d != 0 && d < 2048;
-}
-
-typedef float coll_f8 __attribute__((vector_size(32)));
-
-ST_MULTIVERSION
-static void add_backward(float *dst, const float *src, size_t n)
-{
-    size_t i = n;
-    for (; i >= 8; i -= 8) {
-        coll_f8 a, b;
-        memcpy(&a, dst + i - 8, sizeof a);
-        memcpy(&b, src + i - 8, sizeof b);
-        a += b;
-        memcpy(dst + i - 8, &a, sizeof a);
-    }
-    while (i-- > 0)
-        dst[i] += src[i];
-}
-
-ST_MULTIVERSION
-static void copy_backward(char *dst, const char *src, size_t bytes)
-{
-    size_t i = bytes;
-    for (; i >= sizeof(coll_f8); i -= sizeof(coll_f8)) {
-        coll_f8 a;
-        memcpy(&a, src + i - sizeof a, sizeof a);
-        memcpy(dst + i - sizeof a, &a, sizeof a);
-    }
-    while (i-- > 0)
-        dst[i] = src[i];
-}
-
-/* dst (a caller's buffer) = or += src (a segment array), in the order
- * that does not alias. */
-static void copy_to_user(void *dst, const void *src, size_t bytes)
-{
-    if (aliases_forward(dst, src))
-        copy_backward(dst, src, bytes);
-    else
-        memcpy(dst, src, bytes);
-}
-
-static void add_to_user(float *dst, const float *src, size_t n)
-{
-    if (aliases_forward(dst, src))
-        add_backward(dst, src, n);
-    else
-        add_into(dst, src, n);
-}
-
-ST_MULTIVERSION
-static void add_into_div(float *restrict dst, const float *restrict src, size_t n, float div)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = (dst[i] + src[i]) / div;
-}
-
 /* --------------------------------------------------------------- stage -- */
 
 /* What runs between the reduce-scatter and the all-gather halves of a
@@ -363,9 +283,9 @@ static st_status ring(st_group *g, float *const *bufs, size_t n, st_reduce_op op
             if (!scatter)
                 memcpy(mine + lo, theirs + lo, (hi - lo) * sizeof(float));
             else if (t == N - 2 && op == ST_AVG && !sg)
-                add_into_div(mine + lo, theirs + lo, hi - lo, (float)N);
+                coll_add_into_div(mine + lo, theirs + lo, hi - lo, (float)N);
             else
-                add_into(mine + lo, theirs + lo, hi - lo);
+                coll_add_into(mine + lo, theirs + lo, hi - lo);
             if (!(sg && t == N - 2))  /* staged: the owned part is published whole, after the stage */
                 publish(g, base + 1 + (uint32_t)t * K + j + 1);
         }
@@ -410,9 +330,9 @@ static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op, cons
     if ((st = wait_all(g, base + 1)) != ST_OK)
         return st;
     const float *first = (const float *)coll_seg_at(g, 0, slot_off);
-    copy_to_user(buf, first, n * sizeof *buf);
+    coll_copy_to_user(buf, first, n * sizeof *buf);
     for (int q = 1; q < g->world; q++)
-        add_to_user(buf, (const float *)coll_seg_at(g, q, slot_off), n);
+        coll_add_to_user(buf, (const float *)coll_seg_at(g, q, slot_off), n);
     if (sg) {
         /* Every rank holds the whole sum: each runs the stage on all of it. */
         if ((st = run_stage(sg, buf, n, op)) != ST_OK)
@@ -488,7 +408,7 @@ static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_
         memcpy(g->rank_ptrs[g->rank], buf + done, len * sizeof(float));
         if ((st = ring(g, g->rank_ptrs, len, op, sg)) != ST_OK)
             return st;
-        copy_to_user(buf + done, g->rank_ptrs[g->rank], len * sizeof *buf);
+        coll_copy_to_user(buf + done, g->rank_ptrs[g->rank], len * sizeof *buf);
     }
     return ST_OK;
 }
@@ -601,7 +521,7 @@ static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_redu
         memcpy(ptrs[g->rank], buf + done, len * sizeof *buf);
         if ((st = slices_bf16(g, ptrs, len, op, sg)) != ST_OK)
             return st;
-        copy_to_user(buf + done, ptrs[g->rank], len * sizeof *buf);
+        coll_copy_to_user(buf + done, ptrs[g->rank], len * sizeof *buf);
     }
     return ST_OK;
 }
@@ -637,7 +557,7 @@ static st_status broadcast(st_group *g, void *buf, size_t bytes, int root)
         } else {
             if ((st = wait_for(g, root, base + 1 + i + 1)) != ST_OK)
                 return st;
-            copy_to_user(data + off, stage, len);
+            coll_copy_to_user(data + off, stage, len);
         }
         publish(g, base + 1 + i + 1);
     }

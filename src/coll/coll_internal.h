@@ -73,4 +73,12 @@ void coll_sleep_s(double s);
 bool coll_pid_alive(pid_t pid);
 char *coll_seg_at(const st_group *g, int q, size_t off);
 
+/* kernels.c: dst += src; dst = (dst + src) / div; and into a caller's
+ * buffer from a segment array, last element first where the forward order
+ * would alias (4K aliasing: the caller's buffer just above the source). */
+void coll_add_into(float *restrict dst, const float *restrict src, size_t n);
+void coll_add_into_div(float *restrict dst, const float *restrict src, size_t n, float div);
+void coll_copy_to_user(void *dst, const void *src, size_t bytes);
+void coll_add_to_user(float *dst, const float *src, size_t n);
+
 #endif

@@ -51,6 +51,9 @@ struct st_model {
 
 const char *node_kind_name(node_kind k);
 
+/* The presets' names, "mlp, lenet, ...", for messages (model_info.c). */
+const char *nn_preset_names(void);
+
 /* Rows a layer's plain activation has per sample: positions, or 1. */
 static inline int node_positions(const struct node *nd) { return nd->t > 0 ? nd->t : 1; }
 

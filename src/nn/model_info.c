@@ -1,0 +1,156 @@
+/* What a parsed model says about itself: the presets' texts, the
+ * accessors, shapes, the parameter roles and the summary printout. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+
+#include "model.h"
+
+static const char *const PRESETS[][2] = {
+    {"mlp", "# 784-256-128-10 perceptron for 28x28 grey images\n"
+            "input 1 28 28\nlinear 256\nrelu\nlinear 128\nrelu\nlinear 10\n"},
+    {"lenet", "# LeNet-5 for 28x28 grey images\n"
+              "input 1 28 28\nconv 6 k5 p2\nrelu\nmaxpool k2\nconv 16 k5\nrelu\nmaxpool k2\n"
+              "linear 120\nrelu\nlinear 84\nrelu\nlinear 10\n"},
+    {"cnn", "# two conv layers for 28x28 grey images\n"
+            "input 1 28 28\nconv 32 k3\nrelu\nmaxpool k2\nconv 64 k3\nrelu\nmaxpool k2\n"
+            "linear 128\nrelu\nlinear 10\n"},
+    {"resnet", "# a small ResNet (3 stages of one basic block) for 32x32 colour images\n"
+               "input 3 32 32\n"
+               "conv 16 k3 p1 nobias\nbatchnorm\nrelu\nsave b0\n"
+               "conv 16 k3 p1 nobias\nbatchnorm\nrelu\nconv 16 k3 p1 nobias\nbatchnorm\nadd b0\nrelu\n"
+               "save b1\n"
+               "conv 32 k3 s2 p1 nobias\nbatchnorm\nrelu\nconv 32 k3 p1 nobias\nbatchnorm\nadd b1 proj\n"
+               "relu\nsave b2\n"
+               "conv 64 k3 s2 p1 nobias\nbatchnorm\nrelu\nconv 64 k3 p1 nobias\nbatchnorm\nadd b2 proj\n"
+               "relu\navgpool global\nlinear 10\n"},
+    {"gpt-mini", "# nanoGPT's CPU recipe for character-level text: 4 layers, 4 heads, 128 dims, context 64\n"
+                 "input tokens 64\nembed 256 128\n"
+                 "block heads 4\nblock heads 4\nblock heads 4\nblock heads 4\n"
+                 "layernorm\nhead tied\n"},
+    {"gpt", "# nanoGPT's GPU recipe for character-level text: 6 layers, 6 heads, 384 dims, context 256\n"
+            "input tokens 256\nembed 256 384\n"
+            "block heads 6\nblock heads 6\nblock heads 6\nblock heads 6\nblock heads 6\nblock heads 6\n"
+            "layernorm\nhead tied\n"},
+};
+
+const char *st_model_preset_text(const char *name)
+{
+    for (size_t i = 0; i < sizeof PRESETS / sizeof *PRESETS; i++)
+        if (!strcmp(PRESETS[i][0], name))
+            return PRESETS[i][1];
+    return NULL;
+}
+
+/* "mlp, lenet, ...", for messages. */
+const char *nn_preset_names(void)
+{
+    static char names[128];
+    if (!names[0])
+        for (size_t i = 0, at = 0; i < sizeof PRESETS / sizeof *PRESETS && at < sizeof names; i++)
+            at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "", PRESETS[i][0]);
+    return names;
+}
+
+const char *st_model_text(const st_model *m) { return m->text; }
+size_t st_model_param_count(const st_model *m) { return m->params; }
+size_t st_model_buffer_count(const st_model *m) { return m->buffers; }
+
+size_t st_model_input_size(const st_model *m) { return st_shape_elems(&m->nodes[0].shape); }
+
+void st_model_input(const st_model *m, st_shape *shape, st_dtype *dtype)
+{
+    *shape = m->nodes[0].shape;
+    *dtype = m->nodes[0].dtype;
+}
+
+void st_model_input_shape(const st_model *m, int *c, int *h, int *w)
+{
+    *c = m->nodes[0].c;
+    *h = m->nodes[0].h;
+    *w = m->nodes[0].w;
+}
+
+/* Per position: a sequence's last layer scores every position. */
+int st_model_classes(const st_model *m)
+{
+    const struct node *nd = &m->nodes[m->n - 1];
+    return nd->t > 0 ? nd->c : (int)st_shape_elems(&nd->shape);
+}
+
+int st_model_positions(const st_model *m) { return node_positions(&m->nodes[m->n - 1]); }
+
+int st_model_vocab(const st_model *m) { return m->nodes[0].tokens ? m->nodes[1].vocab : 0; }
+
+void st_model_decay_mask(const st_model *m, uint8_t *mask)
+{
+    memset(mask, 0, m->params);
+    for (int i = 0; i < m->n; i++) {
+        const struct node *nd = &m->nodes[i];
+        const bool matrix = nd->kind == NODE_CONV || nd->kind == NODE_LINEAR || nd->kind == NODE_EMBED;
+        if (matrix)  /* the embed's "bias" is its position table, a matrix too */
+            memset(mask + nd->w_off, 1, nd->w_count + (nd->kind == NODE_EMBED ? nd->b_count : 0));
+    }
+}
+
+/* ------------------------------------------------------ shapes, types -- */
+
+size_t st_shape_elems(const st_shape *s)
+{
+    size_t n = 1;
+    for (int i = 0; i < s->ndims; i++)
+        n *= (size_t)s->dims[i];
+    return n;
+}
+
+void st_shape_str(const st_shape *s, char *buf, size_t len)
+{
+    size_t at = 0;
+    if (len)
+        buf[0] = '\0';
+    for (int i = 0; i < s->ndims && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%d", i ? "x" : "", s->dims[i]);
+}
+
+bool st_shape_equal(const st_shape *a, const st_shape *b)
+{
+    if (a->ndims != b->ndims)
+        return false;
+    for (int i = 0; i < a->ndims; i++)
+        if (a->dims[i] != b->dims[i])
+            return false;
+    return true;
+}
+
+void st_model_summary(const st_model *m, FILE *f)
+{
+    fprintf(f, "%-4s %-26s %-16s %12s\n", "#", "layer", "output", "parameters");
+    for (int i = 0; i < m->n; i++) {
+        const struct node *nd = &m->nodes[i];
+        char desc[64], shape[32];
+        switch (nd->kind) {
+        case NODE_CONV:
+            snprintf(desc, sizeof desc, "conv %d k%d s%d p%d%s%s", nd->out, nd->k, nd->s, nd->p,
+                     nd->bias ? "" : " nobias", nd->in != i - 1 ? " (shortcut)" : "");
+            break;
+        case NODE_LINEAR: snprintf(desc, sizeof desc, "linear %d", nd->out); break;
+        case NODE_MAXPOOL:
+        case NODE_AVGPOOL:
+            if (nd->global)
+                snprintf(desc, sizeof desc, "avgpool global");
+            else
+                snprintf(desc, sizeof desc, "%s k%d s%d", node_kind_name(nd->kind), nd->k, nd->s);
+            break;
+        case NODE_DROPOUT: snprintf(desc, sizeof desc, "dropout %g", (double)nd->drop); break;
+        case NODE_ADD: snprintf(desc, sizeof desc, "add (from #%d)", nd->in2); break;
+        case NODE_EMBED: snprintf(desc, sizeof desc, "embed %d %d%s", nd->vocab, nd->c, nd->tied ? " (tied)" : ""); break;
+        case NODE_ATTENTION: snprintf(desc, sizeof desc, "attention heads %d", nd->heads); break;
+        case NODE_HEAD: snprintf(desc, sizeof desc, "head tied (to #%d)", nd->embed); break;
+        case NODE_INPUT: snprintf(desc, sizeof desc, "input%s", nd->tokens ? " tokens" : ""); break;
+        default: snprintf(desc, sizeof desc, "%s", node_kind_name(nd->kind));
+        }
+        st_shape_str(&nd->shape, shape, sizeof shape);
+        fprintf(f, "%-4d %-26s %-16s %12zu\n", i, desc, shape, nd->w_count + nd->b_count);
+    }
+    fprintf(f, "total parameters: %zu (%.1f KiB)\n", m->params, (double)m->params * 4 / 1024);
+}
