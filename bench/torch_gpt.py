@@ -113,14 +113,14 @@ def windows(ids, seed, step, world, rank, batch, context):
     """st_text_train_batch: world x batch distinct starts from one (seed, step) stream."""
     starts = len(ids) - context
     s = ((seed * 0xD1342543DE82EF95) & MASK64) ^ (((step + 1) * 0x9E3779B97F4A7C15) & MASK64)
-    drawn, mine = [], []
+    drawn, mine = set(), []
     for k in range(world * batch):
         while True:
             s, z = mix(s)
             d = z % starts
             if d not in drawn:
                 break
-        drawn.append(d)
+        drawn.add(d)
         if k % world == rank:
             mine.append(d)
     x = torch.stack([ids[d:d + context] for d in mine])

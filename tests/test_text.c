@@ -322,9 +322,9 @@ static void test_windows_are_dealt_not_shared(void **state)
     enum { B = 4, T = 16 };
     int32_t one[2 * B * T], r0[B * T], r1[B * T], next[2 * B * T];
     int y1[2 * B * T], y[B * T];
-    st_text_train_batch(t, 3, 7, 1, 0, 2 * B, T, one, y1);
-    st_text_train_batch(t, 3, 7, 2, 0, B, T, r0, y);
-    st_text_train_batch(t, 3, 7, 2, 1, B, T, r1, y);
+    assert_int_equal(st_text_train_batch(t, 3, 7, 1, 0, 2 * B, T, one, y1), ST_OK);
+    assert_int_equal(st_text_train_batch(t, 3, 7, 2, 0, B, T, r0, y), ST_OK);
+    assert_int_equal(st_text_train_batch(t, 3, 7, 2, 1, B, T, r1, y), ST_OK);
     for (int i = 0; i < B; i++) {
         assert_memory_equal(r0 + i * T, one + (2 * i) * T, T * sizeof(int32_t));
         assert_memory_equal(r1 + i * T, one + (2 * i + 1) * T, T * sizeof(int32_t));
@@ -334,8 +334,33 @@ static void test_windows_are_dealt_not_shared(void **state)
         for (int k = 0; k < i; k++)
             assert_memory_not_equal(one + i * T, one + k * T, T * sizeof(int32_t));
     }
-    st_text_train_batch(t, 3, 8, 1, 0, 2 * B, T, next, y1);
+    assert_int_equal(st_text_train_batch(t, 3, 8, 1, 0, 2 * B, T, next, y1), ST_OK);
     assert_memory_not_equal(next, one, sizeof one);
+    st_text_destroy(t);
+
+    /* A global batch near the number of starts: most draws collide, every
+     * window still distinct (compared by their first tokens' positions via
+     * a text whose 4-token windows are all different). */
+    enum { N = 1200, W = 4, K = 1100 };
+    char text[N + W];
+    uint64_t z = 99;
+    for (int i = 0; i < N + W; i++) {
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        text[i] = (char)('a' + (z >> 59));  /* 32 letters: windows of 4 are nearly unique */
+    }
+    write_text("dense.txt", text, sizeof text);
+    path_of(path, sizeof path, "dense.txt");
+    const char *dense[] = {path, path};
+    assert_int_equal(st_text_load(&t, dense, 2, ST_TEXT_CHARS), ST_OK);
+    int32_t *xs = malloc((size_t)K * W * sizeof *xs);
+    int *ys = malloc((size_t)K * W * sizeof *ys);
+    assert_int_equal(st_text_train_batch(t, 1, 0, 1, 0, K, W, xs, ys), ST_OK);
+    int same = 0;
+    for (int i = 0; i < K; i++)
+        for (int k = 0; k < i; k++)
+            same += !memcmp(xs + i * W, xs + k * W, W * sizeof *xs) && !memcmp(ys + i * W, ys + k * W, W * sizeof *ys);
+    assert_int_equal(same, 0);
+    free(xs), free(ys);
     st_text_destroy(t);
 }
 

@@ -59,8 +59,8 @@ st_status st_text_attach(st_text **out, const char *name);
  * world-th from r.  So ranks never share a window, a run repeats from its
  * seed, resumes exactly, and W ranks x b see the windows 1 rank x W b sees.
  * x: batch x context ids; y: the same shifted by one (next tokens). */
-void st_text_train_batch(const st_text *t, uint64_t seed, uint64_t step, int world, int rank, int batch,
-                         int context, int32_t *x, int *y);
+st_status st_text_train_batch(const st_text *t, uint64_t seed, uint64_t step, int world, int rank, int batch,
+                              int context, int32_t *x, int *y);
 
 /* Evaluation: consecutive windows of the validation split (at most `cap`;
  * 0: all), global batch `first` sharded as training is; `valid` gets how

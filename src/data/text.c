@@ -336,25 +336,35 @@ static void window(const uint8_t *ids, size_t start, int context, int32_t *x, in
     }
 }
 
-void st_text_train_batch(const st_text *t, uint64_t seed, uint64_t step, int world, int rank, int batch,
-                         int context, int32_t *x, int *y)
+st_status st_text_train_batch(const st_text *t, uint64_t seed, uint64_t step, int world, int rank, int batch,
+                              int context, int32_t *x, int *y)
 {
     const size_t starts = t->n[0] - (size_t)context, global = (size_t)world * batch;
     uint64_t s = seed * 0xd1342543de82ef95ull ^ (step + 1) * 0x9e3779b97f4a7c15ull;
-    size_t drawn[global];
+    /* The starts drawn so far, in an open-addressing set (start + 1; 0 is
+     * empty): a global batch of thousands of windows stays linear. */
+    size_t cap = 16;
+    while (cap < 2 * global)
+        cap *= 2;
+    size_t *seen = calloc(cap, sizeof *seen);
+    if (!seen)
+        return st_fail(ST_ERR_NOMEM, "text: out of memory for a global batch of %zu windows", global);
     for (size_t k = 0; k < global; k++) {
-        bool again;
+        size_t start, at;
         do {  /* distinct within the global batch (st_text_check: enough starts) */
-            drawn[k] = (size_t)(mix(&s) % starts);
-            again = false;
-            for (size_t i = 0; i < k && !again; i++)
-                again = drawn[i] == drawn[k];
-        } while (again);
+            start = (size_t)(mix(&s) % starts);
+            at = (size_t)((start * 0x9e3779b97f4a7c15ull) >> 20) & (cap - 1);
+            while (seen[at] && seen[at] != start + 1)
+                at = (at + 1) & (cap - 1);
+        } while (seen[at]);
+        seen[at] = start + 1;
         if (k % (size_t)world == (size_t)rank) {
             const size_t mine = k / (size_t)world;
-            window(t->ids[0], drawn[k], context, x + mine * context, y + mine * context);
+            window(t->ids[0], start, context, x + mine * context, y + mine * context);
         }
     }
+    free(seen);
+    return ST_OK;
 }
 
 size_t st_text_eval_windows(const st_text *t, int context, size_t cap)

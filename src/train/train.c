@@ -308,12 +308,11 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
 {
     const st_train_options *o = t->o;
     const double t0 = now_s();
-    train_fill_batch(t);
     st_net_set_dropout_seed(t->net, o->seed * 0x9e3779b97f4a7c15ull + t->step);
     float loss;
     int correct;
     st_status st;
-    if ((st = st_net_forward(t->net, t->x)) != ST_OK || (st = st_net_loss(t->net, t->y, &loss, &correct)) != ST_OK ||
+    if ((st = train_fill_batch(t)) != ST_OK || (st = st_net_forward(t->net, t->x)) != ST_OK || (st = st_net_loss(t->net, t->y, &loss, &correct)) != ST_OK ||
         (st = st_net_backward(t->net)) != ST_OK)
         return st;
     float *tail = t->grads + t->P;

@@ -213,17 +213,16 @@ st_status train_alloc_batch(struct trainer *t)
     return t->x && t->y && (t->text || t->order) ? ST_OK : st_fail(ST_ERR_NOMEM, "train: out of memory");
 }
 
-void train_fill_batch(struct trainer *t)
+st_status train_fill_batch(struct trainer *t)
 {
     const st_train_options *o = t->o;
-    if (t->text) {
-        st_text_train_batch(t->text, o->seed, t->step, t->world, t->rank, o->batch, t->context, t->x, t->y);
-        return;
-    }
+    if (t->text)
+        return st_text_train_batch(t->text, o->seed, t->step, t->world, t->rank, o->batch, t->context, t->x, t->y);
     st_batch_spec spec = {.order = t->order, .first = t->epoch_pos, .world = t->world, .rank = t->rank,
                           .batch = o->batch, .mean = t->mean, .std = t->std, .augment = o->augment,
                           .seed = o->seed, .epoch = t->epoch};
     st_batch_fill(t->train, &spec, t->x, t->y, NULL);
+    return ST_OK;
 }
 
 void train_fill_eval_batch(struct trainer *t, size_t first, int *valid)

@@ -63,7 +63,7 @@ st_status train_load_data(struct trainer *t);
  * batch needs.  Then this rank's batch of the current step into t->x, t->y. */
 size_t train_samples(const struct trainer *t);
 st_status train_alloc_batch(struct trainer *t);
-void train_fill_batch(struct trainer *t);
+st_status train_fill_batch(struct trainer *t);
 
 /* Evaluation batches: how many samples the split has, and this rank's part
  * of global batch `first` (valid: how many are real). */
