@@ -73,7 +73,7 @@ bool st_shape_equal(const st_shape *a, const st_shape *b);
 /* Parse model text.  `source` names it in errors ("lenet.model:4: ..."). */
 st_status st_model_parse(st_model **out, const char *text, const char *source);
 
-/* A preset name (mlp, lenet, cnn, resnet) or a path to a model file. */
+/* A preset name (mlp, lenet, cnn, resnet, gpt-mini, gpt) or a path to a model file. */
 st_status st_model_load(st_model **out, const char *name_or_path);
 
 /* The text of a preset, or NULL. */
