@@ -133,3 +133,23 @@ int count_lines(const char *text)
         n += *text == '\n';
     return n;
 }
+
+static char *slurp_or_empty(const char *path)
+{
+    char *s = slurp(path);
+    return s ? s : strdup("");
+}
+
+struct child_run child_collect(pid_t pid, const char *out, const char *err)
+{
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return (struct child_run){WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp_or_empty(out),
+                              slurp_or_empty(err)};
+}
+
+void child_run_free(struct child_run *r)
+{
+    free(r->out);
+    free(r->err);
+}

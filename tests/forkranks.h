@@ -50,6 +50,17 @@ pid_t spawn_redirected(char *const argv[], const char *cwd, const char *out, con
 /* A whole file as a string the caller frees, or NULL if it cannot be read. */
 char *slurp(const char *path);
 
+/* A finished program: its exit code (128 + the signal if one killed it)
+ * and what it wrote to stdout and stderr (never NULL; "" if nothing). */
+struct child_run {
+    int code;
+    char *out, *err;
+};
+
+/* Wait for `pid`, started by spawn_redirected with these out/err files. */
+struct child_run child_collect(pid_t pid, const char *out, const char *err);
+void child_run_free(struct child_run *r);
+
 /* Newlines in a string. */
 int count_lines(const char *text);
 

@@ -55,33 +55,17 @@ static void make_markov(const char *name, size_t n, uint64_t seed, char first)
     free(t);
 }
 
-struct run {
-    int code;
-    char *out, *err;
-};
-
-static struct run run_argv(char *const argv[])
+static struct child_run run_argv(char *const argv[])
 {
     char out[512], err[512];
     path_of(out, sizeof out, "run.out");
     path_of(err, sizeof err, "run.err");
-    pid_t pid = spawn_redirected(argv, dir, out, err);
-    int status;
-    waitpid(pid, &status, 0);
-    char *o = slurp(out), *e = slurp(err);
-    return (struct run){WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), o ? o : strdup(""),
-                        e ? e : strdup("")};
-}
-
-static void run_free(struct run *r)
-{
-    free(r->out);
-    free(r->err);
+    return child_collect(spawn_redirected(argv, dir, out, err), out, err);
 }
 
 /* shmrun -n N -- shmtrain --model tiny.model --text markov.txt ... extra;
  * N = 0: shmtrain alone, its output kept. */
-static struct run lm(int n, const char *ckpt, char *const extra[])
+static struct child_run lm(int n, const char *ckpt, char *const extra[])
 {
     char *argv[64], nbuf[8];
     int k = 0;
@@ -115,7 +99,7 @@ static st_ckpt read_ckpt(const char *name)
     return c;
 }
 
-static double final_loss(const struct run *r)
+static double final_loss(const struct child_run *r)
 {
     const char *at = strstr(r->out, "final validation loss ");
     if (!at)
@@ -128,7 +112,7 @@ static double final_loss(const struct run *r)
 static void test_learns_below_the_unigram_entropy(void **state)
 {
     (void)state;
-    struct run r = lm(0, "learn.ckpt", (char *[]){"--max-steps", "300", NULL});
+    struct child_run r = lm(0, "learn.ckpt", (char *[]){"--max-steps", "300", NULL});
     if (r.code != 0)
         fail_msg("training failed: %s", r.err);
     const double loss = final_loss(&r);
@@ -137,12 +121,12 @@ static void test_learns_below_the_unigram_entropy(void **state)
         fail_msg("validation loss %.3f after 300 steps: the model did not learn the successor rule", loss);
     assert_non_null(strstr(r.out, "tokens/s"));
     assert_non_null(strstr(r.out, "bits per character"));
-    run_free(&r);
+    child_run_free(&r);
 
     /* Greedy samples follow the rule: every generated transition is legal. */
     char ckpt[512];
     path_of(ckpt, sizeof ckpt, "learn.ckpt");
-    struct run s = run_argv((char *[]){(char *)shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "abc",
+    struct child_run s = run_argv((char *[]){(char *)shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "abc",
                                        "--tokens", "100", "--temperature", "0", NULL});
     if (s.code != 0)
         fail_msg("sample failed: %s", s.err);
@@ -151,32 +135,32 @@ static void test_learns_below_the_unigram_entropy(void **state)
     for (int i = 3; i < 103; i++)
         legal += s.out[i] == successor(s.out[i - 1], 0) || s.out[i] == successor(s.out[i - 1], 1);
     assert_int_equal(legal, 100);
-    run_free(&s);
+    child_run_free(&s);
 
     /* Sampling at a temperature: the seed decides, and decides alike twice. */
     char *argv[] = {(char *)shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "ab", "--tokens", "60", "--seed",
                     "5", NULL};
-    struct run a = run_argv(argv), b = run_argv(argv);
+    struct child_run a = run_argv(argv), b = run_argv(argv);
     argv[9] = "6";
-    struct run c = run_argv(argv);
+    struct child_run c = run_argv(argv);
     assert_int_equal(a.code, 0);
     assert_string_equal(a.out, b.out);
     assert_string_not_equal(a.out, c.out);
-    run_free(&a), run_free(&b), run_free(&c);
+    child_run_free(&a), child_run_free(&b), child_run_free(&c);
 
-    struct run bad = run_argv((char *[]){(char *)shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "aZ", NULL});
+    struct child_run bad = run_argv((char *[]){(char *)shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "aZ", NULL});
     assert_int_equal(bad.code, 1);
     assert_non_null(strstr(bad.err, "--prompt: byte 0x5a ('Z') at offset 1 is not in the checkpoint's vocabulary of 16"));
-    run_free(&bad);
+    child_run_free(&bad);
 }
 
 static void test_two_ranks_equal_one_with_double_batch(void **state)
 {
     (void)state;
-    struct run a = lm(2, "a.ckpt", (char *[]){"--max-steps", "50", "--check-replicas", "10", NULL});
+    struct child_run a = lm(2, "a.ckpt", (char *[]){"--max-steps", "50", "--check-replicas", "10", NULL});
     if (a.code != 0)
         fail_msg("2 x 8 failed: %s", a.err);
-    struct run b = lm(1, "b.ckpt", (char *[]){"--max-steps", "50", "--batch-size", "16", NULL});
+    struct child_run b = lm(1, "b.ckpt", (char *[]){"--max-steps", "50", "--batch-size", "16", NULL});
     if (b.code != 0)
         fail_msg("1 x 16 failed: %s", b.err);
     st_ckpt ca = read_ckpt("a.ckpt"), cb = read_ckpt("b.ckpt");
@@ -195,14 +179,14 @@ static void test_two_ranks_equal_one_with_double_batch(void **state)
     if (!(worst < 2e-4 * scale))
         fail_msg("parameters differ by %.3g (scale %.3g) after 50 steps", worst, scale);
     st_ckpt_free(&ca), st_ckpt_free(&cb);
-    run_free(&a), run_free(&b);
+    child_run_free(&a), child_run_free(&b);
 }
 
 static void test_deterministic_and_resumable(void **state)
 {
     (void)state;
     char *straight[] = {"--max-steps", "60", "--seed", "4", NULL};
-    struct run r1 = lm(2, "d1.ckpt", straight), r2 = lm(2, "d2.ckpt", straight);
+    struct child_run r1 = lm(2, "d1.ckpt", straight), r2 = lm(2, "d2.ckpt", straight);
     assert_int_equal(r1.code, 0);
     assert_int_equal(r2.code, 0);
     st_ckpt a = read_ckpt("d1.ckpt"), b = read_ckpt("d2.ckpt");
@@ -211,8 +195,8 @@ static void test_deterministic_and_resumable(void **state)
     assert_int_equal(a.nalphabet, 16);
     assert_memory_equal(a.alphabet, "abcdefghijklmnop", 16);
 
-    struct run h1 = lm(2, "h.ckpt", (char *[]){"--max-steps", "25", "--seed", "4", NULL});
-    struct run h2 = lm(2, "h.ckpt", (char *[]){"--max-steps", "60", "--seed", "4", "--resume", NULL});
+    struct child_run h1 = lm(2, "h.ckpt", (char *[]){"--max-steps", "25", "--seed", "4", NULL});
+    struct child_run h2 = lm(2, "h.ckpt", (char *[]){"--max-steps", "60", "--seed", "4", "--resume", NULL});
     if (h1.code != 0 || h2.code != 0)
         fail_msg("stop and resume failed: %s%s", h1.err, h2.err);
     st_ckpt c = read_ckpt("h.ckpt");
@@ -227,22 +211,22 @@ static void test_deterministic_and_resumable(void **state)
     char cmd[600];
     snprintf(cmd, sizeof cmd, "sed -i 's/a/A/g' %s", path);
     assert_int_equal(system(cmd), 0);
-    struct run v = lm(1, "d1.ckpt", (char *[]){"--text", "upper.txt", "--resume", "--seed", "4", NULL});
+    struct child_run v = lm(1, "d1.ckpt", (char *[]){"--text", "upper.txt", "--resume", "--seed", "4", NULL});
     assert_int_equal(v.code, 1);
     assert_non_null(strstr(v.err, "its vocabulary (16 symbols) differs from --text upper.txt's (16)"));
     st_ckpt after = read_ckpt("d1.ckpt");  /* and the refused checkpoint is intact */
     assert_memory_equal(after.params, a.params, a.nparams * sizeof(float));
     st_ckpt_free(&after);
     st_ckpt_free(&a), st_ckpt_free(&b);
-    run_free(&r1), run_free(&r2), run_free(&h1), run_free(&h2), run_free(&v);
+    child_run_free(&r1), child_run_free(&r2), child_run_free(&h1), child_run_free(&h2), child_run_free(&v);
 }
 
 static void expect_error(char *const extra[], const char *needle)
 {
-    struct run r = lm(1, "bad.ckpt", extra);
+    struct child_run r = lm(1, "bad.ckpt", extra);
     if (r.code == 0 || !strstr(r.err, needle))
         fail_msg("exit %d, wanted '%s' in:\n%s", r.code, needle, r.err);
-    run_free(&r);
+    child_run_free(&r);
 }
 
 static void test_bad_inputs_name_their_file(void **state)
@@ -271,10 +255,10 @@ static void test_bad_inputs_name_their_file(void **state)
     expect_error((char *[]){"--text", "markov.txt", "--model", "mlp", NULL}, "model 'mlp' is not a language model");
     /* a token model without text */
     char *argv[] = {(char *)shmtrain, "--model", "gpt-mini", "--max-steps", "1", NULL};
-    struct run r = run_argv(argv);
+    struct child_run r = run_argv(argv);
     assert_int_equal(r.code, 1);
     assert_non_null(strstr(r.err, "--model gpt-mini reads token ids: give it text (--text FILE)"));
-    run_free(&r);
+    child_run_free(&r);
 }
 
 /* The reader itself: a directory in name order, skipping .dat files and

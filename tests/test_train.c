@@ -93,11 +93,6 @@ static void make_synthetic(const char *prefix, uint32_t n, uint64_t seed)
     free(img), free(lab), free(buf);
 }
 
-struct run {
-    int code;
-    char *out, *err;
-};
-
 /* A file's text, "" when it is missing (the run wrote nothing there). */
 static char *slurp_or_empty(const char *path)
 {
@@ -124,7 +119,7 @@ static void wait_for_text(const char *name, const char *needle)
 /* Run argv in `dir`; with `interrupt_after` > 0, SIGINT it that many seconds
  * in, counted from when `ready` (a metrics file in dir, or NULL) says training
  * has begun. */
-static struct run run_argv_ready(char *const argv[], double interrupt_after, const char *ready)
+static struct child_run run_argv_ready(char *const argv[], double interrupt_after, const char *ready)
 {
     char out[512], err[512];
     path_of(out, sizeof out, "run.out");
@@ -136,21 +131,12 @@ static struct run run_argv_ready(char *const argv[], double interrupt_after, con
         usleep((useconds_t)(interrupt_after * 1e6));
         kill(pid, SIGINT);
     }
-    int status;
-    waitpid(pid, &status, 0);
-    struct run r = {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp_or_empty(out), slurp_or_empty(err)};
-    return r;
+    return child_collect(pid, out, err);
 }
 
-static struct run run_argv(char *const argv[], double interrupt_after)
+static struct child_run run_argv(char *const argv[], double interrupt_after)
 {
     return run_argv_ready(argv, interrupt_after, NULL);
-}
-
-static void run_free(struct run *r)
-{
-    free(r->out);
-    free(r->err);
 }
 
 /* The synthetic data set's four files (made by setup). */
@@ -174,7 +160,7 @@ static void assert_no_sweep_segments(void)
 }
 
 /* shmrun -n N -- shmtrain <synthetic data> <extra...> */
-static struct run train(int n, const char *ckpt, char *const extra[], double interrupt_after)
+static struct child_run train(int n, const char *ckpt, char *const extra[], double interrupt_after)
 {
     char *argv[64];
     int k = 0;
@@ -406,11 +392,11 @@ static void test_checkpoint_format_and_corruption(void **state)
 static void test_two_instances_equal_one_with_double_batch(void **state)
 {
     (void)state;
-    struct run a = train(2, "a.ckpt", (char *[]){"--batch-size", "16", "--max-steps", "50", "--momentum", "0",
+    struct child_run a = train(2, "a.ckpt", (char *[]){"--batch-size", "16", "--max-steps", "50", "--momentum", "0",
                                                  "--check-replicas", "10", NULL}, 0);
     if (a.code != 0)
         fail_msg("2 x 16 failed: %s", a.err);
-    struct run b = train(1, "b.ckpt", (char *[]){"--batch-size", "32", "--max-steps", "50", "--momentum", "0",
+    struct child_run b = train(1, "b.ckpt", (char *[]){"--batch-size", "32", "--max-steps", "50", "--momentum", "0",
                                                  NULL}, 0);
     if (b.code != 0)
         fail_msg("1 x 32 failed: %s", b.err);
@@ -427,15 +413,15 @@ static void test_two_instances_equal_one_with_double_batch(void **state)
         fail_msg("parameters differ by %.3g (scale %.3g) after 50 steps", worst, scale);
     st_ckpt_free(&ca);
     st_ckpt_free(&cb);
-    run_free(&a);
-    run_free(&b);
+    child_run_free(&a);
+    child_run_free(&b);
 }
 
 static void test_deterministic_and_resumable(void **state)
 {
     (void)state;
     char *twice[] = {"--epochs", "2", "--batch-size", "32", "--seed", "3", NULL};
-    struct run r1 = train(2, "det1.ckpt", twice, 0), r2 = train(2, "det2.ckpt", twice, 0);
+    struct child_run r1 = train(2, "det1.ckpt", twice, 0), r2 = train(2, "det2.ckpt", twice, 0);
     assert_int_equal(r1.code, 0);
     assert_int_equal(r2.code, 0);
     st_ckpt a = read_ckpt("det1.ckpt"), b = read_ckpt("det2.ckpt");
@@ -444,9 +430,9 @@ static void test_deterministic_and_resumable(void **state)
     assert_memory_equal(a.optim_state, b.optim_state, a.noptim * sizeof(float));
 
     /* One epoch, stop; resume for the second: the same bits as two straight. */
-    struct run h1 = train(2, "half.ckpt", (char *[]){"--epochs", "1", "--batch-size", "32", "--seed", "3", NULL}, 0);
+    struct child_run h1 = train(2, "half.ckpt", (char *[]){"--epochs", "1", "--batch-size", "32", "--seed", "3", NULL}, 0);
     assert_int_equal(h1.code, 0);
-    struct run h2 = train(2, "half.ckpt", (char *[]){"--epochs", "2", "--batch-size", "32", "--seed", "3",
+    struct child_run h2 = train(2, "half.ckpt", (char *[]){"--epochs", "2", "--batch-size", "32", "--seed", "3",
                                                      "--resume", NULL}, 0);
     if (h2.code != 0)
         fail_msg("resume failed: %s", h2.err);
@@ -457,9 +443,9 @@ static void test_deterministic_and_resumable(void **state)
     st_ckpt_free(&c);
 
     /* Resume with a different number of instances: continues where it was. */
-    struct run o1 = train(2, "other.ckpt", (char *[]){"--epochs", "1", "--batch-size", "32", "--seed", "3", NULL}, 0);
+    struct child_run o1 = train(2, "other.ckpt", (char *[]){"--epochs", "1", "--batch-size", "32", "--seed", "3", NULL}, 0);
     /* "--resume FILE", with a space, as --help shows it and users type it. */
-    struct run o2 = train(1, "other.ckpt", (char *[]){"--epochs", "2", "--batch-size", "32", "--seed", "3",
+    struct child_run o2 = train(1, "other.ckpt", (char *[]){"--epochs", "2", "--batch-size", "32", "--seed", "3",
                                                       "--resume", "other.ckpt", NULL}, 0);
     if (o1.code != 0 || o2.code != 0)
         fail_msg("resume with 1 instance failed: %s", o2.err);
@@ -475,7 +461,7 @@ static void test_deterministic_and_resumable(void **state)
     char *before = slurp_or_empty(path);
     struct stat sb;
     stat(path, &sb);
-    struct run bad = train(1, "det1.ckpt", (char *[]){"--resume", "--model", "lenet", NULL}, 0);
+    struct child_run bad = train(1, "det1.ckpt", (char *[]){"--resume", "--model", "lenet", NULL}, 0);
     assert_int_equal(bad.code, 1);
     assert_non_null(strstr(bad.err, "was written for another model"));
     char *after = slurp_or_empty(path);
@@ -483,31 +469,31 @@ static void test_deterministic_and_resumable(void **state)
     free(before), free(after);
     st_ckpt_free(&a);
     st_ckpt_free(&b);
-    run_free(&r1), run_free(&r2), run_free(&h1), run_free(&h2), run_free(&o1), run_free(&o2), run_free(&bad);
+    child_run_free(&r1), child_run_free(&r2), child_run_free(&h1), child_run_free(&h2), child_run_free(&o1), child_run_free(&o2), child_run_free(&bad);
 }
 
 static void test_nan_stops_and_keeps_the_checkpoint(void **state)
 {
     (void)state;
-    struct run good = train(1, "keep.ckpt", (char *[]){"--max-steps", "5", NULL}, 0);
+    struct child_run good = train(1, "keep.ckpt", (char *[]){"--max-steps", "5", NULL}, 0);
     assert_int_equal(good.code, 0);
     char path[512];
     path_of(path, sizeof path, "keep.ckpt");
     char *before = slurp_or_empty(path);
-    struct run boom = train(2, "keep.ckpt", (char *[]){"--lr", "100", "--momentum", "0.99", "--epochs", "1", NULL}, 0);
+    struct child_run boom = train(2, "keep.ckpt", (char *[]){"--lr", "100", "--momentum", "0.99", "--epochs", "1", NULL}, 0);
     assert_int_equal(boom.code, 1);
     assert_non_null(strstr(boom.err, "not finite"));
     assert_non_null(strstr(boom.err, "root cause"));
     char *after = slurp_or_empty(path);
     assert_string_equal(before, after);
     free(before), free(after);
-    run_free(&good), run_free(&boom);
+    child_run_free(&good), child_run_free(&boom);
 }
 
 static void test_ctrl_c_checkpoints_and_exits(void **state)
 {
     (void)state;
-    struct run r = train(2, "int.ckpt", (char *[]){"--epochs", "50", "--batch-size", "16", NULL}, 0.5);
+    struct child_run r = train(2, "int.ckpt", (char *[]){"--epochs", "50", "--batch-size", "16", NULL}, 0.5);
     if (r.code != 130)
         fail_msg("exit %d: %s", r.code, r.err);
     char path[512];
@@ -517,7 +503,7 @@ static void test_ctrl_c_checkpoints_and_exits(void **state)
     st_ckpt c = read_ckpt("int.ckpt");
     assert_true(c.step > 0);
     st_ckpt_free(&c);
-    run_free(&r);
+    child_run_free(&r);
 }
 
 /* The mask line `key` ("SigBlk:", "SigCgt:") of a /proc status file. */
@@ -606,15 +592,15 @@ static void test_no_thread_runs_a_signal_handler(void **state)
 static void test_bad_inputs_name_their_file(void **state)
 {
     (void)state;
-    struct run r = train(1, "x.ckpt", (char *[]){"--model", "cnn", "--train-labels", "/no/labels", NULL}, 0);
+    struct child_run r = train(1, "x.ckpt", (char *[]){"--model", "cnn", "--train-labels", "/no/labels", NULL}, 0);
     assert_int_equal(r.code, 1);
     assert_non_null(strstr(r.err, "/no/labels: cannot open"));
-    run_free(&r);
+    child_run_free(&r);
     /* Labels beyond the model's classes. */
     r = train(1, "x.ckpt", (char *[]){"--model", "/dev/null", NULL}, 0);
     assert_int_equal(r.code, 1);
     assert_non_null(strstr(r.err, "/dev/null: empty model"));
-    run_free(&r);
+    child_run_free(&r);
     char model[512];
     path_of(model, sizeof model, "five.model");
     FILE *f = fopen(model, "w");
@@ -626,7 +612,7 @@ static void test_bad_inputs_name_their_file(void **state)
     path_of(labels, sizeof labels, "train-labels: has label 9 but model");
     if (!strstr(r.err, labels))  /* the labels file, not the images */
         fail_msg("wanted '%s' in: %s", labels, r.err);
-    run_free(&r);
+    child_run_free(&r);
     /* Binary content in a model file, before its layers or among them. */
 #define TEXT(literal) literal, sizeof(literal) - 1
     static const struct {
@@ -646,7 +632,7 @@ static void test_bad_inputs_name_their_file(void **state)
         r = train(1, "x.ckpt", (char *[]){"--model", model, NULL}, 0);
         if (r.code != 1 || !strstr(r.err, binary[i].want) || !strstr(r.err, "binary.model"))
             fail_msg("model %zu: exit %d, '%s', wanted '%s'", i, r.code, r.err, binary[i].want);
-        run_free(&r);
+        child_run_free(&r);
     }
     const struct {
         char *arg[3];
@@ -662,10 +648,10 @@ static void test_bad_inputs_name_their_file(void **state)
                  {{"--resume", "a.ckpt", "b.ckpt"}, "unexpected argument 'b.ckpt'"}};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
         char *argv[6] = {(char *)shmtrain, flags[i].arg[0], flags[i].arg[1], flags[i].arg[2], NULL};
-        struct run b = run_argv(argv, 0);
+        struct child_run b = run_argv(argv, 0);
         if (b.code != 2 || !strstr(b.err, flags[i].fragment))
             fail_msg("%s: exit %d, '%s'", flags[i].fragment, b.code, b.err);
-        run_free(&b);
+        child_run_free(&b);
     }
 }
 
@@ -679,12 +665,12 @@ static void test_bad_data_blames_the_rank_that_failed(void **state)
         char *argv[] = {(char *)shmrun, "-n", "2", "--log-dir", "logs", "--", (char *)shmtrain, "--model", "mlp",
                         "--train-images", d.tri, "--train-labels", "/no/such/labels", "--test-images", d.tei,
                         "--test-labels", d.tel, "--quiet", NULL};
-        struct run r = run_argv(argv, 0);
+        struct child_run r = run_argv(argv, 0);
         assert_int_equal(r.code, 1);
         if (!strstr(r.err, "root cause: rank 0") || !strstr(r.err, "/no/such/labels: cannot open") ||
             !strstr(r.err, "exit 75 (a peer failed)"))
             fail_msg("attempt %d: %s", attempt, r.err);
-        run_free(&r);
+        child_run_free(&r);
     }
 }
 
@@ -707,7 +693,7 @@ static void test_stale_checkpoint_temporaries_are_removed(void **state)
     const char *files[] = {stale, live, other};
     for (int i = 0; i < 3; i++)
         write_bytes(strrchr(files[i], '/') + 1, "partial", 7);
-    struct run r = train(1, "tmpc.ckpt", (char *[]){"--max-steps", "3", NULL}, 0);
+    struct child_run r = train(1, "tmpc.ckpt", (char *[]){"--max-steps", "3", NULL}, 0);
     if (r.code != 0)
         fail_msg("%s", r.err);
     assert_int_equal(access(stale, F_OK), -1);   /* its writer is dead */
@@ -715,7 +701,7 @@ static void test_stale_checkpoint_temporaries_are_removed(void **state)
     assert_int_equal(access(other, F_OK), 0);    /* another checkpoint's */
     unlink(live);
     unlink(other);
-    run_free(&r);
+    child_run_free(&r);
 }
 
 /* --allreduce-dtype bf16: the gradients travel rounded to bf16 (summed in
@@ -734,10 +720,10 @@ static void test_bf16_gradient_exchange(void **state)
     bf[k + 1] = "bf16";
     bf[k + 2] = NULL;
     fp[k] = NULL;
-    struct run b = train(2, "bf16.ckpt", bf, 0);
+    struct child_run b = train(2, "bf16.ckpt", bf, 0);
     if (b.code != 0)
         fail_msg("bf16 exchange failed: %s", b.err);
-    struct run f = train(2, "fp32.ckpt", fp, 0);
+    struct child_run f = train(2, "fp32.ckpt", fp, 0);
     assert_int_equal(f.code, 0);
     char path[512];
     path_of(path, sizeof path, "metrics.jsonl");
@@ -759,8 +745,8 @@ static void test_bf16_gradient_exchange(void **state)
         fail_msg("bf16 exchange reached only %.3f test accuracy", cb.best_accuracy);
     st_ckpt_free(&cb);
     st_ckpt_free(&cf);
-    run_free(&b);
-    run_free(&f);
+    child_run_free(&b);
+    child_run_free(&f);
 }
 
 /* --bucket-mb: the gradients go in buckets during backward, on a progress
@@ -774,7 +760,7 @@ static void test_bucketed_overlap(void **state)
     char *plain[] = {"--batch-size", "32", "--max-steps", "60", "--check-replicas", "10", NULL};
     char *buckets[] = {"--batch-size", "32", "--max-steps", "60", "--check-replicas", "10", "--bucket-mb", "0.05",
                        NULL};
-    struct run a = train(2, "plain.ckpt", plain, 0);
+    struct child_run a = train(2, "plain.ckpt", plain, 0);
     assert_int_equal(a.code, 0);
     st_ckpt ca = read_ckpt("plain.ckpt");
     /* 0.05 MB: every layer fills a bucket as it finishes; 2 MB: the whole
@@ -782,7 +768,7 @@ static void test_bucketed_overlap(void **state)
     const char *sizes[] = {"0.05", "2"};
     for (int i = 0; i < 2; i++) {
         buckets[7] = (char *)sizes[i];
-        struct run b = train(2, "buckets.ckpt", buckets, 0);
+        struct child_run b = train(2, "buckets.ckpt", buckets, 0);
         if (b.code != 0)
             fail_msg("--bucket-mb %s: exit %d: %s", sizes[i], b.code, b.err);
         st_ckpt cb = read_ckpt("buckets.ckpt");
@@ -790,19 +776,19 @@ static void test_bucketed_overlap(void **state)
         if (memcmp(ca.params, cb.params, ca.nparams * sizeof(float)) != 0)
             fail_msg("--bucket-mb %s: the parameters differ from the unbucketed run's", sizes[i]);
         st_ckpt_free(&cb);
-        run_free(&b);
+        child_run_free(&b);
     }
     st_ckpt_free(&ca);
-    run_free(&a);
+    child_run_free(&a);
     struct data_files d = synthetic_files();
     char *argv[] = {(char *)shmrun, "-n", "3", "--oversubscribe", "--quiet", "--log-dir", "logs", "--",
                     (char *)shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
                     "--test-images", d.tei, "--test-labels", d.tel, "--quiet", "--batch-size", "32", "--max-steps",
                     "60", "--check-replicas", "10", "--bucket-mb", "0.05", "--checkpoint", "b3.ckpt", NULL};
-    struct run c = run_argv(argv, 0);
+    struct child_run c = run_argv(argv, 0);
     if (c.code != 0)
         fail_msg("3 ranks with buckets: %s", c.err);
-    run_free(&c);
+    child_run_free(&c);
 }
 
 /* ---------------------------------------------------------- across nodes -- */
@@ -855,7 +841,7 @@ static void test_two_nodes_equal_one_node_of_two(void **state)
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_msg("mpirun 2 nodes x 1 failed: %s", err);
     free(err);
-    struct run one = train(2, "node.ckpt", (char *[]){"--batch-size", "16", "--max-steps", "50", NULL}, 0);
+    struct child_run one = train(2, "node.ckpt", (char *[]){"--batch-size", "16", "--max-steps", "50", NULL}, 0);
     if (one.code != 0)
         fail_msg("1 node x 2 failed: %s", one.err);
     st_ckpt a = read_ckpt("nodes.ckpt"), b = read_ckpt("node.ckpt");
@@ -865,7 +851,7 @@ static void test_two_nodes_equal_one_node_of_two(void **state)
     assert_memory_equal(a.params, b.params, a.nparams * sizeof(float));
     st_ckpt_free(&a);
     st_ckpt_free(&b);
-    run_free(&one);
+    child_run_free(&one);
     /* The bf16 exchange too: fp32 sums across the nodes, one rounding. */
     char *bf16[] = {"--batch-size", "16", "--max-steps", "50", "--checkpoint", "nodes16.ckpt", "--metrics",
                     "nodes16.jsonl", "--check-replicas", "10", "--allreduce-dtype", "bf16", NULL};
@@ -884,7 +870,7 @@ static void test_two_nodes_equal_one_node_of_two(void **state)
     assert_memory_equal(a.params, b.params, a.nparams * sizeof(float));
     st_ckpt_free(&a);
     st_ckpt_free(&b);
-    run_free(&one);
+    child_run_free(&one);
     assert_int_equal(leftover_segments("twonodes"), 0);
 }
 
@@ -933,7 +919,7 @@ static void test_killed_rank_stops_every_node(void **state)
 static void test_metrics_file(void **state)
 {
     (void)state;
-    struct run r = train(2, "m.ckpt", (char *[]){"--epochs", "5", "--max-steps", "20", "--log-every", "10", NULL}, 0);
+    struct child_run r = train(2, "m.ckpt", (char *[]){"--epochs", "5", "--max-steps", "20", "--log-every", "10", NULL}, 0);
     assert_int_equal(r.code, 0);
     char path[512];
     path_of(path, sizeof path, "metrics.jsonl");
@@ -944,7 +930,7 @@ static void test_metrics_file(void **state)
     assert_non_null(strstr(m, "{\"type\":\"eval\",\"step\":20,"));
     assert_non_null(strstr(m, "{\"type\":\"summary\",\"steps\":20,\"instances\":2,"));
     free(m);
-    run_free(&r);
+    child_run_free(&r);
 }
 
 static void test_converges_on_fashion_mnist(void **state)
@@ -958,7 +944,7 @@ static void test_converges_on_fashion_mnist(void **state)
     char *argv[] = {(char *)shmrun, "-n", "2", "--quiet", "--log-dir", "logs", "--", (char *)shmtrain, "--model",
                     "lenet", "--train-subset", "12800", "--test-subset", "2000", "--epochs", "3", "--quiet",
                     "--checkpoint", "fm.ckpt", "--metrics", "fm.jsonl", NULL};
-    struct run r = run_argv(argv, 0);
+    struct child_run r = run_argv(argv, 0);
     if (r.code != 0)
         fail_msg("training failed: %s", r.err);
     char path[512];
@@ -969,7 +955,7 @@ static void test_converges_on_fashion_mnist(void **state)
     if (!(best >= 0.78))
         fail_msg("best test accuracy %.4f < 0.78 after 3 epochs on 12,800 samples", best);
     free(m);
-    run_free(&r);
+    child_run_free(&r);
 }
 
 static bool torch_importable(void)
@@ -1005,7 +991,7 @@ static void test_sweep_end_to_end(void **state)
     for (size_t i = 0; i < sizeof job / sizeof *job; i++)
         argv[k++] = (char *)job[i];
     argv[k] = NULL;
-    struct run r = run_argv(argv, 0);
+    struct child_run r = run_argv(argv, 0);
     if (r.code != 0)
         fail_msg("sweep failed (%d): %s", r.code, r.err);
     int settings = cores >= 2 ? 3 : 1, systems = torch ? 2 : 1;
@@ -1064,7 +1050,7 @@ static void test_sweep_end_to_end(void **state)
     assert_no_sweep_segments();
     free(csv);
     free(md);
-    run_free(&r);
+    child_run_free(&r);
 }
 
 /* Ctrl-C in a sweep: the running gang stops, the runs so far are reported,
@@ -1078,7 +1064,7 @@ static void test_sweep_interrupted(void **state)
     char *argv[] = {(char *)shmrun, "--sweep", "1x1", "--repeats", "3", "--sweep-out", out, "--",
                     (char *)shmtrain, "--model", "cnn", "--train-images", d.tri, "--train-labels", d.trl,
                     "--test-images", d.tei, "--test-labels", d.tel, "--epochs", "200", "--quiet", NULL};
-    struct run r = run_argv(argv, 3.0);
+    struct child_run r = run_argv(argv, 3.0);
     if (r.code != 130)
         fail_msg("exit %d, expected 130: %s", r.code, r.err);
     assert_non_null(strstr(r.err, "sweep interrupted after 1 of "));
@@ -1092,7 +1078,7 @@ static void test_sweep_interrupted(void **state)
     assert_no_sweep_segments();
     free(md);
     free(csv);
-    run_free(&r);
+    child_run_free(&r);
 }
 
 /* A run that fails is reported and the sweep goes on: exit 1, every run in
@@ -1104,7 +1090,7 @@ static void test_sweep_reports_failed_runs(void **state)
     path_of(out, sizeof out, "sweep-fail");
     char *argv[] = {(char *)shmrun, "--sweep", "1x1", "--repeats", "2", "--sweep-out", out, "--", (char *)shmtrain,
                     "--model", "no-such-model", "--quiet", NULL};
-    struct run r = run_argv(argv, 0);
+    struct child_run r = run_argv(argv, 0);
     assert_int_equal(r.code, 1);
     char path[400];
     snprintf(path, sizeof path, "%s/runs.csv", out);
@@ -1120,7 +1106,7 @@ static void test_sweep_reports_failed_runs(void **state)
     assert_non_null(strstr(md, "**No setting completed a run.**"));
     free(csv);
     free(md);
-    run_free(&r);
+    child_run_free(&r);
 }
 
 static int setup(void **state)
