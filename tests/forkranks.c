@@ -3,9 +3,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -152,4 +154,19 @@ void child_run_free(struct child_run *r)
 {
     free(r->out);
     free(r->err);
+}
+
+int test_dir_create(char *dir, size_t len, const char *name)
+{
+    snprintf(dir, len, "/tmp/%s.%d", name, (int)getpid());
+    return mkdir(dir, 0755) == 0 ? 0 : -1;
+}
+
+int test_dir_remove(const char *dir)
+{
+    if (getenv("KEEP_TEST_DIR"))
+        return 0;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
 }

@@ -61,6 +61,11 @@ struct child_run {
 struct child_run child_collect(pid_t pid, const char *out, const char *err);
 void child_run_free(struct child_run *r);
 
+/* A fresh /tmp/<name>.<pid> directory for a test's files into `dir`
+ * (0 or -1); and its removal, unless KEEP_TEST_DIR is set. */
+int test_dir_create(char *dir, size_t len, const char *name);
+int test_dir_remove(const char *dir);
+
 /* Newlines in a string. */
 int count_lines(const char *text);
 

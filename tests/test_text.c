@@ -355,8 +355,7 @@ static int setup(void **state)
     shmtrain = getenv("SHMTRAIN");
     if (!shmrun || !shmtrain)
         return -1;
-    snprintf(dir, sizeof dir, "/tmp/test_text.%d", (int)getpid());
-    if (mkdir(dir, 0755) != 0)
+    if (test_dir_create(dir, sizeof dir, "test_text") != 0)
         return -1;
     make_markov("markov.txt", 60000, 7, 'a');
     write_text("tiny.model", MODEL, strlen(MODEL));
@@ -366,11 +365,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    if (getenv("KEEP_TEST_DIR"))
-        return 0;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_dir_remove(dir);
 }
 
 int main(int argc, char **argv)

@@ -1116,8 +1116,7 @@ static int setup(void **state)
     shmtrain = getenv("SHMTRAIN");
     if (!shmrun || !shmtrain)
         return -1;
-    snprintf(dir, sizeof dir, "/tmp/test_train.%d", (int)getpid());
-    if (mkdir(dir, 0755) != 0)
+    if (test_dir_create(dir, sizeof dir, "test_train") != 0)
         return -1;
     make_synthetic("train", 2048, 1);
     make_synthetic("test", 512, 2);
@@ -1127,11 +1126,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    if (getenv("KEEP_TEST_DIR"))
-        return 0;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_dir_remove(dir);
 }
 
 int main(int argc, char **argv)

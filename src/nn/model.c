@@ -90,6 +90,19 @@ static struct node *add_node(struct parser *ps, node_kind kind)
 
 static const struct node *last(const struct parser *ps) { return &ps->m->nodes[ps->m->n - 1]; }
 
+/* A node whose output is t rows of c features ([T, C]; t = 0: flat [C]). */
+static struct node *add_seq_node(struct parser *ps, node_kind kind, int t, int c)
+{
+    struct node *nd = add_node(ps, kind);
+    if (nd) {
+        nd->t = t;
+        nd->c = c;
+        nd->h = nd->w = 1;
+        nd->flat = true;
+    }
+    return nd;
+}
+
 /* A positive integer token, optionally after a one-letter prefix ("k3"). */
 static bool int_arg(const char *tok, char prefix, int *out)
 {
@@ -380,15 +393,11 @@ static st_status add_features(struct parser *ps, const char *name, int main_in, 
         return perr(ps, "add %s%s: shapes must be equal and both features or both images (%s saved, %s here)%s",
                     name, proj ? " proj" : "", bs, as, proj ? "; proj is for images" : "");
     }
-    struct node *nd = add_node(ps, NODE_ADD);
+    struct node *nd = add_seq_node(ps, NODE_ADD, a.t, a.c);  /* flat features are t = 0 */
     if (!nd)
         return st_fail(ST_ERR_NOMEM, "model: out of memory");
     nd->in = main_in;
     nd->in2 = skip;
-    nd->c = a.c;
-    nd->h = nd->w = 1;
-    nd->t = a.t;
-    nd->flat = true;
     return emit(ps, "add %s", name);
 }
 
@@ -409,14 +418,10 @@ static st_status parse_embed(struct parser *ps, char **tok, int ntok, node_kind 
         if (ps->m->nodes[i].kind == NODE_EMBED)
             return perr(ps, "embed: a model has one token embedding");
     const int t = src->t;
-    struct node *nd = add_node(ps, NODE_EMBED);
+    struct node *nd = add_seq_node(ps, NODE_EMBED, t, dim);
     if (!nd)
         return st_fail(ST_ERR_NOMEM, "model: out of memory");
     nd->vocab = vocab;
-    nd->t = t;
-    nd->c = dim;
-    nd->h = nd->w = 1;
-    nd->flat = true;
     take_params(ps, nd, (size_t)vocab * dim, (size_t)t * dim);  /* "bias": the position table */
     return emit(ps, "embed %d %d", vocab, dim);
 }
@@ -434,14 +439,10 @@ static st_status parse_attention(struct parser *ps, char **tok, int ntok, node_k
         return perr(ps, "attention heads %d needs a [T, 3C] input with C a multiple of %d (q, k, v from one "
                         "'linear 3C'); the input is %dx%d", heads, heads, src->t, src->c);
     const int t = src->t, c = src->c / 3;
-    struct node *nd = add_node(ps, NODE_ATTENTION);
+    struct node *nd = add_seq_node(ps, NODE_ATTENTION, t, c);
     if (!nd)
         return st_fail(ST_ERR_NOMEM, "model: out of memory");
     nd->heads = heads;
-    nd->t = t;
-    nd->c = c;
-    nd->h = nd->w = 1;
-    nd->flat = true;
     return emit(ps, "attention heads %d", heads);
 }
 
@@ -465,14 +466,11 @@ static st_status parse_head(struct parser *ps, char **tok, int ntok, node_kind k
                     src->c);
     emb->tied = true;
     const int t = src->t, vocab = emb->vocab;
-    struct node *nd = add_node(ps, NODE_HEAD);
+    struct node *nd = add_seq_node(ps, NODE_HEAD, t, vocab);
     if (!nd)
         return st_fail(ST_ERR_NOMEM, "model: out of memory");
     nd->embed = e;
-    nd->vocab = nd->c = vocab;
-    nd->t = t;
-    nd->h = nd->w = 1;
-    nd->flat = true;
+    nd->vocab = vocab;
     return emit(ps, "head tied");
 }
 
