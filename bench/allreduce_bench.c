@@ -12,6 +12,12 @@
  * (ordinary buffer).  The data changes every iteration, and every op starts
  * from a barrier so ranks start together.  A memcpy probe (bytes read +
  * written, all ranks at once) gives the machine's copy bandwidth beside it.
+ *
+ * --dtype bf16 reduces bfloat16 payloads (summed in fp32, rounded once):
+ * sizes are bytes moved, so a size holds twice the elements of fp32 and
+ * busbw counts bf16 bytes.  MPI has no bf16 sum, so the MPI column then
+ * times MPI_FLOAT over the same element count (twice the bytes): what the
+ * same gradients cost through MPI, the exchange a bf16 payload replaces.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shmtrain/bf16.h"
 #include "shmtrain/coll.h"
 
 #ifdef WITH_MPI
@@ -36,14 +43,16 @@ struct options {
     double seconds;     /* target time per size and path */
     bool bind;
     bool csv;
+    st_dtype dtype;     /* the payload: f32 or bf16 */
 };
 
 struct rank_ctx {
     st_group *g;
     int rank, world;
-    float *zc, *priv;
+    void *zc, *priv;
+    st_dtype dtype;
 #ifdef WITH_MPI
-    float *mpi_buf;
+    float *mpi_buf;     /* f32: MPI sums no bf16 */
 #endif
 };
 
@@ -79,10 +88,11 @@ static size_t parse_size(const char *flag, const char *s)
 static void usage(int code)
 {
     printf("usage: st-allreduce-bench [-n RANKS] [--min SIZE] [--max SIZE] [--seconds S]\n"
-           "                          [--no-bind] [--csv]\n"
+           "                          [--dtype f32|bf16] [--no-bind] [--csv]\n"
            "  -n RANKS     fork RANKS processes (default: join from SHMTRAIN_* env)\n"
            "  --min/--max  message sizes in bytes, doubling (default 4 .. 256M)\n"
            "  --seconds S  time budget per size and path (default 0.15)\n"
+           "  --dtype T    the payload: f32 (default) or bf16 (summed in fp32, rounded once)\n"
            "  --no-bind    in fork mode, do not pin rank i to CPU i %% ncpu\n"
            "  --csv        machine-readable output\n");
     exit(code);
@@ -101,7 +111,15 @@ static struct options parse(int argc, char **argv)
         else if (v && !strcmp(a, "--min")) o.min_bytes = parse_size(a, v), i++;
         else if (v && !strcmp(a, "--max")) o.max_bytes = parse_size(a, v), i++;
         else if (v && !strcmp(a, "--seconds")) o.seconds = atof(v), i++;
-        else {
+        else if (v && !strcmp(a, "--dtype")) {
+            if (!strcmp(v, "f32") || !strcmp(v, "fp32")) o.dtype = ST_DTYPE_F32;
+            else if (!strcmp(v, "bf16")) o.dtype = ST_DTYPE_BF16;
+            else {
+                fprintf(stderr, "st-allreduce-bench: --dtype '%s': use f32 or bf16\n", v);
+                exit(2);
+            }
+            i++;
+        } else {
             fprintf(stderr, "st-allreduce-bench: unknown or incomplete option '%s'\n", a);
             usage(2);
         }
@@ -113,10 +131,18 @@ static struct options parse(int argc, char **argv)
     return o;
 }
 
-static void fill(float *buf, size_t n, int rank, int iter)
+static float fill_value(size_t i, int rank, int iter)
+{
+    return (float)((i + (size_t)rank * 3 + (size_t)iter * 7) & 1023) * 0.25f;
+}
+
+static void fill(void *buf, st_dtype t, size_t n, int rank, int iter)
 {
     for (size_t i = 0; i < n; i++)
-        buf[i] = (float)((i + (size_t)rank * 3 + (size_t)iter * 7) & 1023) * 0.25f;
+        if (t == ST_DTYPE_BF16)
+            ((st_bf16 *)buf)[i] = st_bf16_from_f32(fill_value(i, rank, iter));
+        else
+            ((float *)buf)[i] = fill_value(i, rank, iter);
 }
 
 /* Everyone runs the same number of iterations: rank 0 decides from a probe. */
@@ -129,25 +155,25 @@ static int agree_iters(struct rank_ctx *c, double one_op_s, double budget)
     return (int)iters;
 }
 
-typedef int (*reduce_fn)(struct rank_ctx *c, float *buf, size_t n);
+typedef int (*reduce_fn)(struct rank_ctx *c, void *buf, size_t n);
 
-static int shm_reduce(struct rank_ctx *c, float *buf, size_t n)
+static int shm_reduce(struct rank_ctx *c, void *buf, size_t n)
 {
-    return st_allreduce_f32(c->g, buf, n, ST_SUM) == ST_OK ? 0 : -1;
+    return st_allreduce(c->g, buf, n, c->dtype, ST_SUM) == ST_OK ? 0 : -1;
 }
 
 #ifdef WITH_MPI
-static int mpi_reduce(struct rank_ctx *c, float *buf, size_t n)
+static int mpi_reduce(struct rank_ctx *c, void *buf, size_t n)
 {
     (void)c;
     return MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
 }
 #endif
 
-/* Mean seconds per op, averaged over ranks. */
-static double time_op(struct rank_ctx *c, reduce_fn fn, float *buf, size_t n, double budget)
+/* Mean seconds per op over `n` elements of type t, averaged over ranks. */
+static double time_op(struct rank_ctx *c, reduce_fn fn, void *buf, st_dtype t, size_t n, double budget)
 {
-    fill(buf, n, c->rank, 0);
+    fill(buf, t, n, c->rank, 0);
     if (st_barrier(c->g) != ST_OK || fn(c, buf, n) != 0)
         die("warm-up");
     double t0 = now_s();
@@ -156,15 +182,15 @@ static double time_op(struct rank_ctx *c, reduce_fn fn, float *buf, size_t n, do
     int iters = agree_iters(c, now_s() - t0, budget);
     double total = 0;
     for (int it = 0; it < iters; it++) {
-        fill(buf, n < 64 ? n : 64, c->rank, it + 1); /* cheap change every iteration */
+        fill(buf, t, n < 64 ? n : 64, c->rank, it + 1); /* cheap change every iteration */
         if (n >= 64 && it % 8 == 0)
-            fill(buf, n, c->rank, it + 1);            /* and a full rewrite now and then */
+            fill(buf, t, n, c->rank, it + 1);            /* and a full rewrite now and then */
         if (st_barrier(c->g) != ST_OK)
             die("barrier");
-        double t = now_s();
+        double start = now_s();
         if (fn(c, buf, n) != 0)
             die("all-reduce");
-        total += now_s() - t;
+        total += now_s() - start;
     }
     float mean = (float)(total / iters);
     if (st_allreduce_f32(c->g, &mean, 1, ST_AVG) != ST_OK)
@@ -206,7 +232,7 @@ static double cross_read_probe(struct rank_ctx *c, size_t bytes)
     if (c->world < 2)
         return 0;
     for (int rep = 0; rep < 20; rep++) {
-        fill(c->zc, n, c->rank, rep);
+        fill(c->zc, ST_DTYPE_F32, n, c->rank, rep);
         if (st_barrier(c->g) != ST_OK)
             die("barrier");
         const float *theirs = st_group_peer_buffer(c->g, left);
@@ -238,10 +264,10 @@ static void run(struct rank_ctx *c, const struct options *o)
     size_t probe_bytes = o->max_bytes < (1u << 20) ? o->max_bytes : (1u << 20);
     double cross_gbs = cross_read_probe(c, probe_bytes);
     if (head) {
-        printf(o->csv ? "# world=%d copy_GBps=%.2f cross_read_GBps=%.2f\n"
-                      : "# shmtrain all-reduce, %d ranks; memcpy bandwidth (read+write, all ranks): "
+        printf(o->csv ? "# world=%d dtype=%s copy_GBps=%.2f cross_read_GBps=%.2f\n"
+                      : "# shmtrain all-reduce, %d ranks, %s payload; memcpy bandwidth (read+write, all ranks): "
                         "%.2f GB/s; reading 1 MiB a peer core just wrote: %.2f GB/s per rank\n",
-               c->world, copy_gbs, cross_gbs);
+               c->world, st_dtype_name(c->dtype), copy_gbs, cross_gbs);
         if (o->csv) {
             printf("bytes,algorithm,zc_us,zc_algbw,zc_busbw,copy_us,copy_busbw");
 #ifdef WITH_MPI
@@ -257,28 +283,30 @@ static void run(struct rank_ctx *c, const struct options *o)
             printf("\n");
         }
     }
+    const size_t elem = c->dtype == ST_DTYPE_BF16 ? sizeof(st_bf16) : sizeof(float);
     for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
-        size_t n = bytes / sizeof(float);
-        double zc = time_op(c, shm_reduce, c->zc, n, o->seconds);
-        double cp = time_op(c, shm_reduce, c->priv, n, o->seconds);
+        size_t n = bytes / elem;
+        double zc = time_op(c, shm_reduce, c->zc, c->dtype, n, o->seconds);
+        double cp = time_op(c, shm_reduce, c->priv, c->dtype, n, o->seconds);
 #ifdef WITH_MPI
-        double mp = time_op(c, mpi_reduce, c->mpi_buf, n, o->seconds);
+        double mp = time_op(c, mpi_reduce, c->mpi_buf, ST_DTYPE_F32, n, o->seconds);
+        const double mpi_bytes = (double)n * sizeof(float);
 #endif
         if (!head)
             continue;
         double alg = bytes / zc / 1e9;
-        const char *algo = st_allreduce_algorithm(c->g, c->zc, n);
+        const char *algo = st_allreduce_algorithm(c->g, c->zc, n, c->dtype);
         if (o->csv) {
             printf("%zu,%s,%.3f,%.3f,%.3f,%.3f,%.3f", bytes, algo, zc * 1e6, alg, alg * bus,
                    cp * 1e6, bytes / cp / 1e9 * bus);
 #ifdef WITH_MPI
-            printf(",%.3f,%.3f,%.2f", mp * 1e6, bytes / mp / 1e9 * bus, mp / zc);
+            printf(",%.3f,%.3f,%.2f", mp * 1e6, mpi_bytes / mp / 1e9 * bus, mp / zc);
 #endif
         } else {
             printf("%12zu %9s %11.2f %9.3f %9.3f %11.2f %9.3f", bytes, algo, zc * 1e6, alg, alg * bus,
                    cp * 1e6, bytes / cp / 1e9 * bus);
 #ifdef WITH_MPI
-            printf(" %11.2f %9.3f %8.2f", mp * 1e6, bytes / mp / 1e9 * bus, mp / zc);
+            printf(" %11.2f %9.3f %8.2f", mp * 1e6, mpi_bytes / mp / 1e9 * bus, mp / zc);
 #endif
         }
         printf("\n");
@@ -288,7 +316,7 @@ static void run(struct rank_ctx *c, const struct options *o)
 
 static void rank_main(int rank, int world, const char *job, const struct options *o)
 {
-    struct rank_ctx c = {.rank = rank, .world = world};
+    struct rank_ctx c = {.rank = rank, .world = world, .dtype = o->dtype};
     st_group_config cfg = {.rank = rank, .world_size = world, .job_id = job,
                            .zero_copy_bytes = o->max_bytes};
     if (st_group_create(&c.g, &cfg) != ST_OK)
@@ -296,7 +324,7 @@ static void rank_main(int rank, int world, const char *job, const struct options
     c.zc = st_group_buffer(c.g, NULL);
     c.priv = malloc(o->max_bytes);
 #ifdef WITH_MPI
-    c.mpi_buf = malloc(o->max_bytes);
+    c.mpi_buf = malloc(o->max_bytes * (o->dtype == ST_DTYPE_BF16 ? 2 : 1)); /* the same elements in f32 */
     if (!c.mpi_buf)
         die("malloc");
 #endif

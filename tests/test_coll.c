@@ -132,12 +132,32 @@ static st_bf16 bf16_input(int rank, size_t i, int round)
                             97.0f);
 }
 
-/* The definition: fp32 sum in rank order, divided for an average, rounded once. */
+/* Values where the rounding and the order show: NaN, infinities that
+ * cancel, -0s, ties to even, overflow; every 8th an ordinary one.  Round
+ * SPECIAL_ROUND of bf16_input. */
+#define SPECIAL_ROUND 1000
+static st_bf16 special_input(int rank, size_t i)
+{
+    static const st_bf16 first[8] = {0x7fc1, 0x7f80, 0x8000, 0x3f80, 0x3f81, 0x7f7f, 0xbf80, 0};
+    static const st_bf16 second[8] = {0x3f80, 0xff80, 0x8000, 0x3b80, 0x3b80, 0x7f7f, 0x3b80, 0};
+    static const st_bf16 rest[8] = {0x3f80, 0, 0x8000, 0, 0, 0x7f7f, 0, 0};
+    if (i % 8 == 7 || (i / 8) % 3 == 2)  /* some 16-element blocks without a NaN */
+        return st_bf16_from_f32((float)((int)((i * 7 + (size_t)rank * 13) % 201) - 100) / 3.0f);
+    return rank == 0 ? first[i % 8] : rank == 1 ? second[i % 8] : rest[i % 8];
+}
+
+static st_bf16 case_input(int rank, size_t i, int round)
+{
+    return round == SPECIAL_ROUND ? special_input(rank, i) : bf16_input(rank, i, round);
+}
+
+/* The definition: fp32 sum in rank order (from rank 0's value), divided for
+ * an average, rounded once. */
 static st_bf16 bf16_reference(int world, size_t i, int round, st_reduce_op op)
 {
-    float sum = 0;
-    for (int q = 0; q < world; q++)
-        sum += st_bf16_to_f32(bf16_input(q, i, round));
+    float sum = st_bf16_to_f32(case_input(0, i, round));
+    for (int q = 1; q < world; q++)
+        sum += st_bf16_to_f32(case_input(q, i, round));
     return st_bf16_from_f32(op == ST_AVG ? sum / (float)world : sum);
 }
 
@@ -161,6 +181,8 @@ static int bf16_cases(st_group *g, int rank, void *varg)
                 CHILD_CHECK(buf != NULL && (!zc || n * sizeof *buf <= bytes));
                 for (size_t i = 0; i < n; i++)
                     buf[i] = bf16_input(rank, i, c);
+                const char *algo = st_allreduce_algorithm(g, buf, n, ST_DTYPE_BF16);
+                CHILD_CHECK(!strcmp(algo, world == 1 || n == 0 ? "none" : zc ? "slices" : "slices-copy"));
                 CHILD_CHECK(st_allreduce(g, buf, n, ST_DTYPE_BF16, (st_reduce_op)op) == ST_OK);
                 for (size_t i = 0; i < n; i++)
                     if (buf[i] != bf16_reference(world, i, c, (st_reduce_op)op)) {
@@ -172,6 +194,25 @@ static int bf16_cases(st_group *g, int rank, void *varg)
                 if (!zc)
                     free(buf);
             }
+    /* The special values, through both paths; compared by bits. */
+    for (int zc = 0; zc < 2; zc++)
+        for (int op = ST_SUM; op <= ST_AVG; op++) {
+            const size_t n = 203;
+            size_t bytes;
+            st_bf16 *buf = zc ? st_group_buffer(g, &bytes) : malloc(n * sizeof *buf);
+            CHILD_CHECK(buf != NULL);
+            for (size_t i = 0; i < n; i++)
+                buf[i] = special_input(rank, i);
+            CHILD_CHECK(st_allreduce(g, buf, n, ST_DTYPE_BF16, (st_reduce_op)op) == ST_OK);
+            for (size_t i = 0; i < n; i++)
+                if (buf[i] != bf16_reference(world, i, SPECIAL_ROUND, (st_reduce_op)op)) {
+                    fprintf(stderr, "rank %d special zc=%d op=%d: [%zu] = %#x, want %#x\n", rank, zc, op, i, buf[i],
+                            bf16_reference(world, i, SPECIAL_ROUND, (st_reduce_op)op));
+                    return 1;
+                }
+            if (!zc)
+                free(buf);
+        }
     a->out->cases = c;
     /* With a stage (as between nodes): it sees the slice's fp32 sums before
      * the one rounding; here it stands for NODES identical nodes. */
@@ -186,8 +227,8 @@ static int bf16_cases(st_group *g, int rank, void *varg)
             CHILD_CHECK(st_allreduce_bf16_staged(g, buf, n, (st_reduce_op)op, times_nodes, &log, NODES * world) ==
                         ST_OK);
             for (size_t i = 0; i < n; i++) {
-                float sum = 0;
-                for (int q = 0; q < world; q++)
+                float sum = st_bf16_to_f32(bf16_input(0, i, 100 + op));
+                for (int q = 1; q < world; q++)
                     sum += st_bf16_to_f32(bf16_input(q, i, 100 + op));
                 sum *= NODES;
                 if (op == ST_AVG)

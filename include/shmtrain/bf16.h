@@ -1,9 +1,12 @@
 /* bfloat16: the top 16 bits of an IEEE binary32.  Conversions round to
  * nearest, ties to even (as oneDNN and PyTorch do); a NaN stays a (quiet)
- * NaN.  Header-only: the collectives (libc only) and the engine share it. */
+ * NaN.  The element conversions are inline here (they are the definition);
+ * the array ones, the same bits in vector lanes, are in src/common/dtype.c
+ * (libshmtrain-common, libc only), shared by the collectives and the trainer. */
 #ifndef SHMTRAIN_BF16_H
 #define SHMTRAIN_BF16_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -26,5 +29,10 @@ static inline float st_bf16_to_f32(st_bf16 h)
     memcpy(&f, &u, sizeof f);
     return f;
 }
+
+/* out[i] = st_bf16_from_f32(in[i]) and out[i] = st_bf16_to_f32(in[i]) for
+ * i < n, vectorised. */
+void st_bf16_from_f32_n(st_bf16 *restrict out, const float *restrict in, size_t n);
+void st_bf16_to_f32_n(float *restrict out, const st_bf16 *restrict in, size_t n);
 
 #endif

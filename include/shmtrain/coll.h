@@ -134,9 +134,11 @@ void st_group_heartbeat(st_group *g);
  * or sleeping) since it joined: the "wait" part of collective time. */
 double st_group_wait_seconds(const st_group *g);
 
-/* Which algorithm an all-reduce of `count` floats at `buf` would use:
- * "direct", "ring" or "ring-copy" (for benchmarks and logs). */
-const char *st_allreduce_algorithm(const st_group *g, const float *buf, size_t count);
+/* Which algorithm an all-reduce of `count` elements of `dtype` at `buf`
+ * would use: f32 "direct", "ring" or "ring-copy"; bf16 "slices" or
+ * "slices-copy" (staged through the segment); "none" for nothing to do
+ * (for benchmarks and logs). */
+const char *st_allreduce_algorithm(const st_group *g, const void *buf, size_t count, st_dtype dtype);
 
 /* The segment name of `rank` for a job, as created by st_group_create, into
  * `name` (at least 128 bytes).  Used by the launcher to clean up after a gang

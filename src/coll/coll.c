@@ -350,23 +350,34 @@ static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op, cons
 
 /* ---------------------------------------------------------- all-reduce -- */
 
-static bool in_zero_copy(const st_group *g, const float *buf, size_t n, size_t *off)
+/* Do `bytes` at buf lie inside this rank's zero-copy region?  Then *off is
+ * where, and every peer's payload sits at the same offset in its own. */
+static bool in_zero_copy(const st_group *g, const void *buf, size_t bytes, size_t *off)
 {
     const char *zc = coll_seg_at(g, g->rank, g->zc_off), *b = (const char *)buf;
     if (!g->cfg.zero_copy_bytes || b < zc || b >= zc + g->cfg.zero_copy_bytes)
         return false;
     *off = (size_t)(b - zc);
-    return *off + n * sizeof(float) <= g->cfg.zero_copy_bytes;
+    return *off + bytes <= g->cfg.zero_copy_bytes;
 }
 
-const char *st_allreduce_algorithm(const st_group *g, const float *buf, size_t count)
+/* A bf16 payload reduces in place when it lies in the zero-copy region at
+ * a 4-byte offset (its slices then sit at the same offset in every peer). */
+static bool bf16_in_zero_copy(const st_group *g, const void *buf, size_t count, size_t *off)
+{
+    return in_zero_copy(g, buf, count * sizeof(st_bf16), off) && *off % sizeof(float) == 0;
+}
+
+const char *st_allreduce_algorithm(const st_group *g, const void *buf, size_t count, st_dtype dtype)
 {
     size_t off;
     if (!g || g->world == 1 || count == 0)
         return "none";
+    if (dtype == ST_DTYPE_BF16)  /* the zero-copy test of allreduce_bf16 */
+        return bf16_in_zero_copy(g, buf, count, &off) ? "slices" : "slices-copy";
     if (count * sizeof(float) <= g->cfg.small_bytes)
         return "direct";
-    return in_zero_copy(g, buf, count, &off) ? "ring" : "ring-copy";
+    return in_zero_copy(g, buf, count * sizeof(float), &off) ? "ring" : "ring-copy";
 }
 
 static st_status check_allreduce(const st_group *g, const void *buf, size_t count, st_reduce_op op)
@@ -394,7 +405,7 @@ static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_
         return direct(g, buf, count, op, sg);
 
     size_t off;
-    if (in_zero_copy(g, buf, count, &off)) {
+    if (in_zero_copy(g, buf, count * sizeof(float), &off)) {
         for (int q = 0; q < g->world; q++)
             g->rank_ptrs[q] = (float *)(coll_seg_at(g, q, g->zc_off) + off);
         return ring(g, g->rank_ptrs, count, op, sg);
@@ -448,8 +459,7 @@ static st_status finish_bf16(st_group *g, float *sums, st_bf16 *out, size_t n, s
         for (size_t i = 0; i < n; i++)
             sums[i] /= (float)g->world;
     }
-    for (size_t i = 0; i < n; i++)
-        out[i] = st_bf16_from_f32(sums[i]);
+    st_bf16_from_f32_n(out, sums, n);
     return ST_OK;
 }
 
@@ -464,17 +474,16 @@ static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_red
     size_t lo, hi;
     chunk_range(n, N, r, 0, 1, &lo, &hi);
     st_bf16 *mine = bufs[r];
-    float *sums = stage_scratch(g, hi - lo);
-    if (!sums)
-        return mark_broken(g, st_fail(ST_ERR_NOMEM, "coll: out of memory for a bf16 slice"), g->rank);
-    for (size_t i = lo; i < hi; i++) {
-        float sum = 0;
-        for (int q = 0; q < N; q++)
-            sum += st_bf16_to_f32(bufs[q][i]);
-        sums[i - lo] = sum;
+    if (sg) {  /* the stage takes the slice's fp32 sums whole */
+        float *sums = stage_scratch(g, hi - lo);
+        if (!sums)
+            return mark_broken(g, st_fail(ST_ERR_NOMEM, "coll: out of memory for a bf16 slice"), g->rank);
+        coll_bf16_sum(sums, bufs, N, lo, hi);
+        if ((st = finish_bf16(g, sums, mine + lo, hi - lo, op, sg)) != ST_OK)
+            return mark_broken(g, st, g->rank);
+    } else {
+        coll_bf16_reduce(mine, bufs, N, lo, hi, op == ST_AVG ? (float)N : 1.0f);
     }
-    if ((st = finish_bf16(g, sums, mine + lo, hi - lo, op, sg)) != ST_OK)
-        return mark_broken(g, st, g->rank);
     publish(g, base + 2);
     if ((st = wait_all(g, base + 2)) != ST_OK)
         return st;
@@ -508,7 +517,7 @@ static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_redu
     }
     st_bf16 **ptrs = g->bf16_ptrs;
     size_t off;
-    if (in_zero_copy(g, (const float *)buf, (count + 1) / 2, &off) && off % sizeof(float) == 0) {
+    if (bf16_in_zero_copy(g, buf, count, &off)) {
         for (int q = 0; q < g->world; q++)
             ptrs[q] = (st_bf16 *)(coll_seg_at(g, q, g->zc_off) + off);
         return slices_bf16(g, ptrs, count, op, sg);

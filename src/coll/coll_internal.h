@@ -80,5 +80,11 @@ void coll_add_into(float *restrict dst, const float *restrict src, size_t n);
 void coll_add_into_div(float *restrict dst, const float *restrict src, size_t n, float div);
 void coll_copy_to_user(void *dst, const void *src, size_t bytes);
 void coll_add_to_user(float *dst, const float *src, size_t n);
+/* bf16 payloads: sums[i - lo] = bufs[0][i] + ... + bufs[world-1][i] in
+ * fp32, rank order, for i in [lo, hi), bit for bit the scalar definition
+ * (bf16.h); rounding them is st_bf16_from_f32_n. */
+void coll_bf16_sum(float *restrict sums, uint16_t *const *bufs, int world, size_t lo, size_t hi);
+/* out[i] = round(sum / div) for i in [lo, hi), without a slice-long fp32 buffer. */
+void coll_bf16_reduce(uint16_t *restrict out, uint16_t *const *bufs, int world, size_t lo, size_t hi, float div);
 
 #endif

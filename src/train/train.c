@@ -294,13 +294,12 @@ static st_status exchange(struct trainer *t)
     }
     if (!t->grads_bf16)
         return comm_allreduce(&t->comm, t->grads, t->P + TAIL, ST_AVG);
-    for (size_t i = 0; i < t->P; i++)
-        t->grads_bf16[i] = st_bf16_from_f32(t->grads[i]);
+    st_bf16_from_f32_n(t->grads_bf16, t->grads, t->P);
     st_status st = comm_allreduce_bf16(&t->comm, t->grads_bf16, t->P, ST_AVG);
     if (st == ST_OK)
         st = comm_allreduce(&t->comm, t->grads + t->P, TAIL, ST_AVG);
-    for (size_t i = 0; st == ST_OK && i < t->P; i++)
-        t->grads[i] = st_bf16_to_f32(t->grads_bf16[i]);
+    if (st == ST_OK)
+        st_bf16_to_f32_n(t->grads, t->grads_bf16, t->P);
     return st;
 }
 
