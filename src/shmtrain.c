@@ -49,6 +49,8 @@ static void usage(FILE *f)
 "exit status: 0 done, 1 failed, 2 bad flag, 130 stopped on request (checkpointed),\n"
 "  75 stopped because another instance failed\n"
 "  --check-replicas K       check every K steps that all instances hold identical parameters\n"
+"  --precision fp32|bf16    compute: bf16 runs convolutions and linear layers in bf16 (native bf16\n"
+"                           CPUs: AVX512-BF16 or AMX), parameters and optimizer stay fp32\n"
 "  --allreduce-dtype fp32|bf16   the gradient exchange (bf16: half the bytes, summed in fp32)\n"
 "  --bucket-mb MB           all-reduce gradients in buckets of MB during backward (0: after it)\n");
 }
@@ -67,6 +69,15 @@ static void bad(const char *fmt, ...)
 
 /* A whole number in [min, max]: strtol alone lets "4294967312" through,
  * and an (int) cast would then train with batch 16. */
+static st_dtype dtype_flag(const char *flag, const char *v)
+{
+    if (!strcmp(v, "fp32") || !strcmp(v, "f32"))
+        return ST_DTYPE_F32;
+    if (!strcmp(v, "bf16"))
+        return ST_DTYPE_BF16;
+    bad("%s '%s': use fp32 or bf16", flag, v);
+}
+
 static long whole(const char *flag, const char *v, long min, long max)
 {
     char *end;
@@ -185,7 +196,7 @@ int main(int argc, char **argv)
     enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
            O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ,
            O_GAMMA, O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE,
-           O_RESUME, O_CHECK, O_ARDTYPE, O_BUCKET, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY };
+           O_RESUME, O_CHECK, O_ARDTYPE, O_PRECISION, O_BUCKET, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY };
     static const struct option opts[] = {
         {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI},
         {"train-labels", 1, 0, O_TRL}, {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL},
@@ -199,7 +210,7 @@ int main(int argc, char **argv)
         {"no-flush-denormals", 0, 0, O_NOFLUSH}, {"eval-every", 1, 0, O_EVAL}, {"log-every", 1, 0, O_LOG},
         {"metrics", 1, 0, O_METRICS}, {"quiet", 0, 0, O_QUIET}, {"checkpoint", 1, 0, O_CKPT},
         {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 2, 0, O_RESUME}, {"check-replicas", 1, 0, O_CHECK},
-        {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"bucket-mb", 1, 0, O_BUCKET}, {"text", 1, 0, O_TEXT},
+        {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"precision", 1, 0, O_PRECISION}, {"bucket-mb", 1, 0, O_BUCKET}, {"text", 1, 0, O_TEXT},
         {"tokens", 1, 0, O_TOKENS}, {"eval-windows", 1, 0, O_EVALWIN}, {"beta2", 1, 0, O_BETA2}, {"target-loss", 1, 0, O_TLOSS}, {"summary", 0, 0, O_SUMMARY},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     st_train_options o;
@@ -276,10 +287,12 @@ int main(int argc, char **argv)
             break;
         case O_CHECK: o.check_replicas = whole("--check-replicas", optarg, 1, LONG_MAX); break;
         case O_BUCKET: o.bucket_mb = number("--bucket-mb", optarg, 0, 1024); break;
-        case O_ARDTYPE:
-            if (!strcmp(optarg, "fp32") || !strcmp(optarg, "f32")) o.allreduce_dtype = ST_DTYPE_F32;
-            else if (!strcmp(optarg, "bf16")) o.allreduce_dtype = ST_DTYPE_BF16;
-            else bad("--allreduce-dtype '%s': use fp32 or bf16", optarg);
+        case O_ARDTYPE: o.allreduce_dtype = dtype_flag("--allreduce-dtype", optarg); break;
+        case O_PRECISION:
+            o.precision = dtype_flag("--precision", optarg);
+            if (o.precision == ST_DTYPE_BF16 && !st_nn_bf16_supported())
+                bad("--precision bf16: this CPU has no native bf16 in oneDNN (its ISA: %s; bf16 needs AVX512-BF16 "
+                    "or AMX)", st_nn_onednn_isa());
             break;
         case 'h': usage(stdout); return 0;
         case ':': bad("%s needs a value", argv[optind - 1]);

@@ -35,6 +35,7 @@ typedef struct st_run_record {
     char onednn[32], isa[32];        /* shmtrain's; "" otherwise */
     char torch[32];                  /* the PyTorch peer's; "" otherwise */
     char allreduce_dtype[8];         /* the gradient exchange: "f32", "bf16"; "" when not said */
+    char precision[8];               /* compute: "f32", "bf16" (mixed); "" when not said */
     unsigned long long first_step;   /* > 0 after a resume */
     int context;                     /* a language model's tokens per sample (window); 0 otherwise */
 } st_run_record;

@@ -114,6 +114,11 @@ bool st_nn_flush_denormals(bool on);
  * can be compared across machines). */
 void st_nn_onednn_version(char *buf, size_t len);
 const char *st_nn_onednn_isa(void);
+/* Whether precision bf16 can run here: oneDNN's ISA has native bf16
+ * (AVX512-BF16 or AMX), or SHMTRAIN_BF16_ANY_ISA=1 says to take whatever
+ * bf16 kernels oneDNN offers (its reference ones on other CPUs: for
+ * checking the bf16 path there, tests/bf16_any_isa.cc; docs/engine.md). */
+bool st_nn_bf16_supported(void);
 
 /* ------------------------------------------------------------ networks -- */
 
@@ -128,6 +133,8 @@ typedef struct st_net_config {
     float *grad_buffer;      /* optional: param_count floats the caller owns (e.g.
                                 the collectives' zero-copy region); else allocated */
     bool input_grad;         /* also compute d(loss)/d(input) (tests) */
+    st_dtype precision;      /* ST_DTYPE_F32 (default) or ST_DTYPE_BF16: mixed precision
+                                on the oneDNN backend (docs/engine.md, "bf16") */
 } st_net_config;
 
 st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cfg);

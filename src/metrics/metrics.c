@@ -28,6 +28,7 @@ static void write_run(st_json *j, const st_run_record *r)
     optional_string(j, "isa", r->isa);
     optional_string(j, "torch", r->torch);
     optional_string(j, "allreduce_dtype", r->allreduce_dtype);
+    optional_string(j, "precision", r->precision);
     st_json_uint(j, "first_step", r->first_step);
     if (r->context > 0)
         st_json_int(j, "context", r->context);
@@ -157,6 +158,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         st_json_get_string(line, "isa", r->isa, sizeof r->isa);
         st_json_get_string(line, "torch", r->torch, sizeof r->torch);
         st_json_get_string(line, "allreduce_dtype", r->allreduce_dtype, sizeof r->allreduce_dtype);
+        st_json_get_string(line, "precision", r->precision, sizeof r->precision);
         r->first_step = count(line, "first_step");
         r->context = (int)count(line, "context");
         break;

@@ -9,6 +9,8 @@
  *   ref_*     ref_backend.c: the reference (plain C) forward and backward,
  *             over the kernels of ref.c, and the scratch they need
  *   onednn    onednn_*.c: builds its primitives and ops for the oneDNN backend
+ *   bf16      onednn_weights.c: whether a layer of this kind computes in
+ *             bf16 when the net's precision is bf16 (bf16_never: fp32)
  *
  * Each of those files expands the table with the columns it owns, so the
  * enum, the parser's keywords and every backend's dispatch come from these
@@ -20,23 +22,23 @@
 #define SHMTRAIN_NN_LAYERS_H
 
 /* clang-format off */
-#define NN_LAYER_TABLE_ROWS(X)                                                                                          \
-  /* KIND     keyword      parse         init          ref_scratch       ref_forward          ref_backward          onednn           */ \
-  X(INPUT,    "input",     parse_input,  init_nothing, scratch_none,     input_ref_forward,   input_ref_backward,   dn_build_input)   \
-  X(CONV,     "conv",      parse_conv,   init_kaiming, scratch_none,     conv_ref_forward,    conv_ref_backward,    dn_build_weights) \
-  X(LINEAR,   "linear",    parse_linear, init_linear,  scratch_none,     linear_ref_forward,  linear_ref_backward,  dn_build_weights) \
-  X(RELU,     "relu",      parse_simple, init_nothing, scratch_none,     relu_ref_forward,    relu_ref_backward,    dn_build_relu)    \
-  X(MAXPOOL,  "maxpool",   parse_pool,   init_nothing, scratch_argmax,   maxpool_ref_forward, maxpool_ref_backward, dn_build_pool)    \
-  X(AVGPOOL,  "avgpool",   parse_pool,   init_nothing, scratch_none,     avgpool_ref_forward, avgpool_ref_backward, dn_build_pool)    \
-  X(BATCHNORM,"batchnorm", parse_simple, init_bn,      scratch_bn_stats, bn_ref_forward,      bn_ref_backward,      dn_build_bn)      \
-  X(DROPOUT,  "dropout",   parse_simple, init_nothing, scratch_mask,     dropout_ref_forward, dropout_ref_backward, dn_build_dropout) \
-  X(FLATTEN,  "flatten",   parse_simple, init_nothing, scratch_none,     flatten_ref_forward, flatten_ref_backward, dn_build_flatten) \
-  X(ADD,      "add",       parse_add,    init_nothing, scratch_none,     add_ref_forward,     add_ref_backward,     dn_build_add)     \
-  X(EMBED,    "embed",     parse_embed,  init_embed,   scratch_none,     embed_ref_forward,   embed_ref_backward,   dn_build_embed)   \
-  X(LAYERNORM,"layernorm", parse_simple, init_ln,      scratch_ln_stats, ln_ref_forward,      ln_ref_backward,      dn_build_ln)      \
-  X(ATTENTION,"attention", parse_attention, init_nothing, scratch_att,   att_ref_forward,     att_ref_backward,     dn_build_attention) \
-  X(GELU,     "gelu",      parse_simple, init_nothing, scratch_none,     gelu_ref_forward,    gelu_ref_backward,    dn_build_gelu)    \
-  X(HEAD,     "head",      parse_head,   init_nothing, scratch_none,     head_ref_forward,    head_ref_backward,    dn_build_head)
+#define NN_LAYER_TABLE_ROWS(X)                                                                                                                            \
+  /* KIND       keyword      parse            init          ref_scratch       ref_forward          ref_backward          onednn              bf16 */      \
+  X(INPUT,     "input",     parse_input,     init_nothing, scratch_none,     input_ref_forward,   input_ref_backward,   dn_build_input,     bf16_never)   \
+  X(CONV,      "conv",      parse_conv,      init_kaiming, scratch_none,     conv_ref_forward,    conv_ref_backward,    dn_build_weights,   bf16_weights) \
+  X(LINEAR,    "linear",    parse_linear,    init_linear,  scratch_none,     linear_ref_forward,  linear_ref_backward,  dn_build_weights,   bf16_weights) \
+  X(RELU,      "relu",      parse_simple,    init_nothing, scratch_none,     relu_ref_forward,    relu_ref_backward,    dn_build_relu,      bf16_never)   \
+  X(MAXPOOL,   "maxpool",   parse_pool,      init_nothing, scratch_argmax,   maxpool_ref_forward, maxpool_ref_backward, dn_build_pool,      bf16_never)   \
+  X(AVGPOOL,   "avgpool",   parse_pool,      init_nothing, scratch_none,     avgpool_ref_forward, avgpool_ref_backward, dn_build_pool,      bf16_never)   \
+  X(BATCHNORM, "batchnorm", parse_simple,    init_bn,      scratch_bn_stats, bn_ref_forward,      bn_ref_backward,      dn_build_bn,        bf16_never)   \
+  X(DROPOUT,   "dropout",   parse_simple,    init_nothing, scratch_mask,     dropout_ref_forward, dropout_ref_backward, dn_build_dropout,   bf16_never)   \
+  X(FLATTEN,   "flatten",   parse_simple,    init_nothing, scratch_none,     flatten_ref_forward, flatten_ref_backward, dn_build_flatten,   bf16_never)   \
+  X(ADD,       "add",       parse_add,       init_nothing, scratch_none,     add_ref_forward,     add_ref_backward,     dn_build_add,       bf16_never)   \
+  X(EMBED,     "embed",     parse_embed,     init_embed,   scratch_none,     embed_ref_forward,   embed_ref_backward,   dn_build_embed,     bf16_never)   \
+  X(LAYERNORM, "layernorm", parse_simple,    init_ln,      scratch_ln_stats, ln_ref_forward,      ln_ref_backward,      dn_build_ln,        bf16_never)   \
+  X(ATTENTION, "attention", parse_attention, init_nothing, scratch_att,      att_ref_forward,     att_ref_backward,     dn_build_attention, bf16_never)   \
+  X(GELU,      "gelu",      parse_simple,    init_nothing, scratch_none,     gelu_ref_forward,    gelu_ref_backward,    dn_build_gelu,      bf16_never)   \
+  X(HEAD,      "head",      parse_head,      init_nothing, scratch_none,     head_ref_forward,    head_ref_backward,    dn_build_head,      bf16_never)
 /* clang-format on */
 
 /* A test build appends a row whose functions exist nowhere: it must fail. */
@@ -44,7 +46,7 @@
 #define NN_LAYER_TABLE(X)                                                                                  \
     NN_LAYER_TABLE_ROWS(X)                                                                                 \
     X(UNFINISHED, "unfinished", parse_unfinished, init_unfinished, scratch_unfinished,                    \
-      unfinished_ref_forward, unfinished_ref_backward, dn_build_unfinished)
+      unfinished_ref_forward, unfinished_ref_backward, dn_build_unfinished, bf16_unfinished)
 #else
 #define NN_LAYER_TABLE(X) NN_LAYER_TABLE_ROWS(X)
 #endif

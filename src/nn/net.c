@@ -146,6 +146,11 @@ st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cf
         free(n);
         return st_fail(ST_ERR_INVALID, "net: unknown backend %d", (int)cfg->backend);
     }
+    if (cfg->precision != ST_DTYPE_F32 && (cfg->precision != ST_DTYPE_BF16 || cfg->backend != ST_BACKEND_ONEDNN)) {
+        free(n);
+        return st_fail(ST_ERR_INVALID, "net: precision %s: the oneDNN backend computes in f32 or bf16, the reference "
+                                       "in f32 (it is the definition)", st_dtype_name(cfg->precision));
+    }
     n->backend = nn_backends[cfg->backend];
     n->batch = cfg->batch;
     n->training = true;

@@ -174,7 +174,12 @@ st_status dn_plain_md(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_d
 
 st_status dn_any_md(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims)
 {
-    TRY(dnnl_memory_desc_init_by_tag(md, ndims, dims, dnnl_f32, dnnl_format_tag_any));
+    return dn_any_md_of(n, md, ndims, dims, dnnl_f32);
+}
+
+st_status dn_any_md_of(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t dt)
+{
+    TRY(dnnl_memory_desc_init_by_tag(md, ndims, dims, dt, dnnl_format_tag_any));
     return ST_OK;
 }
 

@@ -43,6 +43,12 @@
  * dn_conv_fwd_avoid), SHMTRAIN_ONEDNN_IP_ANY=1 (see plain_weights),
  * SHMTRAIN_ONEDNN_POOL=1 (oneDNN's pooling instead of maxpool2.c).
  *
+ * Precision bf16 (st_net_config.precision): a layer whose row in the layer
+ * table says so computes in bf16 (onednn_weights.c): its source, weights and
+ * output gradient are reordered to bf16 as it reads them, it writes fp32
+ * (activations and their gradients stay fp32 between layers), and its
+ * weight gradients come out of oneDNN in fp32.
+ *
  * SHMTRAIN_NN_VERBOSE=1 prints every reorder the build inserts (with sizes),
  * every backward pass that had to fall back from the forward's layouts, and
  * the kernel each layer got.
@@ -142,6 +148,7 @@ struct onednn_node {
     dnnl_memory_t src;                   /* what the forward reads */
     dnnl_primitive_t accum;              /* diff += diff_tmp, when 2+ consumers */
     size_t elems;                        /* floats in dst's buffer (padding included) */
+    bool bf16;                           /* computes in bf16 (the layer table's rule said so) */
     struct dn_bn_state bn;
     struct dn_dropout_state dropout;
     struct dn_pool_state pool;
@@ -159,6 +166,7 @@ struct dn_options {
     bool ip_any;         /* SHMTRAIN_ONEDNN_IP_ANY: inner products choose their weights' layout */
     bool onednn_pool;    /* SHMTRAIN_ONEDNN_POOL: oneDNN's pooling instead of maxpool2.c */
     bool verbose;        /* SHMTRAIN_NN_VERBOSE: print reorders, fallbacks and kernels */
+    bool bf16_any_isa;   /* SHMTRAIN_BF16_ANY_ISA: bf16 layers take whatever kernel oneDNN has */
 };
 
 struct onednn_net {
@@ -205,6 +213,7 @@ const dnnl_memory_desc_t *dn_arg_md(const_dnnl_primitive_desc_t pd, int arg);
 bool dn_same(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b);
 st_status dn_plain_md(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims);
 st_status dn_any_md(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims);
+st_status dn_any_md_of(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t dt);
 st_status dn_add_op(st_net *n, struct oplist *l, dnnl_primitive_t prim, int prof, ...);
 st_status dn_add_step(st_net *n, struct oplist *l, st_status (*step)(st_net *, int), int prof);
 void dn_md_str(char *buf, size_t len, const dnnl_memory_desc_t *md);
@@ -228,6 +237,11 @@ void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_laye
 st_status dn_weights_fwd_desc(st_net *n, const struct xnode *x, const struct weights_layer *w, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst, dnnl_primitive_desc_t *pd);
 st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
 st_status dn_build_weights(st_net *n, int j);
+/* The layer table's bf16 column: does node x compute in bf16 when the net's
+ * precision is bf16?  bf16_weights: convolutions and inner products, but
+ * not a convolution of a few input channels (it loses, measured). */
+bool bf16_never(const st_net *n, const struct xnode *x);
+bool bf16_weights(const st_net *n, const struct xnode *x);
 
 /* ----------------------------------- the other layer families' builders -- */
 

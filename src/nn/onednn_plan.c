@@ -21,11 +21,26 @@ static st_status build_loss_io(st_net *n)
 
 /* Each layer kind's builder, from the layer table (layers.h). */
 static st_status (*const builders[])(st_net *n, int j) = {
-#define BUILDER(KIND, keyword, parse, init, scratch, fwd, bwd, build) [NODE_##KIND] = build,
+#define BUILDER(KIND, keyword, parse, init, scratch, fwd, bwd, build, ...) [NODE_##KIND] = build,
     NN_LAYER_TABLE(BUILDER)
 #undef BUILDER
 };
 _Static_assert(sizeof builders / sizeof *builders == NODE_KINDS, "a oneDNN builder per layer kind");
+
+/* Each layer kind's bf16 rule, from the layer table's bf16 column. */
+static bool (*const bf16_rules[])(const st_net *n, const struct xnode *x) = {
+#define BF16_RULE(KIND, keyword, parse, init, scratch, fwd, bwd, build, bf16) [NODE_##KIND] = bf16,
+    NN_LAYER_TABLE(BF16_RULE)
+#undef BF16_RULE
+};
+_Static_assert(sizeof bf16_rules / sizeof *bf16_rules == NODE_KINDS, "a bf16 rule per layer kind");
+
+bool st_nn_bf16_supported(void)
+{
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx ||
+           getenv("SHMTRAIN_BF16_ANY_ISA") != NULL;
+}
 
 static st_status onednn_build(st_net *n)
 {
@@ -40,7 +55,13 @@ static st_status onednn_build(st_net *n)
         .ip_any = getenv("SHMTRAIN_ONEDNN_IP_ANY") != NULL,
         .onednn_pool = getenv("SHMTRAIN_ONEDNN_POOL") != NULL,
         .verbose = getenv("SHMTRAIN_NN_VERBOSE") != NULL,
+        .bf16_any_isa = getenv("SHMTRAIN_BF16_ANY_ISA") != NULL,
     };
+    /* No emulated crawl: oneDNN 2.6 runs bf16 on AVX-512 without BF16 by
+     * emulation, and not at all below it. */
+    if (n->cfg.precision == ST_DTYPE_BF16 && !st_nn_bf16_supported())
+        return st_fail(ST_ERR_INVALID, "net: precision bf16 needs a CPU with native bf16 (AVX512-BF16 or AMX); "
+                                       "oneDNN's ISA here is %s", st_nn_onednn_isa());
     TRY(dnnl_engine_create(&n->dnet->eng, dnnl_cpu, 0));
     TRY(dnnl_stream_create(&n->dnet->strm, n->dnet->eng, dnnl_stream_default_flags));
     for (int j = 0; j < n->nx; j++) {
@@ -48,6 +69,7 @@ static st_status onednn_build(st_net *n)
         n->dnet->cur = j;
         if (!(x->dn = calloc(1, sizeof *x->dn)))
             return st_fail(ST_ERR_NOMEM, "net: out of memory");
+        x->dn->bf16 = n->cfg.precision == ST_DTYPE_BF16 && bf16_rules[x->kind](n, x);
         OK(builders[x->kind](n, j));
     }
     n->dnet->cur = -1;

@@ -1,6 +1,27 @@
-/* oneDNN convolution and inner product: forward, backward-data, backward-weights. */
+/* oneDNN convolution and inner product: forward, backward-data, backward-weights,
+ * in fp32 or, for precision bf16, in bf16 with fp32 outputs and weight gradients. */
 #define _GNU_SOURCE
 #include "onednn_internal.h"
+
+/* ----------------------------------------------------------- bf16 rule -- */
+
+/* A convolution reading fewer channels than this stays fp32 in a bf16 net:
+ * on Sapphire Rapids (oneDNN 2.6.3, one core) a 1 -> 32 channel 3x3
+ * convolution ran 0.5x (forward) and 0.3x (backward-weights) in bf16,
+ * while 6 -> 16 gained 1.6-2.9x (../shared/notes/onednn-2.6-bf16-and-
+ * transformer-ops.md).  Three (RGB) is unmeasured and kept fp32 with them. */
+#define BF16_MIN_CONV_CHANNELS 4
+
+bool bf16_never(const st_net *n, const struct xnode *x)
+{
+    (void)n, (void)x;
+    return false;
+}
+
+bool bf16_weights(const st_net *n, const struct xnode *x)
+{
+    return x->kind != NODE_CONV || n->x[x->in].nd->c >= BF16_MIN_CONV_CHANNELS;
+}
 
 void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_layer *w)
 {
@@ -69,8 +90,7 @@ st_status dn_weights_fwd_desc(st_net *n, const struct xnode *x, const struct wei
  * kernels are worth the (small) weight reorders. */
 static bool plain_weights(const st_net *n, const struct xnode *x)
 {
-    (void)n;
-    return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any;
+    return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && !x->dn->bf16;  /* bf16 reads converted weights */
 }
 
 /* Small channel counts waste most of a 16-wide block; nhwc avoids that
@@ -79,7 +99,7 @@ static bool plain_weights(const st_net *n, const struct xnode *x)
  * its reference implementation, a thousand times slower. */
 static bool use_nhwc(st_net *n, const struct xnode *x, const struct weights_layer *w)
 {
-    if (x->kind != NODE_CONV || x->nd->c > 16 || n->x[x->in].nd->c >= 16)
+    if (x->kind != NODE_CONV || x->nd->c > 16 || n->x[x->in].nd->c >= 16 || x->dn->bf16)
         return false;
     dnnl_memory_desc_t src, dst, wei, bias;
     dnnl_convolution_desc_t fd, bd, wd;
@@ -154,31 +174,35 @@ st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct we
 /* A backward pd that shares the forward's activation layouts when a real
  * kernel exists for them, else lets the primitive choose (`any`): oneDNN
  * 2.6 gives, e.g., backward-weights of a 1-channel nhwc input only its
- * reference implementation. */
+ * reference implementation.  `dt` is the layer's compute type: the output
+ * gradient is read in it (the output itself stays fp32), and so are the
+ * weights of the backward-data pass; weight gradients are always fp32, the
+ * master gradient straight out of the kernel. */
 static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass,
-                        const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *bias,
+                        dnnl_data_type_t dt, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *bias,
                         const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd)
 {
-    dnnl_memory_desc_t wei_any, src_any, dst_any, wei_plain;
-    OK(dn_any_md(n, &wei_any, w->ndims, w->wei));
+    dnnl_memory_desc_t wei_any, src_any, dst_any, wei_plain, dst = x->dn->dst.md;
+    dst.data_type = dt;
+    OK(dn_any_md_of(n, &wei_any, w->ndims, w->wei, weights_pass ? dnnl_f32 : dt));
     if (plain_weights(n, x)) {
         OK(dn_plain_md(n, &wei_plain, w->ndims, w->wei));
-        OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_plain, bias, &x->dn->dst.md, hint, pd));
+        OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_plain, bias, &dst, hint, pd));
         if (!dn_is_reference_impl(*pd))
             return ST_OK;
     }
-    OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_any, bias, &x->dn->dst.md, hint, pd));
-    if (!dn_is_reference_impl(*pd))
+    OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_any, bias, &dst, hint, pd));
+    if (!dn_is_reference_impl(*pd) || (x->dn->bf16 && n->dnet->opt.bf16_any_isa))
         return ST_OK;
     if (n->dnet->opt.verbose) {
         char a[256], b[256];
         dn_md_str(a, sizeof a, src);
-        dn_md_str(b, sizeof b, &x->dn->dst.md);
+        dn_md_str(b, sizeof b, &dst);
         fprintf(stderr, "shmtrain: node %d: backward-%s gets only a reference kernel with src %s, dst %s: "
                         "letting it choose\n", n->dnet->cur, weights_pass ? "weights" : "data", a, b);
     }
-    OK(dn_any_md(n, &src_any, w->ndims, w->src));
-    OK(dn_any_md(n, &dst_any, w->ndims, w->dst));
+    OK(dn_any_md_of(n, &src_any, w->ndims, w->src, dt));
+    OK(dn_any_md_of(n, &dst_any, w->ndims, w->dst, dt));
     return dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, &src_any, &wei_any, bias, &dst_any, hint, pd);
 }
 
@@ -186,35 +210,54 @@ static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_l
  * build_weights makes them. */
 struct weights_build {
     struct weights_layer w;
+    dnnl_data_type_t dt;                     /* compute type: f32, or bf16 (x->dn->bf16) */
     dnnl_memory_desc_t wei_plain, bias_md;   /* the parameter buffer's layouts */
     const_dnnl_primitive_desc_t fwd_pd;      /* owned by the net's pd list */
     dnnl_memory_t w_user, w_fwd;             /* the weights where they live, and as the forward reads them */
+    dnnl_memory_t ddst;                      /* the output gradient as backward-weights reads it */
 };
 
-static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
+/* The forward pd: source and weights in the compute type, the output fp32. */
+static st_status weights_fwd_pd(st_net *n, const struct xnode *x, const struct weights_build *b,
+                                dnnl_primitive_desc_t *pd)
 {
-    struct xnode *x = &n->x[j];
-    struct onednn_node *dn = x->dn;
-    const struct node *nd = x->nd;
     const struct weights_layer *w = &b->w;
     dnnl_memory_desc_t src_any, wei_any, dst_any;
     if (use_nhwc(n, x, w)) {
         TRY(dnnl_memory_desc_init_by_tag(&src_any, 4, w->src, dnnl_f32, dnnl_nhwc));
         TRY(dnnl_memory_desc_init_by_tag(&dst_any, 4, w->dst, dnnl_f32, dnnl_nhwc));
     } else {
-        OK(dn_any_md(n, &src_any, w->ndims, w->src));
+        OK(dn_any_md_of(n, &src_any, w->ndims, w->src, b->dt));
         OK(dn_any_md(n, &dst_any, w->ndims, w->dst));
     }
-    OK(dn_any_md(n, &wei_any, w->ndims, w->wei));
-    const dnnl_memory_desc_t *bias = nd->bias ? &b->bias_md : NULL;
-    dnnl_primitive_desc_t pd = NULL;
+    OK(dn_any_md_of(n, &wei_any, w->ndims, w->wei, b->dt));
+    const dnnl_memory_desc_t *bias = x->nd->bias ? &b->bias_md : NULL;
+    *pd = NULL;
     if (plain_weights(n, x)) {
-        OK(dn_weights_fwd_desc(n, x, w, &src_any, &b->wei_plain, bias, &dst_any, &pd));
-        if (dn_is_reference_impl(pd))
-            pd = NULL;  /* owned by the net's pd list, freed with it */
+        OK(dn_weights_fwd_desc(n, x, w, &src_any, &b->wei_plain, bias, &dst_any, pd));
+        if (dn_is_reference_impl(*pd))
+            *pd = NULL;  /* owned by the net's pd list, freed with it */
     }
-    if (!pd)
-        OK(dn_weights_fwd_desc(n, x, w, &src_any, &wei_any, bias, &dst_any, &pd));
+    if (!*pd)
+        OK(dn_weights_fwd_desc(n, x, w, &src_any, &wei_any, bias, &dst_any, pd));
+    return ST_OK;
+}
+
+static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
+{
+    struct xnode *x = &n->x[j];
+    struct onednn_node *dn = x->dn;
+    const struct node *nd = x->nd;
+    dnnl_primitive_desc_t pd;
+    OK(weights_fwd_pd(n, x, b, &pd));
+    if (dn->bf16 && dn_is_reference_impl(pd) && !n->dnet->opt.bf16_any_isa) {
+        /* a bf16 reference kernel would crawl: this layer computes in fp32 */
+        if (n->dnet->opt.verbose)
+            fprintf(stderr, "shmtrain: node %d: no bf16 kernel but oneDNN's reference: fp32\n", j);
+        dn->bf16 = false;
+        b->dt = dnnl_f32;
+        OK(weights_fwd_pd(n, x, b, &pd));
+    }
     b->fwd_pd = pd;
     dn_impl_name(x, pd);
 
@@ -262,17 +305,18 @@ static const dnnl_memory_desc_t *fwd_src_md(const struct weights_build *b)
     return dn_query(b->fwd_pd, dnnl_query_src_md, 0);
 }
 
-static st_status build_weights_bwd_w(st_net *n, int j, const struct weights_build *b)
+static st_status build_weights_bwd_w(st_net *n, int j, struct weights_build *b)
 {
     struct xnode *x = &n->x[j];
     struct onednn_node *dn = x->dn;
     const struct node *nd = x->nd;
     dnnl_primitive_desc_t pd;
     dnnl_memory_t src, ddst, dw_user, dw, db_user = NULL;
-    OK(bwd_pd(n, x, &b->w, true, fwd_src_md(b), nd->bias ? &b->bias_md : NULL, b->fwd_pd, &pd));
+    OK(bwd_pd(n, x, &b->w, true, b->dt, fwd_src_md(b), nd->bias ? &b->bias_md : NULL, b->fwd_pd, &pd));
     dn_impl_name(x, pd);
     OK(bwd_input(n, &dn->bwd, dn->src, dn_query(pd, dnnl_query_src_md, 0), &src));
     OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), &ddst));
+    b->ddst = ddst;
     OK(dn_mem_new(n, &dw_user, &b->wei_plain, n->grads + nd->w_off));
     if (nd->bias)
         OK(dn_mem_new(n, &db_user, &b->bias_md, n->grads + nd->b_off));
@@ -293,8 +337,12 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
     struct onednn_node *dn = x->dn;
     dnnl_primitive_desc_t pd;
     dnnl_memory_t ddst;
-    OK(bwd_pd(n, x, &b->w, false, fwd_src_md(b), NULL, b->fwd_pd, &pd));
-    OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), &ddst));
+    OK(bwd_pd(n, x, &b->w, false, b->dt, fwd_src_md(b), NULL, b->fwd_pd, &pd));
+    const dnnl_memory_desc_t *want = dn_query(pd, dnnl_query_diff_dst_md, 0);
+    if (dn_same(want, dn_mem_md(b->ddst)))
+        ddst = b->ddst;  /* converted (or reordered) once for both passes, before either runs */
+    else
+        OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, want, &ddst));
     dn_impl_name(x, pd);
     /* The weights change every step, so they are reordered into this
      * layout every backward pass (after the optimizer ran). */
@@ -320,12 +368,26 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
     return ST_OK;
 }
 
+/* Says in the node's description that it computes in bf16: read back from
+ * the forward pd (what oneDNN will run), not from the request. */
+static st_status mark_precision(struct xnode *x, const struct weights_build *b)
+{
+    if (dn_query(b->fwd_pd, dnnl_query_src_md, 0)->data_type != dnnl_bf16)
+        return ST_OK;
+    static const char tag[] = "bf16: ";
+    const size_t t = sizeof tag - 1, keep = strnlen(x->impl, sizeof x->impl - t - 1);
+    memmove(x->impl + t, x->impl, keep);
+    memcpy(x->impl, tag, t);
+    x->impl[t + keep] = '\0';
+    return ST_OK;
+}
+
 /* A convolution or inner product: forward; backward (a fused ReLU's first,
  * then backward-weights, then backward-data unless nothing learns upstream). */
 st_status dn_build_weights(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    struct weights_build b;
+    struct weights_build b = {.dt = x->dn->bf16 ? dnnl_bf16 : dnnl_f32};
     dn_weights_dims(n, x, &b.w);
     OK(dn_plain_md(n, &b.bias_md, 1, b.w.bias));
     OK(dn_plain_md(n, &b.wei_plain, b.w.ndims, b.w.wei));
@@ -333,9 +395,9 @@ st_status dn_build_weights(st_net *n, int j)
     if (x->fuse_relu)
         OK(build_fused_relu_bwd(n, x));
     OK(build_weights_bwd_w(n, j, &b));
-    if (!n->x[x->in].wants_diff)
-        return ST_OK;  /* the first layer: nobody needs d/d(input) */
-    return build_weights_bwd_data(n, j, &b);
+    if (n->x[x->in].wants_diff)  /* else the first layer: nobody needs d/d(input) */
+        OK(build_weights_bwd_data(n, j, &b));
+    return mark_precision(x, &b);
 }
 
 /* ------------------------------------------------------ element-wise -- */

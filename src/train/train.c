@@ -372,7 +372,7 @@ static st_status setup(struct trainer *t)
         t->grads_bf16 = (st_bf16 *)((char *)t->grads + f32_bytes);
     if (o->bucket_mb > 0 && bf16_bytes)
         return st_fail(ST_ERR_INVALID, "--bucket-mb goes with --allreduce-dtype fp32 (bf16 buckets are not built yet)");
-    st_net_config nc = {.batch = o->batch, .grad_buffer = t->grads};
+    st_net_config nc = {.batch = o->batch, .grad_buffer = t->grads, .precision = o->precision};
     st_optim_config oc = o->optim;
     if (t->text) {  /* nanoGPT's AdamW: matrices decay, biases and norms do not */
         if (!(t->decay_mask = malloc(t->P ? t->P : 1)))
@@ -455,6 +455,7 @@ static void run_record(struct trainer *t)
     st_nn_onednn_version(r.u.run.onednn, sizeof r.u.run.onednn);
     snprintf(r.u.run.isa, sizeof r.u.run.isa, "%s", st_nn_onednn_isa());
     snprintf(r.u.run.allreduce_dtype, sizeof r.u.run.allreduce_dtype, "%s", st_dtype_name(t->o->allreduce_dtype));
+    snprintf(r.u.run.precision, sizeof r.u.run.precision, "%s", st_dtype_name(t->o->precision));
     record(t, &r);
 }
 
