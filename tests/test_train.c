@@ -21,178 +21,9 @@
 #include <zlib.h>
 
 #include "forkranks.h"
+#include "trainrun.h"
 #include "shmtrain/ckpt.h"
 #include "shmtrain/data.h"
-
-static const char *shmrun, *shmtrain;
-static char dir[256];
-
-/* ------------------------------------------------------------- helpers -- */
-
-static void path_of(char *out, size_t len, const char *name) { snprintf(out, len, "%s/%s", dir, name); }
-
-static void write_bytes(const char *name, const void *p, size_t n)
-{
-    char path[512];
-    path_of(path, sizeof path, name);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    fclose(f);
-}
-
-static void write_gz(const char *name, const void *p, size_t n)
-{
-    char path[512];
-    path_of(path, sizeof path, name);
-    gzFile f = gzopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(gzwrite(f, p, (unsigned)n), (int)n);
-    gzclose(f);
-}
-
-/* IDX bytes: header + payload. */
-static size_t idx(uint8_t *out, uint8_t type, int ndims, const uint32_t *dims, const uint8_t *data, size_t n)
-{
-    out[0] = out[1] = 0;
-    out[2] = type;
-    out[3] = (uint8_t)ndims;
-    size_t at = 4;
-    for (int i = 0; i < ndims; i++) {
-        out[at++] = (uint8_t)(dims[i] >> 24);
-        out[at++] = (uint8_t)(dims[i] >> 16);
-        out[at++] = (uint8_t)(dims[i] >> 8);
-        out[at++] = (uint8_t)dims[i];
-    }
-    memcpy(out + at, data, n);
-    return at + n;
-}
-
-/* A learnable synthetic "Fashion-MNIST": class k has a bright bar whose
- * position depends on k, plus noise. */
-static void make_synthetic(const char *prefix, uint32_t n, uint64_t seed)
-{
-    uint8_t *img = malloc((size_t)n * 784), *lab = malloc(n), *buf = malloc((size_t)n * 784 + 64);
-    for (uint32_t i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        int k = (int)((seed >> 33) % 10);
-        lab[i] = (uint8_t)k;
-        for (int p = 0; p < 784; p++) {
-            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            int r = p / 28, c = p % 28, noise = (int)((seed >> 40) % 60);
-            bool bar = (k < 5) ? (r >= 3 + 5 * k && r < 6 + 5 * k) : (c >= 3 + 5 * (k - 5) && c < 6 + 5 * (k - 5));
-            img[(size_t)i * 784 + p] = (uint8_t)(bar ? 180 + noise : noise);
-        }
-    }
-    char name[128];
-    uint32_t di[3] = {n, 28, 28}, dl[1] = {n};
-    snprintf(name, sizeof name, "%s-images.gz", prefix);
-    write_gz(name, buf, idx(buf, 0x08, 3, di, img, (size_t)n * 784));
-    snprintf(name, sizeof name, "%s-labels", prefix);
-    write_bytes(name, buf, idx(buf, 0x08, 1, dl, lab, n));
-    free(img), free(lab), free(buf);
-}
-
-/* A file's text, "" when it is missing (the run wrote nothing there). */
-static char *slurp_or_empty(const char *path)
-{
-    char *s = slurp(path);
-    return s ? s : strdup("");
-}
-
-/* Wait (up to a minute) until `name` in `dir` holds `needle`: a process
- * that is still loading its libraries on a busy machine has no handlers yet. */
-static void wait_for_text(const char *name, const char *needle)
-{
-    char path[512];
-    path_of(path, sizeof path, name);
-    for (int i = 0; i < 1200; i++, usleep(50000)) {
-        char *text = slurp(path);
-        bool there = text && strstr(text, needle);
-        free(text);
-        if (there)
-            return;
-    }
-    fail_msg("%s never showed '%s'", path, needle);
-}
-
-/* Run argv in `dir`; with `interrupt_after` > 0, SIGINT it that many seconds
- * in, counted from when `ready` (a metrics file in dir, or NULL) says training
- * has begun. */
-static struct child_run run_argv_ready(char *const argv[], double interrupt_after, const char *ready)
-{
-    char out[512], err[512];
-    path_of(out, sizeof out, "run.out");
-    path_of(err, sizeof err, "run.err");
-    pid_t pid = spawn_redirected(argv, dir, out, err);
-    if (interrupt_after > 0) {
-        if (ready)
-            wait_for_text(ready, "\"type\":\"run\"");
-        usleep((useconds_t)(interrupt_after * 1e6));
-        kill(pid, SIGINT);
-    }
-    return child_collect(pid, out, err);
-}
-
-static struct child_run run_argv(char *const argv[], double interrupt_after)
-{
-    return run_argv_ready(argv, interrupt_after, NULL);
-}
-
-/* The synthetic data set's four files (made by setup). */
-struct data_files { char tri[300], trl[300], tei[300], tel[300]; };
-
-static struct data_files synthetic_files(void)
-{
-    struct data_files d;
-    path_of(d.tri, sizeof d.tri, "train-images.gz");
-    path_of(d.trl, sizeof d.trl, "train-labels");
-    path_of(d.tei, sizeof d.tei, "test-images.gz");
-    path_of(d.tel, sizeof d.tel, "test-labels");
-    return d;
-}
-
-static void assert_no_sweep_segments(void)
-{
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "! ls /dev/shm | grep -q \"^shmtrain\\.%u\\.sweep\"", (unsigned)getuid());
-    assert_int_equal(system(cmd), 0);
-}
-
-/* shmrun -n N -- shmtrain <synthetic data> <extra...> */
-static struct child_run train(int n, const char *ckpt, char *const extra[], double interrupt_after)
-{
-    char *argv[64];
-    int k = 0;
-    char nbuf[8];
-    snprintf(nbuf, sizeof nbuf, "%d", n);
-    struct data_files d = synthetic_files();
-    const char *base[] = {shmrun, "-n", nbuf, "--quiet", "--log-dir", "logs", "--", shmtrain, "--model", "mlp",
-                          "--train-images", d.tri, "--train-labels", d.trl, "--test-images", d.tei,
-                          "--test-labels", d.tel,
-                          "--checkpoint", ckpt, "--metrics", "metrics.jsonl", "--quiet"};
-    for (size_t i = 0; i < sizeof base / sizeof *base; i++)
-        argv[k++] = (char *)base[i];
-    for (int i = 0; extra[i]; i++)
-        argv[k++] = extra[i];
-    argv[k] = NULL;
-    if (interrupt_after > 0) {  /* a fresh metrics file tells when training has begun */
-        char path[512];
-        path_of(path, sizeof path, "metrics.jsonl");
-        unlink(path);
-    }
-    return run_argv_ready(argv, interrupt_after, "metrics.jsonl");
-}
-
-static st_ckpt read_ckpt(const char *name)
-{
-    char path[512];
-    path_of(path, sizeof path, name);
-    st_ckpt c;
-    if (st_ckpt_read(path, &c) != ST_OK)
-        fail_msg("%s", st_last_error());
-    return c;
-}
 
 /* ------------------------------------------------------- data readers -- */
 
@@ -383,7 +214,7 @@ static void test_checkpoint_format_and_corruption(void **state)
     free(bytes);
     /* A write into a directory that does not exist fails and leaves nothing. */
     char nowhere[600];
-    snprintf(nowhere, sizeof nowhere, "%s/no/such/dir/x.ckpt", dir);
+    snprintf(nowhere, sizeof nowhere, "%s/no/such/dir/x.ckpt", tr_dir);
     assert_int_equal(st_ckpt_write(nowhere, &c), ST_ERR_IO);
 }
 
@@ -538,14 +369,14 @@ static void test_no_thread_runs_a_signal_handler(void **state)
     char out[512], err[512];
     path_of(out, sizeof out, "sig.out");
     path_of(err, sizeof err, "sig.err");
-    char *argv[] = {(char *)shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
+    char *argv[] = {(char *)tr_shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
                     "--test-images", d.tei, "--test-labels", d.tel, "--epochs", "50", "--batch-size", "16",
                     "--checkpoint", "sig.ckpt", "--metrics", "sig.jsonl", "--quiet", NULL};
     char path[512];
     path_of(path, sizeof path, "sig.jsonl");
     unlink(path);
     setenv("OMP_NUM_THREADS", "2", 1);  /* at least one OpenMP worker to check */
-    pid_t pid = spawn_redirected(argv, dir, out, err);
+    pid_t pid = spawn_redirected(argv, tr_dir, out, err);
     unsetenv("OMP_NUM_THREADS");
     wait_for_text("sig.jsonl", "\"type\":\"train\"");  /* the workers exist once steps ran */
     const unsigned long long both = (1ull << (SIGINT - 1)) | (1ull << (SIGTERM - 1));
@@ -647,7 +478,7 @@ static void test_bad_inputs_name_their_file(void **state)
                  {{"--seed", "18446744073709551617"}, "--seed 18446744073709551617: must be at most"},
                  {{"--resume", "a.ckpt", "b.ckpt"}, "unexpected argument 'b.ckpt'"}};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
-        char *argv[6] = {(char *)shmtrain, flags[i].arg[0], flags[i].arg[1], flags[i].arg[2], NULL};
+        char *argv[6] = {(char *)tr_shmtrain, flags[i].arg[0], flags[i].arg[1], flags[i].arg[2], NULL};
         struct child_run b = run_argv(argv, 0);
         if (b.code != 2 || !strstr(b.err, flags[i].fragment))
             fail_msg("%s: exit %d, '%s'", flags[i].fragment, b.code, b.err);
@@ -662,7 +493,7 @@ static void test_bad_data_blames_the_rank_that_failed(void **state)
     (void)state;
     struct data_files d = synthetic_files();
     for (int attempt = 0; attempt < 3; attempt++) {
-        char *argv[] = {(char *)shmrun, "-n", "2", "--log-dir", "logs", "--", (char *)shmtrain, "--model", "mlp",
+        char *argv[] = {(char *)tr_shmrun, "-n", "2", "--log-dir", "logs", "--", (char *)tr_shmtrain, "--model", "mlp",
                         "--train-images", d.tri, "--train-labels", "/no/such/labels", "--test-images", d.tei,
                         "--test-labels", d.tel, "--quiet", NULL};
         struct child_run r = run_argv(argv, 0);
@@ -781,8 +612,8 @@ static void test_bucketed_overlap(void **state)
     st_ckpt_free(&ca);
     child_run_free(&a);
     struct data_files d = synthetic_files();
-    char *argv[] = {(char *)shmrun, "-n", "3", "--oversubscribe", "--quiet", "--log-dir", "logs", "--",
-                    (char *)shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
+    char *argv[] = {(char *)tr_shmrun, "-n", "3", "--oversubscribe", "--quiet", "--log-dir", "logs", "--",
+                    (char *)tr_shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
                     "--test-images", d.tei, "--test-labels", d.tel, "--quiet", "--batch-size", "32", "--max-steps",
                     "60", "--check-replicas", "10", "--bucket-mb", "0.05", "--checkpoint", "b3.ckpt", NULL};
     struct child_run c = run_argv(argv, 0);
@@ -806,7 +637,7 @@ static pid_t start_mpi(int ranks, int node_size, const char *job, char *const ex
                           "btl_vader_single_copy_mechanism", "none", "-x", nodes, "-x", jobvar,
                           /* Open MPI keeps allocations past MPI_Finalize: see tests/CMakeLists.txt */
                           "-x", "ASAN_OPTIONS=detect_leaks=0", "-np", np,
-                          shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
+                          tr_shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
                           "--test-images", d.tei, "--test-labels", d.tel, "--quiet"};
     char *argv[64];
     int k = 0;
@@ -815,9 +646,9 @@ static pid_t start_mpi(int ranks, int node_size, const char *job, char *const ex
     for (int i = 0; extra[i]; i++)
         argv[k++] = extra[i];
     argv[k] = NULL;
-    snprintf(out, sizeof out, "%s/%s.out", dir, tag);
-    snprintf(err, sizeof err, "%s/%s.err", dir, tag);
-    return spawn_redirected(argv, dir, out, err);
+    snprintf(out, sizeof out, "%s/%s.out", tr_dir, tag);
+    snprintf(err, sizeof err, "%s/%s.err", tr_dir, tag);
+    return spawn_redirected(argv, tr_dir, out, err);
 }
 
 /* Two simulated nodes of one rank each, joined over MPI, train as one node
@@ -836,7 +667,7 @@ static void test_two_nodes_equal_one_node_of_two(void **state)
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     char path[512];
-    snprintf(path, sizeof path, "%s/mpi2x1.err", dir);
+    snprintf(path, sizeof path, "%s/mpi2x1.err", tr_dir);
     char *err = slurp_or_empty(path);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_msg("mpirun 2 nodes x 1 failed: %s", err);
@@ -857,7 +688,7 @@ static void test_two_nodes_equal_one_node_of_two(void **state)
                     "nodes16.jsonl", "--check-replicas", "10", "--allreduce-dtype", "bf16", NULL};
     pid = start_mpi(2, 1, "twonodes16", bf16, "mpi2x1bf16");
     assert_int_equal(waitpid(pid, &status, 0), pid);
-    snprintf(path, sizeof path, "%s/mpi2x1bf16.err", dir);
+    snprintf(path, sizeof path, "%s/mpi2x1bf16.err", tr_dir);
     err = slurp_or_empty(path);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_msg("mpirun 2 nodes x 1, bf16 exchange, failed: %s", err);
@@ -941,7 +772,7 @@ static void test_converges_on_fashion_mnist(void **state)
         printf("skipped: %s is absent (scripts/install-deps.sh installs dataset-fashion-mnist)\n", fm);
         skip();
     }
-    char *argv[] = {(char *)shmrun, "-n", "2", "--quiet", "--log-dir", "logs", "--", (char *)shmtrain, "--model",
+    char *argv[] = {(char *)tr_shmrun, "-n", "2", "--quiet", "--log-dir", "logs", "--", (char *)tr_shmtrain, "--model",
                     "lenet", "--train-subset", "12800", "--test-subset", "2000", "--epochs", "3", "--quiet",
                     "--checkpoint", "fm.ckpt", "--metrics", "fm.jsonl", NULL};
     struct child_run r = run_argv(argv, 0);
@@ -979,13 +810,13 @@ static void test_sweep_end_to_end(void **state)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     char *argv[64];
     int k = 0;
-    const char *head[] = {shmrun, "--sweep", cores >= 2 ? "1x1,2x1" : "1x1", "--repeats", "1", "--sweep-out", out,
+    const char *head[] = {tr_shmrun, "--sweep", cores >= 2 ? "1x1,2x1" : "1x1", "--repeats", "1", "--sweep-out", out,
                           "--target-accuracy", "0.3"};
     for (size_t i = 0; i < sizeof head / sizeof *head; i++)
         argv[k++] = (char *)head[i];
     if (torch)
         argv[k++] = "--compare-torch";
-    const char *job[] = {"--", shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
+    const char *job[] = {"--", tr_shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
                          "--test-images", d.tei, "--test-labels", d.tel, "--epochs", "5", "--max-steps", "40",
                          "--log-every", "10", "--eval-every", "20", "--quiet"};
     for (size_t i = 0; i < sizeof job / sizeof *job; i++)
@@ -1061,8 +892,8 @@ static void test_sweep_interrupted(void **state)
     char out[300];
     struct data_files d = synthetic_files();
     path_of(out, sizeof out, "sweep-int");
-    char *argv[] = {(char *)shmrun, "--sweep", "1x1", "--repeats", "3", "--sweep-out", out, "--",
-                    (char *)shmtrain, "--model", "cnn", "--train-images", d.tri, "--train-labels", d.trl,
+    char *argv[] = {(char *)tr_shmrun, "--sweep", "1x1", "--repeats", "3", "--sweep-out", out, "--",
+                    (char *)tr_shmtrain, "--model", "cnn", "--train-images", d.tri, "--train-labels", d.trl,
                     "--test-images", d.tei, "--test-labels", d.tel, "--epochs", "200", "--quiet", NULL};
     struct child_run r = run_argv(argv, 3.0);
     if (r.code != 130)
@@ -1088,7 +919,7 @@ static void test_sweep_reports_failed_runs(void **state)
     (void)state;
     char out[300];
     path_of(out, sizeof out, "sweep-fail");
-    char *argv[] = {(char *)shmrun, "--sweep", "1x1", "--repeats", "2", "--sweep-out", out, "--", (char *)shmtrain,
+    char *argv[] = {(char *)tr_shmrun, "--sweep", "1x1", "--repeats", "2", "--sweep-out", out, "--", (char *)tr_shmtrain,
                     "--model", "no-such-model", "--quiet", NULL};
     struct child_run r = run_argv(argv, 0);
     assert_int_equal(r.code, 1);
@@ -1112,21 +943,13 @@ static void test_sweep_reports_failed_runs(void **state)
 static int setup(void **state)
 {
     (void)state;
-    shmrun = getenv("SHMRUN");
-    shmtrain = getenv("SHMTRAIN");
-    if (!shmrun || !shmtrain)
-        return -1;
-    if (test_dir_create(dir, sizeof dir, "test_train") != 0)
-        return -1;
-    make_synthetic("train", 2048, 1);
-    make_synthetic("test", 512, 2);
-    return 0;
+    return trainrun_setup("test_train");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    return test_dir_remove(dir);
+    return trainrun_teardown();
 }
 
 int main(int argc, char **argv)
