@@ -11,7 +11,8 @@ does what shmtrain does with them: the same presets, data (IDX, per-channel
 normalisation with the training set's statistics), DistributedSampler sharding
 with drop_last, per-instance batch, SGD/AdamW, weight decay, clipping, learning
 rate schedules with warm-up, sharded evaluation every K steps or each epoch,
-and a target accuracy.  It writes shmtrain's metrics format (JSON lines: run,
+and a target accuracy; `--precision bf16` runs forward and loss under
+torch.autocast(cpu, bfloat16).  It writes shmtrain's metrics format (JSON lines: run,
 train, eval, summary) so one report reads both.  shmtrain options it cannot
 honour (CIFAR, augmentation, resume) are refused; output-only ones
 (checkpoints, replica checks, denormal flushing) are accepted and ignored.
@@ -94,6 +95,7 @@ def parse_args():
     add("--log-every", type=int, default=50)
     add("--metrics")
     add("--quiet", action="store_true")
+    add("--precision", choices=("fp32", "bf16"), default="fp32")  # bf16: torch.autocast(cpu, bfloat16)
     # Accepted so a shmtrain command line runs unchanged; they only change output.
     add("--checkpoint")
     add("--no-flush-denormals", action="store_true")
@@ -209,7 +211,8 @@ def main():
             metrics.write(json.dumps(record, separators=(",", ":")) + "\n")
 
     emit(type="run", system="pytorch-ddp", instances=world, threads=torch.get_num_threads(), model=a.model,
-         params=params, batch_per_instance=a.batch_size, torch=torch.__version__, first_step=0)
+         params=params, batch_per_instance=a.batch_size, torch=torch.__version__, first_step=0,
+         precision="bf16" if a.precision == "bf16" else "f32")
 
     best, last_acc, reached = 0.0, float("nan"), {}
 
@@ -222,7 +225,8 @@ def main():
             for k in range(0, len(test_idx), 256):
                 idx = test_idx[k:k + 256]
                 x, y = test.tensors[0][idx], test.tensors[1][idx]
-                out = net.module(x)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                    out = net.module(x).float()
                 sums += torch.tensor([float(loss_fn(out, y)) * len(y), float((out.argmax(1) == y).sum()), len(y)],
                                      dtype=torch.float64)
         dist.all_reduce(sums)
@@ -253,8 +257,9 @@ def main():
             for g in opt.param_groups:
                 g["lr"] = lr_at(a, step, total, base_lr)
             opt.zero_grad(set_to_none=True)
-            out = net(x)
-            loss = loss_fn(out, y)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                out = net(x)
+                loss = loss_fn(out, y)
             loss.backward()
             if a.clip_norm:
                 torch.nn.utils.clip_grad_norm_(net.parameters(), a.clip_norm)

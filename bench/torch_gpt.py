@@ -235,7 +235,8 @@ def main():
     total = a.warm_steps + steps
     emit({"type": "run", "system": "pytorch-ddp" if world > 1 else "pytorch", "instances": world,
           "threads": torch.get_num_threads(), "model": a.model, "params": params, "batch_per_instance": a.batch_size,
-          "torch": torch.__version__, "first_step": 0, "context": t})
+          "torch": torch.__version__, "first_step": 0, "context": t,
+          "precision": "bf16" if a.precision == "bf16" else "f32"})
 
     def step(k):
         x, y = windows(ids, a.seed, k, world, rank, a.batch_size, t)

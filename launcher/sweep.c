@@ -122,6 +122,39 @@ int sweep_finalize(struct sweep_setting *s, int n, int max, int all_cores)
     return kept;
 }
 
+int sweep_expand_precisions(struct sweep_setting *s, int n, int max, const char *list, char *err, size_t errlen)
+{
+    char names[4][8];
+    int np = 0;
+    for (const char *p = list; *p;) {
+        const size_t len = strcspn(p, ",");
+        if (np == 4 || len == 0 || len >= sizeof names[0]) {
+            snprintf(err, errlen, "--sweep-precisions '%s': expected a list like fp32,bf16", list);
+            return -1;
+        }
+        memcpy(names[np], p, len);
+        names[np][len] = '\0';
+        if (strcmp(names[np], "fp32") && strcmp(names[np], "bf16")) {
+            snprintf(err, errlen, "--sweep-precisions: '%s' is not fp32 or bf16", names[np]);
+            return -1;
+        }
+        np++;
+        p += len + (p[len] == ',');
+    }
+    if (np == 0 || n * np > max) {
+        snprintf(err, errlen, "--sweep-precisions '%s': %s", list, np ? "too many settings" : "empty");
+        return -1;
+    }
+    for (int i = n - 1; i >= 0; i--)  /* in place, from the end: setting i becomes np rows at i * np */
+        for (int k = np - 1; k >= 0; k--) {
+            struct sweep_setting *d = &s[i * np + k];
+            *d = s[i];
+            snprintf(d->precision, sizeof d->precision, "%s", names[k]);
+            snprintf(d->label, sizeof d->label, "%dx%d %.4s", d->instances, d->cores, names[k]);
+        }
+    return n * np;
+}
+
 int sweep_baseline(const struct sweep_setting *s, int n, int all_cores)
 {
     for (int i = 0; i < n; i++)
@@ -245,6 +278,7 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
             instances = rec.u.run.instances > 0 ? rec.u.run.instances : NAN;
             batch = rec.u.run.batch_per_instance > 0 ? rec.u.run.batch_per_instance : NAN;
             first_step = prev_step = (double)rec.u.run.first_step;
+            snprintf(r->precision, sizeof r->precision, "%s", rec.u.run.precision);
             note_versions(&rec.u.run, v);
             break;
         case ST_RECORD_TRAIN:
@@ -364,6 +398,11 @@ void sweep_summarize(const struct sweep_run *runs, int nruns, int nsettings, str
             o->final_loss = FIELD(final_loss).median;
             o->rss_max_mb = FIELD(rss_max_mb).max;
             o->rss_total_mb = FIELD(rss_total_mb).max;
+            for (int i = 0; i < nruns; i++)
+                if (mine(&runs[i], s, sys) && runs[i].precision[0])
+                    snprintf(o->precision, sizeof o->precision, "%s",
+                             !o->precision[0] || !strcmp(o->precision, runs[i].precision) ? runs[i].precision
+                                                                                          : "mixed");
             /* Draw the repeat whose throughput is closest to the median. */
             double best = INFINITY;
             for (int i = 0; i < nruns; i++)

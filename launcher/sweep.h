@@ -30,8 +30,9 @@ struct sweep_setting {
     int req_instances;       /* what the planner is asked; 0 = derive */
     int req_cores;
     int instances, cores;    /* what the plan gave (sweep_finalize) */
-    char label[32];          /* "2x16" */
+    char label[32];          /* "2x16", or "2x16 bf16" with a precision */
     bool added_baseline;     /* not asked for: the 1 x all-cores reference */
+    char precision[8];       /* "fp32" or "bf16" to pass as --precision; "" = the command's own */
 };
 
 /* Items of a comma-separated spec: NxC, or all (1 x all cores), numa (one
@@ -45,6 +46,12 @@ int sweep_parse_spec(const char *spec, int l3_caches, struct sweep_setting *out,
  * those that came out the same, add the 1 x `all_cores` baseline if missing
  * (all_cores <= 0: no baseline can be planned), sort by instances.  Returns the new count (at most max). */
 int sweep_finalize(struct sweep_setting *s, int n, int max, int all_cores);
+
+/* --sweep-precisions LIST: each setting once per precision in the comma-
+ * separated LIST (fp32, bf16), in that order, labelled "2x16 bf16": runs
+ * of both side by side in one report.  Returns the new count, or -1 with
+ * a one-line message in err (an unknown precision, or more than max). */
+int sweep_expand_precisions(struct sweep_setting *s, int n, int max, const char *list, char *err, size_t errlen);
 
 /* The index of the 1 x all-cores setting, or -1. */
 int sweep_baseline(const struct sweep_setting *s, int n, int all_cores);
@@ -77,6 +84,7 @@ struct sweep_run {
     double final_loss;               /* the last evaluation's loss; NAN when never evaluated */
     double rss_max_mb, rss_total_mb; /* peak per instance: the largest one, and the sum */
     double wall_s;
+    char precision[8];               /* what the run record says it computed in ("f32", "bf16"); "" if unsaid */
     int ncurve;                      /* test accuracy against wall time */
     double curve_s[SWEEP_MAX_CURVE], curve_acc[SWEEP_MAX_CURVE];
 };
@@ -106,6 +114,7 @@ struct sweep_summary {
     double compute_ms, allreduce_ms, wait_ms, other_ms, final_accuracy, final_loss;  /* medians */
     double rss_max_mb, rss_total_mb; /* worst over repeats */
     int curve_run;                   /* the run whose accuracy curve is drawn, or -1 */
+    char precision[8];               /* the runs' recorded precision; "" if unsaid, "mixed" if they differ */
 };
 
 /* sums[setting * SWEEP_NSYSTEMS + system] over the successful runs. */

@@ -45,7 +45,7 @@ void sweep_write_csv(FILE *f, const struct sweep_setting *s, const struct sweep_
 {
     fprintf(f, "setting,instances,cores_per_instance,system,repeat,order,ok,samples_per_s,step_ms,compute_ms,"
                "allreduce_ms,wait_ms,other_ms,time_to_target_s,final_accuracy,peak_rss_mb_max,peak_rss_mb_total,"
-               "wall_s,steps,error\n");
+               "wall_s,steps,precision,error\n");
     for (int i = 0; i < nruns; i++) {
         const struct sweep_run *r = &runs[i];
         const struct sweep_setting *st = &s[r->setting];
@@ -58,6 +58,8 @@ void sweep_write_csv(FILE *f, const struct sweep_setting *s, const struct sweep_
                 num(b[6], 32, r->time_to_target_s, 2, ""), num(b[7], 32, r->final_accuracy, 4, ""),
                 num(b[8], 32, r->rss_max_mb, 1, ""), num(b[9], 32, r->rss_total_mb, 1, ""),
                 num(b[10], 32, r->wall_s, 2, ""), r->steps);
+        csv_field(f, r->precision);
+        fputc(',', f);
         csv_field(f, r->ok ? "" : r->error);
         fputc('\n', f);
     }
@@ -110,6 +112,7 @@ static void json_system(st_json *j, const struct sweep_summary *o, int sys)
     st_json_int(j, "runs", o->runs);
     st_json_int(j, "failed", o->failed);
     st_json_int(j, "reached_target", o->reached);
+    st_json_string(j, "precision", o->precision);
     json_stat(j, "samples_per_s", o->samples_per_s, "%.1f");
     json_stat(j, "step_ms", o->step_ms, "%.3f");
     json_stat(j, "time_to_target_s", o->time_to_target_s, "%.2f");
@@ -134,6 +137,7 @@ static void json_run(st_json *j, const struct sweep_setting *s, const struct swe
     st_json_bool(j, "ok", r->ok);
     st_json_string(j, "error", r->ok ? "" : r->error);
     st_json_int(j, "steps", r->steps);
+    st_json_string(j, "precision", r->precision);
     st_json_number(j, "samples_per_s", r->samples_per_s, "%.1f");
     st_json_number(j, "step_ms", r->step_ms, "%.3f");
     st_json_number(j, "compute_ms", r->compute_ms, "%.3f");
@@ -250,11 +254,11 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
     fprintf(f, "%d repeat%s per setting, interleaved; medians with the range over repeats in brackets. "
                "Throughput is the steady state (after the first log interval), summed over instances.\n\n",
             rep->repeats, rep->repeats == 1 ? "" : "s");
-    fprintf(f, "| setting | asked | samples/s | vs %s | step ms | compute / all-reduce / wait / other ms |%s%s%s "
+    fprintf(f, "| setting | asked | precision | samples/s | vs %s | step ms | compute / all-reduce / wait / other ms |%s%s%s "
                "%s | peak RSS MiB per instance / total |%s\n",
             base >= 0 ? s[base].label : "1 x all", *tgt ? " time to " : "", *tgt ? tgt : "", *tgt ? " (s) |" : "",
             lm ? "final validation loss" : "final test acc. %", torch ? " PyTorch DDP samples/s | shmtrain / PyTorch |" : "");
-    fprintf(f, "|---|---|---|---|---|---|%s---|---|%s\n", *tgt ? "---|" : "", torch ? "---|---|" : "");
+    fprintf(f, "|---|---|---|---|---|---|---|%s---|---|%s\n", *tgt ? "---|" : "", torch ? "---|---|" : "");
     for (int i = 0; i < ns; i++) {
         const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS + SWEEP_SHMTRAIN];
         const struct sweep_summary *pt = &sums[i * SWEEP_NSYSTEMS + SWEEP_TORCH];
@@ -262,8 +266,8 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
         char failed[48] = "";
         if (o->failed)
             snprintf(failed, sizeof failed, " (%d of %d runs FAILED)", o->failed, o->runs);
-        fprintf(f, "| %s%s%s%s | %s | %s | ", i == best ? "**" : "", s[i].label, i == best ? "**" : "", failed,
-                s[i].asked, spread(b[0], 64, o->samples_per_s, 0));
+        fprintf(f, "| %s%s%s%s | %s | %s | %s | ", i == best ? "**" : "", s[i].label, i == best ? "**" : "", failed,
+                s[i].asked, o->precision[0] ? o->precision : "-", spread(b[0], 64, o->samples_per_s, 0));
         if (bsum && bsum->samples_per_s.n && o->samples_per_s.n)
             fprintf(f, "%.2fx", o->samples_per_s.median / bsum->samples_per_s.median);
         else

@@ -189,6 +189,11 @@ static int plan_settings(const st_topo *t, const struct sweep_job *j, struct swe
     *all_cores = all ? all->inst[0].ncores : 0;
     st_plan_destroy(all);
     *ns = sweep_finalize(s, n, SWEEP_MAX_SETTINGS, *all_cores);
+    if (j->precisions && (*ns = sweep_expand_precisions(s, *ns, SWEEP_MAX_SETTINGS, j->precisions, err,
+                                                        sizeof err)) < 0) {
+        fprintf(stderr, "shmrun: %s\n", err);
+        return -1;
+    }
     return 0;
 }
 
@@ -247,6 +252,10 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
     }
     for (char **a = j->argv + 1; *a; a++)
         out[k++] = *a;
+    if (st->precision[0]) {  /* --sweep-precisions: both systems take the flag */
+        out[k++] = "--precision";
+        out[k++] = (char *)st->precision;
+    }
     if (system == SWEEP_SHMTRAIN && !has_flag(j->argv, "--checkpoint")) {
         out[k++] = "--checkpoint";
         out[k++] = (char *)rp->checkpoint;
@@ -417,6 +426,10 @@ static int write_reports(const struct sweep_job *j, struct sweep_report *rep, co
 static int check_job(const struct sweep_job *j)
 {
     static const char *refused[] = {"--metrics", "--resume", "--checkpoint-every", NULL};
+    if (j->precisions && has_flag(j->argv, "--precision")) {
+        fprintf(stderr, "shmrun: --sweep-precisions: the program's own --precision would contradict it\n");
+        return -1;
+    }
     for (const char **f = refused; *f; f++)
         if (has_flag(j->argv, *f)) {
             fprintf(stderr, "shmrun: --sweep: the program's %s is not allowed in a sweep (each run starts "

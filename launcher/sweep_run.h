@@ -21,6 +21,7 @@ struct sweep_job {
     struct sweep_target target;    /* --target-accuracy or --target-loss; value <= 0: none */
     bool compare_torch;            /* --compare-torch */
     const char *torch_script;      /* NULL: the installed or source-tree torch_ddp.py */
+    const char *precisions;        /* --sweep-precisions "fp32,bf16"; NULL: the command's own */
     bool dry_run;
     char **argv;                   /* the program and its arguments */
     st_plan_request req;           /* partitioning flags other than -n/-c */

@@ -1,6 +1,6 @@
 /* shmtrain --precision bf16 end to end: the flag's gate, learning like
- * fp32, determinism, 2 ranks x b against 1 x 2b, and checkpoints that
- * cross precisions.  Runs natively on a CPU with bf16 in oneDNN; elsewhere
+ * fp32, determinism, 2 ranks x b against 1 x 2b, checkpoints that cross
+ * precisions, and a sweep with both precisions side by side.  Runs natively on a CPU with bf16 in oneDNN; elsewhere
  * the entry test_bf16_train_any_isa runs it with oneDNN's reference bf16
  * kernels (tests/bf16_any_isa.cc, preloaded into every process), and the
  * plain entry checks the gate only.
@@ -184,6 +184,51 @@ static void test_checkpoints_cross_precisions(void **state)
     child_run_free(&a), child_run_free(&b), child_run_free(&d);
 }
 
+/* The report's row for `label` (bold when best), or fail. */
+static const char *row_of(const char *md, const char *label, char *out, size_t len)
+{
+    char plain[64], bold[64];
+    snprintf(plain, sizeof plain, "\n| %s |", label);
+    snprintf(bold, sizeof bold, "\n| **%s**", label);
+    const char *at = strstr(md, plain);
+    if (!at)
+        at = strstr(md, bold);
+    if (!at)
+        fail_msg("no row for %s in the report", label);
+    const char *end = strchr(at + 1, '\n');
+    snprintf(out, len, "%.*s", (int)(end ? end - at - 1 : (long)strlen(at + 1)), at + 1);
+    return out;
+}
+
+/* shmrun --sweep --sweep-precisions fp32,bf16: both precisions side by side
+ * in one report, each row's precision read back from its runs' records. */
+static void test_sweep_side_by_side(void **state)
+{
+    (void)state;
+    if (skipped())
+        return;
+    struct data_files d = synthetic_files();
+    char out[400];
+    path_of(out, sizeof out, "sweep");
+    char *argv[] = {(char *)tr_shmrun, "--sweep", "1x1", "--repeats", "1", "--sweep-precisions", "fp32,bf16",
+                    "--sweep-out", out, "--", (char *)tr_shmtrain, "--model", "bf16.model", "--train-images", d.tri,
+                    "--train-labels", d.trl, "--test-images", d.tei, "--test-labels", d.tel, "--max-steps", "30",
+                    "--batch-size", "32", "--log-every", "10", "--quiet", NULL};
+    struct child_run r = run_argv(argv, 0);
+    if (r.code != 0)
+        fail_msg("sweep failed (%d): %s", r.code, r.err);
+    char path[512], row[512];
+    snprintf(path, sizeof path, "%s/report.md", out);
+    char *md = slurp_or_empty(path);
+    assert_non_null(strstr(md, "| setting | asked | precision |"));
+    if (!strstr(row_of(md, "1x1 fp32", row, sizeof row), "| f32 |"))
+        fail_msg("fp32 row: %s", row);
+    if (!strstr(row_of(md, "1x1 bf16", row, sizeof row), "| bf16 |"))
+        fail_msg("bf16 row: %s", row);
+    free(md);
+    child_run_free(&r);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -207,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_two_ranks_equal_one_with_double_batch),
         cmocka_unit_test(test_checkpoints_cross_precisions),
+        cmocka_unit_test(test_sweep_side_by_side),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -26,7 +26,7 @@
 
 static const char *const METRICS =
     "{\"type\":\"run\",\"system\":\"shmtrain\",\"instances\":2,\"threads\":1,\"model\":\"mlp\",\"params\":100,"
-    "\"batch_per_instance\":64,\"onednn\":\"2.6.3\",\"isa\":\"avx512_core\",\"first_step\":0}\n"
+    "\"batch_per_instance\":64,\"onednn\":\"2.6.3\",\"isa\":\"avx512_core\",\"precision\":\"bf16\",\"first_step\":0}\n"
     "{\"type\":\"train\",\"step\":100,\"epoch\":0.2,\"loss\":1.0,\"accuracy\":0.5,\"lr\":0.05,\"samples_per_s\":6400.0,"
     "\"time_s\":2.0,\"compute_s\":1.5,\"allreduce_s\":0.3,\"wait_s\":0.2}\n"
     "{\"type\":\"eval\",\"step\":100,\"epoch\":0,\"test_loss\":0.6,\"test_accuracy\":0.80000,\"time_s\":2.2,\"eval_s\":0.1}\n"
@@ -72,7 +72,7 @@ static int recorded(struct sweep_setting *s, struct sweep_run *runs)
                                     .compute_ms = 4, .allreduce_ms = 1, .wait_ms = 0.5, .other_ms = 0.25,
                                     .time_to_target_s = ttt[i][r], .final_accuracy = 0.8 + 0.01 * r,
                                     .rss_max_mb = 100 + r, .rss_total_mb = 100.0 * s[i].instances + r, .wall_s = 10,
-                                    .ncurve = 2, .curve_s = {1, 2}, .curve_acc = {0.5, 0.8}};
+                                    .ncurve = 2, .curve_s = {1, 2}, .curve_acc = {0.5, 0.8}, .precision = "f32"};
             if (isnan(sps[i][r])) {
                 x->ok = false;
                 snprintf(x->error, sizeof x->error, "an instance failed, exit 1");
@@ -173,6 +173,34 @@ static void test_finalize_merges_and_adds_the_baseline(void **state)
 
 /* ---------------------------------------------------------------- order -- */
 
+/* --sweep-precisions: every setting once per precision, in order, labelled;
+ * bad lists refused with the flag named. */
+static void test_precisions_expand(void **state)
+{
+    (void)state;
+    struct sweep_setting s[8];
+    memset(s, 0, sizeof s);
+    s[0] = (struct sweep_setting){.instances = 1, .cores = 2, .label = "1x2", .asked = "all"};
+    s[1] = (struct sweep_setting){.instances = 2, .cores = 1, .label = "2x1", .asked = "core"};
+    char err[200] = "";
+    assert_int_equal(sweep_expand_precisions(s, 2, 8, "fp32,bf16", err, sizeof err), 4);
+    const char *labels[4] = {"1x2 fp32", "1x2 bf16", "2x1 fp32", "2x1 bf16"};
+    for (int i = 0; i < 4; i++) {
+        assert_string_equal(s[i].label, labels[i]);
+        assert_string_equal(s[i].precision, i % 2 ? "bf16" : "fp32");
+        assert_string_equal(s[i].asked, i < 2 ? "all" : "core");
+        assert_int_equal(s[i].instances, i < 2 ? 1 : 2);
+    }
+    assert_int_equal(sweep_baseline(s, 4, 2), 0);  /* the first precision's 1 x all */
+    const char *bad[] = {"fp16", "", "fp32,,bf16", "fp32,bf16,fp32,bf16,fp32"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = '\0';
+        assert_int_equal(sweep_expand_precisions(s, 2, 8, bad[i], err, sizeof err), -1);
+        assert_non_null(strstr(err, "--sweep-precisions"));
+    }
+    assert_int_equal(sweep_expand_precisions(s, 4, 6, "fp32,bf16", err, sizeof err), -1);  /* 8 > 6 */
+}
+
 static void test_order_interleaves(void **state)
 {
     (void)state;
@@ -220,6 +248,7 @@ static void test_read_metrics_steady_state(void **state)
     assert_close(r.time_to_target_s, 3.9);
     assert_close(r.final_accuracy, 0.86);
     assert_int_equal(r.steps, 300);
+    assert_string_equal(r.precision, "bf16");
     assert_int_equal(r.ncurve, 2);
     assert_close(r.curve_s[0], 2.2);
     assert_close(r.curve_acc[1], 0.86);
@@ -403,11 +432,11 @@ static void test_csv(void **state)
     assert_int_equal(count_lines(csv), 1 + x.nruns);
     assert_true(strncmp(csv, "setting,instances,cores_per_instance,system,repeat,order,ok,samples_per_s,", 72) == 0);
     assert_non_null(strstr(csv, "\n1x2,1,2,shmtrain,1,1,1,100.0,640.000,4.000,1.000,0.500,0.250,3.00,0.8000,100.0,"
-                                "100.0,10.00,300,\n"));
+                                "100.0,10.00,300,f32,\n"));
     /* The failed run: empty numbers, its error quoted (it has a comma). */
     assert_non_null(strstr(csv, "\n2x1,2,1,shmtrain,3,9,0,,,4.000,1.000,0.500,0.250,,0.8200,102.0,202.0,10.00,300,"
-                                "\"an instance failed, exit 1\"\n"));
-    assert_non_null(strstr(csv, "\n1x2,1,2,pytorch-ddp,1,10,1,50.0,1.280,1.000,,,,,0.7000,300.0,300.0,20.00,0,\n"));
+                                "f32,\"an instance failed, exit 1\"\n"));
+    assert_non_null(strstr(csv, "\n1x2,1,2,pytorch-ddp,1,10,1,50.0,1.280,1.000,,,,,0.7000,300.0,300.0,20.00,0,,\n"));
     free(csv);
 }
 
@@ -418,12 +447,12 @@ static void test_markdown_marks_best_and_ratios(void **state)
     setup_report(&x, NO_TARGET);
     char *md = written(md_of, &x);
     assert_non_null(strstr(md, "`shmtrain --model mlp`"));
-    assert_non_null(strstr(md, "| setting | asked | samples/s | vs 1x2 |"));
+    assert_non_null(strstr(md, "| setting | asked | precision | samples/s | vs 1x2 |"));
     assert_null(strstr(md, "time to"));  /* no target, no column */
     /* 2x1 is best (175 vs 110: 1.59x), the baseline row is 1.00x, and
      * against PyTorch's 50 samples/s the baseline is 2.20x. */
-    assert_non_null(strstr(md, "| **2x1** (1 of 3 runs FAILED) | 2x1 | 175 (150–200) | 1.59x |"));
-    assert_non_null(strstr(md, "| 1x2 | 1x2 | 110 (100–120) | 1.00x |"));
+    assert_non_null(strstr(md, "| **2x1** (1 of 3 runs FAILED) | 2x1 | f32 | 175 (150–200) | 1.59x |"));
+    assert_non_null(strstr(md, "| 1x2 | 1x2 | f32 | 110 (100–120) | 1.00x |"));
     assert_non_null(strstr(md, "| 50 (50–50) | 2.20x |"));
     assert_non_null(strstr(md, "**Best: 2x1**, by median throughput (1.59x the throughput of 1x2)"));
     assert_non_null(strstr(md, "| CPU | Test CPU |"));
@@ -555,6 +584,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spec_items),
         cmocka_unit_test(test_spec_errors),
         cmocka_unit_test(test_finalize_merges_and_adds_the_baseline),
+        cmocka_unit_test(test_precisions_expand),
         cmocka_unit_test(test_order_interleaves),
         cmocka_unit_test(test_read_metrics_steady_state),
         cmocka_unit_test(test_read_metrics_refuses_incomplete_runs),
