@@ -1,37 +1,51 @@
 #!/usr/bin/env bash
 # Training-step time per preset, shmtrain's engine beside PyTorch, interleaved.
-#   bench/run-step.sh [BUILD_DIR] [ROUNDS]
-# Each round runs st-step-bench once (all presets, 1 and 2 threads) and then
-# PyTorch on the same configurations; the table shows medians over rounds.
+#   bench/run-step.sh [BUILD_DIR] [ROUNDS] [PRECISIONS]
+# PRECISIONS: "fp32" (default) or "fp32 bf16": shmtrain --precision bf16 and
+# PyTorch under torch.autocast(cpu, bfloat16).  Each round runs st-step-bench
+# once per precision (all presets, 1 and 2 threads) and then PyTorch on the same
+# configurations; the table shows medians over rounds.  shmtrain's bf16 needs
+# a CPU with native bf16 in oneDNN (AVX512-BF16, AMX); elsewhere its rows say so.
+# PYTHON (default /usr/bin/python3, Debian's PyTorch 1.13) picks the peer's
+# interpreter, e.g. a newer PyTorch on a lent machine.
 set -euo pipefail
-build=${1:-build}; rounds=${2:-5}
+build=${1:-build}; rounds=${2:-5}; precisions=${3:-fp32}
 here=$(cd "$(dirname "$0")" && pwd); tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-py=/usr/bin/python3; torch_ok=0; $py -c 'import torch' 2>/dev/null && torch_ok=1
+py=${PYTHON:-/usr/bin/python3}; torch_ok=0; $py -c 'import torch' 2>/dev/null && torch_ok=1
+torch_version=$([ $torch_ok = 1 ] && $py -c 'import torch; print(torch.__version__)' || echo "-")
 export OMP_PROC_BIND=close OMP_PLACES=cores
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; batch 64; $rounds interleaved rounds"
+no_bf16=""
+case " $precisions " in *" bf16 "*)
+  "$build/bench/st-step-bench" --precision bf16 --models mlp --rounds 1 --seconds 0.01 >/dev/null 2>"$tmp/bf16.err" ||
+    no_bf16=$(sed 's/.*ISA here is /no native bf16 (ISA /; s/$/)/' "$tmp/bf16.err" | head -1);;
+esac
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; batch 64; $rounds interleaved rounds; PyTorch $torch_version"
 for r in $(seq 1 "$rounds"); do
-  "$build/bench/st-step-bench" --rounds 1 --seconds 1 --csv | tail -n +2 >> "$tmp/shm.csv"
-  if [ $torch_ok = 1 ]; then
-    for m in mlp lenet cnn; do for t in 1 2; do
-      taskset -c 0-$((t - 1)) $py "$here/torch_step.py" "$m" "$t" --seconds 1 >> "$tmp/torch.txt"
-    done; done
-  fi
+  for q in $precisions; do
+    if [ "$q" = fp32 ] || [ -z "$no_bf16" ]; then
+      "$build/bench/st-step-bench" --rounds 1 --seconds 1 --csv --precision "$q" | tail -n +2 | sed "s/^/$q,/" >> "$tmp/shm.csv"
+    fi
+    if [ $torch_ok = 1 ]; then
+      for m in mlp lenet cnn; do for t in 1 2; do
+        echo "$q $(taskset -c 0-$((t - 1)) $py "$here/torch_step.py" "$m" "$t" --seconds 1 --precision "$q")" >> "$tmp/torch.txt"
+      done; done
+    fi
+  done
 done
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+ms_to_sps() { awk -v s="$1" 'BEGIN{print 64/s*1e3}'; }
 echo
-echo "| model | threads | shmtrain step ms | samples/s | PyTorch 1.13 step ms | samples/s | ratio |"
-echo "|---|---|---|---|---|---|---|"
-for m in mlp lenet cnn; do for t in 1 2; do
-  s=$(awk -F, -v m=$m -v t=$t '$1==m && $2==t {print $4}' "$tmp/shm.csv" | median)
-  p=$( [ -f "$tmp/torch.txt" ] && awk -v m=$m -v t=$t '$1==m && $2==t {print $3}' "$tmp/torch.txt" | median || true)
-  if [ -n "$p" ]; then
-    printf "| %s | %d | %.3f | %.0f | %.3f | %.0f | %.2fx |\n" $m $t $s "$(awk -v s=$s 'BEGIN{print 64/s*1e3}')" $p \
-      "$(awk -v s=$p 'BEGIN{print 64/s*1e3}')" "$(awk -v a=$s -v b=$p 'BEGIN{print b/a}')"
-  else
-    printf "| %s | %d | %.3f | %.0f | not installed | | |\n" $m $t $s "$(awk -v s=$s 'BEGIN{print 64/s*1e3}')"
-  fi
-done; done
+echo "| model | threads | precision | shmtrain step ms | samples/s | PyTorch step ms | samples/s | ratio |"
+echo "|---|---|---|---|---|---|---|---|"
+for m in mlp lenet cnn; do for t in 1 2; do for q in $precisions; do
+  s=$(awk -F, -v q=$q -v m=$m -v t=$t '$1==q && $2==m && $3==t {print $5}' "$tmp/shm.csv" | median)
+  p=$( [ -f "$tmp/torch.txt" ] && awk -v q=$q -v m=$m -v t=$t '$1==q && $2==m && $3==t {print $4}' "$tmp/torch.txt" | median || true)
+  if [ -z "$s" ]; then shm="| $no_bf16 | "; else shm=$(printf "| %.3f | %.0f" "$s" "$(ms_to_sps "$s")"); fi
+  if [ -n "$p" ]; then tor=$(printf "| %.3f | %.0f" "$p" "$(ms_to_sps "$p")"); else tor="| not installed | "; fi
+  ratio=$([ -n "$s" ] && [ -n "$p" ] && awk -v a="$s" -v b="$p" 'BEGIN{printf "%.2fx", b/a}' || echo "-")
+  echo "| $m | $t | $q $shm $tor | $ratio |"
+done; done; done
 echo
 echo "time per step by layer kind, loss, optimizer and the rest (last round, ms):"
-head -1 <("$build/bench/st-step-bench" --rounds 1 --seconds 0.2 --csv --models mlp) | tr -d '\n'; echo
-cat "$tmp/shm.csv" | tail -6
+echo "precision,$(head -1 <("$build/bench/st-step-bench" --rounds 1 --seconds 0.2 --csv --models mlp) | tr -d '\n')"
+tail -6 "$tmp/shm.csv"

@@ -2,7 +2,8 @@
  * (momentum) for each preset at a fixed batch, at 1 and 2 OpenMP threads,
  * and the share of the step each layer kind takes.
  *
- *   st-step-bench [--batch 64] [--rounds 5] [--seconds 1] [--models mlp,lenet,cnn] [--csv]
+ *   st-step-bench [--batch 64] [--rounds 5] [--seconds 1] [--models mlp,lenet,cnn]
+ *                 [--precision fp32|bf16] [--csv]
  *
  * Configurations run interleaved, round-robin, `rounds` times; the table
  * shows the median of the rounds' mean step times (a shared VM moves single
@@ -27,10 +28,10 @@ struct config {
 };
 
 /* Mean milliseconds per step over about `seconds` of steps. */
-static double measure(struct config *c, int batch, double seconds)
+static double measure(struct config *c, int batch, double seconds, st_dtype precision)
 {
     struct step_rig r;
-    rig_create(&r, "st-step-bench", c->model, batch, c->threads);
+    rig_create_in(&r, "st-step-bench", c->model, batch, c->threads, precision);
     int steps = 0;
     double t0 = 0, optim_s = 0;
     for (int warm = -10;; warm++) {
@@ -63,6 +64,7 @@ int main(int argc, char **argv)
     double seconds = 1.0;
     bool csv = false;
     char models[256] = "mlp,lenet,cnn";
+    st_dtype precision = ST_DTYPE_F32;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--csv")) csv = true;
@@ -70,8 +72,11 @@ int main(int argc, char **argv)
         else if (v && !strcmp(argv[i], "--rounds")) rounds = atoi(v), i++;
         else if (v && !strcmp(argv[i], "--seconds")) seconds = atof(v), i++;
         else if (v && !strcmp(argv[i], "--models")) snprintf(models, sizeof models, "%s", v), i++;
+        else if (v && !strcmp(argv[i], "--precision") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
+            precision = strcmp(v, "bf16") ? ST_DTYPE_F32 : ST_DTYPE_BF16, i++;
         else {
-            fprintf(stderr, "usage: st-step-bench [--batch B] [--rounds R] [--seconds S] [--models a,b] [--csv]\n");
+            fprintf(stderr, "usage: st-step-bench [--batch B] [--rounds R] [--seconds S] [--models a,b] "
+                            "[--precision fp32|bf16] [--csv]\n");
             return 2;
         }
     }
@@ -88,7 +93,7 @@ int main(int argc, char **argv)
             cfg[nc++] = (struct config){.model = m, .threads = t};
     for (int r = 0; r < rounds; r++)
         for (int i = 0; i < nc; i++)
-            cfg[i].ms[r] = measure(&cfg[i], batch, seconds);
+            cfg[i].ms[r] = measure(&cfg[i], batch, seconds, precision);
     if (csv)
         printf("model,threads,batch,step_ms_median,step_ms_min,step_ms_max,samples_per_s");
     else

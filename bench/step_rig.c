@@ -33,13 +33,18 @@ static void die(const struct step_rig *r, const char *what)
 
 void rig_create(struct step_rig *r, const char *tool, const char *model, int batch, int threads)
 {
+    rig_create_in(r, tool, model, batch, threads, ST_DTYPE_F32);
+}
+
+void rig_create_in(struct step_rig *r, const char *tool, const char *model, int batch, int threads, st_dtype precision)
+{
     *r = (struct step_rig){.tool = tool};
     omp_set_num_threads(threads);
     if (st_model_load(&r->model, model) != ST_OK)
         die(r, "model");
-    st_net_config nc = {.batch = batch};
+    st_net_config nc = {.batch = batch, .precision = precision};
     if (st_net_create(&r->net, r->model, &nc) != ST_OK)
-        die(r, "net");
+        die(r, "building the net");
     size_t P, in = st_model_input_size(r->model) * (size_t)batch;
     r->params = st_net_params(r->net, &P);
     r->grads = st_net_grads(r->net, NULL);

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """PyTorch single-process training-step time, the peer of st-step-bench.
 
-    torch_step.py MODEL THREADS [--batch 64] [--seconds 1]
+    torch_step.py MODEL THREADS [--batch 64] [--seconds 1] [--precision fp32|bf16]
 
 Prints one line: model threads step_ms samples_per_s.  Same step as
-st-step-bench: forward, cross-entropy, backward, SGD with momentum 0.9.
+st-step-bench: forward, cross-entropy, backward, SGD with momentum 0.9;
+bf16 runs forward and loss under torch.autocast(cpu, bfloat16), as a
+PyTorch user would.
 """
 import argparse
 import os
@@ -20,6 +22,7 @@ ap.add_argument("model")
 ap.add_argument("threads", type=int)
 ap.add_argument("--batch", type=int, default=64)
 ap.add_argument("--seconds", type=float, default=1.0)
+ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
 a = ap.parse_args()
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
@@ -32,7 +35,8 @@ loss_fn = torch.nn.CrossEntropyLoss()
 
 def step():
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(net(x), y)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+        loss = loss_fn(net(x), y)
     loss.backward()
     opt.step()
 
