@@ -45,21 +45,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nettest.h"
 #include "shmtrain/nn.h"
-
-static float frand(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((*s >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
-}
-
-static st_model *parse(const char *text)
-{
-    st_model *m = NULL;
-    if (st_model_parse(&m, text, "test") != ST_OK)
-        fail_msg("parse failed: %s", st_last_error());
-    return m;
-}
 
 static st_net *make_net(const st_model *m, int batch, st_backend b, st_dtype precision, bool input_grad)
 {
