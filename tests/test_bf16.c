@@ -242,22 +242,14 @@ static double norm2(const float *a, const float *b, size_t n)
 }
 
 /* The layer table's rule: a convolution of few input channels stays fp32
- * (it loses in bf16), the next one runs bf16.  And a small CNN's loss
- * gradient through ReLUs, a max-pool and three layers stays near the
- * reference: each bf16 layer is off by ~2^-7 relative (the bound above),
- * two of them compound to ~1.6%; a ReLU or a pool's argmax may flip where
- * two values are within that of each other, rarely; so the gradient as a
- * whole within 5% (L2) of the reference's. */
-static void test_rule_and_a_chain(void **state)
+ * (it loses in bf16), the next one runs bf16. */
+static void test_rule(void **state)
 {
     (void)state;
     if (skipped())
         return;
-    omp_set_num_threads(2);
     st_model *m = parse("input 1 12 12\nconv 8 k3\nrelu\nmaxpool k2\nconv 8 k3\nrelu\nlinear 10\n");
-    const int batch = 4;
-    st_net *bf = make_net(m, batch, ST_BACKEND_ONEDNN, ST_DTYPE_BF16, false);
-    st_net *ref = make_net(m, batch, ST_BACKEND_REFERENCE, ST_DTYPE_F32, false);
+    st_net *bf = make_net(m, 4, ST_BACKEND_ONEDNN, ST_DTYPE_BF16, false);
     char line[256];
     describe_node(bf, 1, line, sizeof line);
     if (strstr(line, "bf16"))
@@ -265,28 +257,71 @@ static void test_rule_and_a_chain(void **state)
     describe_node(bf, 4, line, sizeof line);
     if (!strstr(line, "bf16:"))
         fail_msg("an 8-channel convolution did not run bf16: %s", line);
+    st_net_destroy(bf);
+    st_model_destroy(m);
+}
+
+/* A whole model's loss and gradient in bf16 against the reference: inputs
+ * in [-1, 1) (or token ids), fixed labels. */
+static void chain_close(const char *text, int batch, long inputs, long rows_per_sample)
+{
+    st_model *m = parse(text);
+    st_net *bf = make_net(m, batch, ST_BACKEND_ONEDNN, ST_DTYPE_BF16, false);
+    st_net *ref = make_net(m, batch, ST_BACKEND_REFERENCE, ST_DTYPE_F32, false);
     size_t P;
     st_net_init(ref, 3);
     const float *params = st_net_params(ref, &P);
     memcpy(st_net_params(bf, NULL), params, P * sizeof(float));
-    float x[4 * 144];
-    int labels[4] = {1, 7, 3, 9};
+    const bool tokens = strstr(text, "tokens") != NULL;
+    const size_t in = (size_t)batch * (size_t)inputs, rows = (size_t)batch * (size_t)rows_per_sample;
+    float *x = malloc(in * sizeof(float));
+    int32_t *ids = malloc(in * sizeof(int32_t));
+    int *labels = malloc(rows * sizeof(int));
     uint64_t s = 5;
-    for (size_t i = 0; i < sizeof x / sizeof *x; i++)
-        x[i] = frand(&s);
+    for (size_t i = 0; i < in; i++)
+        x[i] = frand(&s), ids[i] = (int32_t)(i * 7 % 11);
+    for (size_t i = 0; i < rows; i++)
+        labels[i] = (int)(i * 3 % 10);
     float lr, lb;
     st_net *nets[] = {ref, bf};
     for (int i = 0; i < 2; i++) {
-        assert_int_equal(st_net_forward(nets[i], x), ST_OK);
+        assert_int_equal(st_net_forward(nets[i], tokens ? (const void *)ids : (const void *)x), ST_OK);
         assert_int_equal(st_net_loss(nets[i], labels, i ? &lb : &lr, NULL), ST_OK);
         assert_int_equal(st_net_backward(nets[i]), ST_OK);
     }
     const float *gr = st_net_grads(ref, NULL), *gb = st_net_grads(bf, NULL);
     const double off = norm2(gb, gr, P), scale = norm2(gr, NULL, P);
-    if (!(off <= 0.05 * scale) || !(fabs(lb - lr) <= 0.02 * fabs(lr)))
-        fail_msg("bf16 chain: gradient off by %.3g of %.3g, loss %.6f vs %.6f", off, scale, lb, lr);
+    print_message("bf16: gradient %.2g%% off the reference's (L2), loss %.6f vs %.6f\n", 100 * off / scale, lb, lr);
+    if (!(off <= 0.2 * scale) || !(fabs(lb - lr) <= 0.005 * fabs(lr)))
+        fail_msg("bf16 chain %s: gradient off by %.3g of %.3g, loss %.6f vs %.6f", text, off, scale, lb, lr);
+    free(x), free(ids), free(labels);
     st_net_destroy(bf), st_net_destroy(ref);
     st_model_destroy(m);
+}
+
+/* Whole models through bf16 layers and the fp32 ones between them (ReLU,
+ * max-pool, batch norm, residual adds; layer norm, attention, GELU and the
+ * tied head): a check of the plumbing, not of the arithmetic (the bound
+ * above is, per layer).  The loss agrees within 0.5% (measured: 1e-5).  The
+ * gradient within 20% of the reference's in L2: each element's error is
+ * bounded relative to the sum of |terms| behind it, but an early layer's
+ * weight gradient is a sum with much cancellation (through ReLUs, a global
+ * average and batch norm's mean subtraction), so relative to itself it
+ * moves more: measured 0.2% (CNN), 0.2% (GPT) and 8% (the residual CNN
+ * with batch norm) with oneDNN's reference kernels.  A plumbing fault (a
+ * layout misread, a missed conversion) moves it by ~100%. */
+static void test_chains(void **state)
+{
+    (void)state;
+    if (skipped())
+        return;
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        chain_close("input 1 12 12\nconv 8 k3\nrelu\nmaxpool k2\nconv 8 k3\nrelu\nlinear 10\n", 4, 144, 1);
+        chain_close("input 4 8 8\nconv 8 k3 p1\nbatchnorm\nrelu\nsave r\nconv 8 k3 p1\nbatchnorm\nadd r\n"
+                    "relu\nconv 16 k3 s2 p1\nbatchnorm\nrelu\navgpool global\nlinear 10\n", 16, 256, 1);
+        chain_close("input tokens 8\nembed 11 16\nblock heads 2\nlayernorm\nhead tied\n", 3, 8, 8);
+    }
 }
 
 int main(void)
@@ -294,7 +329,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gate),
         cmocka_unit_test(test_layers_against_the_reference),
-        cmocka_unit_test(test_rule_and_a_chain),
+        cmocka_unit_test(test_rule),
+        cmocka_unit_test(test_chains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
