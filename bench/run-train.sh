@@ -15,7 +15,7 @@ set -euo pipefail
 build=${1:-build}; rounds=${2:-3}; steps=${3:-300}
 models=${4:-mlp lenet cnn}; parts=${5:-1x1 1x2 2x1}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-py=/usr/bin/python3
+py=${PYTHON:-/usr/bin/python3}  # PYTHON picks the peer's interpreter
 torch_ok=0; $py -c 'import torch' 2>/dev/null && torch_ok=1
 here=$(cd "$(dirname "$0")" && pwd)
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
