@@ -196,15 +196,16 @@ static void check_layer(const struct layer_case *c, int batch, int threads, uint
     if (!strstr(line, "bf16:"))
         fail_msg("layer %d did not run bf16: %s", c->layer, line);
     assert_memory_not_equal(b.y, f.y, out * sizeof(float));
-    /* Weight gradients come out of the kernel in fp32: most have bits below
-     * bf16's 8 (a bf16 gradient reordered to fp32 would have none). */
+    /* Weight gradients come out of the kernel in fp32: they have bits below
+     * bf16's 8 (a bf16 gradient reordered to fp32 would have none; an
+     * embedding's gradient, sums of a few bf16 input gradients, may not). */
     size_t fine = 0;
     for (size_t i = 0; i < P; i++) {
         uint32_t u;
         memcpy(&u, &b.grads[i], sizeof u);
         fine += (u & 0xffff) != 0;
     }
-    if (fine * 2 < P)
+    if (fine * 3 < P)
         fail_msg("only %zu of %zu parameter gradients carry more than bf16's bits", fine, P);
     for (int i = 0; i < 4; i++)
         free(all[i]->y), free(all[i]->dx), free(all[i]->grads);
