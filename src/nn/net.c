@@ -384,13 +384,16 @@ st_status st_net_output(st_net *n, float *out)
 
 /* One row's softmax cross-entropy: its loss, and d(mean loss)/d(logits)
  * into dz; returns whether the top logit is the label. */
-static bool loss_row(const float *z, float *dz, int k, int label, int rows, double *row_loss)
+ST_MULTIVERSION static bool loss_row(const float *restrict z, float *restrict dz, int k, int label, int rows,
+                                     double *row_loss)
 {
-    int best = 0;
     float zmax = z[0];
+#pragma omp simd reduction(max : zmax)
     for (int j = 1; j < k; j++)
-        if (z[j] > zmax)
-            zmax = z[j], best = j;
+        zmax = z[j] > zmax ? z[j] : zmax;
+    int best = 0;  /* the first logit at the maximum, as a scan would find it */
+    while (z[best] != zmax && best < k - 1)
+        best++;
     /* One exp per logit, vectorised (libm's double exp was 3% of a GPT's
      * step: batch x context x vocabulary of them): the softmax is e_j / sum,
      * and e_j waits in dz; the sum runs in double, in order. */
@@ -401,8 +404,13 @@ static bool loss_row(const float *z, float *dz, int k, int label, int rows, doub
     for (int j = 0; j < k; j++)
         sum += dz[j];
     *row_loss = zmax + log(sum) - z[label];
+    /* d(mean loss)/dz = (softmax - onehot) / rows: one double multiply per
+     * logit (two double divisions each were most of the loss's time). */
+    const double scale = 1.0 / (sum * rows), e_label = dz[label];
+#pragma omp simd
     for (int j = 0; j < k; j++)
-        dz[j] = (float)(((double)dz[j] / sum - (j == label)) / rows);
+        dz[j] = (float)((double)dz[j] * scale);
+    dz[label] = (float)((e_label / sum - 1.0) / rows);
     return best == label;
 }
 
