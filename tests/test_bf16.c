@@ -31,7 +31,9 @@
  * for a single layer is exactly sum |a||b| for its output, its input
  * gradient and each weight gradient.  K per pass: forward C_in kh kw (the
  * features, for linear), input gradient C_out kh kw, weight gradients
- * rows (batch x output positions). */
+ * rows (batch x output positions).  The input gradient leaves the
+ * backward-data pass in bf16 (and an embedding's gradient is made of it):
+ * one more rounding, u |dx| <= 2^-8 S, on those. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -117,12 +119,16 @@ struct layer_case {
     long k_fwd, k_data, k_rows; /* reduction lengths of the three passes (per sample for rows) */
 };
 
-static double tolerance(long k) { return ldexp(1, -7) + ldexp(1, -15) + (double)(k + 2) * ldexp(1, -23); }
+static double tolerance(long k, bool bf16_output)
+{
+    return ldexp(1, -7) + ldexp(1, -15) + (double)(k + 2) * ldexp(1, -23) + (bf16_output ? ldexp(1, -8) : 0);
+}
 
 /* |got - want| <= tol(k) * bound elementwise, naming the first miss. */
-static void within(const float *got, const float *want, const float *bound, size_t n, long k, const char *what)
+static void within(const float *got, const float *want, const float *bound, size_t n, long k, bool bf16_output,
+                   const char *what)
 {
-    const double tol = tolerance(k);
+    const double tol = tolerance(k, bf16_output);
     for (size_t i = 0; i < n; i++)
         if (!(fabs((double)got[i] - want[i]) <= tol * bound[i] + 1e-30))
             fail_msg("%s[%zu]: %.9g vs the reference %.9g, allowed %.3g (S = %.4g, K = %ld)", what, i,
@@ -185,10 +191,10 @@ static void check_layer(const struct layer_case *c, int batch, int threads, uint
     run(ref, image ? (const void *)ax : input, ady, image, &a);
 
     const long rows = (long)batch * c->k_rows;  /* the embed's gradients sum input gradients: k_data */
-    within(b.y, r.y, a.y, out, c->k_fwd, "output");
+    within(b.y, r.y, a.y, out, c->k_fwd, false, "output");
     if (image)
-        within(b.dx, r.dx, a.dx, in, c->k_data, "input gradient");
-    within(b.grads, r.grads, a.grads, P, rows > c->k_data ? rows : c->k_data, "parameter gradients");
+        within(b.dx, r.dx, a.dx, in, c->k_data, true, "input gradient");
+    within(b.grads, r.grads, a.grads, P, rows > c->k_data ? rows : c->k_data, !image, "parameter gradients");
     /* It ran bf16: the description says so, read back from oneDNN, and the
      * output is not the fp32 engine's to the bit. */
     char line[256];
