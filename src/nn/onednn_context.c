@@ -222,6 +222,8 @@ void dn_md_str(char *buf, size_t len, const dnnl_memory_desc_t *md)
     for (int i = 0; i < b->inner_nblks && at < len; i++)
         at += (size_t)snprintf(buf + at, len - at, "%s%lld%c", i ? "" : " b", (long long)b->inner_blks[i],
                                "abcdef"[b->inner_idxs[i] % 6]);
+    if (md->data_type != dnnl_f32 && at < len)  /* a conversion shows as one */
+        snprintf(buf + at, len - at, " %s", md->data_type == dnnl_bf16 ? "bf16" : "other type");
 }
 
 st_status dn_add_reorder(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_memory_t to)

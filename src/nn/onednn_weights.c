@@ -337,7 +337,12 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
     struct onednn_node *dn = x->dn;
     dnnl_primitive_desc_t pd;
     dnnl_memory_t ddst;
-    OK(bwd_pd(n, x, &b->w, false, b->dt, fwd_src_md(b), NULL, b->fwd_pd, &pd));
+    /* The input gradient in fp32 even from bf16 operands: no rounding to
+     * bf16 and no conversion back before it is delivered (where oneDNN has
+     * no real kernel for that, bwd_pd lets it choose, in bf16). */
+    dnnl_memory_desc_t diff_src_md = *fwd_src_md(b);
+    diff_src_md.data_type = dnnl_f32;
+    OK(bwd_pd(n, x, &b->w, false, b->dt, &diff_src_md, NULL, b->fwd_pd, &pd));
     const dnnl_memory_desc_t *want = dn_query(pd, dnnl_query_diff_dst_md, 0);
     if (dn_same(want, dn_mem_md(b->ddst)))
         ddst = b->ddst;  /* converted (or reordered) once for both passes, before either runs */
