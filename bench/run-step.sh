@@ -14,16 +14,18 @@ here=$(cd "$(dirname "$0")" && pwd); tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 py=${PYTHON:-/usr/bin/python3}; torch_ok=0; $py -c 'import torch' 2>/dev/null && torch_ok=1
 torch_version=$([ $torch_ok = 1 ] && $py -c 'import torch; print(torch.__version__)' || echo "-")
 export OMP_PROC_BIND=close OMP_PLACES=cores
+step_bench=$build/bench/st-step-bench  # or on PATH (the device bundle puts every binary in one bin/)
+[ -x "$step_bench" ] || step_bench=$(command -v st-step-bench)
 no_bf16=""
 case " $precisions " in *" bf16 "*)
-  "$build/bench/st-step-bench" --precision bf16 --models mlp --rounds 1 --seconds 0.01 >/dev/null 2>"$tmp/bf16.err" ||
+  "$step_bench" --precision bf16 --models mlp --rounds 1 --seconds 0.01 >/dev/null 2>"$tmp/bf16.err" ||
     no_bf16=$(sed 's/.*ISA here is /no native bf16 (ISA /; s/$/)/' "$tmp/bf16.err" | head -1);;
 esac
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; batch 64; $rounds interleaved rounds; PyTorch $torch_version"
 for r in $(seq 1 "$rounds"); do
   for q in $precisions; do
     if [ "$q" = fp32 ] || [ -z "$no_bf16" ]; then
-      "$build/bench/st-step-bench" --rounds 1 --seconds 1 --csv --precision "$q" | tail -n +2 | sed "s/^/$q,/" >> "$tmp/shm.csv"
+      "$step_bench" --rounds 1 --seconds 1 --csv --precision "$q" | tail -n +2 | sed "s/^/$q,/" >> "$tmp/shm.csv"
     fi
     if [ $torch_ok = 1 ]; then
       for m in mlp lenet cnn; do for t in 1 2; do
@@ -47,5 +49,5 @@ for m in mlp lenet cnn; do for t in 1 2; do for q in $precisions; do
 done; done; done
 echo
 echo "time per step by layer kind, loss, optimizer and the rest (last round, ms):"
-echo "precision,$(head -1 <("$build/bench/st-step-bench" --rounds 1 --seconds 0.2 --csv --models mlp) | tr -d '\n')"
+echo "precision,$(head -1 <("$step_bench" --rounds 1 --seconds 0.2 --csv --models mlp) | tr -d '\n')"
 tail -6 "$tmp/shm.csv"
