@@ -25,10 +25,10 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(n
 for r in $(seq 1 "$rounds"); do
   for q in $precisions; do
     if [ "$q" = fp32 ] || [ -z "$no_bf16" ]; then
-      "$step_bench" --rounds 1 --seconds 1 --csv --precision "$q" | tail -n +2 | sed "s/^/$q,/" >> "$tmp/shm.csv"
+      "$step_bench" --rounds 1 --seconds 1 --csv --precision "$q" --models mlp,lenet,cnn,resnet | tail -n +2 | sed "s/^/$q,/" >> "$tmp/shm.csv"
     fi
     if [ $torch_ok = 1 ]; then
-      for m in mlp lenet cnn; do for t in 1 2; do
+      for m in mlp lenet cnn resnet; do for t in 1 2; do
         echo "$q $(taskset -c 0-$((t - 1)) $py "$here/torch_step.py" "$m" "$t" --seconds 1 --precision "$q")" >> "$tmp/torch.txt"
       done; done
     fi
@@ -39,7 +39,7 @@ ms_to_sps() { awk -v s="$1" 'BEGIN{print 64/s*1e3}'; }
 echo
 echo "| model | threads | precision | shmtrain step ms | samples/s | PyTorch step ms | samples/s | ratio |"
 echo "|---|---|---|---|---|---|---|---|"
-for m in mlp lenet cnn; do for t in 1 2; do for q in $precisions; do
+for m in mlp lenet cnn resnet; do for t in 1 2; do for q in $precisions; do
   s=$(awk -F, -v q=$q -v m=$m -v t=$t '$1==q && $2==m && $3==t {print $5}' "$tmp/shm.csv" | median)
   p=$( [ -f "$tmp/torch.txt" ] && awk -v q=$q -v m=$m -v t=$t '$1==q && $2==m && $3==t {print $4}' "$tmp/torch.txt" | median || true)
   if [ -z "$s" ]; then shm="| $no_bf16 | "; else shm=$(printf "| %.3f | %.0f" "$s" "$(ms_to_sps "$s")"); fi
@@ -50,4 +50,4 @@ done; done; done
 echo
 echo "time per step by layer kind, loss, optimizer and the rest (last round, ms):"
 echo "precision,$(head -1 <("$step_bench" --rounds 1 --seconds 0.2 --csv --models mlp) | tr -d '\n')"
-tail -6 "$tmp/shm.csv"
+tail -8 "$tmp/shm.csv"

@@ -28,7 +28,8 @@ torch.set_num_threads(a.threads)
 torch.manual_seed(0)
 net = torch_models.build(a.model)
 opt = torch.optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
-x = torch.rand(a.batch, 1, 28, 28) - 0.5
+shape = (3, 32, 32) if a.model == "resnet" else (1, 28, 28)  # CIFAR-10 or Fashion-MNIST, as the presets
+x = torch.rand(a.batch, *shape) - 0.5
 y = torch.arange(a.batch) % 10
 loss_fn = torch.nn.CrossEntropyLoss()
 
