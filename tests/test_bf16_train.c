@@ -234,6 +234,7 @@ static int setup(void **state)
     (void)state;
     if (trainrun_setup("test_bf16_train") != 0)
         return -1;
+    trainrun_images();
     write_bytes("bf16.model", MODEL, strlen(MODEL));
     return 0;
 }

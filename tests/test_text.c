@@ -17,26 +17,12 @@
 #include <unistd.h>
 
 #include "forkranks.h"
+#include "trainrun.h"
 #include "shmtrain/ckpt.h"
 #include "shmtrain/text.h"
 
-static const char *shmrun, *shmtrain;
-static char dir[256];
-
 /* A tiny GPT: one block, context 16, vocabulary 32. */
 static const char *const MODEL = "input tokens 16\nembed 32 32\nblock heads 2\nlayernorm\nhead tied\n";
-
-static void path_of(char *out, size_t len, const char *name) { snprintf(out, len, "%s/%s", dir, name); }
-
-static void write_text(const char *name, const char *text, size_t n)
-{
-    char path[512];
-    path_of(path, sizeof path, name);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, n, f), n);
-    fclose(f);
-}
 
 /* Letters a..p, each followed by one of exactly two successors chosen by a
  * fair coin: the unigram entropy is ln 16 = 2.77 nats per character, the
@@ -51,16 +37,8 @@ static void make_markov(const char *name, size_t n, uint64_t seed, char first)
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         t[i] = successor(t[i - 1], (int)(seed >> 63));
     }
-    write_text(name, t, n);
+    write_bytes(name, t, n);
     free(t);
-}
-
-static struct child_run run_argv(char *const argv[])
-{
-    char out[512], err[512];
-    path_of(out, sizeof out, "run.out");
-    path_of(err, sizeof err, "run.err");
-    return child_collect(spawn_redirected(argv, dir, out, err), out, err);
 }
 
 /* shmrun -n N -- shmtrain --model tiny.model --text markov.txt ... extra;
@@ -70,8 +48,8 @@ static struct child_run lm(int n, const char *ckpt, char *const extra[])
     char *argv[64], nbuf[8];
     int k = 0;
     snprintf(nbuf, sizeof nbuf, "%d", n);
-    const char *launch[] = {shmrun, "-n", nbuf, "--quiet", "--log-dir", "logs", "--"};
-    const char *base[] = {shmtrain, "--model", "tiny.model",
+    const char *launch[] = {tr_shmrun, "-n", nbuf, "--quiet", "--log-dir", "logs", "--"};
+    const char *base[] = {tr_shmtrain, "--model", "tiny.model",
                           "--checkpoint", ckpt, "--metrics", "metrics.jsonl", "--log-every", "1000",
                           "--eval-windows", "64", "--batch-size", "8", "--optimizer", "adamw", "--lr", "3e-3"};
     for (size_t i = 0; n > 0 && i < sizeof launch / sizeof *launch; i++)
@@ -86,17 +64,7 @@ static struct child_run lm(int n, const char *ckpt, char *const extra[])
     for (int i = 0; extra[i]; i++)
         argv[k++] = extra[i];
     argv[k] = NULL;
-    return run_argv(argv);
-}
-
-static st_ckpt read_ckpt(const char *name)
-{
-    char path[512];
-    path_of(path, sizeof path, name);
-    st_ckpt c;
-    if (st_ckpt_read(path, &c) != ST_OK)
-        fail_msg("%s", st_last_error());
-    return c;
+    return run_argv(argv, 0);
 }
 
 static double final_loss(const struct child_run *r)
@@ -126,8 +94,8 @@ static void test_learns_below_the_unigram_entropy(void **state)
     /* Greedy samples follow the rule: every generated transition is legal. */
     char ckpt[512];
     path_of(ckpt, sizeof ckpt, "learn.ckpt");
-    struct child_run s = run_argv((char *[]){(char *)shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "abc",
-                                       "--tokens", "100", "--temperature", "0", NULL});
+    struct child_run s = run_argv((char *[]){(char *)tr_shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "abc",
+                                       "--tokens", "100", "--temperature", "0", NULL}, 0);
     if (s.code != 0)
         fail_msg("sample failed: %s", s.err);
     assert_int_equal(strlen(s.out), 3 + 100 + 1);
@@ -138,17 +106,18 @@ static void test_learns_below_the_unigram_entropy(void **state)
     child_run_free(&s);
 
     /* Sampling at a temperature: the seed decides, and decides alike twice. */
-    char *argv[] = {(char *)shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "ab", "--tokens", "60", "--seed",
+    char *argv[] = {(char *)tr_shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "ab", "--tokens", "60", "--seed",
                     "5", NULL};
-    struct child_run a = run_argv(argv), b = run_argv(argv);
+    struct child_run a = run_argv(argv, 0), b = run_argv(argv, 0);
     argv[9] = "6";
-    struct child_run c = run_argv(argv);
+    struct child_run c = run_argv(argv, 0);
     assert_int_equal(a.code, 0);
     assert_string_equal(a.out, b.out);
     assert_string_not_equal(a.out, c.out);
     child_run_free(&a), child_run_free(&b), child_run_free(&c);
 
-    struct child_run bad = run_argv((char *[]){(char *)shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "aZ", NULL});
+    struct child_run bad = run_argv((char *[]){(char *)tr_shmtrain, "sample", "--checkpoint", ckpt, "--prompt", "aZ", NULL},
+                                    0);
     assert_int_equal(bad.code, 1);
     assert_non_null(strstr(bad.err, "--prompt: byte 0x5a ('Z') at offset 1 is not in the checkpoint's vocabulary of 16"));
     child_run_free(&bad);
@@ -232,17 +201,17 @@ static void expect_error(char *const extra[], const char *needle)
 static void test_bad_inputs_name_their_file(void **state)
 {
     (void)state;
-    write_text("empty.txt", "", 0);
-    write_text("short.txt", "abcdefghij", 10);
+    write_bytes("empty.txt", "", 0);
+    write_bytes("short.txt", "abcdefghij", 10);
     char wide[64];
     for (int i = 0; i < 64; i++)
         wide[i] = (char)(' ' + i % 40);  /* 40 distinct characters, the model has 32 */
-    write_text("wide.txt", wide, 64);
-    write_text("val.txt", "abcdefghijklmnopqrstuvwxyz", 26);
+    write_bytes("wide.txt", wide, 64);
+    write_bytes("val.txt", "abcdefghijklmnopqrstuvwxyz", 26);
     char d[512];
     path_of(d, sizeof d, "nodir");
     mkdir(d, 0755);
-    write_text("nodir/index.dat", "\0\1\2", 3);
+    write_bytes("nodir/index.dat", "\0\1\2", 3);
     expect_error((char *[]){"--text", "missing.txt", NULL}, "--text missing.txt: No such file or directory");
     expect_error((char *[]){"--text", "empty.txt", NULL}, "--text empty.txt: empty");
     expect_error((char *[]){"--text", "short.txt", NULL},
@@ -254,8 +223,8 @@ static void test_bad_inputs_name_their_file(void **state)
     expect_error((char *[]){"--text", "nodir", NULL}, "--text nodir: no text files in this directory");
     expect_error((char *[]){"--text", "markov.txt", "--model", "mlp", NULL}, "model 'mlp' is not a language model");
     /* a token model without text */
-    char *argv[] = {(char *)shmtrain, "--model", "gpt-mini", "--max-steps", "1", NULL};
-    struct child_run r = run_argv(argv);
+    char *argv[] = {(char *)tr_shmtrain, "--model", "gpt-mini", "--max-steps", "1", NULL};
+    struct child_run r = run_argv(argv, 0);
     assert_int_equal(r.code, 1);
     assert_non_null(strstr(r.err, "--model gpt-mini reads token ids: give it text (--text FILE)"));
     child_run_free(&r);
@@ -269,9 +238,9 @@ static void test_reader(void **state)
     char d[512], link[600], target[600];
     path_of(d, sizeof d, "corpus");
     mkdir(d, 0755);
-    write_text("corpus/b", "world", 5);
-    write_text("corpus/a", "hello ", 6);
-    write_text("corpus/a.dat", "\0\0\0\1", 4);
+    write_bytes("corpus/b", "world", 5);
+    write_bytes("corpus/a", "hello ", 6);
+    write_bytes("corpus/a.dat", "\0\0\0\1", 4);
     snprintf(link, sizeof link, "%s/a.u8", d);
     snprintf(target, sizeof target, "%s/a", d);
     assert_int_equal(symlink(target, link), 0);
@@ -332,7 +301,7 @@ static void test_windows_are_dealt_not_shared(void **state)
         z = z * 6364136223846793005ull + 1442695040888963407ull;
         text[i] = (char)('a' + (z >> 59));  /* 32 letters: windows of 4 are nearly unique */
     }
-    write_text("dense.txt", text, sizeof text);
+    write_bytes("dense.txt", text, sizeof text);
     path_of(path, sizeof path, "dense.txt");
     const char *dense[] = {path, path};
     assert_int_equal(st_text_load(&t, dense, 2, ST_TEXT_CHARS), ST_OK);
@@ -351,21 +320,17 @@ static void test_windows_are_dealt_not_shared(void **state)
 static int setup(void **state)
 {
     (void)state;
-    shmrun = getenv("SHMRUN");
-    shmtrain = getenv("SHMTRAIN");
-    if (!shmrun || !shmtrain)
-        return -1;
-    if (test_dir_create(dir, sizeof dir, "test_text") != 0)
+    if (trainrun_setup("test_text") != 0)
         return -1;
     make_markov("markov.txt", 60000, 7, 'a');
-    write_text("tiny.model", MODEL, strlen(MODEL));
+    write_bytes("tiny.model", MODEL, strlen(MODEL));
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    return test_dir_remove(dir);
+    return test_dir_remove(tr_dir);
 }
 
 int main(int argc, char **argv)

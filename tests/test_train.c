@@ -943,7 +943,10 @@ static void test_sweep_reports_failed_runs(void **state)
 static int setup(void **state)
 {
     (void)state;
-    return trainrun_setup("test_train");
+    if (trainrun_setup("test_train") != 0)
+        return -1;
+    trainrun_images();
+    return 0;
 }
 
 static int teardown(void **state)

@@ -189,11 +189,13 @@ int trainrun_setup(const char *name)
     tr_shmtrain = getenv("SHMTRAIN");
     if (!tr_shmrun || !tr_shmtrain)
         return -1;
-    if (test_dir_create(tr_dir, sizeof tr_dir, name) != 0)
-        return -1;
+    return test_dir_create(tr_dir, sizeof tr_dir, name) != 0 ? -1 : 0;
+}
+
+void trainrun_images(void)
+{
     make_synthetic("train", 2048, 1);
     make_synthetic("test", 512, 2);
-    return 0;
 }
 
 int trainrun_teardown(void) { return test_dir_remove(tr_dir); }

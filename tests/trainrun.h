@@ -1,11 +1,11 @@
 /* Test helper: the trainer as its users run it (shmrun -n N -- shmtrain
  * ...), in a directory of its own, on a learnable synthetic "Fashion-MNIST"
- * (class k: a bright bar whose place depends on k, plus noise), shared by
- * the tests that train (test_train, test_bf16_train).
+ * (class k: a bright bar whose place depends on k, plus noise) or on text,
+ * shared by the tests that train (test_train, test_bf16_train, test_text).
  *
- * trainrun_setup() reads $SHMRUN and $SHMTRAIN (set by ctest), makes the
- * directory tr_dir and writes the data there (train: 2048 images, test: 512);
- * trainrun_teardown() removes it.  Helpers use CMocka's assertions, so call
+ * trainrun_setup() reads $SHMRUN and $SHMTRAIN (set by ctest) and makes the
+ * directory tr_dir; trainrun_images() writes the image data there (train:
+ * 2048 images, test: 512); trainrun_teardown() removes the directory.  Helpers use CMocka's assertions, so call
  * them from the test runner, not from a forked child. */
 #ifndef SHMTRAIN_TESTS_TRAINRUN_H
 #define SHMTRAIN_TESTS_TRAINRUN_H
@@ -20,6 +20,7 @@ extern const char *tr_shmrun, *tr_shmtrain;
 extern char tr_dir[256];
 
 int trainrun_setup(const char *name);   /* 0, or -1 when the environment or the directory fails */
+void trainrun_images(void);
 int trainrun_teardown(void);
 
 /* tr_dir/name */
