@@ -1,9 +1,10 @@
 /* Single-process training-step benchmark: forward + loss + backward + SGD
- * (momentum) for each preset at a fixed batch, at 1 and 2 OpenMP threads,
- * and the share of the step each layer kind takes.
+ * (momentum) for each preset at a fixed batch, at each OpenMP thread count
+ * asked for (1 and 2 unless told), and the share of the step each layer kind
+ * takes.
  *
  *   st-step-bench [--batch 64] [--rounds 5] [--seconds 1] [--models mlp,lenet,cnn]
- *                 [--precision fp32|bf16] [--csv]
+ *                 [--threads 1,2] [--precision fp32|bf16] [--csv]
  *
  * Configurations run interleaved, round-robin, `rounds` times; the table
  * shows the median of the rounds' mean step times (a shared VM moves single
@@ -63,7 +64,7 @@ int main(int argc, char **argv)
     int batch = 64, rounds = 5;
     double seconds = 1.0;
     bool csv = false;
-    char models[256] = "mlp,lenet,cnn";
+    char models[256] = "mlp,lenet,cnn", threads[64] = "1,2";
     st_dtype precision = ST_DTYPE_F32;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -72,11 +73,12 @@ int main(int argc, char **argv)
         else if (v && !strcmp(argv[i], "--rounds")) rounds = atoi(v), i++;
         else if (v && !strcmp(argv[i], "--seconds")) seconds = atof(v), i++;
         else if (v && !strcmp(argv[i], "--models")) snprintf(models, sizeof models, "%s", v), i++;
+        else if (v && !strcmp(argv[i], "--threads")) snprintf(threads, sizeof threads, "%s", v), i++;
         else if (v && !strcmp(argv[i], "--precision") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
             precision = strcmp(v, "bf16") ? ST_DTYPE_F32 : ST_DTYPE_BF16, i++;
         else {
             fprintf(stderr, "usage: st-step-bench [--batch B] [--rounds R] [--seconds S] [--models a,b] "
-                            "[--precision fp32|bf16] [--csv]\n");
+                            "[--threads 1,2] [--precision fp32|bf16] [--csv]\n");
             return 2;
         }
     }
@@ -87,10 +89,20 @@ int main(int argc, char **argv)
     st_nn_flush_denormals(true);
     struct config cfg[MAX_CONFIGS];
     int nc = 0;
-    for (char *save = NULL, *m = strtok_r(models, ",", &save); m && nc + 2 <= MAX_CONFIGS;
+    int counts[8], ncounts = 0;
+    for (char *save = NULL, *t = strtok_r(threads, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end;
+        long v = strtol(t, &end, 10);
+        if (*end || v < 1 || v > 1024 || ncounts == 8) {
+            fprintf(stderr, "st-step-bench: --threads: '%s' is not a list of up to 8 counts >= 1\n", t);
+            return 2;
+        }
+        counts[ncounts++] = (int)v;
+    }
+    for (char *save = NULL, *m = strtok_r(models, ",", &save); m && nc + ncounts <= MAX_CONFIGS;
          m = strtok_r(NULL, ",", &save))
-        for (int t = 1; t <= 2; t++)
-            cfg[nc++] = (struct config){.model = m, .threads = t};
+        for (int t = 0; t < ncounts; t++)
+            cfg[nc++] = (struct config){.model = m, .threads = counts[t]};
     for (int r = 0; r < rounds; r++)
         for (int i = 0; i < nc; i++)
             cfg[i].ms[r] = measure(&cfg[i], batch, seconds, precision);

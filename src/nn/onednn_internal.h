@@ -134,7 +134,7 @@ struct dn_chunk_state {
 struct dn_seq_state {
     dnnl_memory_t src;                   /* the input, plain [rows, c] */
     dnnl_memory_t target;                /* where the input's gradient goes; NULL if unwanted */
-    float *mean, *rstd;                  /* layer norm, per row */
+    float *stats;                        /* layer norm: each row's mean and 1 / std */
     float *partial;                      /* layer norm: per-thread dgamma, dbeta */
     float *att, *scratch;                /* attention: softmax weights; per-thread dP */
     float *tanh_u;                       /* GELU: tanh of its argument, kept for the backward */

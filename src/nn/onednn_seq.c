@@ -65,8 +65,7 @@ static float *target_of(const struct xnode *x) { return x->dn->seq.target ? dn_m
 
 void dn_seq_free(struct dn_seq_state *s)
 {
-    free(s->mean);
-    free(s->rstd);
+    free(s->stats);
     free(s->partial);
     free(s->att);
     free(s->scratch);
@@ -129,30 +128,61 @@ st_status dn_build_embed(st_net *n, int j)
 
 /* ------------------------------------------------------- layer norm -- */
 
+/* One row each way, on restrict pointers so that every loop is a vector
+ * loop (through the node's pointers GCC must assume the output may overlap
+ * the statistics and re-read them every element). */
+ST_MULTIVERSION static void ln_row_fwd(float *restrict y, const float *restrict x, const float *restrict g,
+                                       const float *restrict b, long c, float *restrict mean_rstd)
+{
+    float m = 0, v = 0;
+#pragma omp simd reduction(+ : m)
+    for (long i = 0; i < c; i++)
+        m += x[i];
+    m /= (float)c;
+#pragma omp simd reduction(+ : v)
+    for (long i = 0; i < c; i++)
+        v += (x[i] - m) * (x[i] - m);
+    const float s = 1.0f / sqrtf(v / (float)c + 1e-5f);
+#pragma omp simd
+    for (long i = 0; i < c; i++)
+        y[i] = (x[i] - m) * s * g[i] + b[i];
+    mean_rstd[0] = m;
+    mean_rstd[1] = s;
+}
+
+/* Adds the row's share of dgamma and dbeta to pg and pb; dx may be NULL. */
+ST_MULTIVERSION static void ln_row_bwd(float *restrict dx, float *restrict pg, float *restrict pb,
+                                       const float *restrict x, const float *restrict dy, const float *restrict g,
+                                       long c, float m, float s)
+{
+    float md = 0, mdx = 0;
+#pragma omp simd reduction(+ : md, mdx)
+    for (long i = 0; i < c; i++) {
+        const float xhat = (x[i] - m) * s, dg = dy[i] * g[i];
+        pg[i] += dy[i] * xhat;
+        pb[i] += dy[i];
+        md += dg;
+        mdx += dg * xhat;
+    }
+    if (!dx)
+        return;
+    md /= (float)c;
+    mdx /= (float)c;
+#pragma omp simd
+    for (long i = 0; i < c; i++)
+        dx[i] = s * (dy[i] * g[i] - md - (x[i] - m) * s * mdx);
+}
+
 static st_status ln_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     const float *src = src_of(x), *g = n->params + nd->w_off, *b = n->params + nd->b_off;
-    float *y = dn_mem_ptr(x->dn->dst.mem), *mean = x->dn->seq.mean, *rstd = x->dn->seq.rstd;
+    float *y = dn_mem_ptr(x->dn->dst.mem), *stats = x->dn->seq.stats;
     const long rows = (long)nn_rows(n, nd), c = nd->c;
 #pragma omp parallel for schedule(static)
-    for (long r = 0; r < rows; r++) {
-        const float *xr = src + r * c;
-        float m = 0, v = 0;
-#pragma omp simd reduction(+ : m)
-        for (long i = 0; i < c; i++)
-            m += xr[i];
-        m /= (float)c;
-#pragma omp simd reduction(+ : v)
-        for (long i = 0; i < c; i++)
-            v += (xr[i] - m) * (xr[i] - m);
-        const float s = 1.0f / sqrtf(v / (float)c + 1e-5f);
-        for (long i = 0; i < c; i++)
-            y[r * c + i] = (xr[i] - m) * s * g[i] + b[i];
-        mean[r] = m;
-        rstd[r] = s;
-    }
+    for (long r = 0; r < rows; r++)
+        ln_row_fwd(y + r * c, src + r * c, g, b, c, stats + 2 * r);
     return ST_OK;
 }
 
@@ -161,7 +191,7 @@ static st_status ln_bwd(st_net *n, int j)
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     const float *src = src_of(x), *dy = dn_mem_ptr(x->dn->diff.mem), *g = n->params + nd->w_off;
-    const float *mean = x->dn->seq.mean, *rstd = x->dn->seq.rstd;
+    const float *stats = x->dn->seq.stats;
     float *dx = target_of(x), *partial = x->dn->seq.partial;
     const long rows = (long)nn_rows(n, nd), c = nd->c;
     const int threads = omp_get_max_threads();
@@ -171,24 +201,9 @@ static st_status ln_bwd(st_net *n, int j)
         float *pg = partial + (size_t)me * 2 * c, *pb = pg + c;
         memset(pg, 0, 2 * (size_t)c * sizeof(float));
         const long first = rows * me / nt, last = rows * (me + 1) / nt;
-        for (long r = first; r < last; r++) {
-            const float *xr = src + r * c, *dr = dy + r * c;
-            float md = 0, mdx = 0;
-#pragma omp simd reduction(+ : md, mdx)
-            for (long i = 0; i < c; i++) {
-                const float xhat = (xr[i] - mean[r]) * rstd[r];
-                pg[i] += dr[i] * xhat;
-                pb[i] += dr[i];
-                md += dr[i] * g[i];
-                mdx += dr[i] * g[i] * xhat;
-            }
-            md /= (float)c;
-            mdx /= (float)c;
-            for (long i = 0; dx && i < c; i++) {
-                const float xhat = (xr[i] - mean[r]) * rstd[r];
-                dx[r * c + i] = rstd[r] * (dr[i] * g[i] - md - xhat * mdx);
-            }
-        }
+        for (long r = first; r < last; r++)
+            ln_row_bwd(dx ? dx + r * c : NULL, pg, pb, src + r * c, dy + r * c, g, c, stats[2 * r],
+                       stats[2 * r + 1]);
 #pragma omp barrier
 #pragma omp for schedule(static)
         for (long i = 0; i < 2 * c; i++) {  /* the partials summed in thread order */
@@ -207,10 +222,9 @@ st_status dn_build_ln(st_net *n, int j)
     const size_t rows = nn_rows(n, x->nd);
     snprintf(x->impl, sizeof x->impl, "C rows (oneDNN 2.6's is generic C++)");
     struct dn_seq_state *s = &x->dn->seq;
-    s->mean = calloc(rows, sizeof(float));
-    s->rstd = calloc(rows, sizeof(float));
+    s->stats = calloc(2 * rows, sizeof(float));
     s->partial = calloc((size_t)omp_get_max_threads() * 2 * x->nd->c, sizeof(float));
-    if (!s->mean || !s->rstd || !s->partial)
+    if (!s->stats || !s->partial)
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
     OK(seq_io(n, j, ln_bwd));
     return dn_add_step(n, &x->dn->fwd, ln_fwd, NODE_LAYERNORM);
