@@ -254,9 +254,16 @@ void dn_impl_name(struct xnode *x, const_dnnl_primitive_desc_t pd)
 /* The node's output (and gradient) memories, in layout `md`. */
 st_status dn_set_dst(st_net *n, struct xnode *x, const dnnl_memory_desc_t *md)
 {
+    return dn_set_dst_diff_in(n, x, md, NULL);
+}
+
+/* The same, the gradient kept in `diff_buffer` (someone else's, same
+ * layout) when not NULL. */
+st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const dnnl_memory_desc_t *md, void *diff_buffer)
+{
     x->dn->dst.md = *md;
     OK(dn_mem_new(n, &x->dn->dst.mem, md, NULL));
-    OK(dn_mem_new(n, &x->dn->diff.mem, md, NULL));
+    OK(dn_mem_new(n, &x->dn->diff.mem, md, diff_buffer));
     x->dn->diff.md = *md;
     if (x->consumers > 1) {
         OK(dn_mem_new(n, &x->dn->diff_tmp.mem, md, NULL));
@@ -287,6 +294,8 @@ st_status dn_deliver(st_net *n, int j, int p, const dnnl_memory_desc_t *md, dnnl
         return ST_OK;
     bool first = px->first_writer == j;
     dnnl_memory_t dest = first ? px->dn->diff.mem : px->dn->diff_tmp.mem;
+    if (computed && first && dn_mem_ptr(computed) == dn_mem_ptr(dest))
+        return ST_OK;  /* it is already there: the two share a buffer (add's) */
     if (!computed && dn_same(md, &px->dn->dst.md)) {
         *target = dest;
     } else {

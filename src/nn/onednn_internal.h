@@ -220,6 +220,7 @@ void dn_md_str(char *buf, size_t len, const dnnl_memory_desc_t *md);
 st_status dn_add_reorder(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_memory_t to);
 void dn_impl_name(struct xnode *x, const_dnnl_primitive_desc_t pd);
 st_status dn_set_dst(st_net *n, struct xnode *x, const dnnl_memory_desc_t *md);
+st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const dnnl_memory_desc_t *md, void *diff_buffer);
 st_status dn_deliver(st_net *n, int j, int p, const dnnl_memory_desc_t *md, dnnl_memory_t computed, dnnl_memory_t *target);
 st_status dn_input_as(st_net *n, struct xnode *x, const dnnl_memory_desc_t *want, dnnl_memory_t *out);
 bool dn_is_reference_impl(const_dnnl_primitive_desc_t pd);

@@ -206,6 +206,22 @@ st_status dn_build_flatten(st_net *n, int j)
     return dn_deliver(n, j, x->in, &md4, dview, &target);
 }
 
+/* Where the add keeps its gradient: in an input's own gradient buffer when
+ * the add is that input's only consumer (a transformer's or a residual
+ * block's branch), since that input's gradient is exactly the add's and
+ * nothing else writes it; so the copy to it goes.  NULL: its own buffer. */
+static void *add_diff_home(const st_net *n, const struct xnode *x)
+{
+    const int ins[2] = {x->in2, x->in};
+    const struct xnode *a = &n->x[x->in];
+    for (int k = 0; k < 2; k++) {
+        const struct xnode *p = &n->x[ins[k]];
+        if (p->wants_diff && p->consumers == 1 && dn_same(&p->dn->diff.md, &a->dn->dst.md))
+            return dn_mem_ptr(p->dn->diff.mem);
+    }
+    return NULL;
+}
+
 st_status dn_build_add(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
@@ -221,12 +237,13 @@ st_status dn_build_add(st_net *n, int j)
     TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, &a->dn->dst.md, &a->dn->dst.md, &a->dn->dst.md));
     OK(dn_pd_new(n, &pd, &bd, NULL, NULL));
     dn_impl_name(x, pd);
-    OK(dn_set_dst(n, x, &a->dn->dst.md));
+    OK(dn_set_dst_diff_in(n, x, &a->dn->dst.md, add_diff_home(n, x)));
     OK(dn_prim_new(n, &p, pd));
     OK(dn_add_op(n, &x->dn->fwd, p, NODE_ADD, DNNL_ARG_SRC_0, a->dn->dst.mem, DNNL_ARG_SRC_1, src1, DNNL_ARG_DST,
               x->dn->dst.mem, -1));
-    /* The gradient passes unchanged to both inputs; copies, because either
-     * producer's diff may be added to later. */
+    /* The gradient passes unchanged to both inputs: free to the one whose
+     * buffer it shares, a copy to the other (copies, because a producer
+     * with other consumers has its diff added to later). */
     OK(dn_deliver(n, j, x->in, &x->dn->dst.md, x->dn->diff.mem, &target));
     return dn_deliver(n, j, x->in2, &x->dn->dst.md, x->dn->diff.mem, &target);
 }
