@@ -1,6 +1,6 @@
 /* How near the machine's matrix-multiply limit a model's training step runs.
  *
- *   st-gemm-bound MODEL [--batch B] [--threads N] [--seconds S]
+ *   st-gemm-bound MODEL [--batch B] [--threads N] [--seconds S] [--rounds R] [--list]
  *
  * Lists every matrix product of one training step of MODEL (a language
  * model: its linear layers and head forward, backward-data and
@@ -16,6 +16,9 @@
  * A shared machine's speed drifts by tens of percent within a minute, so
  * the bound and the step are measured in alternation, `--rounds` times
  * (default 3), and the share is the median of the rounds' own ratios.
+ *
+ * --list prints each product's shape, count, rate and share of the bound
+ * (from the first round).
  *
  * What the issue calls "the step's FLOPs against the measured matmul rate". */
 #define _GNU_SOURCE
@@ -96,20 +99,22 @@ int main(int argc, char **argv)
     int batch = 12, threads = 1;
     double seconds = 0.2;
     int rounds = 3;
+    bool list = false;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v && !strcmp(argv[i], "--batch")) batch = atoi(v), i++;
         else if (v && !strcmp(argv[i], "--threads")) threads = atoi(v), i++;
         else if (v && !strcmp(argv[i], "--seconds")) seconds = atof(v), i++;
         else if (v && !strcmp(argv[i], "--rounds")) rounds = atoi(v), i++;
+        else if (!strcmp(argv[i], "--list")) list = true;
         else if (argv[i][0] != '-' && !model) model = argv[i];
         else {
-            fprintf(stderr, "usage: st-gemm-bound MODEL [--batch B] [--threads N] [--seconds S] [--rounds R]\n");
+            fprintf(stderr, "usage: st-gemm-bound MODEL [--batch B] [--threads N] [--seconds S] [--rounds R] [--list]\n");
             return 2;
         }
     }
     if (!model || batch < 1 || threads < 1 || rounds < 1 || rounds > 32) {
-        fprintf(stderr, "usage: st-gemm-bound MODEL [--batch B] [--threads N] [--seconds S] [--rounds R]\n");
+        fprintf(stderr, "usage: st-gemm-bound MODEL [--batch B] [--threads N] [--seconds S] [--rounds R] [--list]\n");
         return 2;
     }
     struct step_rig r;
@@ -124,8 +129,15 @@ int main(int argc, char **argv)
     double ratio[32], bounds[32], step_ms[32];
     for (int round = 0; round < rounds; round++) {
         double bound = 0;
-        for (int i = 0; i < np; i++)
-            bound += time_sgemm(&v[i], threads, seconds / 4) * v[i].count / (v[i].serial ? threads : 1);
+        for (int i = 0; i < np; i++) {
+            const double one = time_sgemm(&v[i], threads, seconds / 4), per_step = one * v[i].count /
+                                                                                  (v[i].serial ? threads : 1);
+            bound += per_step;
+            if (list && round == 0)
+                printf("  %-22s %c%c m %5ld n %5ld k %5ld x %4ld: %6.1f GFLOP/s, %7.3f ms per step\n", v[i].what,
+                       v[i].ta, v[i].tb, v[i].m, v[i].n, v[i].k, v[i].count, 2e-9 * v[i].m * v[i].n * v[i].k / one,
+                       per_step * 1e3);
+        }
         double steps[64];
         int ns = 0;
         for (double t0 = rig_now(); ns < 64 && (ns < 5 || rig_now() - t0 < seconds * 5);) {
