@@ -101,7 +101,7 @@ def parse_args():
     add("--no-flush-denormals", action="store_true")
     add("--check-replicas", type=int)
     args, rest = ap.parse_known_args()
-    for flag in ("--cifar", "--cifar100", "--augment", "--resume", "--checkpoint-every"):
+    for flag in ("--cifar", "--cifar100", "--augment", "--resume", "--checkpoint-every", "--grad-accum"):
         if any(r == flag or r.startswith(flag + "=") for r in rest):
             fail(f"{flag}: not supported by the PyTorch peer", 2)
     if rest:

@@ -15,7 +15,9 @@ zero biases), the same data (the text read as shmtrain reads it, character
 ids in byte order, and the very same training windows: shmtrain's seeded
 stream of distinct starts, rank r taking every W-th), AdamW with decay on
 matrices only, clipping, and shmtrain's warm-up + cosine schedule.
-`--precision bf16` runs the step under torch.autocast(cpu, bfloat16).
+`--precision bf16` runs the step under torch.autocast(cpu, bfloat16);
+`--grad-accum N` is nanoGPT's gradient accumulation (DDP's no_sync on all
+but the last micro-batch), over shmtrain's windows for its --grad-accum.
 Writes shmtrain's metrics records (run, train, eval, summary; JSON lines, to --metrics or
 $SHMTRAIN_LOG_DIR/metrics.jsonl) and takes shmtrain's training flags, so
 `shmrun --sweep --compare-torch` runs it beside shmtrain for a language model.  The attention is nanoGPT's
@@ -23,6 +25,7 @@ $SHMTRAIN_LOG_DIR/metrics.jsonl) and takes shmtrain's training flags, so
 scaled_dot_product_attention where PyTorch has it (2.0+).
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -151,6 +154,7 @@ def parse_args():
     add("--text", action="append", required=True)
     add("--tokens", choices=("chars", "bytes"), default="chars")
     add("--batch-size", type=int, default=12)
+    add("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (shmtrain's --grad-accum)")
     add("--max-steps", type=int)
     add("--epochs", type=int, default=1)
     add("--warm-steps", type=int, default=3, help="untimed steps first (benchmarks; 0 in a sweep)")
@@ -178,6 +182,8 @@ def parse_args():
         fail(f"--model {a.model}: only the presets {', '.join(sorted(PRESETS))} are built here")
     if len(a.text) > 2:
         fail("--text: at most two (training, validation)")
+    if a.grad_accum < 1:
+        fail(f"--grad-accum {a.grad_accum}: need at least 1")
     return a
 
 
@@ -230,27 +236,37 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, a.beta2), eps=1e-8)
     net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    per_epoch = max(1, len(ids) // (t * world * a.batch_size))
+    per_epoch = max(1, len(ids) // (t * world * a.batch_size * a.grad_accum))
     steps = a.max_steps if a.max_steps else per_epoch * a.epochs
     total = a.warm_steps + steps
     emit({"type": "run", "system": "pytorch-ddp" if world > 1 else "pytorch", "instances": world,
           "threads": torch.get_num_threads(), "model": a.model, "params": params, "batch_per_instance": a.batch_size,
           "torch": torch.__version__, "first_step": 0, "context": t,
-          "precision": "bf16" if a.precision == "bf16" else "f32"})
+          "precision": "bf16" if a.precision == "bf16" else "f32",
+          **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {})})
 
     def step(k):
-        x, y = windows(ids, a.seed, k, world, rank, a.batch_size, t)
+        """nanoGPT's gradient accumulation: each micro-batch's loss / N, DDP's
+        no_sync on all but the last; micro-batch m of rank r takes shmtrain's
+        windows of rank m x world + r of world x N."""
         for g in opt.param_groups:
             g["lr"] = lr_at(a, k, total)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            logits = net(x)
-        loss = F.cross_entropy(logits.float().view(-1, VOCAB), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        losses, accs = 0.0, 0.0
+        for m in range(a.grad_accum):
+            x, y = windows(ids, a.seed, k, world * a.grad_accum, m * world + rank, a.batch_size, t)
+            last = m == a.grad_accum - 1
+            with (contextlib.nullcontext() if last or world == 1 else net.no_sync()):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                    logits = net(x)
+                loss = F.cross_entropy(logits.float().view(-1, VOCAB), y.reshape(-1))
+                (loss / a.grad_accum).backward()
+            losses += loss.item() / a.grad_accum
+            accs += (logits.argmax(-1) == y).float().mean().item() / a.grad_accum
         if a.clip_norm > 0:
             nn.utils.clip_grad_norm_(model.parameters(), a.clip_norm)
         opt.step()
-        return loss.item(), (logits.argmax(-1) == y).float().mean().item()
+        return losses, accs
 
     def evaluate():
         """shmtrain's: consecutive windows of the validation split, mean loss per token (rank 0 alone)."""
@@ -296,7 +312,7 @@ def main():
         loss_sum, acc_sum, since = loss_sum + loss, acc_sum + acc, since + 1
         if done % a.log_every == 0 or k + 1 == total:
             now = time.perf_counter()
-            sps = since * world * a.batch_size / (now - last_log)
+            sps = since * world * a.batch_size * a.grad_accum / (now - last_log)
             emit({"type": "train", "step": done, "epoch": round(done / per_epoch, 4),
                   "loss": round(loss_sum / since, 6), "accuracy": round(acc_sum / since, 5),
                   "lr": lr_at(a, k, total), "samples_per_s": round(sps, 1), "tokens_per_s": round(sps * t, 1),
@@ -310,7 +326,7 @@ def main():
     train_s = time.perf_counter() - t0 - eval_s
     if not a.eval_every or done % a.eval_every:
         run_eval(done)
-    sps = done * world * a.batch_size / train_s
+    sps = done * world * a.batch_size * a.grad_accum / train_s
     emit({"type": "summary", "steps": done, "instances": world, "batch_per_instance": a.batch_size,
           "total_s": round(time.perf_counter() - start, 3), "train_s": round(train_s, 3),
           "samples_per_s": round(sps, 1), "tokens_per_s": round(sps * t, 1), "precision": a.precision,

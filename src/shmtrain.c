@@ -36,6 +36,8 @@ static void usage(FILE *f)
 "  --eval-windows N         validation windows per evaluation (256; 0 = all)\n"
 "training:\n"
 "  --epochs N (1)   --max-steps N   --batch-size B (64, per instance)\n"
+"  --grad-accum N (1)       micro-batches of B per optimizer step, their gradients averaged and\n"
+"                           exchanged once (nanoGPT's gradient_accumulation_steps)\n"
 "  --optimizer sgd|adamw (sgd)   --lr LR (0.05)   --momentum M (0.9)   --nesterov\n"
 "  --weight-decay W (0; language models: matrices only)   --beta2 B (AdamW, 0.999)\n"
 "  --clip-norm C (off)   --scale-lr (lr x instances)\n"
@@ -196,7 +198,7 @@ int main(int argc, char **argv)
     enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
            O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ,
            O_GAMMA, O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE,
-           O_RESUME, O_CHECK, O_ARDTYPE, O_PRECISION, O_BUCKET, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY };
+           O_RESUME, O_CHECK, O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY };
     static const struct option opts[] = {
         {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI},
         {"train-labels", 1, 0, O_TRL}, {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL},
@@ -210,7 +212,7 @@ int main(int argc, char **argv)
         {"no-flush-denormals", 0, 0, O_NOFLUSH}, {"eval-every", 1, 0, O_EVAL}, {"log-every", 1, 0, O_LOG},
         {"metrics", 1, 0, O_METRICS}, {"quiet", 0, 0, O_QUIET}, {"checkpoint", 1, 0, O_CKPT},
         {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 2, 0, O_RESUME}, {"check-replicas", 1, 0, O_CHECK},
-        {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"precision", 1, 0, O_PRECISION}, {"bucket-mb", 1, 0, O_BUCKET}, {"text", 1, 0, O_TEXT},
+        {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"precision", 1, 0, O_PRECISION}, {"bucket-mb", 1, 0, O_BUCKET}, {"grad-accum", 1, 0, O_ACCUM}, {"text", 1, 0, O_TEXT},
         {"tokens", 1, 0, O_TOKENS}, {"eval-windows", 1, 0, O_EVALWIN}, {"beta2", 1, 0, O_BETA2}, {"target-loss", 1, 0, O_TLOSS}, {"summary", 0, 0, O_SUMMARY},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     st_train_options o;
@@ -287,6 +289,7 @@ int main(int argc, char **argv)
             break;
         case O_CHECK: o.check_replicas = whole("--check-replicas", optarg, 1, LONG_MAX); break;
         case O_BUCKET: o.bucket_mb = number("--bucket-mb", optarg, 0, 1024); break;
+        case O_ACCUM: o.grad_accum = (int)whole("--grad-accum", optarg, 1, 4096); break;
         case O_ARDTYPE: o.allreduce_dtype = dtype_flag("--allreduce-dtype", optarg); break;
         case O_PRECISION:
             o.precision = dtype_flag("--precision", optarg);

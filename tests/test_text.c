@@ -123,32 +123,95 @@ static void test_learns_below_the_unigram_entropy(void **state)
     child_run_free(&bad);
 }
 
+/* Whether the last run's metrics.jsonl holds `needle`. */
+static bool metrics_say(const char *needle)
+{
+    char path[512];
+    path_of(path, sizeof path, "metrics.jsonl");
+    char *text = slurp_or_empty(path);
+    bool found = strstr(text, needle) != NULL;
+    free(text);
+    return found;
+}
+
+/* Runs `n` ranks with `extra` into `ckpt`, failing the test with `what`
+ * if the run fails; returns the checkpoint. */
+static st_ckpt lm_ckpt(int n, const char *ckpt, char *const extra[], const char *what)
+{
+    struct child_run r = lm(n, ckpt, extra);
+    if (r.code != 0)
+        fail_msg("%s failed (exit %d): %s", what, r.code, r.err);
+    child_run_free(&r);
+    return read_ckpt(ckpt);
+}
+
+/* The same windows, their gradients summed in another order: fp32
+ * round-off (~1e-7 relative) in each step's gradient, which AdamW's
+ * normalised step (lr x m / sqrt(v)) passes on about 1:1 and 50 steps
+ * compound; measured 2.4e-5 of the largest parameter here (2 x 8 against
+ * 1 x 16), and 2e-4 leaves 8x room (a rank that trained on its own
+ * gradients alone, or on other windows, is off by 1e-2 and more). */
+static void assert_same_training(const st_ckpt *a, const st_ckpt *b, const char *what)
+{
+    assert_int_equal(a->step, b->step);
+    assert_int_equal(a->nparams, b->nparams);
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < a->nparams; i++) {
+        worst = fmax(worst, fabs((double)a->params[i] - b->params[i]));
+        scale = fmax(scale, fabs(b->params[i]));
+    }
+    if (!(worst < 2e-4 * scale))
+        fail_msg("%s: parameters differ by %.3g (scale %.3g) after %llu steps", what, worst, scale,
+                 (unsigned long long)a->step);
+}
+
 static void test_two_ranks_equal_one_with_double_batch(void **state)
 {
     (void)state;
-    struct child_run a = lm(2, "a.ckpt", (char *[]){"--max-steps", "50", "--check-replicas", "10", NULL});
-    if (a.code != 0)
-        fail_msg("2 x 8 failed: %s", a.err);
-    struct child_run b = lm(1, "b.ckpt", (char *[]){"--max-steps", "50", "--batch-size", "16", NULL});
-    if (b.code != 0)
-        fail_msg("1 x 16 failed: %s", b.err);
-    st_ckpt ca = read_ckpt("a.ckpt"), cb = read_ckpt("b.ckpt");
-    assert_int_equal(ca.step, 50);
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < ca.nparams; i++) {
-        worst = fmax(worst, fabs((double)ca.params[i] - cb.params[i]));
-        scale = fmax(scale, fabs(cb.params[i]));
-    }
-    /* The same windows, their gradients summed in another order: fp32
-     * round-off (~1e-7 relative) in each step's gradient, which AdamW's
-     * normalised step (lr x m / sqrt(v)) passes on about 1:1 and 50 steps
-     * compound; measured 2.4e-5 of the largest parameter here, and 2e-4
-     * leaves 8x room (a rank that trained on its own gradients alone, or on
-     * other windows, is off by 1e-2 and more). */
-    if (!(worst < 2e-4 * scale))
-        fail_msg("parameters differ by %.3g (scale %.3g) after 50 steps", worst, scale);
-    st_ckpt_free(&ca), st_ckpt_free(&cb);
-    child_run_free(&a), child_run_free(&b);
+    st_ckpt a = lm_ckpt(2, "a.ckpt", (char *[]){"--max-steps", "50", "--check-replicas", "10", NULL}, "2 x 8");
+    st_ckpt b = lm_ckpt(1, "b.ckpt", (char *[]){"--max-steps", "50", "--batch-size", "16", NULL}, "1 x 16");
+    assert_int_equal(a.step, 50);
+    assert_same_training(&a, &b, "2 x 8 against 1 x 16");
+    st_ckpt_free(&a), st_ckpt_free(&b);
+}
+
+/* --grad-accum N: N micro-batches per step, their mean gradient exchanged
+ * once, trains like N times the batch: 1 x 8 x 2, 1 x 4 x 4 and 2 x 4 x 2
+ * against 1 x 16 (the same 16 windows per step, summed in another order); with
+ * buckets going during the last micro-batch's backward, 2 x 4 x 2 to the
+ * bit as without (two ranks sum each element in the same order either
+ * way, test_train's bucket test). */
+static void test_gradient_accumulation(void **state)
+{
+    (void)state;
+    st_ckpt whole = lm_ckpt(1, "acc16.ckpt", (char *[]){"--max-steps", "50", "--batch-size", "16", NULL}, "1 x 16");
+    st_ckpt one = lm_ckpt(1, "acc1.ckpt", (char *[]){"--max-steps", "50", "--grad-accum", "2", NULL}, "1 x 8 x 2");
+    st_ckpt two = lm_ckpt(2, "acc2.ckpt",
+                          (char *[]){"--max-steps", "50", "--batch-size", "4", "--grad-accum", "2", NULL}, "2 x 4 x 2");
+    assert_true(metrics_say("\"grad_accum\":2,") || metrics_say("\"grad_accum\":2}"));
+    st_ckpt buckets = lm_ckpt(2, "acc3.ckpt",
+                              (char *[]){"--max-steps", "50", "--batch-size", "4", "--grad-accum", "2",
+                                         "--bucket-mb", "0.01", "--check-replicas", "10", NULL},
+                              "2 x 4 x 2 with buckets");
+    st_ckpt four = lm_ckpt(1, "acc4.ckpt", (char *[]){"--max-steps", "50", "--batch-size", "4", "--grad-accum", "4", NULL},
+                           "1 x 4 x 4");
+    assert_same_training(&one, &whole, "1 x 8 x 2 against 1 x 16");
+    assert_same_training(&four, &whole, "1 x 4 x 4 against 1 x 16");
+    assert_same_training(&two, &whole, "2 x 4 x 2 against 1 x 16");
+    assert_memory_equal(buckets.params, two.params, two.nparams * sizeof(float));
+    /* and not by accident: one micro-batch of 8 is another training */
+    st_ckpt half = lm_ckpt(1, "acc8.ckpt", (char *[]){"--max-steps", "50", NULL}, "1 x 8");
+    double apart = 0;
+    for (size_t i = 0; i < half.nparams; i++)
+        apart = fmax(apart, fabs((double)half.params[i] - whole.params[i]));
+    assert_true(apart > 1e-3);
+    assert_false(metrics_say("grad_accum"));  /* one micro-batch: the record says nothing */
+    struct child_run bad = lm(0, "bad.ckpt", (char *[]){"--grad-accum", "0", NULL});  /* no launcher: its own exit status */
+    assert_int_equal(bad.code, 2);
+    assert_non_null(strstr(bad.err, "--grad-accum"));
+    child_run_free(&bad);
+    st_ckpt_free(&whole), st_ckpt_free(&one), st_ckpt_free(&two), st_ckpt_free(&buckets), st_ckpt_free(&half);
+    st_ckpt_free(&four);
 }
 
 static void test_deterministic_and_resumable(void **state)
@@ -341,6 +404,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_inputs_name_their_file),
         cmocka_unit_test(test_learns_below_the_unigram_entropy),
         cmocka_unit_test(test_two_ranks_equal_one_with_double_batch),
+        cmocka_unit_test(test_gradient_accumulation),
         cmocka_unit_test(test_deterministic_and_resumable),
     };
     if (argc > 1)

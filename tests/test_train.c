@@ -220,6 +220,8 @@ static void test_checkpoint_format_and_corruption(void **state)
 
 /* ----------------------------------------------------------- training -- */
 
+/* 2 x 16 and 1 x 16 x 2 micro-batches against 1 x 32: the same images a
+ * step, their gradients summed in another order. */
 static void test_two_instances_equal_one_with_double_batch(void **state)
 {
     (void)state;
@@ -231,21 +233,31 @@ static void test_two_instances_equal_one_with_double_batch(void **state)
                                                  NULL}, 0);
     if (b.code != 0)
         fail_msg("1 x 32 failed: %s", b.err);
-    st_ckpt ca = read_ckpt("a.ckpt"), cb = read_ckpt("b.ckpt");
+    /* and one instance accumulating two micro-batches of 16 (--grad-accum):
+     * the same 32 images a step as the others */
+    struct child_run c = train(1, "c.ckpt", (char *[]){"--batch-size", "16", "--grad-accum", "2", "--max-steps", "50",
+                                                 "--momentum", "0", NULL}, 0);
+    if (c.code != 0)
+        fail_msg("1 x 16 x 2 failed: %s", c.err);
+    st_ckpt ca = read_ckpt("a.ckpt"), cb = read_ckpt("b.ckpt"), cc = read_ckpt("c.ckpt");
     assert_int_equal(ca.step, 50);
     assert_int_equal(cb.step, 50);
+    assert_int_equal(cc.step, 50);
     assert_int_equal(ca.epoch_pos, cb.epoch_pos);
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < ca.nparams; i++) {
-        worst = fmax(worst, fabs((double)ca.params[i] - cb.params[i]));
-        scale = fmax(scale, fabs(cb.params[i]));
+    assert_int_equal(cc.epoch_pos, cb.epoch_pos);
+    const st_ckpt *others[] = {&ca, &cc};
+    for (int k = 0; k < 2; k++) {
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < cb.nparams; i++) {
+            worst = fmax(worst, fabs((double)others[k]->params[i] - cb.params[i]));
+            scale = fmax(scale, fabs(cb.params[i]));
+        }
+        if (!(worst < 1e-4 * scale + 1e-6))
+            fail_msg("%s: parameters differ by %.3g (scale %.3g) after 50 steps", k ? "1 x 16 x 2" : "2 x 16",
+                     worst, scale);
     }
-    if (!(worst < 1e-4 * scale + 1e-6))
-        fail_msg("parameters differ by %.3g (scale %.3g) after 50 steps", worst, scale);
-    st_ckpt_free(&ca);
-    st_ckpt_free(&cb);
-    child_run_free(&a);
-    child_run_free(&b);
+    st_ckpt_free(&ca), st_ckpt_free(&cb), st_ckpt_free(&cc);
+    child_run_free(&a), child_run_free(&b), child_run_free(&c);
 }
 
 static void test_deterministic_and_resumable(void **state)

@@ -38,6 +38,7 @@ typedef struct st_run_record {
     char precision[8];               /* compute: "f32", "bf16" (mixed); "" when not said */
     unsigned long long first_step;   /* > 0 after a resume */
     int context;                     /* a language model's tokens per sample (window); 0 otherwise */
+    int grad_accum;                  /* micro-batches per optimizer step; written when > 1, else 0 (one) */
 } st_run_record;
 
 typedef struct st_train_record {

@@ -36,6 +36,7 @@ typedef struct st_train_options {
     int epochs;                   /* default 1 */
     long max_steps;               /* stop after this many steps (0 = no limit) */
     int batch;                    /* per instance (default 64) */
+    int grad_accum;               /* micro-batches of `batch` per optimizer step (0 or 1: one) */
     st_schedule schedule;         /* lr and its schedule */
     bool scale_lr;                /* multiply lr by the number of instances */
     st_optim_config optim;

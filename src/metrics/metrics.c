@@ -32,6 +32,8 @@ static void write_run(st_json *j, const st_run_record *r)
     st_json_uint(j, "first_step", r->first_step);
     if (r->context > 0)
         st_json_int(j, "context", r->context);
+    if (r->grad_accum > 1)
+        st_json_int(j, "grad_accum", r->grad_accum);
 }
 
 static void write_train(st_json *j, const st_train_record *r)
@@ -161,6 +163,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         st_json_get_string(line, "precision", r->precision, sizeof r->precision);
         r->first_step = count(line, "first_step");
         r->context = (int)count(line, "context");
+        r->grad_accum = (int)count(line, "grad_accum");
         break;
     }
     case ST_RECORD_TRAIN: {

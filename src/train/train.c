@@ -85,13 +85,13 @@ static const char *rate_unit(const struct trainer *t) { return t->text ? "tokens
 static void log_interval(struct trainer *t, float lr)
 {
     const double now = now_s(), span = now - t->interval_start;
-    const double samples = (double)t->interval_steps * t->world * t->o->batch;
+    const double samples = (double)t->interval_steps * t->global_batch;
     const double loss = t->loss_sum / t->interval_steps, acc = t->correct_sum / t->interval_steps;
     const double sps = span > 0 ? samples / span : 0;
     const long total = t->steps_per_epoch * t->o->epochs;
     const long max = t->o->max_steps && t->o->max_steps < total ? t->o->max_steps : total;
-    const double eta = sps > 0 ? (double)(max - (long)t->step) * t->world * t->o->batch / sps : 0;
-    const double frac = t->epoch + (double)t->epoch_pos / ((double)t->steps_per_epoch * t->world * t->o->batch);
+    const double eta = sps > 0 ? (double)(max - (long)t->step) * t->global_batch / sps : 0;
+    const double frac = t->epoch + (double)t->epoch_pos / ((double)t->steps_per_epoch * t->global_batch);
     record(t, &(st_record){.type = ST_RECORD_TRAIN,
                            .u.train = {.step = t->step, .epoch = frac, .loss = loss, .accuracy = acc, .lr = lr,
                                        .samples_per_s = sps, .tokens_per_s = t->text ? sps * t->context : 0, .time_s = now - t->start + t->elapsed_before,
@@ -303,20 +303,45 @@ static st_status exchange(struct trainer *t)
     return st;
 }
 
+/* Forward and backward over the step's micro-batches (one without
+ * --grad-accum), leaving their mean gradient in t->grads (the buckets'
+ * share of it already on its way with --bucket-mb), their mean loss and
+ * accuracy in *loss and *accuracy. */
+static st_status micro_batches(struct trainer *t, float *loss, float *accuracy)
+{
+    const st_train_options *o = t->o;
+    double loss_sum = 0, correct_sum = 0;
+    for (int m = 0; m < t->accum_steps; m++) {
+        float l;
+        int correct;
+        st_status st;
+        st_net_set_dropout_seed(t->net, o->seed * 0x9e3779b97f4a7c15ull + t->step * (uint64_t)t->accum_steps + (uint64_t)m);
+        accum_begin(&t->acc, m);
+        if ((st = train_fill_batch(t, m)) != ST_OK || (st = st_net_forward(t->net, t->x)) != ST_OK ||
+            (st = st_net_loss(t->net, t->y, &l, &correct)) != ST_OK || (st = st_net_backward(t->net)) != ST_OK)
+            return st;
+        accum_add(&t->acc, m);
+        loss_sum += l;
+        correct_sum += correct;
+    }
+    if (!t->ov.started)
+        accum_finish(&t->acc);
+    *loss = (float)(loss_sum / t->accum_steps);
+    *accuracy = (float)(correct_sum / ((double)t->accum_steps * o->batch * st_model_positions(t->model)));
+    return ST_OK;
+}
+
 static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
 {
     const st_train_options *o = t->o;
     const double t0 = now_s();
-    st_net_set_dropout_seed(t->net, o->seed * 0x9e3779b97f4a7c15ull + t->step);
-    float loss;
-    int correct;
+    float loss, accuracy;
     st_status st;
-    if ((st = train_fill_batch(t)) != ST_OK || (st = st_net_forward(t->net, t->x)) != ST_OK || (st = st_net_loss(t->net, t->y, &loss, &correct)) != ST_OK ||
-        (st = st_net_backward(t->net)) != ST_OK)
+    if ((st = micro_batches(t, &loss, &accuracy)) != ST_OK)
         return st;
     float *tail = t->grads + t->P;
     tail[0] = loss;
-    tail[1] = (float)correct / (float)(o->batch * st_model_positions(t->model));
+    tail[1] = accuracy;
     tail[2] = atomic_load(&stop_requested) ? 1.0f : 0.0f;
     tail[3] = isfinite(loss) ? 0.0f : 1.0f;
     const double t1 = now_s(), w0 = st_group_wait_seconds(t->comm.local);
@@ -341,7 +366,7 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
     t->correct_sum += tail[1];
     t->interval_steps++;
     t->step++;
-    t->epoch_pos += (uint64_t)t->world * o->batch;
+    t->epoch_pos += t->global_batch;
     *lr_out = lr;
     *stop = tail[2] > 0;
     return ST_OK;
@@ -382,18 +407,24 @@ static st_status setup(struct trainer *t)
     }
     if ((st = st_net_create(&t->net, t->model, &nc)) != ST_OK || (st = st_optim_create(&t->opt, t->P, &oc)) != ST_OK)
         return st;
+    t->accum_steps = o->grad_accum > 1 ? o->grad_accum : 1;
+    t->global_batch = (size_t)t->world * (size_t)o->batch * (size_t)t->accum_steps;
+    if ((st = accum_init(&t->acc, t->grads, t->P, t->accum_steps)) != ST_OK)
+        return st;
     if (o->bucket_mb > 0) {
         if (!t->comm.any_thread)
             return st_fail(ST_ERR_INVALID, "--bucket-mb: this MPI cannot run collectives from a second thread "
                                            "(no MPI_THREAD_SERIALIZED); leave it at 0");
         if ((st = overlap_start(&t->ov, &t->comm, t->grads, t->P, o->bucket_mb)) != ST_OK)
             return st;
-        st_net_on_grads_ready(t->net, overlap_ready, &t->ov);
+        t->acc.next = overlap_ready;
+        t->acc.next_ctx = &t->ov;
+        st_net_on_grads_ready(t->net, accum_ready, &t->acc);  /* passes each range on when it is final */
     }
     st_net_init(t->net, o->seed);
     if ((st = train_alloc_batch(t)) != ST_OK)
         return st;
-    t->steps_per_epoch = (long)(train_samples(t) / ((size_t)t->world * o->batch));
+    t->steps_per_epoch = (long)(train_samples(t) / t->global_batch);
     if (t->steps_per_epoch < 1)
         t->steps_per_epoch = 1;
     t->sched = o->schedule;
@@ -450,6 +481,7 @@ static void run_record(struct trainer *t)
     st_record r = {.type = ST_RECORD_RUN,
                    .u.run = {.system = "shmtrain", .instances = t->world, .threads = omp_get_max_threads(),
                              .params = (long long)t->P, .batch_per_instance = t->o->batch, .first_step = t->step,
+                             .grad_accum = t->accum_steps > 1 ? t->accum_steps : 0,
                              .context = t->text ? t->context : 0}};
     snprintf(r.u.run.model, sizeof r.u.run.model, "%s", t->o->model);
     st_nn_onednn_version(r.u.run.onednn, sizeof r.u.run.onednn);
@@ -499,6 +531,7 @@ static void teardown(struct trainer *t, bool failed)
     st_text_destroy(t->text);
     free(t->decay_mask);
     overlap_stop(&t->ov);
+    accum_free(&t->acc);
     comm_leave(&t->comm, failed);
     st_model_destroy(t->model);
 }
@@ -514,7 +547,7 @@ static bool reached_target(const struct trainer *t)
 static st_status loop(struct trainer *t, st_train_result *r)
 {
     const st_train_options *o = t->o;
-    const size_t global = (size_t)t->world * o->batch, n = t->text ? (size_t)t->steps_per_epoch * global
+    const size_t global = t->global_batch, n = t->text ? (size_t)t->steps_per_epoch * global
                                                                         : st_dataset_size(t->train);
     st_status st = ST_OK;
     bool stop = false, done = false;
@@ -607,8 +640,7 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
         r->final_loss = t.last_loss;
         r->seconds = now_s() - t.start + t.elapsed_before;
         if (t.train_seconds > 0)
-            r->samples_per_s = (double)((t.step - t.first_step) * (uint64_t)t.world * (uint64_t)o->batch) /
-                               t.train_seconds;
+            r->samples_per_s = (double)((t.step - t.first_step) * t.global_batch) / t.train_seconds;
         if (st == ST_OK)
             summary(&t, r);
     }

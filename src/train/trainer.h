@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "accum.h"
 #include "comm.h"
 #include "overlap.h"
 #include "shmtrain/bf16.h"
@@ -38,6 +39,9 @@ struct trainer {
     float *grads;              /* P gradients + TAIL, in the shared segment */
     st_bf16 *grads_bf16;       /* --allreduce-dtype bf16: the P gradients as exchanged, after them */
     struct overlap ov;         /* --bucket-mb: the buckets' progress thread */
+    struct accum acc;          /* --grad-accum: the micro-batches' gradient sum */
+    int accum_steps;           /* micro-batches per optimizer step */
+    size_t global_batch;       /* samples per optimizer step: instances x batch x micro-batches */
     size_t P;
     FILE *metrics;
     st_schedule sched;         /* the options' schedule, its length filled in */
@@ -60,10 +64,13 @@ struct trainer {
 st_status train_load_data(struct trainer *t);
 
 /* Samples (images, or windows) in the training split, and the buffers a
- * batch needs.  Then this rank's batch of the current step into t->x, t->y. */
+ * batch needs.  Then this rank's micro-batch `micro` of the current step
+ * into t->x, t->y: a step's micro-batches and ranks together take the
+ * global batch's samples as W x N ranks would (rank micro x W + rank), so
+ * --grad-accum N on W instances sees the same samples as N x W instances. */
 size_t train_samples(const struct trainer *t);
 st_status train_alloc_batch(struct trainer *t);
-st_status train_fill_batch(struct trainer *t);
+st_status train_fill_batch(struct trainer *t, int micro);
 
 /* Evaluation batches: how many samples the split has, and this rank's part
  * of global batch `first` (valid: how many are real). */
