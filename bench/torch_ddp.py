@@ -22,6 +22,7 @@ Time split: DDP overlaps the gradient all-reduce with the backward pass, so
 and `compute_s` the rest of the step; there is no separate wait figure.
 """
 import argparse
+import contextlib
 import gzip
 import json
 import math
@@ -96,16 +97,19 @@ def parse_args():
     add("--metrics")
     add("--quiet", action="store_true")
     add("--precision", choices=("fp32", "bf16"), default="fp32")  # bf16: torch.autocast(cpu, bfloat16)
+    add("--grad-accum", type=int, default=1)  # micro-batches per step, DDP's no_sync on all but the last
     # Accepted so a shmtrain command line runs unchanged; they only change output.
     add("--checkpoint")
     add("--no-flush-denormals", action="store_true")
     add("--check-replicas", type=int)
     args, rest = ap.parse_known_args()
-    for flag in ("--cifar", "--cifar100", "--augment", "--resume", "--checkpoint-every", "--grad-accum"):
+    for flag in ("--cifar", "--cifar100", "--augment", "--resume", "--checkpoint-every"):
         if any(r == flag or r.startswith(flag + "=") for r in rest):
             fail(f"{flag}: not supported by the PyTorch peer", 2)
     if rest:
         fail(f"unknown option '{rest[0]}'", 2)
+    if args.grad_accum < 1:
+        fail(f"--grad-accum {args.grad_accum}: need at least 1", 2)
     return args
 
 
@@ -176,9 +180,11 @@ def main():
         # index operation: what DataLoader(drop_last=True) yields, without
         # collating 64 single samples per step in Python.
         order = torch.tensor(list(sampler))
-        for k in range(len(order) // a.batch_size):
-            idx = order[k * a.batch_size:(k + 1) * a.batch_size]
-            yield train.tensors[0][idx], train.tensors[1][idx]
+        per_step = a.batch_size * a.grad_accum
+        for k in range(len(order) // per_step):
+            micro = [order[k * per_step + m * a.batch_size:k * per_step + (m + 1) * a.batch_size]
+                     for m in range(a.grad_accum)]
+            yield [(train.tensors[0][idx], train.tensors[1][idx]) for idx in micro]
     test_sampler = torch.utils.data.distributed.DistributedSampler(test, world, rank, shuffle=False)
     test_idx = torch.tensor(list(test_sampler))
 
@@ -196,7 +202,7 @@ def main():
     else:
         opt = torch.optim.AdamW(net.parameters(), lr=base_lr, weight_decay=a.weight_decay)
     loss_fn = torch.nn.CrossEntropyLoss()
-    steps_per_epoch = len(sampler) // a.batch_size
+    steps_per_epoch = len(sampler) // (a.batch_size * a.grad_accum)
     total = steps_per_epoch * a.epochs
     if a.max_steps:
         total = min(total, a.max_steps)
@@ -212,7 +218,7 @@ def main():
 
     emit(type="run", system="pytorch-ddp", instances=world, threads=torch.get_num_threads(), model=a.model,
          params=params, batch_per_instance=a.batch_size, torch=torch.__version__, first_step=0,
-         precision="bf16" if a.precision == "bf16" else "f32")
+         precision="bf16" if a.precision == "bf16" else "f32", **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}))
 
     best, last_acc, reached = 0.0, float("nan"), {}
 
@@ -249,7 +255,7 @@ def main():
     last_eval = -1
     for epoch in range(a.epochs):
         sampler.set_epoch(epoch)
-        for x, y in batches():
+        for micro in batches():
             if step >= total:
                 done = True
                 break
@@ -257,28 +263,30 @@ def main():
             for g in opt.param_groups:
                 g["lr"] = lr_at(a, step, total, base_lr)
             opt.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-                out = net(x)
-                loss = loss_fn(out, y)
-            loss.backward()
+            for m, (x, y) in enumerate(micro):
+                with (net.no_sync() if m < len(micro) - 1 else contextlib.nullcontext()):
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                        out = net(x)
+                        loss = loss_fn(out, y)
+                    (loss / len(micro)).backward()
+                loss_sum += float(loss) / len(micro)
+                correct += float((out.argmax(1) == y).float().mean()) / len(micro)
             if a.clip_norm:
                 torch.nn.utils.clip_grad_norm_(net.parameters(), a.clip_norm)
             opt.step()
             compute += time.perf_counter() - t0
-            loss_sum += float(loss)
-            correct += float((out.argmax(1) == y).float().mean())
             step += 1
             interval_steps += 1
             if step % a.log_every == 0 or step == total:
                 span = time.perf_counter() - interval_start
                 emit(type="train", step=step, epoch=round(epoch + (step - epoch * steps_per_epoch) / steps_per_epoch, 4),
                      loss=round(loss_sum / interval_steps, 6), accuracy=round(correct / interval_steps, 5),
-                     lr=opt.param_groups[0]["lr"], samples_per_s=round(interval_steps * world * a.batch_size / span, 1),
+                     lr=opt.param_groups[0]["lr"], samples_per_s=round(interval_steps * world * a.batch_size * a.grad_accum / span, 1),
                      time_s=round(time.perf_counter() - start, 3), compute_s=round(compute - hook.seconds, 4),
                      allreduce_s=round(hook.seconds, 4))
                 if rank == 0 and not a.quiet:
                     print(f"step {step}/{total} loss {loss_sum / interval_steps:.4f} "
-                          f"{interval_steps * world * a.batch_size / span:.0f} samples/s", flush=True)
+                          f"{interval_steps * world * a.batch_size * a.grad_accum / span:.0f} samples/s", flush=True)
                 compute = loss_sum = correct = 0.0
                 interval_steps, hook.seconds = 0, 0.0
                 interval_start = time.perf_counter()
@@ -301,12 +309,12 @@ def main():
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     emit(type="summary", steps=step, instances=world, batch_per_instance=a.batch_size,
          total_s=round(time.perf_counter() - start, 3), train_s=round(train_s, 3),
-         samples_per_s=round(step * world * a.batch_size / train_s, 1) if train_s > 0 else 0,
+         samples_per_s=round(step * world * a.batch_size * a.grad_accum / train_s, 1) if train_s > 0 else 0,
          final_test_accuracy=round(last_acc, 5), best_test_accuracy=round(best, 5), time_to_accuracy_s=reached,
          max_rss_mb=round(rss / 1024, 1))
     if rank == 0 and not a.quiet:
         print(json.dumps({"type": "summary", "system": "pytorch-ddp", "model": a.model, "instances": world,
-                          "steps": step, "samples_per_s": step * world * a.batch_size / train_s}), flush=True)
+                          "steps": step, "samples_per_s": step * world * a.batch_size * a.grad_accum / train_s}), flush=True)
     if metrics:
         metrics.close()
     # Everyone is done once all pass this barrier.  Exit without tearing the
