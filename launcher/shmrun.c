@@ -80,6 +80,8 @@ static void usage(FILE *f)
 "      --target-accuracy A | --target-loss L   report the time to reach it\n"
 "      --compare-torch[=SCRIPT]  also run PyTorch DDP under the same plans\n"
 "      --sweep-precisions LIST   each setting once per precision (fp32,bf16), side by side\n"
+"      --sweep-global-batch G    every setting trains G samples a step: --grad-accum G / (N x\n"
+"                                the job's --batch-size), so settings differ in speed only\n"
 "  -h, --help                    this text;  --version  the version\n"
 "\n"
 "Each instance gets SHMTRAIN_RANK, SHMTRAIN_WORLD_SIZE, SHMTRAIN_LOCAL_RANK,\n"
@@ -128,7 +130,7 @@ static struct options parse(int argc, char **argv)
 {
     enum { O_CORES = 256, O_NODES, O_LOGICAL, O_NOCROSS, O_BIND, O_XML, O_SYNTH, O_ALLOWED, O_DRY,
            O_JSON, O_JOB, O_LOGDIR, O_TEE, O_QUIET, O_RESTARTS, O_GRACE, O_VERSION, O_REPORT, O_SWEEP,
-           O_REPEATS, O_PRECISIONS, O_SWEEPOUT, O_TARGET, O_TARGET_LOSS, O_TORCH, O_OVERSUB, O_STALL, O_HOSTS, O_PRINT_MPIRUN };
+           O_REPEATS, O_PRECISIONS, O_GLOBAL_BATCH, O_SWEEPOUT, O_TARGET, O_TARGET_LOSS, O_TORCH, O_OVERSUB, O_STALL, O_HOSTS, O_PRINT_MPIRUN };
     static const struct option longopts[] = {
         {"ninstances", required_argument, 0, 'n'}, {"ncores-per-instance", required_argument, 0, 'c'},
         {"cores-list", required_argument, 0, O_CORES}, {"nodes-list", required_argument, 0, O_NODES},
@@ -140,7 +142,7 @@ static struct options parse(int argc, char **argv)
         {"tee-all", no_argument, 0, O_TEE}, {"quiet", no_argument, 0, O_QUIET},
         {"max-restarts", required_argument, 0, O_RESTARTS}, {"grace", required_argument, 0, O_GRACE},
         {"report", required_argument, 0, O_REPORT}, {"sweep", required_argument, 0, O_SWEEP},
-        {"repeats", required_argument, 0, O_REPEATS}, {"sweep-precisions", required_argument, 0, O_PRECISIONS}, {"sweep-out", required_argument, 0, O_SWEEPOUT},
+        {"repeats", required_argument, 0, O_REPEATS}, {"sweep-precisions", required_argument, 0, O_PRECISIONS}, {"sweep-global-batch", required_argument, 0, O_GLOBAL_BATCH}, {"sweep-out", required_argument, 0, O_SWEEPOUT},
         {"target-accuracy", required_argument, 0, O_TARGET}, {"target-loss", required_argument, 0, O_TARGET_LOSS},
         {"compare-torch", optional_argument, 0, O_TORCH},
         {"oversubscribe", no_argument, 0, O_OVERSUB}, {"stall-timeout", required_argument, 0, O_STALL},
@@ -197,6 +199,7 @@ static struct options parse(int argc, char **argv)
         case O_SWEEP: o.sweep.spec = optarg; o.sweeping = true; break;
         case O_REPEATS: o.sweep.repeats = whole_number("--repeats", optarg, 1); break;
         case O_PRECISIONS: o.sweep.precisions = optarg; break;
+        case O_GLOBAL_BATCH: o.sweep.global_batch = whole_number("--sweep-global-batch", optarg, 1); break;
         case O_SWEEPOUT: o.sweep.out_dir = optarg; break;
         case O_TARGET:
         case O_TARGET_LOSS: {
@@ -241,9 +244,9 @@ static struct options parse(int argc, char **argv)
     if (o.topo_kind != ST_TOPO_MACHINE && !o.dry_run)
         bad_flag("--topology-xml/--synthetic describe another machine: add --dry-run");
     if (!o.sweeping && (o.sweep.out_dir || o.sweep.target.value > 0 || o.sweep.compare_torch || o.sweep.repeats != 3 ||
-                        o.sweep.precisions))
-        bad_flag("--repeats, --sweep-out, --target-accuracy, --target-loss, --compare-torch and --sweep-precisions "
-                 "go with --sweep");
+                        o.sweep.precisions || o.sweep.global_batch))
+        bad_flag("--repeats, --sweep-out, --target-accuracy, --target-loss, --compare-torch, --sweep-precisions "
+                 "and --sweep-global-batch go with --sweep");
     if (o.sweeping && (o.req.ninstances || o.req.cores_per_instance))
         bad_flag("--sweep names the settings itself: drop -n/-c");
     if (o.sweeping && (o.json || o.report || o.max_restarts || o.job_id || o.tee_all))

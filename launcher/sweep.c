@@ -155,6 +155,24 @@ int sweep_expand_precisions(struct sweep_setting *s, int n, int max, const char 
     return n * np;
 }
 
+int sweep_hold_global_batch(struct sweep_setting *s, int n, long global, long micro, char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++) {
+        const long per = (long)s[i].instances * micro;
+        if (micro < 1 || per < 1 || global % per) {
+            snprintf(err, errlen, "--sweep-global-batch %ld: setting %s runs %d instance%s x --batch-size %ld = %ld "
+                     "samples a micro-batch, which does not divide it", global, s[i].label, s[i].instances,
+                     s[i].instances == 1 ? "" : "s", micro, per);
+            return -1;
+        }
+        s[i].grad_accum = (int)(global / per);
+        const size_t len = strlen(s[i].label);
+        if (s[i].grad_accum > 1)
+            snprintf(s[i].label + len, sizeof s[i].label - len, " acc %d", s[i].grad_accum);
+    }
+    return 0;
+}
+
 int sweep_baseline(const struct sweep_setting *s, int n, int all_cores)
 {
     for (int i = 0; i < n; i++)
@@ -276,7 +294,9 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
         switch (st_metrics_parse(buf, &rec)) {
         case ST_RECORD_RUN:
             instances = rec.u.run.instances > 0 ? rec.u.run.instances : NAN;
-            batch = rec.u.run.batch_per_instance > 0 ? rec.u.run.batch_per_instance : NAN;
+            batch = rec.u.run.batch_per_instance > 0  /* samples a step per instance: every micro-batch */
+                        ? rec.u.run.batch_per_instance * (rec.u.run.grad_accum > 1 ? rec.u.run.grad_accum : 1)
+                        : NAN;
             first_step = prev_step = (double)rec.u.run.first_step;
             snprintf(r->precision, sizeof r->precision, "%s", rec.u.run.precision);
             note_versions(&rec.u.run, v);

@@ -33,6 +33,7 @@ struct sweep_setting {
     char label[32];          /* "2x16", or "2x16 bf16" with a precision */
     bool added_baseline;     /* not asked for: the 1 x all-cores reference */
     char precision[8];       /* "fp32" or "bf16" to pass as --precision; "" = the command's own */
+    int grad_accum;          /* --sweep-global-batch: to pass as --grad-accum; 0 = the command's own */
 };
 
 /* Items of a comma-separated spec: NxC, or all (1 x all cores), numa (one
@@ -52,6 +53,15 @@ int sweep_finalize(struct sweep_setting *s, int n, int max, int all_cores);
  * of both side by side in one report.  Returns the new count, or -1 with
  * a one-line message in err (an unknown precision, or more than max). */
 int sweep_expand_precisions(struct sweep_setting *s, int n, int max, const char *list, char *err, size_t errlen);
+
+/* --sweep-global-batch G: every setting trains with G samples a step, as
+ * nanoGPT's train.py divides its gradient accumulation by the world size:
+ * instances x `micro` (the program's --batch-size) x grad_accum = G, the
+ * label gaining " acc N" where N > 1.  So settings differ in speed only,
+ * not in what they learn (the same samples each step, up to round-off).
+ * Returns 0, or -1 with a one-line message in err when a setting's
+ * instances x micro does not divide G. */
+int sweep_hold_global_batch(struct sweep_setting *s, int n, long global, long micro, char *err, size_t errlen);
 
 /* The index of the 1 x all-cores setting, or -1. */
 int sweep_baseline(const struct sweep_setting *s, int n, int all_cores);

@@ -102,6 +102,26 @@ static bool has_flag(char **argv, const char *flag)
     return false;
 }
 
+/* The program's `--flag N` or `--flag=N` (the last one given), or 0. */
+static long flag_number(char **argv, const char *flag)
+{
+    const size_t n = strlen(flag);
+    long v = 0;
+    for (char **a = argv; a && *a; a++) {
+        const char *text = NULL;
+        if (!strcmp(*a, flag) && a[1])
+            text = a[1];
+        else if (!strncmp(*a, flag, n) && (*a)[n] == '=')
+            text = *a + n + 1;
+        char *end;
+        if (text) {
+            const long x = strtol(text, &end, 10);
+            v = *end || end == text ? 0 : x;
+        }
+    }
+    return v;
+}
+
 static const char *find_torch_script(const char *asked)
 {
     static char found[1024];
@@ -194,6 +214,11 @@ static int plan_settings(const st_topo *t, const struct sweep_job *j, struct swe
         fprintf(stderr, "shmrun: %s\n", err);
         return -1;
     }
+    if (j->global_batch && sweep_hold_global_batch(s, *ns, j->global_batch, flag_number(j->argv, "--batch-size"),
+                                                   err, sizeof err) < 0) {
+        fprintf(stderr, "shmrun: %s\n", err);
+        return -1;
+    }
     return 0;
 }
 
@@ -224,7 +249,7 @@ static int print_plans(const st_topo *t, const struct sweep_job *j, const struct
 struct run_paths { char dir[1024], job[96], report[1100], metrics[1300], checkpoint[1100]; };
 
 static void child_argv(const struct sweep_job *j, const struct sweep_setting *st, int system, const char *torch,
-                       const struct run_paths *rp, const char *self, char **out, char num[2][16])
+                       const struct run_paths *rp, const char *self, char **out, char num[3][16])
 {
     int k = 0;
     snprintf(num[0], 16, "%d", st->instances);
@@ -255,6 +280,11 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
     if (st->precision[0]) {  /* --sweep-precisions: both systems take the flag */
         out[k++] = "--precision";
         out[k++] = (char *)st->precision;
+    }
+    if (st->grad_accum > 1) {  /* --sweep-global-batch: both systems too */
+        snprintf(num[2], 16, "%d", st->grad_accum);
+        out[k++] = "--grad-accum";
+        out[k++] = num[2];
     }
     if (system == SWEEP_SHMTRAIN && !has_flag(j->argv, "--checkpoint")) {
         out[k++] = "--checkpoint";
@@ -301,7 +331,7 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
         snprintf(r->error, sizeof r->error, "cannot create %.120s: %.60s", rp.dir, strerror(errno));
         return;
     }
-    char *argv[256], num[2][16];
+    char *argv[256], num[3][16];
     child_argv(j, st, slot->system, torch, &rp, self, argv, num);
     int rc = run_child(argv);
     char *report = slurp_file(rp.report), *metrics = slurp_file(rp.metrics);
@@ -428,6 +458,15 @@ static int check_job(const struct sweep_job *j)
     static const char *refused[] = {"--metrics", "--resume", "--checkpoint-every", NULL};
     if (j->precisions && has_flag(j->argv, "--precision")) {
         fprintf(stderr, "shmrun: --sweep-precisions: the program's own --precision would contradict it\n");
+        return -1;
+    }
+    if (j->global_batch && has_flag(j->argv, "--grad-accum")) {
+        fprintf(stderr, "shmrun: --sweep-global-batch: the program's own --grad-accum would contradict it\n");
+        return -1;
+    }
+    if (j->global_batch && flag_number(j->argv, "--batch-size") < 1) {
+        fprintf(stderr, "shmrun: --sweep-global-batch: give the program's --batch-size (the micro-batch each "
+                        "instance runs)\n");
         return -1;
     }
     for (const char **f = refused; *f; f++)

@@ -22,6 +22,7 @@ struct sweep_job {
     bool compare_torch;            /* --compare-torch */
     const char *torch_script;      /* NULL: the installed or source-tree torch_ddp.py */
     const char *precisions;        /* --sweep-precisions "fp32,bf16"; NULL: the command's own */
+    int global_batch;              /* --sweep-global-batch: samples a step in every setting; 0: the command's */
     bool dry_run;
     char **argv;                   /* the program and its arguments */
     st_plan_request req;           /* partitioning flags other than -n/-c */

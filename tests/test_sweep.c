@@ -201,6 +201,33 @@ static void test_precisions_expand(void **state)
     assert_int_equal(sweep_expand_precisions(s, 4, 6, "fp32,bf16", err, sizeof err), -1);  /* 8 > 6 */
 }
 
+/* --sweep-global-batch: each setting's --grad-accum makes instances x
+ * micro-batch x N the same global batch; a setting that cannot is named. */
+static void test_global_batch_held(void **state)
+{
+    (void)state;
+    struct sweep_setting s[3];
+    memset(s, 0, sizeof s);
+    s[0] = (struct sweep_setting){.instances = 1, .cores = 2, .label = "1x2"};
+    s[1] = (struct sweep_setting){.instances = 2, .cores = 1, .label = "2x1"};
+    s[2] = (struct sweep_setting){.instances = 4, .cores = 1, .label = "4x1 bf16"};
+    char err[200] = "";
+    assert_int_equal(sweep_hold_global_batch(s, 3, 48, 12, err, sizeof err), 0);
+    const int accum[3] = {4, 2, 1};
+    const char *labels[3] = {"1x2 acc 4", "2x1 acc 2", "4x1 bf16"};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(s[i].grad_accum, accum[i]);
+        assert_int_equal(s[i].instances * 12 * s[i].grad_accum, 48);
+        assert_string_equal(s[i].label, labels[i]);
+    }
+    s[0] = (struct sweep_setting){.instances = 1, .cores = 2, .label = "1x2"};
+    s[1] = (struct sweep_setting){.instances = 2, .cores = 1, .label = "2x1"};
+    assert_int_equal(sweep_hold_global_batch(s, 2, 36, 12, err, sizeof err), -1);
+    assert_string_equal(err, "--sweep-global-batch 36: setting 2x1 runs 2 instances x --batch-size 12 = 24 samples "
+                             "a micro-batch, which does not divide it");
+    assert_int_equal(sweep_hold_global_batch(s, 1, 24, 0, err, sizeof err), -1);  /* no micro-batch given */
+}
+
 static void test_order_interleaves(void **state)
 {
     (void)state;
@@ -258,6 +285,17 @@ static void test_read_metrics_steady_state(void **state)
 
     assert_int_equal(sweep_read_metrics(METRICS, ACCURACY(0.9), &r, &v), 0);
     assert_true(isnan(r.time_to_target_s));
+
+    /* With --grad-accum 2 a step is twice the samples (the records count
+     * every micro-batch): the same rates are steps twice as long. */
+    char accum[4096];
+    const char *cut = strstr(METRICS, "\"first_step\":0}");
+    assert_non_null(cut);
+    snprintf(accum, sizeof accum, "%.*s\"first_step\":0,\"grad_accum\":2}%s", (int)(cut - METRICS), METRICS,
+             cut + strlen("\"first_step\":0}"));
+    assert_int_equal(sweep_read_metrics(accum, ACCURACY(0.85), &r, &v), 0);
+    assert_close(r.samples_per_s, 25600 / 1.5);
+    assert_close(r.step_ms, 15.0);
 
     /* A language model's target is a loss, reached from above; its curve is the loss. */
     assert_int_equal(sweep_read_metrics(METRICS, LOSS(0.5), &r, &v), 0);
@@ -585,6 +623,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_spec_errors),
         cmocka_unit_test(test_finalize_merges_and_adds_the_baseline),
         cmocka_unit_test(test_precisions_expand),
+        cmocka_unit_test(test_global_batch_held),
         cmocka_unit_test(test_order_interleaves),
         cmocka_unit_test(test_read_metrics_steady_state),
         cmocka_unit_test(test_read_metrics_refuses_incomplete_runs),

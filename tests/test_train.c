@@ -898,6 +898,51 @@ static void test_sweep_end_to_end(void **state)
 
 /* Ctrl-C in a sweep: the running gang stops, the runs so far are reported,
  * exit 130, nothing left in /dev/shm. */
+/* --sweep-global-batch: 1x1 and 1x2 accumulate two micro-batches of 16,
+ * 2x1 runs one on each instance: the same 32 images a step everywhere, so
+ * every setting ends with the same model: its test loss the same up to
+ * round-off (~1e-6; sweep.json shows 4 decimals, so 3e-4 allows the last
+ * digit), where a 1x1 run of batch 16 alone ended 0.0012 away. */
+static void test_sweep_global_batch(void **state)
+{
+    (void)state;
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+        printf("one CPU: no 2x1 setting to compare\n");
+        return;
+    }
+    char out[300];
+    struct data_files d = synthetic_files();
+    path_of(out, sizeof out, "sweep-global");
+    char *argv[] = {(char *)tr_shmrun, "--sweep", "1x1,2x1", "--repeats", "1", "--sweep-out", out,
+                    "--sweep-global-batch", "32", "--", (char *)tr_shmtrain, "--model", "mlp", "--train-images",
+                    d.tri, "--train-labels", d.trl, "--test-images", d.tei, "--test-labels", d.tel, "--batch-size",
+                    "16", "--max-steps", "30", "--momentum", "0", "--lr", "0.02", "--log-every", "10", "--quiet",
+                    NULL};
+    struct child_run r = run_argv(argv, 0);
+    if (r.code != 0)
+        fail_msg("sweep failed (%d): %s", r.code, r.err);
+    char path[400];
+    snprintf(path, sizeof path, "%s/sweep.json", out);
+    char *json = slurp_or_empty(path);
+    const char *settings[] = {"\"setting\":\"1x1 acc 2\"", "\"setting\":\"1x2 acc 2\"", "\"setting\":\"2x1\""};
+    double loss[3];
+    for (int i = 0; i < 3; i++) {
+        const char *run = strstr(json, "\"runs\"");
+        run = run ? strstr(run, settings[i]) : NULL;
+        const char *at = run ? strstr(run, "\"final_loss\":") : NULL;
+        if (!at)
+            fail_msg("no run %s with a final loss in:\n%s", settings[i], json);
+        loss[i] = atof(at + strlen("\"final_loss\":"));
+        assert_true(loss[i] > 0);
+    }
+    printf("final test losses: 1x1 acc 2 %.4f, 1x2 acc 2 %.4f, 2x1 %.4f\n", loss[0], loss[1], loss[2]);
+    for (int i = 1; i < 3; i++)
+        if (fabs(loss[i] - loss[0]) > 3e-4)
+            fail_msg("final test losses %.4f %.4f %.4f: not the same training", loss[0], loss[1], loss[2]);
+    free(json);
+    child_run_free(&r);
+}
+
 static void test_sweep_interrupted(void **state)
 {
     (void)state;
@@ -989,6 +1034,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_metrics_file),
         cmocka_unit_test(test_converges_on_fashion_mnist),
         cmocka_unit_test(test_sweep_end_to_end),
+        cmocka_unit_test(test_sweep_global_batch),
         cmocka_unit_test(test_sweep_interrupted),
         cmocka_unit_test(test_sweep_reports_failed_runs),
     };
