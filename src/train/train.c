@@ -621,15 +621,18 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
     if (st == ST_OK) {
         open_metrics(&t);
         run_record(&t);
+        char accum[40] = "";
+        if (t.accum_steps > 1)
+            snprintf(accum, sizeof accum, " x %d micro-batches", t.accum_steps);
         if (t.rank == 0 && !o->quiet && t.text) {
-            printf("shmtrain: %d instance%s x batch %d x context %d, model %s (%zu parameters), %zu training / "
-                   "%zu validation tokens, vocabulary %d\n", t.world, t.world == 1 ? "" : "s", o->batch, t.context,
+            printf("shmtrain: %d instance%s x batch %d%s x context %d, model %s (%zu parameters), %zu training / "
+                   "%zu validation tokens, vocabulary %d\n", t.world, t.world == 1 ? "" : "s", o->batch, accum, t.context,
                    o->model, t.P, st_text_tokens_in(t.text, ST_TEXT_TRAIN), st_text_tokens_in(t.text, ST_TEXT_VAL),
                    st_text_vocab(t.text));
             fflush(stdout);
         } else if (t.rank == 0 && !o->quiet) {
-            printf("shmtrain: %d instance%s x batch %d, model %s (%zu parameters), %zu training / %zu test samples\n",
-                   t.world, t.world == 1 ? "" : "s", o->batch, o->model, t.P, st_dataset_size(t.train),
+            printf("shmtrain: %d instance%s x batch %d%s, model %s (%zu parameters), %zu training / %zu test samples\n",
+                   t.world, t.world == 1 ? "" : "s", o->batch, accum, o->model, t.P, st_dataset_size(t.train),
                    st_dataset_size(t.test));
             fflush(stdout);
         }
