@@ -206,6 +206,15 @@ static void test_gradient_accumulation(void **state)
         apart = fmax(apart, fabs((double)half.params[i] - whole.params[i]));
     assert_true(apart > 1e-3);
     assert_false(metrics_say("grad_accum"));  /* one micro-batch: the record says nothing */
+
+    /* stopped and resumed, it continues where it was: the same bits as straight through */
+    st_ckpt_free(&half);
+    half = lm_ckpt(1, "acc-r.ckpt", (char *[]){"--max-steps", "20", "--grad-accum", "2", NULL}, "1 x 8 x 2, 20 steps");
+    st_ckpt_free(&half);
+    half = lm_ckpt(1, "acc-r.ckpt", (char *[]){"--max-steps", "50", "--grad-accum", "2", "--resume", NULL},
+                   "1 x 8 x 2, resumed");
+    assert_int_equal(half.step, 50);
+    assert_memory_equal(half.params, one.params, one.nparams * sizeof(float));
     struct child_run bad = lm(0, "bad.ckpt", (char *[]){"--grad-accum", "0", NULL});  /* no launcher: its own exit status */
     assert_int_equal(bad.code, 2);
     assert_non_null(strstr(bad.err, "--grad-accum"));
