@@ -167,6 +167,7 @@ struct dn_options {
     bool onednn_pool;    /* SHMTRAIN_ONEDNN_POOL: oneDNN's pooling instead of maxpool2.c */
     bool verbose;        /* SHMTRAIN_NN_VERBOSE: print reorders, fallbacks and kernels */
     bool bf16_any_isa;   /* SHMTRAIN_BF16_ANY_ISA: bf16 layers take whatever kernel oneDNN has */
+    bool seq_ip;         /* SHMTRAIN_ONEDNN_SEQ_IP: linear layers on sequences as inner products */
 };
 
 struct onednn_net {
@@ -268,6 +269,8 @@ st_status dn_build_ln(st_net *n, int j);
 st_status dn_build_attention(st_net *n, int j);
 st_status dn_build_gelu(st_net *n, int j);
 st_status dn_build_head(st_net *n, int j);
+bool dn_seq_linear_fits(const st_net *n, const struct xnode *x);
+st_status dn_build_seq_linear(st_net *n, int j);
 void dn_seq_free(struct dn_seq_state *s);
 
 #endif

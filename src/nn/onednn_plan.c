@@ -56,6 +56,7 @@ static st_status onednn_build(st_net *n)
         .onednn_pool = getenv("SHMTRAIN_ONEDNN_POOL") != NULL,
         .verbose = getenv("SHMTRAIN_NN_VERBOSE") != NULL,
         .bf16_any_isa = getenv("SHMTRAIN_BF16_ANY_ISA") != NULL,
+        .seq_ip = getenv("SHMTRAIN_ONEDNN_SEQ_IP") != NULL,
     };
     /* No emulated crawl: oneDNN 2.6 runs bf16 on AVX-512 without BF16 by
      * emulation, and not at all below it. */

@@ -392,6 +392,8 @@ static st_status mark_precision(struct xnode *x, const struct weights_build *b)
 st_status dn_build_weights(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
+    if (dn_seq_linear_fits(n, x))
+        return dn_build_seq_linear(n, j);
     struct weights_build b = {.dt = x->dn->bf16 ? dnnl_bf16 : dnnl_f32};
     dn_weights_dims(n, x, &b.w);
     OK(dn_plain_md(n, &b.bias_md, 1, b.w.bias));
