@@ -332,7 +332,14 @@ def main():
           "samples_per_s": round(sps, 1), "tokens_per_s": round(sps * t, 1), "precision": a.precision,
           "final_test_accuracy": round(last_acc, 5), "best_test_accuracy": round(best_acc, 5)})
     if world > 1:
-        dist.destroy_process_group()
+        # Everyone is done once all pass this barrier.  Exit without tearing
+        # the group down: PyTorch 1.13's ProcessGroupGloo destructor can
+        # deadlock (it joins a gloo thread that waits for the GIL it holds),
+        # seen here leaving rank 1 asleep after rank 0 had exited.
+        dist.barrier()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":
