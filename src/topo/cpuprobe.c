@@ -130,9 +130,12 @@ st_status st_cpu_probe(const int *cpus, int n, double seconds, double *gflops)
             child(spawned, cpus[spawned], seconds, start[0], report[1]);
         }
     }
-    close_fd(&start[0]);
     close_fd(&report[1]);
-    /* One byte each lets them all start together (none is still forking). */
+    /* One byte each lets them all start together (none is still forking).
+     * The parent holds the start pipe's read end until then: a child that
+     * could not pin itself exits without reading, and with every reader
+     * gone the write would raise SIGPIPE and kill the caller (seen in CI,
+     * and within 2000 probes of an absent CPU). */
     char go[256];
     memset(go, 1, sizeof go);
     for (int left = n; left > 0;) {
@@ -143,6 +146,7 @@ st_status st_cpu_probe(const int *cpus, int n, double seconds, double *gflops)
         }
         left -= (int)w;
     }
+    close_fd(&start[0]);
     for (int i = 0; i < n; i++) {
         struct report r;
         if (read(report[0], &r, sizeof r) != (ssize_t)sizeof r || r.index < 0 || r.index >= n || !(r.gflops > 0)) {
