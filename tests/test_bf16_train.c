@@ -55,18 +55,6 @@ static struct child_run train_small(int ranks, const char *ckpt, const char *pre
     return r;
 }
 
-static double max_abs_diff(const st_ckpt *a, const st_ckpt *b, double *scale)
-{
-    assert_int_equal(a->nparams, b->nparams);
-    double worst = 0;
-    *scale = 0;
-    for (size_t i = 0; i < a->nparams; i++) {
-        worst = fmax(worst, fabs((double)a->params[i] - b->params[i]));
-        *scale = fmax(*scale, fabs(b->params[i]));
-    }
-    return worst;
-}
-
 /* --precision bf16 on a CPU without native bf16: one line naming the flag
  * and the ISA, exit 2, no checkpoint. */
 static void test_gate(void **state)
@@ -108,7 +96,7 @@ static void test_learns_like_fp32(void **state)
     st_ckpt cb = read_ckpt("learn-bf16.ckpt"), cf = read_ckpt("learn-fp32.ckpt");
     if (!(cb.best_accuracy > 0.8 && fabs(cb.best_accuracy - cf.best_accuracy) <= 0.05))
         fail_msg("bf16 reached %.3f test accuracy, fp32 %.3f", cb.best_accuracy, cf.best_accuracy);
-    double scale, worst = max_abs_diff(&cb, &cf, &scale);
+    double scale, worst = ckpt_max_abs_diff(&cb, &cf, &scale);
     /* 150 steps of updates from gradients 2^-7-close: near, and not equal
      * (equal bits would mean no bf16 ran) */
     print_message("150 steps: test accuracy bf16 %.4f, fp32 %.4f; parameters %.3g apart (largest %.3g)\n",
@@ -153,7 +141,7 @@ static void test_two_ranks_equal_one_with_double_batch(void **state)
     struct child_run b = train_small(1, "whole.ckpt", "bf16", (char *[]){"--batch-size", "32", "--max-steps", "50",
                                                                          "--momentum", "0", NULL});
     st_ckpt ca = read_ckpt("half.ckpt"), cb = read_ckpt("whole.ckpt");
-    double scale, worst = max_abs_diff(&ca, &cb, &scale);
+    double scale, worst = ckpt_max_abs_diff(&ca, &cb, &scale);
     print_message("2 x 16 vs 1 x 32, 50 steps: parameters %.3g apart (largest %.3g)\n", worst, scale);
     if (!(worst < 1e-3 * scale))
         fail_msg("2 x 16 and 1 x 32 in bf16 differ by %.3g (scale %.3g) after 50 steps", worst, scale);

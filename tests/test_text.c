@@ -154,12 +154,7 @@ static st_ckpt lm_ckpt(int n, const char *ckpt, char *const extra[], const char 
 static void assert_same_training(const st_ckpt *a, const st_ckpt *b, const char *what)
 {
     assert_int_equal(a->step, b->step);
-    assert_int_equal(a->nparams, b->nparams);
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < a->nparams; i++) {
-        worst = fmax(worst, fabs((double)a->params[i] - b->params[i]));
-        scale = fmax(scale, fabs(b->params[i]));
-    }
+    double scale, worst = ckpt_max_abs_diff(a, b, &scale);
     if (!(worst < 2e-4 * scale))
         fail_msg("%s: parameters differ by %.3g (scale %.3g) after %llu steps", what, worst, scale,
                  (unsigned long long)a->step);
@@ -201,10 +196,8 @@ static void test_gradient_accumulation(void **state)
     assert_memory_equal(buckets.params, two.params, two.nparams * sizeof(float));
     /* and not by accident: one micro-batch of 8 is another training */
     st_ckpt half = lm_ckpt(1, "acc8.ckpt", (char *[]){"--max-steps", "50", NULL}, "1 x 8");
-    double apart = 0;
-    for (size_t i = 0; i < half.nparams; i++)
-        apart = fmax(apart, fabs((double)half.params[i] - whole.params[i]));
-    assert_true(apart > 1e-3);
+    double scale;
+    assert_true(ckpt_max_abs_diff(&half, &whole, &scale) > 1e-3);
     assert_false(metrics_say("grad_accum"));  /* one micro-batch: the record says nothing */
 
     /* stopped and resumed, it continues where it was: the same bits as straight through */

@@ -247,11 +247,7 @@ static void test_two_instances_equal_one_with_double_batch(void **state)
     assert_int_equal(cc.epoch_pos, cb.epoch_pos);
     const st_ckpt *others[] = {&ca, &cc};
     for (int k = 0; k < 2; k++) {
-        double worst = 0, scale = 0;
-        for (size_t i = 0; i < cb.nparams; i++) {
-            worst = fmax(worst, fabs((double)others[k]->params[i] - cb.params[i]));
-            scale = fmax(scale, fabs(cb.params[i]));
-        }
+        double scale, worst = ckpt_max_abs_diff(others[k], &cb, &scale);
         if (!(worst < 1e-4 * scale + 1e-6))
             fail_msg("%s: parameters differ by %.3g (scale %.3g) after 50 steps", k ? "1 x 16 x 2" : "2 x 16",
                      worst, scale);
@@ -574,12 +570,7 @@ static void test_bf16_gradient_exchange(void **state)
     assert_non_null(strstr(m, "\"allreduce_dtype\":\"f32\""));
     free(m);
     st_ckpt cb = read_ckpt("bf16.ckpt"), cf = read_ckpt("fp32.ckpt");
-    assert_int_equal(cb.nparams, cf.nparams);
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < cb.nparams; i++) {
-        worst = fmax(worst, fabs((double)cb.params[i] - cf.params[i]));
-        scale = fmax(scale, fabs(cf.params[i]));
-    }
+    double scale, worst = ckpt_max_abs_diff(&cb, &cf, &scale);
     /* bf16 keeps 8 bits: each step's gradient moves by up to 2^-9 of itself,
      * and 200 steps of lr 0.05 add it up; equal bits would mean no bf16. */
     if (!(worst > 0 && worst < 0.05 * scale))

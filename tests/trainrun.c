@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -180,6 +181,18 @@ st_ckpt read_ckpt(const char *name)
     if (st_ckpt_read(path, &c) != ST_OK)
         fail_msg("%s", st_last_error());
     return c;
+}
+
+double ckpt_max_abs_diff(const st_ckpt *a, const st_ckpt *b, double *scale)
+{
+    assert_int_equal(a->nparams, b->nparams);
+    double worst = 0;
+    *scale = 0;
+    for (size_t i = 0; i < a->nparams; i++) {
+        worst = fmax(worst, fabs((double)a->params[i] - b->params[i]));
+        *scale = fmax(*scale, fabs(b->params[i]));
+    }
+    return worst;
 }
 
 

@@ -48,5 +48,8 @@ void assert_no_sweep_segments(void);
  * --metrics metrics.jsonl --quiet <extra...> (a later --model wins). */
 struct child_run train(int n, const char *ckpt, char *const extra[], double interrupt_after);
 st_ckpt read_ckpt(const char *name);
+/* The largest |a - b| over the parameters (same count asserted), and in
+ * *scale the largest |b|. */
+double ckpt_max_abs_diff(const st_ckpt *a, const st_ckpt *b, double *scale);
 
 #endif
