@@ -5,8 +5,10 @@
  * Lists every matrix product of one training step of MODEL (a language
  * model: its linear layers and head forward, backward-data and
  * backward-weights, attention's six per sample and head), times each shape
- * alone with dnnl_sgemm at N threads (attention's small ones on one thread,
- * as the engine runs them, divided by N), and prints the step's matmul
+ * alone as the engine computes it: dnnl_sgemm at N threads, and attention's
+ * products with causal.c's kernels on one thread (as the engine runs them,
+ * divided by N; they compute the lower triangle, t (t + 1) / 2 of the t^2
+ * scores, and the FLOPs counted are those), and prints the step's matmul
  * FLOPs, the time they take at those measured rates (the bound: the step
  * cannot be faster than its matrix products), a 1024^3 product's rate for
  * reference, and the engine's whole step timed the same way, so
@@ -28,22 +30,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "causal.h"
 #include "model.h"
 #include "step_rig.h"
+
+/* Attention's products, by the causal.c kernel that computes them. */
+enum causal_kind { SGEMM, SCORES, MIX, MIX_T };
 
 struct product {
     const char *what;
     char ta, tb;
     long m, n, k, count;   /* count: how many per step */
     bool serial;           /* run per sample and head on one thread each */
+    enum causal_kind causal; /* SGEMM: the whole m x n x k; else t = m, d = n, the lower triangle */
 };
+
+static double product_flops(const struct product *p)
+{
+    if (p->causal == SGEMM)
+        return 2.0 * p->m * p->n * p->k;
+    return 2.0 * (p->m * (p->m + 1) / 2) * p->n;  /* t (t + 1) / 2 scores, d each */
+}
+
+static void run_causal(const struct product *p, float *a, float *b, float *c, float *scratch)
+{
+    const long t = p->m, d = p->n;
+    if (p->causal == SCORES)
+        causal_scores(c, t, d, 1.0f, a, d, b, d, scratch);
+    else if (p->causal == MIX)
+        causal_mix(c, d, a, t, d, b, d);
+    else
+        causal_mix_t(c, d, a, t, d, b, d);
+}
 
 static double time_sgemm(const struct product *p, int threads, double seconds)
 {
-    const long a_rows = p->ta == 'N' ? p->m : p->k, a_cols = p->ta == 'N' ? p->k : p->m;
-    const long b_rows = p->tb == 'N' ? p->k : p->n, b_cols = p->tb == 'N' ? p->n : p->k;
+    long a_rows = p->ta == 'N' ? p->m : p->k, a_cols = p->ta == 'N' ? p->k : p->m;
+    long b_rows = p->tb == 'N' ? p->k : p->n, b_cols = p->tb == 'N' ? p->n : p->k, c_size = p->m * p->n;
+    if (p->causal != SGEMM)  /* t x t or t x d each: room for either */
+        a_rows = b_rows = p->m, a_cols = b_cols = p->m + p->n, c_size = p->m * (p->m + p->n);
     float *a = malloc((size_t)(a_rows * a_cols) * sizeof(float)), *b = malloc((size_t)(b_rows * b_cols) * sizeof(float)),
-          *c = malloc((size_t)(p->m * p->n) * sizeof(float));
+          *c = malloc((size_t)c_size * sizeof(float));
     if (!a || !b || !c) {
         fprintf(stderr, "st-gemm-bound: out of memory\n");
         exit(1);
@@ -52,18 +79,25 @@ static double time_sgemm(const struct product *p, int threads, double seconds)
         a[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
     for (long i = 0; i < b_rows * b_cols; i++)
         b[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+    float *scratch = malloc((size_t)(p->m * p->n + 1) * sizeof(float));
+    if (!scratch) {
+        fprintf(stderr, "st-gemm-bound: out of memory\n");
+        exit(1);
+    }
     omp_set_num_threads(p->serial ? 1 : threads);
     int reps = 0;
     double t0 = rig_now(), t;
     do {
-        if (dnnl_sgemm(p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, a_cols, b, b_cols, 0.0f, c, p->n) != dnnl_success) {
+        if (p->causal != SGEMM)
+            run_causal(p, a, b, c, scratch);
+        else if (dnnl_sgemm(p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, a_cols, b, b_cols, 0.0f, c, p->n) != dnnl_success) {
             fprintf(stderr, "st-gemm-bound: dnnl_sgemm failed\n");
             exit(1);
         }
         reps++;
         t = rig_now() - t0;
     } while (reps < 3 || t < seconds);
-    free(a), free(b), free(c);
+    free(a), free(b), free(c), free(scratch);
     omp_set_num_threads(threads);
     return t / reps;
 }
@@ -77,17 +111,17 @@ static int list_products(const st_model *m, int batch, struct product *v, int ca
         const long rows = (long)batch * node_positions(nd);
         if (nd->kind == NODE_LINEAR || nd->kind == NODE_HEAD) {
             const long in = nd->kind == NODE_HEAD ? m->nodes[nd->embed].c : nd->fan_in, out = nd->c;
-            v[np++] = (struct product){"linear fwd", 'N', 'T', rows, out, in, 1, false};
-            v[np++] = (struct product){"linear bwd-data", 'N', 'N', rows, in, out, 1, false};
-            v[np++] = (struct product){"linear bwd-weights", 'T', 'N', out, in, rows, 1, false};
+            v[np++] = (struct product){"linear fwd", 'N', 'T', rows, out, in, 1, false, SGEMM};
+            v[np++] = (struct product){"linear bwd-data", 'N', 'N', rows, in, out, 1, false, SGEMM};
+            v[np++] = (struct product){"linear bwd-weights", 'T', 'N', out, in, rows, 1, false, SGEMM};
         } else if (nd->kind == NODE_ATTENTION) {
             const long t = nd->t, hs = nd->c / nd->heads, per = (long)batch * nd->heads;
-            v[np++] = (struct product){"attention QK^T", 'N', 'T', t, t, hs, per, true};
-            v[np++] = (struct product){"attention PV", 'N', 'N', t, hs, t, per, true};
-            v[np++] = (struct product){"attention dP", 'N', 'T', t, t, hs, per, true};
-            v[np++] = (struct product){"attention dQ", 'N', 'N', t, hs, t, per, true};
-            v[np++] = (struct product){"attention dK", 'T', 'N', t, hs, t, per, true};
-            v[np++] = (struct product){"attention dV", 'T', 'N', t, hs, t, per, true};
+            v[np++] = (struct product){"attention QK^T", 'N', 'T', t, hs, t, per, true, SCORES};
+            v[np++] = (struct product){"attention PV", 'N', 'N', t, hs, t, per, true, MIX};
+            v[np++] = (struct product){"attention dP", 'N', 'T', t, hs, t, per, true, SCORES};
+            v[np++] = (struct product){"attention dQ", 'N', 'N', t, hs, t, per, true, MIX};
+            v[np++] = (struct product){"attention dK", 'T', 'N', t, hs, t, per, true, MIX_T};
+            v[np++] = (struct product){"attention dV", 'T', 'N', t, hs, t, per, true, MIX_T};
         }
     }
     return np;
@@ -123,7 +157,7 @@ int main(int argc, char **argv)
     const int np = list_products(r.model, batch, v, 512);
     double flops = 0;
     for (int i = 0; i < np; i++)
-        flops += 2.0 * v[i].m * v[i].n * v[i].k * v[i].count;
+        flops += product_flops(&v[i]) * v[i].count;
     for (int k = 0; k < 3; k++)
         rig_step(&r);
     double ratio[32], bounds[32], step_ms[32];
@@ -133,9 +167,12 @@ int main(int argc, char **argv)
             const double one = time_sgemm(&v[i], threads, seconds / 4), per_step = one * v[i].count /
                                                                                   (v[i].serial ? threads : 1);
             bound += per_step;
-            if (list && round == 0)
+            if (list && round == 0 && v[i].causal != SGEMM)
+                printf("  %-22s causal t %5ld d %5ld x %4ld: %6.1f GFLOP/s, %7.3f ms per step\n", v[i].what, v[i].m,
+                       v[i].n, v[i].count, 1e-9 * product_flops(&v[i]) / one, per_step * 1e3);
+            else if (list && round == 0)
                 printf("  %-22s %c%c m %5ld n %5ld k %5ld x %4ld: %6.1f GFLOP/s, %7.3f ms per step\n", v[i].what,
-                       v[i].ta, v[i].tb, v[i].m, v[i].n, v[i].k, v[i].count, 2e-9 * v[i].m * v[i].n * v[i].k / one,
+                       v[i].ta, v[i].tb, v[i].m, v[i].n, v[i].k, v[i].count, 1e-9 * product_flops(&v[i]) / one,
                        per_step * 1e3);
         }
         double steps[64];
@@ -152,7 +189,7 @@ int main(int argc, char **argv)
         printf("  round %d: bound %.1f ms (%.1f GFLOP/s), step %.1f ms: %.0f%%\n", round + 1, bounds[round],
                flops / bound / 1e9, step_ms[round], 100 * ratio[round]);
     }
-    const struct product big = {"1024^3", 'N', 'N', 1024, 1024, 1024, 1, false};
+    const struct product big = {"1024^3", 'N', 'N', 1024, 1024, 1024, 1, false, SGEMM};
     const double big_rate = 2.0 * 1024 * 1024 * 1024 / time_sgemm(&big, threads, seconds) / 1e9;
     rig_sort(ratio, rounds);
     printf("model %s, batch %d, %d thread%s: %d matrix products, %.2f GFLOP per step; a 1024^3 sgemm runs at "

@@ -80,7 +80,7 @@ static void run_both(const char *text, int batch, int threads, uint64_t seed)
     for (size_t i = 0; i < P; i++)  /* biases and norms off their initial 0 and 1, so they count */
         pr[i] += 0.1f * frand(&ps);
     memcpy(st_net_params(dn, NULL), pr, P * sizeof(float));
-    const int t = 8;
+    const int t = st_model_positions(m);
     int32_t *ids = malloc((size_t)batch * t * sizeof *ids);
     float *dy = malloc(out * sizeof(float)), *y1 = malloc(out * sizeof(float)), *y2 = malloc(out * sizeof(float));
     tokens(ids, (size_t)batch * t, st_model_vocab(m), seed);
@@ -108,6 +108,8 @@ static void test_onednn_matches_reference(void **state)
         run_both(ALL_LAYERS, 3, threads, 5);
         run_both("input tokens 8\nembed 7 6\nlinear 18\nattention heads 1\nhead tied\n", 2, threads, 9);
         run_both("input tokens 8\nembed 9 16\ngelu\nlayernorm\nlinear 9 nobias\n", 4, threads, 13);
+        /* attention's whole 4 x 16 tiles, and the rows and columns past them */
+        run_both("input tokens 22\nembed 13 40\nlinear 120\nattention heads 2\nhead tied\n", 3, threads, 17);
     }
 }
 

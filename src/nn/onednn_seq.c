@@ -2,12 +2,13 @@
  * layer norm, causal attention, GELU and the tied head, over plain
  * [rows, C] tensors (rows = samples x positions).
  *
- * Matrix products go through dnnl_sgemm (the head's, and attention's per
- * sample and head; the linear layers around them are oneDNN inner products,
- * onednn_weights.c).  Layer norm, GELU, the softmax and the embeddings are
- * C loops, OpenMP-parallel and vectorised: oneDNN 2.6.3's layer norm is a
- * generic C++ kernel (its jit one came in 2.7), its AVX2 GELU ran at 5 ns
- * an element here (this one at 1.6), and the embeddings are gathers.  Every sum over rows that becomes a parameter
+ * Matrix products: the linear layers' and the head's through dnnl_sgemm,
+ * attention's per sample and head through causal.c's kernels, which skip
+ * what the causal mask discards (half of each product).  Layer norm, GELU,
+ * the softmax and the embeddings are C loops, OpenMP-parallel and
+ * vectorised: oneDNN 2.6.3's layer norm is a generic C++ kernel (its jit
+ * one came in 2.7), its AVX2 GELU ran at 5 ns an element here (this one at
+ * 1.6), and the embeddings are gathers.  Every sum over rows that becomes a parameter
  * gradient is reduced in a fixed order for a fixed thread count, so a run
  * repeats bitwise.  Tested against ref_seq.c (tests/test_gpt.c).
  */
@@ -15,6 +16,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "causal.h"
 #include "onednn_internal.h"
 #include "simd.h"
 
@@ -51,13 +53,6 @@ static st_status seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int))
     if (bwd)
         OK(dn_add_step(n, &x->dn->bwd, bwd, x->kind));
     return dn_deliver(n, j, x->in, &in, NULL, &x->dn->seq.target);
-}
-
-/* Inside a parallel region: no st_fail from a worker, the caller reports. */
-static bool sgemm_ok(char ta, char tb, dnnl_dim_t m, dnnl_dim_t nn, dnnl_dim_t k, float alpha, const float *a,
-                     dnnl_dim_t lda, const float *b, dnnl_dim_t ldb, float *c, dnnl_dim_t ldc)
-{
-    return dnnl_sgemm(ta, tb, m, nn, k, alpha, a, lda, b, ldb, 0.0f, c, ldc) == dnnl_success;
 }
 
 static float *src_of(const struct xnode *x) { return dn_mem_ptr(x->dn->seq.src); }
@@ -232,6 +227,13 @@ st_status dn_build_ln(st_net *n, int j)
 
 /* -------------------------------------------------------- attention -- */
 
+/* One head's scratch per thread: K or V transposed for causal_scores, then
+ * (backward) dS. */
+static float *head_scratch(const struct xnode *x, long t, long hs)
+{
+    return x->dn->seq.scratch + (size_t)omp_get_thread_num() * (size_t)(t * t + t * hs);
+}
+
 /* One sample's one head: P = causal softmax(Q K^T / sqrt(hs)), Y = P V. */
 static st_status att_fwd(st_net *n, int j)
 {
@@ -240,13 +242,12 @@ static st_status att_fwd(st_net *n, int j)
     const long t = nd->t, c = nd->c, heads = nd->heads, hs = c / heads, row = 3 * c;
     const float *qkv = src_of(x), scale = 1.0f / sqrtf((float)hs);
     float *y = dn_mem_ptr(x->dn->dst.mem), *att = x->dn->seq.att;
-    int failed = 0;
-#pragma omp parallel for schedule(static) reduction(| : failed)
+#pragma omp parallel for schedule(static)
     for (long bh = 0; bh < n->batch * heads; bh++) {
         const long b = bh / heads, h = bh % heads;
         const float *q = qkv + b * t * row + h * hs;
         float *p = att + bh * t * t;
-        failed |= !sgemm_ok('N', 'T', t, t, hs, scale, q, row, q + c, row, p, t);
+        causal_scores(p, t, hs, scale, q, row, q + c, row, head_scratch(x, t, hs));
         for (long i = 0; i < t; i++) {
             float *pr = p + i * t, mx = pr[0], sum = 0;
 #pragma omp simd reduction(max : mx)
@@ -258,9 +259,9 @@ static st_status att_fwd(st_net *n, int j)
             for (long k = 0; k < t; k++)
                 pr[k] = k <= i ? pr[k] / sum : 0.0f;
         }
-        failed |= !sgemm_ok('N', 'N', t, hs, t, 1.0f, p, t, q + 2 * c, row, y + b * t * c + h * hs, c);
+        causal_mix(y + b * t * c + h * hs, c, p, t, hs, q + 2 * c, row);
     }
-    return failed ? st_fail(ST_ERR_BACKEND, "attention (node %d): dnnl_sgemm failed", j) : ST_OK;
+    return ST_OK;
 }
 
 /* dP = dY V^T; dS = P (dP - rowsum(P dP)) / sqrt(hs); dQ = dS K, dK = dS^T Q,
@@ -273,15 +274,14 @@ static st_status att_bwd(st_net *n, int j)
     const float *qkv = src_of(x), *dy = dn_mem_ptr(x->dn->diff.mem), *att = x->dn->seq.att;
     const float scale = 1.0f / sqrtf((float)hs);
     float *dqkv = target_of(x);
-    int failed = 0;
     if (!dqkv)
         return ST_OK;
-#pragma omp parallel for schedule(static) reduction(| : failed)
+#pragma omp parallel for schedule(static)
     for (long bh = 0; bh < n->batch * heads; bh++) {
         const long b = bh / heads, h = bh % heads;
         const float *q = qkv + b * t * row + h * hs, *p = att + bh * t * t, *g = dy + b * t * c + h * hs;
-        float *ds = x->dn->seq.scratch + (size_t)omp_get_thread_num() * t * t, *dq = dqkv + b * t * row + h * hs;
-        failed |= !sgemm_ok('N', 'T', t, t, hs, 1.0f, g, c, q + 2 * c, row, ds, t);
+        float *scratch = head_scratch(x, t, hs), *ds = scratch + t * hs, *dq = dqkv + b * t * row + h * hs;
+        causal_scores(ds, t, hs, 1.0f, g, c, q + 2 * c, row, scratch);
         for (long i = 0; i < t; i++) {
             const float *pr = p + i * t;
             float *dr = ds + i * t, inner = 0;
@@ -291,11 +291,11 @@ static st_status att_bwd(st_net *n, int j)
             for (long k = 0; k < t; k++)
                 dr[k] = k <= i ? pr[k] * (dr[k] - inner) * scale : 0.0f;
         }
-        failed |= !sgemm_ok('N', 'N', t, hs, t, 1.0f, ds, t, q + c, row, dq, row);
-        failed |= !sgemm_ok('T', 'N', t, hs, t, 1.0f, ds, t, q, row, dq + c, row);
-        failed |= !sgemm_ok('T', 'N', t, hs, t, 1.0f, p, t, g, c, dq + 2 * c, row);
+        causal_mix(dq, row, ds, t, hs, q + c, row);
+        causal_mix_t(dq + c, row, ds, t, hs, q, row);
+        causal_mix_t(dq + 2 * c, row, p, t, hs, g, c);
     }
-    return failed ? st_fail(ST_ERR_BACKEND, "attention (node %d): dnnl_sgemm failed", j) : ST_OK;
+    return ST_OK;
 }
 
 st_status dn_build_attention(st_net *n, int j)
@@ -303,9 +303,9 @@ st_status dn_build_attention(st_net *n, int j)
     struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     const size_t tt = (size_t)nd->t * nd->t;
-    snprintf(x->impl, sizeof x->impl, "sgemm per sample and head, C softmax");
+    snprintf(x->impl, sizeof x->impl, "causal tiles per sample and head, C softmax");
     x->dn->seq.att = calloc((size_t)n->batch * nd->heads * tt, sizeof(float));
-    x->dn->seq.scratch = calloc((size_t)omp_get_max_threads() * tt, sizeof(float));
+    x->dn->seq.scratch = calloc((size_t)omp_get_max_threads() * (tt + (size_t)nd->t * (nd->c / nd->heads)), sizeof(float));
     if (!x->dn->seq.att || !x->dn->seq.scratch)
         return st_fail(ST_ERR_NOMEM, "net: out of memory for attention weights");
     OK(seq_io(n, j, att_bwd));
