@@ -111,6 +111,10 @@ static void test_onednn_matches_reference(void **state)
         /* attention's whole 4 x 16 tiles, and the rows and columns past them */
         run_both("input tokens 22\nembed 13 40\nlinear 120\nattention heads 2\nhead tied\n", 3, threads, 17);
     }
+    /* the linear layers' weight gradients from untransposed operands, as for big layers */
+    setenv("SHMTRAIN_ONEDNN_SEQ_TN", "1", 1);
+    run_both(ALL_LAYERS, 3, 2, 5);
+    unsetenv("SHMTRAIN_ONEDNN_SEQ_TN");
 }
 
 /* L = sum(R * y): its gradient by backward vs central differences. */

@@ -11,6 +11,7 @@
 #include "causal.h"
 
 #include "simd.h"
+#include "transpose.h"
 
 typedef float v8 __attribute__((vector_size(32)));
 /* The same vector at any address (rows of qkv are 4-byte aligned). */
@@ -75,51 +76,10 @@ static inline __attribute__((always_inline)) void row_block(float *c, long ldc, 
         tile_edge(c + w, ldc, &o, rows, cols - w, k0, k1, alpha);
 }
 
-typedef int v8i __attribute__((vector_size(32)));
-
-/* dst rows n = src columns n of an 8 x 8 block: three rounds of shuffles
- * (AVX2's unpack, shufps and 128-bit permute). */
-static inline __attribute__((always_inline)) void transpose8(float *dst, long ldd, const float *src, long lds)
-{
-    const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-    const v8i even = {0, 1, 8, 9, 4, 5, 12, 13}, odd = {2, 3, 10, 11, 6, 7, 14, 15};
-    const v8i low = {0, 1, 2, 3, 8, 9, 10, 11}, high = {4, 5, 6, 7, 12, 13, 14, 15};
-    v8 r[8], t[8], u[8];
-    for (int m = 0; m < 8; m++)
-        r[m] = *(const v8u *)(src + m * lds);
-    for (int m = 0; m < 8; m += 2) {
-        t[m] = __builtin_shuffle(r[m], r[m + 1], lo);
-        t[m + 1] = __builtin_shuffle(r[m], r[m + 1], hi);
-    }
-    for (int m = 0; m < 8; m += 4)
-        for (int e = 0; e < 2; e++) {
-            u[m + e] = __builtin_shuffle(t[m + e], t[m + e + 2], even);
-            u[m + e + 2] = __builtin_shuffle(t[m + e], t[m + e + 2], odd);
-        }
-    /* u[0] u[2] u[1] u[3] hold columns 0 1 2 3 of rows 0-3 (low half) and 4-7 of them (high half) */
-    static const int order[4] = {0, 2, 1, 3};
-    for (int n = 0; n < 4; n++) {
-        *(v8u *)(dst + n * ldd) = __builtin_shuffle(u[order[n]], u[order[n] + 4], low);
-        *(v8u *)(dst + (n + 4) * ldd) = __builtin_shuffle(u[order[n]], u[order[n] + 4], high);
-    }
-}
-
-/* bt (d x t) = b (t rows of d, ldb apart) transposed. */
-static inline __attribute__((always_inline)) void transpose(float *bt, const float *b, long ldb, long t, long d)
-{
-    const long t8 = t & ~7L, d8 = d & ~7L;
-    for (long j = 0; j < t8; j += 8)
-        for (long k = 0; k < d8; k += 8)
-            transpose8(bt + k * t + j, t, b + j * ldb + k, ldb);
-    for (long j = 0; j < t; j++)
-        for (long k = j < t8 ? d8 : 0; k < d; k++)
-            bt[k * t + j] = b[j * ldb + k];
-}
-
 ST_MULTIVERSION void causal_scores(float *s, long t, long d, float alpha, const float *a, long lda, const float *b,
                                    long ldb, float *bt)
 {
-    transpose(bt, b, ldb, t, d);
+    nn_transpose(bt, t, b, ldb, t, d);
     for (long i = 0; i < t; i += TILE_ROWS) {
         const long rows = t - i < TILE_ROWS ? t - i : TILE_ROWS, last = i + rows - 1;
         /* columns up to the block's last row's diagonal, whole tiles */

@@ -168,6 +168,7 @@ struct dn_options {
     bool verbose;        /* SHMTRAIN_NN_VERBOSE: print reorders, fallbacks and kernels */
     bool bf16_any_isa;   /* SHMTRAIN_BF16_ANY_ISA: bf16 layers take whatever kernel oneDNN has */
     bool seq_ip;         /* SHMTRAIN_ONEDNN_SEQ_IP: linear layers on sequences as inner products */
+    bool seq_tn;         /* SHMTRAIN_ONEDNN_SEQ_TN: their weight gradients from untransposed operands */
 };
 
 struct onednn_net {
@@ -182,6 +183,8 @@ struct onednn_net {
     dnnl_primitive_t to_logits, from_dlast;
     int cur;                             /* node being built, for messages */
     struct dn_options opt;               /* read once per build */
+    float *transposed;                   /* the sequence linear layers' operands transposed, one layer at a time */
+    size_t transposed_floats;            /* its size: the largest layer's need */
 };
 
 #define TRY(call)                                                                        \

@@ -57,6 +57,7 @@ static st_status onednn_build(st_net *n)
         .verbose = getenv("SHMTRAIN_NN_VERBOSE") != NULL,
         .bf16_any_isa = getenv("SHMTRAIN_BF16_ANY_ISA") != NULL,
         .seq_ip = getenv("SHMTRAIN_ONEDNN_SEQ_IP") != NULL,
+        .seq_tn = getenv("SHMTRAIN_ONEDNN_SEQ_TN") != NULL,
     };
     /* No emulated crawl: oneDNN 2.6 runs bf16 on AVX-512 without BF16 by
      * emulation, and not at all below it. */
@@ -176,6 +177,7 @@ static void onednn_destroy(st_net *n)
     free(d->mems);
     free(d->prims);
     free(d->pds);
+    free(d->transposed);
     free(d);
 }
 
