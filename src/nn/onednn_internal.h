@@ -140,6 +140,11 @@ struct dn_seq_state {
     float *tanh_u;                       /* GELU: tanh of its argument, kept for the backward */
 };
 
+/* A sequence linear layer's weight gradient comes from its operands
+ * transposed when they hold at most this many floats together (4 MB);
+ * onednn_seq.c says why, bench/gemm_bound.c times the product the same way. */
+#define DN_WGRAD_TRANSPOSED_MAX_FLOATS (1L << 20)
+
 /* One exec node's oneDNN state: what every node has, then each layer
  * family's own. */
 struct onednn_node {

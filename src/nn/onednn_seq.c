@@ -440,13 +440,13 @@ static st_status seq_linear_fwd(st_net *n, int j)
  * at 44-58 GFLOP/s where the same product from both operands transposed
  * ("NT") ran at 72-77 on one thread; the two transposes cost less than
  * that difference while they stay in cache.  On gpt's (3072 rows, 22 MB of
- * operands) they cost more than "TN" loses there, hence the bound. */
-#define TRANSPOSED_WGRAD_MAX_FLOATS (1L << 20)
+ * operands) they cost more than "TN" loses there, hence the bound
+ * (DN_WGRAD_TRANSPOSED_MAX_FLOATS, onednn_internal.h). */
 #define TRANSPOSE_ROWS 64L /* rows a thread transposes at a time */
 
 static bool wgrad_transposed(const st_net *n, long rows, long in, long out)
 {
-    return !n->dnet->opt.seq_tn && rows * (in + out) <= TRANSPOSED_WGRAD_MAX_FLOATS;
+    return !n->dnet->opt.seq_tn && rows * (in + out) <= DN_WGRAD_TRANSPOSED_MAX_FLOATS;
 }
 
 /* dW = (dY^T) (X^T)^T, from dY and X transposed into the net's scratch. */
