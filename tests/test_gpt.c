@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "nettest.h"
+#include "transpose.h"
 #include "shmtrain/nn.h"
 
 static st_net *make_net(const st_model *m, int batch, st_backend b)
@@ -303,6 +304,33 @@ static void test_token_out_of_vocabulary_is_an_error(void **state)
     st_model_destroy(m);
 }
 
+/* nn_transpose against plain loops, bitwise, with whole 8 x 8 blocks and
+ * the rows and columns past them; its column sums must be the bits of a
+ * plain loop down each column (the bias gradient both linear paths give). */
+static void test_transpose_and_column_sums(void **state)
+{
+    (void)state;
+    const long shapes[][2] = {{37, 45}, {64, 32}, {5, 3}, {5, 12}, {8, 9}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const long rows = shapes[s][0], cols = shapes[s][1], lds = cols + 3, ldd = rows + 5;
+        float *src = malloc((size_t)(rows * lds) * sizeof(float)), *dst = calloc((size_t)(cols * ldd), sizeof(float));
+        float *sums = malloc((size_t)cols * sizeof(float));
+        uint64_t seed = (uint64_t)s + 1;
+        for (long i = 0; i < rows * lds; i++)
+            src[i] = frand(&seed) * 100.0f;
+        nn_transpose(dst, ldd, src, lds, rows, cols, sums);
+        for (long c = 0; c < cols; c++) {
+            float sum = src[c];
+            for (long r = 1; r < rows; r++)
+                sum += src[r * lds + c];
+            assert_memory_equal(&sums[c], &sum, sizeof sum);
+            for (long r = 0; r < rows; r++)
+                assert_memory_equal(&dst[c * ldd + r], &src[r * lds + c], sizeof(float));
+        }
+        free(src), free(dst), free(sums);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_reference_matches_finite_differences),
         cmocka_unit_test(test_gpt_mini_gradient),
         cmocka_unit_test(test_causal_mask),
+        cmocka_unit_test(test_transpose_and_column_sums),
         cmocka_unit_test(test_tied_head_gradient_reaches_embedding),
         cmocka_unit_test(test_model_text_errors),
         cmocka_unit_test(test_token_out_of_vocabulary_is_an_error),

@@ -79,7 +79,7 @@ static inline __attribute__((always_inline)) void row_block(float *c, long ldc, 
 ST_MULTIVERSION void causal_scores(float *s, long t, long d, float alpha, const float *a, long lda, const float *b,
                                    long ldb, float *bt)
 {
-    nn_transpose(bt, t, b, ldb, t, d);
+    nn_transpose(bt, t, b, ldb, t, d, NULL);
     for (long i = 0; i < t; i += TILE_ROWS) {
         const long rows = t - i < TILE_ROWS ? t - i : TILE_ROWS, last = i + rows - 1;
         /* columns up to the block's last row's diagonal, whole tiles */

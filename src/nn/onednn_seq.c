@@ -442,24 +442,25 @@ static st_status seq_linear_fwd(st_net *n, int j)
  * that difference while they stay in cache.  On gpt's (3072 rows, 22 MB of
  * operands) they cost more than "TN" loses there, hence the bound
  * (DN_WGRAD_TRANSPOSED_MAX_FLOATS, onednn_internal.h). */
-#define TRANSPOSE_ROWS 64L /* rows a thread transposes at a time */
 
 static bool wgrad_transposed(const st_net *n, long rows, long in, long out)
 {
     return !n->dnet->opt.seq_tn && rows * (in + out) <= DN_WGRAD_TRANSPOSED_MAX_FLOATS;
 }
 
-/* dW = (dY^T) (X^T)^T, from dY and X transposed into the net's scratch. */
+/* dW = (dY^T) (X^T)^T, from dY and X transposed into the net's scratch; db
+ * (if wanted) summed while dY passes (the same bits as column_sums). */
 static st_status wgrad_from_transposed(st_net *n, const float *dy, const float *src, long rows, long in, long out,
-                                       float *dw)
+                                       float *dw, float *db)
 {
     float *dyt = n->dnet->transposed, *xt = dyt + out * rows;
 #pragma omp parallel for schedule(static)
-    for (long r = 0; r < rows; r += TRANSPOSE_ROWS) {
-        const long take = rows - r < TRANSPOSE_ROWS ? rows - r : TRANSPOSE_ROWS;
-        nn_transpose(dyt + r, rows, dy + r * out, out, take, out);
-        nn_transpose(xt + r, rows, src + r * in, in, take, in);
-    }
+    for (long c = 0; c < out; c += COLUMN_BLOCK)
+        nn_transpose(dyt + c * rows, rows, dy + c, out, rows, out - c < COLUMN_BLOCK ? out - c : COLUMN_BLOCK,
+                     db ? db + c : NULL);
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < in; c += COLUMN_BLOCK)
+        nn_transpose(xt + c * rows, rows, src + c, in, rows, in - c < COLUMN_BLOCK ? in - c : COLUMN_BLOCK, NULL);
     return sgemm('N', 'T', out, in, rows, 1.0f, dyt, rows, xt, rows, 0.0f, dw, in);
 }
 
@@ -472,10 +473,11 @@ static st_status seq_linear_bwd(st_net *n, int j)
     const float *dy = dn_mem_ptr(x->dn->diff.mem), *w = n->params + nd->w_off;
     float *dx = target_of(x);
     if (wgrad_transposed(n, rows, in, out))
-        OK(wgrad_from_transposed(n, dy, src_of(x), rows, in, out, n->grads + nd->w_off));
+        OK(wgrad_from_transposed(n, dy, src_of(x), rows, in, out, n->grads + nd->w_off,
+                                 nd->bias ? n->grads + nd->b_off : NULL));
     else
         OK(sgemm('T', 'N', out, in, rows, 1.0f, dy, out, src_of(x), in, 0.0f, n->grads + nd->w_off, in));
-    if (nd->bias) {
+    if (nd->bias && !wgrad_transposed(n, rows, in, out)) {
         float *db = n->grads + nd->b_off;
 #pragma omp parallel for schedule(static)
         for (long c = 0; c < out; c += COLUMN_BLOCK)

@@ -3,6 +3,9 @@
  * it fed; this, about a quarter of it. */
 #include "transpose.h"
 
+#include <stdbool.h>
+#include <string.h>
+
 #include "simd.h"
 
 typedef float v8 __attribute__((vector_size(32)));
@@ -10,8 +13,10 @@ typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
 typedef int v8i __attribute__((vector_size(32)));
 
 /* dst rows n = src columns n of an 8 x 8 block: three rounds of shuffles
- * (AVX2's unpack, shufps and 128-bit permute). */
-static inline __attribute__((always_inline)) void transpose8(float *dst, long ldd, const float *src, long lds)
+ * (AVX2's unpack, shufps and 128-bit permute).  With sum: the block's rows
+ * added to it one after another (the first block's first row assigned). */
+static inline __attribute__((always_inline)) void transpose8(float *dst, long ldd, const float *src, long lds,
+                                                             v8 *sum, bool first)
 {
     const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
     const v8i even = {0, 1, 8, 9, 4, 5, 12, 13}, odd = {2, 3, 10, 11, 6, 7, 14, 15};
@@ -19,6 +24,11 @@ static inline __attribute__((always_inline)) void transpose8(float *dst, long ld
     v8 r[8], t[8], u[8];
     for (int m = 0; m < 8; m++)
         r[m] = *(const v8u *)(src + m * lds);
+    if (sum) {
+        *sum = first ? r[0] : *sum + r[0];
+        for (int m = 1; m < 8; m++)
+            *sum += r[m];
+    }
     for (int m = 0; m < 8; m += 2) {
         t[m] = __builtin_shuffle(r[m], r[m + 1], lo);
         t[m + 1] = __builtin_shuffle(r[m], r[m + 1], hi);
@@ -36,14 +46,34 @@ static inline __attribute__((always_inline)) void transpose8(float *dst, long ld
     }
 }
 
-ST_MULTIVERSION void nn_transpose(float *dst, long ldd, const float *src, long lds, long rows, long cols)
+/* Column by column block, rows in order, so each column's sum is the
+ * sequence of additions a plain loop down the column makes. */
+ST_MULTIVERSION void nn_transpose(float *dst, long ldd, const float *src, long lds, long rows, long cols, float *sums)
 {
     const long r8 = rows & ~7L, c8 = cols & ~7L;
-    for (long r = 0; r < r8; r += 8)
-        for (long c = 0; c < c8; c += 8)
-            transpose8(dst + c * ldd + r, ldd, src + r * lds + c, lds);
-    for (long r = 0; r < rows; r++)
-        for (long c = r < r8 ? c8 : 0; c < cols; c++)
-            dst[c * ldd + r] = src[r * lds + c];
+    for (long c = 0; c < c8; c += 8) {
+        v8 sum = {0};
+        for (long r = 0; r < r8; r += 8)
+            transpose8(dst + c * ldd + r, ldd, src + r * lds + c, lds, sums ? &sum : NULL, r == 0);
+        float lane[8];
+        memcpy(lane, &sum, sizeof lane);
+        for (long r = r8; r < rows; r++)
+            for (int k = 0; k < 8; k++) {
+                const float v = src[r * lds + c + k];
+                dst[(c + k) * ldd + r] = v;
+                lane[k] = r == 0 ? v : lane[k] + v;
+            }
+        if (sums)
+            memcpy(sums + c, lane, sizeof lane);
+    }
+    for (long c = c8; c < cols; c++) {
+        float sum = 0;
+        for (long r = 0; r < rows; r++) {
+            const float v = src[r * lds + c];
+            dst[c * ldd + r] = v;
+            sum = r == 0 ? v : sum + v;
+        }
+        if (sums)
+            sums[c] = sum;
+    }
 }
-

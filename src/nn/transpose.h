@@ -5,7 +5,10 @@
 #define SHMTRAIN_NN_TRANSPOSE_H
 
 /* dst[c][r] = src[r][c] for rows x cols of src; lds, ldd: floats between
- * rows of each.  Serial: callers split big matrices over threads. */
-void nn_transpose(float *dst, long ldd, const float *src, long lds, long rows, long cols);
+ * rows of each.  sums (NULL: none): sums[c] = src's column c summed down
+ * the rows in order, the same bits as a plain loop (the linear layers' bias
+ * gradient, taken while the rows pass by).  Serial: callers split big
+ * matrices over threads by columns. */
+void nn_transpose(float *dst, long ldd, const float *src, long lds, long rows, long cols, float *sums);
 
 #endif
