@@ -93,7 +93,8 @@ static double time_sgemm(const struct product *p, int threads, double seconds)
     do {
         if (p->causal != SGEMM)
             run_causal(p, a, b, c, scratch);
-        else if (dnnl_sgemm(p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, a_cols, b, b_cols, 0.0f, c, p->n) != dnnl_success) {
+        else if (dnnl_sgemm(p->ta, p->tb, p->m, p->n, p->k, 1.0f, a, a_cols, b, b_cols, 0.0f, c, p->n) !=
+                 dnnl_success) {
             fprintf(stderr, "st-gemm-bound: dnnl_sgemm failed\n");
             exit(1);
         }

@@ -136,7 +136,7 @@ struct dn_seq_state {
     dnnl_memory_t target;                /* where the input's gradient goes; NULL if unwanted */
     float *stats;                        /* layer norm: each row's mean and 1 / std */
     float *partial;                      /* layer norm: per-thread dgamma, dbeta */
-    float *att, *scratch;                /* attention: softmax weights; per-thread dP */
+    float *att, *scratch;                /* attention: softmax weights; per thread, K or V transposed and dP */
     float *tanh_u;                       /* GELU: tanh of its argument, kept for the backward */
 };
 

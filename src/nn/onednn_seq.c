@@ -306,7 +306,8 @@ st_status dn_build_attention(st_net *n, int j)
     const size_t tt = (size_t)nd->t * nd->t;
     snprintf(x->impl, sizeof x->impl, "causal tiles per sample and head, C softmax");
     x->dn->seq.att = calloc((size_t)n->batch * nd->heads * tt, sizeof(float));
-    x->dn->seq.scratch = calloc((size_t)omp_get_max_threads() * (tt + (size_t)nd->t * (nd->c / nd->heads)), sizeof(float));
+    const size_t per_thread = tt + (size_t)nd->t * (nd->c / nd->heads);  /* dS, and K or V transposed */
+    x->dn->seq.scratch = calloc((size_t)omp_get_max_threads() * per_thread, sizeof(float));
     if (!x->dn->seq.att || !x->dn->seq.scratch)
         return st_fail(ST_ERR_NOMEM, "net: out of memory for attention weights");
     OK(seq_io(n, j, att_bwd));
