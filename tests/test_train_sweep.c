@@ -1,0 +1,242 @@
+/* shmrun --sweep over real shmtrain runs, end to end: the report files and
+ * their numbers, PyTorch DDP beside it when installed, sweeps at one global
+ * batch, an interrupted sweep, and runs that fail.  (The sweep's arithmetic
+ * and report readers without training: test_sweep.c.) */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainrun.h"
+
+static bool torch_importable(void)
+{
+    return access("/usr/bin/python3", X_OK) == 0 &&
+           system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+}
+
+/* shmrun --sweep end to end: two settings plus the 1 x all-cores baseline
+ * it adds, a few steps, one repeat; every output file, numbers in them, and
+ * PyTorch DDP beside it when python3-torch is installed. */
+static void test_sweep_end_to_end(void **state)
+{
+    (void)state;
+    char out[300];
+    struct data_files d = synthetic_files();
+    path_of(out, sizeof out, "sweep");
+    bool torch = torch_importable();
+    if (!torch)
+        printf("python3-torch absent: the sweep runs shmtrain only\n");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char *argv[64];
+    int k = 0;
+    const char *head[] = {tr_shmrun, "--sweep", cores >= 2 ? "1x1,2x1" : "1x1", "--repeats", "1", "--sweep-out", out,
+                          "--target-accuracy", "0.3"};
+    for (size_t i = 0; i < sizeof head / sizeof *head; i++)
+        argv[k++] = (char *)head[i];
+    if (torch)
+        argv[k++] = "--compare-torch";
+    const char *job[] = {"--", tr_shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
+                         "--test-images", d.tei, "--test-labels", d.tel, "--epochs", "5", "--max-steps", "40",
+                         "--log-every", "10", "--eval-every", "20", "--quiet"};
+    for (size_t i = 0; i < sizeof job / sizeof *job; i++)
+        argv[k++] = (char *)job[i];
+    argv[k] = NULL;
+    struct child_run r = run_argv(argv, 0);
+    if (r.code != 0)
+        fail_msg("sweep failed (%d): %s", r.code, r.err);
+    int settings = cores >= 2 ? 3 : 1, systems = torch ? 2 : 1;
+
+    char path[400];
+    snprintf(path, sizeof path, "%s/runs.csv", out);
+    char *csv = slurp_or_empty(path);
+    int ok_rows = 0;
+    assert_int_equal(count_lines(csv), 1 + settings * systems);
+    for (const char *p = csv; (p = strstr(p, ",shmtrain,1,")) != NULL; p++) {
+        const char *order = p + strlen(",shmtrain,1,"), *ok = strchr(order, ',') + 1;
+        ok_rows += strncmp(ok, "1,", 2) == 0;  /* ...,system,repeat,order,ok,... */
+    }
+    assert_int_equal(ok_rows, settings);
+    if (cores >= 2) {
+        assert_non_null(strstr(csv, "\n1x2,1,2,shmtrain,1,"));
+        assert_non_null(strstr(csv, "\n2x1,2,1,shmtrain,1,"));
+    }
+    if (torch)
+        assert_non_null(strstr(csv, ",pytorch-ddp,1,"));
+
+    snprintf(path, sizeof path, "%s/report.md", out);
+    char *md = slurp_or_empty(path);
+    assert_non_null(strstr(md, "| **"));
+    assert_non_null(strstr(md, "**Best: "));
+    assert_non_null(strstr(md, "time to 30% (s)"));
+    assert_non_null(strstr(md, "| oneDNN | 2."));
+    assert_true((strstr(md, "PyTorch DDP samples/s") != NULL) == torch);
+    assert_non_null(strstr(r.out, "# Partitioning sweep"));  /* the report is shown too */
+
+    snprintf(path, sizeof path, "%s/sweep.json", out);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); "
+                              "assert len(d[\"runs\"]) == %d and d[\"best\"]' %s", settings * systems, path);
+    if (access("/usr/bin/python3", X_OK) == 0)
+        assert_int_equal(system(cmd), 0);
+
+    const char *plots[] = {"throughput.svg", "timesplit.svg", "accuracy.svg"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", out, plots[i]);
+        if (access("/usr/bin/gnuplot", X_OK) == 0) {
+            char *svg = slurp_or_empty(path);
+            if (!strstr(svg, "<svg"))
+                fail_msg("%s is not an SVG", path);
+            free(svg);
+        } else {
+            assert_non_null(strstr(md, "gnuplot is not installed"));
+        }
+    }
+    /* Nothing lands in the caller's directory (gnuplot's log goes into the sweep's). */
+    path_of(path, sizeof path, "plot.log");
+    assert_int_not_equal(access(path, F_OK), 0);
+    /* Checkpoints are not kept and no segment is left behind. */
+    snprintf(cmd, sizeof cmd, "test -z \"$(find %s -name '*.ckpt')\"", out);
+    assert_int_equal(system(cmd), 0);
+    assert_no_sweep_segments();
+    free(csv);
+    free(md);
+    child_run_free(&r);
+}
+
+/* Ctrl-C in a sweep: the running gang stops, the runs so far are reported,
+ * exit 130, nothing left in /dev/shm. */
+/* --sweep-global-batch: 1x1 and 1x2 accumulate two micro-batches of 16,
+ * 2x1 runs one on each instance: the same 32 images a step everywhere, so
+ * every setting ends with the same model: its test loss the same up to
+ * round-off (~1e-6; sweep.json shows 4 decimals, so 3e-4 allows the last
+ * digit), where a 1x1 run of batch 16 alone ended 0.0012 away. */
+static void test_sweep_global_batch(void **state)
+{
+    (void)state;
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+        printf("one CPU: no 2x1 setting to compare\n");
+        return;
+    }
+    char out[300];
+    struct data_files d = synthetic_files();
+    path_of(out, sizeof out, "sweep-global");
+    char *argv[] = {(char *)tr_shmrun, "--sweep", "1x1,2x1", "--repeats", "1", "--sweep-out", out,
+                    "--sweep-global-batch", "32", "--", (char *)tr_shmtrain, "--model", "mlp", "--train-images",
+                    d.tri, "--train-labels", d.trl, "--test-images", d.tei, "--test-labels", d.tel, "--batch-size",
+                    "16", "--max-steps", "30", "--momentum", "0", "--lr", "0.02", "--log-every", "10", "--quiet",
+                    NULL};
+    struct child_run r = run_argv(argv, 0);
+    if (r.code != 0)
+        fail_msg("sweep failed (%d): %s", r.code, r.err);
+    char path[400];
+    snprintf(path, sizeof path, "%s/sweep.json", out);
+    char *json = slurp_or_empty(path);
+    const char *settings[] = {"\"setting\":\"1x1 acc 2\"", "\"setting\":\"1x2 acc 2\"", "\"setting\":\"2x1\""};
+    double loss[3];
+    for (int i = 0; i < 3; i++) {
+        const char *run = strstr(json, "\"runs\"");
+        run = run ? strstr(run, settings[i]) : NULL;
+        const char *at = run ? strstr(run, "\"final_loss\":") : NULL;
+        if (!at)
+            fail_msg("no run %s with a final loss in:\n%s", settings[i], json);
+        loss[i] = atof(at + strlen("\"final_loss\":"));
+        assert_true(loss[i] > 0);
+    }
+    printf("final test losses: 1x1 acc 2 %.4f, 1x2 acc 2 %.4f, 2x1 %.4f\n", loss[0], loss[1], loss[2]);
+    for (int i = 1; i < 3; i++)
+        if (fabs(loss[i] - loss[0]) > 3e-4)
+            fail_msg("final test losses %.4f %.4f %.4f: not the same training", loss[0], loss[1], loss[2]);
+    free(json);
+    child_run_free(&r);
+}
+
+static void test_sweep_interrupted(void **state)
+{
+    (void)state;
+    char out[300];
+    struct data_files d = synthetic_files();
+    path_of(out, sizeof out, "sweep-int");
+    char *argv[] = {(char *)tr_shmrun, "--sweep", "1x1", "--repeats", "3", "--sweep-out", out, "--",
+                    (char *)tr_shmtrain, "--model", "cnn", "--train-images", d.tri, "--train-labels", d.trl,
+                    "--test-images", d.tei, "--test-labels", d.tel, "--epochs", "200", "--quiet", NULL};
+    struct child_run r = run_argv(argv, 3.0);
+    if (r.code != 130)
+        fail_msg("exit %d, expected 130: %s", r.code, r.err);
+    assert_non_null(strstr(r.err, "sweep interrupted after 1 of "));
+    char path[400];
+    snprintf(path, sizeof path, "%s/report.md", out);
+    char *md = slurp_or_empty(path);
+    assert_non_null(strstr(md, "1 of 1 runs FAILED"));
+    snprintf(path, sizeof path, "%s/runs.csv", out);
+    char *csv = slurp_or_empty(path);
+    assert_int_equal(count_lines(csv), 2);  /* the header and the interrupted run */
+    assert_no_sweep_segments();
+    free(md);
+    free(csv);
+    child_run_free(&r);
+}
+
+/* A run that fails is reported and the sweep goes on: exit 1, every run in
+ * the CSV with its error. */
+static void test_sweep_reports_failed_runs(void **state)
+{
+    (void)state;
+    char out[300];
+    path_of(out, sizeof out, "sweep-fail");
+    char *argv[] = {(char *)tr_shmrun, "--sweep", "1x1", "--repeats", "2", "--sweep-out", out, "--", (char *)tr_shmtrain,
+                    "--model", "no-such-model", "--quiet", NULL};
+    struct child_run r = run_argv(argv, 0);
+    assert_int_equal(r.code, 1);
+    char path[400];
+    snprintf(path, sizeof path, "%s/runs.csv", out);
+    char *csv = slurp_or_empty(path);
+    int failed = 0;
+    for (const char *p = csv; (p = strstr(p, ",0,,,")) != NULL; p++)
+        failed++;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    assert_int_equal(failed, cores >= 2 ? 4 : 2);  /* 1x1 and the added 1x2, twice each */
+    assert_non_null(strstr(csv, "an instance failed"));
+    snprintf(path, sizeof path, "%s/report.md", out);
+    char *md = slurp_or_empty(path);
+    assert_non_null(strstr(md, "**No setting completed a run.**"));
+    free(csv);
+    free(md);
+    child_run_free(&r);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (trainrun_setup("test_train_sweep") != 0)
+        return -1;
+    trainrun_images();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return trainrun_teardown();
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sweep_end_to_end),
+        cmocka_unit_test(test_sweep_global_batch),
+        cmocka_unit_test(test_sweep_interrupted),
+        cmocka_unit_test(test_sweep_reports_failed_runs),
+    };
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
