@@ -1,6 +1,7 @@
 /* The engine: every layer on oneDNN against the plain-C reference (forward,
  * backward data, backward weights) and against finite differences, at 1 and
- * 2 OpenMP threads; whole presets; training; determinism. */
+ * 2 OpenMP threads; whole presets; training; determinism.  The model text
+ * and its presets: test_model.c. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -565,120 +566,6 @@ static void test_training_drives_loss_down_deterministically(void **state)
     }
 }
 
-/* -------------------------------------------------------------- parser -- */
-
-static void test_parser_errors(void **state)
-{
-    (void)state;
-    const struct {
-        const char *text, *fragment;
-    } bad[] = {
-        {"", "empty model"},
-        {"# only a comment\n", "empty model"},
-        {"input 1 28 28\n", "no layers"},
-        {"conv 3 k3\n", "test:1: the first layer must be 'input"},
-        {"input 1 28\nrelu", "test:1: input: expected"},
-        {"input 1 28 28\ninput 1 28 28", "test:2: input: declared twice"},
-        {"input 1 28 28\nfoo 3", "test:2: unknown layer 'foo'"},
-        {"input 1 28 28\nconv k3", "test:2: conv: first argument"},
-        {"input 1 28 28\nconv 8", "test:2: conv: missing kernel"},
-        {"input 1 28 28\nconv 8 k3 q2", "test:2: conv: bad argument 'q2'"},
-        {"input 1 28 28\nconv 8 k3 s0", "stride must be at least 1"},
-        {"input 1 4 4\nconv 8 k5", "test:2: conv: kernel 5 is larger than its 4x4 input"},
-        {"input 1 28 28\nconv 0 k3", "output channels"},
-        {"input 1 28 28\nmaxpool", "missing kernel"},
-        {"input 1 28 28\nmaxpool k2 p1", "padding 1 must be less than half the kernel"},
-        {"input 1 2 2\nmaxpool k3", "kernel 3 is larger"},
-        {"input 1 28 28\nlinear", "linear: first argument"},
-        {"input 1 28 28\nlinear 10 bias", "bad argument 'bias'"},
-        {"input 1 28 28\nlinear 10\nconv 3 k1", "test:3: conv needs an image input"},
-        {"input 1 28 28\nlinear 10\nbatchnorm", "batchnorm (2-d) needs an image"},
-        {"input 1 28 28\ndropout", "needs one probability"},
-        {"input 1 28 28\ndropout 1.5", "must be a number in [0, 1)"},
-        {"input 1 28 28\nrelu 3", "relu: takes no arguments"},
-        {"input 1 28 28\nlinear 3\nflatten", "already flat"},
-        {"input 1 28 28\nadd a", "no activation was saved as 'a'"},
-        {"input 1 28 28\nsave a\nsave a", "already used"},
-        {"input 1 8 8\nsave a\nconv 4 k3 p1\nadd a", "shapes differ"},
-        {"input 1 8 8\nsave a\nconv 4 k3 p1\nadd a project", "add: use 'add NAME'"},
-        {"input 1 28 28\nconv 8 k3 s1 p1 a b c d e", "too many arguments"},
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        st_model *m = (st_model *)0x1;
-        st_status st = st_model_parse(&m, bad[i].text, "test");
-        if (st != ST_ERR_FORMAT || m != NULL || !strstr(st_last_error(), bad[i].fragment))
-            fail_msg("case %zu (%s): status %d, message '%s'", i, bad[i].fragment, (int)st, st_last_error());
-    }
-    st_model *m = (st_model *)0x1;
-    assert_int_equal(st_model_load(&m, "/no/such/model"), ST_ERR_IO);
-    assert_non_null(strstr(st_last_error(), "--model /no/such/model"));
-}
-
-static void test_parser_shapes_and_text(void **state)
-{
-    (void)state;
-    st_model *m = NULL;
-    assert_int_equal(st_model_load(&m, "lenet"), ST_OK);
-    assert_int_equal(st_model_param_count(m), 61706);  /* torch: LeNet-5 with padding 2 */
-    assert_int_equal(st_model_classes(m), 10);
-    st_shape in;
-    st_dtype dtype;
-    st_model_input(m, &in, &dtype);
-    char shape[32];
-    st_shape_str(&in, shape, sizeof shape);
-    assert_string_equal(shape, "1x28x28");
-    assert_int_equal(in.ndims, 3);
-    assert_int_equal(st_shape_elems(&in), 784);
-    assert_int_equal(st_model_input_size(m), 784);
-    assert_int_equal(dtype, ST_DTYPE_F32);
-    assert_string_equal(st_dtype_name(dtype), "f32");
-    assert_int_equal(st_dtype_size(ST_DTYPE_BF16), 2);
-    assert_non_null(strstr(st_model_text(m), "conv 6 k5 s1 p2\nrelu\nmaxpool k2 s2 p0\n"));
-    st_model *again = NULL;  /* the canonical text parses to the same text */
-    assert_int_equal(st_model_parse(&again, st_model_text(m), "canonical"), ST_OK);
-    assert_string_equal(st_model_text(again), st_model_text(m));
-    st_model_destroy(again);
-    st_model_destroy(m);
-    assert_int_equal(st_model_load(&m, "mlp"), ST_OK);
-    assert_int_equal(st_model_param_count(m), 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
-    st_model_destroy(m);
-    assert_int_equal(st_model_load(&m, "cnn"), ST_OK);
-    assert_int_equal(st_model_param_count(m), 320 + 18496 + 1600 * 128 + 128 + 1290);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    st_model_summary(m, f);
-    fclose(f);
-    assert_non_null(strstr(text, "64x5x5"));
-    assert_non_null(strstr(text, "total parameters: 225034"));
-    free(text);
-    st_model_destroy(m);
-    assert_int_equal(st_model_load(&m, "resnet"), ST_OK);
-    assert_int_equal(st_model_classes(m), 10);
-    st_model_destroy(m);
-}
-
-/* The preset files under models/ are the built-in presets. */
-static void test_model_files_match_presets(void **state)
-{
-    (void)state;
-    const char *dir = getenv("MODELS_DIR");
-    if (!dir)
-        fail_msg("MODELS_DIR is not set (ctest sets it)");
-    const char *names[] = {"mlp", "lenet", "cnn", "resnet", "gpt-mini", "gpt"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s.model", dir, names[i]);
-        st_model *file = NULL, *preset = NULL;
-        if (st_model_load(&file, path) != ST_OK)
-            fail_msg("%s", st_last_error());
-        assert_int_equal(st_model_load(&preset, names[i]), ST_OK);
-        assert_string_equal(st_model_text(file), st_model_text(preset));
-        st_model_destroy(file);
-        st_model_destroy(preset);
-    }
-}
-
 static void test_optimizers_match_torch_rules(void **state)
 {
     (void)state;
@@ -839,9 +726,6 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_comparison_catches_a_wrong_gradient),
-        cmocka_unit_test(test_parser_errors),
-        cmocka_unit_test(test_parser_shapes_and_text),
-        cmocka_unit_test(test_model_files_match_presets),
         cmocka_unit_test(test_optimizers_match_torch_rules),
         cmocka_unit_test(test_bad_labels_are_refused),
         cmocka_unit_test(test_loss_matches_finite_differences),
