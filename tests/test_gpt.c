@@ -46,10 +46,13 @@ static void tokens(int32_t *ids, size_t count, int vocab, uint64_t seed)
         ids[i] = (int32_t)((frand(&seed) + 1.0f) * 0.5f * (float)vocab) % vocab;
 }
 
-/* max |a - b| <= tol * max(1, max |b|), naming where it fails. */
-static void assert_close(const float *a, const float *b, size_t n, double tol, const char *what)
+/* max |a - b| <= tol * max(floor, max |b|), naming where it fails.  Floor
+ * 0 for gradients: against 1, gpt-mini's (at most 0.25 at init) passed with
+ * the softmax backward's row sums cut short (the same bound relative to
+ * their largest value caught it). */
+static void assert_close_over(const float *a, const float *b, size_t n, double tol, double floor, const char *what)
 {
-    double worst = 0, scale = 1;
+    double worst = 0, scale = floor;
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {
         const double d = fabs((double)a[i] - b[i]);
@@ -62,14 +65,20 @@ static void assert_close(const float *a, const float *b, size_t n, double tol, c
                  scale);
 }
 
+static void assert_close(const float *a, const float *b, size_t n, double tol, const char *what)
+{
+    assert_close_over(a, b, n, tol, 1.0, what);
+}
+
 /* A chain through every sequence layer, residuals included. */
 static const char *const ALL_LAYERS =
     "input tokens 8\nembed 11 12\nsave r\nlayernorm\nlinear 36\nattention heads 3\nlinear 12\nadd r\n"
     "save m\nlayernorm\nlinear 48\ngelu\nlinear 12\nadd m\nlayernorm\nhead tied\n";
 
 /* Forward, a random output gradient, backward: outputs and parameter
- * gradients of both backends. */
-static void run_both(const char *text, int batch, int threads, uint64_t seed)
+ * gradients of both backends, parameters moved by up to spread from their
+ * initial values. */
+static void run_both_spread(const char *text, int batch, int threads, uint64_t seed, float spread)
 {
     omp_set_num_threads(threads);
     st_model *m = parse(text);
@@ -79,7 +88,7 @@ static void run_both(const char *text, int batch, int threads, uint64_t seed)
     float *pr = st_net_params(ref, &P);
     uint64_t ps = seed * 7 + 1;
     for (size_t i = 0; i < P; i++)  /* biases and norms off their initial 0 and 1, so they count */
-        pr[i] += 0.1f * frand(&ps);
+        pr[i] += spread * frand(&ps);
     memcpy(st_net_params(dn, NULL), pr, P * sizeof(float));
     const int t = st_model_positions(m);
     int32_t *ids = malloc((size_t)batch * t * sizeof *ids);
@@ -95,11 +104,16 @@ static void run_both(const char *text, int batch, int threads, uint64_t seed)
     assert_close(y2, y1, out, 1e-4, "forward");
     assert_int_equal(st_net_backward_from(ref, dy), ST_OK);
     assert_int_equal(st_net_backward_from(dn, dy), ST_OK);
-    assert_close(st_net_grads(dn, NULL), st_net_grads(ref, NULL), P, 1e-4, "parameter gradients");
+    assert_close_over(st_net_grads(dn, NULL), st_net_grads(ref, NULL), P, 1e-4, 0.0, "parameter gradients");
     free(ids), free(dy), free(y1), free(y2);
     st_net_destroy(ref);
     st_net_destroy(dn);
     st_model_destroy(m);
+}
+
+static void run_both(const char *text, int batch, int threads, uint64_t seed)
+{
+    run_both_spread(text, batch, threads, seed, 0.1f);
 }
 
 static void test_onednn_matches_reference(void **state)
@@ -107,10 +121,13 @@ static void test_onednn_matches_reference(void **state)
     (void)state;
     for (int threads = 1; threads <= 2; threads++) {
         run_both(ALL_LAYERS, 3, threads, 5);
-        run_both("input tokens 8\nembed 7 6\nlinear 18\nattention heads 1\nhead tied\n", 2, threads, 9);
+        /* weights far from GPT-2's init, so the softmax is far from uniform and
+         * its backward carries enough of the gradient that a 1% error there
+         * fails (at spread 0.1 it passed) */
+        run_both_spread("input tokens 8\nembed 7 6\nlinear 18\nattention heads 1\nhead tied\n", 2, threads, 9, 1.0f);
         run_both("input tokens 8\nembed 9 16\ngelu\nlayernorm\nlinear 9 nobias\n", 4, threads, 13);
-        /* attention's whole 4 x 16 tiles, and the rows and columns past them */
-        run_both("input tokens 22\nembed 13 40\nlinear 120\nattention heads 2\nhead tied\n", 3, threads, 17);
+        /* attention's whole 6 x 16 tiles, and the rows and columns past them */
+        run_both_spread("input tokens 22\nembed 13 40\nlinear 120\nattention heads 2\nhead tied\n", 3, threads, 17, 1.0f);
     }
     /* the linear layers' weight gradients from untransposed operands, as for big layers */
     setenv("SHMTRAIN_ONEDNN_SEQ_TN", "1", 1);
@@ -204,7 +221,7 @@ static void test_gpt_mini_gradient(void **state)
     assert_int_equal(st_net_backward(dn), ST_OK);
     size_t P;
     const float *gdn = st_net_grads(dn, &P);
-    assert_close(gdn, st_net_grads(ref, NULL), P, 1e-4, "gpt-mini gradients");
+    assert_close_over(gdn, st_net_grads(ref, NULL), P, 1e-4, 0.0, "gpt-mini gradients");
     st_net_destroy(ref);
     st_net_destroy(dn);
     st_model_destroy(m);
