@@ -6,8 +6,8 @@
  * model: its linear layers and head forward, backward-data and
  * backward-weights, attention's six per sample and head), times each shape
  * alone as the engine computes it: dnnl_sgemm at N threads (a weight
- * gradient from transposed operands where the engine transposes them, the
- * transposes left out), and attention's
+ * gradient in the form dn_wgrad_form picks, the transposes left out), and
+ * attention's
  * products with causal.c's kernels on one thread (as the engine runs them,
  * divided by N; they compute the lower triangle, t (t + 1) / 2 of the t^2
  * scores, and the FLOPs counted are those), and prints the step's matmul
@@ -117,10 +117,9 @@ static int list_products(const st_model *m, int batch, struct product *v, int ca
             const long in = nd->kind == NODE_HEAD ? m->nodes[nd->embed].c : nd->fan_in, out = nd->c;
             v[np++] = (struct product){"linear fwd", 'N', 'T', rows, out, in, 1, false, SGEMM};
             v[np++] = (struct product){"linear bwd-data", 'N', 'N', rows, in, out, 1, false, SGEMM};
-            if (nd->kind == NODE_LINEAR && rows * (in + out) <= DN_WGRAD_TRANSPOSED_MAX_FLOATS)
-                v[np++] = (struct product){"linear bwd-weights", 'N', 'T', out, in, rows, 1, false, SGEMM};
-            else
-                v[np++] = (struct product){"linear bwd-weights", 'T', 'N', out, in, rows, 1, false, SGEMM};
+            const enum dn_wgrad_form form = nd->kind == NODE_LINEAR ? dn_wgrad_form(rows, in, out, false) : DN_WGRAD_TN;
+            v[np++] = (struct product){"linear bwd-weights", form == DN_WGRAD_TN ? 'T' : 'N',
+                                       form == DN_WGRAD_NT ? 'T' : 'N', out, in, rows, 1, false, SGEMM};
         } else if (nd->kind == NODE_ATTENTION) {
             const long t = nd->t, hs = nd->c / nd->heads, per = (long)batch * nd->heads;
             v[np++] = (struct product){"attention QK^T", 'N', 'T', t, hs, t, per, true, SCORES};

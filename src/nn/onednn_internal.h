@@ -140,10 +140,21 @@ struct dn_seq_state {
     float *tanh_u;                       /* GELU: tanh of its argument, kept for the backward */
 };
 
-/* A sequence linear layer's weight gradient comes from its operands
- * transposed when they hold at most this many floats together (4 MB);
- * onednn_seq.c says why, bench/gemm_bound.c times the product the same way. */
+/* How a sequence linear layer's weight gradient dW = dY^T X reaches
+ * dnnl_sgemm (onednn_seq.c says why; bench/gemm_bound.c times the product
+ * the same way): its operands as they are ("TN"), or, when they hold at
+ * most DN_WGRAD_TRANSPOSED_MAX_FLOATS together (4 MB), dY transposed and X
+ * as it is ("NN", X no wider than dY) or transposed too ("NT"). */
 #define DN_WGRAD_TRANSPOSED_MAX_FLOATS (1L << 20)
+
+enum dn_wgrad_form { DN_WGRAD_TN, DN_WGRAD_NN, DN_WGRAD_NT };
+
+static inline enum dn_wgrad_form dn_wgrad_form(long rows, long in, long out, bool untransposed)
+{
+    if (untransposed || rows * (in + out) > DN_WGRAD_TRANSPOSED_MAX_FLOATS)
+        return DN_WGRAD_TN;
+    return in <= out ? DN_WGRAD_NN : DN_WGRAD_NT;
+}
 
 /* One exec node's oneDNN state: what every node has, then each layer
  * family's own. */

@@ -464,13 +464,11 @@ static st_status seq_linear_fwd(st_net *n, int j)
  * operands) they cost more than "TN" loses there, hence the bound
  * (DN_WGRAD_TRANSPOSED_MAX_FLOATS, onednn_internal.h). */
 
-static bool wgrad_transposed(const st_net *n, long rows, long in, long out)
-{
-    return !n->dnet->opt.seq_tn && rows * (in + out) <= DN_WGRAD_TRANSPOSED_MAX_FLOATS;
-}
-
-/* dW = (dY^T) (X^T)^T, from dY and X transposed into the net's scratch; db
- * (if wanted) summed while dY passes (the same bits as column_sums). */
+/* dW = (dY^T) (X^T)^T or (dY^T) X, from dY (and X) transposed into the
+ * net's scratch; db (if wanted) summed while dY passes (the same bits as
+ * column_sums).  X is left as it is where it is no wider than dY: "NN" on
+ * it ran gpt-mini's 384x128, 128x128 and 512x128 as fast as "NT" on X
+ * transposed (and spares the transpose), but its 128x512 at 1.4x the time. */
 static st_status wgrad_from_transposed(st_net *n, const float *dy, const float *src, long rows, long in, long out,
                                        float *dw, float *db)
 {
@@ -479,6 +477,8 @@ static st_status wgrad_from_transposed(st_net *n, const float *dy, const float *
     for (long c = 0; c < out; c += COLUMN_BLOCK)
         nn_transpose(dyt + c * rows, rows, dy + c, out, rows, out - c < COLUMN_BLOCK ? out - c : COLUMN_BLOCK,
                      db ? db + c : NULL);
+    if (dn_wgrad_form(rows, in, out, false) == DN_WGRAD_NN)
+        return sgemm('N', 'N', out, in, rows, 1.0f, dyt, rows, src, in, 0.0f, dw, in);
 #pragma omp parallel for schedule(static)
     for (long c = 0; c < in; c += COLUMN_BLOCK)
         nn_transpose(xt + c * rows, rows, src + c, in, rows, in - c < COLUMN_BLOCK ? in - c : COLUMN_BLOCK, NULL);
@@ -493,12 +493,13 @@ static st_status seq_linear_bwd(st_net *n, int j)
     const long rows = (long)nn_rows(n, nd), out = nd->c, in = n->x[x->in].nd->c;
     const float *dy = dn_mem_ptr(x->dn->diff.mem), *w = n->params + nd->w_off;
     float *dx = target_of(x);
-    if (wgrad_transposed(n, rows, in, out))
+    const bool transposed = dn_wgrad_form(rows, in, out, n->dnet->opt.seq_tn) != DN_WGRAD_TN;
+    if (transposed)
         OK(wgrad_from_transposed(n, dy, src_of(x), rows, in, out, n->grads + nd->w_off,
                                  nd->bias ? n->grads + nd->b_off : NULL));
     else
         OK(sgemm('T', 'N', out, in, rows, 1.0f, dy, out, src_of(x), in, 0.0f, n->grads + nd->w_off, in));
-    if (nd->bias && !wgrad_transposed(n, rows, in, out)) {
+    if (nd->bias && !transposed) {
         float *db = n->grads + nd->b_off;
 #pragma omp parallel for schedule(static)
         for (long c = 0; c < out; c += COLUMN_BLOCK)
@@ -524,7 +525,7 @@ st_status dn_build_seq_linear(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const long rows = (long)nn_rows(n, x->nd), out = x->nd->c, in = n->x[x->in].nd->c;
-    if (wgrad_transposed(n, rows, in, out))
+    if (dn_wgrad_form(rows, in, out, n->dnet->opt.seq_tn) != DN_WGRAD_TN)
         OK(reserve_transposed(n, (size_t)(rows * (in + out))));
     snprintf(x->impl, sizeof x->impl, "sgemm");
     OK(seq_io(n, j, seq_linear_bwd));
