@@ -3,8 +3,9 @@
  *
  *   KIND      the node_kind is NODE_<KIND>
  *   keyword   its word in the model text, its name in summaries and profiles
- *   parse     model.c: reads the line's arguments, infers the output shape,
- *             lays out its parameters in the flat buffer
+ *   parse     model_lines.c (declared in model_parser.h, dispatched by
+ *             model.c): reads the line's arguments, infers the output
+ *             shape, lays out its parameters in the flat buffer
  *   init      net.c: fills its parameters (and buffers) from the seed
  *   ref_*     ref_backend.c: the reference (plain C) forward and backward,
  *             over the kernels of ref.c, and the scratch they need

@@ -1,0 +1,292 @@
+/* Each layer line's grammar: its arguments, the input shape it needs, its
+ * output shape and parameters (model_parser.h; the machinery is model.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_parser.h"
+
+/* -------------------------------------------------------------- images -- */
+
+/* Shared by conv and pools: "kK [sS] [pP]" options after the fixed ones. */
+static st_status window_args(struct parser *ps, char **tok, int ntok, int first, struct node *nd,
+                             bool allow_nobias)
+{
+    nd->k = 0;
+    nd->s = -1;
+    nd->p = 0;
+    for (int i = first; i < ntok; i++) {
+        int v;
+        if (parser_int(tok[i], 'k', &v)) nd->k = v;
+        else if (parser_int(tok[i], 's', &v)) nd->s = v;
+        else if (parser_int(tok[i], 'p', &v)) nd->p = v;
+        else if (allow_nobias && !strcmp(tok[i], "nobias")) nd->bias = false;
+        else
+            return parser_error(ps, "%s: bad argument '%s' (expected k<size>, s<stride>, p<padding>%s)",
+                                tok[0], tok[i], allow_nobias ? " or nobias" : "");
+    }
+    if (nd->k < 1)
+        return parser_error(ps, "%s: missing kernel size (e.g. k3)", tok[0]);
+    if (nd->s == 0)
+        return parser_error(ps, "%s: stride must be at least 1", tok[0]);
+    return ST_OK;
+}
+
+static st_status spatial_out(struct parser *ps, struct node *nd, const struct node *src)
+{
+    if (src->flat)
+        return parser_error(ps, "%s needs an image input, but the previous layer's output is flat (%d)",
+                            node_kind_name(nd->kind), src->c);
+    if (nd->p * 2 >= nd->k && nd->kind != NODE_CONV)
+        return parser_error(ps, "%s: padding %d must be less than half the kernel %d", node_kind_name(nd->kind),
+                            nd->p, nd->k);
+    if (src->h + 2 * nd->p < nd->k || src->w + 2 * nd->p < nd->k)
+        return parser_error(ps, "%s: kernel %d is larger than its %dx%d input (padding %d)",
+                            node_kind_name(nd->kind), nd->k, src->h, src->w, nd->p);
+    nd->h = (src->h + 2 * nd->p - nd->k) / nd->s + 1;
+    nd->w = (src->w + 2 * nd->p - nd->k) / nd->s + 1;
+    return ST_OK;
+}
+
+st_status parse_conv(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    (void)kind;
+    int out;
+    if (ntok < 2 || !parser_int(tok[1], 0, &out) || out < 1)
+        return parser_error(ps, "conv: first argument must be the number of output channels (e.g. conv 32 k3)");
+    const struct node *src = parser_last(ps);
+    struct node *nd = parser_node(ps, NODE_CONV);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->out = out;
+    nd->bias = true;
+    st_status st = window_args(ps, tok, ntok, 2, nd, true);
+    if (st != ST_OK)
+        return st;
+    if (nd->s < 0)
+        nd->s = 1;
+    src = &ps->m->nodes[nd->in];
+    if ((st = spatial_out(ps, nd, src)) != ST_OK)
+        return st;
+    nd->c = out;
+    nd->fan_in = src->c * nd->k * nd->k;
+    parser_params(ps, nd, (size_t)out * (size_t)nd->fan_in, nd->bias ? (size_t)out : 0);
+    return parser_emit(ps, "conv %d k%d s%d p%d%s", out, nd->k, nd->s, nd->p, nd->bias ? "" : " nobias");
+}
+
+st_status parse_pool(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    struct node *nd = parser_node(ps, kind);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    const struct node *src = &ps->m->nodes[nd->in];
+    if (kind == NODE_AVGPOOL && ntok == 2 && !strcmp(tok[1], "global")) {
+        if (src->flat)
+            return parser_error(ps, "avgpool needs an image input, but the previous layer's output is flat");
+        nd->global = true;
+        nd->k = src->h;  /* square kernel not required: h and w are kept apart below */
+        nd->s = 1;
+        nd->h = nd->w = 1;
+        nd->c = src->c;
+        return parser_emit(ps, "avgpool global");
+    }
+    st_status st = window_args(ps, tok, ntok, 1, nd, false);
+    if (st != ST_OK)
+        return st;
+    if (nd->s < 0)
+        nd->s = nd->k;
+    if ((st = spatial_out(ps, nd, src)) != ST_OK)
+        return st;
+    nd->c = src->c;
+    return parser_emit(ps, "%s k%d s%d p%d", tok[0], nd->k, nd->s, nd->p);
+}
+
+static st_status add_flatten_if_needed(struct parser *ps)
+{
+    const struct node *src = parser_last(ps);
+    if (src->flat)
+        return ST_OK;
+    struct node *nd = parser_node(ps, NODE_FLATTEN);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->c = src->c * src->h * src->w;
+    nd->h = nd->w = 1;
+    nd->flat = true;
+    return ST_OK;
+}
+
+st_status parse_linear(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    (void)kind;
+    int out;
+    bool bias = true;
+    if (ntok < 2 || !parser_int(tok[1], 0, &out) || out < 1)
+        return parser_error(ps, "linear: first argument must be the number of outputs (e.g. linear 10)");
+    for (int i = 2; i < ntok; i++) {
+        if (strcmp(tok[i], "nobias"))
+            return parser_error(ps, "linear: bad argument '%s' (only nobias may follow)", tok[i]);
+        bias = false;
+    }
+    st_status st = add_flatten_if_needed(ps);
+    if (st != ST_OK)
+        return st;
+    int in_features = parser_last(ps)->c, t = parser_last(ps)->t;
+    struct node *nd = parser_node(ps, NODE_LINEAR);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->t = t;  /* on a sequence: the same map at every position */
+    nd->out = nd->c = out;
+    nd->h = nd->w = 1;
+    nd->flat = true;
+    nd->bias = bias;
+    nd->fan_in = in_features;
+    parser_params(ps, nd, (size_t)out * (size_t)in_features, bias ? (size_t)out : 0);
+    return parser_emit(ps, "linear %d%s", out, bias ? "" : " nobias");
+}
+
+st_status parse_simple(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    if (kind == NODE_DROPOUT ? ntok != 2 : ntok != 1)
+        return parser_error(ps, "%s: %s", tok[0],
+                            kind == NODE_DROPOUT ? "needs one probability (dropout 0.5)" : "takes no arguments");
+    const struct node *src = parser_last(ps);
+    if (kind == NODE_BATCHNORM && src->flat)
+        return parser_error(ps, "batchnorm (2-d) needs an image input, but the previous layer's output is flat");
+    if (kind == NODE_LAYERNORM && !src->flat)
+        return parser_error(ps, "layernorm normalises features ([T, C] or flat), but the previous layer's output is an "
+                            "image (use batchnorm)");
+    if (kind == NODE_FLATTEN)
+        return src->flat ? parser_error(ps, "flatten: the input is already flat") : add_flatten_if_needed(ps);
+    float drop = 0;
+    if (kind == NODE_DROPOUT) {
+        char *end;
+        drop = strtof(tok[1], &end);
+        if (*end || !(drop >= 0 && drop < 1))
+            return parser_error(ps, "dropout: probability '%s' must be a number in [0, 1)", tok[1]);
+    }
+    int c = src->c, h = src->h, w = src->w, t = src->t;
+    bool flat = src->flat;
+    struct node *nd = parser_node(ps, kind);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->c = c;
+    nd->h = h;
+    nd->w = w;
+    nd->t = t;
+    nd->flat = flat;
+    nd->drop = drop;
+    if (kind == NODE_LAYERNORM) {
+        parser_params(ps, nd, (size_t)c, (size_t)c);
+        return parser_emit(ps, "layernorm");
+    }
+    if (kind == NODE_BATCHNORM) {
+        parser_params(ps, nd, (size_t)c, (size_t)c);
+        nd->buf_off = ps->m->buffers;
+        ps->m->buffers += 2 * (size_t)c;
+        return parser_emit(ps, "batchnorm");
+    }
+    return kind == NODE_DROPOUT ? parser_emit(ps, "dropout %g", (double)drop) : parser_emit(ps, "%s", tok[0]);
+}
+
+/* ------------------------------------------------------- transformers -- */
+
+/* embed VOCAB DIM: token table [VOCAB, DIM] then learned positions [T, DIM],
+ * summed: the token ids' embeddings. */
+st_status parse_embed(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    (void)kind;
+    int vocab, dim;
+    if (ntok != 3 || !parser_int(tok[1], 0, &vocab) || !parser_int(tok[2], 0, &dim) || vocab < 1 || dim < 1)
+        return parser_error(ps, "embed: expected 'embed VOCAB DIM' (e.g. embed 256 128)");
+    const struct node *src = parser_last(ps);
+    if (!src->tokens)
+        return parser_error(ps, "embed must follow 'input tokens T' (it reads token ids)");
+    for (int i = 0; i < ps->m->n; i++)
+        if (ps->m->nodes[i].kind == NODE_EMBED)
+            return parser_error(ps, "embed: a model has one token embedding");
+    const int t = src->t;
+    struct node *nd = parser_seq_node(ps, NODE_EMBED, t, dim);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->vocab = vocab;
+    parser_params(ps, nd, (size_t)vocab * dim, (size_t)t * dim);  /* "bias": the position table */
+    return parser_emit(ps, "embed %d %d", vocab, dim);
+}
+
+/* attention heads H: causal multi-head self-attention on [T, 3C] (q, k, v
+ * side by side, each head a slice of C/H) -> [T, C]. */
+st_status parse_attention(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    (void)kind;
+    int heads;
+    if (ntok != 3 || strcmp(tok[1], "heads") || !parser_int(tok[2], 0, &heads) || heads < 1)
+        return parser_error(ps, "attention: expected 'attention heads H'");
+    const struct node *src = parser_last(ps);
+    if (src->t < 1 || src->c % 3 || (src->c / 3) % heads)
+        return parser_error(ps, "attention heads %d needs a [T, 3C] input with C a multiple of %d (q, k, v from one "
+                            "'linear 3C'); the input is %dx%d", heads, heads, src->t, src->c);
+    const int t = src->t, c = src->c / 3;
+    struct node *nd = parser_seq_node(ps, NODE_ATTENTION, t, c);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->heads = heads;
+    return parser_emit(ps, "attention heads %d", heads);
+}
+
+/* head tied: the language-model head, logits [T, VOCAB] = x E^T with the
+ * embed's token table E (its gradient adds into E's). */
+st_status parse_head(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    (void)kind;
+    if (ntok != 2 || strcmp(tok[1], "tied"))
+        return parser_error(ps, "head: expected 'head tied' (an untied head is 'linear VOCAB nobias')");
+    int e = -1;
+    for (int i = 0; i < ps->m->n; i++)
+        if (ps->m->nodes[i].kind == NODE_EMBED)
+            e = i;
+    const struct node *src = parser_last(ps);
+    if (e < 0)
+        return parser_error(ps, "head tied: no 'embed' layer to tie to");
+    struct node *emb = &ps->m->nodes[e];
+    if (src->t < 1 || src->c != emb->c)
+        return parser_error(ps, "head tied: the input must be [T, %d] (the embedding's width), not %dx%d", emb->c,
+                            src->t, src->c);
+    emb->tied = true;
+    const int t = src->t, vocab = emb->vocab;
+    struct node *nd = parser_seq_node(ps, NODE_HEAD, t, vocab);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->embed = e;
+    nd->vocab = vocab;
+    return parser_emit(ps, "head tied");
+}
+
+/* block heads H: one pre-norm transformer block (GPT-2's), as its parts. */
+st_status parse_block(struct parser *ps, char **tok, int ntok)
+{
+    int heads;
+    if (ntok != 3 || strcmp(tok[1], "heads") || !parser_int(tok[2], 0, &heads) || heads < 1)
+        return parser_error(ps, "block: expected 'block heads H'");
+    const struct node *src = parser_last(ps);
+    if (src->t < 1)
+        return parser_error(ps, "block: needs a [T, C] sequence input (after embed)");
+    const int c = src->c, id = ps->nnames;
+    char lines[12][48];
+    snprintf(lines[0], sizeof lines[0], "save _b%d_attn", id);
+    snprintf(lines[1], sizeof lines[1], "layernorm");
+    snprintf(lines[2], sizeof lines[2], "linear %d", 3 * c);
+    snprintf(lines[3], sizeof lines[3], "attention heads %d", heads);
+    snprintf(lines[4], sizeof lines[4], "linear %d", c);
+    snprintf(lines[5], sizeof lines[5], "add _b%d_attn", id);
+    snprintf(lines[6], sizeof lines[6], "save _b%d_mlp", id);
+    snprintf(lines[7], sizeof lines[7], "layernorm");
+    snprintf(lines[8], sizeof lines[8], "linear %d", 4 * c);
+    snprintf(lines[9], sizeof lines[9], "gelu");
+    snprintf(lines[10], sizeof lines[10], "linear %d", c);
+    snprintf(lines[11], sizeof lines[11], "add _b%d_mlp", id);
+    for (int i = 0; i < 12; i++) {
+        st_status st = parse_line(ps, lines[i]);
+        if (st != ST_OK)
+            return st;
+    }
+    return ST_OK;
+}

@@ -1,0 +1,62 @@
+/* Internal: the model text parser's state and helpers, shared by model.c
+ * (the machinery: lines and their dispatch through the layer table, names
+ * and residual adds, the public parse and load) and model_lines.c (each
+ * layer line's grammar).  A line parser checks its arguments and the shape
+ * it receives, appends its node(s) with parser_node, takes its parameters
+ * from the flat buffer with parser_params, and writes the canonical line
+ * with parser_emit. */
+#ifndef SHMTRAIN_NN_MODEL_PARSER_H
+#define SHMTRAIN_NN_MODEL_PARSER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "model.h"
+
+#define MAX_TOKENS 8
+#define MAX_NAMES 64
+
+struct parser {
+    const char *source;
+    int line;
+    struct st_model *m;
+    int cap;
+    char *text;               /* canonical text being built */
+    size_t text_len;
+    char names[MAX_NAMES][32];
+    int name_node[MAX_NAMES];
+    int nnames;
+};
+
+/* An ST_ERR_FORMAT status naming the source and line. */
+st_status parser_error(const struct parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends one line to the canonical text. */
+st_status parser_emit(struct parser *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A new node after the last (NULL: out of memory), and the last node. */
+struct node *parser_node(struct parser *ps, node_kind kind);
+const struct node *parser_last(const struct parser *ps);
+/* A node whose output is t rows of c features ([T, C]; t = 0: flat [C]). */
+struct node *parser_seq_node(struct parser *ps, node_kind kind, int t, int c);
+/* A positive integer token, optionally after a one-letter prefix ("k3"). */
+bool parser_int(const char *tok, char prefix, int *out);
+/* The node's weights and bias, next in the flat parameter buffer. */
+void parser_params(struct parser *ps, struct node *nd, size_t weights, size_t bias);
+/* One line of model text (a block parses its parts through it). */
+st_status parse_line(struct parser *ps, char *line);
+
+/* The layer keywords' parsers the layer table names (layers.h), one
+ * declaration each: a table row naming one that is not here fails to
+ * compile model.c (the layer_table ctest entries), and the one line that is
+ * not a layer ("block heads H"). */
+st_status parse_input(struct parser *ps, char **tok, int ntok, node_kind kind);
+st_status parse_add(struct parser *ps, char **tok, int ntok, node_kind kind);
+st_status parse_conv(struct parser *ps, char **tok, int ntok, node_kind kind);
+st_status parse_pool(struct parser *ps, char **tok, int ntok, node_kind kind);
+st_status parse_linear(struct parser *ps, char **tok, int ntok, node_kind kind);
+st_status parse_simple(struct parser *ps, char **tok, int ntok, node_kind kind);
+st_status parse_embed(struct parser *ps, char **tok, int ntok, node_kind kind);
+st_status parse_attention(struct parser *ps, char **tok, int ntok, node_kind kind);
+st_status parse_head(struct parser *ps, char **tok, int ntok, node_kind kind);
+st_status parse_block(struct parser *ps, char **tok, int ntok);
+
+#endif
