@@ -1,218 +1,21 @@
-/* Shared-memory collectives: join, the wait/publish protocol, and the
- * all-reduce (direct and ring), broadcast and barrier algorithms.
- *
- * Protocol (docs/collectives.md has the diagrams):
- *  - Each rank owns one 32-bit `progress` counter in its own control line;
- *    only the owner writes it, and it only ever grows (mod 2^32).  Every
- *    collective is a fixed, rank-independent sequence of "units"; a rank
- *    publishes base+k after finishing its k-th unit.  Since every rank runs
- *    the same collectives with the same arguments, each knows exactly which
- *    value of a peer's counter means "that peer has done X", so there are no
- *    recycled states and no ABA.
- *  - The first unit of every collective is "entered": the rank's input is in
- *    place and it has finished reading anything of the previous collective.
- *  - Waiting spins on the counter, then yields, then sleeps on it as a futex;
- *    the publisher only calls FUTEX_WAKE when the line's sleeper count says
- *    somebody sleeps.  While sleeping, a waiter checks every 100 ms that the
- *    peer is alive and has not aborted, and gives up after timeout_s.
+/* Shared-memory collectives: the all-reduce (direct and ring, fp32 and
+ * bf16), broadcast and barrier, written against the wait/publish protocol
+ * of sync.c (which says how it works; docs/collectives.md has diagrams).
  */
 #define _GNU_SOURCE
 #include "shmtrain/coll.h"
 
-#include <errno.h>
-#include <limits.h>
 #include <stddef.h>
-#include <linux/futex.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "coll_internal.h"
 #include "shmtrain/bf16.h"
 #include "shmtrain/env.h"
-
-_Static_assert(sizeof(struct ctl) <= PAGE, "control block fits one page");
-
-double coll_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-void coll_sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-/* Wrap-safe "a >= b" for counters that only grow. */
-static inline bool ge(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
-
-/* ------------------------------------------------------- peer liveness -- */
-
-/* kill(pid, 0) alone reports a zombie as alive, and a peer that died while
- * our parent has not reaped it yet is exactly a zombie. */
-bool coll_pid_alive(pid_t pid)
-{
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-        return false;
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return errno != ENOENT;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');
-    if (!paren || paren[1] != ' ')
-        return true;
-    return paren[2] != 'Z' && paren[2] != 'X';
-}
-
-/* ------------------------------------------------------ publish / wait -- */
-
-static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
-{
-    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
-}
-
-static void publish(st_group *g, uint32_t value)
-{
-    struct ctl *me = g->ctl[g->rank];
-    /* seq_cst store then seq_cst load: pairs with the waiter's increment of
-     * `sleepers` followed by its load of `progress` (Dekker), so either we
-     * see the sleeper or it sees the new value. */
-    atomic_store(&me->progress, value);
-    if (atomic_load(&me->sleepers) != 0)
-        futex(&me->progress, FUTEX_WAKE, INT_MAX, NULL);
-}
-
-static st_status mark_broken(st_group *g, st_status st, int failed_rank)
-{
-    struct ctl *me = g->ctl[g->rank];
-    uint32_t expected = 0;
-    atomic_compare_exchange_strong(&me->aborted, &expected, (uint32_t)failed_rank + 1);
-    futex(&me->progress, FUTEX_WAKE, INT_MAX, NULL);
-    g->broken = st;
-    snprintf(g->broken_msg, sizeof g->broken_msg, "%s", st_last_error());
-    return st;
-}
-
-static st_status peer_failed(st_group *g, int peer)
-{
-    uint32_t a = atomic_load(&g->ctl[peer]->aborted);
-    int root = a ? (int)a - 1 : peer;
-    st_fail(ST_ERR_PEER_DEAD,
-            "coll: rank %d: peer rank %d %s (pid %d); collective abandoned",
-            g->rank, root, a && root != peer ? "failed" : "died",
-            (int)g->pids[root]);
-    return mark_broken(g, ST_ERR_PEER_DEAD, root);
-}
-
-static inline bool reached(st_group *g, int peer, uint32_t target)
-{
-    return ge(atomic_load_explicit(&g->ctl[peer]->progress, memory_order_acquire), target);
-}
-
-static st_status wait_slow(st_group *g, int peer, uint32_t target)
-{
-    struct ctl *c = g->ctl[peer];
-    for (int i = 0; i < (g->oversubscribed ? 16 : 4); i++) {
-        sched_yield();
-        if (reached(g, peer, target))
-            return ST_OK;
-    }
-    const struct timespec nap = {0, 20 * 1000 * 1000};
-    double start = coll_now_s(), next_check = start + 0.1;
-    for (;;) {
-        atomic_fetch_add(&c->sleepers, 1);
-        uint32_t v = atomic_load(&c->progress);
-        if (!ge(v, target) && !atomic_load(&c->aborted))
-            futex(&c->progress, FUTEX_WAIT, v, &nap);
-        atomic_fetch_sub(&c->sleepers, 1);
-        if (reached(g, peer, target))
-            return ST_OK;
-        if (atomic_load(&c->aborted))
-            return peer_failed(g, peer);
-        double t = coll_now_s();
-        if (t - start >= 1.0)
-            st_heartbeat_waiting(&g->hb, peer);
-        if (t >= next_check) {
-            if (!coll_pid_alive(g->pids[peer]))
-                return peer_failed(g, peer);
-            next_check = t + 0.1;
-        }
-        if (t - start >= g->cfg.timeout_s) {
-            st_fail(ST_ERR_TIMEOUT,
-                    "coll: rank %d waited %.0f s for rank %d (pid %d) without progress "
-                    "(SHMTRAIN_TIMEOUT); is a rank stuck or calling a different collective?",
-                    g->rank, g->cfg.timeout_s, peer, (int)g->pids[peer]);
-            return mark_broken(g, ST_ERR_TIMEOUT, peer);
-        }
-    }
-}
-
-/* Wait until `peer` has published `target` (base-relative values are built
- * by the callers). */
-static inline st_status wait_for(st_group *g, int peer, uint32_t target)
-{
-    if (reached(g, peer, target))
-        return ST_OK;
-    double t0 = coll_now_s();
-    st_status st = ST_OK;
-    int i = 0;
-    for (; i < g->cfg.spin && !reached(g, peer, target); i++)
-        cpu_relax();
-    if (i == g->cfg.spin)
-        st = wait_slow(g, peer, target);
-    g->waited_s += coll_now_s() - t0;
-    return st;
-}
-
-double st_group_wait_seconds(const st_group *g) { return g->waited_s; }
-
-static st_status wait_all(st_group *g, uint32_t target)
-{
-    if (ge(g->known_all_ge, target))
-        return ST_OK;
-    for (int q = 0; q < g->world; q++) {
-        if (q == g->rank)
-            continue;
-        st_status st = wait_for(g, q, target);
-        if (st != ST_OK)
-            return st;
-    }
-    g->known_all_ge = target;
-    return ST_OK;
-}
-
-static st_status check_usable(const st_group *g)
-{
-    if (!g)
-        return st_fail(ST_ERR_INVALID, "coll: group is NULL");
-    if (g->broken != ST_OK)
-        return st_fail(g->broken, "%s (group unusable after an earlier failure)", g->broken_msg);
-    return ST_OK;
-}
 
 /* --------------------------------------------------------------- stage -- */
 
@@ -264,14 +67,14 @@ static st_status ring(st_group *g, float *const *bufs, size_t n, st_reduce_op op
     const float *theirs = bufs[left];
     st_status st;
 
-    publish(g, base + 1);
+    coll_publish(g, base + 1);
     for (int t = 0; t < 2 * N - 2; t++) {
         const bool scatter = t < N - 1;
         const int seg = scatter ? (r - t - 1 + 2 * N) % N : (r - (t - (N - 1)) + N) % N;
         for (uint32_t j = 0; j < K; j++) {
             /* The left neighbour finished step t-1 on this chunk. */
             uint32_t need_left = t == 0 ? base + 1 : base + 1 + (uint32_t)(t - 1) * K + j + 1;
-            if ((st = wait_for(g, left, need_left)) != ST_OK)
+            if ((st = coll_wait_for(g, left, need_left)) != ST_OK)
                 return st;
             /* All-gather step s overwrites our partial sum of this chunk,
              * which the right neighbour reads in its reduce-scatter step s.
@@ -287,20 +90,20 @@ static st_status ring(st_group *g, float *const *bufs, size_t n, st_reduce_op op
             else
                 coll_add_into(mine + lo, theirs + lo, hi - lo);
             if (!(sg && t == N - 2))  /* staged: the owned part is published whole, after the stage */
-                publish(g, base + 1 + (uint32_t)t * K + j + 1);
+                coll_publish(g, base + 1 + (uint32_t)t * K + j + 1);
         }
         if (sg && t == N - 2) {
             size_t lo, hi;
             chunk_range(n, N, seg, 0, 1, &lo, &hi);
             if ((st = run_stage(sg, mine + lo, hi - lo, op)) != ST_OK)
-                return mark_broken(g, st, g->rank);  /* the peers stop waiting for it */
-            publish(g, base + 1 + (uint32_t)t * K + K);
+                return coll_mark_broken(g, st, g->rank);  /* the peers stop waiting for it */
+            coll_publish(g, base + 1 + (uint32_t)t * K + K);
         }
     }
     const uint32_t units = 1 + 2 * (uint32_t)(N - 1) * K;
     /* The right neighbour reads our buffer until its last step; the caller
      * may overwrite it as soon as we return. */
-    if ((st = wait_for(g, right, base + units)) != ST_OK)
+    if ((st = coll_wait_for(g, right, base + units)) != ST_OK)
         return st;
     g->base = base + units;
     return ST_OK;
@@ -322,12 +125,12 @@ static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op, cons
     const int p = g->parity;
     const uint32_t base = g->base;
     st_status st;
-    if (g->slot_used[p] && (st = wait_all(g, g->slot_base[p] + 2)) != ST_OK)
+    if (g->slot_used[p] && (st = coll_wait_all(g, g->slot_base[p] + 2)) != ST_OK)
         return st;
     const size_t slot_off = g->slots_off + (size_t)p * g->cfg.small_bytes;
     memcpy(coll_seg_at(g, g->rank, slot_off), buf, n * sizeof(float));
-    publish(g, base + 1);
-    if ((st = wait_all(g, base + 1)) != ST_OK)
+    coll_publish(g, base + 1);
+    if ((st = coll_wait_all(g, base + 1)) != ST_OK)
         return st;
     const float *first = (const float *)coll_seg_at(g, 0, slot_off);
     coll_copy_to_user(buf, first, n * sizeof *buf);
@@ -336,7 +139,7 @@ static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op, cons
     if (sg) {
         /* Every rank holds the whole sum: each runs the stage on all of it. */
         if ((st = run_stage(sg, buf, n, op)) != ST_OK)
-            return mark_broken(g, st, g->rank);
+            return coll_mark_broken(g, st, g->rank);
     } else if (op == ST_AVG) {
         for (size_t i = 0; i < n; i++)
             buf[i] /= (float)g->world;
@@ -382,7 +185,7 @@ const char *st_allreduce_algorithm(const st_group *g, const void *buf, size_t co
 
 static st_status check_allreduce(const st_group *g, const void *buf, size_t count, st_reduce_op op)
 {
-    st_status st = check_usable(g);
+    st_status st = coll_check_usable(g);
     if (st != ST_OK)
         return st;
     if (op != ST_SUM && op != ST_AVG)
@@ -468,8 +271,8 @@ static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_red
     const int N = g->world, r = g->rank;
     const uint32_t base = g->base;
     st_status st;
-    publish(g, base + 1);
-    if ((st = wait_all(g, base + 1)) != ST_OK)
+    coll_publish(g, base + 1);
+    if ((st = coll_wait_all(g, base + 1)) != ST_OK)
         return st;
     size_t lo, hi;
     chunk_range(n, N, r, 0, 1, &lo, &hi);
@@ -477,15 +280,15 @@ static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_red
     if (sg) {  /* the stage takes the slice's fp32 sums whole */
         float *sums = stage_scratch(g, hi - lo);
         if (!sums)
-            return mark_broken(g, st_fail(ST_ERR_NOMEM, "coll: out of memory for a bf16 slice"), g->rank);
+            return coll_mark_broken(g, st_fail(ST_ERR_NOMEM, "coll: out of memory for a bf16 slice"), g->rank);
         coll_bf16_sum(sums, bufs, N, lo, hi);
         if ((st = finish_bf16(g, sums, mine + lo, hi - lo, op, sg)) != ST_OK)
-            return mark_broken(g, st, g->rank);
+            return coll_mark_broken(g, st, g->rank);
     } else {
         coll_bf16_reduce(mine, bufs, N, lo, hi, op == ST_AVG ? (float)N : 1.0f);
     }
-    publish(g, base + 2);
-    if ((st = wait_all(g, base + 2)) != ST_OK)
+    coll_publish(g, base + 2);
+    if ((st = coll_wait_all(g, base + 2)) != ST_OK)
         return st;
     for (int q = 0; q < N; q++) {
         if (q == r)
@@ -493,8 +296,8 @@ static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_red
         chunk_range(n, N, q, 0, 1, &lo, &hi);
         memcpy(mine + lo, bufs[q] + lo, (hi - lo) * sizeof *mine);
     }
-    publish(g, base + 3);
-    if ((st = wait_all(g, base + 3)) != ST_OK)
+    coll_publish(g, base + 3);
+    if ((st = coll_wait_all(g, base + 3)) != ST_OK)
         return st;
     g->base = base + 3;
     return ST_OK;
@@ -541,7 +344,7 @@ static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_redu
  * a half is rewritten only after every peer has consumed the piece before. */
 static st_status broadcast(st_group *g, void *buf, size_t bytes, int root)
 {
-    st_status st = check_usable(g);
+    st_status st = coll_check_usable(g);
     if (st != ST_OK)
         return st;
     if (root < 0 || root >= g->world)
@@ -555,22 +358,22 @@ static st_status broadcast(st_group *g, void *buf, size_t bytes, int root)
     const size_t half = g->cfg.staging_bytes / 2;
     const uint32_t base = g->base, pieces = (uint32_t)((bytes + half - 1) / half);
     char *data = buf;
-    publish(g, base + 1);
+    coll_publish(g, base + 1);
     for (uint32_t i = 0; i < pieces; i++) {
         size_t off = (size_t)i * half, len = bytes - off < half ? bytes - off : half;
         char *stage = coll_seg_at(g, root, g->staging_off + (i % 2) * half);
         if (g->rank == root) {
-            if (i >= 2 && (st = wait_all(g, base + 1 + (i - 2) + 1)) != ST_OK)
+            if (i >= 2 && (st = coll_wait_all(g, base + 1 + (i - 2) + 1)) != ST_OK)
                 return st;
             memcpy(stage, data + off, len);
         } else {
-            if ((st = wait_for(g, root, base + 1 + i + 1)) != ST_OK)
+            if ((st = coll_wait_for(g, root, base + 1 + i + 1)) != ST_OK)
                 return st;
             coll_copy_to_user(data + off, stage, len);
         }
-        publish(g, base + 1 + i + 1);
+        coll_publish(g, base + 1 + i + 1);
     }
-    if (g->rank == root && (st = wait_all(g, base + 1 + pieces)) != ST_OK)
+    if (g->rank == root && (st = coll_wait_all(g, base + 1 + pieces)) != ST_OK)
         return st;
     g->base = base + 1 + pieces;
     return ST_OK;
@@ -578,14 +381,14 @@ static st_status broadcast(st_group *g, void *buf, size_t bytes, int root)
 
 static st_status barrier(st_group *g)
 {
-    st_status st = check_usable(g);
+    st_status st = coll_check_usable(g);
     if (st != ST_OK)
         return st;
     if (g->world == 1)
         return ST_OK;
     const uint32_t base = g->base;
-    publish(g, base + 1);
-    if ((st = wait_all(g, base + 1)) != ST_OK)
+    coll_publish(g, base + 1);
+    if ((st = coll_wait_all(g, base + 1)) != ST_OK)
         return st;
     g->base = base + 1;
     return ST_OK;

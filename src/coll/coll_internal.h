@@ -67,10 +67,22 @@ struct st_group {
 
 /* ---------------------------------------------------------------- time -- */
 
-/* Defined in coll.c, used by group.c too. */
+/* sync.c: the clock, peer liveness and the wait/publish protocol. */
 double coll_now_s(void);
 void coll_sleep_s(double s);
 bool coll_pid_alive(pid_t pid);
+/* This rank has finished unit `value`: its counter, and a wake if a peer sleeps on it. */
+void coll_publish(st_group *g, uint32_t value);
+/* Until `peer` (or every peer) has published `target`: spin, yield, then
+ * sleep; ST_ERR_PEER_DEAD or ST_ERR_TIMEOUT (the group broken) if it never does. */
+st_status coll_wait_for(st_group *g, int peer, uint32_t target);
+st_status coll_wait_all(st_group *g, uint32_t target);
+/* The group unusable from now on (st), failed_rank told to the peers. */
+st_status coll_mark_broken(st_group *g, st_status st, int failed_rank);
+/* ST_OK, or why g cannot run a collective (NULL, or broken earlier). */
+st_status coll_check_usable(const st_group *g);
+
+/* coll.c: the address of offset off in rank q's segment. */
 char *coll_seg_at(const st_group *g, int q, size_t off);
 
 /* kernels.c: dst += src; dst = (dst + src) / div; and into a caller's

@@ -1,0 +1,207 @@
+/* The collectives' wait/publish protocol, and peer liveness (used by
+ * every algorithm in coll.c and by group.c).
+ *
+ * Protocol (docs/collectives.md has the diagrams):
+ *  - Each rank owns one 32-bit `progress` counter in its own control line;
+ *    only the owner writes it, and it only ever grows (mod 2^32).  Every
+ *    collective is a fixed, rank-independent sequence of "units"; a rank
+ *    publishes base+k after finishing its k-th unit.  Since every rank runs
+ *    the same collectives with the same arguments, each knows exactly which
+ *    value of a peer's counter means "that peer has done X", so there are no
+ *    recycled states and no ABA.
+ *  - The first unit of every collective is "entered": the rank's input is in
+ *    place and it has finished reading anything of the previous collective.
+ *  - Waiting spins on the counter, then yields, then sleeps on it as a futex;
+ *    the publisher only calls FUTEX_WAKE when the line's sleeper count says
+ *    somebody sleeps.  While sleeping, a waiter checks every 100 ms that the
+ *    peer is alive and has not aborted, and gives up after timeout_s.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll_internal.h"
+
+_Static_assert(sizeof(struct ctl) <= PAGE, "control block fits one page");
+
+double coll_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void coll_sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Wrap-safe "a >= b" for counters that only grow. */
+static inline bool ge(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
+
+/* ------------------------------------------------------- peer liveness -- */
+
+/* kill(pid, 0) alone reports a zombie as alive, and a peer that died while
+ * our parent has not reaped it yet is exactly a zombie. */
+bool coll_pid_alive(pid_t pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return false;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno != ENOENT;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    if (!paren || paren[1] != ' ')
+        return true;
+    return paren[2] != 'Z' && paren[2] != 'X';
+}
+
+/* ------------------------------------------------------ publish / wait -- */
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+void coll_publish(st_group *g, uint32_t value)
+{
+    struct ctl *me = g->ctl[g->rank];
+    /* seq_cst store then seq_cst load: pairs with the waiter's increment of
+     * `sleepers` followed by its load of `progress` (Dekker), so either we
+     * see the sleeper or it sees the new value. */
+    atomic_store(&me->progress, value);
+    if (atomic_load(&me->sleepers) != 0)
+        futex(&me->progress, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+st_status coll_mark_broken(st_group *g, st_status st, int failed_rank)
+{
+    struct ctl *me = g->ctl[g->rank];
+    uint32_t expected = 0;
+    atomic_compare_exchange_strong(&me->aborted, &expected, (uint32_t)failed_rank + 1);
+    futex(&me->progress, FUTEX_WAKE, INT_MAX, NULL);
+    g->broken = st;
+    snprintf(g->broken_msg, sizeof g->broken_msg, "%s", st_last_error());
+    return st;
+}
+
+static st_status peer_failed(st_group *g, int peer)
+{
+    uint32_t a = atomic_load(&g->ctl[peer]->aborted);
+    int root = a ? (int)a - 1 : peer;
+    st_fail(ST_ERR_PEER_DEAD,
+            "coll: rank %d: peer rank %d %s (pid %d); collective abandoned",
+            g->rank, root, a && root != peer ? "failed" : "died",
+            (int)g->pids[root]);
+    return coll_mark_broken(g, ST_ERR_PEER_DEAD, root);
+}
+
+static inline bool reached(st_group *g, int peer, uint32_t target)
+{
+    return ge(atomic_load_explicit(&g->ctl[peer]->progress, memory_order_acquire), target);
+}
+
+static st_status wait_slow(st_group *g, int peer, uint32_t target)
+{
+    struct ctl *c = g->ctl[peer];
+    for (int i = 0; i < (g->oversubscribed ? 16 : 4); i++) {
+        sched_yield();
+        if (reached(g, peer, target))
+            return ST_OK;
+    }
+    const struct timespec nap = {0, 20 * 1000 * 1000};
+    double start = coll_now_s(), next_check = start + 0.1;
+    for (;;) {
+        atomic_fetch_add(&c->sleepers, 1);
+        uint32_t v = atomic_load(&c->progress);
+        if (!ge(v, target) && !atomic_load(&c->aborted))
+            futex(&c->progress, FUTEX_WAIT, v, &nap);
+        atomic_fetch_sub(&c->sleepers, 1);
+        if (reached(g, peer, target))
+            return ST_OK;
+        if (atomic_load(&c->aborted))
+            return peer_failed(g, peer);
+        double t = coll_now_s();
+        if (t - start >= 1.0)
+            st_heartbeat_waiting(&g->hb, peer);
+        if (t >= next_check) {
+            if (!coll_pid_alive(g->pids[peer]))
+                return peer_failed(g, peer);
+            next_check = t + 0.1;
+        }
+        if (t - start >= g->cfg.timeout_s) {
+            st_fail(ST_ERR_TIMEOUT,
+                    "coll: rank %d waited %.0f s for rank %d (pid %d) without progress "
+                    "(SHMTRAIN_TIMEOUT); is a rank stuck or calling a different collective?",
+                    g->rank, g->cfg.timeout_s, peer, (int)g->pids[peer]);
+            return coll_mark_broken(g, ST_ERR_TIMEOUT, peer);
+        }
+    }
+}
+
+/* Wait until `peer` has published `target` (base-relative values are built
+ * by the callers). */
+st_status coll_wait_for(st_group *g, int peer, uint32_t target)
+{
+    if (reached(g, peer, target))
+        return ST_OK;
+    double t0 = coll_now_s();
+    st_status st = ST_OK;
+    int i = 0;
+    for (; i < g->cfg.spin && !reached(g, peer, target); i++)
+        cpu_relax();
+    if (i == g->cfg.spin)
+        st = wait_slow(g, peer, target);
+    g->waited_s += coll_now_s() - t0;
+    return st;
+}
+
+double st_group_wait_seconds(const st_group *g) { return g->waited_s; }
+
+st_status coll_wait_all(st_group *g, uint32_t target)
+{
+    if (ge(g->known_all_ge, target))
+        return ST_OK;
+    for (int q = 0; q < g->world; q++) {
+        if (q == g->rank)
+            continue;
+        st_status st = coll_wait_for(g, q, target);
+        if (st != ST_OK)
+            return st;
+    }
+    g->known_all_ge = target;
+    return ST_OK;
+}
+
+st_status coll_check_usable(const st_group *g)
+{
+    if (!g)
+        return st_fail(ST_ERR_INVALID, "coll: group is NULL");
+    if (g->broken != ST_OK)
+        return st_fail(g->broken, "%s (group unusable after an earlier failure)", g->broken_msg);
+    return ST_OK;
+}
