@@ -1,5 +1,5 @@
-/* Internal: the trainer's state, shared by the loop (train.c) and its data
- * loading (train_data.c). */
+/* Internal: the trainer's state, shared by the loop (train.c), its data
+ * loading (train_data.c) and what it tells (report.c). */
 #ifndef SHMTRAIN_TRAINER_H
 #define SHMTRAIN_TRAINER_H
 
@@ -12,13 +12,14 @@
 #include "overlap.h"
 #include "shmtrain/bf16.h"
 #include "shmtrain/data.h"
+#include "shmtrain/metrics.h"
 #include "shmtrain/nn.h"
 #include "shmtrain/optim.h"
 #include "shmtrain/text.h"
 #include "shmtrain/train.h"
 
 #define TAIL 4    /* extra floats reduced with the gradients: loss, correct, stop, non-finite */
-#define NTHRESH 7 /* test-accuracy thresholds whose time is reported (train.c) */
+#define NTHRESH 7 /* test-accuracy thresholds whose time is reported (report.c) */
 
 struct trainer {
     const st_train_options *o;
@@ -76,5 +77,21 @@ st_status train_fill_batch(struct trainer *t, int micro);
  * of global batch `first` (valid: how many are real). */
 size_t train_eval_samples(const struct trainer *t);
 void train_fill_eval_batch(struct trainer *t, size_t first, int *valid);
+
+/* report.c: the clock; a progress line (rank 0, unless --quiet); a metrics
+ * record (rank 0's --metrics file, if open). */
+double train_now_s(void);
+void train_say(const struct trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void train_record(struct trainer *t, const st_record *r);
+/* The interval's train record and progress line; the next interval begins. */
+void train_log_interval(struct trainer *t, float lr);
+/* Loss and accuracy on the held-out split, sharded across the ranks, then
+ * recorded and said; its time is left out of the training time. */
+st_status train_eval_and_report(struct trainer *t);
+/* Rank 0's metrics file (--metrics, else the launcher's log directory),
+ * appended to on a resume; the run record; the summary at the end. */
+void train_open_metrics(struct trainer *t);
+void train_run_record(struct trainer *t);
+void train_summary(struct trainer *t, st_train_result *r);
 
 #endif

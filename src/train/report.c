@@ -1,0 +1,221 @@
+/* What the trainer tells: progress lines, metrics records (the run, each
+ * interval, each evaluation, the summary), and the evaluation itself
+ * (trainer.h; the loop that calls them is train.c). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "trainer.h"
+#include "shmtrain/env.h"
+#include "shmtrain/metrics.h"
+
+static const double THRESHOLDS[NTHRESH] = {0.80, 0.85, 0.88, 0.89, 0.90, 0.91, 0.92};
+_Static_assert(NTHRESH <= ST_METRICS_MAX_TARGETS, "the summary record holds every threshold");
+
+double train_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------ output -- */
+
+void train_record(struct trainer *t, const st_record *r)
+{
+    if (t->metrics)
+        st_metrics_write(t->metrics, r);
+}
+
+void train_say(const struct trainer *t, const char *fmt, ...)
+{
+    if (t->rank != 0 || t->o->quiet)
+        return;
+    if (t->tty)
+        fputs("\r\033[K", stdout);
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+/* Language models count tokens: a window is `context` of them. */
+static double rate_per_sample(const struct trainer *t) { return t->text ? t->context : 1; }
+static const char *rate_unit(const struct trainer *t) { return t->text ? "tokens/s" : "samples/s"; }
+
+void train_log_interval(struct trainer *t, float lr)
+{
+    const double now = train_now_s(), span = now - t->interval_start;
+    const double samples = (double)t->interval_steps * t->global_batch;
+    const double loss = t->loss_sum / t->interval_steps, acc = t->correct_sum / t->interval_steps;
+    const double sps = span > 0 ? samples / span : 0;
+    const long total = t->steps_per_epoch * t->o->epochs;
+    const long max = t->o->max_steps && t->o->max_steps < total ? t->o->max_steps : total;
+    const double eta = sps > 0 ? (double)(max - (long)t->step) * t->global_batch / sps : 0;
+    const double frac = t->epoch + (double)t->epoch_pos / ((double)t->steps_per_epoch * t->global_batch);
+    train_record(t, &(st_record){.type = ST_RECORD_TRAIN,
+                           .u.train = {.step = t->step, .epoch = frac, .loss = loss, .accuracy = acc, .lr = lr,
+                                       .samples_per_s = sps, .tokens_per_s = t->text ? sps * t->context : 0, .time_s = now - t->start + t->elapsed_before,
+                                       .compute_s = t->t_compute, .allreduce_s = t->t_reduce, .wait_s = t->t_wait}});
+    if (t->tty) {
+        int width = 24, done = max > 0 ? (int)(width * (double)t->step / max) : 0;
+        char bar[32];
+        for (int i = 0; i < width; i++)
+            bar[i] = i < done ? '=' : i == done ? '>' : ' ';
+        bar[width] = '\0';
+        train_say(t, "epoch %llu/%d [%s] step %llu/%ld loss %.4f acc %5.1f%% %8.0f %s ETA %d:%02d",
+            (unsigned long long)t->epoch + 1, t->o->epochs, bar, (unsigned long long)t->step, max, loss,
+            100 * acc, sps * rate_per_sample(t), rate_unit(t), (int)eta / 60, (int)eta % 60);
+    } else {
+        train_say(t, "epoch %llu step %llu/%ld loss %.4f acc %.1f%% lr %.4g %.0f %s (compute %.0f%%, "
+               "all-reduce %.0f%%, wait %.0f%%) ETA %d:%02d\n",
+            (unsigned long long)t->epoch + 1, (unsigned long long)t->step, max, loss, 100 * acc, lr,
+            sps * rate_per_sample(t), rate_unit(t),
+            100 * t->t_compute / span, 100 * (t->t_reduce - t->t_wait) / span, 100 * t->t_wait / span,
+            (int)eta / 60, (int)eta % 60);
+    }
+    t->t_compute = t->t_reduce = t->t_wait = t->loss_sum = t->correct_sum = 0;
+    t->interval_steps = 0;
+    t->interval_start = train_now_s();
+}
+
+/* ---------------------------------------------------------- evaluation -- */
+
+static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out)
+{
+    const int b = t->o->batch, k = st_model_classes(t->model), positions = st_model_positions(t->model);
+    const size_t n = train_eval_samples(t), global = (size_t)t->world * b;
+    float *logits = malloc((size_t)b * positions * k * sizeof(float));
+    float sums[3] = {0, 0, 0};  /* loss, correct, count */
+    st_status st = logits ? ST_OK : st_fail(ST_ERR_NOMEM, "eval: out of memory");
+    st_net_set_training(t->net, false);
+    for (size_t first = 0; first < n && st == ST_OK; first += global) {
+        int valid;
+        train_fill_eval_batch(t, first, &valid);
+        st_group_heartbeat(t->comm.local);  /* no collective until the end: tell the launcher we progress */
+        if ((st = st_net_forward(t->net, t->x)) != ST_OK)
+            break;
+        st_net_output(t->net, logits);
+        for (int i = 0; i < valid * positions; i++) {
+            const float *z = logits + (size_t)i * k;
+            int best = 0;
+            double zmax = z[0], sum = 0;
+            for (int j = 1; j < k; j++)
+                if (z[j] > z[best])
+                    best = j;
+            zmax = z[best];
+            for (int j = 0; j < k; j++)
+                sum += exp(z[j] - zmax);
+            sums[0] += (float)(zmax + log(sum) - z[t->y[i]]);
+            sums[1] += best == t->y[i];
+            sums[2] += 1;
+        }
+    }
+    st_net_set_training(t->net, true);
+    free(logits);
+    if (st == ST_OK)
+        st = comm_allreduce(&t->comm, sums, 3, ST_SUM);
+    if (st == ST_OK) {
+        *acc_out = sums[2] > 0 ? sums[1] / sums[2] : 0;
+        *loss_out = sums[2] > 0 ? sums[0] / sums[2] : 0;
+    }
+    return st;
+}
+
+st_status train_eval_and_report(struct trainer *t)
+{
+    double acc, loss;
+    double t0 = train_now_s();
+    st_status st = evaluate(t, &acc, &loss);
+    if (st != ST_OK)
+        return st;
+    const double at = train_now_s() - t->start + t->elapsed_before;
+    t->last_eval_step = (long)t->step;
+    t->last_acc = acc;
+    t->last_loss = loss;
+    if (acc > t->best_acc)
+        t->best_acc = acc;
+    for (size_t i = 0; i < NTHRESH; i++)
+        if (acc >= THRESHOLDS[i] && t->reached_at[i] < 0) {
+            t->reached_at[i] = at;
+            t->reached_step[i] = (long)t->step;
+        }
+    train_record(t, &(st_record){.type = ST_RECORD_EVAL,
+                           .u.eval = {.step = t->step, .epoch = t->epoch, .test_loss = loss, .test_accuracy = acc,
+                                      .time_s = at, .eval_s = train_now_s() - t0}});
+    if (t->text)
+        train_say(t, "eval  step %llu: validation loss %.4f (%.3f bits per character), next-character accuracy %.2f%% "
+               "(%zu windows)\n", (unsigned long long)t->step, loss, loss / log(2.0), 100 * acc, t->eval_count);
+    else
+        train_say(t, "eval  epoch %llu step %llu: test loss %.4f, test accuracy %.2f%% (best %.2f%%)\n",
+            (unsigned long long)t->epoch + (t->epoch_pos ? 1 : 0), (unsigned long long)t->step, loss, 100 * acc,
+            100 * t->best_acc);
+    t->interval_start += train_now_s() - t0;  /* evaluation is not training time */
+    return ST_OK;
+}
+
+/* ------------------------------------------------------------- metrics -- */
+
+void train_open_metrics(struct trainer *t)
+{
+    if (t->rank != 0)
+        return;
+    char path[1024];
+    const char *dir = getenv(ST_ENV_LOG_DIR);
+    if (t->o->metrics)
+        snprintf(path, sizeof path, "%s", t->o->metrics);
+    else
+        snprintf(path, sizeof path, "%s/metrics.jsonl", dir ? dir : ".");
+    t->metrics = fopen(path, t->step ? "a" : "w");
+    if (!t->metrics)
+        fprintf(stderr, "shmtrain: --metrics %s: cannot open: %s (continuing without)\n", path, strerror(errno));
+}
+
+/* What ran, so a report can say what it compares (shmrun --sweep reads it). */
+void train_run_record(struct trainer *t)
+{
+    st_record r = {.type = ST_RECORD_RUN,
+                   .u.run = {.system = "shmtrain", .instances = t->world, .threads = omp_get_max_threads(),
+                             .params = (long long)t->P, .batch_per_instance = t->o->batch, .first_step = t->step,
+                             .grad_accum = t->accum_steps > 1 ? t->accum_steps : 0,
+                             .context = t->text ? t->context : 0}};
+    snprintf(r.u.run.model, sizeof r.u.run.model, "%s", t->o->model);
+    st_nn_onednn_version(r.u.run.onednn, sizeof r.u.run.onednn);
+    snprintf(r.u.run.isa, sizeof r.u.run.isa, "%s", st_nn_onednn_isa());
+    snprintf(r.u.run.allreduce_dtype, sizeof r.u.run.allreduce_dtype, "%s", st_dtype_name(t->o->allreduce_dtype));
+    snprintf(r.u.run.precision, sizeof r.u.run.precision, "%s", st_dtype_name(t->o->precision));
+    train_record(t, &r);
+}
+
+void train_summary(struct trainer *t, st_train_result *r)
+{
+    const double total = train_now_s() - t->start + t->elapsed_before;
+    const double sps = t->train_seconds > 0 ? r->samples_per_s : 0;
+    if (t->text)
+        train_say(t, "done: %ld steps in %.1f s (%.0f tokens/s training), final validation loss %.4f (%.3f bits per "
+               "character)\n", r->steps, total, sps * t->context, t->last_loss, t->last_loss / log(2.0));
+    else
+        train_say(t, "done: %ld steps in %.1f s (%.0f samples/s training), final test accuracy %.2f%%, best %.2f%%\n",
+            r->steps, total, sps, 100 * t->last_acc, 100 * t->best_acc);
+    st_record rec = {.type = ST_RECORD_SUMMARY,
+                     .u.summary = {.steps = r->steps, .instances = t->world, .batch_per_instance = t->o->batch,
+                                   .total_s = total, .train_s = t->train_seconds, .samples_per_s = sps,
+                                   .tokens_per_s = t->text ? sps * t->context : 0,
+                                   .final_test_accuracy = t->last_acc, .best_test_accuracy = t->best_acc}};
+    for (size_t i = 0; i < NTHRESH; i++)
+        if (t->reached_at[i] >= 0) {
+            train_say(t, "      reached %.0f%% test accuracy after %.1f s (step %ld)\n", 100 * THRESHOLDS[i],
+                t->reached_at[i], t->reached_step[i]);
+            st_summary_record *s = &rec.u.summary;
+            s->reached_accuracy[s->nreached] = THRESHOLDS[i];
+            s->reached_s[s->nreached++] = t->reached_at[i];
+        }
+    train_record(t, &rec);
+}
