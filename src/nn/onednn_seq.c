@@ -469,15 +469,15 @@ static st_status seq_linear_fwd(st_net *n, int j)
  * column_sums).  X is left as it is where it is no wider than dY: "NN" on
  * it ran gpt-mini's 384x128, 128x128 and 512x128 as fast as "NT" on X
  * transposed (and spares the transpose), but its 128x512 at 1.4x the time. */
-static st_status wgrad_from_transposed(st_net *n, const float *dy, const float *src, long rows, long in, long out,
-                                       float *dw, float *db)
+static st_status wgrad_from_transposed(st_net *n, enum dn_wgrad_form form, const float *dy, const float *src,
+                                       long rows, long in, long out, float *dw, float *db)
 {
     float *dyt = n->dnet->transposed, *xt = dyt + out * rows;
 #pragma omp parallel for schedule(static)
     for (long c = 0; c < out; c += COLUMN_BLOCK)
         nn_transpose(dyt + c * rows, rows, dy + c, out, rows, out - c < COLUMN_BLOCK ? out - c : COLUMN_BLOCK,
                      db ? db + c : NULL);
-    if (dn_wgrad_form(rows, in, out, false) == DN_WGRAD_NN)
+    if (form == DN_WGRAD_NN)
         return sgemm('N', 'N', out, in, rows, 1.0f, dyt, rows, src, in, 0.0f, dw, in);
 #pragma omp parallel for schedule(static)
     for (long c = 0; c < in; c += COLUMN_BLOCK)
@@ -493,13 +493,13 @@ static st_status seq_linear_bwd(st_net *n, int j)
     const long rows = (long)nn_rows(n, nd), out = nd->c, in = n->x[x->in].nd->c;
     const float *dy = dn_mem_ptr(x->dn->diff.mem), *w = n->params + nd->w_off;
     float *dx = target_of(x);
-    const bool transposed = dn_wgrad_form(rows, in, out, n->dnet->opt.seq_tn) != DN_WGRAD_TN;
-    if (transposed)
-        OK(wgrad_from_transposed(n, dy, src_of(x), rows, in, out, n->grads + nd->w_off,
+    const enum dn_wgrad_form form = dn_wgrad_form(rows, in, out, n->dnet->opt.seq_tn);
+    if (form != DN_WGRAD_TN)
+        OK(wgrad_from_transposed(n, form, dy, src_of(x), rows, in, out, n->grads + nd->w_off,
                                  nd->bias ? n->grads + nd->b_off : NULL));
     else
         OK(sgemm('T', 'N', out, in, rows, 1.0f, dy, out, src_of(x), in, 0.0f, n->grads + nd->w_off, in));
-    if (nd->bias && !transposed) {
+    if (nd->bias && form == DN_WGRAD_TN) {
         float *db = n->grads + nd->b_off;
 #pragma omp parallel for schedule(static)
         for (long c = 0; c < out; c += COLUMN_BLOCK)
@@ -525,8 +525,9 @@ st_status dn_build_seq_linear(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const long rows = (long)nn_rows(n, x->nd), out = x->nd->c, in = n->x[x->in].nd->c;
-    if (dn_wgrad_form(rows, in, out, n->dnet->opt.seq_tn) != DN_WGRAD_TN)
-        OK(reserve_transposed(n, (size_t)(rows * (in + out))));
+    const enum dn_wgrad_form form = dn_wgrad_form(rows, in, out, n->dnet->opt.seq_tn);
+    if (form != DN_WGRAD_TN)  /* dY transposed, and X if it is too */
+        OK(reserve_transposed(n, (size_t)(rows * (out + (form == DN_WGRAD_NT ? in : 0)))));
     snprintf(x->impl, sizeof x->impl, "sgemm");
     OK(seq_io(n, j, seq_linear_bwd));
     return dn_add_step(n, &x->dn->fwd, seq_linear_fwd, NODE_LINEAR);
