@@ -54,7 +54,7 @@ static int by_double(const void *a, const void *b)
 /* A memory in the layout the candidate wants, filled with small values. */
 static dnnl_memory_t filled(const_dnnl_primitive_desc_t pd, dnnl_query_t what)
 {
-    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
+    const_dnnl_memory_desc_t md = dnnl_primitive_desc_query_md(pd, what, 0);
     dnnl_memory_t m;
     void *p;
     CHECK(dnnl_memory_create(&m, md, eng, DNNL_MEMORY_ALLOCATE));
@@ -114,24 +114,21 @@ static void time_candidate(const_dnnl_primitive_desc_t pd, const struct trial *t
         CHECK(dnnl_memory_destroy(args[i].memory));
 }
 
-static void walk(const void *op_desc, const_dnnl_primitive_desc_t hint, const struct trial *t)
+/* Times each of oneDNN's candidates for the pass in its order, moving pd
+ * along them (3.x's way: the pd itself steps to the next), then frees it. */
+static void walk(dnnl_status_t created, dnnl_primitive_desc_t pd, const struct trial *t)
 {
-    dnnl_primitive_desc_iterator_t it;
-    if (dnnl_primitive_desc_iterator_create(&it, op_desc, NULL, eng, hint) != dnnl_success) {
+    if (created != dnnl_success) {
         printf("%-17s %-16s (no kernel for these layouts)\n", "", t->label);
         return;
     }
     do {
-        dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
         const char *impl = NULL;
-        if (!pd)
-            break;
         CHECK(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
         if (strncmp(impl, "ref", 3))
-            time_candidate(pd, t, impl);
-        CHECK(dnnl_primitive_desc_destroy(pd));
-    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
-    CHECK(dnnl_primitive_desc_iterator_destroy(it));
+            time_candidate(pd, t, impl);  /* its primitive keeps this candidate */
+    } while (dnnl_primitive_desc_next_impl(pd) == dnnl_success);
+    CHECK(dnnl_primitive_desc_destroy(pd));
 }
 
 static int size_arg(const char *arg, const char *what, int min)
@@ -145,10 +142,16 @@ static int size_arg(const char *arg, const char *what, int min)
     return (int)v;
 }
 
-static void md2(dnnl_memory_desc_t *md, dnnl_dim_t rows, dnnl_dim_t cols, dnnl_format_tag_t tag)
+static dnnl_memory_desc_t md_of(int ndims, const dnnl_dims_t dims, dnnl_format_tag_t tag)
 {
-    dnnl_dims_t d = {rows, cols};
-    CHECK(dnnl_memory_desc_init_by_tag(md, 2, d, dnnl_f32, tag));
+    dnnl_memory_desc_t md;
+    CHECK(dnnl_memory_desc_create_with_tag(&md, ndims, dims, dnnl_f32, tag));
+    return md;
+}
+
+static dnnl_memory_desc_t md2(dnnl_dim_t rows, dnnl_dim_t cols, dnnl_format_tag_t tag)
+{
+    return md_of(2, (dnnl_dims_t){rows, cols}, tag);
 }
 
 static void conv(int nargs, char **argv)
@@ -163,66 +166,71 @@ static void conv(int nargs, char **argv)
     const bool nhwc = nargs == 7;
     const dnnl_format_tag_t act = nhwc ? dnnl_nhwc : dnnl_format_tag_any;
     dnnl_dims_t sd = {mb, ic, size, size}, wd = {oc, ic, k, k}, dd = {mb, oc, out, out}, strides = {1, 1},
-                pads = {pad, pad};
-    dnnl_memory_desc_t src, wei, dst;
-    CHECK(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, act));
-    CHECK(dnnl_memory_desc_init_by_tag(&wei, 4, wd, dnnl_f32, dnnl_format_tag_any));
-    CHECK(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, act));
-    dnnl_convolution_desc_t fd, bd, wdsc;
-    CHECK(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &src, &wei, NULL,
-                                             &dst, strides, pads, pads));
-    CHECK(dnnl_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &src, &wei, &dst, strides, pads,
-                                                   pads));
-    CHECK(dnnl_convolution_backward_weights_desc_init(&wdsc, dnnl_convolution_direct, &src, &wei, NULL, &dst,
-                                                      strides, pads, pads));
-    dnnl_primitive_desc_t hint;
-    CHECK(dnnl_primitive_desc_create(&hint, &fd, NULL, eng, NULL));
+                pads = {pad, pad}, dil = {0, 0};
+    dnnl_memory_desc_t src = md_of(4, sd, act), wei = md_of(4, wd, dnnl_format_tag_any), dst = md_of(4, dd, act);
+    dnnl_primitive_desc_t hint, pd;
+    CHECK(dnnl_convolution_forward_primitive_desc_create(&hint, eng, dnnl_forward_training, dnnl_convolution_direct,
+                                                         src, wei, NULL, dst, strides, dil, pads, pads, NULL));
     printf("# conv %dx%dx%dx%d -> %d channels, %dx%d kernel, pad %d, in oneDNN's order\n", mb, ic, size, size, oc,
            k, k, pad);
     const double flops = 2.0 * mb * oc * out * out * ic * k * k;
     const char *label = nhwc ? "nhwc" : "any";
-    walk(&fd, NULL, &(struct trial){FWD, label, flops, false});
-    walk(&bd, hint, &(struct trial){BWD_DATA, label, flops, false});
-    walk(&wdsc, hint, &(struct trial){BWD_WEIGHTS, label, flops, false});
+    walk(dnnl_convolution_forward_primitive_desc_create(&pd, eng, dnnl_forward_training, dnnl_convolution_direct, src,
+                                                        wei, NULL, dst, strides, dil, pads, pads, NULL),
+         pd, &(struct trial){FWD, label, flops, false});
+    walk(dnnl_convolution_backward_data_primitive_desc_create(&pd, eng, dnnl_convolution_direct, src, wei, dst,
+                                                              strides, dil, pads, pads, hint, NULL),
+         pd, &(struct trial){BWD_DATA, label, flops, false});
+    walk(dnnl_convolution_backward_weights_primitive_desc_create(&pd, eng, dnnl_convolution_direct, src, wei, NULL,
+                                                                 dst, strides, dil, pads, pads, hint, NULL),
+         pd, &(struct trial){BWD_WEIGHTS, label, flops, false});
     CHECK(dnnl_primitive_desc_destroy(hint));
+    CHECK(dnnl_memory_desc_destroy(src));
+    CHECK(dnnl_memory_desc_destroy(wei));
+    CHECK(dnnl_memory_desc_destroy(dst));
 }
 
 /* An inner product with its weights (OUT x IN) in `tag`. */
 static void linear_ip(int mb, int in, int out, dnnl_format_tag_t tag, const char *label)
 {
-    dnnl_memory_desc_t src, wei, dst;
-    md2(&src, mb, in, dnnl_ab);
-    md2(&wei, out, in, tag);
-    md2(&dst, mb, out, dnnl_ab);
-    dnnl_inner_product_desc_t fd, bd, wd;
-    CHECK(dnnl_inner_product_forward_desc_init(&fd, dnnl_forward_training, &src, &wei, NULL, &dst));
-    CHECK(dnnl_inner_product_backward_data_desc_init(&bd, &src, &wei, &dst));
-    CHECK(dnnl_inner_product_backward_weights_desc_init(&wd, &src, &wei, NULL, &dst));
-    dnnl_primitive_desc_t hint;
-    CHECK(dnnl_primitive_desc_create(&hint, &fd, NULL, eng, NULL));
+    dnnl_memory_desc_t src = md2(mb, in, dnnl_ab), wei = md2(out, in, tag), dst = md2(mb, out, dnnl_ab);
+    dnnl_primitive_desc_t hint, pd;
+    CHECK(dnnl_inner_product_forward_primitive_desc_create(&hint, eng, dnnl_forward_training, src, wei, NULL, dst,
+                                                           NULL));
     const double flops = 2.0 * mb * in * out;
-    walk(&fd, NULL, &(struct trial){FWD, label, flops, false});
-    walk(&bd, hint, &(struct trial){BWD_DATA, label, flops, false});
-    walk(&wd, hint, &(struct trial){BWD_WEIGHTS, label, flops, false});
+    walk(dnnl_inner_product_forward_primitive_desc_create(&pd, eng, dnnl_forward_training, src, wei, NULL, dst, NULL),
+         pd, &(struct trial){FWD, label, flops, false});
+    walk(dnnl_inner_product_backward_data_primitive_desc_create(&pd, eng, src, wei, dst, hint, NULL), pd,
+         &(struct trial){BWD_DATA, label, flops, false});
+    walk(dnnl_inner_product_backward_weights_primitive_desc_create(&pd, eng, src, wei, NULL, dst, hint, NULL), pd,
+         &(struct trial){BWD_WEIGHTS, label, flops, false});
     CHECK(dnnl_primitive_desc_destroy(hint));
+    CHECK(dnnl_memory_desc_destroy(src));
+    CHECK(dnnl_memory_desc_destroy(wei));
+    CHECK(dnnl_memory_desc_destroy(dst));
+}
+
+/* One matmul c = a.b on the given layouts, every candidate timed. */
+static void matmul(dnnl_memory_desc_t a, dnnl_memory_desc_t b, dnnl_memory_desc_t c, const struct trial *t)
+{
+    dnnl_primitive_desc_t pd;
+    walk(dnnl_matmul_primitive_desc_create(&pd, eng, a, b, NULL, c, NULL), pd, t);
+    CHECK(dnnl_memory_desc_destroy(a));
+    CHECK(dnnl_memory_desc_destroy(b));
+    CHECK(dnnl_memory_desc_destroy(c));
 }
 
 /* The same three products as matmuls on the parameter buffer's OUT x IN
  * weights: X.W^T, dY.W and dY^T.X (a transposed operand is a "ba" view). */
 static void linear_matmul(int mb, int in, int out)
 {
-    dnnl_memory_desc_t a, b, c;
-    dnnl_matmul_desc_t d;
     const double flops = 2.0 * mb * in * out;
-    md2(&a, mb, in, dnnl_ab), md2(&b, in, out, dnnl_ba), md2(&c, mb, out, dnnl_ab);
-    CHECK(dnnl_matmul_desc_init(&d, &a, &b, NULL, &c));
-    walk(&d, NULL, &(struct trial){FWD, "matmul X.W^T", flops, true});
-    md2(&a, mb, out, dnnl_ab), md2(&b, out, in, dnnl_ab), md2(&c, mb, in, dnnl_ab);
-    CHECK(dnnl_matmul_desc_init(&d, &a, &b, NULL, &c));
-    walk(&d, NULL, &(struct trial){BWD_DATA, "matmul dY.W", flops, true});
-    md2(&a, out, mb, dnnl_ba), md2(&b, mb, in, dnnl_ab), md2(&c, out, in, dnnl_ab);
-    CHECK(dnnl_matmul_desc_init(&d, &a, &b, NULL, &c));
-    walk(&d, NULL, &(struct trial){BWD_WEIGHTS, "matmul dY^T.X", flops, true});
+    matmul(md2(mb, in, dnnl_ab), md2(in, out, dnnl_ba), md2(mb, out, dnnl_ab),
+           &(struct trial){FWD, "matmul X.W^T", flops, true});
+    matmul(md2(mb, out, dnnl_ab), md2(out, in, dnnl_ab), md2(mb, in, dnnl_ab),
+           &(struct trial){BWD_DATA, "matmul dY.W", flops, true});
+    matmul(md2(out, mb, dnnl_ba), md2(mb, in, dnnl_ab), md2(out, in, dnnl_ab),
+           &(struct trial){BWD_WEIGHTS, "matmul dY^T.X", flops, true});
 }
 
 static void linear(char **argv)

@@ -22,6 +22,7 @@ static void usage(FILE *f)
     fprintf(f,
 "usage: shmtrain [options]            (under shmrun for several instances)\n"
 "       shmtrain sample --checkpoint FILE --prompt TEXT [--tokens N] ...   (shmtrain sample --help)\n"
+"       shmtrain --version           this build, and the oneDNN it runs on\n"
 "model and data:\n"
 "  --model NAME|FILE        mlp, lenet, cnn, resnet, gpt-mini, gpt or a model file (default lenet)\n"
 "  --summary                print the model's layers, output shapes and parameters, and exit\n"
@@ -191,10 +192,24 @@ static int sample_main(int argc, char **argv)
     return 0;
 }
 
+/* What a bug report needs: which oneDNN (distribution's or the project's
+ * prefix), and what it may use on this CPU. */
+static int print_version(void)
+{
+    char version[32], library[512];
+    st_nn_onednn_version(version, sizeof version);
+    st_nn_onednn_library(library, sizeof library);
+    printf("shmtrain %s\noneDNN %s (%s), ISA %s, bf16 %s\n", SHMTRAIN_VERSION, version, library, st_nn_onednn_isa(),
+           st_nn_bf16_supported() ? "native" : "not native here");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "sample"))
         return sample_main(argc - 1, argv + 1);
+    if (argc == 2 && !strcmp(argv[1], "--version"))
+        return print_version();
     enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
            O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ,
            O_GAMMA, O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE,

@@ -66,6 +66,12 @@ static const char *const LAYERS[] = {
     "input 16 6 6\nconv 32 k3",
     "input 2 5 5\nconv 4 k3 nobias",
     "input 3 7 7\nconv 24 k5 s2 p2 nobias",
+    /* outputs not a multiple of 16: the weight reorders for backward-data
+     * that oneDNN 3.7.2 was reported to get wrong (onednn_reorder.c) */
+    "input 6 12 12\nconv 10 k3 p1",
+    "input 1 12 12\nconv 6 k3 p1",
+    "input 8 6 6\nconv 8 k3 p1",
+    "input 32 6 6\nconv 20 k3 p1",
     "input 12 1 1\nlinear 7",
     "input 3 4 4\nlinear 33",
     "input 3 4 4\nlinear 5 nobias",

@@ -640,7 +640,11 @@ static pid_t start_mpi(int ranks, int node_size, const char *job, char *const ex
     const char *base[] = {mpiexec, "--oversubscribe", "--allow-run-as-root", "--mca", "btl", "self,vader", "--mca",
                           "btl_vader_single_copy_mechanism", "none", "-x", nodes, "-x", jobvar,
                           /* Open MPI keeps allocations past MPI_Finalize: see tests/CMakeLists.txt */
-                          "-x", "ASAN_OPTIONS=detect_leaks=0", "-np", np,
+                          "-x", "ASAN_OPTIONS=detect_leaks=0",
+                          /* a core's worth of threads each, as shmrun gives and --print-mpirun
+                           * says: Open MPI 5 binds nothing under --oversubscribe (4.1 did), and
+                           * a product split over 2 threads sums in another order */
+                          "-x", "OMP_NUM_THREADS=1", "-np", np,
                           tr_shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
                           "--test-images", d.tei, "--test-labels", d.tel, "--quiet"};
     char *argv[64];

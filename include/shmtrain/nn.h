@@ -109,15 +109,18 @@ void st_model_summary(const st_model *m, FILE *f);
  * the CPU has no such mode. */
 bool st_nn_flush_denormals(bool on);
 
-/* The oneDNN library in use, e.g. "2.6.3", and the widest instruction set its
- * kernels may use on this CPU, e.g. "avx512_core_amx" (for reports, so results
- * can be compared across machines). */
+/* The oneDNN library in use, e.g. "3.7.2", the file it was loaded from
+ * (the distribution's, or the prefix scripts/install-deps.sh made), and the
+ * widest instruction set its kernels may use on this CPU, e.g.
+ * "avx512_core_amx" (for reports, so results can be compared across
+ * machines). */
 void st_nn_onednn_version(char *buf, size_t len);
+void st_nn_onednn_library(char *buf, size_t len);
 const char *st_nn_onednn_isa(void);
 /* Whether precision bf16 can run here: oneDNN's ISA has native bf16
  * (AVX512-BF16 or AMX), or SHMTRAIN_BF16_ANY_ISA=1 says to take whatever
  * bf16 kernels oneDNN offers (its reference ones on other CPUs: for
- * checking the bf16 path there, tests/bf16_any_isa.cc; docs/engine.md). */
+ * checking the bf16 path there, tests/bf16_any_isa.c; docs/engine.md). */
 bool st_nn_bf16_supported(void);
 
 /* ------------------------------------------------------------ networks -- */

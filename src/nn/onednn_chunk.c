@@ -98,20 +98,20 @@ static st_status chunk_the_conv_bwd(st_net *n, int j, const_dnnl_primitive_desc_
     dnnl_memory_t dw = dn_arg_of(bw, DNNL_ARG_DIFF_WEIGHTS), db = dn_arg_of(bw, DNNL_ARG_DIFF_BIAS);
     if (!dw)
         return ST_OK;
-    dnnl_memory_desc_t diff_md = *dn_query(chunk_fwd_pd, dnnl_query_dst_md, 0);
+    const_dnnl_memory_desc_t diff_md = dn_query(chunk_fwd_pd, dnnl_query_dst_md, 0);
     struct weights_layer w;
     dn_weights_dims(n, px, &w);
     dnnl_primitive_desc_t pd;
-    OK(dn_conv_or_ip_bwd_pd(n, px, &w, true, dn_mem_md(dn->chunk.src), dn_mem_md(dw), db ? dn_mem_md(db) : NULL, &diff_md,
-                         chunk_fwd_pd, &pd));
+    OK(dn_conv_or_ip_bwd_pd(n, px, &w, true, dn_mem_md(dn->chunk.src), dn_mem_md(dw), db ? dn_mem_md(db) : NULL, diff_md,
+                            chunk_fwd_pd, &pd));
     if (dn_is_reference_impl(pd) || !dn_same(dn_query(pd, dnnl_query_src_md, 0), dn_mem_md(dn->chunk.src)) ||
-        !dn_same(dn_query(pd, dnnl_query_diff_dst_md, 0), &diff_md) ||
+        !dn_same(dn_query(pd, dnnl_query_diff_dst_md, 0), diff_md) ||
         !dn_same(dn_query(pd, dnnl_query_diff_weights_md, 0), dn_mem_md(dw)))
         return ST_OK;
     OK(dn_prim_new(n, &dn->chunk.bwd_w, pd));
-    OK(dn_mem_new(n, &dn->chunk.diff, &diff_md, NULL));
+    OK(dn_mem_new(n, &dn->chunk.diff, diff_md, NULL));
     /* an odd edge row or column gets no gradient: nothing else writes here */
-    memset(dn_mem_ptr(dn->chunk.diff), 0, dnnl_memory_desc_get_size(&diff_md));
+    memset(dn_mem_ptr(dn->chunk.diff), 0, dnnl_memory_desc_get_size(diff_md));
     OK(dn_mem_new(n, &dn->chunk.dw, dn_mem_md(dw), NULL));
     if (db)
         OK(dn_mem_new(n, &dn->chunk.db, dn_mem_md(db), NULL));
@@ -137,7 +137,7 @@ static st_status chunk_the_conv(st_net *n, int j, int *chunk)
     if (px->kind != NODE_CONV || px->dn->bf16 || px->consumers != 1 || px->fuse_relu || !pf->n || pf->v[pf->n - 1].step ||
         pf->v[pf->n - 1].prof != NODE_CONV)
         return ST_OK;
-    const size_t image = dnnl_memory_desc_get_size(&px->dn->dst.md) / (size_t)n->batch;
+    const size_t image = dnnl_memory_desc_get_size(px->dn->dst.md) / (size_t)n->batch;
     int c = 0;
     for (int k = 1; k < n->batch && image * (size_t)n->batch > CHUNK_BYTES; k++)
         if (n->batch % k == 0 && image * (size_t)k <= CHUNK_BYTES)
@@ -151,22 +151,24 @@ static st_status chunk_the_conv(st_net *n, int j, int *chunk)
     TRY(dnnl_primitive_get_primitive_desc(conv->prim, &full));
     /* The primitive's own source description: the memory's may differ in
      * the strides of size-1 dimensions, which kernels match by tag. */
-    dnnl_memory_desc_t src_md = *dn_query(full, dnnl_query_src_md, 0), dst_md = px->dn->dst.md;
-    src_md.dims[0] = src_md.padded_dims[0] = c;  /* the batch is the outermost dimension */
-    dst_md.dims[0] = dst_md.padded_dims[0] = c;
+    const_dnnl_memory_desc_t src_md, dst_md;
+    OK(dn_md_like(n, &src_md, dn_query(full, dnnl_query_src_md, 0), c, dnnl_f32));  /* the batch is outermost */
+    OK(dn_md_like(n, &dst_md, px->dn->dst.md, c, dnnl_f32));
     struct weights_layer w;
     dn_weights_dims(n, px, &w);
     dnnl_primitive_desc_t pd;
-    OK(dn_weights_fwd_desc(n, px, &w, &src_md, dn_mem_md(wei), bias ? dn_mem_md(bias) : NULL, &dst_md, &pd));
-    if (dn_is_reference_impl(pd) || !dn_same(dn_query(pd, dnnl_query_src_md, 0), &src_md) ||
-        !dn_same(dn_query(pd, dnnl_query_weights_md, 0), dn_mem_md(wei)) || !dn_same(dn_query(pd, dnnl_query_dst_md, 0), &dst_md))
+    OK(dn_weights_fwd_pd(n, px, &w, src_md, dn_mem_md(wei), bias ? dn_mem_md(bias) : NULL, dst_md, &pd));
+    struct dn_layout chunk_src;
+    if (dn_is_reference_impl(pd) || !dn_same(dn_query(pd, dnnl_query_src_md, 0), src_md) ||
+        !dn_same(dn_query(pd, dnnl_query_weights_md, 0), dn_mem_md(wei)) ||
+        !dn_same(dn_query(pd, dnnl_query_dst_md, 0), dst_md) || !dn_layout_of(src_md, &chunk_src))
         return ST_OK;
     dnnl_memory_t out;
     OK(dn_prim_new(n, &dn->chunk.conv, pd));
-    OK(dn_mem_new(n, &dn->chunk.src, &src_md, dn_mem_ptr(src)));
-    OK(dn_mem_new(n, &out, &dst_md, NULL));
+    OK(dn_mem_new(n, &dn->chunk.src, src_md, dn_mem_ptr(src)));
+    OK(dn_mem_new(n, &out, dst_md, NULL));
     dn->chunk.full_src = src;
-    dn->chunk.src_image = src_md.format_desc.blocking.strides[0];
+    dn->chunk.src_image = chunk_src.strides[0];
     int k = 0;
     dn->chunk.args[k++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, dn->chunk.src};
     dn->chunk.args[k++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, wei};

@@ -28,6 +28,17 @@ static bool grow(void **v, int *cap, int n, size_t elem)
     return true;
 }
 
+static st_status keep_md(st_net *n, dnnl_memory_desc_t md)
+{
+    struct onednn_net *d = n->dnet;
+    if (!grow((void **)&d->mds, &d->cap_mds, d->nmds, sizeof *d->mds)) {
+        dnnl_memory_desc_destroy(md);
+        return st_fail(ST_ERR_NOMEM, "oneDNN: out of memory");
+    }
+    d->mds[d->nmds++] = md;
+    return ST_OK;
+}
+
 static st_status keep_mem(st_net *n, dnnl_memory_t m)
 {
     struct onednn_net *d = n->dnet;
@@ -41,7 +52,7 @@ static st_status keep_mem(st_net *n, dnnl_memory_t m)
 
 /* A memory with `handle` (not owned), or allocated and zeroed (blocked
  * layouts' padding must be zero: primitives assume it). */
-st_status dn_mem_new(st_net *n, dnnl_memory_t *out, const dnnl_memory_desc_t *md, void *handle)
+st_status dn_mem_new(st_net *n, dnnl_memory_t *out, const_dnnl_memory_desc_t md, void *handle)
 {
     TRY(dnnl_memory_create(out, md, n->dnet->eng, handle ? handle : DNNL_MEMORY_ALLOCATE));
     OK(keep_mem(n, *out));
@@ -60,56 +71,75 @@ void *dn_mem_ptr(dnnl_memory_t m)
     return p;
 }
 
-const dnnl_memory_desc_t *dn_mem_md(dnnl_memory_t m)
+const_dnnl_memory_desc_t dn_mem_md(dnnl_memory_t m)
 {
-    const dnnl_memory_desc_t *md = NULL;
+    const_dnnl_memory_desc_t md = NULL;
     dnnl_memory_get_memory_desc(m, &md);
     return md;
 }
 
-/* oneDNN's first candidate, or with `avoid` set the first whose kernel
- * name does not start with it (and is not the reference), if there is one. */
-static dnnl_status_t first_candidate(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc,
-                                     const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint,
-                                     const char *avoid)
+static bool touches_bf16(const_dnnl_primitive_desc_t pd)
 {
-    struct onednn_net *d = n->dnet;
-    dnnl_primitive_desc_iterator_t it;
-    if (!avoid || dnnl_primitive_desc_iterator_create(&it, op_desc, attr, d->eng, hint) != dnnl_success)
-        return dnnl_primitive_desc_create(out, op_desc, attr, d->eng, hint);
-    *out = NULL;
-    do {
-        dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
-        const char *impl = NULL;
-        if (pd && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
-            strncmp(impl, avoid, strlen(avoid)) && strncmp(impl, "ref", 3)) {
-            *out = pd;
-            break;
-        }
-        if (pd)
-            dnnl_primitive_desc_destroy(pd);
-    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
-    dnnl_primitive_desc_iterator_destroy(it);
-    return *out ? dnnl_success : dnnl_primitive_desc_create(out, op_desc, attr, d->eng, hint);
+    static const dnnl_query_t queries[] = {dnnl_query_src_md,      dnnl_query_weights_md,      dnnl_query_dst_md,
+                                           dnnl_query_diff_src_md, dnnl_query_diff_weights_md, dnnl_query_diff_dst_md};
+    for (size_t i = 0; i < sizeof queries / sizeof *queries; i++) {
+        dnnl_data_type_t dt = dnnl_data_type_undef;
+        const_dnnl_memory_desc_t md = dnnl_primitive_desc_query_md(pd, queries[i], 0);
+        if (md && dnnl_memory_desc_query(md, dnnl_query_data_type, &dt) == dnnl_success && dt == dnnl_bf16)
+            return true;
+    }
+    return false;
 }
 
-st_status dn_pd_new_avoiding(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc,
-                                 const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint, const char *avoid)
+static bool impl_is(const_dnnl_primitive_desc_t pd, const char *prefix)
 {
-    struct onednn_net *d = n->dnet;
-    TRY(first_candidate(n, out, op_desc, attr, hint, avoid));
-    if (!grow((void **)&d->pds, &d->cap_pds, d->npds, sizeof *d->pds)) {
-        dnnl_primitive_desc_destroy(*out);
-        return st_fail(ST_ERR_NOMEM, "oneDNN: out of memory");
+    const char *impl = NULL;
+    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl &&
+           !strncmp(impl, prefix, strlen(prefix));
+}
+
+/* Moves *pd along oneDNN's candidates (in place: 3.x has no iterator) to
+ * the first the engine takes; none taken, back to oneDNN's first. */
+static st_status choose_impl(st_net *n, dnnl_primitive_desc_t *pd, const char *avoid, bool want_ref)
+{
+    dnnl_primitive_desc_t first;
+    dnnl_status_t s = dnnl_primitive_desc_clone(&first, *pd);
+    if (s != dnnl_success) {
+        dnnl_primitive_desc_destroy(*pd);
+        *pd = NULL;
+        return dn_dnnl_error(n, "dnnl_primitive_desc_clone", s);
     }
-    d->pds[d->npds++] = *out;  /* backward pds keep a raw pointer to their hint */
+    do {
+        bool ref = impl_is(*pd, "ref");
+        if (want_ref ? ref : !ref && !(avoid && impl_is(*pd, avoid))) {
+            dnnl_primitive_desc_destroy(first);
+            return ST_OK;
+        }
+    } while (dnnl_primitive_desc_next_impl(*pd) == dnnl_success);
+    dnnl_primitive_desc_destroy(*pd);  /* left on the last candidate */
+    *pd = first;
     return ST_OK;
 }
 
-st_status dn_pd_new(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc,
-                        const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint)
+st_status dn_pd_keep(st_net *n, const char *call, dnnl_status_t created, dnnl_primitive_desc_t *pd, const char *avoid)
 {
-    return dn_pd_new_avoiding(n, out, op_desc, attr, hint, NULL);
+    struct onednn_net *d = n->dnet;
+    if (created != dnnl_success) {
+        *pd = NULL;
+        return dn_dnnl_error(n, call, created);
+    }
+    /* The reference kernels compute what bf16 computes, on any ISA: with
+     * SHMTRAIN_BF16_ANY_ISA the tests check the engine's bf16 plumbing there. */
+    const bool want_ref = d->opt.bf16_any_isa && touches_bf16(*pd);
+    if (avoid || want_ref)
+        OK(choose_impl(n, pd, avoid, want_ref));
+    if (!grow((void **)&d->pds, &d->cap_pds, d->npds, sizeof *d->pds)) {
+        dnnl_primitive_desc_destroy(*pd);
+        *pd = NULL;
+        return st_fail(ST_ERR_NOMEM, "oneDNN: out of memory");
+    }
+    d->pds[d->npds++] = *pd;  /* backward pds keep a raw pointer to their hint */
+    return ST_OK;
 }
 
 /* oneDNN 2.6 picks its brgemm convolution first for a forward pass in
@@ -117,11 +147,13 @@ st_status dn_pd_new(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc,
  * here (bench/st-kernel-candidates conv, one core: lenet's 1->6 5x5 0.220 ->
  * 0.088 ms per 16-image chunk, its 6->16 5x5 at batch 64 0.44 -> 0.27 ms).
  * SHMTRAIN_ONEDNN_BRGCONV=1 keeps oneDNN's choice for comparison. */
-const char *dn_conv_fwd_avoid(const st_net *n, const dnnl_memory_desc_t *src)
+const char *dn_conv_fwd_avoid(const st_net *n, const_dnnl_memory_desc_t src)
 {
-    const dnnl_blocking_desc_t *b = &src->format_desc.blocking;
-    bool nhwc = src->ndims == 4 && src->format_kind == dnnl_blocked && b->inner_nblks == 0 && b->strides[1] == 1;
-    return nhwc && src->dims[1] < 16 && !n->dnet->opt.brgconv ? "brgconv" : NULL;
+    struct dn_layout l;
+    if (!dn_layout_of(src, &l))
+        return NULL;
+    bool nhwc = l.ndims == 4 && l.nblks == 0 && l.strides[1] == 1;
+    return nhwc && l.dims[1] < 16 && !n->dnet->opt.brgconv ? "brgconv" : NULL;
 }
 
 st_status dn_prim_new(st_net *n, dnnl_primitive_t *out, const_dnnl_primitive_desc_t pd)
@@ -136,50 +168,130 @@ st_status dn_prim_new(st_net *n, dnnl_primitive_t *out, const_dnnl_primitive_des
     return ST_OK;
 }
 
-st_status dn_reorder_new(st_net *n, dnnl_primitive_t *out, const dnnl_memory_desc_t *from,
-                             const dnnl_memory_desc_t *to)
-{
-    dnnl_primitive_desc_t pd;
-    TRY(dnnl_reorder_primitive_desc_create(&pd, from, n->dnet->eng, to, n->dnet->eng, NULL));
-    struct onednn_net *d = n->dnet;
-    if (!grow((void **)&d->pds, &d->cap_pds, d->npds, sizeof *d->pds)) {
-        dnnl_primitive_desc_destroy(pd);
-        return st_fail(ST_ERR_NOMEM, "oneDNN: out of memory");
-    }
-    d->pds[d->npds++] = pd;
-    return dn_prim_new(n, out, pd);
-}
-
-const dnnl_memory_desc_t *dn_query(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index)
+const_dnnl_memory_desc_t dn_query(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index)
 {
     return dnnl_primitive_desc_query_md(pd, what, index);
 }
 
-const dnnl_memory_desc_t *dn_arg_md(const_dnnl_primitive_desc_t pd, int arg)
+const_dnnl_memory_desc_t dn_arg_md(const_dnnl_primitive_desc_t pd, int arg)
 {
     return dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
 }
 
-bool dn_same(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b)
+bool dn_same(const_dnnl_memory_desc_t a, const_dnnl_memory_desc_t b)
 {
     return dnnl_memory_desc_equal(a, b) != 0;
 }
 
-st_status dn_plain_md(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims)
+/* ------------------------------------------------------- descriptors -- */
+
+st_status dn_md_tag(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t dt,
+                    dnnl_format_tag_t tag)
 {
-    static const dnnl_format_tag_t tags[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd};
-    TRY(dnnl_memory_desc_init_by_tag(md, ndims, dims, dnnl_f32, tags[ndims]));
+    dnnl_memory_desc_t m;
+    TRY(dnnl_memory_desc_create_with_tag(&m, ndims, dims, dt, tag));
+    OK(keep_md(n, m));
+    *md = m;
     return ST_OK;
 }
 
-st_status dn_any_md(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims)
+st_status dn_plain_md(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims)
+{
+    static const dnnl_format_tag_t tags[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd};
+    return dn_md_tag(n, md, ndims, dims, dnnl_f32, tags[ndims]);
+}
+
+st_status dn_any_md(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims)
 {
     return dn_any_md_of(n, md, ndims, dims, dnnl_f32);
 }
 
-st_status dn_any_md_of(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t dt)
+st_status dn_any_md_of(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t dt)
 {
-    TRY(dnnl_memory_desc_init_by_tag(md, ndims, dims, dt, dnnl_format_tag_any));
+    return dn_md_tag(n, md, ndims, dims, dt, dnnl_format_tag_any);
+}
+
+bool dn_layout_of(const_dnnl_memory_desc_t md, struct dn_layout *l)
+{
+    memset(l, 0, sizeof *l);
+    if (!md || dnnl_memory_desc_query(md, dnnl_query_ndims_s32, &l->ndims) != dnnl_success ||
+        dnnl_memory_desc_query(md, dnnl_query_data_type, &l->dt) != dnnl_success ||
+        dnnl_memory_desc_query(md, dnnl_query_format_kind, &l->kind) != dnnl_success)
+        return false;
+    if (l->ndims <= 0 || l->ndims > DNNL_MAX_NDIMS || l->kind != dnnl_blocked)
+        return false;
+    const dnnl_query_t queries[] = {dnnl_query_dims, dnnl_query_padded_dims, dnnl_query_strides,
+                                    dnnl_query_inner_blks, dnnl_query_inner_idxs};
+    dnnl_dim_t *fields[] = {l->dims, l->padded, l->strides, l->blks, l->idxs};
+    if (dnnl_memory_desc_query(md, dnnl_query_inner_nblks_s32, &l->nblks) != dnnl_success ||
+        dnnl_memory_desc_query(md, dnnl_query_submemory_offset_s64, &l->offset0) != dnnl_success)
+        return false;
+    for (size_t q = 0; q < sizeof queries / sizeof *queries; q++) {
+        const dnnl_dims_t *v = NULL;  /* the query hands back a pointer into the descriptor */
+        if (dnnl_memory_desc_query(md, queries[q], &v) != dnnl_success || !v)
+            return false;
+        memcpy(fields[q], *v, sizeof(dnnl_dims_t));
+    }
+    return true;
+}
+
+dnnl_dim_t dn_layout_offset(const struct dn_layout *l, const dnnl_dim_t *idx)
+{
+    dnnl_dim_t inner[DNNL_MAX_NDIMS], off = l->offset0, in_block = 0;
+    for (int d = 0; d < DNNL_MAX_NDIMS; d++)
+        inner[d] = 1;
+    for (int k = 0; k < l->nblks; k++)
+        inner[l->idxs[k]] *= l->blks[k];
+    for (int d = 0; d < l->ndims; d++)
+        off += idx[d] / inner[d] * l->strides[d];
+    /* Within the innermost block: its dimensions' digits, outermost first. */
+    dnnl_dim_t left[DNNL_MAX_NDIMS];
+    memcpy(left, inner, sizeof left);
+    for (int k = 0; k < l->nblks; k++) {
+        const int d = (int)l->idxs[k];
+        left[d] /= l->blks[k];
+        in_block = in_block * l->blks[k] + idx[d] % inner[d] / left[d] % l->blks[k];
+    }
+    return off + in_block;
+}
+
+/* The blocked tags the engine meets in activations and weights; a layout
+ * is rebuilt from its tag, since oneDNN 3 gives no descriptor from blocks. */
+static const dnnl_format_tag_t blocked_tags[] = {
+    dnnl_aBcd16b, dnnl_aBcd8b,     dnnl_aBcd4b,     dnnl_ABcd16b16a, dnnl_ABcd16a16b, dnnl_ABcd8b8a,
+    dnnl_ABcd8a8b, dnnl_Acdb16a,   dnnl_Acdb8a,     dnnl_Abcd16a,    dnnl_Abcd8a,     dnnl_aBc16b,
+    dnnl_aBc8b,   dnnl_AB16b16a,   dnnl_AB16a16b,
+};
+
+static dnnl_format_tag_t tag_of(const struct dn_layout *l, const_dnnl_memory_desc_t md)
+{
+    for (size_t i = 0; i < sizeof blocked_tags / sizeof *blocked_tags; i++) {
+        dnnl_memory_desc_t m;
+        if (dnnl_memory_desc_create_with_tag(&m, l->ndims, l->dims, l->dt, blocked_tags[i]) != dnnl_success)
+            continue;  /* not a tag of this many dimensions */
+        const bool same = dnnl_memory_desc_equal(m, md);
+        dnnl_memory_desc_destroy(m);
+        if (same)
+            return blocked_tags[i];
+    }
+    return dnnl_format_tag_any;  /* none known: the primitive chooses, and a reorder follows if needed */
+}
+
+st_status dn_md_like(st_net *n, const_dnnl_memory_desc_t *out, const_dnnl_memory_desc_t md, dnnl_dim_t batch,
+                     dnnl_data_type_t dt)
+{
+    struct dn_layout l;
+    if (!dn_layout_of(md, &l) || l.offset0)
+        return st_fail(ST_ERR_BACKEND, "oneDNN: a layout the engine cannot rebuild (node %d)", n->dnet->cur);
+    const dnnl_format_tag_t tag = l.nblks ? tag_of(&l, md) : dnnl_format_tag_undef;
+    if (batch > 0)
+        l.dims[0] = batch;  /* the outermost dimension: the other strides stay */
+    if (l.nblks)
+        return dn_md_tag(n, out, l.ndims, l.dims, dt, tag);
+    dnnl_memory_desc_t m;
+    TRY(dnnl_memory_desc_create_with_strides(&m, l.ndims, l.dims, dt, l.strides));
+    OK(keep_md(n, m));
+    *out = m;
     return ST_OK;
 }
 
@@ -211,33 +323,23 @@ st_status dn_add_step(st_net *n, struct oplist *l, st_status (*step)(st_net *, i
 }
 
 /* "64x6x28x28 s4704:784:28:1 b8c": dims, strides, inner blocks (verbose builds). */
-void dn_md_str(char *buf, size_t len, const dnnl_memory_desc_t *md)
+void dn_md_str(char *buf, size_t len, const_dnnl_memory_desc_t md)
 {
+    struct dn_layout l;
     size_t at = 0;
-    for (int i = 0; i < md->ndims && at < len; i++)
-        at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? "x" : "", (long long)md->dims[i]);
-    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
-    for (int i = 0; i < md->ndims && at < len; i++)
-        at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? ":" : " s", (long long)b->strides[i]);
-    for (int i = 0; i < b->inner_nblks && at < len; i++)
-        at += (size_t)snprintf(buf + at, len - at, "%s%lld%c", i ? "" : " b", (long long)b->inner_blks[i],
-                               "abcdef"[b->inner_idxs[i] % 6]);
-    if (md->data_type != dnnl_f32 && at < len)  /* a conversion shows as one */
-        snprintf(buf + at, len - at, " %s", md->data_type == dnnl_bf16 ? "bf16" : "other type");
-}
-
-st_status dn_add_reorder(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_memory_t to)
-{
-    dnnl_primitive_t r;
-    OK(dn_reorder_new(n, &r, dn_mem_md(from), dn_mem_md(to)));
-    if (n->dnet->opt.verbose) {  /* which layouts meet where: the cost a profile calls "reorders" */
-        char a[256], b[256];
-        dn_md_str(a, sizeof a, dn_mem_md(from));
-        dn_md_str(b, sizeof b, dn_mem_md(to));
-        fprintf(stderr, "shmtrain: node %d (line %d): reorder %s -> %s (%zu bytes)\n", n->dnet->cur,
-                n->x[n->dnet->cur].nd->line, a, b, dnnl_memory_desc_get_size(dn_mem_md(to)));
+    if (!dn_layout_of(md, &l)) {
+        snprintf(buf, len, "(not a blocked layout)");
+        return;
     }
-    return dn_add_op(n, l, r, NODE_KINDS, DNNL_ARG_FROM, from, DNNL_ARG_TO, to, -1);
+    for (int i = 0; i < l.ndims && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? "x" : "", (long long)l.dims[i]);
+    for (int i = 0; i < l.ndims && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? ":" : " s", (long long)l.strides[i]);
+    for (int i = 0; i < l.nblks && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%lld%c", i ? "" : " b", (long long)l.blks[i],
+                               "abcdef"[l.idxs[i] % 6]);
+    if (l.dt != dnnl_f32 && at < len)  /* a conversion shows as one */
+        snprintf(buf + at, len - at, " %s", l.dt == dnnl_bf16 ? "bf16" : "other type");
 }
 
 void dn_impl_name(struct xnode *x, const_dnnl_primitive_desc_t pd)
@@ -252,28 +354,32 @@ void dn_impl_name(struct xnode *x, const_dnnl_primitive_desc_t pd)
 /* ---------------------------------------------------------------- tensors -- */
 
 /* The node's output (and gradient) memories, in layout `md`. */
-st_status dn_set_dst(st_net *n, struct xnode *x, const dnnl_memory_desc_t *md)
+st_status dn_set_dst(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md)
 {
     return dn_set_dst_diff_in(n, x, md, NULL);
 }
 
+/* Where a second consumer's gradient waits to be added to the first's. */
+st_status dn_accum_new(st_net *n, struct xnode *x)
+{
+    const_dnnl_memory_desc_t md = x->dn->diff.md;
+    dnnl_primitive_desc_t pd;
+    OK(dn_mem_new(n, &x->dn->diff_tmp.mem, md, NULL));
+    x->dn->diff_tmp.md = dn_mem_md(x->dn->diff_tmp.mem);
+    OK(DN_PD(n, pd, NULL, dnnl_binary_primitive_desc_create(&pd, n->dnet->eng, dnnl_binary_add, md, md, md, NULL)));
+    return dn_prim_new(n, &x->dn->accum, pd);
+}
+
 /* The same, the gradient kept in `diff_buffer` (someone else's, same
  * layout) when not NULL. */
-st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const dnnl_memory_desc_t *md, void *diff_buffer)
+st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md, void *diff_buffer)
 {
-    x->dn->dst.md = *md;
     OK(dn_mem_new(n, &x->dn->dst.mem, md, NULL));
+    x->dn->dst.md = dn_mem_md(x->dn->dst.mem);
     OK(dn_mem_new(n, &x->dn->diff.mem, md, diff_buffer));
-    x->dn->diff.md = *md;
-    if (x->consumers > 1) {
-        OK(dn_mem_new(n, &x->dn->diff_tmp.mem, md, NULL));
-        x->dn->diff_tmp.md = *md;
-        dnnl_binary_desc_t bd;
-        dnnl_primitive_desc_t pd;
-        TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, md, md, md));
-        OK(dn_pd_new(n, &pd, &bd, NULL, NULL));
-        OK(dn_prim_new(n, &x->dn->accum, pd));
-    }
+    x->dn->diff.md = dn_mem_md(x->dn->diff.mem);
+    if (x->consumers > 1)
+        OK(dn_accum_new(n, x));
     x->dn->elems = dnnl_memory_desc_get_size(md) / sizeof(float);
     return ST_OK;
 }
@@ -284,8 +390,8 @@ st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const dnnl_memory_desc_
  * when layouts agree, else a scratch one followed by a reorder.  With
  * `computed` set, the gradient already sits in that memory (flatten's view,
  * add's own diff) and is only delivered. */
-st_status dn_deliver(st_net *n, int j, int p, const dnnl_memory_desc_t *md, dnnl_memory_t computed,
-                         dnnl_memory_t *target)
+st_status dn_deliver(st_net *n, int j, int p, const_dnnl_memory_desc_t md, dnnl_memory_t computed,
+                     dnnl_memory_t *target)
 {
     struct xnode *px = &n->x[p];
     struct oplist *bwd = &n->x[j].dn->bwd;
@@ -296,7 +402,7 @@ st_status dn_deliver(st_net *n, int j, int p, const dnnl_memory_desc_t *md, dnnl
     dnnl_memory_t dest = first ? px->dn->diff.mem : px->dn->diff_tmp.mem;
     if (computed && first && dn_mem_ptr(computed) == dn_mem_ptr(dest))
         return ST_OK;  /* it is already there: the two share a buffer (add's) */
-    if (!computed && dn_same(md, &px->dn->dst.md)) {
+    if (!computed && dn_same(md, px->dn->dst.md)) {
         *target = dest;
     } else {
         if (!computed)
@@ -311,10 +417,10 @@ st_status dn_deliver(st_net *n, int j, int p, const dnnl_memory_desc_t *md, dnnl
 }
 
 /* Forward input of node x in the layout `want`, reordering if needed. */
-st_status dn_input_as(st_net *n, struct xnode *x, const dnnl_memory_desc_t *want, dnnl_memory_t *out)
+st_status dn_input_as(st_net *n, struct xnode *x, const_dnnl_memory_desc_t want, dnnl_memory_t *out)
 {
     struct xnode *px = &n->x[x->in];
-    if (dn_same(want, &px->dn->dst.md)) {
+    if (dn_same(want, px->dn->dst.md)) {
         *out = px->dn->dst.mem;
         return ST_OK;
     }

@@ -70,6 +70,10 @@
 #include "maxpool2.h"
 #include "net.h"
 
+#if DNNL_VERSION_MAJOR < 3 || (DNNL_VERSION_MAJOR == 3 && DNNL_VERSION_MINOR < 1)
+#error "the engine is written against oneDNN 3.1 or newer (scripts/install-deps.sh installs it)"
+#endif
+
 struct op {
     dnnl_primitive_t prim;
     st_status (*step)(st_net *n, int node);  /* a C step instead of a primitive */
@@ -86,7 +90,7 @@ struct oplist {
 /* A node's activation or gradient as oneDNN holds it: its layout, and the
  * memory (owned by the registry). */
 struct dn_tensor {
-    dnnl_memory_desc_t md;
+    const_dnnl_memory_desc_t md;         /* mem's own: lives as long as the memory */
     dnnl_memory_t mem;
 };
 
@@ -193,10 +197,11 @@ struct onednn_net {
     dnnl_memory_t *mems;
     dnnl_primitive_t *prims;
     dnnl_primitive_desc_t *pds;
-    int nmems, nprims, npds, cap_mems, cap_prims, cap_pds;
+    dnnl_memory_desc_t *mds;
+    int nmems, nprims, npds, nmds, cap_mems, cap_prims, cap_pds, cap_mds;
     dnnl_memory_t input_user;            /* plain input; handle set per forward */
     dnnl_memory_t logits_user, dlast_user;
-    dnnl_primitive_t to_logits, from_dlast;
+    struct oplist to_logits, from_dlast; /* the last node's output to plain logits, and its gradient back */
     int cur;                             /* node being built, for messages */
     struct dn_options opt;               /* read once per build */
     float *transposed;                   /* the sequence linear layers' operands transposed, one layer at a time */
@@ -220,31 +225,78 @@ struct onednn_net {
 /* ------------------------------------------------- onednn_context.c -- */
 
 st_status dn_dnnl_error(const st_net *n, const char *call, dnnl_status_t s);
-st_status dn_mem_new(st_net *n, dnnl_memory_t *out, const dnnl_memory_desc_t *md, void *handle);
+st_status dn_mem_new(st_net *n, dnnl_memory_t *out, const_dnnl_memory_desc_t md, void *handle);
 void *dn_mem_ptr(dnnl_memory_t m);
-const dnnl_memory_desc_t *dn_mem_md(dnnl_memory_t m);
-st_status dn_pd_new_avoiding(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc, const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint, const char *avoid);
-st_status dn_pd_new(st_net *n, dnnl_primitive_desc_t *out, const void *op_desc, const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint);
-const char *dn_conv_fwd_avoid(const st_net *n, const dnnl_memory_desc_t *src);
+const_dnnl_memory_desc_t dn_mem_md(dnnl_memory_t m);
+
+/* Keeps a primitive descriptor a builder has just created with oneDNN's
+ * creator for its kind (`created` is that call's status, `call` its text for
+ * messages), after moving it to the implementation the engine wants: with
+ * `avoid` set, the first candidate whose kernel name does not start with it
+ * (and is not the reference); for a bf16 pd under SHMTRAIN_BF16_ANY_ISA, the
+ * reference; else oneDNN's first.  The net owns it from here. */
+st_status dn_pd_keep(st_net *n, const char *call, dnnl_status_t created, dnnl_primitive_desc_t *pd, const char *avoid);
+#define DN_PD(n, pd, avoid, create_call) dn_pd_keep((n), #create_call, (create_call), &(pd), (avoid))
+
+const char *dn_conv_fwd_avoid(const st_net *n, const_dnnl_memory_desc_t src);
 st_status dn_prim_new(st_net *n, dnnl_primitive_t *out, const_dnnl_primitive_desc_t pd);
-st_status dn_reorder_new(st_net *n, dnnl_primitive_t *out, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to);
-const dnnl_memory_desc_t *dn_query(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index);
-const dnnl_memory_desc_t *dn_arg_md(const_dnnl_primitive_desc_t pd, int arg);
-bool dn_same(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b);
-st_status dn_plain_md(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims);
-st_status dn_any_md(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims);
-st_status dn_any_md_of(st_net *n, dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t dt);
+const_dnnl_memory_desc_t dn_query(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index);
+const_dnnl_memory_desc_t dn_arg_md(const_dnnl_primitive_desc_t pd, int arg);
+bool dn_same(const_dnnl_memory_desc_t a, const_dnnl_memory_desc_t b);
+
+/* Memory descriptors the engine creates belong to the net (freed with it). */
+st_status dn_md_tag(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t dt,
+                    dnnl_format_tag_t tag);
+st_status dn_plain_md(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims);
+st_status dn_any_md(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims);
+st_status dn_any_md_of(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t dt);
+/* `md`'s layout with another data type and, where batch > 0, another size
+ * of its outermost dimension (the batch): oneDNN 3 has no setters. */
+st_status dn_md_like(st_net *n, const_dnnl_memory_desc_t *out, const_dnnl_memory_desc_t md, dnnl_dim_t batch,
+                     dnnl_data_type_t dt);
+
+/* A memory descriptor's fields, read once through dnnl_memory_desc_query
+ * (3.x keeps them behind a handle); a blocked layout only. */
+struct dn_layout {
+    int ndims, nblks;                    /* nblks: inner blocks (0: a plain permutation) */
+    dnnl_data_type_t dt;
+    dnnl_format_kind_t kind;
+    dnnl_dim_t offset0;
+    dnnl_dims_t dims, padded, strides, blks, idxs;
+};
+bool dn_layout_of(const_dnnl_memory_desc_t md, struct dn_layout *l);
+/* Where element `idx` (logical indices, one per dimension) lies, in elements. */
+dnnl_dim_t dn_layout_offset(const struct dn_layout *l, const dnnl_dim_t *idx);
+
 st_status dn_add_op(st_net *n, struct oplist *l, dnnl_primitive_t prim, int prof, ...);
 st_status dn_add_step(st_net *n, struct oplist *l, st_status (*step)(st_net *, int), int prof);
-void dn_md_str(char *buf, size_t len, const dnnl_memory_desc_t *md);
-st_status dn_add_reorder(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_memory_t to);
+void dn_md_str(char *buf, size_t len, const_dnnl_memory_desc_t md);
 void dn_impl_name(struct xnode *x, const_dnnl_primitive_desc_t pd);
-st_status dn_set_dst(st_net *n, struct xnode *x, const dnnl_memory_desc_t *md);
-st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const dnnl_memory_desc_t *md, void *diff_buffer);
-st_status dn_deliver(st_net *n, int j, int p, const dnnl_memory_desc_t *md, dnnl_memory_t computed, dnnl_memory_t *target);
-st_status dn_input_as(st_net *n, struct xnode *x, const dnnl_memory_desc_t *want, dnnl_memory_t *out);
+st_status dn_set_dst(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md);
+st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md, void *diff_buffer);
+st_status dn_deliver(st_net *n, int j, int p, const_dnnl_memory_desc_t md, dnnl_memory_t computed, dnnl_memory_t *target);
+st_status dn_input_as(st_net *n, struct xnode *x, const_dnnl_memory_desc_t want, dnnl_memory_t *out);
+st_status dn_accum_new(st_net *n, struct xnode *x);
 bool dn_is_reference_impl(const_dnnl_primitive_desc_t pd);
 dnnl_memory_t dn_arg_of(const struct op *o, int key);
+
+/* ------------------------------------------------- onednn_reorder.c -- */
+
+/* Appends to `l` the reorder of `from`'s contents into `to`, checked once
+ * when it is made: an index pattern goes through it and every element must
+ * land where `to`'s layout says (Debian 13's oneDNN 3.7.2 misplaces a third
+ * of a weight reorder to ABcd16a16b when the outputs are not a multiple of
+ * 16; 3.6.2 did not).  A wrong direct reorder gives way to two right ones
+ * through an intermediate layout; none right is an error naming both. */
+st_status dn_add_reorder(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_memory_t to);
+/* The replacement: two reorders through the first intermediate layout for
+ * which both are right (*done false: none found). */
+st_status dn_add_reorder_two_step(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_memory_t to, bool *done);
+/* Does `r`, a reorder, move every element from layout `from` to where
+ * layout `to` puts it?  f32, bf16 and s32 are checked; tests hand it
+ * mismatched layouts to see it say no. */
+st_status dn_reorder_verify(st_net *n, dnnl_primitive_t r, const_dnnl_memory_desc_t from, const_dnnl_memory_desc_t to,
+                            bool *right);
 
 /* ------------------------------------------------- onednn_weights.c -- */
 
@@ -255,8 +307,8 @@ struct weights_layer {
 };
 
 void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_layer *w);
-st_status dn_weights_fwd_desc(st_net *n, const struct xnode *x, const struct weights_layer *w, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst, dnnl_primitive_desc_t *pd);
-st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
+st_status dn_weights_fwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst, dnnl_primitive_desc_t *pd);
+st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
 st_status dn_build_weights(st_net *n, int j);
 /* The layer table's bf16 column: does node x compute in bf16 when the net's
  * precision is bf16?  bf16_weights: convolutions and inner products, but

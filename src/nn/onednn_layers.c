@@ -15,7 +15,7 @@ static bool relu_fits_pool(const st_net *n, const struct xnode *x)
 static st_status build_relu_in_pool(st_net *n, struct xnode *x)
 {
     struct xnode *px = &n->x[x->in];
-    OK(dn_set_dst(n, x, &px->dn->dst.md));  /* the gradient memories; dst is then the pool's own */
+    OK(dn_set_dst(n, x, px->dn->dst.md));  /* the gradient memories; dst is then the pool's own */
     x->dn->dst.mem = px->dn->dst.mem;
     px->dn->pool.relu = true;
     px->dn->pool.diff = x->dn->diff.mem;
@@ -29,19 +29,21 @@ st_status dn_build_relu(st_net *n, int j)
     struct xnode *px = &n->x[x->in];
     if (relu_fits_pool(n, x))
         return build_relu_in_pool(n, x);
-    dnnl_eltwise_desc_t ed;
+    const_dnnl_memory_desc_t in = px->dn->dst.md;
     dnnl_primitive_desc_t fpd, bpd;
     dnnl_primitive_t f, b;
-    TRY(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_training, dnnl_eltwise_relu, &px->dn->dst.md, 0, 0));
-    OK(dn_pd_new(n, &fpd, &ed, NULL, NULL));
+    OK(DN_PD(n, fpd, NULL,
+             dnnl_eltwise_forward_primitive_desc_create(&fpd, n->dnet->eng, dnnl_forward_training, dnnl_eltwise_relu, in,
+                                                        in, 0, 0, NULL)));
     dn_impl_name(x, fpd);
     OK(dn_set_dst(n, x, dn_query(fpd, dnnl_query_dst_md, 0)));
     OK(dn_prim_new(n, &f, fpd));
     OK(dn_add_op(n, &x->dn->fwd, f, NODE_RELU, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_DST, x->dn->dst.mem, -1));
     if (!px->wants_diff)
         return ST_OK;
-    TRY(dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_relu, &px->dn->dst.md, &px->dn->dst.md, 0, 0));
-    OK(dn_pd_new(n, &bpd, &ed, NULL, fpd));
+    OK(DN_PD(n, bpd, NULL,
+             dnnl_eltwise_backward_primitive_desc_create(&bpd, n->dnet->eng, dnnl_eltwise_relu, in, in, in, 0, 0, fpd,
+                                                         NULL)));
     OK(dn_prim_new(n, &b, bpd));
     OK(dn_add_op(n, &x->dn->bwd, b, NODE_RELU, -1));
     int at = x->dn->bwd.n - 1;
@@ -75,14 +77,16 @@ st_status dn_build_bn(st_net *n, int j)
     struct xnode *px = &n->x[x->in];
     const struct node *nd = x->nd;
     const unsigned flags = dnnl_use_scale | dnnl_use_shift;
-    dnnl_batch_normalization_desc_t bd;
+    const_dnnl_memory_desc_t in = px->dn->dst.md;
+    dnnl_engine_t eng = n->dnet->eng;
     dnnl_primitive_desc_t tpd, ipd, bpd;
     dnnl_primitive_t tp, ip, bp;
-    TRY(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_training, &px->dn->dst.md, 1e-5f, flags));
-    OK(dn_pd_new(n, &tpd, &bd, NULL, NULL));
-    TRY(dnnl_batch_normalization_forward_desc_init(&bd, dnnl_forward_inference, &px->dn->dst.md, 1e-5f,
-                                                   flags | dnnl_use_global_stats));
-    OK(dn_pd_new(n, &ipd, &bd, NULL, NULL));
+    OK(DN_PD(n, tpd, NULL,
+             dnnl_batch_normalization_forward_primitive_desc_create(&tpd, eng, dnnl_forward_training, in, in, 1e-5f,
+                                                                    flags, NULL)));
+    OK(DN_PD(n, ipd, NULL,
+             dnnl_batch_normalization_forward_primitive_desc_create(&ipd, eng, dnnl_forward_inference, in, in, 1e-5f,
+                                                                    flags | dnnl_use_global_stats, NULL)));
     dn_impl_name(x, tpd);
     OK(dn_set_dst(n, x, dn_query(tpd, dnnl_query_dst_md, 0)));
     dnnl_memory_t scale, shift, dscale, dshift, rmean, rvar;
@@ -101,9 +105,9 @@ st_status dn_build_bn(st_net *n, int j)
     OK(dn_add_op(n, &x->dn->fwd_infer, ip, NODE_BATCHNORM, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_SCALE, scale,
               DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, x->dn->dst.mem, DNNL_ARG_MEAN, rmean, DNNL_ARG_VARIANCE,
               rvar, -1));
-    TRY(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &px->dn->dst.md, &px->dn->dst.md, 1e-5f,
-                                                    flags));
-    OK(dn_pd_new(n, &bpd, &bd, NULL, tpd));
+    OK(DN_PD(n, bpd, NULL,
+             dnnl_batch_normalization_backward_primitive_desc_create(&bpd, eng, dnnl_backward, in, in, in, 1e-5f, flags,
+                                                                     tpd, NULL)));
     OK(dn_prim_new(n, &bp, bpd));
     OK(dn_mem_new(n, &dscale, dn_arg_md(bpd, DNNL_ARG_DIFF_SCALE), n->grads + nd->w_off));
     OK(dn_mem_new(n, &dshift, dn_arg_md(bpd, DNNL_ARG_DIFF_SHIFT), n->grads + nd->b_off));
@@ -113,15 +117,15 @@ st_status dn_build_bn(st_net *n, int j)
     if (px->wants_diff)
         OK(dn_deliver(n, j, x->in, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
     else
-        OK(dn_mem_new(n, &target, &px->dn->dst.md, NULL));  /* computed anyway, then dropped */
+        OK(dn_mem_new(n, &target, in, NULL));  /* computed anyway, then dropped */
     struct op *o = &x->dn->bwd.v[at];
+    /* No SHIFT: oneDNN 3's backward refuses it as an argument it does not read. */
     dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, px->dn->dst.mem}, {DNNL_ARG_MEAN, x->dn->bn.mean},
                               {DNNL_ARG_VARIANCE, x->dn->bn.var}, {DNNL_ARG_DIFF_DST, x->dn->diff.mem},
-                              {DNNL_ARG_SCALE, scale}, {DNNL_ARG_SHIFT, shift},
-                              {DNNL_ARG_DIFF_SRC, target}, {DNNL_ARG_DIFF_SCALE, dscale},
-                              {DNNL_ARG_DIFF_SHIFT, dshift}};
+                              {DNNL_ARG_SCALE, scale}, {DNNL_ARG_DIFF_SRC, target},
+                              {DNNL_ARG_DIFF_SCALE, dscale}, {DNNL_ARG_DIFF_SHIFT, dshift}};
     memcpy(o->args, args, sizeof args);
-    o->nargs = 9;
+    o->nargs = (int)(sizeof args / sizeof *args);
     return ST_OK;
 }
 
@@ -158,16 +162,16 @@ st_status dn_build_dropout(st_net *n, int j)
     struct xnode *x = &n->x[j];
     struct xnode *px = &n->x[x->in];
     snprintf(x->impl, sizeof x->impl, "C loop");
-    OK(dn_set_dst(n, x, &px->dn->dst.md));
+    OK(dn_set_dst(n, x, px->dn->dst.md));
     if (!(x->dn->dropout.mask_scale = calloc(x->dn->elems, sizeof(float))))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
     OK(dn_add_step(n, &x->dn->fwd, dropout_fwd, NODE_DROPOUT));
     if (!px->wants_diff)
         return ST_OK;
-    OK(dn_mem_new(n, &x->dn->dropout.diff_src, &px->dn->dst.md, NULL));
+    OK(dn_mem_new(n, &x->dn->dropout.diff_src, px->dn->dst.md, NULL));
     OK(dn_add_step(n, &x->dn->bwd, dropout_bwd, NODE_DROPOUT));
     dnnl_memory_t target;
-    return dn_deliver(n, j, x->in, &px->dn->dst.md, x->dn->dropout.diff_src, &target);
+    return dn_deliver(n, j, x->in, px->dn->dst.md, x->dn->dropout.diff_src, &target);
 }
 
 /* An input already in plain NCHW (mlp's) is read where it is: the input's
@@ -187,23 +191,23 @@ st_status dn_build_flatten(st_net *n, int j)
     struct xnode *px = &n->x[x->in];
     const struct node *s = px->nd;
     dnnl_dims_t d4 = {n->batch, s->c, s->h, s->w}, d2 = {n->batch, (dnnl_dim_t)s->c * s->h * s->w};
-    dnnl_memory_desc_t md4, md2;
+    const_dnnl_memory_desc_t md4, md2;
     OK(dn_plain_md(n, &md4, 4, d4));
     OK(dn_plain_md(n, &md2, 2, d2));
     snprintf(x->impl, sizeof x->impl, "reorder to nchw");
-    OK(dn_set_dst(n, x, &md2));
+    OK(dn_set_dst(n, x, md2));
     dnnl_memory_t view, dview, target;
-    if (dn_same(&px->dn->dst.md, &md4)) {
+    if (dn_same(px->dn->dst.md, md4)) {
         snprintf(x->impl, sizeof x->impl, "a view of its input");
         OK(dn_add_step(n, &x->dn->fwd, flatten_alias, NODE_FLATTEN));
     } else {
-        OK(dn_mem_new(n, &view, &md4, dn_mem_ptr(x->dn->dst.mem)));
+        OK(dn_mem_new(n, &view, md4, dn_mem_ptr(x->dn->dst.mem)));
         OK(dn_add_reorder(n, &x->dn->fwd, px->dn->dst.mem, view));
     }
     if (!px->wants_diff)
         return ST_OK;
-    OK(dn_mem_new(n, &dview, &md4, dn_mem_ptr(x->dn->diff.mem)));
-    return dn_deliver(n, j, x->in, &md4, dview, &target);
+    OK(dn_mem_new(n, &dview, md4, dn_mem_ptr(x->dn->diff.mem)));
+    return dn_deliver(n, j, x->in, md4, dview, &target);
 }
 
 /* Where the add keeps its gradient: in an input's own gradient buffer when
@@ -216,7 +220,7 @@ static void *add_diff_home(const st_net *n, const struct xnode *x)
     const struct xnode *a = &n->x[x->in];
     for (int k = 0; k < 2; k++) {
         const struct xnode *p = &n->x[ins[k]];
-        if (p->wants_diff && p->consumers == 1 && dn_same(&p->dn->diff.md, &a->dn->dst.md))
+        if (p->wants_diff && p->consumers == 1 && dn_same(p->dn->diff.md, a->dn->dst.md))
             return dn_mem_ptr(p->dn->diff.mem);
     }
     return NULL;
@@ -226,26 +230,25 @@ st_status dn_build_add(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     struct xnode *a = &n->x[x->in], *b = &n->x[x->in2];
-    dnnl_binary_desc_t bd;
+    const_dnnl_memory_desc_t md = a->dn->dst.md;
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t p;
     dnnl_memory_t src1 = b->dn->dst.mem, target;
-    if (!dn_same(&b->dn->dst.md, &a->dn->dst.md)) {
-        OK(dn_mem_new(n, &src1, &a->dn->dst.md, NULL));
+    if (!dn_same(b->dn->dst.md, md)) {
+        OK(dn_mem_new(n, &src1, md, NULL));
         OK(dn_add_reorder(n, &x->dn->fwd, b->dn->dst.mem, src1));
     }
-    TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, &a->dn->dst.md, &a->dn->dst.md, &a->dn->dst.md));
-    OK(dn_pd_new(n, &pd, &bd, NULL, NULL));
+    OK(DN_PD(n, pd, NULL, dnnl_binary_primitive_desc_create(&pd, n->dnet->eng, dnnl_binary_add, md, md, md, NULL)));
     dn_impl_name(x, pd);
-    OK(dn_set_dst_diff_in(n, x, &a->dn->dst.md, add_diff_home(n, x)));
+    OK(dn_set_dst_diff_in(n, x, md, add_diff_home(n, x)));
     OK(dn_prim_new(n, &p, pd));
     OK(dn_add_op(n, &x->dn->fwd, p, NODE_ADD, DNNL_ARG_SRC_0, a->dn->dst.mem, DNNL_ARG_SRC_1, src1, DNNL_ARG_DST,
               x->dn->dst.mem, -1));
     /* The gradient passes unchanged to both inputs: free to the one whose
      * buffer it shares, a copy to the other (copies, because a producer
      * with other consumers has its diff added to later). */
-    OK(dn_deliver(n, j, x->in, &x->dn->dst.md, x->dn->diff.mem, &target));
-    return dn_deliver(n, j, x->in2, &x->dn->dst.md, x->dn->diff.mem, &target);
+    OK(dn_deliver(n, j, x->in, x->dn->dst.md, x->dn->diff.mem, &target));
+    return dn_deliver(n, j, x->in2, x->dn->dst.md, x->dn->diff.mem, &target);
 }
 
 st_status dn_build_input(st_net *n, int j)
@@ -253,25 +256,16 @@ st_status dn_build_input(st_net *n, int j)
     struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     dnnl_dims_t d = {n->batch, nd->c, nd->h, nd->w}, ids = {n->batch, nd->t};
-    dnnl_memory_desc_t md;
+    const_dnnl_memory_desc_t md;
     if (nd->tokens)
-        TRY(dnnl_memory_desc_init_by_tag(&md, 2, ids, dnnl_s32, dnnl_ab));
+        OK(dn_md_tag(n, &md, 2, ids, dnnl_s32, dnnl_ab));
     else
         OK(dn_plain_md(n, &md, 4, d));
     snprintf(x->impl, sizeof x->impl, nd->tokens ? "user token ids" : "user nchw");
-    x->dn->dst.md = md;
-    x->dn->diff.md = md;
-    OK(dn_mem_new(n, &n->dnet->input_user, &md, n->logits /* replaced each forward */));
+    OK(dn_mem_new(n, &n->dnet->input_user, md, n->logits /* replaced each forward */));
     x->dn->dst.mem = n->dnet->input_user;
-    OK(dn_mem_new(n, &x->dn->diff.mem, &md, NULL));
-    if (x->consumers > 1) {
-        OK(dn_mem_new(n, &x->dn->diff_tmp.mem, &md, NULL));
-        x->dn->diff_tmp.md = md;
-        dnnl_binary_desc_t bd;
-        dnnl_primitive_desc_t pd;
-        TRY(dnnl_binary_desc_init(&bd, dnnl_binary_add, &md, &md, &md));
-        OK(dn_pd_new(n, &pd, &bd, NULL, NULL));
-        OK(dn_prim_new(n, &x->dn->accum, pd));
-    }
-    return ST_OK;
+    x->dn->dst.md = dn_mem_md(x->dn->dst.mem);
+    OK(dn_mem_new(n, &x->dn->diff.mem, md, NULL));
+    x->dn->diff.md = dn_mem_md(x->dn->diff.mem);
+    return x->consumers > 1 ? dn_accum_new(n, x) : ST_OK;
 }

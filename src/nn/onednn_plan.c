@@ -1,5 +1,7 @@
 /* The oneDNN backend's build, executor and teardown, and its function table. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
+
 #include "onednn_internal.h"
 
 /* The last node's output as plain (batch, outputs) logits, and back. */
@@ -7,13 +9,16 @@ static st_status build_loss_io(st_net *n)
 {
     struct xnode *last = &n->x[n->nx - 1];
     const struct node *nd = last->nd;
-    dnnl_memory_desc_t md;
+    struct onednn_net *d = n->dnet;
+    const_dnnl_memory_desc_t md;
     dnnl_dims_t d4 = {n->batch, nd->c, nd->h, nd->w}, d2 = {(dnnl_dim_t)nn_rows(n, nd), nd->c};
     OK(dn_plain_md(n, &md, nd->flat ? 2 : 4, nd->flat ? d2 : d4));
-    OK(dn_mem_new(n, &n->dnet->logits_user, &md, n->logits));
-    OK(dn_mem_new(n, &n->dnet->dlast_user, &md, n->dlogits));
-    OK(dn_reorder_new(n, &n->dnet->to_logits, &last->dn->dst.md, &md));
-    OK(dn_reorder_new(n, &n->dnet->from_dlast, &md, &last->dn->dst.md));
+    OK(dn_mem_new(n, &d->logits_user, md, n->logits));
+    OK(dn_mem_new(n, &d->dlast_user, md, n->dlogits));
+    d->cur = n->nx - 1;
+    OK(dn_add_reorder(n, &d->to_logits, last->dn->dst.mem, d->logits_user));
+    OK(dn_add_reorder(n, &d->from_dlast, d->dlast_user, last->dn->diff.mem));
+    d->cur = -1;
     return ST_OK;
 }
 
@@ -35,11 +40,12 @@ static bool (*const bf16_rules[])(const st_net *n, const struct xnode *x) = {
 };
 _Static_assert(sizeof bf16_rules / sizeof *bf16_rules == NODE_KINDS, "a bf16 rule per layer kind");
 
+/* oneDNN 3's ISA values are bit sets, each containing the ones below it:
+ * AVX512-BF16, AMX, AVX10 and whatever follows all contain the bf16 bits. */
 bool st_nn_bf16_supported(void)
 {
-    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx ||
-           getenv("SHMTRAIN_BF16_ANY_ISA") != NULL;
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+    return (isa & bf16) == bf16 || getenv("SHMTRAIN_BF16_ANY_ISA") != NULL;
 }
 
 static st_status onednn_build(st_net *n)
@@ -110,9 +116,7 @@ static st_status onednn_forward(st_net *n, const void *input)
         bool infer = !n->training && dn->fwd_infer.n > 0;
         OK(run(n, infer ? &dn->fwd_infer : &dn->fwd));
     }
-    TRY(dnnl_primitive_execute(d->to_logits, d->strm, 2,
-                               (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, n->x[n->nx - 1].dn->dst.mem},
-                                                   {DNNL_ARG_TO, d->logits_user}}));
+    OK(run(n, &d->to_logits));
     TRY(dnnl_stream_wait(d->strm));
     return ST_OK;
 }
@@ -121,10 +125,7 @@ static st_status onednn_set_last_diff(st_net *n, const float *plain)
 {
     struct onednn_net *d = n->dnet;
     TRY(dnnl_memory_set_data_handle(d->dlast_user, (void *)plain));
-    TRY(dnnl_primitive_execute(d->from_dlast, d->strm, 2,
-                               (dnnl_exec_arg_t[]){{DNNL_ARG_FROM, d->dlast_user},
-                                                   {DNNL_ARG_TO, n->x[n->nx - 1].dn->diff.mem}}));
-    return ST_OK;
+    return run(n, &d->from_dlast);
 }
 
 static st_status onednn_backward(st_net *n)
@@ -143,7 +144,7 @@ static st_status onednn_backward(st_net *n)
 static st_status onednn_input_grad(st_net *n, float *out)
 {
     const struct xnode *x = &n->x[0];
-    memcpy(out, dn_mem_ptr(x->dn->diff.mem), dnnl_memory_desc_get_size(&x->dn->diff.md));
+    memcpy(out, dn_mem_ptr(x->dn->diff.mem), dnnl_memory_desc_get_size(x->dn->diff.md));
     return ST_OK;
 }
 
@@ -170,6 +171,8 @@ static void onednn_destroy(st_net *n)
         dnnl_primitive_desc_destroy(d->pds[i]);
     for (int i = 0; i < d->nmems; i++)
         dnnl_memory_destroy(d->mems[i]);
+    for (int i = 0; i < d->nmds; i++)
+        dnnl_memory_desc_destroy(d->mds[i]);
     if (d->strm)
         dnnl_stream_destroy(d->strm);
     if (d->eng)
@@ -177,6 +180,9 @@ static void onednn_destroy(st_net *n)
     free(d->mems);
     free(d->prims);
     free(d->pds);
+    free(d->mds);
+    free(d->to_logits.v);
+    free(d->from_dlast.v);
     free(d->transposed);
     free(d);
 }
@@ -204,6 +210,12 @@ void st_nn_onednn_version(char *buf, size_t len)
     snprintf(buf, len, "%d.%d.%d", v->major, v->minor, v->patch);
 }
 
+void st_nn_onednn_library(char *buf, size_t len)
+{
+    Dl_info info;
+    snprintf(buf, len, "%s", dladdr((void *)dnnl_version, &info) && info.dli_fname ? info.dli_fname : "(unknown)");
+}
+
 const char *st_nn_onednn_isa(void)
 {
     switch (dnnl_get_effective_cpu_isa()) {
@@ -211,12 +223,13 @@ const char *st_nn_onednn_isa(void)
     case dnnl_cpu_isa_avx: return "avx";
     case dnnl_cpu_isa_avx2: return "avx2";
     case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
-    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx2_vnni_2: return "avx2_vnni_2";
     case dnnl_cpu_isa_avx512_core: return "avx512_core";
     case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
     case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_fp16: return "avx512_core_fp16";
     case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    default: return "generic";
+    case dnnl_cpu_isa_avx512_core_amx_fp16: return "avx512_core_amx_fp16";
+    default: return "newer than this build knows";
     }
 }

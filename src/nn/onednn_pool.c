@@ -7,27 +7,27 @@
 /* 2x2, stride 2 max-pooling without padding (every pool in lenet and cnn)
  * runs in C (maxpool2.c) on the producer's layout when its channels are
  * innermost: in blocks (aBcd16b, aBcd8b) or all together (nhwc). */
-static bool channel_innermost(const dnnl_memory_desc_t *md, struct pool_layout *l, dnnl_format_tag_t *tag)
+static bool channel_innermost(const_dnnl_memory_desc_t md, struct pool_layout *p, dnnl_format_tag_t *tag)
 {
-    if (md->ndims != 4 || md->format_kind != dnnl_blocked || md->offset0 != 0)
+    struct dn_layout l;
+    if (!dn_layout_of(md, &l) || l.ndims != 4 || l.offset0 != 0 || l.dt != dnnl_f32)
         return false;
-    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
-    if (b->inner_nblks == 0 && b->strides[1] == 1 && b->strides[3] == md->padded_dims[1]) {
-        l->block = (int)md->padded_dims[1];
-        l->nblocks = 1;
-        l->sc = 0;
+    if (l.nblks == 0 && l.strides[1] == 1 && l.strides[3] == l.padded[1]) {
+        p->block = (int)l.padded[1];
+        p->nblocks = 1;
+        p->sc = 0;
         *tag = dnnl_nhwc;
-    } else if (b->inner_nblks == 1 && b->inner_idxs[0] == 1 && (b->inner_blks[0] == 16 || b->inner_blks[0] == 8)) {
-        l->block = (int)b->inner_blks[0];
-        l->nblocks = (int)(md->padded_dims[1] / l->block);
-        l->sc = b->strides[1];
-        *tag = l->block == 16 ? dnnl_aBcd16b : dnnl_aBcd8b;
+    } else if (l.nblks == 1 && l.idxs[0] == 1 && (l.blks[0] == 16 || l.blks[0] == 8)) {
+        p->block = (int)l.blks[0];
+        p->nblocks = (int)(l.padded[1] / p->block);
+        p->sc = l.strides[1];
+        *tag = p->block == 16 ? dnnl_aBcd16b : dnnl_aBcd8b;
     } else {
         return false;
     }
-    l->sn = b->strides[0];
-    l->sh = b->strides[2];
-    l->sw = b->strides[3];
+    p->sn = l.strides[0];
+    p->sh = l.strides[2];
+    p->sw = l.strides[3];
     return true;
 }
 
@@ -48,7 +48,7 @@ static st_status maxpool2_bwd(st_net *n, int j)
     const struct maxpool2_shape shape = {dn->pool.src, dn->pool.dst, n->batch, x->nd->h, x->nd->w};
     float *dx = dn_mem_ptr(dn->pool.target);
     if (!dn->pool.edges_zeroed && (px->nd->h != 2 * x->nd->h || px->nd->w != 2 * x->nd->w))
-        memset(dx, 0, dnnl_memory_desc_get_size(&px->dn->dst.md));  /* an odd edge row/column gets no gradient */
+        memset(dx, 0, dnnl_memory_desc_get_size(px->dn->dst.md));  /* an odd edge row/column gets no gradient */
     maxpool2_backward(&shape, dn_mem_ptr(dn->pool.relu ? dn->pool.diff : x->dn->diff.mem), dn->pool.arg, dx);
     return ST_OK;
 }
@@ -59,11 +59,11 @@ static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
     struct xnode *px = &n->x[x->in];
     struct onednn_node *dn = x->dn;
     dnnl_dims_t dd = {n->batch, x->nd->c, x->nd->h, x->nd->w};
-    dnnl_memory_desc_t md;
+    const_dnnl_memory_desc_t md;
     dnnl_format_tag_t dtag;
-    TRY(dnnl_memory_desc_init_by_tag(&md, 4, dd, dnnl_f32, tag));
-    OK(dn_set_dst(n, x, &md));
-    if (!channel_innermost(&x->dn->dst.md, &dn->pool.dst, &dtag) || dn->pool.dst.block != dn->pool.src.block)
+    OK(dn_md_tag(n, &md, 4, dd, dnnl_f32, tag));
+    OK(dn_set_dst(n, x, md));
+    if (!channel_innermost(x->dn->dst.md, &dn->pool.dst, &dtag) || dn->pool.dst.block != dn->pool.src.block)
         return st_fail(ST_ERR_BACKEND, "max-pool: unexpected output layout (model line %d)", x->nd->line);
     if (!(dn->pool.arg = calloc(dn->elems, 1)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
@@ -72,11 +72,11 @@ static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
     if (!px->wants_diff)
         return ST_OK;
     OK(dn_add_step(n, &dn->bwd, maxpool2_bwd, NODE_MAXPOOL));
-    OK(dn_deliver(n, j, x->in, &px->dn->dst.md, NULL, &dn->pool.target));
+    OK(dn_deliver(n, j, x->in, px->dn->dst.md, NULL, &dn->pool.target));
     if (px->consumers == 1 && dn->pool.target == px->dn->diff.mem) {
         /* Only this pool writes there, never to an odd edge: zero it once
          * instead of every step (2 MB for cnn's second pool). */
-        memset(dn_mem_ptr(dn->pool.target), 0, dnnl_memory_desc_get_size(&px->dn->dst.md));
+        memset(dn_mem_ptr(dn->pool.target), 0, dnnl_memory_desc_get_size(px->dn->dst.md));
         dn->pool.edges_zeroed = true;
     }
     return ST_OK;
@@ -95,7 +95,7 @@ st_status dn_build_pool(st_net *n, int j)
     const struct node *nd = x->nd, *s = px->nd;
     dnnl_format_tag_t tag;
     if (x->kind == NODE_MAXPOOL && nd->k == 2 && nd->s == 2 && nd->p == 0 && !n->dnet->opt.onednn_pool &&
-        channel_innermost(&px->dn->dst.md, &x->dn->pool.src, &tag))
+        channel_innermost(px->dn->dst.md, &x->dn->pool.src, &tag))
         return build_maxpool2(n, j, tag);
     dnnl_alg_kind_t alg = x->kind == NODE_MAXPOOL ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
     dnnl_dims_t kernel = {nd->k, nd->k}, strides = {nd->s, nd->s}, pad = {nd->p, nd->p}, dil = {0, 0};
@@ -104,28 +104,29 @@ st_status dn_build_pool(st_net *n, int j)
         kernel[1] = s->w;
     }
     dnnl_dims_t dst_dims = {n->batch, nd->c, nd->h, nd->w};
-    dnnl_memory_desc_t dst_any;
+    const_dnnl_memory_desc_t dst_any;
     OK(dn_any_md(n, &dst_any, 4, dst_dims));
-    dnnl_pooling_v2_desc_t pdsc;
     dnnl_primitive_desc_t fpd, bpd;
     dnnl_primitive_t f, b;
-    TRY(dnnl_pooling_v2_forward_desc_init(&pdsc, dnnl_forward_training, alg, &px->dn->dst.md, &dst_any,
-                                          strides, kernel, dil, pad, pad));
-    OK(dn_pd_new(n, &fpd, &pdsc, NULL, NULL));
+    OK(DN_PD(n, fpd, NULL,
+             dnnl_pooling_forward_primitive_desc_create(&fpd, n->dnet->eng, dnnl_forward_training, alg, px->dn->dst.md,
+                                                        dst_any, strides, kernel, dil, pad, pad, NULL)));
     dn_impl_name(x, fpd);
     OK(dn_set_dst(n, x, dn_query(fpd, dnnl_query_dst_md, 0)));
     dnnl_memory_t ws = NULL;
-    const dnnl_memory_desc_t *wsmd = dn_query(fpd, dnnl_query_workspace_md, 0);
-    if (wsmd && wsmd->ndims > 0)
+    const_dnnl_memory_desc_t wsmd = dn_query(fpd, dnnl_query_workspace_md, 0);
+    int ws_ndims = 0;
+    if (wsmd && dnnl_memory_desc_query(wsmd, dnnl_query_ndims_s32, &ws_ndims) == dnnl_success && ws_ndims > 0)
         OK(dn_mem_new(n, &ws, wsmd, NULL));
     OK(dn_prim_new(n, &f, fpd));
     OK(dn_add_op(n, &x->dn->fwd, f, x->kind, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_DST, x->dn->dst.mem,
-              DNNL_ARG_WORKSPACE, ws, -1));
+                 DNNL_ARG_WORKSPACE, ws, -1));
     if (!px->wants_diff)
         return ST_OK;
-    TRY(dnnl_pooling_v2_backward_desc_init(&pdsc, alg, &px->dn->dst.md, &x->dn->dst.md, strides, kernel, dil,
-                                           pad, pad));
-    OK(dn_pd_new(n, &bpd, &pdsc, NULL, fpd));
+    /* The forward pd as a hint is required here: oneDNN 3.7.2 faults without one. */
+    OK(DN_PD(n, bpd, NULL,
+             dnnl_pooling_backward_primitive_desc_create(&bpd, n->dnet->eng, alg, px->dn->dst.md, x->dn->dst.md,
+                                                         strides, kernel, dil, pad, pad, fpd, NULL)));
     OK(dn_prim_new(n, &b, bpd));
     OK(dn_add_op(n, &x->dn->bwd, b, x->kind, -1));
     int at = x->dn->bwd.n - 1;
@@ -138,5 +139,3 @@ st_status dn_build_pool(st_net *n, int j)
     o->nargs = 3;
     return ST_OK;
 }
-
-/* ----------------------------------------------------- batch norm -- */

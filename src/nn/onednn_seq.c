@@ -33,7 +33,7 @@ static st_status sgemm(char ta, char tb, dnnl_dim_t m, dnnl_dim_t nn, dnnl_dim_t
 }
 
 /* The plain [rows, c] layout every layer here reads and writes. */
-static st_status plain_rows(st_net *n, const struct node *nd, dnnl_memory_desc_t *md)
+static st_status plain_rows(st_net *n, const struct node *nd, const_dnnl_memory_desc_t *md)
 {
     dnnl_dims_t d = {(dnnl_dim_t)nn_rows(n, nd), nd->c};
     return dn_plain_md(n, md, 2, d);
@@ -44,16 +44,16 @@ static st_status plain_rows(st_net *n, const struct node *nd, dnnl_memory_desc_t
 static st_status seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int))
 {
     struct xnode *x = &n->x[j];
-    dnnl_memory_desc_t out, in;
+    const_dnnl_memory_desc_t out, in;
     OK(plain_rows(n, x->nd, &out));
-    OK(dn_set_dst(n, x, &out));
+    OK(dn_set_dst(n, x, out));
     if (x->in < 0 || x->kind == NODE_EMBED)
         return bwd ? dn_add_step(n, &x->dn->bwd, bwd, x->kind) : ST_OK;
     OK(plain_rows(n, n->x[x->in].nd, &in));
-    OK(dn_input_as(n, x, &in, &x->dn->seq.src));
+    OK(dn_input_as(n, x, in, &x->dn->seq.src));
     if (bwd)
         OK(dn_add_step(n, &x->dn->bwd, bwd, x->kind));
-    return dn_deliver(n, j, x->in, &in, NULL, &x->dn->seq.target);
+    return dn_deliver(n, j, x->in, in, NULL, &x->dn->seq.target);
 }
 
 static float *src_of(const struct xnode *x) { return dn_mem_ptr(x->dn->seq.src); }

@@ -46,34 +46,38 @@ void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_laye
     w->pad[0] = w->pad[1] = nd->p;
 }
 
-st_status dn_weights_fwd_desc(st_net *n, const struct xnode *x, const struct weights_layer *w,
-                                  const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *wei,
-                                  const dnnl_memory_desc_t *bias, const dnnl_memory_desc_t *dst,
-                                  dnnl_primitive_desc_t *pd)
+st_status dn_weights_fwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w,
+                            const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias,
+                            const_dnnl_memory_desc_t dst, dnnl_primitive_desc_t *pd)
 {
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
+    dnnl_engine_t eng = n->dnet->eng;
+    const dnnl_dims_t no_dilation = {0};
     st_status st = ST_OK;
     if (x->fuse_relu) {
-        TRY(dnnl_primitive_attr_create(&attr));
-        TRY(dnnl_post_ops_create(&po));
-        TRY(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
-        TRY(dnnl_primitive_attr_set_post_ops(attr, po));
+        dnnl_status_t s = dnnl_primitive_attr_create(&attr);
+        if (s == dnnl_success)
+            s = dnnl_post_ops_create(&po);
+        if (s == dnnl_success)
+            s = dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.0f, 0.0f);
+        if (s == dnnl_success)
+            s = dnnl_primitive_attr_set_post_ops(attr, po);
+        if (s != dnnl_success) {
+            st = dn_dnnl_error(n, "dnnl_post_ops_append_eltwise", s);
+            goto out;
+        }
     }
-    if (x->kind == NODE_CONV) {
-        dnnl_convolution_desc_t cd;
-        dnnl_status_t s = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training,
-                                                             dnnl_convolution_direct, src, wei, bias,
-                                                             dst, w->strides, w->pad, w->pad);
-        st = s != dnnl_success ? dn_dnnl_error(n, "dnnl_convolution_forward_desc_init", s)
-                               : dn_pd_new_avoiding(n, pd, &cd, attr, NULL, dn_conv_fwd_avoid(n, src));
-    } else {
-        dnnl_inner_product_desc_t id;
-        dnnl_status_t s = dnnl_inner_product_forward_desc_init(&id, dnnl_forward_training, src, wei,
-                                                               bias, dst);
-        st = s != dnnl_success ? dn_dnnl_error(n, "dnnl_inner_product_forward_desc_init", s)
-                               : dn_pd_new(n, pd, &id, attr, NULL);
-    }
+    if (x->kind == NODE_CONV)
+        st = DN_PD(n, *pd, dn_conv_fwd_avoid(n, src),
+                   dnnl_convolution_forward_primitive_desc_create(pd, eng, dnnl_forward_training,
+                                                                  dnnl_convolution_direct, src, wei, bias, dst,
+                                                                  w->strides, no_dilation, w->pad, w->pad, attr));
+    else
+        st = DN_PD(n, *pd, NULL,
+                   dnnl_inner_product_forward_primitive_desc_create(pd, eng, dnnl_forward_training, src, wei, bias,
+                                                                    dst, attr));
+out:
     if (po)
         dnnl_post_ops_destroy(po);
     if (attr)
@@ -101,29 +105,32 @@ static bool use_nhwc(st_net *n, const struct xnode *x, const struct weights_laye
 {
     if (x->kind != NODE_CONV || x->nd->c > 16 || n->x[x->in].nd->c >= 16 || x->dn->bf16)
         return false;
-    dnnl_memory_desc_t src, dst, wei, bias;
-    dnnl_convolution_desc_t fd, bd, wd;
+    dnnl_engine_t eng = n->dnet->eng;
+    const dnnl_dims_t no_dilation = {0};
+    const_dnnl_memory_desc_t src, dst, wei, bias;
     dnnl_primitive_desc_t fpd = NULL, bpd = NULL, wpd = NULL;
     bool fast = false;
-    if (dnnl_memory_desc_init_by_tag(&src, 4, w->src, dnnl_f32, dnnl_nhwc) ||
-        dnnl_memory_desc_init_by_tag(&dst, 4, w->dst, dnnl_f32, dnnl_nhwc) ||
-        dnnl_memory_desc_init_by_tag(&wei, 4, w->wei, dnnl_f32, dnnl_format_tag_any) ||
-        dnnl_memory_desc_init_by_tag(&bias, 1, w->bias, dnnl_f32, dnnl_a))
+    if (dn_md_tag(n, &src, 4, w->src, dnnl_f32, dnnl_nhwc) || dn_md_tag(n, &dst, 4, w->dst, dnnl_f32, dnnl_nhwc) ||
+        dn_any_md(n, &wei, 4, w->wei) || dn_plain_md(n, &bias, 1, w->bias))
         return false;
-    const dnnl_memory_desc_t *b = x->nd->bias ? &bias : NULL;
-    if (dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &src, &wei,
-                                           b, &dst, w->strides, w->pad, w->pad) ||
-        dnnl_primitive_desc_create(&fpd, &fd, NULL, n->dnet->eng, NULL) || dn_is_reference_impl(fpd))
+    if (!x->nd->bias)
+        bias = NULL;
+    if (dnnl_convolution_forward_primitive_desc_create(&fpd, eng, dnnl_forward_training, dnnl_convolution_direct, src,
+                                                       wei, bias, dst, w->strides, no_dilation, w->pad, w->pad,
+                                                       NULL) ||
+        dn_is_reference_impl(fpd))
         goto out;
-    if (dnnl_convolution_backward_weights_desc_init(&wd, dnnl_convolution_direct, &src, &wei, b, &dst,
-                                                    w->strides, w->pad, w->pad) ||
-        dnnl_primitive_desc_create(&wpd, &wd, NULL, n->dnet->eng, fpd) || dn_is_reference_impl(wpd))
+    if (dnnl_convolution_backward_weights_primitive_desc_create(&wpd, eng, dnnl_convolution_direct, src, wei, bias,
+                                                                dst, w->strides, no_dilation, w->pad, w->pad, fpd,
+                                                                NULL) ||
+        dn_is_reference_impl(wpd))
         goto out;
     fast = true;
     if (n->x[x->in].wants_diff)
-        fast = !dnnl_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &src, &wei, &dst,
-                                                         w->strides, w->pad, w->pad) &&
-               !dnnl_primitive_desc_create(&bpd, &bd, NULL, n->dnet->eng, fpd) && !dn_is_reference_impl(bpd);
+        fast = !dnnl_convolution_backward_data_primitive_desc_create(&bpd, eng, dnnl_convolution_direct, src, wei, dst,
+                                                                     w->strides, no_dilation, w->pad, w->pad, fpd,
+                                                                     NULL) &&
+               !dn_is_reference_impl(bpd);
 out:
     if (bpd)
         dnnl_primitive_desc_destroy(bpd);
@@ -136,7 +143,7 @@ out:
 
 /* The backward pass's own view of a tensor: `have` if its layout is what the
  * primitive wants, else a scratch memory refreshed by a reorder before it. */
-static st_status bwd_input(st_net *n, struct oplist *bwd, dnnl_memory_t have, const dnnl_memory_desc_t *want,
+static st_status bwd_input(st_net *n, struct oplist *bwd, dnnl_memory_t have, const_dnnl_memory_desc_t want,
                            dnnl_memory_t *out)
 {
     if (dn_same(want, dn_mem_md(have))) {
@@ -147,28 +154,29 @@ static st_status bwd_input(st_net *n, struct oplist *bwd, dnnl_memory_t have, co
     return dn_add_reorder(n, bwd, have, *out);
 }
 
-st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w,
-                                   bool weights_pass, const dnnl_memory_desc_t *src,
-                                   const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
-                                   const dnnl_memory_desc_t *dst, const_dnnl_primitive_desc_t hint,
-                                   dnnl_primitive_desc_t *pd)
+st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass,
+                               const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei,
+                               const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst,
+                               const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd)
 {
-    if (x->kind == NODE_CONV) {
-        dnnl_convolution_desc_t cd;
-        if (weights_pass)
-            TRY(dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, src, wei, bias, dst,
-                                                            w->strides, w->pad, w->pad));
-        else
-            TRY(dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, src, wei, dst,
-                                                         w->strides, w->pad, w->pad));
-        return dn_pd_new(n, pd, &cd, NULL, hint);
-    }
-    dnnl_inner_product_desc_t id;
+    dnnl_engine_t eng = n->dnet->eng;
+    const dnnl_dims_t no_dilation = {0};
+    if (x->kind == NODE_CONV && weights_pass)
+        return DN_PD(n, *pd, NULL,
+                     dnnl_convolution_backward_weights_primitive_desc_create(
+                         pd, eng, dnnl_convolution_direct, src, wei, bias, dst, w->strides, no_dilation, w->pad,
+                         w->pad, hint, NULL));
+    if (x->kind == NODE_CONV)
+        return DN_PD(n, *pd, NULL,
+                     dnnl_convolution_backward_data_primitive_desc_create(pd, eng, dnnl_convolution_direct, src, wei,
+                                                                          dst, w->strides, no_dilation, w->pad,
+                                                                          w->pad, hint, NULL));
     if (weights_pass)
-        TRY(dnnl_inner_product_backward_weights_desc_init(&id, src, wei, bias, dst));
-    else
-        TRY(dnnl_inner_product_backward_data_desc_init(&id, src, wei, dst));
-    return dn_pd_new(n, pd, &id, NULL, hint);
+        return DN_PD(n, *pd, NULL,
+                     dnnl_inner_product_backward_weights_primitive_desc_create(pd, eng, src, wei, bias, dst, hint,
+                                                                               NULL));
+    return DN_PD(n, *pd, NULL,
+                 dnnl_inner_product_backward_data_primitive_desc_create(pd, eng, src, wei, dst, hint, NULL));
 }
 
 /* A backward pd that shares the forward's activation layouts when a real
@@ -179,31 +187,31 @@ st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct we
  * weights of the backward-data pass; weight gradients are always fp32, the
  * master gradient straight out of the kernel. */
 static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass,
-                        dnnl_data_type_t dt, const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *bias,
+                        dnnl_data_type_t dt, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t bias,
                         const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd)
 {
-    dnnl_memory_desc_t wei_any, src_any, dst_any, wei_plain, dst = x->dn->dst.md;
-    dst.data_type = dt;
+    const_dnnl_memory_desc_t wei_any, src_any, dst_any, wei_plain, dst;
+    OK(dn_md_like(n, &dst, x->dn->dst.md, 0, dt));
     OK(dn_any_md_of(n, &wei_any, w->ndims, w->wei, weights_pass ? dnnl_f32 : dt));
     if (plain_weights(n, x)) {
         OK(dn_plain_md(n, &wei_plain, w->ndims, w->wei));
-        OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_plain, bias, &dst, hint, pd));
+        OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, wei_plain, bias, dst, hint, pd));
         if (!dn_is_reference_impl(*pd))
             return ST_OK;
     }
-    OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, &wei_any, bias, &dst, hint, pd));
+    OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, wei_any, bias, dst, hint, pd));
     if (!dn_is_reference_impl(*pd) || (x->dn->bf16 && n->dnet->opt.bf16_any_isa))
         return ST_OK;
     if (n->dnet->opt.verbose) {
         char a[256], b[256];
         dn_md_str(a, sizeof a, src);
-        dn_md_str(b, sizeof b, &dst);
+        dn_md_str(b, sizeof b, dst);
         fprintf(stderr, "shmtrain: node %d: backward-%s gets only a reference kernel with src %s, dst %s: "
                         "letting it choose\n", n->dnet->cur, weights_pass ? "weights" : "data", a, b);
     }
     OK(dn_any_md_of(n, &src_any, w->ndims, w->src, dt));
     OK(dn_any_md_of(n, &dst_any, w->ndims, w->dst, dt));
-    return dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, &src_any, &wei_any, bias, &dst_any, hint, pd);
+    return dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src_any, wei_any, bias, dst_any, hint, pd);
 }
 
 /* What the three passes of one convolution or inner product share while
@@ -211,7 +219,7 @@ static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_l
 struct weights_build {
     struct weights_layer w;
     dnnl_data_type_t dt;                     /* compute type: f32, or bf16 (x->dn->bf16) */
-    dnnl_memory_desc_t wei_plain, bias_md;   /* the parameter buffer's layouts */
+    const_dnnl_memory_desc_t wei_plain, bias_md;  /* the parameter buffer's layouts */
     const_dnnl_primitive_desc_t fwd_pd;      /* owned by the net's pd list */
     dnnl_memory_t w_user, w_fwd;             /* the weights where they live, and as the forward reads them */
     dnnl_memory_t ddst;                      /* the output gradient as backward-weights reads it */
@@ -222,24 +230,24 @@ static st_status weights_fwd_pd(st_net *n, const struct xnode *x, const struct w
                                 dnnl_primitive_desc_t *pd)
 {
     const struct weights_layer *w = &b->w;
-    dnnl_memory_desc_t src_any, wei_any, dst_any;
+    const_dnnl_memory_desc_t src_any, wei_any, dst_any;
     if (use_nhwc(n, x, w)) {
-        TRY(dnnl_memory_desc_init_by_tag(&src_any, 4, w->src, dnnl_f32, dnnl_nhwc));
-        TRY(dnnl_memory_desc_init_by_tag(&dst_any, 4, w->dst, dnnl_f32, dnnl_nhwc));
+        OK(dn_md_tag(n, &src_any, 4, w->src, dnnl_f32, dnnl_nhwc));
+        OK(dn_md_tag(n, &dst_any, 4, w->dst, dnnl_f32, dnnl_nhwc));
     } else {
         OK(dn_any_md_of(n, &src_any, w->ndims, w->src, b->dt));
         OK(dn_any_md(n, &dst_any, w->ndims, w->dst));
     }
     OK(dn_any_md_of(n, &wei_any, w->ndims, w->wei, b->dt));
-    const dnnl_memory_desc_t *bias = x->nd->bias ? &b->bias_md : NULL;
+    const_dnnl_memory_desc_t bias = x->nd->bias ? b->bias_md : NULL;
     *pd = NULL;
     if (plain_weights(n, x)) {
-        OK(dn_weights_fwd_desc(n, x, w, &src_any, &b->wei_plain, bias, &dst_any, pd));
+        OK(dn_weights_fwd_pd(n, x, w, src_any, b->wei_plain, bias, dst_any, pd));
         if (dn_is_reference_impl(*pd))
             *pd = NULL;  /* owned by the net's pd list, freed with it */
     }
     if (!*pd)
-        OK(dn_weights_fwd_desc(n, x, w, &src_any, &wei_any, bias, &dst_any, pd));
+        OK(dn_weights_fwd_pd(n, x, w, src_any, wei_any, bias, dst_any, pd));
     return ST_OK;
 }
 
@@ -262,11 +270,11 @@ static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
     dn_impl_name(x, pd);
 
     dnnl_memory_t b_user = NULL;
-    OK(dn_mem_new(n, &b->w_user, &b->wei_plain, n->params + nd->w_off));
+    OK(dn_mem_new(n, &b->w_user, b->wei_plain, n->params + nd->w_off));
     if (nd->bias)
-        OK(dn_mem_new(n, &b_user, &b->bias_md, n->params + nd->b_off));
-    const dnnl_memory_desc_t *wf = dn_query(pd, dnnl_query_weights_md, 0);
-    if (dn_same(wf, &b->wei_plain)) {
+        OK(dn_mem_new(n, &b_user, b->bias_md, n->params + nd->b_off));
+    const_dnnl_memory_desc_t wf = dn_query(pd, dnnl_query_weights_md, 0);
+    if (dn_same(wf, b->wei_plain)) {
         b->w_fwd = b->w_user;
     } else {
         OK(dn_mem_new(n, &b->w_fwd, wf, NULL));
@@ -284,15 +292,15 @@ static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
  * gradient, in place, from the forward output. */
 static st_status build_fused_relu_bwd(st_net *n, struct xnode *x)
 {
-    dnnl_eltwise_desc_t ed;
+    const_dnnl_memory_desc_t md = x->dn->dst.md;
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t p;
-    TRY(dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_relu_use_dst_for_bwd, &x->dn->dst.md, &x->dn->dst.md, 0.0f,
-                                        0.0f));
-    OK(dn_pd_new(n, &pd, &ed, NULL, NULL));
+    OK(DN_PD(n, pd, NULL,
+             dnnl_eltwise_backward_primitive_desc_create(&pd, n->dnet->eng, dnnl_eltwise_relu_use_dst_for_bwd, md, md,
+                                                         md, 0.0f, 0.0f, NULL, NULL)));
     OK(dn_prim_new(n, &p, pd));
     return dn_add_op(n, &x->dn->bwd, p, NODE_RELU, DNNL_ARG_DST, x->dn->dst.mem, DNNL_ARG_DIFF_DST, x->dn->diff.mem,
-                  DNNL_ARG_DIFF_SRC, x->dn->diff.mem, -1);
+                     DNNL_ARG_DIFF_SRC, x->dn->diff.mem, -1);
 }
 
 /* The forward's own description of its source, not the producer's: they
@@ -300,7 +308,7 @@ static st_status build_fused_relu_bwd(st_net *n, struct xnode *x)
  * of size-1 dimensions (1-channel nchw == nhwc), but the backward kernels
  * match layouts by tag, and the producer's tag would get lenet's first
  * convolution only the reference kernel and a 3 MB reorder per step. */
-static const dnnl_memory_desc_t *fwd_src_md(const struct weights_build *b)
+static const_dnnl_memory_desc_t fwd_src_md(const struct weights_build *b)
 {
     return dn_query(b->fwd_pd, dnnl_query_src_md, 0);
 }
@@ -312,17 +320,17 @@ static st_status build_weights_bwd_w(st_net *n, int j, struct weights_build *b)
     const struct node *nd = x->nd;
     dnnl_primitive_desc_t pd;
     dnnl_memory_t src, ddst, dw_user, dw, db_user = NULL;
-    OK(bwd_pd(n, x, &b->w, true, b->dt, fwd_src_md(b), nd->bias ? &b->bias_md : NULL, b->fwd_pd, &pd));
+    OK(bwd_pd(n, x, &b->w, true, b->dt, fwd_src_md(b), nd->bias ? b->bias_md : NULL, b->fwd_pd, &pd));
     dn_impl_name(x, pd);
     OK(bwd_input(n, &dn->bwd, dn->src, dn_query(pd, dnnl_query_src_md, 0), &src));
     OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), &ddst));
     b->ddst = ddst;
-    OK(dn_mem_new(n, &dw_user, &b->wei_plain, n->grads + nd->w_off));
+    OK(dn_mem_new(n, &dw_user, b->wei_plain, n->grads + nd->w_off));
     if (nd->bias)
-        OK(dn_mem_new(n, &db_user, &b->bias_md, n->grads + nd->b_off));
-    const dnnl_memory_desc_t *dwm = dn_query(pd, dnnl_query_diff_weights_md, 0);
+        OK(dn_mem_new(n, &db_user, b->bias_md, n->grads + nd->b_off));
+    const_dnnl_memory_desc_t dwm = dn_query(pd, dnnl_query_diff_weights_md, 0);
     dw = dw_user;
-    if (!dn_same(dwm, &b->wei_plain))
+    if (!dn_same(dwm, b->wei_plain))
         OK(dn_mem_new(n, &dw, dwm, NULL));
     dnnl_primitive_t bw;
     OK(dn_prim_new(n, &bw, pd));
@@ -340,10 +348,10 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
     /* The input gradient in fp32 even from bf16 operands: no rounding to
      * bf16 and no conversion back before it is delivered (where oneDNN has
      * no real kernel for that, bwd_pd lets it choose, in bf16). */
-    dnnl_memory_desc_t diff_src_md = *fwd_src_md(b);
-    diff_src_md.data_type = dnnl_f32;
-    OK(bwd_pd(n, x, &b->w, false, b->dt, &diff_src_md, NULL, b->fwd_pd, &pd));
-    const dnnl_memory_desc_t *want = dn_query(pd, dnnl_query_diff_dst_md, 0);
+    const_dnnl_memory_desc_t diff_src_md;
+    OK(dn_md_like(n, &diff_src_md, fwd_src_md(b), 0, dnnl_f32));
+    OK(bwd_pd(n, x, &b->w, false, b->dt, diff_src_md, NULL, b->fwd_pd, &pd));
+    const_dnnl_memory_desc_t want = dn_query(pd, dnnl_query_diff_dst_md, 0);
     if (dn_same(want, dn_mem_md(b->ddst)))
         ddst = b->ddst;  /* converted (or reordered) once for both passes, before either runs */
     else
@@ -351,8 +359,8 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
     dn_impl_name(x, pd);
     /* The weights change every step, so they are reordered into this
      * layout every backward pass (after the optimizer ran). */
-    const dnnl_memory_desc_t *wb = dn_query(pd, dnnl_query_weights_md, 0);
-    dnnl_memory_t w_bwd = dn_same(wb, dn_mem_md(b->w_fwd)) ? b->w_fwd : dn_same(wb, &b->wei_plain) ? b->w_user : NULL;
+    const_dnnl_memory_desc_t wb = dn_query(pd, dnnl_query_weights_md, 0);
+    dnnl_memory_t w_bwd = dn_same(wb, dn_mem_md(b->w_fwd)) ? b->w_fwd : dn_same(wb, b->wei_plain) ? b->w_user : NULL;
     if (!w_bwd) {
         OK(dn_mem_new(n, &w_bwd, wb, NULL));
         OK(dn_add_reorder(n, &dn->bwd, b->w_user, w_bwd));
@@ -377,7 +385,9 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
  * the forward pd (what oneDNN will run), not from the request. */
 static st_status mark_precision(struct xnode *x, const struct weights_build *b)
 {
-    if (dn_query(b->fwd_pd, dnnl_query_src_md, 0)->data_type != dnnl_bf16)
+    dnnl_data_type_t dt = dnnl_data_type_undef;
+    dnnl_memory_desc_query(dn_query(b->fwd_pd, dnnl_query_src_md, 0), dnnl_query_data_type, &dt);
+    if (dt != dnnl_bf16)
         return ST_OK;
     static const char tag[] = "bf16: ";
     const size_t t = sizeof tag - 1, keep = strnlen(x->impl, sizeof x->impl - t - 1);
