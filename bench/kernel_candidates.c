@@ -1,5 +1,5 @@
 /* Every oneDNN kernel that can run one layer, timed: what the engine's
- * kernel and layout choices rest on (src/nn/onednn_weights.c and onednn_context.c: dn_conv_fwd_avoid,
+ * kernel and layout choices rest on (src/nn/onednn_weights.c and onednn_context.c: dn_conv_avoid,
  * plain_weights).  For each pass (forward, backward-data, backward-weights)
  * it walks oneDNN's candidate list in order (the first is what oneDNN would
  * pick), skips the reference kernels, and prints the median of 15 runs and
@@ -116,8 +116,9 @@ static void time_candidate(const_dnnl_primitive_desc_t pd, const struct trial *t
 
 /* Times each of oneDNN's candidates for the pass in its order, moving pd
  * along them (3.x's way: the pd itself steps to the next), then frees it. */
-static void walk(dnnl_status_t created, dnnl_primitive_desc_t pd, const struct trial *t)
+static void walk(dnnl_status_t created, dnnl_primitive_desc_t *made, const struct trial *t)
 {
+    dnnl_primitive_desc_t pd = *made;  /* read after the call that made it: argument order is unspecified */
     if (created != dnnl_success) {
         printf("%-17s %-16s (no kernel for these layouts)\n", "", t->label);
         return;
@@ -177,13 +178,13 @@ static void conv(int nargs, char **argv)
     const char *label = nhwc ? "nhwc" : "any";
     walk(dnnl_convolution_forward_primitive_desc_create(&pd, eng, dnnl_forward_training, dnnl_convolution_direct, src,
                                                         wei, NULL, dst, strides, dil, pads, pads, NULL),
-         pd, &(struct trial){FWD, label, flops, false});
+         &pd, &(struct trial){FWD, label, flops, false});
     walk(dnnl_convolution_backward_data_primitive_desc_create(&pd, eng, dnnl_convolution_direct, src, wei, dst,
                                                               strides, dil, pads, pads, hint, NULL),
-         pd, &(struct trial){BWD_DATA, label, flops, false});
+         &pd, &(struct trial){BWD_DATA, label, flops, false});
     walk(dnnl_convolution_backward_weights_primitive_desc_create(&pd, eng, dnnl_convolution_direct, src, wei, NULL,
                                                                  dst, strides, dil, pads, pads, hint, NULL),
-         pd, &(struct trial){BWD_WEIGHTS, label, flops, false});
+         &pd, &(struct trial){BWD_WEIGHTS, label, flops, false});
     CHECK(dnnl_primitive_desc_destroy(hint));
     CHECK(dnnl_memory_desc_destroy(src));
     CHECK(dnnl_memory_desc_destroy(wei));
@@ -199,10 +200,10 @@ static void linear_ip(int mb, int in, int out, dnnl_format_tag_t tag, const char
                                                            NULL));
     const double flops = 2.0 * mb * in * out;
     walk(dnnl_inner_product_forward_primitive_desc_create(&pd, eng, dnnl_forward_training, src, wei, NULL, dst, NULL),
-         pd, &(struct trial){FWD, label, flops, false});
-    walk(dnnl_inner_product_backward_data_primitive_desc_create(&pd, eng, src, wei, dst, hint, NULL), pd,
+         &pd, &(struct trial){FWD, label, flops, false});
+    walk(dnnl_inner_product_backward_data_primitive_desc_create(&pd, eng, src, wei, dst, hint, NULL), &pd,
          &(struct trial){BWD_DATA, label, flops, false});
-    walk(dnnl_inner_product_backward_weights_primitive_desc_create(&pd, eng, src, wei, NULL, dst, hint, NULL), pd,
+    walk(dnnl_inner_product_backward_weights_primitive_desc_create(&pd, eng, src, wei, NULL, dst, hint, NULL), &pd,
          &(struct trial){BWD_WEIGHTS, label, flops, false});
     CHECK(dnnl_primitive_desc_destroy(hint));
     CHECK(dnnl_memory_desc_destroy(src));
@@ -214,7 +215,7 @@ static void linear_ip(int mb, int in, int out, dnnl_format_tag_t tag, const char
 static void matmul(dnnl_memory_desc_t a, dnnl_memory_desc_t b, dnnl_memory_desc_t c, const struct trial *t)
 {
     dnnl_primitive_desc_t pd;
-    walk(dnnl_matmul_primitive_desc_create(&pd, eng, a, b, NULL, c, NULL), pd, t);
+    walk(dnnl_matmul_primitive_desc_create(&pd, eng, a, b, NULL, c, NULL), &pd, t);
     CHECK(dnnl_memory_desc_destroy(a));
     CHECK(dnnl_memory_desc_destroy(b));
     CHECK(dnnl_memory_desc_destroy(c));

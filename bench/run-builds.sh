@@ -1,44 +1,72 @@
 #!/usr/bin/env bash
-# Two builds of the engine, step against step, interleaved: what a dependency
+# Builds of the engine, step against step, interleaved: what a dependency
 # upgrade (oneDNN 2.6 -> 3.x) or an engine change costs or buys, per preset,
 # thread count and precision.
-#   bench/run-builds.sh BUILD_A BUILD_B [ROUNDS] [PRECISIONS] [SECONDS]
-# e.g. bench/run-builds.sh build-26 build 5 "fp32 bf16"
-# Each round runs st-step-bench of both builds once per precision, the order of
-# the two alternating from round to round; image presets at batch 64, gpt-mini
-# and gpt at batch 12 and 4 (their benches' sizes).  The table gives medians over
-# rounds and B/A (below 1: B is faster).  A build without native bf16 says so.
+#   bench/run-builds.sh [--rounds R] [--precisions "fp32 bf16"] [--seconds S] BUILD BUILD...
+# BUILD: a build directory, or ROOT:DIR for one inside a chroot (another
+# distribution's libraries on the same machine, e.g. a Debian 13 root made
+# with debootstrap; run as root).  e.g.
+#   bench/run-builds.sh --precisions "fp32 bf16" build-26 build /srv/trixie:/src/shmtrain/build
+# Each round runs st-step-bench of every build once per precision, the order
+# rotating from round to round; image presets at batch 64, gpt-mini and gpt at
+# batch 12 and 4 (their benches' sizes).  The table gives medians over rounds
+# and each build's ratio to the first (below 1: faster than the first).
 set -euo pipefail
-a=${1:?usage: run-builds.sh BUILD_A BUILD_B [ROUNDS] [PRECISIONS] [SECONDS]}; b=${2:?BUILD_B}
-rounds=${3:-5}; precisions=${4:-fp32}; seconds=${5:-1}
+rounds=5; precisions=fp32; seconds=1; builds=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --precisions) precisions=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    -*) echo "run-builds.sh: unknown option '$1'" >&2; exit 2 ;;
+    *) builds+=("$1"); shift ;;
+  esac
+done
+[ ${#builds[@]} -ge 2 ] || { sed -n '5,10p' "$0" >&2; exit 2; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMP_PROC_BIND=close OMP_PLACES=cores
 sets=("mlp,lenet,cnn,resnet 64" "gpt-mini 12" "gpt 4")
-run() {  # build round precision
-  local set
+in_build() {  # build command args...: runs a program of the build, in its chroot if it has one
+  local b=$1; shift
+  case "$b" in
+    *:*) chroot "${b%%:*}" env OMP_PROC_BIND=close OMP_PLACES=cores "${b#*:}/$@" ;;
+    *) "$b/$@" ;;
+  esac
+}
+run() {  # build index, precision
+  local set b=${builds[$1]}
   for set in "${sets[@]}"; do
-    "$1/bench/st-step-bench" --rounds 1 --seconds "$seconds" --csv --precision "$3" --models "${set% *}" \
-      --batch "${set#* }" 2>>"$tmp/err" | tail -n +2 | sed "s|^|$1,$3,|" >> "$tmp/steps.csv" || true
+    in_build "$b" bench/st-step-bench --rounds 1 --seconds "$seconds" --csv --precision "$2" --models "${set% *}" \
+      --batch "${set#* }" 2>>"$tmp/err" | tail -n +2 | sed "s|^|$1,$2,|" >> "$tmp/steps.csv" || true
   done
 }
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs," \
      "$(grep -o -m1 -E 'amx_bf16|avx512_bf16' /proc/cpuinfo || echo 'no native bf16'); $rounds rounds"
-for build in "$a" "$b"; do
-  echo "# $build: $("$build/shmtrain" --version 2>/dev/null | sed -n 's/^oneDNN /oneDNN /p' || echo '(no --version)')"
+for i in "${!builds[@]}"; do
+  echo "# build $((i + 1)): ${builds[$i]}: $(in_build "${builds[$i]}" shmtrain --version 2>/dev/null | sed -n 's/^oneDNN //p' ||
+                                     echo 'no --version (before oneDNN 3)')"
 done
+nb=${#builds[@]}
 for r in $(seq 1 "$rounds"); do
   for q in $precisions; do
-    if [ $((r % 2)) = 1 ]; then run "$a" "$r" "$q"; run "$b" "$r" "$q"; else run "$b" "$r" "$q"; run "$a" "$r" "$q"; fi
+    for k in $(seq 0 $((nb - 1))); do run $(((k + r) % nb)) "$q"; done
   done
 done
 median() { sort -g | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]}'; }
 echo
-echo "| model | threads | precision | A step ms | B step ms | B/A |"
-echo "|---|---|---|---|---|---|"
-for set in "${sets[@]}"; do for m in ${set% *}; do m=${m//,/ }; for mm in $m; do for t in 1 2; do for q in $precisions; do
-  sa=$(awk -F, -v b="$a" -v q=$q -v m=$mm -v t=$t '$1==b && $2==q && $3==m && $4==t {print $6}' "$tmp/steps.csv" | median)
-  sb=$(awk -F, -v b="$b" -v q=$q -v m=$mm -v t=$t '$1==b && $2==q && $3==m && $4==t {print $6}' "$tmp/steps.csv" | median)
-  ratio=$([ -n "$sa" ] && [ -n "$sb" ] && awk -v x="$sa" -v y="$sb" 'BEGIN{printf "%.3f", y/x}' || echo "-")
-  echo "| $mm | $t | $q | ${sa:--} | ${sb:--} | $ratio |"
-done; done; done; done; done
+head="| model | threads | precision |"; rule="|---|---|---|"
+for i in $(seq 1 "$nb"); do head="$head build $i ms |"; rule="$rule---|"; done
+for i in $(seq 2 "$nb"); do head="$head $i / 1 |"; rule="$rule---|"; done
+echo "$head"; echo "$rule"
+for set in "${sets[@]}"; do models=${set% *}; for mm in ${models//,/ }; do for t in 1 2; do for q in $precisions; do
+  row="| $mm | $t | $q |"; ms=()
+  for i in $(seq 0 $((nb - 1))); do
+    ms[$i]=$(awk -F, -v b="$i" -v q=$q -v m=$mm -v t=$t '$1==b && $2==q && $3==m && $4==t {print $6}' "$tmp/steps.csv" | median)
+    row="$row ${ms[$i]:--} |"
+  done
+  for i in $(seq 1 $((nb - 1))); do
+    row="$row $([ -n "${ms[0]}" ] && [ -n "${ms[$i]}" ] && awk -v x="${ms[0]}" -v y="${ms[$i]}" 'BEGIN{printf "%.3f", y/x}' || echo -) |"
+  done
+  echo "$row"
+done; done; done; done
 [ ! -s "$tmp/err" ] || { echo; echo "stderr (first lines):"; sort -u "$tmp/err" | head -5; }

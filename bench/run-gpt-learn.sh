@@ -8,11 +8,12 @@
 # defaults: build 2000 "1 2 3" 1x2 100.  Reports, per system, the final
 # validation loss (median over seeds) and the training time to reach
 # PyTorch's median final loss (evaluations left out of both clocks).
-# PYTHON picks the interpreter (default /usr/bin/python3).
+# The peer: bench/peer.sh (SHMTRAIN_PYTHON, else install-deps.sh --bench's PyTorch 2.13).
 set -euo pipefail
 build=${1:-build}; steps=${2:-2000}; seeds=${3:-1 2 3}; part=${4:-1x2}; every=${5:-100}
-py=${PYTHON:-/usr/bin/python3}; text=${TEXT:-/usr/share/games/fortunes}
+text=${TEXT:-/usr/share/games/fortunes}
 here=$(cd "$(dirname "$0")" && pwd); out=${OUT:-$(mktemp -d)}
+. "$here/peer.sh"
 n=${part%x*}; c=${part#*x}
 recipe=(--batch-size 12 --lr 1e-3 --min-lr 1e-4 --schedule cosine --warmup 100 --weight-decay 0.1 --beta2 0.99
         --clip-norm 1 --eval-windows 256)
@@ -28,7 +29,7 @@ for s in $seeds; do
     --optimizer adamw "${recipe[@]}" --max-steps "$steps" --eval-every "$every" --log-every "$every" --seed "$s" \
     --quiet --metrics "$out/shm-$s.jsonl" --checkpoint "$out/shm-$s.ckpt"
   clock "$out/shm-$s.jsonl" > "$out/shm-$s.txt"
-  "$build/shmrun" -n "$n" -c "$c" --quiet --log-dir "$out/logs" -- $py "$here/torch_gpt.py" --model gpt-mini \
+  "$build/shmrun" -n "$n" -c "$c" --quiet --log-dir "$out/logs" -- "${peer[@]}" "$here/torch_gpt.py" --model gpt-mini \
     --text "$text" "${recipe[@]}" --max-steps "$steps" --warm-steps 0 --eval-every "$every" --seed "$s" \
     --metrics "$out/torch-$s.jsonl"
   clock "$out/torch-$s.jsonl" > "$out/torch-$s.txt"
@@ -43,7 +44,7 @@ for sys in shm torch; do
   finals=$(for s in $seeds; do tail -1 "$out/$sys-$s.txt" | awk '{print $2}'; done | tr '\n' ' ')
   med=$(echo $finals | tr ' ' '\n' | median)
   tt=$(for s in $seeds; do reach "$out/$sys-$s.txt"; done | median)
-  echo "| $([ $sys = shm ] && echo shmtrain || echo "PyTorch $($py -c 'import torch; print(torch.__version__)')") | $finals | $med | $tt |"
+  echo "| $([ $sys = shm ] && echo shmtrain || echo "$peer_version") | $finals | $med | $tt |"
 done
 echo
 echo "Training time to each validation loss (median over seeds, s; nan: a seed never got there):"

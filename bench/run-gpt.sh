@@ -9,14 +9,14 @@
 # STEPS steps on the fortunes corpus (batch 12, AdamW, clip 1) after untimed
 # warm-up steps; shmtrain's rate is its steady state (the median of its
 # per-interval rates after the first), PyTorch's the timed steps.  bf16 needs
-# a CPU with native bf16 (AVX512-BF16 or AMX).  PYTHON picks the interpreter
-# (default Debian's /usr/bin/python3 with PyTorch 1.13).
+# a CPU with native bf16 (AVX512-BF16 or AMX).  The peer: bench/peer.sh
+# (SHMTRAIN_PYTHON, else PyTorch 2.13 from scripts/install-deps.sh --bench).
 set -euo pipefail
 build=${1:-build}; rounds=${2:-3}; steps=${3:-40}
 models=${4:-gpt-mini gpt}; parts=${5:-1x1 1x2 2x1}; precisions=${6:-fp32}
-py=${PYTHON:-/usr/bin/python3}; text=${TEXT:-/usr/share/games/fortunes}
+text=${TEXT:-/usr/share/games/fortunes}
 here=$(cd "$(dirname "$0")" && pwd); tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-torch_ok=0; $py -c 'import torch' 2>/dev/null && torch_ok=1
+. "$here/peer.sh"; torch_ok=$peer_ok
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 context() { [ "$1" = gpt ] && echo 256 || echo 64; }
 
@@ -30,14 +30,14 @@ run_shm() { # model n c precision -> tokens/s
     awk -v t="$(context "$1")" '{print $1 * t}'
 }
 run_torch() { # model n c precision -> tokens/s
-  "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- $py "$here/torch_gpt.py" --model "$1" \
+  "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- "${peer[@]}" "$here/torch_gpt.py" --model "$1" \
     --text "$text" --batch-size 12 --max-steps "$steps" --precision "$4" --metrics "$tmp/t.out" 2> "$tmp/t.err" ||
     { sed 's/^/torch_gpt.py: /' "$tmp/t.err" | tail -3 >&2; echo nan; return; }
   grep '"type":"summary"' "$tmp/t.out" | sed 's/.*"tokens_per_s":\([0-9.]*\).*/\1/'
 }
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $steps steps x batch 12; $rounds interleaved rounds"
-[ $torch_ok = 1 ] && echo "# peer: $($py -c 'import torch; print("PyTorch", torch.__version__)')" || echo "# peer: PyTorch not installed ($py)"
+echo "# peer: $peer_version"
 for r in $(seq 1 "$rounds"); do
   for m in $models; do for p in $parts; do for q in $precisions; do
     n=${p%x*}; c=${p#*x}

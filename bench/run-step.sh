@@ -6,13 +6,12 @@
 # once per precision (all presets, 1 and 2 threads) and then PyTorch on the same
 # configurations; the table shows medians over rounds.  shmtrain's bf16 needs
 # a CPU with native bf16 in oneDNN (AVX512-BF16, AMX); elsewhere its rows say so.
-# PYTHON (default /usr/bin/python3, Debian's PyTorch 1.13) picks the peer's
-# interpreter, e.g. a newer PyTorch on a lent machine.
+# The peer: bench/peer.sh (SHMTRAIN_PYTHON, else install-deps.sh --bench's
+# PyTorch 2.13, else Debian's 1.13).
 set -euo pipefail
 build=${1:-build}; rounds=${2:-5}; precisions=${3:-fp32}
 here=$(cd "$(dirname "$0")" && pwd); tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-py=${PYTHON:-/usr/bin/python3}; torch_ok=0; $py -c 'import torch' 2>/dev/null && torch_ok=1
-torch_version=$([ $torch_ok = 1 ] && $py -c 'import torch; print(torch.__version__)' || echo "-")
+. "$here/peer.sh"; torch_ok=$peer_ok
 export OMP_PROC_BIND=close OMP_PLACES=cores
 step_bench=$build/bench/st-step-bench  # or on PATH (the device bundle puts every binary in one bin/)
 [ -x "$step_bench" ] || step_bench=$(command -v st-step-bench)
@@ -21,7 +20,7 @@ case " $precisions " in *" bf16 "*)
   "$step_bench" --precision bf16 --models mlp --rounds 1 --seconds 0.01 >/dev/null 2>"$tmp/bf16.err" ||
     no_bf16=$(sed 's/.*ISA here is /no native bf16 (ISA /; s/$/)/' "$tmp/bf16.err" | head -1);;
 esac
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; batch 64; $rounds interleaved rounds; PyTorch $torch_version"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; batch 64; $rounds interleaved rounds; $peer_version"
 for r in $(seq 1 "$rounds"); do
   for q in $precisions; do
     if [ "$q" = fp32 ] || [ -z "$no_bf16" ]; then
@@ -29,7 +28,7 @@ for r in $(seq 1 "$rounds"); do
     fi
     if [ $torch_ok = 1 ]; then
       for m in mlp lenet cnn resnet; do for t in 1 2; do
-        echo "$q $(taskset -c 0-$((t - 1)) $py "$here/torch_step.py" "$m" "$t" --seconds 1 --precision "$q")" >> "$tmp/torch.txt"
+        echo "$q $(taskset -c 0-$((t - 1)) "${peer[@]}" "$here/torch_step.py" "$m" "$t" --seconds 1 --precision "$q")" >> "$tmp/torch.txt"
       done; done
     fi
   done

@@ -10,14 +10,13 @@
 # 1-core jobs at once: what two instances get from this machine without
 # any all-reduce, the ceiling for 2x1; and st-vcpu-probe, the arithmetic
 # all CPUs give at once against one (below 2x: they share physical cores).
-# PyTorch runs when Debian's python3-torch is installed (skipped otherwise).
+# The peer: bench/peer.sh (skipped where no PyTorch is installed).
 set -euo pipefail
 build=${1:-build}; rounds=${2:-3}; steps=${3:-300}
 models=${4:-mlp lenet cnn}; parts=${5:-1x1 1x2 2x1}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-py=${PYTHON:-/usr/bin/python3}  # PYTHON picks the peer's interpreter
-torch_ok=0; $py -c 'import torch' 2>/dev/null && torch_ok=1
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/peer.sh"; torch_ok=$peer_ok
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 # Steady state: the median of the per-interval rates after the first
@@ -37,12 +36,13 @@ run_apart() { # model -> samples/s of two independent 1-core jobs run at once (n
   echo "$(samples "$tmp/a0.jsonl") $(samples "$tmp/a1.jsonl")" | awk '{print $1 + $2}'
 }
 run_torch() { # the same measure from the peer's metrics file (same format)
-  "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- $py "$here/torch_ddp.py" --model "$1" \
+  "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- "${peer[@]}" "$here/torch_ddp.py" --model "$1" \
     --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/t.jsonl"
   samples "$tmp/t.jsonl"
 }
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $rounds rounds; steady-state samples/s over $steps steps after 100 warm-up steps (both systems); batch 64 per instance"
+echo "# peer: $peer_version"
 probe=$build/bench/st-vcpu-probe
 for r in $(seq 1 "$rounds"); do
   [ -x "$probe" ] && echo "probe $("$probe" | sed -n 's/.* give \([0-9.]*\)x.*/\1/p')" >> "$tmp/results"

@@ -19,7 +19,11 @@
 
 #include "sweep.h"
 #include "shmtrain/cpuprobe.h"
+#include "shmtrain/env.h"
 
+#ifndef SHMTRAIN_TORCH_VENV_PYTHON
+#define SHMTRAIN_TORCH_VENV_PYTHON ""
+#endif
 #ifndef SHMTRAIN_TORCH_DDP_PATHS
 #define SHMTRAIN_TORCH_DDP_PATHS ""
 #endif
@@ -141,13 +145,17 @@ static const char *find_torch_script(const char *asked)
     return NULL;
 }
 
+/* The peer's interpreter: the user's, else the venv with PyTorch 2.13 that
+ * scripts/install-deps.sh --bench makes in this tree, else the system's
+ * (Debian's python3-torch belongs to /usr/bin/python3, which a virtualenv
+ * or /usr/local python3 earlier in PATH would hide). */
 static const char *python(void)
 {
-    /* Debian's python3-torch belongs to the system interpreter, which a
-     * virtualenv or /usr/local python3 earlier in PATH would hide. */
-    const char *p = getenv("SHMTRAIN_PYTHON");
+    const char *p = getenv(ST_ENV_PYTHON);
     if (p && *p)
         return p;
+    if (*SHMTRAIN_TORCH_VENV_PYTHON && access(SHMTRAIN_TORCH_VENV_PYTHON, X_OK) == 0)
+        return SHMTRAIN_TORCH_VENV_PYTHON;
     return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
 }
 
@@ -270,6 +278,11 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
     out[k++] = (char *)rp->report;
     out[k++] = "--";
     if (system == SWEEP_TORCH) {
+        /* as its users run it: OpenBLAS on its own kernels (some machines
+         * set these two, which hold it to older ones) */
+        static char *const plain_blas[] = {"env", "-u", "OPENBLAS_CORETYPE", "-u", "OPENBLAS_L2_SIZE"};
+        for (size_t i = 0; i < sizeof plain_blas / sizeof *plain_blas; i++)
+            out[k++] = plain_blas[i];
         out[k++] = (char *)python();
         out[k++] = (char *)torch;
     } else {
@@ -508,7 +521,7 @@ static const char *torch_if_usable(const struct sweep_job *j)
     }
     char *probe[] = {(char *)python(), "-c", "import torch", NULL};
     if (run_quietly(probe, NULL, NULL) != 0) {
-        fprintf(stderr, "shmrun: --compare-torch: %s cannot import torch (apt install python3-torch); "
+        fprintf(stderr, "shmrun: --compare-torch: %s cannot import torch (scripts/install-deps.sh --bench installs it); "
                         "running shmtrain only\n", python());
         return NULL;
     }

@@ -133,6 +133,11 @@ static void test_onednn_matches_reference(void **state)
     setenv("SHMTRAIN_ONEDNN_SEQ_TN", "1", 1);
     run_both(ALL_LAYERS, 3, 2, 5);
     unsetenv("SHMTRAIN_ONEDNN_SEQ_TN");
+    /* oneDNN's layer norm, kept for A/B against the C rows */
+    setenv("SHMTRAIN_ONEDNN_LAYERNORM", "1", 1);
+    for (int threads = 1; threads <= 2; threads++)
+        run_both(ALL_LAYERS, 3, threads, 5);
+    unsetenv("SHMTRAIN_ONEDNN_LAYERNORM");
 }
 
 /* L = sum(R * y): its gradient by backward vs central differences. */

@@ -64,6 +64,10 @@
 #define ST_ENV_SLURM_TASKS_PER_NODE "SLURM_TASKS_PER_NODE"  /* "4(x2),3": per node, run-length */
 #define ST_ENV_TORCH_NODE "GROUP_RANK"
 
+/* The user's choice of the Python that runs shmrun --compare-torch's PyTorch
+ * peer (and the bench scripts', bench/peer.sh): an interpreter path. */
+#define ST_ENV_PYTHON "SHMTRAIN_PYTHON"
+
 /* Tests and single-machine experiments: split the world into "nodes" of
  * this many consecutive ranks (each with its own shared-memory group). */
 #define ST_ENV_NODE_SIZE "SHMTRAIN_NODE_SIZE"

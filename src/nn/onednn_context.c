@@ -142,18 +142,20 @@ st_status dn_pd_keep(st_net *n, const char *call, dnnl_status_t created, dnnl_pr
     return ST_OK;
 }
 
-/* oneDNN 2.6 picks its brgemm convolution first for a forward pass in
- * nhwc, but with few input channels its older jit kernel is much faster
- * here (bench/st-kernel-candidates conv, one core: lenet's 1->6 5x5 0.220 ->
- * 0.088 ms per 16-image chunk, its 6->16 5x5 at batch 64 0.44 -> 0.27 ms).
+/* oneDNN picks its brgemm convolutions first in nhwc (2.6 for the forward
+ * pass, 3.2 for backward-data too, as "brg_fwd+brgconv"), but with few
+ * input channels its older jit kernels are much faster here (bench/
+ * st-kernel-candidates conv, one core, AVX-512: lenet's 1->6 5x5 forward
+ * 0.220 -> 0.088 ms per 16-image chunk on 2.6; its 6->16 5x5 at batch 64
+ * forward 0.184 -> 0.139 ms and backward-data 0.616 -> 0.355 on 3.2).
  * SHMTRAIN_ONEDNN_BRGCONV=1 keeps oneDNN's choice for comparison. */
-const char *dn_conv_fwd_avoid(const st_net *n, const_dnnl_memory_desc_t src)
+const char *dn_conv_avoid(const st_net *n, const_dnnl_memory_desc_t src)
 {
     struct dn_layout l;
-    if (!dn_layout_of(src, &l))
+    if (n->dnet->opt.brgconv || !dn_layout_of(src, &l))
         return NULL;
     bool nhwc = l.ndims == 4 && l.nblks == 0 && l.strides[1] == 1;
-    return nhwc && l.dims[1] < 16 && !n->dnet->opt.brgconv ? "brgconv" : NULL;
+    return nhwc && l.dims[1] < 16 ? "brg" : NULL;
 }
 
 st_status dn_prim_new(st_net *n, dnnl_primitive_t *out, const_dnnl_primitive_desc_t pd)

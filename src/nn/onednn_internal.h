@@ -40,7 +40,7 @@
  * Nothing learns upstream of a first layer, so it runs no backward-data
  * pass.  Switches for comparison: SHMTRAIN_ONEDNN_NO_CHUNKS=1,
  * SHMTRAIN_ONEDNN_NO_BWD_CHUNKS=1, SHMTRAIN_ONEDNN_BRGCONV=1 (see
- * dn_conv_fwd_avoid), SHMTRAIN_ONEDNN_IP_ANY=1 (see plain_weights),
+ * dn_conv_avoid), SHMTRAIN_ONEDNN_IP_ANY=1 (see plain_weights),
  * SHMTRAIN_ONEDNN_POOL=1 (oneDNN's pooling instead of maxpool2.c).
  *
  * Precision bf16 (st_net_config.precision): a layer whose row in the layer
@@ -182,13 +182,14 @@ struct onednn_node {
 struct dn_options {
     bool no_chunks;      /* SHMTRAIN_ONEDNN_NO_CHUNKS: no convolution in the max-pool's chunks */
     bool no_bwd_chunks;  /* SHMTRAIN_ONEDNN_NO_BWD_CHUNKS: ... nor its backward-weights */
-    bool brgconv;        /* SHMTRAIN_ONEDNN_BRGCONV: let oneDNN pick brgconv for few input channels */
+    bool brgconv;        /* SHMTRAIN_ONEDNN_BRGCONV: let oneDNN pick its brgemm convolutions for few input channels */
     bool ip_any;         /* SHMTRAIN_ONEDNN_IP_ANY: inner products choose their weights' layout */
     bool onednn_pool;    /* SHMTRAIN_ONEDNN_POOL: oneDNN's pooling instead of maxpool2.c */
     bool verbose;        /* SHMTRAIN_NN_VERBOSE: print reorders, fallbacks and kernels */
     bool bf16_any_isa;   /* SHMTRAIN_BF16_ANY_ISA: bf16 layers take whatever kernel oneDNN has */
     bool seq_ip;         /* SHMTRAIN_ONEDNN_SEQ_IP: linear layers on sequences as inner products */
     bool seq_tn;         /* SHMTRAIN_ONEDNN_SEQ_TN: their weight gradients from untransposed operands */
+    bool onednn_layernorm; /* SHMTRAIN_ONEDNN_LAYERNORM: oneDNN's layer norm instead of the C rows */
 };
 
 struct onednn_net {
@@ -238,7 +239,7 @@ const_dnnl_memory_desc_t dn_mem_md(dnnl_memory_t m);
 st_status dn_pd_keep(st_net *n, const char *call, dnnl_status_t created, dnnl_primitive_desc_t *pd, const char *avoid);
 #define DN_PD(n, pd, avoid, create_call) dn_pd_keep((n), #create_call, (create_call), &(pd), (avoid))
 
-const char *dn_conv_fwd_avoid(const st_net *n, const_dnnl_memory_desc_t src);
+const char *dn_conv_avoid(const st_net *n, const_dnnl_memory_desc_t src);
 st_status dn_prim_new(st_net *n, dnnl_primitive_t *out, const_dnnl_primitive_desc_t pd);
 const_dnnl_memory_desc_t dn_query(const_dnnl_primitive_desc_t pd, dnnl_query_t what, int index);
 const_dnnl_memory_desc_t dn_arg_md(const_dnnl_primitive_desc_t pd, int arg);

@@ -64,6 +64,7 @@ static st_status onednn_build(st_net *n)
         .bf16_any_isa = getenv("SHMTRAIN_BF16_ANY_ISA") != NULL,
         .seq_ip = getenv("SHMTRAIN_ONEDNN_SEQ_IP") != NULL,
         .seq_tn = getenv("SHMTRAIN_ONEDNN_SEQ_TN") != NULL,
+        .onednn_layernorm = getenv("SHMTRAIN_ONEDNN_LAYERNORM") != NULL,
     };
     /* No emulated crawl: oneDNN 2.6 runs bf16 on AVX-512 without BF16 by
      * emulation, and not at all below it. */

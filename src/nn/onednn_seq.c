@@ -18,6 +18,7 @@
 
 #include "causal.h"
 #include "onednn_internal.h"
+#include "seq_kernels.h"
 #include "simd.h"
 #include "transpose.h"
 
@@ -124,61 +125,12 @@ st_status dn_build_embed(st_net *n, int j)
 
 /* ------------------------------------------------------- layer norm -- */
 
-/* One row each way, on restrict pointers so that every loop is a vector
- * loop (through the node's pointers GCC must assume the output may overlap
- * the statistics and re-read them every element). */
-ST_MULTIVERSION static void ln_row_fwd(float *restrict y, const float *restrict x, const float *restrict g,
-                                       const float *restrict b, long c, float *restrict mean_rstd)
-{
-    float m = 0, v = 0;
-#pragma omp simd reduction(+ : m)
-    for (long i = 0; i < c; i++)
-        m += x[i];
-    m /= (float)c;
-#pragma omp simd reduction(+ : v)
-    for (long i = 0; i < c; i++)
-        v += (x[i] - m) * (x[i] - m);
-    const float s = 1.0f / sqrtf(v / (float)c + 1e-5f);
-#pragma omp simd
-    for (long i = 0; i < c; i++)
-        y[i] = (x[i] - m) * s * g[i] + b[i];
-    mean_rstd[0] = m;
-    mean_rstd[1] = s;
-}
-
-/* Adds the row's share of dgamma and dbeta to pg and pb; dx may be NULL. */
-ST_MULTIVERSION static void ln_row_bwd(float *restrict dx, float *restrict pg, float *restrict pb,
-                                       const float *restrict x, const float *restrict dy, const float *restrict g,
-                                       long c, float m, float s)
-{
-    float md = 0, mdx = 0;
-#pragma omp simd reduction(+ : md, mdx)
-    for (long i = 0; i < c; i++) {
-        const float xhat = (x[i] - m) * s, dg = dy[i] * g[i];
-        pg[i] += dy[i] * xhat;
-        pb[i] += dy[i];
-        md += dg;
-        mdx += dg * xhat;
-    }
-    if (!dx)
-        return;
-    md /= (float)c;
-    mdx /= (float)c;
-#pragma omp simd
-    for (long i = 0; i < c; i++)
-        dx[i] = s * (dy[i] * g[i] - md - (x[i] - m) * s * mdx);
-}
-
 static st_status ln_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    const float *src = src_of(x), *g = n->params + nd->w_off, *b = n->params + nd->b_off;
-    float *y = dn_mem_ptr(x->dn->dst.mem), *stats = x->dn->seq.stats;
-    const long rows = (long)nn_rows(n, nd), c = nd->c;
-#pragma omp parallel for schedule(static)
-    for (long r = 0; r < rows; r++)
-        ln_row_fwd(y + r * c, src + r * c, g, b, c, stats + 2 * r);
+    seq_ln_fwd(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.stats, src_of(x), n->params + nd->w_off,
+               n->params + nd->b_off, (long)nn_rows(n, nd), nd->c);
     return ST_OK;
 }
 
@@ -186,44 +138,86 @@ static st_status ln_bwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    const float *src = src_of(x), *dy = dn_mem_ptr(x->dn->diff.mem), *g = n->params + nd->w_off;
-    const float *stats = x->dn->seq.stats;
-    float *dx = target_of(x), *partial = x->dn->seq.partial;
-    const long rows = (long)nn_rows(n, nd), c = nd->c;
-    const int threads = omp_get_max_threads();
-#pragma omp parallel num_threads(threads)
-    {
-        const int me = omp_get_thread_num(), nt = omp_get_num_threads();
-        float *pg = partial + (size_t)me * 2 * c, *pb = pg + c;
-        memset(pg, 0, 2 * (size_t)c * sizeof(float));
-        const long first = rows * me / nt, last = rows * (me + 1) / nt;
-        for (long r = first; r < last; r++)
-            ln_row_bwd(dx ? dx + r * c : NULL, pg, pb, src + r * c, dy + r * c, g, c, stats[2 * r],
-                       stats[2 * r + 1]);
-#pragma omp barrier
-#pragma omp for schedule(static)
-        for (long i = 0; i < 2 * c; i++) {  /* the partials summed in thread order */
-            float s = 0;
-            for (int k = 0; k < nt; k++)
-                s += partial[(size_t)k * 2 * c + i];
-            n->grads[(i < c ? nd->w_off : nd->b_off - c) + i] = s;
-        }
-    }
+    seq_ln_bwd(target_of(x), n->grads + nd->w_off, n->grads + nd->b_off, x->dn->seq.partial, src_of(x),
+               dn_mem_ptr(x->dn->diff.mem), n->params + nd->w_off, x->dn->seq.stats, (long)nn_rows(n, nd), nd->c);
+    return ST_OK;
+}
+
+static st_status build_ln_c(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    const size_t rows = nn_rows(n, x->nd);
+    snprintf(x->impl, sizeof x->impl, "C rows");
+    struct dn_seq_state *s = &x->dn->seq;
+    s->stats = calloc(2 * rows, sizeof(float));
+    s->partial = calloc(seq_ln_partial_floats(x->nd->c), sizeof(float));
+    if (!s->stats || !s->partial)
+        return st_fail(ST_ERR_NOMEM, "net: out of memory");
+    OK(seq_io(n, j, ln_bwd));
+    return dn_add_step(n, &x->dn->fwd, ln_fwd, NODE_LAYERNORM);
+}
+
+/* oneDNN 3's layer normalisation (its jit kernel came in 2.7), for A/B
+ * under SHMTRAIN_ONEDNN_LAYERNORM=1: alone on gpt-mini's 768 x 128 rows it
+ * runs 1.3-1.5x the C rows' speed each way (bench/st-op-candidates
+ * layernorm), but inside the step the C rows win: st-step-ab, gpt-mini,
+ * the oneDNN step 0.996-1.013x the C one's time at 1 thread, 1.009-1.012x
+ * at 2 (benchmarks.md, "oneDNN 3").  gamma and beta are the parameter
+ * buffer's, their gradients written there. */
+static st_status build_ln_onednn(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    dnnl_engine_t eng = n->dnet->eng;
+    const unsigned flags = dnnl_use_scale | dnnl_use_shift;
+    const dnnl_dims_t rows = {(dnnl_dim_t)nn_rows(n, nd)}, c = {nd->c};
+    const_dnnl_memory_desc_t data, stat, vec;
+    dnnl_primitive_desc_t fpd, bpd;
+    dnnl_primitive_t f, b;
+    OK(plain_rows(n, nd, &data));
+    OK(dn_md_tag(n, &stat, 1, rows, dnnl_f32, dnnl_a));
+    OK(dn_plain_md(n, &vec, 1, c));
+    OK(DN_PD(n, fpd, NULL,
+             dnnl_layer_normalization_forward_primitive_desc_create(&fpd, eng, dnnl_forward_training, data, data,
+                                                                    stat, 1e-5f, flags, NULL)));
+    OK(DN_PD(n, bpd, NULL,
+             dnnl_layer_normalization_backward_primitive_desc_create(&bpd, eng, dnnl_backward, data, data, data, stat,
+                                                                     1e-5f, flags, fpd, NULL)));
+    dn_impl_name(x, fpd);
+    dn_impl_name(x, bpd);
+    OK(dn_set_dst(n, x, data));
+    OK(dn_input_as(n, x, data, &x->dn->seq.src));
+    dnnl_memory_t scale, shift, mean, var, dscale, dshift, target;
+    OK(dn_mem_new(n, &scale, vec, n->params + nd->w_off));
+    OK(dn_mem_new(n, &shift, vec, n->params + nd->b_off));
+    OK(dn_mem_new(n, &dscale, vec, n->grads + nd->w_off));
+    OK(dn_mem_new(n, &dshift, vec, n->grads + nd->b_off));
+    OK(dn_mem_new(n, &mean, stat, NULL));
+    OK(dn_mem_new(n, &var, stat, NULL));
+    OK(dn_prim_new(n, &f, fpd));
+    OK(dn_prim_new(n, &b, bpd));
+    OK(dn_add_op(n, &x->dn->fwd, f, NODE_LAYERNORM, DNNL_ARG_SRC, x->dn->seq.src, DNNL_ARG_DST, x->dn->dst.mem,
+                 DNNL_ARG_MEAN, mean, DNNL_ARG_VARIANCE, var, DNNL_ARG_SCALE, scale, DNNL_ARG_SHIFT, shift, -1));
+    OK(dn_add_op(n, &x->dn->bwd, b, NODE_LAYERNORM, -1));
+    const int at = x->dn->bwd.n - 1;
+    OK(dn_deliver(n, j, x->in, data, NULL, &target));
+    if (!target)
+        OK(dn_mem_new(n, &target, data, NULL));  /* computed anyway, then dropped */
+    /* SHIFT too: oneDNN 3's backward wants it here (unlike batch norm's) */
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, x->dn->seq.src}, {DNNL_ARG_MEAN, mean},
+                              {DNNL_ARG_VARIANCE, var},       {DNNL_ARG_DIFF_DST, x->dn->diff.mem},
+                              {DNNL_ARG_SCALE, scale},        {DNNL_ARG_SHIFT, shift},
+                              {DNNL_ARG_DIFF_SRC, target},    {DNNL_ARG_DIFF_SCALE, dscale},
+                              {DNNL_ARG_DIFF_SHIFT, dshift}};
+    struct op *o = &x->dn->bwd.v[at];
+    memcpy(o->args, args, sizeof args);
+    o->nargs = (int)(sizeof args / sizeof *args);
     return ST_OK;
 }
 
 st_status dn_build_ln(st_net *n, int j)
 {
-    struct xnode *x = &n->x[j];
-    const size_t rows = nn_rows(n, x->nd);
-    snprintf(x->impl, sizeof x->impl, "C rows (oneDNN 2.6's is generic C++)");
-    struct dn_seq_state *s = &x->dn->seq;
-    s->stats = calloc(2 * rows, sizeof(float));
-    s->partial = calloc((size_t)omp_get_max_threads() * 2 * x->nd->c, sizeof(float));
-    if (!s->stats || !s->partial)
-        return st_fail(ST_ERR_NOMEM, "net: out of memory");
-    OK(seq_io(n, j, ln_bwd));
-    return dn_add_step(n, &x->dn->fwd, ln_fwd, NODE_LAYERNORM);
+    return n->dnet->opt.onednn_layernorm ? build_ln_onednn(n, j) : build_ln_c(n, j);
 }
 
 /* -------------------------------------------------------- attention -- */
@@ -233,44 +227,6 @@ st_status dn_build_ln(st_net *n, int j)
 static float *head_scratch(const struct xnode *x, long t, long hs)
 {
     return x->dn->seq.scratch + (size_t)omp_get_thread_num() * (size_t)(t * t + t * hs);
-}
-
-/* The softmax's row loops live in functions of their own so that they get
- * the AVX2 and AVX-512 clones: inside att_fwd / att_bwd they were built for
- * the baseline (SSE2) and took 2-3% of gpt-mini's step. */
-
-/* Each row i of the t x t scores replaced by softmax over columns 0..i,
- * zeros right of the diagonal. */
-ST_MULTIVERSION static void causal_softmax(float *p, long t)
-{
-    for (long i = 0; i < t; i++) {
-        float *pr = p + i * t, mx = pr[0], sum = 0;
-#pragma omp simd reduction(max : mx)
-        for (long k = 1; k <= i; k++)
-            mx = pr[k] > mx ? pr[k] : mx;
-#pragma omp simd reduction(+ : sum)
-        for (long k = 0; k <= i; k++)
-            sum += (pr[k] = nn_expf(pr[k] - mx));
-#pragma omp simd
-        for (long k = 0; k < t; k++)
-            pr[k] = k <= i ? pr[k] / sum : 0.0f;
-    }
-}
-
-/* dS = P (dP - rowsum(P dP)) scale, in place of dP, zeros right of the
- * diagonal. */
-ST_MULTIVERSION static void causal_softmax_bwd(float *ds, const float *p, long t, float scale)
-{
-    for (long i = 0; i < t; i++) {
-        const float *pr = p + i * t;
-        float *dr = ds + i * t, inner = 0;
-#pragma omp simd reduction(+ : inner)
-        for (long k = 0; k <= i; k++)
-            inner += pr[k] * dr[k];
-#pragma omp simd
-        for (long k = 0; k < t; k++)
-            dr[k] = k <= i ? pr[k] * (dr[k] - inner) * scale : 0.0f;
-    }
 }
 
 /* One sample's one head: P = causal softmax(Q K^T / sqrt(hs)), Y = P V. */
@@ -287,7 +243,7 @@ static st_status att_fwd(st_net *n, int j)
         const float *q = qkv + b * t * row + h * hs;
         float *p = att + bh * t * t;
         causal_scores(p, t, hs, scale, q, row, q + c, row, head_scratch(x, t, hs));
-        causal_softmax(p, t);
+        seq_causal_softmax(p, t);
         causal_mix(y + b * t * c + h * hs, c, p, t, hs, q + 2 * c, row);
     }
     return ST_OK;
@@ -311,7 +267,7 @@ static st_status att_bwd(st_net *n, int j)
         const float *q = qkv + b * t * row + h * hs, *p = att + bh * t * t, *g = dy + b * t * c + h * hs;
         float *scratch = head_scratch(x, t, hs), *ds = scratch + t * hs, *dq = dqkv + b * t * row + h * hs;
         causal_scores(ds, t, hs, 1.0f, g, c, q + 2 * c, row, scratch);
-        causal_softmax_bwd(ds, p, t, scale);
+        seq_causal_softmax_bwd(ds, p, t, scale);
         causal_mix(dq, row, ds, t, hs, q + c, row);
         causal_mix_t(dq + c, row, ds, t, hs, q, row);
         causal_mix_t(dq + 2 * c, row, p, t, hs, g, c);
@@ -336,64 +292,21 @@ st_status dn_build_attention(st_net *n, int j)
 
 /* ------------------------------------------------------------- GELU -- */
 
-/* GELU, tanh form, in C: oneDNN 2.6's AVX2 eltwise took 2.1 ms each way on
- * gpt-mini's 768 x 512 activation here (18% of the step); this takes about
- * 0.6 ms (6%). */
-#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
-
-/* The forward keeps tanh(u) for the backward: reading it back costs less
- * than computing it again (the exp and the division are most of GELU). */
-ST_MULTIVERSION static void gelu_rows(float *restrict y, float *restrict th, const float *restrict x, long count)
-{
-#pragma omp simd
-    for (long i = 0; i < count; i++) {
-        const float v = x[i], t = nn_tanhf(GELU_K * (v + 0.044715f * v * v * v));
-        y[i] = 0.5f * v * (1.0f + t);
-        th[i] = t;
-    }
-}
-
-ST_MULTIVERSION static void gelu_rows_bwd(float *restrict dx, const float *restrict dy, const float *restrict x,
-                                          const float *restrict th, long count)
-{
-#pragma omp simd
-    for (long i = 0; i < count; i++) {
-        const float v = x[i], t = th[i];
-        dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3 * 0.044715f * v * v));
-    }
-}
-
-/* Split in cache-sized pieces over the threads. */
-#define GELU_PIECE 4096L
+/* GELU, tanh form, in C (seq_kernels.c says why). */
 
 static st_status gelu_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    const float *src = src_of(x);
-    float *y = dn_mem_ptr(x->dn->dst.mem);
-    const long count = (long)nn_node_size(n, x->nd), pieces = (count + GELU_PIECE - 1) / GELU_PIECE;
-#pragma omp parallel for schedule(static)
-    for (long k = 0; k < pieces; k++) {
-        const long at = k * GELU_PIECE;
-        gelu_rows(y + at, x->dn->seq.tanh_u + at, src + at, count - at < GELU_PIECE ? count - at : GELU_PIECE);
-    }
+    seq_gelu_fwd(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.tanh_u, src_of(x), (long)nn_node_size(n, x->nd));
     return ST_OK;
 }
 
 static st_status gelu_bwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    const float *src = src_of(x), *dy = dn_mem_ptr(x->dn->diff.mem);
     float *dx = target_of(x);
-    const long count = (long)nn_node_size(n, x->nd), pieces = (count + GELU_PIECE - 1) / GELU_PIECE;
-    if (!dx)
-        return ST_OK;
-#pragma omp parallel for schedule(static)
-    for (long k = 0; k < pieces; k++) {
-        const long at = k * GELU_PIECE;
-        gelu_rows_bwd(dx + at, dy + at, src + at, x->dn->seq.tanh_u + at,
-                      count - at < GELU_PIECE ? count - at : GELU_PIECE);
-    }
+    if (dx)
+        seq_gelu_bwd(dx, dn_mem_ptr(x->dn->diff.mem), src_of(x), x->dn->seq.tanh_u, (long)nn_node_size(n, x->nd));
     return ST_OK;
 }
 

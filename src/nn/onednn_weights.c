@@ -69,7 +69,7 @@ st_status dn_weights_fwd_pd(st_net *n, const struct xnode *x, const struct weigh
         }
     }
     if (x->kind == NODE_CONV)
-        st = DN_PD(n, *pd, dn_conv_fwd_avoid(n, src),
+        st = DN_PD(n, *pd, dn_conv_avoid(n, src),
                    dnnl_convolution_forward_primitive_desc_create(pd, eng, dnnl_forward_training,
                                                                   dnnl_convolution_direct, src, wei, bias, dst,
                                                                   w->strides, no_dilation, w->pad, w->pad, attr));
@@ -162,12 +162,12 @@ st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct we
     dnnl_engine_t eng = n->dnet->eng;
     const dnnl_dims_t no_dilation = {0};
     if (x->kind == NODE_CONV && weights_pass)
-        return DN_PD(n, *pd, NULL,
+        return DN_PD(n, *pd, dn_conv_avoid(n, src),
                      dnnl_convolution_backward_weights_primitive_desc_create(
                          pd, eng, dnnl_convolution_direct, src, wei, bias, dst, w->strides, no_dilation, w->pad,
                          w->pad, hint, NULL));
     if (x->kind == NODE_CONV)
-        return DN_PD(n, *pd, NULL,
+        return DN_PD(n, *pd, dn_conv_avoid(n, src),
                      dnnl_convolution_backward_data_primitive_desc_create(pd, eng, dnnl_convolution_direct, src, wei,
                                                                           dst, w->strides, no_dilation, w->pad,
                                                                           w->pad, hint, NULL));

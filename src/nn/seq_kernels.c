@@ -1,0 +1,195 @@
+/* The sequence layers' row and element kernels (seq_kernels.h).
+ *
+ * Layer norm and GELU are C here because oneDNN 2.6.3's layer norm was a
+ * generic C++ kernel (its jit one came in 2.7) and its AVX2 GELU ran at 5 ns
+ * an element on this project's machines (this one at 1.6): on gpt-mini's
+ * 768 x 512 activation 2.1 ms each way against 0.6.  Whether oneDNN 3's
+ * primitives now do better is measured by bench/st-op-candidates
+ * (docs/benchmarks.md).  The causal softmax has no oneDNN counterpart: its
+ * softmax takes no mask.
+ *
+ * The `omp simd` reductions sum in vector lanes: a fixed order for a given
+ * build and CPU, so runs repeat bitwise; within fp32 round-off of the
+ * reference's double sums (test_gpt's tolerance). */
+#define _GNU_SOURCE
+#include "seq_kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "simd.h"
+
+/* ------------------------------------------------------- layer norm -- */
+
+/* One row each way, on restrict pointers so that every loop is a vector
+ * loop (through the node's pointers GCC must assume the output may overlap
+ * the statistics and re-read them every element). */
+ST_MULTIVERSION static void ln_row_fwd(float *restrict y, const float *restrict x, const float *restrict g,
+                                       const float *restrict b, long c, float *restrict mean_rstd)
+{
+    float m = 0, v = 0;
+#pragma omp simd reduction(+ : m)
+    for (long i = 0; i < c; i++)
+        m += x[i];
+    m /= (float)c;
+#pragma omp simd reduction(+ : v)
+    for (long i = 0; i < c; i++)
+        v += (x[i] - m) * (x[i] - m);
+    const float s = 1.0f / sqrtf(v / (float)c + 1e-5f);
+#pragma omp simd
+    for (long i = 0; i < c; i++)
+        y[i] = (x[i] - m) * s * g[i] + b[i];
+    mean_rstd[0] = m;
+    mean_rstd[1] = s;
+}
+
+/* Adds the row's share of dgamma and dbeta to pg and pb; dx may be NULL. */
+ST_MULTIVERSION static void ln_row_bwd(float *restrict dx, float *restrict pg, float *restrict pb,
+                                       const float *restrict x, const float *restrict dy, const float *restrict g,
+                                       long c, float m, float s)
+{
+    float md = 0, mdx = 0;
+#pragma omp simd reduction(+ : md, mdx)
+    for (long i = 0; i < c; i++) {
+        const float xhat = (x[i] - m) * s, dg = dy[i] * g[i];
+        pg[i] += dy[i] * xhat;
+        pb[i] += dy[i];
+        md += dg;
+        mdx += dg * xhat;
+    }
+    if (!dx)
+        return;
+    md /= (float)c;
+    mdx /= (float)c;
+#pragma omp simd
+    for (long i = 0; i < c; i++)
+        dx[i] = s * (dy[i] * g[i] - md - (x[i] - m) * s * mdx);
+}
+
+void seq_ln_fwd(float *y, float *stats, const float *x, const float *g, const float *b, long rows, long c)
+{
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < rows; r++)
+        ln_row_fwd(y + r * c, x + r * c, g, b, c, stats + 2 * r);
+}
+
+size_t seq_ln_partial_floats(long c)
+{
+    return (size_t)omp_get_max_threads() * 2 * (size_t)c;
+}
+
+void seq_ln_bwd(float *dx, float *dg, float *db, float *partial, const float *x, const float *dy, const float *g,
+                const float *stats, long rows, long c)
+{
+    const int threads = omp_get_max_threads();
+#pragma omp parallel num_threads(threads)
+    {
+        const int me = omp_get_thread_num(), nt = omp_get_num_threads();
+        float *pg = partial + (size_t)me * 2 * c, *pb = pg + c;
+        memset(pg, 0, 2 * (size_t)c * sizeof(float));
+        const long first = rows * me / nt, last = rows * (me + 1) / nt;
+        for (long r = first; r < last; r++)
+            ln_row_bwd(dx ? dx + r * c : NULL, pg, pb, x + r * c, dy + r * c, g, c, stats[2 * r], stats[2 * r + 1]);
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (long i = 0; i < 2 * c; i++) {  /* the partials summed in thread order */
+            float s = 0;
+            for (int k = 0; k < nt; k++)
+                s += partial[(size_t)k * 2 * c + i];
+            (i < c ? dg : db - c)[i] = s;
+        }
+    }
+}
+
+/* ------------------------------------------------------------- GELU -- */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+
+/* The forward keeps tanh(u) for the backward: reading it back costs less
+ * than computing it again (the exp and the division are most of GELU). */
+ST_MULTIVERSION static void gelu_rows(float *restrict y, float *restrict th, const float *restrict x, long count)
+{
+#pragma omp simd
+    for (long i = 0; i < count; i++) {
+        const float v = x[i], t = nn_tanhf(GELU_K * (v + 0.044715f * v * v * v));
+        y[i] = 0.5f * v * (1.0f + t);
+        th[i] = t;
+    }
+}
+
+ST_MULTIVERSION static void gelu_rows_bwd(float *restrict dx, const float *restrict dy, const float *restrict x,
+                                          const float *restrict th, long count)
+{
+#pragma omp simd
+    for (long i = 0; i < count; i++) {
+        const float v = x[i], t = th[i];
+        dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3 * 0.044715f * v * v));
+    }
+}
+
+/* Split in cache-sized pieces over the threads. */
+#define GELU_PIECE 4096L
+
+void seq_gelu_fwd(float *y, float *tanh_u, const float *x, long count)
+{
+    const long pieces = (count + GELU_PIECE - 1) / GELU_PIECE;
+#pragma omp parallel for schedule(static)
+    for (long k = 0; k < pieces; k++) {
+        const long at = k * GELU_PIECE;
+        gelu_rows(y + at, tanh_u + at, x + at, count - at < GELU_PIECE ? count - at : GELU_PIECE);
+    }
+}
+
+void seq_gelu_bwd(float *dx, const float *dy, const float *x, const float *tanh_u, long count)
+{
+    const long pieces = (count + GELU_PIECE - 1) / GELU_PIECE;
+#pragma omp parallel for schedule(static)
+    for (long k = 0; k < pieces; k++) {
+        const long at = k * GELU_PIECE;
+        gelu_rows_bwd(dx + at, dy + at, x + at, tanh_u + at, count - at < GELU_PIECE ? count - at : GELU_PIECE);
+    }
+}
+
+/* -------------------------------------------------- causal softmax -- */
+
+/* The softmax's row loops are functions of their own so that they get the
+ * AVX2 and AVX-512 clones: inside the attention's step they were built for
+ * the baseline (SSE2) and took 2-3% of gpt-mini's step.  oneDNN 3's softmax
+ * runs a row at up to twice this speed (bench/st-op-candidates softmax), but
+ * takes no mask; rows run over whole vectors with the mask as a select
+ * measured no faster (0.202 ms against 0.198 for gpt-mini's 48 heads). */
+
+/* Each row i of the t x t scores replaced by softmax over columns 0..i,
+ * zeros right of the diagonal. */
+ST_MULTIVERSION void seq_causal_softmax(float *p, long t)
+{
+    for (long i = 0; i < t; i++) {
+        float *pr = p + i * t, mx = pr[0], sum = 0;
+#pragma omp simd reduction(max : mx)
+        for (long k = 1; k <= i; k++)
+            mx = pr[k] > mx ? pr[k] : mx;
+#pragma omp simd reduction(+ : sum)
+        for (long k = 0; k <= i; k++)
+            sum += (pr[k] = nn_expf(pr[k] - mx));
+#pragma omp simd
+        for (long k = 0; k < t; k++)
+            pr[k] = k <= i ? pr[k] / sum : 0.0f;
+    }
+}
+
+/* dS = P (dP - rowsum(P dP)) scale, in place of dP, zeros right of the
+ * diagonal. */
+ST_MULTIVERSION void seq_causal_softmax_bwd(float *ds, const float *p, long t, float scale)
+{
+    for (long i = 0; i < t; i++) {
+        const float *pr = p + i * t;
+        float *dr = ds + i * t, inner = 0;
+#pragma omp simd reduction(+ : inner)
+        for (long k = 0; k <= i; k++)
+            inner += pr[k] * dr[k];
+#pragma omp simd
+        for (long k = 0; k < t; k++)
+            dr[k] = k <= i ? pr[k] * (dr[k] - inner) * scale : 0.0f;
+    }
+}

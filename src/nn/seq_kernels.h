@@ -1,0 +1,38 @@
+/* Internal: the sequence layers' row and element kernels (layer norm, GELU,
+ * the causal softmax) over plain row-major tensors, OpenMP-parallel where
+ * they take whole tensors, vectorised through ST_MULTIVERSION clones.
+ *
+ * They are the oneDNN backend's own (onednn_seq.c calls them) and stand
+ * alone so that a benchmark can time them beside oneDNN's primitives for
+ * the same work (bench/st-op-candidates).  Every sum over rows that becomes
+ * a parameter gradient runs in a fixed order for a fixed thread count, so a
+ * run repeats bitwise.  Tested against ref_seq.c (tests/test_gpt.c). */
+#ifndef SHMTRAIN_NN_SEQ_KERNELS_H
+#define SHMTRAIN_NN_SEQ_KERNELS_H
+
+#include <stddef.h>
+
+/* y = (x - mean) / sqrt(var + 1e-5) * g + b over each row of x [rows, c];
+ * each row's mean and 1 / std go to stats (2 floats a row). */
+void seq_ln_fwd(float *y, float *stats, const float *x, const float *g, const float *b, long rows, long c);
+
+/* Its backward from dy: dx (NULL: not wanted), dg and db (overwritten),
+ * summed over rows per thread in `partial` and then over threads in thread
+ * order.  partial holds seq_ln_partial_floats(c) floats. */
+void seq_ln_bwd(float *dx, float *dg, float *db, float *partial, const float *x, const float *dy, const float *g,
+                const float *stats, long rows, long c);
+size_t seq_ln_partial_floats(long c);
+
+/* GELU, tanh form: y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); tanh
+ * is kept (count floats) for the backward, which reads it instead of
+ * computing it again. */
+void seq_gelu_fwd(float *y, float *tanh_u, const float *x, long count);
+void seq_gelu_bwd(float *dx, const float *dy, const float *x, const float *tanh_u, long count);
+
+/* Each row i of a t x t matrix replaced by the softmax of its columns
+ * 0..i, zeros right of the diagonal (one sample's one head). */
+void seq_causal_softmax(float *p, long t);
+/* dS = P (dP - rowsum(P dP)) scale, in place of dP, zeros right of the diagonal. */
+void seq_causal_softmax_bwd(float *ds, const float *p, long t, float scale);
+
+#endif
