@@ -3,7 +3,9 @@
  * The backend is split by job:
  *   onednn_context.c  the registry (every memory, primitive and descriptor
  *                     the net owns) and the plumbing every layer uses:
- *                     descriptors, reorders, delivering gradients, op lists
+ *                     descriptors and their layouts, choosing a kernel,
+ *                     delivering gradients, op lists
+ *   onednn_reorder.c  reorders, each checked once when it is made
  *   onednn_weights.c  convolution and inner product (forward, backward-data,
  *                     backward-weights; the plain-weights and nhwc choices)
  *   onednn_pool.c     pooling: the C 2x2 max-pool and oneDNN pooling
@@ -14,7 +16,8 @@
  *                     flatten, add
  *   onednn_seq.c      the sequence layers: embeddings, layer norm,
  *                     attention, GELU, the tied head (C steps over plain
- *                     [rows, C] tensors, matrix products through dnnl_sgemm)
+ *                     [rows, C] tensors, matrix products through dnnl_sgemm;
+ *                     the row kernels in seq_kernels.c)
  *   onednn_plan.c     the build (one builder per layer kind), the executor,
  *                     teardown, and the backend's function table
  *
@@ -41,7 +44,8 @@
  * pass.  Switches for comparison: SHMTRAIN_ONEDNN_NO_CHUNKS=1,
  * SHMTRAIN_ONEDNN_NO_BWD_CHUNKS=1, SHMTRAIN_ONEDNN_BRGCONV=1 (see
  * dn_conv_avoid), SHMTRAIN_ONEDNN_IP_ANY=1 (see plain_weights),
- * SHMTRAIN_ONEDNN_POOL=1 (oneDNN's pooling instead of maxpool2.c).
+ * SHMTRAIN_ONEDNN_POOL=1 (oneDNN's pooling instead of maxpool2.c),
+ * SHMTRAIN_ONEDNN_LAYERNORM=1 (oneDNN's layer norm instead of seq_kernels.c's).
  *
  * Precision bf16 (st_net_config.precision): a layer whose row in the layer
  * table says so computes in bf16 (onednn_weights.c): its source, weights and
@@ -53,9 +57,12 @@
  * every backward pass that had to fall back from the forward's layouts, and
  * the kernel each layer got.
  *
- * Ownership: everything made through dn_mem_new, dn_prim_new and the pd_new
- * helpers belongs to the net's registry (struct onednn_net) and goes with
- * it; an onednn_node owns its op lists and its C buffers.
+ * Ownership: everything made through dn_mem_new, dn_prim_new, dn_pd_keep
+ * and the descriptor helpers (dn_md_tag and the ones built on it,
+ * dn_md_like) belongs to the net's registry (struct onednn_net) and goes
+ * with it; a descriptor queried from a primitive descriptor or a memory is
+ * borrowed from it (oneDNN 3 hands out handles), so struct dn_tensor keeps
+ * its memory's own.  An onednn_node owns its op lists and its C buffers.
  */
 #ifndef SHMTRAIN_NN_ONEDNN_INTERNAL_H
 #define SHMTRAIN_NN_ONEDNN_INTERNAL_H

@@ -4,11 +4,9 @@
  *
  * Matrix products: the linear layers' and the head's through dnnl_sgemm,
  * attention's per sample and head through causal.c's kernels, which skip
- * what the causal mask discards (half of each product).  Layer norm, GELU,
- * the softmax and the embeddings are C loops, OpenMP-parallel and
- * vectorised: oneDNN 2.6.3's layer norm is a generic C++ kernel (its jit
- * one came in 2.7), its AVX2 GELU ran at 5 ns an element here (this one at
- * 1.6), and the embeddings are gathers.  Every sum over rows that becomes a parameter
+ * what the causal mask discards (half of each product).  Layer norm, GELU
+ * and the softmax are seq_kernels.c's C kernels (it says why not oneDNN's),
+ * the embeddings C gathers.  Every sum over rows that becomes a parameter
  * gradient is reduced in a fixed order for a fixed thread count, so a run
  * repeats bitwise.  Tested against ref_seq.c (tests/test_gpt.c).
  */
