@@ -220,6 +220,47 @@ static void check_layer(const struct layer_case *c, int batch, int threads, uint
     st_model_destroy(m);
 }
 
+/* SHMTRAIN_BF16_ANY_ISA: every bf16 layer on oneDNN's reference kernel (the
+ * engine's choice, dn_pd_keep; on a CPU with the instructions the jit ones
+ * come first, and on one without they would fault), and without it, where
+ * the CPU has native bf16, never the reference. */
+static void test_any_isa_takes_reference_kernels(void **state)
+{
+    (void)state;
+    const char *was = getenv("SHMTRAIN_BF16_ANY_ISA");
+    char *saved = was ? strdup(was) : NULL;
+    unsetenv("SHMTRAIN_BF16_ANY_ISA");
+    const bool native = st_nn_bf16_supported();
+    st_model *m = parse("input 8 8 8\nconv 16 k3 p1\nflatten\nlinear 10\n");
+    const st_net_config cfg = {.batch = 2, .precision = ST_DTYPE_BF16};
+    for (int any_isa = native ? 0 : 1; any_isa <= 1; any_isa++) {
+        if (any_isa)
+            setenv("SHMTRAIN_BF16_ANY_ISA", "1", 1);
+        if (!st_nn_bf16_supported()) {
+            print_message("skipped: no native bf16 here, and the reference kernels need tests/bf16_any_isa.c\n");
+            break;
+        }
+        st_net *n = NULL;
+        assert_int_equal(st_net_create(&n, m, &cfg), ST_OK);
+        const int bf16_nodes[] = {1, 3};  /* the convolution and the linear layer */
+        for (int k = 0; k < 2; k++) {
+            char line[256];
+            describe_node(n, bf16_nodes[k], line, sizeof line);
+            if (!strstr(line, "bf16: "))
+                fail_msg("node %d does not compute in bf16: %s", bf16_nodes[k], line);
+            if ((strstr(line, "ref") != NULL) != any_isa)
+                fail_msg("%s: node %d's kernels %s", any_isa ? "SHMTRAIN_BF16_ANY_ISA" : "native", bf16_nodes[k], line);
+        }
+        st_net_destroy(n);
+    }
+    if (saved)
+        setenv("SHMTRAIN_BF16_ANY_ISA", saved, 1);
+    else
+        unsetenv("SHMTRAIN_BF16_ANY_ISA");
+    free(saved);
+    st_model_destroy(m);
+}
+
 /* Convolutions (strided, padded, without bias) and inner products (on
  * features, and on a sequence's rows after an embedding): every pass. */
 static void test_layers_against_the_reference(void **state)
@@ -338,6 +379,7 @@ int main(void)
         cmocka_unit_test(test_layers_against_the_reference),
         cmocka_unit_test(test_rule),
         cmocka_unit_test(test_chains),
+        cmocka_unit_test(test_any_isa_takes_reference_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

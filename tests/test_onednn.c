@@ -195,10 +195,34 @@ static void test_two_step_reorders_land_right(void **state)
     weight_reorders_land_right(true);
 }
 
+/* A layout rebuilt with another batch and data type (oneDNN 3 has no
+ * setters): the same strides and blocks as a fresh descriptor of that
+ * tag, dims and type, for plain, permuted and blocked layouts. */
+static void test_md_like_keeps_the_layout(void **state)
+{
+    (void)state;
+    st_model *m;
+    st_net *n = small_net(&m);
+    static const dnnl_format_tag_t tags[] = {dnnl_abcd, dnnl_acdb, dnnl_aBcd16b, dnnl_aBcd8b, dnnl_ABcd16b16a};
+    for (size_t t = 0; t < sizeof tags / sizeof *tags; t++) {
+        dnnl_memory_desc_t from = md_of(64, 20, 7, 5, dnnl_f32, tags[t]), want = md_of(16, 20, 7, 5, dnnl_bf16, tags[t]),
+                           same = md_of(64, 20, 7, 5, dnnl_bf16, tags[t]);
+        const_dnnl_memory_desc_t got, got_same;
+        assert_int_equal(dn_md_like(n, &got, from, 16, dnnl_bf16), ST_OK);
+        assert_int_equal(dn_md_like(n, &got_same, from, 0, dnnl_bf16), ST_OK);
+        if (!dn_same(got, want) || !dn_same(got_same, same))
+            fail_msg("dn_md_like changed the layout of %s", dnnl_fmt_tag2str(tags[t]));
+        dnnl_memory_desc_destroy(from), dnnl_memory_desc_destroy(want), dnnl_memory_desc_destroy(same);
+    }
+    st_net_destroy(n);
+    st_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_offsets),
+        cmocka_unit_test(test_md_like_keeps_the_layout),
         cmocka_unit_test(test_reorder_check_says_no_to_a_wrong_reorder),
         cmocka_unit_test(test_weight_reorders_land_right),
         cmocka_unit_test(test_two_step_reorders_land_right),
