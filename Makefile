@@ -5,6 +5,9 @@
 #   make            install missing packages, configure and build (build/)
 #   make test       build and run the whole ctest suite
 #   make asan       the same suite under AddressSanitizer + UBSan (build-asan/)
+#   make fuzz       search every parser with libFuzzer (clang; build-fuzz/) for
+#                   FUZZ_SECONDS each (default 60); a crash fails and is kept in
+#                   build-fuzz/crashes/ (copy it to tests/fuzz/regressions/)
 #   make bench      run the benchmarks (bench/README.md)
 #   make install    install libraries, headers, binaries, pkg-config and CMake files
 #                   (PREFIX=/usr/local)
@@ -24,8 +27,10 @@ CMAKE_ARGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DSHMTRAIN_WERROR=$(WERROR) \
              -DSHMTRAIN_SANITIZE=$(SANITIZE)
 
 RUN_ARGS ?=
+FUZZ_SECONDS ?= 60
+FUZZERS ?= model ckpt idx cifar text placement
 
-.PHONY: all deps build test asan bench run install clean
+.PHONY: all deps build test asan fuzz bench run install clean
 
 all: build
 
@@ -42,6 +47,12 @@ test: build
 asan:
 	@$(MAKE) --no-print-directory test BUILD=build-asan BUILD_TYPE=RelWithDebInfo \
 	  SANITIZE=address,undefined
+
+fuzz:
+	@scripts/install-deps.sh --fuzz
+	@cmake -S tests/fuzz -B build-fuzz -DCMAKE_C_COMPILER=clang >/dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+	@tests/fuzz/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS) $(FUZZERS)
 
 bench: deps
 	@scripts/install-deps.sh --bench

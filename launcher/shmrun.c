@@ -371,11 +371,16 @@ static int run_job(const st_topo *topo, const st_plan *plan, const struct option
                 fprintf(stderr, "shmrun: all %d instance%s exited 0 in %.1f s\n", a.world,
                         a.world == 1 ? "" : "s", a.seconds);
             rc = reported ? 0 : 1;
+        } else if (a.user_signal) {  /* asked to stop: not a failure, and not restarted */
+            fprintf(stderr, "\nshmrun: job %s stopped by %s (exit %d)\n", job, strsignal(a.user_signal),
+                    128 + a.user_signal);
+            gang_print_summary(stderr, plan, &a, job);
+            rc = 128 + a.user_signal;
         } else {
             fprintf(stderr, "\nshmrun: job %s FAILED (attempt %d of %d)\n", job, attempt + 1,
                     o->max_restarts + 1);
             gang_print_summary(stderr, plan, &a, job);
-            rc = a.user_signal ? 128 + a.user_signal : 1;
+            rc = 1;
         }
         bool retry = !ok && !a.user_signal && attempt < o->max_restarts;
         attempt_free(&a);

@@ -4,6 +4,7 @@
 #   scripts/install-deps.sh            install anything missing (build + tests + data)
 #   scripts/install-deps.sh --bench    also the benchmark peer: PyTorch 2.13 (CPU) in
 #                                      .deps/torch-venv, else the distribution's python3-torch
+#   scripts/install-deps.sh --fuzz     also clang with libFuzzer (`make fuzz`)
 #   scripts/install-deps.sh --check    list what is missing; exit 1 if anything is
 #
 # oneDNN 3 (3.1 or newer): the distribution's libdnnl-dev where it is that new
@@ -26,12 +27,13 @@ onednn_wheels=("onednn-cpu-gomp==2023.2.0 --hash=sha256:2f22a54d6a890ed14bfa185d
 torch_venv=$root/.deps/torch-venv
 torch_pin=2.13.0+cpu   # a CPU build: a bare `torch` from PyPI brings gigabytes of CUDA
 
-mode=install; bench=0
+mode=install; bench=0; fuzz=0
 for arg in "$@"; do
   case "$arg" in
     --check) mode=check ;;
     --bench) bench=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --fuzz) fuzz=1 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -76,7 +78,7 @@ onednn_source() {
 # PyPI's wheels into .deps/onednn: headers, CMake files, the library (once,
 # not thrice: the wheel stores its two symlinks as copies).
 onednn_from_pypi() {
-  local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+  local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"; trap - RETURN' RETURN
   command -v python3 >/dev/null || apt_install python3
   python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
   echo "install-deps.sh: the distribution's oneDNN is older than $onednn_min ($(candidate libdnnl-dev));" \
@@ -131,6 +133,24 @@ torch_peer() {
   installed python3-torch || apt_install python3-torch libopenblas0-pthread
 }
 
+# Can clang build a libFuzzer program here?  (Debian 12's clang carries
+# libFuzzer; later ones split it into libclang-rt-N-dev.)
+fuzz_works() {
+  command -v clang >/dev/null || return 1
+  local tmp rc=0; tmp=$(mktemp -d)
+  printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' |
+    clang -x c -fsanitize=fuzzer,address,undefined -o "$tmp/fuzz" - 2>/dev/null || rc=1
+  rm -rf "$tmp"
+  return $rc
+}
+fuzz_toolchain() {
+  fuzz_works && return 0
+  installed clang || apt_install clang
+  fuzz_works && return 0
+  apt_install "libclang-rt-$(clang -dumpversion | cut -d. -f1)-dev"
+  fuzz_works || { echo "install-deps.sh: clang cannot build a libFuzzer program here" >&2; exit 1; }
+}
+
 missing=()
 for p in "${required[@]}"; do installed "$p" || missing+=("$p"); done
 onednn=$(onednn_source)
@@ -138,6 +158,7 @@ onednn=$(onednn_source)
 if [ "$mode" = check ]; then
   [ -n "$onednn" ] || missing+=("oneDNN>=$onednn_min (libdnnl-dev, or .deps/onednn)")
   if [ $bench = 1 ] && ! { [ -x "$torch_venv/bin/python" ] || installed python3-torch; }; then missing+=("PyTorch"); fi
+  if [ $fuzz = 1 ] && ! fuzz_works; then missing+=("clang with libFuzzer"); fi
   [ ${#missing[@]} -eq 0 ] && exit 0
   echo "missing: ${missing[*]}"
   exit 1
@@ -153,4 +174,5 @@ if [ -z "$onednn" ]; then
   fi
 fi
 [ $bench = 0 ] || torch_peer
+[ $fuzz = 0 ] || fuzz_toolchain
 [ $updated = 0 ] || echo "install-deps.sh: done"

@@ -6,6 +6,8 @@
 #include <limits.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <float.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -97,12 +99,13 @@ static long whole(const char *flag, const char *v, long min, long max)
 
 #define ONE_BILLION 1000000000L
 
-static float number(const char *flag, const char *v, float min, float max)
+static double number(const char *flag, const char *v, double min, double max)
 {
     char *end;
     errno = 0;
-    float x = strtof(v, &end);
-    if (errno || end == v || *end || !(x >= min && x <= max))
+    double x = strtod(v, &end);
+    /* ERANGE with a tiny result is underflow (1e-400 is 0 to a double): still a number */
+    if ((errno && !(errno == ERANGE && fabs(x) <= DBL_MIN)) || end == v || *end || !(x >= min && x <= max))
         bad("%s '%s': not a number in [%g, %g]", flag, v, (double)min, (double)max);
     return x;
 }
@@ -206,6 +209,11 @@ static int print_version(void)
 
 int main(int argc, char **argv)
 {
+    /* Past a file-size limit (ulimit -f) a write then fails with EFBIG,
+     * which every writer handles (a segment is unlinked, a checkpoint keeps
+     * the previous one); SIGXFSZ's default would kill the process first and
+     * leave its segments in /dev/shm. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc > 1 && !strcmp(argv[1], "sample"))
         return sample_main(argc - 1, argv + 1);
     if (argc == 2 && !strcmp(argv[1], "--version"))

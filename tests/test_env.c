@@ -132,6 +132,26 @@ static void test_incomplete_or_contradictory(void **state)
     env(ST_ENV_SLURM_RANK, "1", ST_ENV_SLURM_WORLD_SIZE, "8", ST_ENV_SLURM_NODE, "2", ST_ENV_SLURM_TASKS_PER_NODE,
         "4(x2)", NULL);
     expect_error("does not give node 2's task count");
+    /* Malformed run-length lists were read as far as they made sense. */
+    const char *malformed[] = {"2,,2", "2(x1),", ",2", "2(x0)", "2(1)", "2(x2", "4294967298", "2(x4294967298)", "-2",
+                               "2x", "2(x2)3"};
+    for (size_t i = 0; i < sizeof malformed / sizeof *malformed; i++) {
+        env(ST_ENV_SLURM_RANK, "0", ST_ENV_SLURM_WORLD_SIZE, "2", ST_ENV_SLURM_NODE, "0", ST_ENV_SLURM_NODES, "1",
+            ST_ENV_SLURM_TASKS_PER_NODE, malformed[i], NULL);
+        expect_error("does not give node 0's task count");
+    }
+    env(ST_ENV_SLURM_RANK, "1", ST_ENV_SLURM_WORLD_SIZE, "8", ST_ENV_SLURM_NODE, "5", ST_ENV_SLURM_NODES, "2",
+        ST_ENV_SLURM_TASKS_PER_NODE, "2(x6)", NULL);
+    expect_error("SLURM_NODEID=5 is not below SLURM_NNODES=2");
+    env(ST_ENV_SLURM_RANK, "1", ST_ENV_SLURM_WORLD_SIZE, "8", ST_ENV_SLURM_NODE, "1", ST_ENV_SLURM_NODES, "2",
+        ST_ENV_SLURM_TASKS_PER_NODE, "2(x6)", NULL);
+    expect_error("lists 6 nodes, SLURM_NNODES=2");
+    /* Found by fuzz_placement: a list of fewer tasks than the world. */
+    env(ST_ENV_SLURM_RANK, "0", ST_ENV_SLURM_WORLD_SIZE, "2", ST_ENV_SLURM_NODES, "1", ST_ENV_SLURM_TASKS_PER_NODE, "1",
+        NULL);
+    expect_error("lists 1 tasks, SLURM_NTASKS=2");
+    env(ST_ENV_SLURM_RANK, "0", ST_ENV_SLURM_WORLD_SIZE, "4", ST_ENV_SLURM_TASKS_PER_NODE, "2(x2)", NULL);
+    expect_error("lists 2 nodes but SLURM_NODEID is not set");
     /* shmrun inside a multi-process MPI job: every process would start a gang. */
     env(ST_ENV_RANK, "1", ST_ENV_WORLD_SIZE, "4", ST_ENV_OMPI_RANK, "0", ST_ENV_OMPI_WORLD_SIZE, "2", NULL);
     expect_error("shmrun inside a job of 2 mpirun processes");

@@ -10,6 +10,7 @@
 #ifndef SHMTRAIN_CKPT_H
 #define SHMTRAIN_CKPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,6 +44,23 @@ st_status st_ckpt_write(const char *path, const st_ckpt *c);
  * On success *c owns its arrays: release with st_ckpt_free. */
 st_status st_ckpt_read(const char *path, st_ckpt *c);
 void st_ckpt_free(st_ckpt *c);
+
+/* What a reader of a checkpoint (resume, sampling) needs it to hold.  A
+ * file's sections are only copied into a model after st_ckpt_check has
+ * compared their lengths with these. */
+typedef struct st_ckpt_expect {
+    const char *model_text;   /* the model it must be of; NULL: the one it names */
+    size_t nparams, nbuffers;
+    bool optim;               /* compare the optimizer's kind and state too */
+    uint32_t optim_kind;
+    size_t noptim;
+    int vocab;                /* a language model's vocabulary: the alphabet is required
+                                 and at most this long; 0: no alphabet allowed */
+} st_ckpt_expect;
+
+/* ST_OK, or ST_ERR_MISMATCH / ST_ERR_FORMAT with one line naming `path`
+ * and the section that differs. */
+st_status st_ckpt_check(const st_ckpt *c, const char *path, const st_ckpt_expect *e);
 
 #ifdef __cplusplus
 }

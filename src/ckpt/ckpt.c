@@ -156,9 +156,58 @@ static st_status take_floats(const char *path, const char *what, const uint8_t *
     return ST_OK;
 }
 
+static const char *section_name(uint32_t tag)
+{
+    switch (tag) {
+    case T_MODEL: return "model text";
+    case T_PARAMS: return "parameters";
+    case T_BUFFERS: return "buffers";
+    case T_OPTIM: return "optimizer";
+    case T_STATE: return "training state";
+    default: return "vocabulary";
+    }
+}
+
+static st_status take_section(const char *path, uint32_t tag, const uint8_t *p, uint64_t n, st_ckpt *c)
+{
+    switch (tag) {
+    case T_MODEL:
+        if (memchr(p, '\0', n))
+            return st_fail(ST_ERR_FORMAT, "checkpoint %s: the model text holds a NUL byte", path);
+        if (!(c->model_text = strndup((const char *)p, n)))
+            return st_fail(ST_ERR_NOMEM, "checkpoint %s: out of memory", path);
+        return ST_OK;
+    case T_PARAMS: return take_floats(path, "parameters", p, n, &c->params, &c->nparams);
+    case T_BUFFERS: return take_floats(path, "buffers", p, n, &c->buffers, &c->nbuffers);
+    case T_OPTIM: return take_floats(path, "optimizer", p, n, &c->optim_state, &c->noptim);
+    case T_VOCAB:
+        if (n < 1 || n > 256)
+            return st_fail(ST_ERR_FORMAT, "checkpoint %s: vocabulary section of %llu bytes (1 to 256)", path,
+                           (unsigned long long)n);
+        if (!(c->alphabet = malloc(n)))
+            return st_fail(ST_ERR_NOMEM, "checkpoint %s: out of memory", path);
+        memcpy(c->alphabet, p, n);
+        c->nalphabet = (uint32_t)n;
+        return ST_OK;
+    default: {
+        struct state_section s;
+        if (n != sizeof s)
+            return st_fail(ST_ERR_FORMAT, "checkpoint %s: training state section of %llu bytes, not %zu", path,
+                           (unsigned long long)n, sizeof s);
+        memcpy(&s, p, sizeof s);
+        c->epoch = s.epoch, c->epoch_pos = s.epoch_pos, c->step = s.step, c->seed = s.seed;
+        c->optim_steps = s.optim_steps, c->world_size = s.world_size, c->optim_kind = s.optim_kind;
+        c->best_accuracy = s.best_accuracy, c->elapsed_s = s.elapsed_s;
+        return ST_OK;
+    }
+    }
+}
+
 static st_status parse_sections(const char *path, const uint8_t *p, uint64_t len, st_ckpt *c)
 {
-    bool have[5] = {0};
+    static const uint32_t tags[] = {T_MODEL, T_PARAMS, T_BUFFERS, T_OPTIM, T_STATE, T_VOCAB};
+    enum { REQUIRED = 5 };  /* all but the vocabulary */
+    bool have[sizeof tags / sizeof *tags] = {0};
     while (len >= 12) {
         uint32_t tag;
         uint64_t n;
@@ -168,38 +217,62 @@ static st_status parse_sections(const char *path, const uint8_t *p, uint64_t len
         len -= 12;
         if (n > len)
             return st_fail(ST_ERR_FORMAT, "checkpoint %s: a section runs past the end", path);
-        st_status st = ST_OK;
-        if (tag == T_MODEL) {
-            if (!(c->model_text = strndup((const char *)p, n)))
-                return st_fail(ST_ERR_NOMEM, "checkpoint %s: out of memory", path);
-            have[0] = true;
-        } else if (tag == T_PARAMS) {
-            st = take_floats(path, "parameters", p, n, &c->params, &c->nparams), have[1] = true;
-        } else if (tag == T_BUFFERS) {
-            st = take_floats(path, "buffers", p, n, &c->buffers, &c->nbuffers), have[2] = true;
-        } else if (tag == T_OPTIM) {
-            st = take_floats(path, "optimizer", p, n, &c->optim_state, &c->noptim), have[3] = true;
-        } else if (tag == T_VOCAB && n >= 1 && n <= 256) {
-            if (!(c->alphabet = malloc(n)))
-                return st_fail(ST_ERR_NOMEM, "checkpoint %s: out of memory", path);
-            memcpy(c->alphabet, p, n);
-            c->nalphabet = (uint32_t)n;
-        } else if (tag == T_STATE && n == sizeof(struct state_section)) {
-            struct state_section s;
-            memcpy(&s, p, sizeof s);
-            c->epoch = s.epoch, c->epoch_pos = s.epoch_pos, c->step = s.step, c->seed = s.seed;
-            c->optim_steps = s.optim_steps, c->world_size = s.world_size, c->optim_kind = s.optim_kind;
-            c->best_accuracy = s.best_accuracy, c->elapsed_s = s.elapsed_s;
-            have[4] = true;
+        size_t k = 0;
+        while (k < sizeof tags / sizeof *tags && tags[k] != tag)
+            k++;
+        if (k < sizeof tags / sizeof *tags) {  /* other tags: a later version's, skipped */
+            if (have[k])
+                return st_fail(ST_ERR_FORMAT, "checkpoint %s: the %s section appears twice", path, section_name(tag));
+            have[k] = true;
+            st_status st = take_section(path, tag, p, n, c);
+            if (st != ST_OK)
+                return st;
         }
-        if (st != ST_OK)
-            return st;
         p += n;
         len -= n;
     }
-    for (int i = 0; i < 5; i++)
+    if (len)
+        return st_fail(ST_ERR_FORMAT, "checkpoint %s: %llu bytes after the last section", path,
+                       (unsigned long long)len);
+    for (int i = 0; i < REQUIRED; i++)
         if (!have[i])
-            return st_fail(ST_ERR_FORMAT, "checkpoint %s: a required section is missing", path);
+            return st_fail(ST_ERR_FORMAT, "checkpoint %s: the %s section is missing", path, section_name(tags[i]));
+    return ST_OK;
+}
+
+static bool alphabet_has_repeats(const uint8_t *a, uint32_t n)
+{
+    bool seen[256] = {0};
+    for (uint32_t i = 0; i < n; i++) {
+        if (seen[a[i]])
+            return true;
+        seen[a[i]] = true;
+    }
+    return false;
+}
+
+st_status st_ckpt_check(const st_ckpt *c, const char *path, const st_ckpt_expect *e)
+{
+    if (e->model_text && strcmp(c->model_text, e->model_text) != 0)
+        return st_fail(ST_ERR_MISMATCH, "checkpoint %s was written for another model (use the same --model)", path);
+    if (c->nparams != e->nparams)
+        return st_fail(ST_ERR_MISMATCH, "checkpoint %s: %zu parameters, the model has %zu", path, c->nparams,
+                       e->nparams);
+    if (c->nbuffers != e->nbuffers)
+        return st_fail(ST_ERR_MISMATCH, "checkpoint %s: %zu buffer values (batch-norm statistics), the model has %zu",
+                       path, c->nbuffers, e->nbuffers);
+    if (e->optim && (c->optim_kind != e->optim_kind || c->noptim != e->noptim))
+        return st_fail(ST_ERR_MISMATCH, "checkpoint %s was written with another --optimizer (or momentum)", path);
+    if (!e->vocab && c->nalphabet)
+        return st_fail(ST_ERR_MISMATCH, "checkpoint %s holds a vocabulary: a language model's, not this model's",
+                       path);
+    if (e->vocab && !c->nalphabet)
+        return st_fail(ST_ERR_MISMATCH, "checkpoint %s: no vocabulary: not a language model's checkpoint", path);
+    if (c->nalphabet > (uint32_t)e->vocab)
+        return st_fail(ST_ERR_MISMATCH, "checkpoint %s: its vocabulary has %u symbols, the model's embedding %d",
+                       path, c->nalphabet, e->vocab);
+    if (alphabet_has_repeats(c->alphabet, c->nalphabet))
+        return st_fail(ST_ERR_FORMAT, "checkpoint %s: its vocabulary names a byte twice", path);
     return ST_OK;
 }
 

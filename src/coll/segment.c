@@ -106,7 +106,9 @@ st_status st_segment_create(struct st_segment *s, const char *name, size_t bytes
     s->linked = true;
     st_status st = ST_OK;
     if (ftruncate(fd, (off_t)bytes) != 0) {
-        st = st_fail(ST_ERR_SYS, "shm: ftruncate(%s, %zu) failed: %s", name, bytes, strerror(errno));
+        st = errno == EFBIG ? st_fail(ST_ERR_SYS, "shm: the segment %s of %zu bytes exceeds this process's file-size "
+                                                  "limit (ulimit -f)", name, bytes)
+                            : st_fail(ST_ERR_SYS, "shm: ftruncate(%s, %zu) failed: %s", name, bytes, strerror(errno));
         goto out_unlink;
     }
     /* Allocating every page now, by the owner, turns a full /dev/shm into a

@@ -50,33 +50,49 @@ static bool read_int(const char *name, int min, int *out)
     return true;
 }
 
-/* Slurm's "4(x2),3": tasks per node, run-length coded; the count of node `node`. */
-static int slurm_tasks_on_node(const char *spec, int node)
+/* A whole number in [1, INT_MAX] at *p, digits only; advances *p. */
+static bool count_at(const char **p, long *out)
 {
-    int at = 0;
-    for (const char *p = spec; *p;) {
-        char *end;
-        long count = strtol(p, &end, 10), times = 1;
-        if (end == p || count < 1)
+    if (**p < '0' || **p > '9')
+        return false;
+    char *end;
+    errno = 0;
+    const long v = strtol(*p, &end, 10);
+    if (errno || v < 1 || v > INT_MAX)
+        return false;
+    *p = end;
+    *out = v;
+    return true;
+}
+
+/* Slurm's "4(x2),3": tasks per node, run-length coded; the count of node
+ * `node`, and in *nodes and *tasks how many nodes and tasks the list covers.
+ * -1 for anything but that grammar (an empty element, a trailing comma, a
+ * count past int). */
+static int slurm_tasks_on_node(const char *spec, int node, long *nodes, long *tasks)
+{
+    long at = 0, found = -1, sum = 0;
+    for (const char *p = spec;;) {
+        long count, times = 1;
+        if (!count_at(&p, &count))
             return -1;
-        p = end;
-        if (*p == '(') {
-            if (p[1] != 'x')
+        if (p[0] == '(') {
+            p += 1;
+            if (*p++ != 'x' || !count_at(&p, &times) || *p++ != ')')
                 return -1;
-            times = strtol(p + 2, &end, 10);
-            if (end == p + 2 || *end != ')' || times < 1)
-                return -1;
-            p = end + 1;
         }
-        if (node < at + times)
-            return (int)count;
-        at += (int)times;
-        if (*p == ',')
-            p++;
-        else if (*p)
+        if (found < 0 && node < at + times)
+            found = count;
+        if ((at += times) > INT_MAX || (sum += count * times) > INT_MAX)
+            return -1;
+        if (!*p)
+            break;
+        if (*p++ != ',')
             return -1;
     }
-    return -1;
+    *nodes = at;
+    *tasks = sum;
+    return (int)found;
 }
 
 static st_status read_source(int k, st_placement *pl)
@@ -97,11 +113,25 @@ static st_status read_source(int k, st_placement *pl)
     if (!read_int(s->local_rank, 0, &pl->local_rank) || !read_int(s->local_world, 1, &pl->local_world) ||
         !read_int(s->node, 0, &pl->node) || !read_int(s->nodes, 1, &pl->nodes))
         return ST_ERR_INVALID;
+    if (pl->nodes > 0 && pl->node >= pl->nodes)
+        return st_fail(ST_ERR_INVALID, "environment (%s): %s=%d is not below %s=%d", s->launcher, s->node, pl->node,
+                       s->nodes, pl->nodes);
     if (k == SRUN && set(ST_ENV_SLURM_TASKS_PER_NODE)) {
-        int here = slurm_tasks_on_node(getenv(ST_ENV_SLURM_TASKS_PER_NODE), pl->node < 0 ? 0 : pl->node);
+        long listed = 0, tasks = 0;
+        const char *spec = getenv(ST_ENV_SLURM_TASKS_PER_NODE);
+        int here = slurm_tasks_on_node(spec, pl->node < 0 ? 0 : pl->node, &listed, &tasks);
         if (here < 1)
-            return st_fail(ST_ERR_INVALID, "environment (srun): %s='%s' does not give node %d's task count",
-                           ST_ENV_SLURM_TASKS_PER_NODE, getenv(ST_ENV_SLURM_TASKS_PER_NODE), pl->node);
+            return st_fail(ST_ERR_INVALID, "environment (srun): %s='%s' does not give node %d's task count (expected "
+                                           "counts like 4(x2),3)", ST_ENV_SLURM_TASKS_PER_NODE, spec, pl->node);
+        if (pl->nodes > 0 && listed != pl->nodes)
+            return st_fail(ST_ERR_INVALID, "environment (srun): %s='%s' lists %ld nodes, %s=%d", ST_ENV_SLURM_TASKS_PER_NODE,
+                           spec, listed, ST_ENV_SLURM_NODES, pl->nodes);
+        if (tasks != pl->world)
+            return st_fail(ST_ERR_INVALID, "environment (srun): %s='%s' lists %ld tasks, %s=%d", ST_ENV_SLURM_TASKS_PER_NODE,
+                           spec, tasks, ST_ENV_SLURM_WORLD_SIZE, pl->world);
+        if (listed > 1 && pl->node < 0)
+            return st_fail(ST_ERR_INVALID, "environment (srun): %s='%s' lists %ld nodes but %s is not set",
+                           ST_ENV_SLURM_TASKS_PER_NODE, spec, listed, ST_ENV_SLURM_NODE);
         pl->local_world = here;
     } else if (k == SRUN && pl->nodes > 1) {
         return st_fail(ST_ERR_INVALID, "environment (srun): %d nodes but no %s to say how many tasks each has",

@@ -1,6 +1,7 @@
 /* Objects published read-only in /dev/shm (published.h). */
 #define _GNU_SOURCE
 #include "published.h"
+#include "shmtrain/shmname.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,13 +15,18 @@ st_status published_create(const char *name, size_t bytes, const char *what, voi
 {
     *map = NULL;
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno == EEXIST)
+        return st_fail(ST_ERR_EXISTS, "%s: %s%s already exists: another job uses this job id, or a killed one "
+                                      "left it (remove it or pick another job id)", what, ST_SHM_DIR, name);
     if (fd < 0)
-        return st_fail(errno == EEXIST ? ST_ERR_EXISTS : ST_ERR_SYS, "%s: shm_open(%s) failed: %s", what, name,
-                       strerror(errno));
+        return st_fail(ST_ERR_SYS, "%s: shm_open(%s) failed: %s", what, name, strerror(errno));
     st_status st = ST_OK;
     int rc = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
     void *m = MAP_FAILED;
-    if (rc != 0)
+    if (rc == EFBIG)
+        st = st_fail(ST_ERR_SYS, "%s: the shared %s of %.1f MiB exceeds this process's file-size limit (ulimit -f)",
+                     what, what, bytes / 1048576.0);
+    else if (rc != 0)
         st = st_fail(rc == ENOSPC ? ST_ERR_SHM_SPACE : ST_ERR_SYS,
                      "%s: cannot allocate %.1f MiB in /dev/shm for the shared %s (%s); enlarge it "
                      "(docker run --shm-size=1g)", what, bytes / 1048576.0, what, strerror(rc));

@@ -104,13 +104,30 @@ bool parser_int(const char *tok, char prefix, int *out)
     return true;
 }
 
-void parser_params(struct parser *ps, struct node *nd, size_t weights, size_t bias)
+st_status parser_elements(const struct parser *ps, const char *what, size_t a, size_t b, size_t c, size_t *out)
 {
+    size_t ab, abc;
+    if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc) || abc > MODEL_MAX_TENSOR)
+        return parser_error(ps, "%s: %zu x %zu x %zu elements is more than one tensor may hold (%zu)", what, a, b, c,
+                            MODEL_MAX_TENSOR);
+    *out = abc;
+    return ST_OK;
+}
+
+st_status parser_params(struct parser *ps, struct node *nd, size_t weights, size_t bias)
+{
+    if (weights > MODEL_MAX_TENSOR || bias > MODEL_MAX_TENSOR)
+        return parser_error(ps, "%s: %zu weights is more than one tensor may hold (%zu)", node_kind_name(nd->kind),
+                            weights > bias ? weights : bias, MODEL_MAX_TENSOR);
+    if (weights + bias > MODEL_MAX_PARAMS - ps->m->params)
+        return parser_error(ps, "%s: the model would have %zu + %zu parameters, more than %zu", node_kind_name(nd->kind),
+                            ps->m->params, weights + bias, MODEL_MAX_PARAMS);
     nd->w_off = ps->m->params;
     nd->w_count = weights;
     nd->b_off = nd->w_off + weights;
     nd->b_count = bias;
     ps->m->params += weights + bias;
+    return ST_OK;
 }
 
 static int find_name(const struct parser *ps, const char *name)
@@ -124,11 +141,21 @@ static int find_name(const struct parser *ps, const char *name)
 static st_status parse_save(struct parser *ps, char **tok, int ntok)
 {
     if (ntok != 2 || strlen(tok[1]) >= sizeof ps->names[0])
-        return parser_error(ps, "save: needs one short name (save b0)");
+        return parser_error(ps, "save: needs one name of at most %d characters (save b0)", NAME_LEN - 1);
     if (find_name(ps, tok[1]) >= 0)
         return parser_error(ps, "save: name '%s' is already used", tok[1]);
-    if (ps->nnames == MAX_NAMES)
-        return parser_error(ps, "save: too many names");
+    if (ps->nnames == ps->names_cap) {
+        const int cap = ps->names_cap ? 2 * ps->names_cap : 16;
+        char(*names)[NAME_LEN] = realloc(ps->names, (size_t)cap * sizeof *names);
+        if (names)
+            ps->names = names;
+        int *node = realloc(ps->name_node, (size_t)cap * sizeof *node);
+        if (node)
+            ps->name_node = node;
+        if (!names || !node)
+            return st_fail(ST_ERR_NOMEM, "model: out of memory");
+        ps->names_cap = cap;
+    }
     snprintf(ps->names[ps->nnames], sizeof ps->names[0], "%s", tok[1]);
     ps->name_node[ps->nnames++] = ps->m->n - 1;
     return parser_emit(ps, "save %s", tok[1]);
@@ -166,7 +193,9 @@ st_status parse_add(struct parser *ps, char **tok, int ntok, node_kind kind)
         pj->h = a.h;
         pj->w = a.w;
         pj->fan_in = b.c;
-        parser_params(ps, pj, (size_t)a.c * (size_t)b.c, (size_t)a.c);
+        st_status st = parser_params(ps, pj, (size_t)a.c * (size_t)b.c, (size_t)a.c);
+        if (st != ST_OK)
+            return st;
         skip = ps->m->n - 1;
     } else if (a.c != b.c || a.h != b.h || a.w != b.w) {
         return parser_error(ps, "add %s: shapes differ (%dx%dx%d saved, %dx%dx%d here); use 'add %s proj'",
@@ -281,6 +310,16 @@ st_status parse_line(struct parser *ps, char *line)
     return parser_error(ps, "unknown layer '%s' (known: %ssave block)", tok[0], known);
 }
 
+/* One sample's output of the node, bounded like every tensor (before any
+ * size is formed from it). */
+static st_status check_activation(const struct parser *ps, const struct node *nd)
+{
+    size_t elems;
+    const bool rows = nd->t > 0 && !nd->tokens;
+    return parser_elements(ps, node_kind_name(nd->kind), rows ? (size_t)nd->t : (size_t)nd->c,
+                           rows ? (size_t)nd->c : (size_t)nd->h, rows ? 1 : (size_t)nd->w, &elems);
+}
+
 /* The layers still describe their output as c, h, w (or c, flat); the
  * shape every size is computed from is set from that once per node. */
 static void set_shape(struct node *nd)
@@ -315,7 +354,8 @@ st_status st_model_parse(st_model **out, const char *text, const char *source)
         int before = ps.m ? ps.m->n : 0;
         st = parse_line(&ps, p);
         for (int k = before; st == ST_OK && k < ps.m->n; k++)
-            set_shape(&ps.m->nodes[k]);
+            if ((st = check_activation(&ps, &ps.m->nodes[k])) == ST_OK)
+                set_shape(&ps.m->nodes[k]);
     }
     (void)save;
     if (st == ST_OK && ps.m->n == 0)
@@ -324,6 +364,8 @@ st_status st_model_parse(st_model **out, const char *text, const char *source)
         st = st_fail(ST_ERR_FORMAT, "%s: the model has an input but no layers", ps.source);
 out:
     free(copy);
+    free(ps.names);
+    free(ps.name_node);
     if (st != ST_OK) {
         free(ps.text);
         st_model_destroy(ps.m);

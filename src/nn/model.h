@@ -55,6 +55,11 @@ const char *node_kind_name(node_kind k);
 const char *nn_preset_names(void);
 
 /* Rows a layer's plain activation has per sample: positions, or 1. */
+/* A batch's activation is indexed with int by the kernels: batch x the
+ * largest one-sample activation (attention's scores included) must fit. */
+#define MODEL_MAX_BATCH_TENSOR ((size_t)2147483647)
+size_t model_largest_activation(const st_model *m);
+
 static inline int node_positions(const struct node *nd) { return nd->t > 0 ? nd->t : 1; }
 
 #endif

@@ -95,6 +95,18 @@ void st_model_decay_mask(const st_model *m, uint8_t *mask)
 
 /* ------------------------------------------------------ shapes, types -- */
 
+size_t model_largest_activation(const st_model *m)
+{
+    size_t largest = 1;
+    for (int i = 0; i < m->n; i++) {
+        const struct node *nd = &m->nodes[i];
+        const size_t scores = nd->kind == NODE_ATTENTION ? (size_t)nd->heads * (size_t)nd->t * (size_t)nd->t : 0;
+        const size_t elems = scores > st_shape_elems(&nd->shape) ? scores : st_shape_elems(&nd->shape);
+        largest = elems > largest ? elems : largest;
+    }
+    return largest;
+}
+
 size_t st_shape_elems(const st_shape *s)
 {
     size_t n = 1;

@@ -68,8 +68,12 @@ st_status parse_conv(struct parser *ps, char **tok, int ntok, node_kind kind)
     if ((st = spatial_out(ps, nd, src)) != ST_OK)
         return st;
     nd->c = out;
-    nd->fan_in = src->c * nd->k * nd->k;
-    parser_params(ps, nd, (size_t)out * (size_t)nd->fan_in, nd->bias ? (size_t)out : 0);
+    size_t fan_in, weights;
+    if ((st = parser_elements(ps, "conv: a filter", (size_t)src->c, (size_t)nd->k, (size_t)nd->k, &fan_in)) != ST_OK ||
+        (st = parser_elements(ps, "conv: the weights", (size_t)out, fan_in, 1, &weights)) != ST_OK ||
+        (st = parser_params(ps, nd, weights, nd->bias ? (size_t)out : 0)) != ST_OK)
+        return st;
+    nd->fan_in = (int)fan_in;
     return parser_emit(ps, "conv %d k%d s%d p%d%s", out, nd->k, nd->s, nd->p, nd->bias ? "" : " nobias");
 }
 
@@ -100,15 +104,21 @@ st_status parse_pool(struct parser *ps, char **tok, int ntok, node_kind kind)
     return parser_emit(ps, "%s k%d s%d p%d", tok[0], nd->k, nd->s, nd->p);
 }
 
+/* The source's shape is copied before parser_node: appending may move the
+ * node array, and a pointer into it with it. */
 static st_status add_flatten_if_needed(struct parser *ps)
 {
-    const struct node *src = parser_last(ps);
-    if (src->flat)
+    const struct node src = *parser_last(ps);
+    if (src.flat)
         return ST_OK;
+    size_t features;
+    st_status st = parser_elements(ps, "flatten", (size_t)src.c, (size_t)src.h, (size_t)src.w, &features);
+    if (st != ST_OK)
+        return st;
     struct node *nd = parser_node(ps, NODE_FLATTEN);
     if (!nd)
         return st_fail(ST_ERR_NOMEM, "model: out of memory");
-    nd->c = src->c * src->h * src->w;
+    nd->c = (int)features;
     nd->h = nd->w = 1;
     nd->flat = true;
     return ST_OK;
@@ -139,7 +149,10 @@ st_status parse_linear(struct parser *ps, char **tok, int ntok, node_kind kind)
     nd->flat = true;
     nd->bias = bias;
     nd->fan_in = in_features;
-    parser_params(ps, nd, (size_t)out * (size_t)in_features, bias ? (size_t)out : 0);
+    size_t weights;
+    if ((st = parser_elements(ps, "linear: the weights", (size_t)out, (size_t)in_features, 1, &weights)) != ST_OK ||
+        (st = parser_params(ps, nd, weights, bias ? (size_t)out : 0)) != ST_OK)
+        return st;
     return parser_emit(ps, "linear %d%s", out, bias ? "" : " nobias");
 }
 
@@ -154,8 +167,12 @@ st_status parse_simple(struct parser *ps, char **tok, int ntok, node_kind kind)
     if (kind == NODE_LAYERNORM && !src->flat)
         return parser_error(ps, "layernorm normalises features ([T, C] or flat), but the previous layer's output is an "
                             "image (use batchnorm)");
-    if (kind == NODE_FLATTEN)
-        return src->flat ? parser_error(ps, "flatten: the input is already flat") : add_flatten_if_needed(ps);
+    if (kind == NODE_FLATTEN) {  /* written out: a model may end with it (the implicit one before linear is not) */
+        if (src->flat)
+            return parser_error(ps, "flatten: the input is already flat");
+        st_status st = add_flatten_if_needed(ps);
+        return st != ST_OK ? st : parser_emit(ps, "flatten");
+    }
     float drop = 0;
     if (kind == NODE_DROPOUT) {
         char *end;
@@ -174,12 +191,15 @@ st_status parse_simple(struct parser *ps, char **tok, int ntok, node_kind kind)
     nd->t = t;
     nd->flat = flat;
     nd->drop = drop;
+    st_status st;
     if (kind == NODE_LAYERNORM) {
-        parser_params(ps, nd, (size_t)c, (size_t)c);
+        if ((st = parser_params(ps, nd, (size_t)c, (size_t)c)) != ST_OK)
+            return st;
         return parser_emit(ps, "layernorm");
     }
     if (kind == NODE_BATCHNORM) {
-        parser_params(ps, nd, (size_t)c, (size_t)c);
+        if ((st = parser_params(ps, nd, (size_t)c, (size_t)c)) != ST_OK)
+            return st;
         nd->buf_off = ps->m->buffers;
         ps->m->buffers += 2 * (size_t)c;
         return parser_emit(ps, "batchnorm");
@@ -208,7 +228,12 @@ st_status parse_embed(struct parser *ps, char **tok, int ntok, node_kind kind)
     if (!nd)
         return st_fail(ST_ERR_NOMEM, "model: out of memory");
     nd->vocab = vocab;
-    parser_params(ps, nd, (size_t)vocab * dim, (size_t)t * dim);  /* "bias": the position table */
+    size_t table, positions;  /* "bias": the position table */
+    st_status st;
+    if ((st = parser_elements(ps, "embed: the token table", (size_t)vocab, (size_t)dim, 1, &table)) != ST_OK ||
+        (st = parser_elements(ps, "embed: the position table", (size_t)t, (size_t)dim, 1, &positions)) != ST_OK ||
+        (st = parser_params(ps, nd, table, positions)) != ST_OK)
+        return st;
     return parser_emit(ps, "embed %d %d", vocab, dim);
 }
 
@@ -225,6 +250,10 @@ st_status parse_attention(struct parser *ps, char **tok, int ntok, node_kind kin
         return parser_error(ps, "attention heads %d needs a [T, 3C] input with C a multiple of %d (q, k, v from one "
                             "'linear 3C'); the input is %dx%d", heads, heads, src->t, src->c);
     const int t = src->t, c = src->c / 3;
+    size_t scores;  /* a sample's attention probabilities, kept for the backward pass */
+    st_status st = parser_elements(ps, "attention: the scores", (size_t)heads, (size_t)t, (size_t)t, &scores);
+    if (st != ST_OK)
+        return st;
     struct node *nd = parser_seq_node(ps, NODE_ATTENTION, t, c);
     if (!nd)
         return st_fail(ST_ERR_NOMEM, "model: out of memory");

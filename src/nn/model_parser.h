@@ -14,7 +14,15 @@
 #include "model.h"
 
 #define MAX_TOKENS 8
-#define MAX_NAMES 64
+#define NAME_LEN 32
+
+/* What one model may ask for, refused at the line that asks.  The kernels
+ * and the oneDNN descriptors index one tensor (one sample's activation, one
+ * layer's weights) with int; the whole model's parameters live in one flat
+ * buffer, its gradient in one shared segment and AdamW's two moments beside
+ * it: 2^31 - 1 floats is 8 GiB each, room for GPT-2 XL's 1.56e9. */
+#define MODEL_MAX_TENSOR ((size_t)2147483647)
+#define MODEL_MAX_PARAMS ((size_t)2147483647)
 
 struct parser {
     const char *source;
@@ -23,9 +31,9 @@ struct parser {
     int cap;
     char *text;               /* canonical text being built */
     size_t text_len;
-    char names[MAX_NAMES][32];
-    int name_node[MAX_NAMES];
-    int nnames;
+    char (*names)[NAME_LEN];  /* saved activations, as many as the model saves */
+    int *name_node;
+    int nnames, names_cap;
 };
 
 /* An ST_ERR_FORMAT status naming the source and line. */
@@ -39,8 +47,12 @@ const struct node *parser_last(const struct parser *ps);
 struct node *parser_seq_node(struct parser *ps, node_kind kind, int t, int c);
 /* A positive integer token, optionally after a one-letter prefix ("k3"). */
 bool parser_int(const char *tok, char prefix, int *out);
-/* The node's weights and bias, next in the flat parameter buffer. */
-void parser_params(struct parser *ps, struct node *nd, size_t weights, size_t bias);
+/* The node's weights and bias, next in the flat parameter buffer; refused
+ * past MODEL_MAX_TENSOR / MODEL_MAX_PARAMS. */
+st_status parser_params(struct parser *ps, struct node *nd, size_t weights, size_t bias);
+/* a * b * c as the size of `what`, refused past MODEL_MAX_TENSOR (no
+ * product is formed in int). */
+st_status parser_elements(const struct parser *ps, const char *what, size_t a, size_t b, size_t c, size_t *out);
 /* One line of model text (a block parses its parts through it). */
 st_status parse_line(struct parser *ps, char *line);
 

@@ -151,6 +151,13 @@ st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cf
         return st_fail(ST_ERR_INVALID, "net: precision %s: the oneDNN backend computes in f32 or bf16, the reference "
                                        "in f32 (it is the definition)", st_dtype_name(cfg->precision));
     }
+    const size_t per_sample = model_largest_activation(m);
+    if ((size_t)cfg->batch > MODEL_MAX_BATCH_TENSOR / per_sample) {
+        free(n);
+        return st_fail(ST_ERR_INVALID, "net: batch size %d: an activation of %zu elements a sample would need %zu x %zu, "
+                                       "more than one tensor may hold (%zu); use a smaller --batch-size", cfg->batch,
+                       per_sample, (size_t)cfg->batch, per_sample, MODEL_MAX_BATCH_TENSOR);
+    }
     n->backend = nn_backends[cfg->backend];
     n->batch = cfg->batch;
     n->training = true;

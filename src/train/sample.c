@@ -76,12 +76,16 @@ st_status st_sample(const st_sample_options *o, FILE *out)
     st_status st = st_ckpt_read(o->checkpoint, &c);
     if (st != ST_OK)
         return st;
-    if (!c.nalphabet) {
-        st = st_fail(ST_ERR_FORMAT, "--checkpoint %s: no vocabulary: not a language model's checkpoint",
+    if ((st = st_model_parse(&m, c.model_text, o->checkpoint)) != ST_OK)
+        goto out;
+    if (!st_model_vocab(m)) {
+        st = st_fail(ST_ERR_MISMATCH, "--checkpoint %s: its model reads images, not tokens: nothing to sample",
                      o->checkpoint);
         goto out;
     }
-    if ((st = st_model_parse(&m, c.model_text, o->checkpoint)) != ST_OK)
+    const st_ckpt_expect want = {.nparams = st_model_param_count(m), .nbuffers = st_model_buffer_count(m),
+                                 .vocab = st_model_vocab(m)};
+    if ((st = st_ckpt_check(&c, o->checkpoint, &want)) != ST_OK)
         goto out;
     const int context = st_model_positions(m), vocab = st_model_classes(m);
     const size_t plen = strlen(o->prompt), total = plen + (size_t)o->tokens;
@@ -101,7 +105,11 @@ st_status st_sample(const st_sample_options *o, FILE *out)
     }
     if ((st = encode(&c, o->prompt, seq, &len)) != ST_OK || (st = st_net_create(&net, m, &nc)) != ST_OK)
         goto out;
-    memcpy(st_net_params(net, NULL), c.params, c.nparams * sizeof(float));
+    size_t nparams, nbuffers;  /* the lengths st_ckpt_check compared the file's with */
+    float *params = st_net_params(net, &nparams), *buffers = st_net_buffers(net, &nbuffers);
+    memcpy(params, c.params, nparams * sizeof(float));
+    if (nbuffers)
+        memcpy(buffers, c.buffers, nbuffers * sizeof(float));
     st_net_set_training(net, false);
     uint64_t rng = o->seed * 0x2545f4914f6cdd1dull + 7;
     fputs(o->prompt, out);

@@ -73,18 +73,15 @@ static st_status restore(struct trainer *t, const char *path)
         return st;
     size_t P, B, S;
     float *p = st_net_params(t->net, &P), *b = st_net_buffers(t->net, &B), *s = st_optim_state(t->opt, &S);
-    if (strcmp(c.model_text, st_model_text(t->model)) != 0)
-        st = st_fail(ST_ERR_MISMATCH, "checkpoint %s was written for another model (use the same --model)", path);
-    else if (c.nparams != P || c.nbuffers != B)
-        st = st_fail(ST_ERR_MISMATCH, "checkpoint %s: %zu parameters, the model has %zu", path, c.nparams, P);
-    else if (c.optim_kind != (uint32_t)t->o->optim.kind || c.noptim != S)
-        st = st_fail(ST_ERR_MISMATCH, "checkpoint %s was written with another --optimizer (or momentum)", path);
-    else if (t->text && (c.nalphabet != (uint32_t)st_text_vocab(t->text) ||
+    const st_ckpt_expect want = {.model_text = st_model_text(t->model), .nparams = P, .nbuffers = B, .optim = true,
+                                 .optim_kind = (uint32_t)t->o->optim.kind, .noptim = S,
+                                 .vocab = st_model_vocab(t->model)};
+    if ((st = st_ckpt_check(&c, path, &want)) == ST_OK && t->text && (c.nalphabet != (uint32_t)st_text_vocab(t->text) ||
                          memcmp(c.alphabet, st_text_alphabet(t->text), c.nalphabet)))
         st = st_fail(ST_ERR_MISMATCH, "checkpoint %s: its vocabulary (%u symbols) differs from --text %s's (%d): "
                                       "token ids would mean other characters", path, c.nalphabet,
                      st_text_source(t->text, ST_TEXT_TRAIN), st_text_vocab(t->text));
-    else if (c.seed != t->o->seed)
+    if (st == ST_OK && c.seed != t->o->seed)
         st = st_fail(ST_ERR_MISMATCH, "checkpoint %s was written with --seed %llu, not %llu", path,
                      (unsigned long long)c.seed, (unsigned long long)t->o->seed);
     if (st == ST_OK) {
