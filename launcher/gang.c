@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -82,13 +83,17 @@ static int rank_environment(const st_plan *p, int rank, const struct gang_option
     ENV(ST_ENV_MAX_RESTARTS, false, "%d", o->max_restarts);
     ENV(ST_ENV_LOG_DIR, false, "%s", o->attempt_dir);
     ENV(ST_ENV_HEARTBEAT_FILE, false, "%s", heartbeat);
-    ENV(ST_ENV_GENERIC_RANK, true, "%d", rank);
-    ENV(ST_ENV_GENERIC_WORLD_SIZE, true, "%d", p->ninstances);
-    ENV(ST_ENV_GENERIC_LOCAL_RANK, true, "%d", rank);
-    ENV(ST_ENV_GENERIC_LOCAL_WORLD_SIZE, true, "%d", p->ninstances);
+    /* torchrun's names for the same facts, always: a RANK in shmrun's own
+     * environment cannot be every instance's (and the instance refuses
+     * torchrun's names that disagree with shmrun's). */
+    ENV(ST_ENV_GENERIC_RANK, false, "%d", rank);
+    ENV(ST_ENV_GENERIC_WORLD_SIZE, false, "%d", p->ninstances);
+    ENV(ST_ENV_GENERIC_LOCAL_RANK, false, "%d", rank);
+    ENV(ST_ENV_GENERIC_LOCAL_WORLD_SIZE, false, "%d", p->ninstances);
     ENV("OMP_NUM_THREADS", true, "%d", in->npus);
     ENV("OMP_PLACES", true, "%s", p->logical ? "threads" : "cores");
     ENV("OMP_PROC_BIND", true, "%s", "close");
+    ENV(ST_ENV_LAUNCHER_PID, false, "%d", (int)o->launcher_pid);
     if (rank == 0 && !o->quiet && isatty(STDOUT_FILENO))
         ENV(ST_ENV_CONSOLE_TTY, false, "%s", "1");
 #undef ENV
@@ -120,6 +125,12 @@ static void log_environment(const st_plan *p, const struct gang_options *o)
 static void exec_instance(const st_topo *t, const st_plan *p, int rank,
                           const struct gang_options *o, int out_fd, const sigset_t *orig_mask)
 {
+    /* The instance dies with the launcher: SIGTERM when shmrun's only thread
+     * (the forking one) exits, however it ends; shmtrain then leaves at once
+     * (lifeline.h), anything else by SIGTERM's default.  shmrun may have died
+     * between fork and prctl: then the parent is not it any more. */
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != o->launcher_pid)
+        _exit(126);
     setpgid(0, 0);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);

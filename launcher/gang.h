@@ -29,6 +29,7 @@ struct gang_options {
     double grace_s;
     double stall_timeout_s;   /* stop the gang for a rank stopped or silent this long; 0 = never */
     FILE *launcher_log;
+    pid_t launcher_pid;       /* this shmrun: each instance dies with it */
 };
 
 struct rank_result {

@@ -17,6 +17,7 @@
 #include "mpirun_cmd.h"
 #include "sweep_run.h"
 #include "shmtrain/coll.h"
+#include "shmtrain/env.h"
 #include "shmtrain/topo.h"
 
 #define SHMRUN_VERSION "0.1.0"
@@ -355,7 +356,8 @@ static int run_job(const st_topo *topo, const st_plan *plan, const struct option
         struct gang_options g = {.argv = o->argv, .job_id = job, .attempt_dir = adir,
                                  .restart_count = attempt, .max_restarts = o->max_restarts,
                                  .tee_all = o->tee_all, .quiet = o->quiet, .grace_s = o->grace_s,
-                                 .stall_timeout_s = o->stall_timeout_s, .launcher_log = log};
+                                 .stall_timeout_s = o->stall_timeout_s, .launcher_log = log,
+                                 .launcher_pid = getpid()};
         struct attempt a;
         fprintf(log, "-- attempt %d of %d\n", attempt + 1, o->max_restarts + 1);
         if (gang_run(topo, plan, &g, &a) != 0)
@@ -437,9 +439,28 @@ static int sweep(struct options *o, const st_topo *topo)
     return sweep_main(topo, &o->sweep);
 }
 
+/* shmrun started inside another launcher's world of several processes
+ * (mpirun -n 2 shmrun ..., or by a shmrun instance): each of them would
+ * start a gang of its own.  A world of one around it (srun -n1) is fine. */
+static bool inside_another_world(void)
+{
+    st_placement pl;
+    if (st_placement_from_env(&pl) != ST_OK) {
+        fprintf(stderr, "shmrun: %s\n", st_last_error());
+        return true;
+    }
+    if (pl.world > 1)
+        fprintf(stderr, "shmrun: started by %s as rank %d of %d: each of the %d would start a gang of its own; run "
+                        "the program under %s directly, or shmrun alone\n", pl.launcher, pl.rank, pl.world, pl.world,
+                pl.launcher);
+    return pl.world > 1;
+}
+
 int main(int argc, char **argv)
 {
     struct options o = parse(argc, argv);
+    if (!o.dry_run && !o.print_mpirun && inside_another_world())
+        return 2;
     st_topo *topo = NULL;
     st_plan *plan = NULL;
     if (st_topo_create(&topo, o.topo_kind, o.topo_arg) != ST_OK) {

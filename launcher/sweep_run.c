@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -308,10 +309,14 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
 
 static int run_child(char **argv)
 {
+    const pid_t sweep = getpid();
     pid_t pid = fork();
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        /* A run's shmrun dies with the sweep, its gang with it (gang.c). */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != sweep)
+            _exit(126);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         execv(argv[0], argv);

@@ -17,6 +17,7 @@
 #include "shmtrain/env.h"
 #include "shmtrain/nn.h"
 #include "shmtrain/text.h"
+#include "shmtrain/lifeline.h"
 #include "shmtrain/train.h"
 
 static void usage(FILE *f)
@@ -118,32 +119,53 @@ static double number(const char *flag, const char *v, double min, double max)
  * mlp runs on plain inner-product weights, 0 of 5 with the same handler on
  * an alternate stack.  Blocking the signals before any thread exists makes
  * every OpenMP and oneDNN thread inherit the mask. */
+struct signal_watch {
+    sigset_t set;
+    pid_t launcher;  /* st_lifeline_launcher(); 0: none to die with */
+};
+
+/* The first SIGINT/SIGTERM/SIGHUP asks for a stop after the step (a checkpoint,
+ * exit 130); a second kills, as it would by default.  With a launcher, the
+ * thread also wakes every ST_LIFELINE_POLL_MS to see whether it is still
+ * there, and a SIGTERM that comes after its death (shmrun's death signal)
+ * is no request to stop cleanly: there is nobody left to report to. */
 static void *signal_thread(void *arg)
 {
-    const sigset_t *set = arg;
-    int sig;
-    if (sigwait(set, &sig) != 0)
+    const struct signal_watch *w = arg;
+    const struct timespec poll = {0, ST_LIFELINE_POLL_MS * 1000000L};
+    for (int requests = 0;;) {
+        const int sig = sigtimedwait(&w->set, NULL, w->launcher ? &poll : NULL);
+        if (st_lifeline_broken(w->launcher))
+            st_lifeline_leave(w->launcher);
+        if (sig < 0)
+            continue;  /* the poll's timeout, or EINTR */
+        if (requests++ == 0) {
+            st_train_request_stop();
+            continue;
+        }
+        signal(sig, SIG_DFL);
+        pthread_sigmask(SIG_UNBLOCK, &w->set, NULL);
+        raise(sig);
         return NULL;
-    st_train_request_stop();
-    if (sigwait(set, &sig) != 0)
-        return NULL;
-    /* A second one kills, as it would by default. */
-    signal(sig, SIG_DFL);
-    pthread_sigmask(SIG_UNBLOCK, set, NULL);
-    raise(sig);
-    return NULL;
+    }
 }
 
 static void take_signals_in_a_thread(void)
 {
-    static sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    int err = pthread_sigmask(SIG_BLOCK, &set, NULL);
+    static struct signal_watch w;
+    sigemptyset(&w.set);
+    sigaddset(&w.set, SIGINT);
+    sigaddset(&w.set, SIGTERM);
+    /* The kernel's SIGHUP to a stopped instance whose launcher died (its
+     * process group is orphaned), followed by SIGCONT: leave cleanly too. */
+    sigaddset(&w.set, SIGHUP);
+    w.launcher = st_lifeline_launcher();
+    if (st_lifeline_broken(w.launcher))  /* gone before this process got here */
+        st_lifeline_leave(w.launcher);
+    int err = pthread_sigmask(SIG_BLOCK, &w.set, NULL);
     pthread_t t;
     if (!err)
-        err = pthread_create(&t, NULL, signal_thread, &set);
+        err = pthread_create(&t, NULL, signal_thread, &w);
     if (!err)
         err = pthread_detach(t);
     if (err) {

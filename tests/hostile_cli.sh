@@ -8,18 +8,7 @@ tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"; rm -f /dev/shm/shmtrain.$(id -u).hostile-$$.*' EXIT
 failed=0
 
-expect() { # name rc fragment -- command...
-  name=$1 want_rc=$2 fragment=$3; shift 4
-  "$@" >"$tmp/out" 2>&1
-  rc=$?
-  if [ "$rc" != "$want_rc" ] || ! grep -q -- "$fragment" "$tmp/out"; then
-    echo "FAIL $name: rc $rc (want $want_rc), output:"; sed 's/^/    /' "$tmp/out"
-    echo "    (wanted a line with: $fragment)"
-    failed=1
-  else
-    echo "ok   $name: rc $rc, $(grep -m1 -- "$fragment" "$tmp/out")"
-  fi
-}
+. "$(dirname "$0")/cli_expect.sh"
 
 # A file-size limit below the collective segment: SIGXFSZ killed the
 # instance (rc 153) and left the segment behind.

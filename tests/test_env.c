@@ -83,8 +83,8 @@ static void test_each_launcher(void **state)
         ST_ENV_GENERIC_LOCAL_WORLD_SIZE, "2", ST_ENV_TORCH_NODE, "1", NULL);
     p = placed();
     expect(&p, "torchrun", 3, 4, 1, 2, 1, -1);
-    /* shmrun's own torchrun names, a user's RANK kept by it: shmrun's win. */
-    env(ST_ENV_RANK, "1", ST_ENV_WORLD_SIZE, "2", ST_ENV_GENERIC_RANK, "7", ST_ENV_GENERIC_WORLD_SIZE, "9", NULL);
+    /* shmrun's own torchrun names agree with its SHMTRAIN_* ones. */
+    env(ST_ENV_RANK, "1", ST_ENV_WORLD_SIZE, "2", ST_ENV_GENERIC_RANK, "1", ST_ENV_GENERIC_WORLD_SIZE, "2", NULL);
     p = placed();
     expect(&p, "shmrun", 1, 2, 1, 2, 0, 1);
     /* shmrun started by a one-task srun or mpirun is fine. */
@@ -155,6 +155,9 @@ static void test_incomplete_or_contradictory(void **state)
     /* shmrun inside a multi-process MPI job: every process would start a gang. */
     env(ST_ENV_RANK, "1", ST_ENV_WORLD_SIZE, "4", ST_ENV_OMPI_RANK, "0", ST_ENV_OMPI_WORLD_SIZE, "2", NULL);
     expect_error("shmrun inside a job of 2 mpirun processes");
+    /* shmrun's names beside torchrun's that disagree: which one ran? */
+    env(ST_ENV_RANK, "0", ST_ENV_WORLD_SIZE, "1", ST_ENV_GENERIC_RANK, "1", ST_ENV_GENERIC_WORLD_SIZE, "2", NULL);
+    expect_error("SHMTRAIN_RANK=0 SHMTRAIN_WORLD_SIZE=1 (shmrun) but RANK=1 WORLD_SIZE=2 (torchrun): the two");
     env(NULL);
 }
 

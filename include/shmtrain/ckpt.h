@@ -40,6 +40,12 @@ typedef struct st_ckpt {
 /* Write atomically.  The arrays are borrowed. */
 st_status st_ckpt_write(const char *path, const st_ckpt *c);
 
+/* From another thread, as the process is about to exit: remove the
+ * temporary file of a write in progress, so that nothing half-written is
+ * left beside the previous checkpoint (which a write only replaces by its
+ * final rename). */
+void st_ckpt_abandon_write(void);
+
 /* Read and verify (magic, version, length, checksum, required sections).
  * On success *c owns its arrays: release with st_ckpt_free. */
 st_status st_ckpt_read(const char *path, st_ckpt *c);

@@ -18,10 +18,12 @@
  *   SHMTRAIN_LOG_DIR               this attempt's log directory  train (metrics)
  *   SHMTRAIN_HEARTBEAT_FILE        where to publish progress     coll (heartbeat)
  *   SHMTRAIN_CONSOLE_TTY           "1": rank 0 may draw bars     train
- *   RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE   torchrun's names, unless set
+ *   SHMTRAIN_LAUNCHER_PID          shmrun's pid: die with it     train (lifeline)
+ *   RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE   torchrun's names (always)
  *   OMP_NUM_THREADS OMP_PLACES OMP_PROC_BIND      OpenMP, unless set
  *
- * One machine today: the local rank and size equal the global ones.
+ * shmrun starts the instances of one machine: the local rank and size equal
+ * the global ones (mpirun and srun span machines, under their own names).
  */
 #ifndef SHMTRAIN_ENV_H
 #define SHMTRAIN_ENV_H
@@ -38,6 +40,7 @@
 #define ST_ENV_LOG_DIR "SHMTRAIN_LOG_DIR"
 #define ST_ENV_HEARTBEAT_FILE "SHMTRAIN_HEARTBEAT_FILE"
 #define ST_ENV_CONSOLE_TTY "SHMTRAIN_CONSOLE_TTY"
+#define ST_ENV_LAUNCHER_PID "SHMTRAIN_LAUNCHER_PID"
 
 /* Fallbacks a program started by another launcher may carry. */
 #define ST_ENV_GENERIC_RANK "RANK"
@@ -50,6 +53,11 @@
  * launcher then waits a moment for the rank that failed first, so the root
  * cause it reports is the real one.  75 is sysexits' EX_TEMPFAIL. */
 #define ST_EXIT_PEER_FAILED 75
+
+/* The exit status of an instance that left because its launcher died
+ * (shmtrain's lifeline, include/shmtrain/lifeline.h).  Nobody is left to
+ * read it but a log or a shell; 76 is sysexits' EX_PROTOCOL. */
+#define ST_EXIT_LAUNCHER_GONE 76
 
 /* Open MPI's and Slurm's names for the same facts (read, never written). */
 #define ST_ENV_OMPI_RANK "OMPI_COMM_WORLD_RANK"

@@ -33,6 +33,7 @@ typedef struct st_run_record {
     char model[256];
     long long params;
     char onednn[32], isa[32];        /* shmtrain's; "" otherwise */
+    char launcher[16];               /* whose variables placed the instances: shmrun, mpirun, srun, torchrun, none */
     char torch[32];                  /* the PyTorch peer's; "" otherwise */
     char allreduce_dtype[8];         /* the gradient exchange: "f32", "bf16"; "" when not said */
     char precision[8];               /* compute: "f32", "bf16" (mixed); "" when not said */

@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -88,11 +89,33 @@ static void remove_stale_temporaries(const char *path)
     closedir(dh);
 }
 
+/* The write in progress, for st_ckpt_abandon_write: the path is set before
+ * the flag, and the flag cleared before the function returns. */
+static char writing_path[4096];
+static atomic_bool writing;
+
+void st_ckpt_abandon_write(void)
+{
+    if (atomic_load(&writing))
+        unlink(writing_path);
+}
+
+static st_status write_file(const char *path, const char *tmp, const st_ckpt *c);
+
 st_status st_ckpt_write(const char *path, const st_ckpt *c)
 {
     remove_stale_temporaries(path);
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    snprintf(writing_path, sizeof writing_path, "%s", tmp);
+    atomic_store(&writing, true);
+    const st_status st = write_file(path, tmp, c);
+    atomic_store(&writing, false);
+    return st;
+}
+
+static st_status write_file(const char *path, const char *tmp, const st_ckpt *c)
+{
     struct out o = {.f = fopen(tmp, "wb"), .crc = crc32(0, NULL, 0)};
     if (!o.f)
         return st_fail(ST_ERR_IO, "checkpoint %s: cannot create %s: %s", path, tmp, strerror(errno));

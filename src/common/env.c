@@ -151,6 +151,14 @@ static st_status check_nesting(const st_placement *pl, int chosen)
 {
     if (chosen != SHMRUN)
         return ST_OK;
+    /* shmrun writes torchrun's names too (a user's kept): they must agree. */
+    const struct source *torch = &SOURCES[NSOURCES - 1];
+    st_placement named;
+    if (set(torch->rank) && read_source(NSOURCES - 1, &named) == ST_OK &&
+        (named.rank != pl->rank || named.world != pl->world))
+        return st_fail(ST_ERR_INVALID, "environment: %s=%d %s=%d (shmrun) but %s=%d %s=%d (torchrun): the two "
+                                       "launchers' variables disagree; unset one", ST_ENV_RANK, pl->rank,
+                       ST_ENV_WORLD_SIZE, pl->world, torch->rank, named.rank, torch->world, named.world);
     for (int k = MPIRUN; k <= SRUN; k++) {
         st_placement outer;
         if (!set(SOURCES[k].rank) || read_source(k, &outer) != ST_OK || outer.world == 1)

@@ -26,6 +26,7 @@ static void write_run(st_json *j, const st_run_record *r)
     st_json_int(j, "batch_per_instance", r->batch_per_instance);
     optional_string(j, "onednn", r->onednn);
     optional_string(j, "isa", r->isa);
+    optional_string(j, "launcher", r->launcher);
     optional_string(j, "torch", r->torch);
     optional_string(j, "allreduce_dtype", r->allreduce_dtype);
     optional_string(j, "precision", r->precision);
@@ -158,6 +159,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         r->params = (long long)count(line, "params");
         st_json_get_string(line, "onednn", r->onednn, sizeof r->onednn);
         st_json_get_string(line, "isa", r->isa, sizeof r->isa);
+        st_json_get_string(line, "launcher", r->launcher, sizeof r->launcher);
         st_json_get_string(line, "torch", r->torch, sizeof r->torch);
         st_json_get_string(line, "allreduce_dtype", r->allreduce_dtype, sizeof r->allreduce_dtype);
         st_json_get_string(line, "precision", r->precision, sizeof r->precision);

@@ -37,6 +37,7 @@ st_status comm_join(struct train_comm *c, size_t zero_copy_bytes)
     st_status st = st_placement_from_env(&pl);
     if (st != ST_OK)
         return st;
+    snprintf(c->launcher, sizeof c->launcher, "%s", pl.launcher);
     if (!wants_mpi(&pl)) {
         if ((st = st_group_create_from_env(&c->local, &gc)) == ST_OK)
             fill_ranks(c);
@@ -58,6 +59,13 @@ st_status comm_join(struct train_comm *c, size_t zero_copy_bytes)
     c->rank = st_hgroup_rank(c->h);
     c->world = st_hgroup_size(c->h);
     fill_ranks(c);
+    /* Launcher variables set by hand outside mpirun: MPI starts a world of
+     * one (a singleton) where they claim more, and the run would train
+     * alone as if it were the whole job. */
+    if (c->world != pl.world || c->rank != pl.rank)
+        return st_fail(ST_ERR_INVALID, "environment (%s): rank %d of %d, but MPI started rank %d of %d: the variables "
+                                       "are not %s's (set by hand?); start it with %s, or unset them", pl.launcher,
+                       pl.rank, pl.world, c->rank, c->world, pl.launcher, pl.launcher);
     return ST_OK;
 #else
     return st_fail(ST_ERR_INVALID, "train: started by %s (%s of %d ranks), but this shmtrain was built without "

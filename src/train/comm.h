@@ -24,6 +24,7 @@ struct train_comm {
     bool any_thread;          /* another thread may run the collectives (MPI gave SERIALIZED) */
     int rank, world;          /* in the whole job */
     int local_rank, local_world;
+    char launcher[16];        /* whose variables placed it: "shmrun", "mpirun", "srun", "torchrun", "none" */
 };
 
 /* Join the job's group; `zero_copy_bytes` as in st_group_config. */

@@ -189,6 +189,7 @@ void train_run_record(struct trainer *t)
     snprintf(r.u.run.model, sizeof r.u.run.model, "%s", t->o->model);
     st_nn_onednn_version(r.u.run.onednn, sizeof r.u.run.onednn);
     snprintf(r.u.run.isa, sizeof r.u.run.isa, "%s", st_nn_onednn_isa());
+    snprintf(r.u.run.launcher, sizeof r.u.run.launcher, "%s", t->comm.launcher);
     snprintf(r.u.run.allreduce_dtype, sizeof r.u.run.allreduce_dtype, "%s", st_dtype_name(t->o->allreduce_dtype));
     snprintf(r.u.run.precision, sizeof r.u.run.precision, "%s", st_dtype_name(t->o->precision));
     train_record(t, &r);

@@ -1,0 +1,63 @@
+/* The instance's lifeline to its launcher (include/shmtrain/lifeline.h). */
+#define _GNU_SOURCE
+#include "shmtrain/lifeline.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shmtrain/ckpt.h"
+#include "shmtrain/coll.h"
+#include "shmtrain/env.h"
+
+static bool launched_by_another(void)
+{
+    static const char *const RANK_NAMES[] = {ST_ENV_OMPI_RANK, ST_ENV_SLURM_RANK, ST_ENV_GENERIC_RANK};
+    for (size_t i = 0; i < sizeof RANK_NAMES / sizeof *RANK_NAMES; i++) {
+        const char *v = getenv(RANK_NAMES[i]);
+        if (v && *v)
+            return true;
+    }
+    return false;
+}
+
+pid_t st_lifeline_launcher(void)
+{
+    const char *v = getenv(ST_ENV_LAUNCHER_PID);
+    if (v && *v) {
+        char *end;
+        errno = 0;
+        const long pid = strtol(v, &end, 10);
+        /* Not a pid: watch nothing rather than something wrong; the
+         * launcher is shmrun, whose death signal still comes. */
+        return !errno && !*end && pid > 1 && pid <= INT_MAX ? (pid_t)pid : 0;
+    }
+    return launched_by_another() ? getppid() : 0;
+}
+
+bool st_lifeline_broken(pid_t launcher) { return launcher > 0 && getppid() != launcher; }
+
+_Noreturn void st_lifeline_leave(pid_t launcher)
+{
+    st_ckpt_abandon_write();
+    const char *job = getenv(ST_ENV_JOB_ID), *world = getenv(ST_ENV_WORLD_SIZE);
+    if (job && *job)
+        st_segment_cleanup(job, world ? atoi(world) : 1);
+    /* stderr may be a pipe to the dead launcher: EPIPE, not SIGPIPE. */
+    sigset_t pipe_only;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, NULL);
+    const char *rank = getenv(ST_ENV_RANK);
+    char line[160];
+    const int n = snprintf(line, sizeof line, "shmtrain%s%s: the launcher (pid %d) is gone: leaving without a "
+                                              "checkpoint\n", rank ? " rank " : "", rank ? rank : "", (int)launcher);
+    if (n > 0 && write(STDERR_FILENO, line, (size_t)n) < 0) {
+        /* nobody to tell */
+    }
+    _exit(ST_EXIT_LAUNCHER_GONE);
+}
