@@ -8,6 +8,8 @@
 #   make fuzz       search every parser with libFuzzer (clang; build-fuzz/) for
 #                   FUZZ_SECONDS each (default 60); a crash fails and is kept in
 #                   build-fuzz/crashes/ (copy it to tests/fuzz/regressions/)
+#   make mutate     plant each bug of tests/mutants/mutants.txt in a copy of the
+#                   tree and run the suite against it (MUTANTS=regex; ~1 min each)
 #   make bench      run the benchmarks (bench/README.md)
 #   make install    install libraries, headers, binaries, pkg-config and CMake files
 #                   (PREFIX=/usr/local)
@@ -29,8 +31,9 @@ CMAKE_ARGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DSHMTRAIN_WERROR=$(WERROR) \
 RUN_ARGS ?=
 FUZZ_SECONDS ?= 60
 FUZZERS ?= model ckpt idx cifar text placement
+MUTANTS ?=
 
-.PHONY: all deps build test asan fuzz bench run install clean
+.PHONY: all deps build test asan fuzz mutate bench run install clean
 
 all: build
 
@@ -53,6 +56,9 @@ fuzz:
 	@cmake -S tests/fuzz -B build-fuzz -DCMAKE_C_COMPILER=clang >/dev/null
 	@cmake --build build-fuzz -j $(JOBS)
 	@tests/fuzz/run-fuzzers.sh build-fuzz $(FUZZ_SECONDS) $(FUZZERS)
+
+mutate: deps
+	scripts/mutate.py --only '$(MUTANTS)'
 
 bench: deps
 	@scripts/install-deps.sh --bench

@@ -755,6 +755,38 @@ static void test_killed_rank_stops_every_node(void **state)
     printf("mpirun out %.2f s after the kill\n", took);
 }
 
+/* An evaluation scores the test set, every sample once, over however many
+ * instances and whatever the batch (issue 33): its record counts the
+ * predictions.  The synthetic test set has 512 samples; the subsets are and
+ * are not multiples of instances x batch. */
+static void test_evaluation_scores_the_test_set_once(void **state)
+{
+    (void)state;
+    const struct {
+        int instances;
+        const char *batch, *subset;
+        unsigned long long want;
+    } cases[] = {{2, "64", "512", 512}, {2, "64", "500", 500}, {1, "7", "300", 300}, {2, "5", "33", 33},
+                 {2, "16", "40", 40}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char metrics[512];
+        path_of(metrics, sizeof metrics, "metrics.jsonl");
+        unlink(metrics);
+        struct child_run r = train(cases[i].instances, "eval.ckpt",
+                                   (char *[]){"--max-steps", "1", "--batch-size", (char *)cases[i].batch,
+                                              "--test-subset", (char *)cases[i].subset, NULL},
+                                   0);
+        assert_int_equal(r.code, 0);
+        char *text = slurp_or_empty(metrics);
+        const char *eval = strstr(text, "\"type\":\"eval\""), *at = eval ? strstr(eval, "\"predictions\":") : NULL;
+        if (!at || strtoull(at + strlen("\"predictions\":"), NULL, 10) != cases[i].want)
+            fail_msg("%d x batch %s, %s test samples: %s", cases[i].instances, cases[i].batch, cases[i].subset,
+                     at ? at : "no predictions in the eval record");
+        free(text);
+        child_run_free(&r);
+    }
+}
+
 static void test_metrics_file(void **state)
 {
     (void)state;
@@ -832,6 +864,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_two_nodes_equal_one_node_of_two),
         cmocka_unit_test(test_killed_rank_stops_every_node),
         cmocka_unit_test(test_metrics_file),
+        cmocka_unit_test(test_evaluation_scores_the_test_set_once),
         cmocka_unit_test(test_converges_on_fashion_mnist),
     };
     if (argc > 1)

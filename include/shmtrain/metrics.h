@@ -52,6 +52,8 @@ typedef struct st_train_record {
 typedef struct st_eval_record {
     unsigned long long step, epoch;
     double test_loss, test_accuracy, time_s, eval_s;
+    unsigned long long predictions;  /* scored, over all instances: the test samples (a language model:
+                                        validation windows x context), each once */
 } st_eval_record;
 
 #define ST_METRICS_MAX_TARGETS 16

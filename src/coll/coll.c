@@ -171,6 +171,10 @@ static bool bf16_in_zero_copy(const st_group *g, const void *buf, size_t count, 
     return in_zero_copy(g, buf, count * sizeof(st_bf16), off) && *off % sizeof(float) == 0;
 }
 
+/* The one place the direct/ring choice is made: what runs is what is
+ * reported (st_allreduce_algorithm), at every count. */
+static bool uses_direct(const st_group *g, size_t count) { return count * sizeof(float) <= g->cfg.small_bytes; }
+
 const char *st_allreduce_algorithm(const st_group *g, const void *buf, size_t count, st_dtype dtype)
 {
     size_t off;
@@ -178,7 +182,7 @@ const char *st_allreduce_algorithm(const st_group *g, const void *buf, size_t co
         return "none";
     if (dtype == ST_DTYPE_BF16)  /* the zero-copy test of allreduce_bf16 */
         return bf16_in_zero_copy(g, buf, count, &off) ? "slices" : "slices-copy";
-    if (count * sizeof(float) <= g->cfg.small_bytes)
+    if (uses_direct(g, count))
         return "direct";
     return in_zero_copy(g, buf, count * sizeof(float), &off) ? "ring" : "ring-copy";
 }
@@ -204,7 +208,7 @@ static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_
         return ST_OK;
     if (g->world == 1)
         return sg ? run_stage(sg, buf, count, op) : ST_OK;
-    if (count * sizeof(float) <= g->cfg.small_bytes)
+    if (uses_direct(g, count))
         return direct(g, buf, count, op, sg);
 
     size_t off;

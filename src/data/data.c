@@ -36,27 +36,62 @@ struct st_dataset {
 
 /* ------------------------------------------------------------- reading -- */
 
+/* Up to `len` bytes into buf, *done of them read; an error only for
+ * corrupt data (the caller judges a short read). */
+static st_status read_upto(gzFile f, void *buf, size_t len, size_t *done, const char *path, const char *what)
+{
+    *done = 0;
+    while (*done < len) {
+        unsigned chunk = len - *done > (1u << 30) ? (1u << 30) : (unsigned)(len - *done);
+        int r = gzread(f, (char *)buf + *done, chunk), err = Z_OK;
+        const char *msg = r <= 0 ? gzerror(f, &err) : NULL;
+        if (r < 0 || (r == 0 && err != Z_OK && err != Z_STREAM_END))
+            return st_fail(ST_ERR_FORMAT, "%s: corrupt gzip data while reading %s: %s", path, what, msg);
+        if (r == 0)
+            break;
+        *done += (size_t)r;
+    }
+    return ST_OK;
+}
+
 static st_status read_exact(gzFile f, void *buf, size_t len, const char *path, const char *what)
 {
-    size_t done = 0;
-    while (done < len) {
-        unsigned chunk = len - done > (1u << 30) ? (1u << 30) : (unsigned)(len - done);
-        int r = gzread(f, (char *)buf + done, chunk);
-        if (r < 0) {
-            int err;
-            const char *msg = gzerror(f, &err);
-            return st_fail(ST_ERR_FORMAT, "%s: corrupt gzip data while reading %s: %s", path, what, msg);
+    size_t done;
+    st_status st = read_upto(f, buf, len, &done, path, what);
+    if (st == ST_OK && done < len)
+        st = st_fail(ST_ERR_FORMAT, "%s: truncated: expected %zu bytes of %s, found %zu", path, len, what, done);
+    return st;
+}
+
+/* `len` bytes a header claims, into a buffer that grows as they arrive: a
+ * file claiming 20 GB in a few bytes (found by fuzz_idx) costs at most
+ * twice what it holds before it is refused as truncated. */
+static st_status read_claimed(gzFile f, uint8_t **out, size_t len, const char *path, const char *what)
+{
+    size_t cap = len < (1u << 20) ? len : (1u << 20), done = 0, got = 0;
+    uint8_t *buf = malloc(cap ? cap : 1);
+    st_status st = buf ? ST_OK : st_fail(ST_ERR_NOMEM, "%s: out of memory for %s", path, what);
+    while (st == ST_OK && done < len) {
+        if (done == cap) {
+            cap = len - cap < cap ? len : 2 * cap;
+            uint8_t *grown = realloc(buf, cap);
+            if (!grown) {
+                st = st_fail(ST_ERR_NOMEM, "%s: out of memory for %zu bytes of %s", path, len, what);
+                break;
+            }
+            buf = grown;
         }
-        if (r == 0) {
-            int err;
-            const char *msg = gzerror(f, &err);
-            if (err != Z_OK && err != Z_STREAM_END)
-                return st_fail(ST_ERR_FORMAT, "%s: corrupt gzip data while reading %s: %s", path, what, msg);
-            return st_fail(ST_ERR_FORMAT, "%s: truncated: expected %zu bytes of %s, found %zu", path, len,
-                           what, done);
-        }
-        done += (size_t)r;
+        if ((st = read_upto(f, buf + done, cap - done, &got, path, what)) != ST_OK)
+            break;
+        done += got;
+        if (done < cap)
+            st = st_fail(ST_ERR_FORMAT, "%s: truncated: expected %zu bytes of %s, found %zu", path, len, what, done);
     }
+    if (st != ST_OK) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
     return ST_OK;
 }
 
@@ -120,7 +155,9 @@ static st_status expect_end(gzFile f, const char *path, uint32_t items)
     return ST_OK;
 }
 
-static st_status alloc_dataset(st_dataset **out, size_t n, int c, int h, int w, const char *source)
+/* The images and labels are allocated here when `sized` (their size known
+ * from the file's), else left for read_claimed. */
+static st_status alloc_dataset(st_dataset **out, size_t n, int c, int h, int w, const char *source, bool sized)
 {
     if ((size_t)c * h * w > (1u << 24) || n > (1u << 30))
         return st_fail(ST_ERR_FORMAT, "%s: %zu samples of %dx%dx%d is too large", source, n, c, h, w);
@@ -133,6 +170,10 @@ static st_status alloc_dataset(st_dataset **out, size_t n, int c, int h, int w, 
     d->w = w;
     snprintf(d->source, sizeof d->source, "%s", source);
     snprintf(d->label_source, sizeof d->label_source, "%s", source);
+    if (!sized) {
+        *out = d;
+        return ST_OK;
+    }
     d->images = malloc(n * (size_t)c * h * w);
     d->labels = malloc(n);
     if (!d->images || !d->labels) {
@@ -169,11 +210,11 @@ st_status st_dataset_load_idx(st_dataset **out, const char *images_path, const c
         goto out;
     }
     int c = ni == 4 ? (int)di[1] : 1, h = (int)di[ni - 2], w = (int)di[ni - 1];
-    if ((st = alloc_dataset(&d, di[0], c, h, w, images_path)) != ST_OK)
+    if ((st = alloc_dataset(&d, di[0], c, h, w, images_path, false)) != ST_OK)
         goto out;
     snprintf(d->label_source, sizeof d->label_source, "%s", labels_path);
-    if ((st = read_exact(fi, d->images, d->n * (size_t)c * h * w, images_path, "images")) != ST_OK ||
-        (st = read_exact(fl, d->labels, d->n, labels_path, "labels")) != ST_OK ||
+    if ((st = read_claimed(fi, &d->images, d->n * (size_t)c * h * w, images_path, "images")) != ST_OK ||
+        (st = read_claimed(fl, &d->labels, d->n, labels_path, "labels")) != ST_OK ||
         (st = expect_end(fi, images_path, di[0])) != ST_OK || (st = expect_end(fl, labels_path, dl[0])) != ST_OK)
         goto out;
     find_max_label(d);
@@ -203,7 +244,7 @@ st_status st_dataset_load_cifar(st_dataset **out, const char *const *paths, int 
         total += (size_t)sb.st_size / record;
     }
     st_dataset *d = NULL;
-    st_status st = alloc_dataset(&d, total, 3, 32, 32, npaths ? paths[0] : "cifar");
+    st_status st = alloc_dataset(&d, total, 3, 32, 32, npaths ? paths[0] : "cifar", true);
     if (st != ST_OK)
         return st;
     size_t at = 0;

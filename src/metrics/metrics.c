@@ -61,6 +61,7 @@ static void write_eval(st_json *j, const st_eval_record *r)
     st_json_number(j, "test_accuracy", r->test_accuracy, "%.5f");
     st_json_number(j, "time_s", r->time_s, "%.3f");
     st_json_number(j, "eval_s", r->eval_s, "%.3f");
+    st_json_uint(j, "predictions", r->predictions);
 }
 
 static void write_summary(st_json *j, const st_summary_record *r)
@@ -191,6 +192,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         r->test_accuracy = num(line, "test_accuracy");
         r->time_s = num(line, "time_s");
         r->eval_s = num(line, "eval_s");
+        r->predictions = count(line, "predictions");
         break;
     }
     case ST_RECORD_SUMMARY: parse_summary(line, &out->u.summary); break;

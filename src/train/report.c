@@ -88,7 +88,7 @@ void train_log_interval(struct trainer *t, float lr)
 
 /* ---------------------------------------------------------- evaluation -- */
 
-static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out)
+static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out, unsigned long long *predictions)
 {
     const int b = t->o->batch, k = st_model_classes(t->model), positions = st_model_positions(t->model);
     const size_t n = train_eval_samples(t), global = (size_t)t->world * b;
@@ -125,6 +125,7 @@ static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out)
     if (st == ST_OK) {
         *acc_out = sums[2] > 0 ? sums[1] / sums[2] : 0;
         *loss_out = sums[2] > 0 ? sums[0] / sums[2] : 0;
+        *predictions = (unsigned long long)sums[2];  /* exact in float up to 2^24 */
     }
     return st;
 }
@@ -132,8 +133,9 @@ static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out)
 st_status train_eval_and_report(struct trainer *t)
 {
     double acc, loss;
+    unsigned long long predictions = 0;
     double t0 = train_now_s();
-    st_status st = evaluate(t, &acc, &loss);
+    st_status st = evaluate(t, &acc, &loss, &predictions);
     if (st != ST_OK)
         return st;
     const double at = train_now_s() - t->start + t->elapsed_before;
@@ -149,7 +151,7 @@ st_status train_eval_and_report(struct trainer *t)
         }
     train_record(t, &(st_record){.type = ST_RECORD_EVAL,
                            .u.eval = {.step = t->step, .epoch = t->epoch, .test_loss = loss, .test_accuracy = acc,
-                                      .time_s = at, .eval_s = train_now_s() - t0}});
+                                      .time_s = at, .eval_s = train_now_s() - t0, .predictions = predictions}});
     if (t->text)
         train_say(t, "eval  step %llu: validation loss %.4f (%.3f bits per character), next-character accuracy %.2f%% "
                "(%zu windows)\n", (unsigned long long)t->step, loss, loss / log(2.0), 100 * acc, t->eval_count);
