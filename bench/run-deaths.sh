@@ -35,6 +35,7 @@ trial() { # kind n id -> seconds
   launch=("$build/shmrun" -n "$n" --oversubscribe --quiet "${stall[@]}" --job-id "death-$id-$$" --log-dir "$tmp/logs" --)
   [ "$kind" = mpirun ] && launch=(mpirun --oversubscribe -np "$n" -x OMP_NUM_THREADS=1)
   [ "$kind" = mpirun ] && [ "$(id -u)" = 0 ] && launch+=(--allow-run-as-root)
+  mapfile -t vader_before < <(ls /dev/shm | grep '^vader_segment' || true)
   "${launch[@]}" "$build/shmtrain" --model mlp --epochs 1000 --quiet --metrics "$tmp/$id.jsonl" \
     --checkpoint "$tmp/$id.ckpt" --checkpoint-every 5 >/dev/null 2>&1 &
   local launcher=$! t0 victim
@@ -51,6 +52,10 @@ trial() { # kind n id -> seconds
   rm -f "$tmp/$id".*
   leftover=$(ls /dev/shm | grep -c "death-$id-$$" || true)
   [ "$leftover" = 0 ] || echo "run-deaths.sh: $leftover segment(s) of death-$id-$$ left in /dev/shm" >&3
+  # Open MPI's own shared memory: a SIGKILLed mpirun never removes it (its
+  # ranks would at MPI_Finalize); not ours to leave, nor ours to name.
+  [ "$kind" != mpirun ] || comm -13 <(printf '%s\n' "${vader_before[@]}") <(ls /dev/shm | grep '^vader_segment' || true) |
+    sed 's|^|/dev/shm/|' | xargs -r rm -f
 }
 
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $trials trials; seconds from the death to the end"

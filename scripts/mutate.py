@@ -20,6 +20,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -44,17 +45,39 @@ def parse(path):
 
 
 def run(cmd, cwd, log, timeout):
+    """Its exit status; 124 when it ran past `timeout` (a mutant that hangs
+    the collectives), after killing it with everything it started."""
     with open(log, "w") as out:
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            return subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            return p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            out.write(f"\nmutate: killed after {timeout} s\n")
             return 124
 
 
 def copy_tree(work):
+    """The files git would commit (tracked, and untracked ones it does not
+    ignore) into work/src, rewriting only those that differ, so that the
+    copy's build stays incremental between runs."""
     src = os.path.join(work, "src")
-    subprocess.run(["rsync", "-a", "--delete", "--exclude=/build*", "--exclude=/.deps", "--exclude=/.git",
-                    "--exclude=/runs", "--exclude=/shmrun-logs", ROOT + "/", src + "/"], check=True)
+    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           check=True, capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, names):
+        a, b = os.path.join(ROOT, name), os.path.join(src, name)
+        if not os.path.isfile(a):
+            continue
+        with open(a, "rb") as f:
+            data = f.read()
+        if os.path.exists(b):
+            with open(b, "rb") as f:
+                if f.read() == data:
+                    continue
+        os.makedirs(os.path.dirname(b), exist_ok=True)
+        shutil.copyfile(a, b)  # a fresh mtime: make must see the change (copy2 would keep the old one)
+        shutil.copymode(a, b)
     deps = os.path.join(src, ".deps")
     if os.path.isdir(os.path.join(ROOT, ".deps")) and not os.path.exists(deps):
         os.symlink(os.path.join(ROOT, ".deps"), deps)
@@ -72,8 +95,15 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     src, build, logs = copy_tree(a.work), os.path.join(a.work, "build"), os.path.join(a.work, "logs")
     os.makedirs(logs, exist_ok=True)
+    marker = os.path.join(a.work, "mutant-in-progress")
+    if os.path.exists(marker):  # the last run was killed mid-mutant: rebuild that file
+        with open(marker) as f:
+            stale = f.read()
+        if os.path.exists(stale):
+            os.utime(stale)
+        os.unlink(marker)
     build_cmd = ["cmake", "--build", build, "-j", a.jobs]
-    test_cmd = ["ctest", "--test-dir", build, "-j", a.jobs, "--stop-on-failure", "--timeout", "600"]
+    test_cmd = ["ctest", "--test-dir", build, "-j", a.jobs, "--stop-on-failure"]
     if run(["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"], src, os.path.join(logs, "configure"),
            600) or run(build_cmd, src, os.path.join(logs, "build"), 1800):
         sys.exit(f"mutate: the unmutated copy does not build (see {logs}/configure, {logs}/build)")
@@ -87,6 +117,8 @@ def main():
         if text.count(m["original"]) != 1:
             verdict = "stale"
         else:
+            with open(marker, "w") as f:  # a run killed here leaves the mutant's object file behind
+                f.write(path)
             with open(path, "w") as f:
                 f.write(text.replace(m["original"], m["mutated"]))
             log = os.path.join(logs, f"mutant-{m['line']}")
@@ -94,10 +126,12 @@ def main():
                 if run(build_cmd, src, log + ".build", 1800):
                     verdict = "no build"
                 else:
-                    verdict = "killed" if run(test_cmd, src, log + ".test", 1800) else "survived"
+                    # The suite takes 1-2 minutes here; past 6 the mutant has hung it (killed).
+                    verdict = "killed" if run(test_cmd, src, log + ".test", 360) else "survived"
             finally:
                 with open(path, "w") as f:
                     f.write(text)
+                os.unlink(marker)
         counts[verdict] += 1
         results.append((verdict, m))
         print(f"{verdict:9} {time.time() - t0:5.0f} s  line {m['line']:3}  {m['file']}: {m['bug']}", flush=True)

@@ -137,7 +137,7 @@ static void kill_launcher_at(enum phase phase, int world, bool quiet)
     snprintf(err, sizeof err, "%s/%s.err", workdir, tag);
     const pid_t launcher = spawn_redirected(argv, workdir, out, err);
     assert_true(launcher > 0);
-    if (!wait_for(phase == STARTUP ? all_started : stepping, job, world, 60))
+    if (!wait_for(phase == STARTUP ? all_started : stepping, job, world, 30))
         fail_msg("%s, %d instances: the gang never reached the phase", PHASE[phase], world);
     pid_t pids[16], stopped = 0;
     int ranks[16];
@@ -156,8 +156,6 @@ static void kill_launcher_at(enum phase phase, int world, bool quiet)
     assert_int_equal(kill(launcher, SIGKILL), 0);
     int status;
     assert_int_equal(waitpid(launcher, &status, 0), launcher);
-    /* A stopped instance can do nothing until continued; the others must
-     * leave without it, and it as soon as it runs. */
     /* The stopped one too: the kernel sends SIGHUP and SIGCONT to a stopped
      * process whose process group the launcher's death orphaned. */
     if (!wait_for(all_gone, job, world, GONE_WITHIN_S)) {
@@ -174,6 +172,7 @@ static void kill_launcher_at(enum phase phase, int world, bool quiet)
     char pattern[600];
     snprintf(pattern, sizeof pattern, "%s.tmp.*", ckpt_path);
     assert_int_equal(glob(pattern, 0, NULL, &tmp), GLOB_NOMATCH);  /* nothing half-written beside it */
+    globfree(&tmp);
     struct stat sb;
     if (stat(ckpt_path, &sb) == 0) {
         st_ckpt c;
