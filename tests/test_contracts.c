@@ -254,6 +254,42 @@ static void test_allreduce_algorithm_at_its_threshold(void **state)
     assert_int_equal(run_ranks(2, &cfg, at_the_threshold, NULL), 0);
 }
 
+/* A buffer is zero-copy only when it lies wholly inside the region: one
+ * that runs a float past its end is staged (the ring would read past a
+ * peer's region), and both sum right. */
+static int at_the_region_edge(st_group *g, int rank, void *arg)
+{
+    (void)arg;
+    size_t bytes;
+    float *region = st_group_buffer(g, &bytes);
+    const size_t n = bytes / sizeof(float), count = 4096;  /* past the direct threshold: a ring */
+    float *inside = region + n - count, *across = region + n - count + 1;
+    if (strcmp(st_allreduce_algorithm(g, inside, count, ST_DTYPE_F32), "ring") ||
+        strcmp(st_allreduce_algorithm(g, across, count, ST_DTYPE_F32), "ring-copy") ||
+        strcmp(st_allreduce_algorithm(g, region, n, ST_DTYPE_F32), "ring"))
+        return 1;
+    float *own = malloc(count * sizeof *own);
+    for (size_t i = 0; i < count; i++)
+        own[i] = (float)(rank + 1) * (float)(i % 31);
+    memcpy(inside, own, count * sizeof *own);
+    if (st_allreduce_f32(g, inside, count, ST_SUM) != ST_OK)
+        return 2;
+    for (size_t i = 0; i < count; i++)
+        if (inside[i] != 3.0f * (float)(i % 31))
+            return 3;
+    free(own);
+    return 0;
+}
+
+static void test_zero_copy_only_inside_the_region(void **state)
+{
+    (void)state;
+    char job[64];
+    test_job_id(job, sizeof job, "zcedge");
+    st_group_config cfg = {.small_bytes = SMALL_BYTES, .zero_copy_bytes = 64 * 1024, .job_id = job};
+    assert_int_equal(run_ranks(2, &cfg, at_the_region_edge, NULL), 0);
+}
+
 /* ------------------------------------------------------------- planner -- */
 
 static int popcount_pus(const st_plan *p, const char *usable_list)
@@ -376,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_training_windows_are_exactly_the_legal_ones),
         cmocka_unit_test(test_decay_mask_of_every_preset),
         cmocka_unit_test(test_allreduce_algorithm_at_its_threshold),
+        cmocka_unit_test(test_zero_copy_only_inside_the_region),
         cmocka_unit_test(test_plan_properties_over_many_topologies),
         cmocka_unit_test(test_plan_stays_in_the_allowed_cpus),
     };
