@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -247,6 +249,59 @@ static void test_reader_refuses_repeated_and_odd_sections(void **state)
     n += put_section(payload + n, "STAT", state_section, 63);  /* was skipped, then "missing" */
     assert_int_equal(st_ckpt_read(write_sections("state.ckpt", payload, n), &c), ST_ERR_FORMAT);
     assert_non_null(strstr(st_last_error(), "training state section of 63 bytes"));
+    /* A last section claiming one byte more than remains. */
+    n -= 12 + 63;
+    const uint64_t one_more = 65;
+    n += put_section(payload + n, "STAT", state_section, 64);
+    memcpy(payload + n - 64 - 8, &one_more, 8);
+    assert_int_equal(st_ckpt_read(write_sections("past.ckpt", payload, n), &c), ST_ERR_FORMAT);
+    assert_non_null(strstr(st_last_error(), "a section runs past the end"));
+}
+
+/* The vocabulary's bound exactly: 16 symbols fit an embedding of 16, 17 do not. */
+static void test_alphabet_at_the_vocabulary(void **state)
+{
+    (void)state;
+    st_model *m = NULL;
+    char *gpt = text_of(GPT, NULL);
+    assert_int_equal(st_model_parse(&m, gpt, "gpt"), ST_OK);
+    assert_int_equal(sample_from(write_ckpt("sixteen.ckpt", st_model_text(m), st_model_param_count(m),
+                                            "abcdefghijklmnop")), ST_OK);
+    expect_sample_refused(write_ckpt("seventeen.ckpt", st_model_text(m), st_model_param_count(m),
+                                     "abcdefghijklmnopq"), "its vocabulary has 17 symbols, the model's embedding 16");
+    st_model_destroy(m);
+    free(gpt);
+}
+
+/* A writer killed mid-write leaves PATH.tmp.PID, which the next write
+ * removes; another live process's (a writer at work) stays. */
+static void test_live_writers_temporary_is_kept(void **state)
+{
+    (void)state;
+    const pid_t live = fork();
+    if (live == 0) {
+        pause();
+        _exit(0);
+    }
+    const pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    int status;
+    waitpid(dead, &status, 0);
+    char base[512], live_tmp[600], dead_tmp[600];
+    snprintf(base, sizeof base, "%s", path_in_dir("kept.ckpt"));
+    snprintf(live_tmp, sizeof live_tmp, "%s.tmp.%d", base, (int)live);
+    snprintf(dead_tmp, sizeof dead_tmp, "%s.tmp.%d", base, (int)dead);
+    fclose(fopen(live_tmp, "w"));
+    fclose(fopen(dead_tmp, "w"));
+    float params[2] = {1, 2};
+    st_ckpt c = {.model_text = "input 1 1 1\nlinear 1\n", .params = params, .nparams = 2};
+    assert_int_equal(st_ckpt_write(base, &c), ST_OK);
+    assert_int_equal(access(live_tmp, F_OK), 0);
+    assert_int_not_equal(access(dead_tmp, F_OK), 0);
+    kill(live, SIGKILL);
+    waitpid(live, &status, 0);
+    unlink(live_tmp);
 }
 
 static int setup(void **state)
@@ -272,6 +327,8 @@ int main(void)
         cmocka_unit_test(test_deep_gpts_parse),
         cmocka_unit_test(test_sample_checks_every_section_against_the_model),
         cmocka_unit_test(test_reader_refuses_repeated_and_odd_sections),
+        cmocka_unit_test(test_alphabet_at_the_vocabulary),
+        cmocka_unit_test(test_live_writers_temporary_is_kept),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
