@@ -290,6 +290,63 @@ static void test_zero_copy_only_inside_the_region(void **state)
     assert_int_equal(run_ranks(2, &cfg, at_the_region_edge, NULL), 0);
 }
 
+/* ---------------------------------------------------------- data files -- */
+
+/* Labels at exactly the classes' bound: 9 is CIFAR-10's last, 10 is not;
+ * 99 and 100 for CIFAR-100 (its fine label, the record's second byte). */
+static void test_cifar_labels_at_the_bound(void **state)
+{
+    (void)state;
+    const struct { bool cifar100; int label; st_status want; } cases[] = {
+        {false, 9, ST_OK}, {false, 10, ST_ERR_FORMAT}, {true, 99, ST_OK}, {true, 100, ST_ERR_FORMAT}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint8_t record[2 + 3072] = {0};
+        const size_t label_bytes = cases[i].cifar100 ? 2 : 1;
+        record[label_bytes - 1] = (uint8_t)cases[i].label;
+        const char *paths[1] = {write_file("batch.bin", record, label_bytes + 3072)};
+        st_dataset *d = NULL;
+        if (st_dataset_load_cifar(&d, paths, 1, cases[i].cifar100) != cases[i].want)
+            fail_msg("CIFAR-%s label %d: expected %s", cases[i].cifar100 ? "100" : "10", cases[i].label,
+                     cases[i].want == ST_OK ? "accepted" : "refused");
+        st_dataset_destroy(d);
+    }
+}
+
+/* An IDX dimension of 0 is refused where it is read, naming it. */
+static void test_idx_zero_dimension(void **state)
+{
+    (void)state;
+    uint8_t images[16], labels[8];
+    be32(images, 0x803), be32(images + 4, 2), be32(images + 8, 0), be32(images + 12, 4);
+    be32(labels, 0x801), be32(labels + 4, 2);
+    const char *ip = write_file("zero-images", images, sizeof images);
+    const char *lp = write_file("zero-labels", labels, sizeof labels);
+    st_dataset *d = NULL;
+    assert_int_equal(st_dataset_load_idx(&d, ip, lp), ST_ERR_FORMAT);
+    assert_non_null(strstr(st_last_error(), "IDX dimension 1 is 0"));
+}
+
+/* An epoch's order is a seeded Fisher-Yates shuffle: over many seeds every
+ * order of 3 samples appears, each about a sixth of the time (600 seeds:
+ * 100 each; a count under 50 has probability below 1e-7 per order). */
+static void test_epoch_order_reaches_every_permutation(void **state)
+{
+    (void)state;
+    int seen[3][3][3] = {{{0}}};
+    for (uint64_t seed = 0; seed < 600; seed++) {
+        uint32_t order[3];
+        st_epoch_order(order, 3, seed, 0);
+        assert_true(order[0] < 3 && order[1] < 3 && order[2] < 3);
+        assert_true(order[0] != order[1] && order[1] != order[2] && order[0] != order[2]);
+        seen[order[0]][order[1]][order[2]]++;
+    }
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 3; c++)
+                if (a != b && b != c && a != c && seen[a][b][c] < 50)
+                    fail_msg("order %d %d %d came %d times in 600 seeds (expected about 100)", a, b, c, seen[a][b][c]);
+}
+
 /* ------------------------------------------------------------- planner -- */
 
 static int popcount_pus(const st_plan *p, const char *usable_list)
@@ -413,6 +470,9 @@ int main(void)
         cmocka_unit_test(test_decay_mask_of_every_preset),
         cmocka_unit_test(test_allreduce_algorithm_at_its_threshold),
         cmocka_unit_test(test_zero_copy_only_inside_the_region),
+        cmocka_unit_test(test_cifar_labels_at_the_bound),
+        cmocka_unit_test(test_idx_zero_dimension),
+        cmocka_unit_test(test_epoch_order_reaches_every_permutation),
         cmocka_unit_test(test_plan_properties_over_many_topologies),
         cmocka_unit_test(test_plan_stays_in_the_allowed_cpus),
     };
