@@ -312,6 +312,56 @@ static void test_cifar_labels_at_the_bound(void **state)
     }
 }
 
+/* Augmentation is torchvision's RandomCrop(pad 4) + RandomHorizontalFlip:
+ * every augmented image is the original mirrored or not, shifted by at most
+ * 4 pixels each way, zeros where the shift uncovers.  Over 300 epochs every
+ * output must be exactly one such transform. */
+static void test_augmentation_is_a_crop_and_a_flip(void **state)
+{
+    (void)state;
+    enum { H = 8, W = 8 };
+    uint8_t images[16 + H * W], labels[9];
+    be32(images, 0x803), be32(images + 4, 1), be32(images + 8, H), be32(images + 12, W);
+    be32(labels, 0x801), be32(labels + 4, 1);
+    labels[8] = 0;
+    for (int i = 0; i < H * W; i++)
+        images[16 + i] = (uint8_t)(1 + i);  /* distinct and non-zero: a pixel names its place */
+    const char *ip = write_file("aug-images", images, sizeof images);
+    const char *lp = write_file("aug-labels", labels, sizeof labels);
+    st_dataset *d = NULL;
+    assert_int_equal(st_dataset_load_idx(&d, ip, lp), ST_OK);
+    const float mean[1] = {0}, std[1] = {1};
+    int flips = 0;
+    for (uint64_t epoch = 0; epoch < 300; epoch++) {
+        st_batch_spec spec = {.world = 1, .batch = 1, .mean = mean, .std = std, .augment = true, .seed = 5,
+                              .epoch = epoch};
+        float x[H * W];
+        int label;
+        st_batch_fill(d, &spec, x, &label, NULL);
+        int got[H * W], matches = 0, flipped = 0;
+        for (int i = 0; i < H * W; i++)
+            got[i] = (int)(x[i] * 255.0f + 0.5f);
+        for (int flip = 0; flip <= 1; flip++)
+            for (int dy = -4; dy <= 4; dy++)
+                for (int dx = -4; dx <= 4; dx++) {
+                    bool same = true;
+                    for (int i = 0; i < H && same; i++)
+                        for (int j = 0; j < W && same; j++) {
+                            const int si = i + dy, sj = (flip ? W - 1 - j : j) + dx;
+                            const int want = si >= 0 && si < H && sj >= 0 && sj < W ? 1 + si * W + sj : 0;
+                            same = got[i * W + j] == want;
+                        }
+                    matches += same;
+                    flipped |= same && flip;
+                }
+        if (matches == 0)
+            fail_msg("epoch %llu: the augmented image is no crop-and-flip of the original", (unsigned long long)epoch);
+        flips += flipped;
+    }
+    assert_in_range(flips, 100, 200);  /* a fair coin: 150 expected */
+    st_dataset_destroy(d);
+}
+
 /* An IDX dimension of 0 is refused where it is read, naming it. */
 static void test_idx_zero_dimension(void **state)
 {
@@ -472,6 +522,7 @@ int main(void)
         cmocka_unit_test(test_zero_copy_only_inside_the_region),
         cmocka_unit_test(test_cifar_labels_at_the_bound),
         cmocka_unit_test(test_idx_zero_dimension),
+        cmocka_unit_test(test_augmentation_is_a_crop_and_a_flip),
         cmocka_unit_test(test_epoch_order_reaches_every_permutation),
         cmocka_unit_test(test_plan_properties_over_many_topologies),
         cmocka_unit_test(test_plan_stays_in_the_allowed_cpus),
