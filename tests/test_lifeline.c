@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -218,6 +219,47 @@ static void test_while_checkpointing(void **state)
             kill_launcher_at(CHECKPOINTING, world, quiet);
 }
 
+/* Under a subreaper (systemd's user manager, a container's init) the
+ * orphans go to it, not to init: the lifeline must still see the launcher
+ * gone, and leave as such (exit ST_EXIT_LAUNCHER_GONE, not the clean stop's
+ * 130).  This test process becomes the subreaper, so it reaps them. */
+static void test_under_a_subreaper(void **state)
+{
+    (void)state;
+    assert_int_equal(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    char job[64], log_dir[512];
+    test_job_id(job, sizeof job, "subreaper");
+    snprintf(log_dir, sizeof log_dir, "%s/logs-subreaper", workdir);
+    snprintf(ckpt_path, sizeof ckpt_path, "%s/subreaper.ckpt", workdir);
+    char *argv[] = {(char *)shmrun, "-n", "2", "--oversubscribe", "--job-id", job, "--log-dir", log_dir, "--quiet",
+                    "--", (char *)shmtrain, "--model", "mlp", "--epochs", "1000", "--quiet", "--checkpoint", ckpt_path,
+                    "--checkpoint-every", "5", NULL};
+    char out[512], err[512];
+    snprintf(out, sizeof out, "%s/subreaper.out", workdir);
+    snprintf(err, sizeof err, "%s/subreaper.err", workdir);
+    const pid_t launcher = spawn_redirected(argv, workdir, out, err);
+    assert_true(wait_for(stepping, job, 2, 30));
+    assert_int_equal(kill(launcher, SIGKILL), 0);
+    int status;
+    assert_int_equal(waitpid(launcher, &status, 0), launcher);
+    const double t0 = mono_now();
+    for (int reaped = 0; reaped < 2;) {
+        const pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid > 0) {
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != ST_EXIT_LAUNCHER_GONE)
+                fail_msg("instance %d ended with status 0x%x, expected exit %d (the launcher gone)", (int)pid, status,
+                         ST_EXIT_LAUNCHER_GONE);
+            reaped++;
+        } else if (mono_now() - t0 > GONE_WITHIN_S) {
+            fail_msg("%d instance(s) still ran %.1f s after the launcher's death", 2 - reaped, mono_now() - t0);
+        } else {
+            usleep(10 * 1000);
+        }
+    }
+    assert_int_equal(leftover_segments(job), 0);
+    assert_int_equal(prctl(PR_SET_CHILD_SUBREAPER, 0), 0);
+}
+
 /* No launcher, no lifeline: a run whose shell goes away (nohup) goes on.
  * Its parent here exits at once; it must still finish its steps. */
 static void test_no_launcher_no_lifeline(void **state)
@@ -267,6 +309,7 @@ int main(void)
         cmocka_unit_test(test_in_the_allreduce),
         cmocka_unit_test(test_while_checkpointing),
         cmocka_unit_test(test_no_launcher_no_lifeline),
+        cmocka_unit_test(test_under_a_subreaper),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
