@@ -90,6 +90,15 @@ static void test_sizes_past_a_tensor_are_refused_at_their_line(void **state)
     fclose(f);
     expect_refused(many, "hostile.model:23: linear: the model would have 2100000000 + 100000000 parameters");
     free(many);
+    /* 21 of them leave 47,483,647: 47,480,000 weights fit, their 4,748 biases do not. */
+    f = open_memstream(&many, &len);
+    fprintf(f, "input 10000 1 1\n");
+    for (int i = 0; i < 21; i++)
+        fprintf(f, "linear 10000 nobias\n");
+    fprintf(f, "linear 4748\n");
+    fclose(f);
+    expect_refused(many, "hostile.model:23: linear: the model would have 2100000000 + 47484748 parameters");
+    free(many);
 }
 
 /* A batch whose activation would pass the kernels' int indices. */

@@ -782,6 +782,14 @@ static void test_evaluation_scores_the_test_set_once(void **state)
         if (!at || strtoull(at + strlen("\"predictions\":"), NULL, 10) != cases[i].want)
             fail_msg("%d x batch %s, %s test samples: %s", cases[i].instances, cases[i].batch, cases[i].subset,
                      at ? at : "no predictions in the eval record");
+        /* The accuracy is a count of right answers over those predictions
+         * (written to 5 decimals: 0.00001 x 512 is the rounding's reach). */
+        const char *acc_at = strstr(eval, "\"test_accuracy\":");
+        assert_non_null(acc_at);
+        const double right = strtod(acc_at + strlen("\"test_accuracy\":"), NULL) * (double)cases[i].want;
+        if (fabs(right - round(right)) > 0.006)
+            fail_msg("%s test samples: accuracy x predictions = %.4f, not a whole number of right answers",
+                     cases[i].subset, right);
         free(text);
         child_run_free(&r);
     }
