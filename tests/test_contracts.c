@@ -362,6 +362,21 @@ static void test_augmentation_is_a_crop_and_a_flip(void **state)
     st_dataset_destroy(d);
 }
 
+/* --train-subset N / --test-subset N: exactly the first N (all when N is
+ * at least the size). */
+static void test_subset_keeps_exactly_n(void **state)
+{
+    (void)state;
+    const size_t keep[] = {1, 9, 10, 11, 1000};
+    for (size_t i = 0; i < sizeof keep / sizeof *keep; i++) {
+        st_dataset *d = numbered_images(10);
+        st_dataset_truncate(d, keep[i]);
+        assert_int_equal(st_dataset_size(d), keep[i] < 10 ? keep[i] : 10);
+        assert_int_equal(st_dataset_label(d, st_dataset_size(d) - 1), (int)st_dataset_size(d) - 1);
+        st_dataset_destroy(d);
+    }
+}
+
 /* An IDX dimension of 0 is refused where it is read, naming it. */
 static void test_idx_zero_dimension(void **state)
 {
@@ -522,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_zero_copy_only_inside_the_region),
         cmocka_unit_test(test_cifar_labels_at_the_bound),
         cmocka_unit_test(test_idx_zero_dimension),
+        cmocka_unit_test(test_subset_keeps_exactly_n),
         cmocka_unit_test(test_augmentation_is_a_crop_and_a_flip),
         cmocka_unit_test(test_epoch_order_reaches_every_permutation),
         cmocka_unit_test(test_plan_properties_over_many_topologies),
