@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include "shmtrain/coll.h"
 #include "shmtrain/data.h"
 #include "shmtrain/nn.h"
+#include "shmtrain/optim.h"
 #include "shmtrain/text.h"
 #include "shmtrain/topo.h"
 
@@ -124,6 +126,16 @@ static void test_eval_scores_every_validation_window_once(void **state)
     st_text *t = lettered_text(context, windows, 8);
     assert_int_equal(st_text_eval_windows(t, context, 0), windows);
     assert_int_equal(st_text_eval_windows(t, context, 4), 4);
+    {  /* context x k tokens: the last window's next token is missing, k - 1 windows */
+        char val[33];
+        for (int i = 0; i < 33; i++)
+            val[i] = (char)('!' + i);
+        const char *paths[2] = {write_file("train2.txt", "ABCDEFGH", 8), write_file("val2.txt", val, 33)};
+        st_text *exact = NULL;
+        assert_int_equal(st_text_load(&exact, paths, 2, ST_TEXT_BYTES), ST_OK);
+        assert_int_equal(st_text_eval_windows(exact, context, 0), 10);
+        st_text_destroy(exact);
+    }
     for (int world = 1; world <= 4; world++)
         for (int batch = 1; batch <= 5; batch += 2) {
             int seen[16] = {0}, y[5 * 3], valid;
@@ -215,6 +227,38 @@ static void test_decay_mask_of_every_preset(void **state)
         free(mask);
         st_model_destroy(m);
     }
+}
+
+/* The optimizers as PyTorch states them, one step on numbers whose result
+ * is known in closed form (tolerances: a few float roundings). */
+static void test_optimizer_steps_in_closed_form(void **state)
+{
+    (void)state;
+    /* AdamW's decoupled decay applies to masked parameters only: with a
+     * zero gradient m = v = 0, so only the decay moves anything. */
+    const uint8_t mask[2] = {1, 0};
+    st_optim_config adamw = {.kind = ST_OPTIM_ADAMW, .weight_decay = 0.1f, .decay_mask = mask};
+    st_optim *o = NULL;
+    assert_int_equal(st_optim_create(&o, 2, &adamw), ST_OK);
+    float p[2] = {1, 1}, g[2] = {0, 0};
+    st_optim_step(o, p, g, 0.1f);
+    assert_float_equal(p[0], 1.0f - 0.1f * 0.1f, 1e-7);
+    assert_float_equal(p[1], 1.0f, 0);  /* a bias or norm parameter: not decayed */
+    st_optim_destroy(o);
+    /* SGD with Nesterov momentum, first step: the buffer is the gradient, and
+     * the step lr * (g + mu * buf) = lr * (1 + mu) * g (torch.optim.SGD). */
+    st_optim_config nesterov = {.kind = ST_OPTIM_SGD, .momentum = 0.9f, .nesterov = true};
+    assert_int_equal(st_optim_create(&o, 1, &nesterov), ST_OK);
+    float q = 1, dq = 2;
+    st_optim_step(o, &q, &dq, 0.1f);
+    assert_float_equal(q, 1.0f - 0.1f * 1.9f * 2.0f, 1e-6);
+    st_optim_destroy(o);
+    /* Clipping: a norm above the limit comes down to it, one below stays. */
+    float over[2] = {3, 4}, under[2] = {0.3f, 0.4f};
+    assert_float_equal(st_clip_grad_norm(over, 2, 4.0f), 5.0f, 1e-6);
+    assert_float_equal(sqrtf(over[0] * over[0] + over[1] * over[1]), 4.0f, 1e-5);
+    assert_float_equal(st_clip_grad_norm(under, 2, 4.0f), 0.5f, 1e-6);
+    assert_float_equal(under[0], 0.3f, 0);
 }
 
 /* -------------------------------------------------------- all-reduce -- */
@@ -533,6 +577,7 @@ int main(void)
         cmocka_unit_test(test_eval_scores_every_validation_window_once),
         cmocka_unit_test(test_training_windows_are_exactly_the_legal_ones),
         cmocka_unit_test(test_decay_mask_of_every_preset),
+        cmocka_unit_test(test_optimizer_steps_in_closed_form),
         cmocka_unit_test(test_allreduce_algorithm_at_its_threshold),
         cmocka_unit_test(test_zero_copy_only_inside_the_region),
         cmocka_unit_test(test_cifar_labels_at_the_bound),
