@@ -4,6 +4,7 @@
  * ASan build the old code's faults are reports; in a release build they were
  * silent successes, which the statuses asserted here rule out. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -156,8 +157,8 @@ static char *path_in_dir(const char *name)
 static const char *write_ckpt(const char *name, const char *model, size_t nparams, const char *alphabet)
 {
     float *params = calloc(nparams + 1, sizeof *params);
-    for (size_t i = 0; i < nparams; i++)
-        params[i] = 0.01f * (float)(i % 7);
+    for (size_t i = 0; i < nparams; i++)  /* no two logits alike, so that no token ties another */
+        params[i] = 0.05f * sinf(1.7f * (float)i);
     st_ckpt c = {.model_text = (char *)model, .params = params, .nparams = nparams,
                  .alphabet = (uint8_t *)alphabet, .nalphabet = alphabet ? (uint32_t)strlen(alphabet) : 0};
     const char *path = path_in_dir(name);
@@ -267,6 +268,31 @@ static void test_reader_refuses_repeated_and_odd_sections(void **state)
     assert_non_null(strstr(st_last_error(), "a section runs past the end"));
 }
 
+/* Top-k keeps the k largest: with k = 2 at a high temperature the second
+ * token is drawn about half the time, so the text is not the greedy one
+ * (top-k 1 is greedy: the same text). */
+static void test_top_k_keeps_k(void **state)
+{
+    (void)state;
+    st_model *m = NULL;
+    char *gpt = text_of(GPT, NULL);
+    assert_int_equal(st_model_parse(&m, gpt, "gpt"), ST_OK);
+    const char *path = write_ckpt("topk.ckpt", st_model_text(m), st_model_param_count(m), "abcdefgh");
+    char texts[3][256];
+    const struct { int top_k; double temperature; } runs[3] = {{0, 0}, {1, 100}, {2, 100}};
+    for (int i = 0; i < 3; i++) {
+        st_sample_options o = {.checkpoint = path, .prompt = "ab", .tokens = 60, .top_k = runs[i].top_k,
+                               .temperature = runs[i].temperature, .seed = 3};
+        FILE *out = fmemopen(texts[i], sizeof texts[i], "w");
+        assert_int_equal(st_sample(&o, out), ST_OK);
+        fclose(out);
+    }
+    assert_string_equal(texts[1], texts[0]);
+    assert_string_not_equal(texts[2], texts[0]);
+    st_model_destroy(m);
+    free(gpt);
+}
+
 /* The vocabulary's bound exactly: 16 symbols fit an embedding of 16, 17 do not. */
 static void test_alphabet_at_the_vocabulary(void **state)
 {
@@ -337,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_sample_checks_every_section_against_the_model),
         cmocka_unit_test(test_reader_refuses_repeated_and_odd_sections),
         cmocka_unit_test(test_alphabet_at_the_vocabulary),
+        cmocka_unit_test(test_top_k_keeps_k),
         cmocka_unit_test(test_live_writers_temporary_is_kept),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

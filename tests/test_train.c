@@ -795,6 +795,32 @@ static void test_evaluation_scores_the_test_set_once(void **state)
     }
 }
 
+/* --scale-lr multiplies the learning rate by the instances (Goyal et al.'s
+ * rule), as the train record reports; a resume under another --seed is
+ * refused (the epoch order would not continue). */
+static void test_scale_lr_and_resume_seed(void **state)
+{
+    (void)state;
+    char metrics[512];
+    path_of(metrics, sizeof metrics, "metrics.jsonl");
+    unlink(metrics);
+    struct child_run r = train(2, "seed.ckpt",
+                               (char *[]){"--max-steps", "2", "--lr", "0.01", "--scale-lr", "--log-every", "1",
+                                          "--seed", "1", NULL}, 0);
+    assert_int_equal(r.code, 0);
+    char *text = slurp_or_empty(metrics);
+    const char *train_record = strstr(text, "\"type\":\"train\""), *lr = train_record ? strstr(train_record, "\"lr\":") : NULL;
+    assert_non_null(lr);
+    assert_float_equal(strtod(lr + strlen("\"lr\":"), NULL), 0.02, 1e-9);
+    free(text);
+    child_run_free(&r);
+    r = train(2, "seed.ckpt", (char *[]){"--max-steps", "4", "--resume", "--seed", "2", NULL}, 0);
+    assert_int_not_equal(r.code, 0);
+    if (!strstr(r.err, "written with --seed 1, not 2") && !strstr(r.out, "written with --seed 1, not 2"))
+        fail_msg("resume under another seed: %s", r.err);
+    child_run_free(&r);
+}
+
 static void test_metrics_file(void **state)
 {
     (void)state;
@@ -873,6 +899,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_killed_rank_stops_every_node),
         cmocka_unit_test(test_metrics_file),
         cmocka_unit_test(test_evaluation_scores_the_test_set_once),
+        cmocka_unit_test(test_scale_lr_and_resume_seed),
         cmocka_unit_test(test_converges_on_fashion_mnist),
     };
     if (argc > 1)
