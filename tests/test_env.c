@@ -143,6 +143,8 @@ static void test_incomplete_or_contradictory(void **state)
     env(ST_ENV_SLURM_RANK, "1", ST_ENV_SLURM_WORLD_SIZE, "8", ST_ENV_SLURM_NODE, "5", ST_ENV_SLURM_NODES, "2",
         ST_ENV_SLURM_TASKS_PER_NODE, "2(x6)", NULL);
     expect_error("SLURM_NODEID=5 is not below SLURM_NNODES=2");
+    env(ST_ENV_SLURM_RANK, "0", ST_ENV_SLURM_WORLD_SIZE, "2", ST_ENV_SLURM_NODE, "1", ST_ENV_SLURM_NODES, "1", NULL);
+    expect_error("SLURM_NODEID=1 is not below SLURM_NNODES=1");  /* the bound itself */
     env(ST_ENV_SLURM_RANK, "1", ST_ENV_SLURM_WORLD_SIZE, "8", ST_ENV_SLURM_NODE, "1", ST_ENV_SLURM_NODES, "2",
         ST_ENV_SLURM_TASKS_PER_NODE, "2(x6)", NULL);
     expect_error("lists 6 nodes, SLURM_NNODES=2");
