@@ -219,6 +219,33 @@ static void test_while_checkpointing(void **state)
             kill_launcher_at(CHECKPOINTING, world, quiet);
 }
 
+/* Any program under shmrun dies with it, not only shmtrain (which also
+ * polls): the death signal alone ends a `sleep`. */
+static void test_any_program_dies_with_shmrun(void **state)
+{
+    (void)state;
+    char job[64], log_dir[512], out[512], err[512];
+    test_job_id(job, sizeof job, "sleepers");
+    snprintf(log_dir, sizeof log_dir, "%s/logs-sleepers", workdir);
+    snprintf(out, sizeof out, "%s/sleepers.out", workdir);
+    snprintf(err, sizeof err, "%s/sleepers.err", workdir);
+    char *argv[] = {(char *)shmrun, "-n", "2", "--job-id", job, "--log-dir", log_dir, "--quiet", "--", "/bin/sleep",
+                    "60", NULL};
+    const pid_t launcher = spawn_redirected(argv, workdir, out, err);
+    assert_true(wait_for(all_started, job, 2, 30));
+    assert_int_equal(kill(launcher, SIGKILL), 0);
+    int status;
+    assert_int_equal(waitpid(launcher, &status, 0), launcher);
+    if (!wait_for(all_gone, job, 2, GONE_WITHIN_S)) {
+        pid_t pids[16];
+        int ranks[16];
+        const int left = instances(job, pids, ranks, 16);
+        for (int i = 0; i < left && i < 16; i++)
+            kill(pids[i], SIGKILL);
+        fail_msg("%d sleep(s) outlived shmrun by %.0f s", left, GONE_WITHIN_S);
+    }
+}
+
 /* Under a subreaper (systemd's user manager, a container's init) the
  * orphans go to it, not to init: the lifeline must still see the launcher
  * gone, and leave as such (exit ST_EXIT_LAUNCHER_GONE, not the clean stop's
@@ -308,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_mid_step),
         cmocka_unit_test(test_in_the_allreduce),
         cmocka_unit_test(test_while_checkpointing),
+        cmocka_unit_test(test_any_program_dies_with_shmrun),
         cmocka_unit_test(test_no_launcher_no_lifeline),
         cmocka_unit_test(test_under_a_subreaper),
     };
