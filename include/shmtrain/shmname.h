@@ -34,6 +34,18 @@ st_status st_shm_name(char *name, size_t len, const char *job_id, const char *wh
  * in ST_SHM_DIR (no leading slash). */
 st_status st_shm_prefix(char *prefix, size_t len, const char *job_id);
 
+/* Create the object `name` and open it read-write: O_CREAT | O_EXCL and
+ * mode 0600 (never an object someone else made, never readable by another
+ * user).  -1 with shm_open's errno, or ECANCELED once st_shm_stop_creating
+ * has run. */
+int st_shm_create(const char *name);
+
+/* From any thread, as the process leaves without its usual cleanup (its
+ * launcher died): no name is created once this returns, and a creation in
+ * flight in another thread has finished, so a removal of the job's names
+ * after it misses none. */
+void st_shm_stop_creating(void);
+
 #ifdef __cplusplus
 }
 #endif

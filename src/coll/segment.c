@@ -94,7 +94,7 @@ st_status st_segment_create(struct st_segment *s, const char *name, size_t bytes
     snprintf(s->name, sizeof s->name, "%s", name);
     s->bytes = bytes;
 
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    int fd = st_shm_create(name);
     if (fd < 0) {
         if (errno == EEXIST)
             return st_fail(ST_ERR_EXISTS,

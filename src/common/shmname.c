@@ -2,6 +2,11 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 bool st_job_id_valid(const char *job_id)
@@ -41,4 +46,32 @@ st_status st_shm_name(char *name, size_t len, const char *job_id, const char *wh
     if (n < 0 || (size_t)n >= len)
         return st_fail(ST_ERR_INVALID, "shared-memory name buffer too small");
     return ST_OK;
+}
+
+/* Creations in flight and the stop: a creator counts itself in before it
+ * looks at `stopped`, the stopper sets `stopped` before it waits for the
+ * count to drain; with both sequentially consistent, either the creator
+ * sees the stop or the stopper waits for its name to exist. */
+static atomic_int creating;
+static atomic_bool stopped;
+
+int st_shm_create(const char *name)
+{
+    atomic_fetch_add(&creating, 1);
+    int fd = -1;
+    if (atomic_load(&stopped))
+        errno = ECANCELED;
+    else
+        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    const int saved = errno;
+    atomic_fetch_sub(&creating, 1);
+    errno = saved;
+    return fd;
+}
+
+void st_shm_stop_creating(void)
+{
+    atomic_store(&stopped, true);
+    while (atomic_load(&creating) > 0)
+        sched_yield();
 }

@@ -14,7 +14,7 @@
 st_status published_create(const char *name, size_t bytes, const char *what, void **map)
 {
     *map = NULL;
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    int fd = st_shm_create(name);
     if (fd < 0 && errno == EEXIST)
         return st_fail(ST_ERR_EXISTS, "%s: %s%s already exists: another job uses this job id, or a killed one "
                                       "left it (remove it or pick another job id)", what, ST_SHM_DIR, name);

@@ -13,6 +13,7 @@
 #include "shmtrain/ckpt.h"
 #include "shmtrain/coll.h"
 #include "shmtrain/env.h"
+#include "shmtrain/shmname.h"
 
 static bool launched_by_another(void)
 {
@@ -43,6 +44,7 @@ bool st_lifeline_broken(pid_t launcher) { return launcher > 0 && getppid() != la
 
 _Noreturn void st_lifeline_leave(pid_t launcher)
 {
+    st_shm_stop_creating();  /* before the removal: a rank joining right now must not add a name after it */
     st_ckpt_abandon_write();
     const char *job = getenv(ST_ENV_JOB_ID), *world = getenv(ST_ENV_WORLD_SIZE);
     if (job && *job)
