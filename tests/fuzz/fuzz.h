@@ -32,4 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * skipped, not a finding). */
 const char *fuzz_file(int slot, const void *data, size_t size);
 
+/* The input as a NUL-terminated string (malloc'd; NULL when out of memory,
+ * then the input is skipped). */
+char *fuzz_text(const uint8_t *data, size_t size);
+
 #endif

@@ -37,3 +37,13 @@ const char *fuzz_file(int slot, const void *data, size_t size)
     const int ok = fwrite(data, 1, size, f) == size;
     return fclose(f) == 0 && ok ? path[slot] : NULL;
 }
+
+char *fuzz_text(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1);
+    if (text) {
+        memcpy(text, data, size);
+        text[size] = '\0';
+    }
+    return text;
+}

@@ -8,11 +8,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *text = malloc(size + 1);
+    char *text = fuzz_text(data, size);
     if (!text)
         return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
     st_model *m = NULL;
     if (st_model_parse(&m, text, "fuzz.model") == ST_OK) {
         fuzz_assert(st_model_param_count(m) <= 2147483647u);

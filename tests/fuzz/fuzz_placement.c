@@ -17,11 +17,9 @@ static const char *const NAMES[] = {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *text = malloc(size + 1);
+    char *text = fuzz_text(data, size);
     if (!text)
         return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
     char *line = text;
     for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++) {
         char *nl = line ? strchr(line, '\n') : NULL;
