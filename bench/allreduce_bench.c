@@ -6,12 +6,21 @@
  *                                           also times MPI_Allreduce in the same
  *                                           processes, size by size
  *
- * For each size: time per op (mean over ranks of the mean over iterations),
- * algbw = bytes / time and busbw = algbw * 2(n-1)/n (decimal GB/s), for the
- * zero-copy path (buffer inside the shared segment) and the copying path
- * (ordinary buffer).  The data changes every iteration, and every op starts
- * from a barrier so ranks start together.  A memcpy probe (bytes read +
- * written, all ranks at once) gives the machine's copy bandwidth beside it.
+ * First the machine's limits: the one-way time of a cache line between the
+ * cores of ranks 0 and 1 (a ping-pong; the floor for any shared-memory
+ * collective, every small-message figure is also given as a multiple of
+ * it), the copy bandwidth (bytes read + written, all ranks at once), and how
+ * fast a rank reads what a peer core just wrote.
+ *
+ * Then for each size, for the zero-copy path (buffer inside the shared
+ * segment), the copying path (ordinary buffer) and MPI_Allreduce: 10
+ * warm-up calls, then per iteration the buffer refilled from a pristine
+ * copy (untimed; --no-refill keeps what the last call left, the warm-cache
+ * figure), a barrier, and one timed call.  Per rank the median, the 99th
+ * percentile and the mean over iterations, each averaged over the ranks;
+ * busbw = bytes / median * 2(n-1)/n (decimal GB/s).  Every result is checked
+ * against the exact sum of the pristine inputs (integer-valued, so exact in
+ * any order) once per size and path.
  *
  * --dtype bf16 reduces bfloat16 payloads (summed in fp32, rounded once):
  * sizes are bytes moved, so a size holds twice the elements of fp32 and
@@ -22,6 +31,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,12 +47,15 @@
 #include <mpi.h>
 #endif
 
+#define MAX_ITERS 5000
+
 struct options {
     int ranks;          /* fork mode; 0 = from the environment / MPI */
     size_t min_bytes, max_bytes;
     double seconds;     /* target time per size and path */
     bool bind;
     bool csv;
+    bool refill;        /* pristine inputs before every call (default) */
     st_dtype dtype;     /* the payload: f32 or bf16 */
 };
 
@@ -50,6 +63,8 @@ struct rank_ctx {
     st_group *g;
     int rank, world;
     void *zc, *priv;
+    void *pristine;     /* this rank's inputs, copied in before each call */
+    double *times;      /* per-iteration seconds */
     st_dtype dtype;
 #ifdef WITH_MPI
     float *mpi_buf;     /* f32: MPI sums no bf16 */
@@ -88,11 +103,13 @@ static size_t parse_size(const char *flag, const char *s)
 static void usage(int code)
 {
     printf("usage: st-allreduce-bench [-n RANKS] [--min SIZE] [--max SIZE] [--seconds S]\n"
-           "                          [--dtype f32|bf16] [--no-bind] [--csv]\n"
+           "                          [--dtype f32|bf16] [--no-refill] [--no-bind] [--csv]\n"
            "  -n RANKS     fork RANKS processes (default: join from SHMTRAIN_* env)\n"
            "  --min/--max  message sizes in bytes, doubling (default 4 .. 256M)\n"
            "  --seconds S  time budget per size and path (default 0.15)\n"
            "  --dtype T    the payload: f32 (default) or bf16 (summed in fp32, rounded once)\n"
+           "  --no-refill  time calls on what the last call left (warm cache), not on\n"
+           "               inputs copied in before every call\n"
            "  --no-bind    in fork mode, do not pin rank i to CPU i %% ncpu\n"
            "  --csv        machine-readable output\n");
     exit(code);
@@ -100,13 +117,14 @@ static void usage(int code)
 
 static struct options parse(int argc, char **argv)
 {
-    struct options o = {.min_bytes = 4, .max_bytes = 256u << 20, .seconds = 0.15, .bind = true};
+    struct options o = {.min_bytes = 4, .max_bytes = 256u << 20, .seconds = 0.15, .bind = true, .refill = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(0);
         else if (!strcmp(a, "--no-bind")) o.bind = false;
         else if (!strcmp(a, "--csv")) o.csv = true;
+        else if (!strcmp(a, "--no-refill")) o.refill = false;
         else if (v && !strcmp(a, "-n")) o.ranks = atoi(v), i++;
         else if (v && !strcmp(a, "--min")) o.min_bytes = parse_size(a, v), i++;
         else if (v && !strcmp(a, "--max")) o.max_bytes = parse_size(a, v), i++;
@@ -131,25 +149,41 @@ static struct options parse(int argc, char **argv)
     return o;
 }
 
-static float fill_value(size_t i, int rank, int iter)
+/* Small integers: every partial sum is exact, so the result can be checked
+ * bit for bit whatever order a library adds in. */
+static float fill_value(size_t i, int rank)
 {
-    return (float)((i + (size_t)rank * 3 + (size_t)iter * 7) & 1023) * 0.25f;
+    return (float)((i * 7 + (size_t)rank * 3) % 64);
 }
 
-static void fill(void *buf, st_dtype t, size_t n, int rank, int iter)
+static void fill(void *buf, st_dtype t, size_t n, int rank)
 {
     for (size_t i = 0; i < n; i++)
         if (t == ST_DTYPE_BF16)
-            ((st_bf16 *)buf)[i] = st_bf16_from_f32(fill_value(i, rank, iter));
+            ((st_bf16 *)buf)[i] = st_bf16_from_f32(fill_value(i, rank));
         else
-            ((float *)buf)[i] = fill_value(i, rank, iter);
+            ((float *)buf)[i] = fill_value(i, rank);
+}
+
+/* Does buf hold the sum over the ranks of the pristine inputs? */
+static bool sum_is_exact(const void *buf, st_dtype t, size_t n, int world)
+{
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int q = 0; q < world; q++)
+            want += fill_value(i, q);
+        float got = t == ST_DTYPE_BF16 ? st_bf16_to_f32(((const st_bf16 *)buf)[i]) : ((const float *)buf)[i];
+        if (got != (t == ST_DTYPE_BF16 ? st_bf16_to_f32(st_bf16_from_f32(want)) : want))
+            return false;
+    }
+    return true;
 }
 
 /* Everyone runs the same number of iterations: rank 0 decides from a probe. */
 static int agree_iters(struct rank_ctx *c, double one_op_s, double budget)
 {
-    float iters = one_op_s > 0 ? (float)(budget / one_op_s) : 1000.0f;
-    iters = iters < 3 ? 3 : iters > 2000 ? 2000 : iters;
+    float iters = one_op_s > 0 ? (float)(budget / one_op_s) : MAX_ITERS;
+    iters = iters < 11 ? 11 : iters > MAX_ITERS ? MAX_ITERS : iters;
     if (st_broadcast(c->g, &iters, sizeof iters, 0) != ST_OK)
         die("broadcast");
     return (int)iters;
@@ -170,32 +204,102 @@ static int mpi_reduce(struct rank_ctx *c, void *buf, size_t n)
 }
 #endif
 
-/* Mean seconds per op over `n` elements of type t, averaged over ranks. */
-static double time_op(struct rank_ctx *c, reduce_fn fn, void *buf, st_dtype t, size_t n, double budget)
+static int by_value(const void *a, const void *b)
 {
-    fill(buf, t, n, c->rank, 0);
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Per-iteration figures of one size and path, averaged over the ranks. */
+struct timing {
+    double median, p99, mean;
+};
+
+static struct timing summarise(struct rank_ctx *c, double *t, int iters)
+{
+    double sum = 0;
+    for (int i = 0; i < iters; i++)
+        sum += t[i];
+    qsort(t, (size_t)iters, sizeof *t, by_value);
+    float v[3] = {(float)t[iters / 2], (float)t[(iters * 99 + 99) / 100 - 1], (float)(sum / iters)};
+    if (st_allreduce_f32(c->g, v, 3, ST_AVG) != ST_OK)
+        die("reduce timings");
+    return (struct timing){v[0], v[1], v[2]};
+}
+
+static void load_inputs(struct rank_ctx *c, void *buf, size_t bytes)
+{
+    memcpy(buf, c->pristine, bytes);
+}
+
+static struct timing time_op(struct rank_ctx *c, reduce_fn fn, void *buf, st_dtype t, size_t n, const struct options *o)
+{
+    const size_t bytes = n * (t == ST_DTYPE_BF16 ? sizeof(st_bf16) : sizeof(float));
+    fill(c->pristine, t, n, c->rank);
+    load_inputs(c, buf, bytes);
     if (st_barrier(c->g) != ST_OK || fn(c, buf, n) != 0)
-        die("warm-up");
+        die("first call");
+    if (!sum_is_exact(buf, t, n, c->world)) {
+        fprintf(stderr, "st-allreduce-bench: rank %d: wrong sum at %zu bytes\n", c->rank, bytes);
+        exit(1);
+    }
+    for (int i = 0; i < 9; i++)
+        if (fn(c, buf, n) != 0)
+            die("warm-up");
     double t0 = now_s();
     if (fn(c, buf, n) != 0)
         die("probe");
-    int iters = agree_iters(c, now_s() - t0, budget);
-    double total = 0;
+    int iters = agree_iters(c, now_s() - t0, o->seconds);
     for (int it = 0; it < iters; it++) {
-        fill(buf, t, n < 64 ? n : 64, c->rank, it + 1); /* cheap change every iteration */
-        if (n >= 64 && it % 8 == 0)
-            fill(buf, t, n, c->rank, it + 1);            /* and a full rewrite now and then */
+        if (o->refill)
+            load_inputs(c, buf, bytes);
         if (st_barrier(c->g) != ST_OK)
             die("barrier");
         double start = now_s();
         if (fn(c, buf, n) != 0)
             die("all-reduce");
-        total += now_s() - start;
+        c->times[it] = now_s() - start;
     }
-    float mean = (float)(total / iters);
-    if (st_allreduce_f32(c->g, &mean, 1, ST_AVG) != ST_OK)
-        die("reduce timings");
-    return mean;
+    return summarise(c, c->times, iters);
+}
+
+/* The one-way time of a cache line between the cores of ranks 0 and 1:
+ * each stores the round number in its own line of its zero-copy region and
+ * spins on the other's; median over batches of round trips, halved. */
+static double pingpong_probe(struct rank_ctx *c)
+{
+    enum { ROUNDS = 2000, BATCHES = 51 };
+    float ns = 0;
+    if (c->world >= 2 && c->zc) {
+        _Atomic uint64_t *mine = c->zc;
+        const _Atomic uint64_t *theirs = st_group_peer_buffer(c->g, c->rank ^ 1);
+        double t[BATCHES];
+        uint64_t round = 0;
+        for (int b = 0; b < BATCHES && c->rank < 2; b++) {
+            double t0 = now_s();
+            for (int i = 0; i < ROUNDS; i++) {
+                round++;
+                if (c->rank == 0) {
+                    atomic_store_explicit(mine, round, memory_order_release);
+                    while (atomic_load_explicit(theirs, memory_order_acquire) != round)
+                        ;
+                } else {
+                    while (atomic_load_explicit(theirs, memory_order_acquire) != round)
+                        ;
+                    atomic_store_explicit(mine, round, memory_order_release);
+                }
+            }
+            t[b] = (now_s() - t0) / ROUNDS / 2;
+        }
+        if (c->rank < 2) {
+            qsort(t, BATCHES, sizeof *t, by_value);
+            ns = (float)(t[BATCHES / 2] * 1e9);
+        }
+        *mine = 0;
+    }
+    if (st_broadcast(c->g, &ns, sizeof ns, 0) != ST_OK)
+        die("broadcast");
+    return ns;
 }
 
 /* Copy bandwidth, all ranks at once, counting bytes read + written. */
@@ -232,7 +336,7 @@ static double cross_read_probe(struct rank_ctx *c, size_t bytes)
     if (c->world < 2)
         return 0;
     for (int rep = 0; rep < 20; rep++) {
-        fill(c->zc, ST_DTYPE_F32, n, c->rank, rep);
+        fill(c->zc, ST_DTYPE_F32, n, c->rank + rep);
         if (st_barrier(c->g) != ST_OK)
             die("barrier");
         const float *theirs = st_group_peer_buffer(c->g, left);
@@ -256,59 +360,61 @@ static double cross_read_probe(struct rank_ctx *c, size_t bytes)
     return v;
 }
 
+static void print_header(const struct rank_ctx *c, const struct options *o, double oneway_ns, double copy_gbs,
+                         double cross_gbs)
+{
+    if (o->csv) {
+        printf("# world=%d dtype=%s refill=%d oneway_ns=%.1f copy_GBps=%.2f cross_read_GBps=%.2f\n", c->world,
+               st_dtype_name(c->dtype), o->refill, oneway_ns, copy_gbs, cross_gbs);
+        printf("bytes,algorithm,zc_us,zc_p99_us,zc_mean_us,zc_busbw,zc_floors,copy_us,copy_p99_us");
+#ifdef WITH_MPI
+        printf(",mpi_us,mpi_p99_us,mpi_mean_us,mpi_over_zc");
+#endif
+        printf("\n");
+        return;
+    }
+    printf("# shmtrain all-reduce, %d ranks, %s payload, %s\n"
+           "# one-way cache-line time between the cores of ranks 0 and 1: %.1f ns (\"floors\": the median in those)\n"
+           "# memcpy bandwidth (read+write, all ranks): %.2f GB/s; reading 1 MiB a peer core just wrote: %.2f GB/s per rank\n"
+           "# times in us, per rank then averaged over ranks: median, 99th percentile, mean\n",
+           c->world, st_dtype_name(c->dtype), o->refill ? "inputs refilled before every call" : "warm cache (--no-refill)",
+           oneway_ns, copy_gbs, cross_gbs);
+    printf("%10s %8s %8s %8s %8s %8s %7s %8s %8s", "bytes", "algo", "zc med", "p99", "mean", "busbw", "floors",
+           "copy med", "p99");
+#ifdef WITH_MPI
+    printf(" %8s %8s %8s %7s", "mpi med", "p99", "mean", "mpi/zc");
+#endif
+    printf("\n");
+}
+
 static void run(struct rank_ctx *c, const struct options *o)
 {
     const double bus = c->world > 1 ? 2.0 * (c->world - 1) / c->world : 1.0;
     const bool head = c->rank == 0;
+    double oneway_ns = pingpong_probe(c);
     double copy_gbs = copy_probe(c, 64u << 20);
     size_t probe_bytes = o->max_bytes < (1u << 20) ? o->max_bytes : (1u << 20);
     double cross_gbs = cross_read_probe(c, probe_bytes);
-    if (head) {
-        printf(o->csv ? "# world=%d dtype=%s copy_GBps=%.2f cross_read_GBps=%.2f\n"
-                      : "# shmtrain all-reduce, %d ranks, %s payload; memcpy bandwidth (read+write, all ranks): "
-                        "%.2f GB/s; reading 1 MiB a peer core just wrote: %.2f GB/s per rank\n",
-               c->world, st_dtype_name(c->dtype), copy_gbs, cross_gbs);
-        if (o->csv) {
-            printf("bytes,algorithm,zc_us,zc_algbw,zc_busbw,copy_us,copy_busbw");
-#ifdef WITH_MPI
-            printf(",mpi_us,mpi_busbw,mpi_over_zc");
-#endif
-            printf("\n");
-        } else {
-            printf("%12s %9s %11s %9s %9s %11s %9s", "bytes", "algo", "zc time/us", "algbw", "busbw",
-                   "copy us", "busbw");
-#ifdef WITH_MPI
-            printf(" %11s %9s %8s", "mpi us", "busbw", "mpi/zc");
-#endif
-            printf("\n");
-        }
-    }
+    if (head)
+        print_header(c, o, oneway_ns, copy_gbs, cross_gbs);
     const size_t elem = c->dtype == ST_DTYPE_BF16 ? sizeof(st_bf16) : sizeof(float);
     for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
         size_t n = bytes / elem;
-        double zc = time_op(c, shm_reduce, c->zc, c->dtype, n, o->seconds);
-        double cp = time_op(c, shm_reduce, c->priv, c->dtype, n, o->seconds);
+        struct timing zc = time_op(c, shm_reduce, c->zc, c->dtype, n, o);
+        struct timing cp = time_op(c, shm_reduce, c->priv, c->dtype, n, o);
 #ifdef WITH_MPI
-        double mp = time_op(c, mpi_reduce, c->mpi_buf, ST_DTYPE_F32, n, o->seconds);
-        const double mpi_bytes = (double)n * sizeof(float);
+        struct timing mp = time_op(c, mpi_reduce, c->mpi_buf, ST_DTYPE_F32, n, o);
 #endif
         if (!head)
             continue;
-        double alg = bytes / zc / 1e9;
         const char *algo = st_allreduce_algorithm(c->g, c->zc, n, c->dtype);
-        if (o->csv) {
-            printf("%zu,%s,%.3f,%.3f,%.3f,%.3f,%.3f", bytes, algo, zc * 1e6, alg, alg * bus,
-                   cp * 1e6, bytes / cp / 1e9 * bus);
+        double busbw = bytes / zc.median / 1e9 * bus, floors = oneway_ns > 0 ? zc.median * 1e9 / oneway_ns : 0;
+        printf(o->csv ? "%zu,%s,%.3f,%.3f,%.3f,%.3f,%.2f,%.3f,%.3f" : "%10zu %8s %8.3f %8.3f %8.3f %8.3f %7.2f %8.3f %8.3f",
+               bytes, algo, zc.median * 1e6, zc.p99 * 1e6, zc.mean * 1e6, busbw, floors, cp.median * 1e6, cp.p99 * 1e6);
 #ifdef WITH_MPI
-            printf(",%.3f,%.3f,%.2f", mp * 1e6, mpi_bytes / mp / 1e9 * bus, mp / zc);
+        printf(o->csv ? ",%.3f,%.3f,%.3f,%.3f" : " %8.3f %8.3f %8.3f %7.2f", mp.median * 1e6, mp.p99 * 1e6,
+               mp.mean * 1e6, mp.median / zc.median);
 #endif
-        } else {
-            printf("%12zu %9s %11.2f %9.3f %9.3f %11.2f %9.3f", bytes, algo, zc * 1e6, alg, alg * bus,
-                   cp * 1e6, bytes / cp / 1e9 * bus);
-#ifdef WITH_MPI
-            printf(" %11.2f %9.3f %8.2f", mp * 1e6, mpi_bytes / mp / 1e9 * bus, mp / zc);
-#endif
-        }
         printf("\n");
         fflush(stdout);
     }
@@ -323,6 +429,10 @@ static void rank_main(int rank, int world, const char *job, const struct options
         die("join");
     c.zc = st_group_buffer(c.g, NULL);
     c.priv = malloc(o->max_bytes);
+    c.pristine = malloc(o->max_bytes * 2);  /* bf16's elements as MPI's f32 */
+    c.times = malloc(MAX_ITERS * sizeof *c.times);
+    if (!c.pristine || !c.times)
+        die("malloc");
 #ifdef WITH_MPI
     c.mpi_buf = malloc(o->max_bytes * (o->dtype == ST_DTYPE_BF16 ? 2 : 1)); /* the same elements in f32 */
     if (!c.mpi_buf)
@@ -334,6 +444,11 @@ static void rank_main(int rank, int world, const char *job, const struct options
     st_barrier(c.g);
     st_group_destroy(c.g);
     free(c.priv);
+    free(c.pristine);
+    free(c.times);
+#ifdef WITH_MPI
+    free(c.mpi_buf);
+#endif
 }
 
 #ifdef WITH_MPI

@@ -182,7 +182,10 @@ static int bf16_cases(st_group *g, int rank, void *varg)
                 for (size_t i = 0; i < n; i++)
                     buf[i] = bf16_input(rank, i, c);
                 const char *algo = st_allreduce_algorithm(g, buf, n, ST_DTYPE_BF16);
-                CHILD_CHECK(!strcmp(algo, world == 1 || n == 0 ? "none" : zc ? "slices" : "slices-copy"));
+                CHILD_CHECK(!strcmp(algo, world == 1 || n == 0                      ? "none"
+                                          : n * sizeof *buf <= ST_INLINE_DEFAULT ? "inline"
+                                          : zc                                   ? "slices"
+                                                                                 : "slices-copy"));
                 CHILD_CHECK(st_allreduce(g, buf, n, ST_DTYPE_BF16, (st_reduce_op)op) == ST_OK);
                 for (size_t i = 0; i < n; i++)
                     if (buf[i] != bf16_reference(world, i, c, (st_reduce_op)op)) {

@@ -40,12 +40,13 @@ struct kill_arg {
     struct outcome *out;
     int victim;
     bool during;  /* the parent kills the victim mid-loop */
+    size_t count; /* floats per call: 4 takes the inline path, 1 Mi the ring */
 };
 
 static int reduce_until_failure(st_group *g, int rank, void *varg)
 {
     struct kill_arg *a = varg;
-    const size_t n = 1u << 20;
+    const size_t n = a->count;
     float *buf = calloc(n, sizeof(float));
     CHILD_CHECK(buf != NULL);
     /* Every rank has finished joining before the victim dies: a rank still
@@ -57,7 +58,10 @@ static int reduce_until_failure(st_group *g, int rank, void *varg)
             raise(SIGKILL);  /* joined, then dies before the all-reduce */
         a->out->victim_pid = getpid();
     }
-    for (int it = 0; it < 100000 && st == ST_OK; it++)
+    /* Bounded by time, not calls: 4-float calls finish 100,000 iterations
+     * before the killer strikes. */
+    const double t0 = mono_now();
+    while (st == ST_OK && mono_now() - t0 < 30.0)
         st = st_allreduce_f32(g, buf, n, ST_SUM);
     record(a->out, rank, st);
     /* The group stays broken: a second call fails the same way at once. */
@@ -66,11 +70,11 @@ static int reduce_until_failure(st_group *g, int rank, void *varg)
     return 0;
 }
 
-static void check_peer_death(int world, bool during)
+static void check_peer_death(int world, bool during, size_t count)
 {
     char job[64];
     test_job_id(job, sizeof job, during ? "kill-during" : "kill-before");
-    struct kill_arg a = {shared_alloc(sizeof(struct outcome)), world - 1, during};
+    struct kill_arg a = {shared_alloc(sizeof(struct outcome)), world - 1, during, count};
     st_group_config cfg = {.job_id = job, .staging_bytes = 1u << 20};
     fflush(NULL);
     pid_t runner = fork();
@@ -109,45 +113,58 @@ static void check_peer_death(int world, bool during)
 static void test_peer_killed_before_allreduce(void **state)
 {
     (void)state;
-    check_peer_death(2, false);
-    check_peer_death(4, false);
+    check_peer_death(2, false, 1u << 20);
+    check_peer_death(4, false, 1u << 20);
+    check_peer_death(2, false, 4);
 }
 
 static void test_peer_killed_during_allreduce(void **state)
 {
     (void)state;
-    check_peer_death(3, true);
+    check_peer_death(3, true, 1u << 20);
+    check_peer_death(3, true, 4);
 }
 
 /* ------------------------------------------------------------ stuck peer -- */
 
+struct stall_arg {
+    struct outcome *out;
+    size_t count;
+};
+
 static int one_rank_stalls(st_group *g, int rank, void *varg)
 {
-    struct outcome *o = varg;
+    struct stall_arg *a = varg;
+    struct outcome *o = a->out;
     float x[8192] = {0};
     if (rank == 1) {
         sleep(2);  /* alive but not participating */
         return 0;
     }
     double t0 = mono_now();
-    st_status st = st_allreduce_f32(g, x, 8192, ST_SUM);
+    st_status st = st_allreduce_f32(g, x, a->count, ST_SUM);
     record(o, rank, st);
     o->returned_at[rank] -= t0;
     return 0;
 }
 
+/* Both a direct-sized call and an inline-sized one (4 floats): each waits
+ * on its own kind of word, and each gives up after the timeout. */
 static void test_stuck_peer_times_out(void **state)
 {
     (void)state;
-    char job[64];
-    test_job_id(job, sizeof job, "stuck");
-    struct outcome *o = shared_alloc(sizeof *o);
-    st_group_config cfg = {.job_id = job, .timeout_s = 0.5};
-    assert_int_equal(run_ranks(2, &cfg, one_rank_stalls, o), 0);
-    assert_int_equal(o->status[0], ST_ERR_TIMEOUT);
-    assert_true(o->returned_at[0] >= 0.5 && o->returned_at[0] < 1.9);
-    assert_non_null(strstr(o->message[0], "rank 1"));
-    shared_free(o, sizeof *o);
+    const size_t counts[] = {8192, 4};
+    for (size_t c = 0; c < 2; c++) {
+        char job[64];
+        test_job_id(job, sizeof job, "stuck");
+        struct stall_arg a = {shared_alloc(sizeof(struct outcome)), counts[c]};
+        st_group_config cfg = {.job_id = job, .timeout_s = 0.5};
+        assert_int_equal(run_ranks(2, &cfg, one_rank_stalls, &a), 0);
+        assert_int_equal(a.out->status[0], ST_ERR_TIMEOUT);
+        assert_true(a.out->returned_at[0] >= 0.5 && a.out->returned_at[0] < 1.9);
+        assert_non_null(strstr(a.out->message[0], "rank 1"));
+        shared_free(a.out, sizeof(struct outcome));
+    }
 }
 
 /* ------------------------------------------------------ shm space, joins -- */

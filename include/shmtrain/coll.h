@@ -43,8 +43,15 @@ typedef struct st_group_config {
                                 4 MiB; larger messages go in pieces) */
     size_t chunk_bytes;      /* ring pipelining unit (default 128 KiB) */
     size_t small_bytes;      /* messages up to this use the direct algorithm
-                                (default 16 KiB; 0 keeps the default, use
+                                (default 32 KiB; 0 keeps the default, use
                                 ST_SMALL_NEVER to always use the ring) */
+    size_t small_zero_copy_bytes; /* the same for a buffer in the zero-copy
+                                region, where the ring needs no staging copy
+                                (default 2 KiB, at most small_bytes) */
+    size_t inline_bytes;     /* messages up to this use the inline algorithm, data
+                                and sequence number in one cache line (default
+                                ST_INLINE_DEFAULT, at most ST_INLINE_MAX;
+                                ST_INLINE_NEVER: never) */
     double timeout_s;        /* longest wait for any single peer (default 300 s,
                                 env SHMTRAIN_TIMEOUT) */
     double join_timeout_s;   /* longest wait for peers to appear (default 60 s) */
@@ -55,6 +62,9 @@ typedef struct st_group_config {
 } st_group_config;
 
 #define ST_SMALL_NEVER ((size_t)-1)
+#define ST_INLINE_NEVER ((size_t)-1)
+#define ST_INLINE_DEFAULT 128
+#define ST_INLINE_MAX 65536
 
 /* Join a group.  Blocks until all world_size ranks have joined (or
  * join_timeout_s passes).  On success *out is a group the caller owns and
@@ -135,7 +145,8 @@ void st_group_heartbeat(st_group *g);
 double st_group_wait_seconds(const st_group *g);
 
 /* Which algorithm an all-reduce of `count` elements of `dtype` at `buf`
- * would use: f32 "direct", "ring" or "ring-copy"; bf16 "slices" or
+ * would use: "inline" for small payloads of either type; f32 "direct",
+ * "ring" or "ring-copy"; bf16 "slices" or
  * "slices-copy" (staged through the segment); "none" for nothing to do
  * (for benchmarks and logs). */
 const char *st_allreduce_algorithm(const st_group *g, const void *buf, size_t count, st_dtype dtype);

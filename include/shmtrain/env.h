@@ -80,6 +80,17 @@
  * this many consecutive ranks (each with its own shared-memory group). */
 #define ST_ENV_NODE_SIZE "SHMTRAIN_NODE_SIZE"
 
+/* The collectives' tuning (st_group_config's defaults, read by coll's
+ * group.c when the program leaves a field 0; docs/collectives.md). */
+#define ST_ENV_STAGING_BYTES "SHMTRAIN_STAGING_BYTES"
+#define ST_ENV_CHUNK_BYTES "SHMTRAIN_CHUNK_BYTES"
+#define ST_ENV_SMALL_BYTES "SHMTRAIN_SMALL_BYTES"    /* "0": never the direct algorithm */
+#define ST_ENV_SMALL_ZERO_COPY_BYTES "SHMTRAIN_SMALL_ZERO_COPY_BYTES"
+#define ST_ENV_INLINE_BYTES "SHMTRAIN_INLINE_BYTES"  /* "0": never the inline algorithm */
+#define ST_ENV_TIMEOUT "SHMTRAIN_TIMEOUT"
+#define ST_ENV_JOIN_TIMEOUT "SHMTRAIN_JOIN_TIMEOUT"
+#define ST_ENV_SPIN "SHMTRAIN_SPIN"
+
 /* The heartbeat file: one fixed-size text record rewritten in place,
  *   "beats=<n> state=<run|wait> peer=<rank or -1>\n"  padded to 63 bytes + '\n'.
  * beats grows while the instance makes progress (collectives complete, or

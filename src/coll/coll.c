@@ -19,18 +19,7 @@
 
 /* --------------------------------------------------------------- stage -- */
 
-/* What runs between the reduce-scatter and the all-gather halves of a
- * staged all-reduce (st_allreduce_f32_staged): `fn` on the part this rank
- * owns, summed over the group, then the division of an average by
- * `divisor` (the whole job's rank count), so the all-gather spreads final
- * values and every rank ends with the same bits. */
-struct stage {
-    st_shard_fn fn;
-    void *ctx;
-    float divisor;
-};
-
-static st_status run_stage(const struct stage *sg, float *part, size_t n, st_reduce_op op)
+st_status coll_run_stage(const struct coll_stage *sg, float *part, size_t n, st_reduce_op op)
 {
     st_status st = n ? sg->fn(sg->ctx, part, n) : ST_OK;
     if (st == ST_OK && op == ST_AVG)
@@ -55,7 +44,7 @@ static void chunk_range(size_t n, int world, int seg, size_t j, size_t k, size_t
  * neighbour's partial sum of one segment into ours), t >= N-1 all-gather
  * (copy the left neighbour's final segment).  Each step is cut into k chunks
  * so the right neighbour can start on chunk j while we do chunk j+1. */
-static st_status ring(st_group *g, float *const *bufs, size_t n, st_reduce_op op, const struct stage *sg)
+static st_status ring(st_group *g, float *const *bufs, size_t n, st_reduce_op op, const struct coll_stage *sg)
 {
     const int N = g->world, r = g->rank, left = (r + N - 1) % N, right = (r + 1) % N;
     const size_t max_seg = (n + (size_t)N - 1) / (size_t)N;
@@ -95,7 +84,7 @@ static st_status ring(st_group *g, float *const *bufs, size_t n, st_reduce_op op
         if (sg && t == N - 2) {
             size_t lo, hi;
             chunk_range(n, N, seg, 0, 1, &lo, &hi);
-            if ((st = run_stage(sg, mine + lo, hi - lo, op)) != ST_OK)
+            if ((st = coll_run_stage(sg, mine + lo, hi - lo, op)) != ST_OK)
                 return coll_mark_broken(g, st, g->rank);  /* the peers stop waiting for it */
             coll_publish(g, base + 1 + (uint32_t)t * K + K);
         }
@@ -120,7 +109,7 @@ char *coll_seg_at(const st_group *g, int q, size_t off)
  * order: one synchronisation, identical bits everywhere.  Two slots
  * alternate, so a slot is rewritten only after every peer has entered the
  * collective that followed its last use, i.e. finished reading it. */
-static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op, const struct stage *sg)
+static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op, const struct coll_stage *sg)
 {
     const int p = g->parity;
     const uint32_t base = g->base;
@@ -138,7 +127,7 @@ static st_status direct(st_group *g, float *buf, size_t n, st_reduce_op op, cons
         coll_add_to_user(buf, (const float *)coll_seg_at(g, q, slot_off), n);
     if (sg) {
         /* Every rank holds the whole sum: each runs the stage on all of it. */
-        if ((st = run_stage(sg, buf, n, op)) != ST_OK)
+        if ((st = coll_run_stage(sg, buf, n, op)) != ST_OK)
             return coll_mark_broken(g, st, g->rank);
     } else if (op == ST_AVG) {
         for (size_t i = 0; i < n; i++)
@@ -173,18 +162,24 @@ static bool bf16_in_zero_copy(const st_group *g, const void *buf, size_t count, 
 
 /* The one place the direct/ring choice is made: what runs is what is
  * reported (st_allreduce_algorithm), at every count. */
-static bool uses_direct(const st_group *g, size_t count) { return count * sizeof(float) <= g->cfg.small_bytes; }
+static bool uses_direct(const st_group *g, size_t count, bool zero_copy)
+{
+    return count * sizeof(float) <= (zero_copy ? g->cfg.small_zero_copy_bytes : g->cfg.small_bytes);
+}
 
 const char *st_allreduce_algorithm(const st_group *g, const void *buf, size_t count, st_dtype dtype)
 {
     size_t off;
     if (!g || g->world == 1 || count == 0)
         return "none";
+    if (coll_uses_inline(g, count * (dtype == ST_DTYPE_BF16 ? sizeof(st_bf16) : sizeof(float))))
+        return "inline";
     if (dtype == ST_DTYPE_BF16)  /* the zero-copy test of allreduce_bf16 */
         return bf16_in_zero_copy(g, buf, count, &off) ? "slices" : "slices-copy";
-    if (uses_direct(g, count))
+    const bool zc = in_zero_copy(g, buf, count * sizeof(float), &off);
+    if (uses_direct(g, count, zc))
         return "direct";
-    return in_zero_copy(g, buf, count * sizeof(float), &off) ? "ring" : "ring-copy";
+    return zc ? "ring" : "ring-copy";
 }
 
 static st_status check_allreduce(const st_group *g, const void *buf, size_t count, st_reduce_op op)
@@ -199,7 +194,7 @@ static st_status check_allreduce(const st_group *g, const void *buf, size_t coun
     return ST_OK;
 }
 
-static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op, const struct stage *sg)
+static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op, const struct coll_stage *sg)
 {
     st_status st = check_allreduce(g, buf, count, op);
     if (st != ST_OK)
@@ -207,12 +202,14 @@ static st_status allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_
     if (count == 0)
         return ST_OK;
     if (g->world == 1)
-        return sg ? run_stage(sg, buf, count, op) : ST_OK;
-    if (uses_direct(g, count))
-        return direct(g, buf, count, op, sg);
-
+        return sg ? coll_run_stage(sg, buf, count, op) : ST_OK;
+    if (coll_uses_inline(g, count * sizeof(float)))
+        return coll_inline_allreduce(g, buf, count, ST_DTYPE_F32, op, sg);
     size_t off;
-    if (in_zero_copy(g, buf, count * sizeof(float), &off)) {
+    const bool zc = in_zero_copy(g, buf, count * sizeof(float), &off);
+    if (uses_direct(g, count, zc))
+        return direct(g, buf, count, op, sg);
+    if (zc) {
         for (int q = 0; q < g->world; q++)
             g->rank_ptrs[q] = (float *)(coll_seg_at(g, q, g->zc_off) + off);
         return ring(g, g->rank_ptrs, count, op, sg);
@@ -255,11 +252,10 @@ static float *stage_scratch(st_group *g, size_t n)
     return g->stage_f32;
 }
 
-/* Round fp32 sums into bf16, after the stage (if any) and the average. */
-static st_status finish_bf16(st_group *g, float *sums, st_bf16 *out, size_t n, st_reduce_op op, const struct stage *sg)
+st_status coll_finish_bf16(st_group *g, float *sums, st_bf16 *out, size_t n, st_reduce_op op, const struct coll_stage *sg)
 {
     if (sg) {
-        st_status st = run_stage(sg, sums, n, op);
+        st_status st = coll_run_stage(sg, sums, n, op);
         if (st != ST_OK)
             return st;
     } else if (op == ST_AVG) {
@@ -270,7 +266,7 @@ static st_status finish_bf16(st_group *g, float *sums, st_bf16 *out, size_t n, s
     return ST_OK;
 }
 
-static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_reduce_op op, const struct stage *sg)
+static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_reduce_op op, const struct coll_stage *sg)
 {
     const int N = g->world, r = g->rank;
     const uint32_t base = g->base;
@@ -286,7 +282,7 @@ static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_red
         if (!sums)
             return coll_mark_broken(g, st_fail(ST_ERR_NOMEM, "coll: out of memory for a bf16 slice"), g->rank);
         coll_bf16_sum(sums, bufs, N, lo, hi);
-        if ((st = finish_bf16(g, sums, mine + lo, hi - lo, op, sg)) != ST_OK)
+        if ((st = coll_finish_bf16(g, sums, mine + lo, hi - lo, op, sg)) != ST_OK)
             return coll_mark_broken(g, st, g->rank);
     } else {
         coll_bf16_reduce(mine, bufs, N, lo, hi, op == ST_AVG ? (float)N : 1.0f);
@@ -307,7 +303,7 @@ static st_status slices_bf16(st_group *g, st_bf16 *const *bufs, size_t n, st_red
     return ST_OK;
 }
 
-static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_reduce_op op, const struct stage *sg)
+static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_reduce_op op, const struct coll_stage *sg)
 {
     st_status st = check_allreduce(g, buf, count, op);
     if (st != ST_OK)
@@ -320,8 +316,10 @@ static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_redu
             return st_fail(ST_ERR_NOMEM, "coll: out of memory for a bf16 stage");
         for (size_t i = 0; i < count; i++)
             sums[i] = st_bf16_to_f32(buf[i]);
-        return finish_bf16(g, sums, buf, count, op, sg);
+        return coll_finish_bf16(g, sums, buf, count, op, sg);
     }
+    if (coll_uses_inline(g, count * sizeof(st_bf16)))
+        return coll_inline_allreduce(g, buf, count, ST_DTYPE_BF16, op, sg);
     st_bf16 **ptrs = g->bf16_ptrs;
     size_t off;
     if (bf16_in_zero_copy(g, buf, count, &off)) {
@@ -405,15 +403,15 @@ static st_status barrier(st_group *g)
 static st_status progressed(st_group *g, st_status st)
 {
     if (st == ST_OK)
-        st_heartbeat_beat(&g->hb, coll_now_s());
+        st_heartbeat_beat(&g->hb, coll_coarse_now_s());
     return st;
 }
 
-static st_status make_stage(st_shard_fn between, void *ctx, int divisor, struct stage *out)
+static st_status make_stage(st_shard_fn between, void *ctx, int divisor, struct coll_stage *out)
 {
     if (!between || divisor < 1)
         return st_fail(ST_ERR_INVALID, "coll: staged allreduce: no stage function, or divisor %d", divisor);
-    *out = (struct stage){between, ctx, (float)divisor};
+    *out = (struct coll_stage){between, ctx, (float)divisor};
     return ST_OK;
 }
 
@@ -430,7 +428,7 @@ st_status st_allreduce_bf16(st_group *g, uint16_t *buf, size_t count, st_reduce_
 st_status st_allreduce_bf16_staged(st_group *g, uint16_t *buf, size_t count, st_reduce_op op, st_shard_fn between,
                                    void *ctx, int divisor)
 {
-    struct stage sg;
+    struct coll_stage sg;
     st_status st = make_stage(between, ctx, divisor, &sg);
     return st != ST_OK ? st : progressed(g, allreduce_bf16(g, buf, count, op, &sg));
 }
@@ -447,7 +445,7 @@ st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_
 st_status st_allreduce_f32_staged(st_group *g, float *buf, size_t count, st_reduce_op op, st_shard_fn between,
                                   void *ctx, int divisor)
 {
-    struct stage sg;
+    struct coll_stage sg;
     st_status st = make_stage(between, ctx, divisor, &sg);
     return st != ST_OK ? st : progressed(g, allreduce_f32(g, buf, count, op, &sg));
 }
@@ -465,5 +463,5 @@ st_status st_barrier(st_group *g)
 void st_group_heartbeat(st_group *g)
 {
     if (g)
-        st_heartbeat_beat(&g->hb, coll_now_s());
+        st_heartbeat_beat(&g->hb, coll_coarse_now_s());
 }

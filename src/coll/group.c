@@ -38,6 +38,13 @@ static size_t env_size(const char *name, size_t fallback)
     return (errno || *end || x == 0) ? fallback : (size_t)x;
 }
 
+/* A size whose "0" means "never" (the sentinel (size_t)-1). */
+static size_t env_size_or_never(const char *name, size_t fallback)
+{
+    const char *v = getenv(name);
+    return (v && !strcmp(v, "0")) ? (size_t)-1 : env_size(name, fallback);
+}
+
 static double env_double(const char *name, double fallback)
 {
     const char *v = getenv(name);
@@ -59,24 +66,32 @@ static st_status fill_config(st_group *g, const st_group_config *in)
         return st_fail(ST_ERR_INVALID, "coll: job id '%s' is not usable: use 1-64 of [A-Za-z0-9_.-]",
                        c.job_id ? c.job_id : "(null)");
     if (!c.staging_bytes)
-        c.staging_bytes = env_size("SHMTRAIN_STAGING_BYTES", 4u << 20);
+        c.staging_bytes = env_size(ST_ENV_STAGING_BYTES, 4u << 20);
     if (!c.chunk_bytes)
-        c.chunk_bytes = env_size("SHMTRAIN_CHUNK_BYTES", 128u << 10);
-    if (!c.small_bytes) {
-        const char *v = getenv("SHMTRAIN_SMALL_BYTES");
-        c.small_bytes = (v && !strcmp(v, "0")) ? ST_SMALL_NEVER
-                                               : env_size("SHMTRAIN_SMALL_BYTES", 16u << 10);
-    }
+        c.chunk_bytes = env_size(ST_ENV_CHUNK_BYTES, 128u << 10);
+    if (!c.small_bytes)
+        c.small_bytes = env_size_or_never(ST_ENV_SMALL_BYTES, 32u << 10);
     if (c.small_bytes == ST_SMALL_NEVER)
         c.small_bytes = 0;
+    if (!c.small_zero_copy_bytes)
+        c.small_zero_copy_bytes = env_size_or_never(ST_ENV_SMALL_ZERO_COPY_BYTES, 2u << 10);
+    if (c.small_zero_copy_bytes > c.small_bytes)  /* "never" included: the direct slots hold small_bytes */
+        c.small_zero_copy_bytes = c.small_bytes;
+    if (!c.inline_bytes)
+        c.inline_bytes = env_size_or_never(ST_ENV_INLINE_BYTES, ST_INLINE_DEFAULT);
+    if (c.inline_bytes == ST_INLINE_NEVER)
+        c.inline_bytes = 0;
+    if (c.inline_bytes > ST_INLINE_MAX)
+        return st_fail(ST_ERR_INVALID, "coll: inline_bytes %zu is above the inline all-reduce's %d",
+                       c.inline_bytes, ST_INLINE_MAX);
     if (!(c.timeout_s > 0))
-        c.timeout_s = env_double("SHMTRAIN_TIMEOUT", 300.0);
+        c.timeout_s = env_double(ST_ENV_TIMEOUT, 300.0);
     if (!(c.join_timeout_s > 0))
-        c.join_timeout_s = env_double("SHMTRAIN_JOIN_TIMEOUT", 60.0);
+        c.join_timeout_s = env_double(ST_ENV_JOIN_TIMEOUT, 60.0);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     g->oversubscribed = ncpu > 0 && c.world_size > ncpu;
     if (c.spin <= 0)
-        c.spin = (int)env_size("SHMTRAIN_SPIN", g->oversubscribed ? 20 : 2000);
+        c.spin = (int)env_size(ST_ENV_SPIN, g->oversubscribed ? 20 : 2000);
     c.staging_bytes = round_up(c.staging_bytes < 2 * PAGE ? 2 * PAGE : c.staging_bytes, 2 * PAGE);
     c.small_bytes = round_up(c.small_bytes, 64);
     if (c.chunk_bytes < 4096)
@@ -89,7 +104,9 @@ static st_status fill_config(st_group *g, const st_group_config *in)
     g->zc_off = PAGE;
     g->staging_off = g->zc_off + round_up(c.zero_copy_bytes, PAGE);
     g->slots_off = g->staging_off + c.staging_bytes;
-    g->seg_bytes = g->slots_off + round_up(2 * c.small_bytes, PAGE);
+    g->inline_off = g->slots_off + round_up(2 * c.small_bytes, PAGE);
+    g->inline_lines = (c.inline_bytes + INLINE_PAYLOAD - 1) / INLINE_PAYLOAD;
+    g->seg_bytes = g->inline_off + round_up(2 * g->inline_lines * sizeof(struct inline_line), PAGE);
     return ST_OK;
 }
 
@@ -103,6 +120,8 @@ static void init_ctl(st_group *g)
     c->zero_copy_bytes = g->cfg.zero_copy_bytes;
     c->staging_bytes = g->cfg.staging_bytes;
     c->small_bytes = g->cfg.small_bytes;
+    c->small_zero_copy_bytes = g->cfg.small_zero_copy_bytes;
+    c->inline_bytes = g->cfg.inline_bytes;
     c->seg_bytes = g->seg_bytes;
     snprintf(c->job_id, sizeof c->job_id, "%s", g->job_id);
     atomic_store_explicit(&c->ready, 1, memory_order_release);
@@ -112,7 +131,9 @@ static st_status check_peer_ctl(st_group *g, int q)
 {
     const struct ctl *c = g->ctl[q];
     if (c->magic != CTL_MAGIC || c->rank != q || c->world != g->world ||
-        strcmp(c->job_id, g->job_id) != 0 || c->seg_bytes != g->seg_bytes)
+        strcmp(c->job_id, g->job_id) != 0 || c->seg_bytes != g->seg_bytes ||
+        c->small_bytes != g->cfg.small_bytes || c->small_zero_copy_bytes != g->cfg.small_zero_copy_bytes ||
+        c->inline_bytes != g->cfg.inline_bytes)
         return st_fail(ST_ERR_MISMATCH,
                        "coll: rank %d's segment disagrees with rank %d (world %d vs %d, "
                        "job '%.64s' vs '%s'): ranks were started with different settings",
@@ -177,7 +198,9 @@ static st_status alloc_arrays(st_group *g)
     g->pids = calloc((size_t)g->world, sizeof *g->pids);
     g->rank_ptrs = calloc((size_t)g->world, sizeof *g->rank_ptrs);
     g->bf16_ptrs = calloc((size_t)g->world, sizeof *g->bf16_ptrs);
-    if (!g->segs || !g->ctl || !g->pids || !g->rank_ptrs || !g->bf16_ptrs)
+    /* an inline payload's fp32 sums: bf16 holds twice fp32's elements */
+    g->inline_sums = malloc(g->inline_lines * (INLINE_PAYLOAD / sizeof(uint16_t)) * sizeof(float) + sizeof(float));
+    if (!g->segs || !g->ctl || !g->pids || !g->rank_ptrs || !g->bf16_ptrs || !g->inline_sums)
         return st_fail(ST_ERR_NOMEM, "coll: out of memory for a world of %d", g->world);
     return ST_OK;
 }
@@ -302,6 +325,7 @@ void st_group_destroy(st_group *g)
     free(g->rank_ptrs);
     free(g->bf16_ptrs);
     free(g->stage_f32);
+    free(g->inline_sums);
     st_heartbeat_close(&g->hb);
     free(g);
 }

@@ -42,6 +42,16 @@ double coll_now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The heartbeat's clock: a few nanoseconds where CLOCK_MONOTONIC costs ~20
+ * (a fifth of a small all-reduce), ticking every few milliseconds, which is
+ * plenty for a record written every 0.25 s. */
+double coll_coarse_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 void coll_sleep_s(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
@@ -125,6 +135,30 @@ static inline bool reached(st_group *g, int peer, uint32_t target)
     return ge(atomic_load_explicit(&g->ctl[peer]->progress, memory_order_acquire), target);
 }
 
+/* Between naps of a wait that began at `start`: has the peer failed or
+ * died, or has the wait run out of time?  Tells the stall watch after 1 s. */
+static st_status check_waiting(st_group *g, int peer, double start, double *next_check)
+{
+    if (atomic_load(&g->ctl[peer]->aborted))
+        return peer_failed(g, peer);
+    double t = coll_now_s();
+    if (t - start >= 1.0)
+        st_heartbeat_waiting(&g->hb, peer);
+    if (t >= *next_check) {
+        if (!coll_pid_alive(g->pids[peer]))
+            return peer_failed(g, peer);
+        *next_check = t + 0.1;
+    }
+    if (t - start >= g->cfg.timeout_s) {
+        st_fail(ST_ERR_TIMEOUT,
+                "coll: rank %d waited %.0f s for rank %d (pid %d) without progress "
+                "(SHMTRAIN_TIMEOUT); is a rank stuck or calling a different collective?",
+                g->rank, g->cfg.timeout_s, peer, (int)g->pids[peer]);
+        return coll_mark_broken(g, ST_ERR_TIMEOUT, peer);
+    }
+    return ST_OK;
+}
+
 static st_status wait_slow(st_group *g, int peer, uint32_t target)
 {
     struct ctl *c = g->ctl[peer];
@@ -143,23 +177,9 @@ static st_status wait_slow(st_group *g, int peer, uint32_t target)
         atomic_fetch_sub(&c->sleepers, 1);
         if (reached(g, peer, target))
             return ST_OK;
-        if (atomic_load(&c->aborted))
-            return peer_failed(g, peer);
-        double t = coll_now_s();
-        if (t - start >= 1.0)
-            st_heartbeat_waiting(&g->hb, peer);
-        if (t >= next_check) {
-            if (!coll_pid_alive(g->pids[peer]))
-                return peer_failed(g, peer);
-            next_check = t + 0.1;
-        }
-        if (t - start >= g->cfg.timeout_s) {
-            st_fail(ST_ERR_TIMEOUT,
-                    "coll: rank %d waited %.0f s for rank %d (pid %d) without progress "
-                    "(SHMTRAIN_TIMEOUT); is a rank stuck or calling a different collective?",
-                    g->rank, g->cfg.timeout_s, peer, (int)g->pids[peer]);
-            return coll_mark_broken(g, ST_ERR_TIMEOUT, peer);
-        }
+        st_status st = check_waiting(g, peer, start, &next_check);
+        if (st != ST_OK)
+            return st;
     }
 }
 
@@ -181,6 +201,68 @@ st_status coll_wait_for(st_group *g, int peer, uint32_t target)
 }
 
 double st_group_wait_seconds(const st_group *g) { return g->waited_s; }
+
+/* ------------------------------------------------------ sequence words -- */
+
+/* A futex is 32 bits: a sleeper on a 64-bit sequence word waits on the half
+ * that changes with every call. */
+static uint32_t *seq_futex_word(_Atomic uint64_t *seq)
+{
+    return (uint32_t *)((char *)seq + (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? 0 : 4));
+}
+
+/* The writer looks for sleepers without a fence (a fence on every call would
+ * cost more than the small payload it carries), so a wake can be missed when
+ * a waiter registers just as the number is stored: the waiter's nap is then
+ * short, 2 ms, and it looks again. */
+void coll_wake_seq(st_group *g, _Atomic uint64_t *seq)
+{
+    if (atomic_load_explicit(&g->ctl[g->rank]->sleepers, memory_order_relaxed) != 0)
+        syscall(SYS_futex, seq_futex_word(seq), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static inline bool seq_is(_Atomic uint64_t *seq, uint64_t want)
+{
+    return atomic_load_explicit(seq, memory_order_acquire) == want;
+}
+
+static st_status wait_seq_slow(st_group *g, int peer, _Atomic uint64_t *seq, uint64_t want)
+{
+    struct ctl *c = g->ctl[peer];
+    for (int i = 0; i < (g->oversubscribed ? 16 : 4); i++) {
+        sched_yield();
+        if (seq_is(seq, want))
+            return ST_OK;
+    }
+    const struct timespec nap = {0, 2 * 1000 * 1000};
+    double start = coll_now_s(), next_check = start + 0.1;
+    for (;;) {
+        atomic_fetch_add(&c->sleepers, 1);
+        uint64_t v = atomic_load(seq);
+        if (v != want && !atomic_load(&c->aborted))
+            syscall(SYS_futex, seq_futex_word(seq), FUTEX_WAIT, (uint32_t)v, &nap, NULL, 0);
+        atomic_fetch_sub(&c->sleepers, 1);
+        if (seq_is(seq, want))
+            return ST_OK;
+        st_status st = check_waiting(g, peer, start, &next_check);
+        if (st != ST_OK)
+            return st;
+    }
+}
+
+st_status coll_wait_seq(st_group *g, int peer, _Atomic uint64_t *seq, uint64_t want)
+{
+    int i = 0;
+    for (; i < g->cfg.spin && !seq_is(seq, want); i++)
+        cpu_relax();
+    if (i < g->cfg.spin)
+        return ST_OK;  /* a spin this short is not counted as waiting: reading the clock would double it */
+    double t0 = coll_now_s();
+    st_status st = wait_seq_slow(g, peer, seq, want);
+    g->waited_s += coll_now_s() - t0;
+    return st;
+}
+
 
 st_status coll_wait_all(st_group *g, uint32_t target)
 {

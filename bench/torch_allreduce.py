@@ -1,0 +1,82 @@
+"""PyTorch's all-reduce (gloo, CPU), timed the way st-allreduce-bench times
+shmtrain and MPI: per size 10 warm-up calls, then per iteration the tensor
+refilled from a pristine copy (untimed; --no-refill: warm cache), a barrier,
+one timed dist.all_reduce; per rank median, 99th percentile and mean over
+iterations, averaged over ranks.  The first result is checked exact.
+
+  python3 bench/torch_allreduce.py --ranks 2 [--min 4] [--max 64M] [--seconds 0.15] [--no-refill]
+
+Prints CSV: bytes,gloo_us,gloo_p99_us,gloo_mean_us (rank 0).  Ranks are
+pinned one per CPU, as the other columns' ranks are.
+"""
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def size(s):
+    mul = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:].upper(), 1)
+    return int(float(s[:-1] if mul > 1 else s) * mul)
+
+
+def rank_main(rank, args, port):
+    os.sched_setaffinity(0, {rank % os.cpu_count()})
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.ranks)
+    world = args.ranks
+    nbytes = args.min
+    while nbytes <= args.max:
+        n = nbytes // 4
+        idx = torch.arange(n, dtype=torch.int64)
+        pristine = ((idx * 7 + rank * 3) % 64).to(torch.float32)
+        want = sum(((idx * 7 + q * 3) % 64) for q in range(world)).to(torch.float32)
+        buf = pristine.clone()
+        dist.barrier()
+        dist.all_reduce(buf)
+        if not torch.equal(buf, want):
+            raise SystemExit(f"torch_allreduce: rank {rank}: wrong sum at {nbytes} bytes")
+        for _ in range(9):
+            dist.all_reduce(buf)
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        probe = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dist.broadcast(probe, 0)
+        iters = int(min(5000, max(11, args.seconds / max(probe.item(), 1e-9))))
+        times = []
+        for _ in range(iters):
+            if args.refill:
+                buf.copy_(pristine)
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(buf)
+            times.append(time.perf_counter() - t0)
+        times.sort()
+        stats = torch.tensor([times[iters // 2], times[(iters * 99 + 99) // 100 - 1], sum(times) / iters],
+                             dtype=torch.float64)
+        dist.all_reduce(stats)
+        stats /= world
+        if rank == 0:
+            print(f"{nbytes},{stats[0] * 1e6:.3f},{stats[1] * 1e6:.3f},{stats[2] * 1e6:.3f}", flush=True)
+        nbytes *= 2
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--min", type=size, default=4)
+    p.add_argument("--max", type=size, default=64 << 20)
+    p.add_argument("--seconds", type=float, default=0.15)
+    p.add_argument("--no-refill", dest="refill", action="store_false")
+    args = p.parse_args()
+    print("bytes,gloo_us,gloo_p99_us,gloo_mean_us", flush=True)
+    port = 29500 + os.getpid() % 20000
+    mp.spawn(rank_main, args=(args, port), nprocs=args.ranks)
+
+
+if __name__ == "__main__":
+    main()
