@@ -16,7 +16,7 @@ trap 'rm -rf "$out"' EXIT
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; $ranks ranks, $rounds rounds"
 for r in $(seq 1 "$rounds"); do
   SHMTRAIN_INLINE_BYTES=65536 "$build/bench/st-allreduce-bench" -n "$ranks" --csv "${args[@]}" > "$out/inline.$r"
-  SHMTRAIN_INLINE_BYTES=0 SHMTRAIN_SMALL_BYTES=1048576 "$build/bench/st-allreduce-bench" -n "$ranks" --csv "${args[@]}" > "$out/direct.$r"
+  SHMTRAIN_INLINE_BYTES=0 SHMTRAIN_SMALL_BYTES=1048576 SHMTRAIN_SMALL_ZERO_COPY_BYTES=1048576 "$build/bench/st-allreduce-bench" -n "$ranks" --csv "${args[@]}" > "$out/direct.$r"
   SHMTRAIN_INLINE_BYTES=0 SHMTRAIN_SMALL_BYTES=0 "$build/bench/st-allreduce-bench" -n "$ranks" --csv "${args[@]}" > "$out/ring.$r"
 done
 python3 - "$out" <<'PY'
