@@ -103,11 +103,11 @@ static size_t parse_size(const char *flag, const char *s)
 static void usage(int code)
 {
     printf("usage: st-allreduce-bench [-n RANKS] [--min SIZE] [--max SIZE] [--seconds S]\n"
-           "                          [--dtype f32|bf16] [--no-refill] [--no-bind] [--csv]\n"
+           "                          [--dtype fp32|bf16] [--no-refill] [--no-bind] [--csv]\n"
            "  -n RANKS     fork RANKS processes (default: join from SHMTRAIN_* env)\n"
            "  --min/--max  message sizes in bytes, doubling (default 4 .. 256M)\n"
            "  --seconds S  time budget per size and path (default 0.15)\n"
-           "  --dtype T    the payload: f32 (default) or bf16 (summed in fp32, rounded once)\n"
+           "  --dtype T    the payload: fp32 (default) or bf16 (summed in fp32, rounded once)\n"
            "  --no-refill  time calls on what the last call left (warm cache), not on\n"
            "               inputs copied in before every call\n"
            "  --no-bind    in fork mode, do not pin rank i to CPU i %% ncpu\n"
@@ -130,10 +130,8 @@ static struct options parse(int argc, char **argv)
         else if (v && !strcmp(a, "--max")) o.max_bytes = parse_size(a, v), i++;
         else if (v && !strcmp(a, "--seconds")) o.seconds = atof(v), i++;
         else if (v && !strcmp(a, "--dtype")) {
-            if (!strcmp(v, "f32") || !strcmp(v, "fp32")) o.dtype = ST_DTYPE_F32;
-            else if (!strcmp(v, "bf16")) o.dtype = ST_DTYPE_BF16;
-            else {
-                fprintf(stderr, "st-allreduce-bench: --dtype '%s': use f32 or bf16\n", v);
+            if (!st_dtype_parse(v, &o.dtype)) {
+                fprintf(stderr, "st-allreduce-bench: --dtype '%s': use fp32 or bf16\n", v);
                 exit(2);
             }
             i++;

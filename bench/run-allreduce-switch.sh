@@ -4,7 +4,7 @@
 # interleaved (default 3), medians over rounds.  The defaults of
 # inline_bytes and small_bytes (include/shmtrain/coll.h) come from this table.
 #
-#   bench/run-allreduce-switch.sh [BUILD_DIR] [RANKS] [--min 64 --max 64K --dtype f32|bf16]
+#   bench/run-allreduce-switch.sh [BUILD_DIR] [RANKS] [--min 64 --max 64K --dtype fp32|bf16]
 set -euo pipefail
 build=${1:-build}
 ranks=${2:-2}

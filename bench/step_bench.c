@@ -6,6 +6,9 @@
  *   st-step-bench [--batch 64] [--rounds 5] [--seconds 1] [--models mlp,lenet,cnn]
  *                 [--threads 1,2] [--precision fp32|bf16] [--csv]
  *
+ * Per step, also the conversions between fp32 and bf16 it ran, the bytes
+ * they read, and its weight reorders (st_net_counters).
+ *
  * Configurations run interleaved, round-robin, `rounds` times; the table
  * shows the median of the rounds' mean step times (a shared VM moves single
  * runs by tens of percent), and [min-max].
@@ -26,6 +29,7 @@ struct config {
     double ms[MAX_ROUNDS];
     st_net_profile prof;   /* per step, summed over rounds */
     double optim_s;        /* per step, summed over rounds */
+    st_net_counters per_step;  /* the step's conversions and weight reorders (the same every step) */
 };
 
 /* Mean milliseconds per step over about `seconds` of steps. */
@@ -38,6 +42,7 @@ static double measure(struct config *c, int batch, double seconds, st_dtype prec
     for (int warm = -10;; warm++) {
         if (warm == 0) {
             st_net_profile_enable(r.net, true);
+            st_net_counters_reset(r.net);
             t0 = rig_now();
         }
         const double o = rig_step(&r);
@@ -47,6 +52,10 @@ static double measure(struct config *c, int batch, double seconds, st_dtype prec
             break;
     }
     double ms = (rig_now() - t0) / steps * 1e3;
+    st_net_counters_get(r.net, &c->per_step);
+    c->per_step.conversions /= (unsigned)steps;
+    c->per_step.converted_bytes /= (unsigned)steps;
+    c->per_step.weight_reorders /= (unsigned)steps;
     c->optim_s += optim_s / steps;
     st_net_profile pr;
     st_net_profile_get(r.net, &pr);
@@ -114,7 +123,7 @@ int main(int argc, char **argv)
     if (csv) {
         for (int k = 0; k < cfg[0].prof.kinds; k++)
             printf(",%s_ms", cfg[0].prof.names[k]);
-        printf(",optimizer_ms,other_ms\n");
+        printf(",optimizer_ms,other_ms,conversions,converted_mb,weight_reorders\n");
     }
     for (int i = 0; i < nc; i++) {
         const struct config *c = &cfg[i];
@@ -132,7 +141,8 @@ int main(int argc, char **argv)
                    sorted[rounds - 1], batch / med * 1e3);
             for (int k = 0; k < c->prof.kinds; k++)
                 printf(",%.3f", c->prof.seconds[k] / rounds * 1e3);
-            printf(",%.3f,%.3f\n", c->optim_s / rounds * 1e3, other_ms);
+            printf(",%.3f,%.3f,%llu,%.3f,%llu\n", c->optim_s / rounds * 1e3, other_ms, c->per_step.conversions,
+                   c->per_step.converted_bytes / 1e6, c->per_step.weight_reorders);
             continue;
         }
         printf("%-7s %7d %10.3f %8.3f-%-8.3f %12.0f ", c->model, c->threads, med, sorted[0],
@@ -144,7 +154,8 @@ int main(int argc, char **argv)
             if (ms / mean >= 0.005)
                 printf(" %s %.0f%%", name, 100 * ms / mean);
         }
-        printf("\n");
+        printf("; per step %llu conversions (%.2f MB), %llu weight reorders\n", c->per_step.conversions,
+               c->per_step.converted_bytes / 1e6, c->per_step.weight_reorders);
     }
     return 0;
 }

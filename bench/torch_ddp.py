@@ -218,7 +218,7 @@ def main():
 
     emit(type="run", system="pytorch-ddp", instances=world, threads=torch.get_num_threads(), model=a.model,
          params=params, batch_per_instance=a.batch_size, torch=torch.__version__, first_step=0,
-         precision="bf16" if a.precision == "bf16" else "f32", **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}))
+         precision="bf16" if a.precision == "bf16" else "fp32", **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}))
 
     best, last_acc, reached = 0.0, float("nan"), {}
 

@@ -242,7 +242,7 @@ def main():
     emit({"type": "run", "system": "pytorch-ddp" if world > 1 else "pytorch", "instances": world,
           "threads": torch.get_num_threads(), "model": a.model, "params": params, "batch_per_instance": a.batch_size,
           "torch": torch.__version__, "first_step": 0, "context": t,
-          "precision": "bf16" if a.precision == "bf16" else "f32",
+          "precision": "bf16" if a.precision == "bf16" else "fp32",
           **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {})})
 
     def step(k):

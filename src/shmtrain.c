@@ -73,17 +73,41 @@ static void bad(const char *fmt, ...)
     exit(2);
 }
 
-/* A whole number in [min, max]: strtol alone lets "4294967312" through,
- * and an (int) cast would then train with batch 16. */
-static st_dtype dtype_flag(const char *flag, const char *v)
+/* --summary: the model's layers, shapes and parameters; with --precision
+ * bf16, what each layer of the net built at --batch computes in and keeps. */
+static int print_summary(const st_train_options *o)
 {
-    if (!strcmp(v, "fp32") || !strcmp(v, "f32"))
-        return ST_DTYPE_F32;
-    if (!strcmp(v, "bf16"))
-        return ST_DTYPE_BF16;
-    bad("%s '%s': use fp32 or bf16", flag, v);
+    st_model *m = NULL;
+    st_net *n = NULL;
+    if (st_model_load(&m, o->model) != ST_OK)
+        goto fail;
+    st_model_summary(m, stdout);
+    if (o->precision != ST_DTYPE_F32) {
+        const st_net_config nc = {.batch = o->batch, .precision = o->precision};
+        if (st_net_create(&n, m, &nc) != ST_OK)
+            goto fail;
+        printf("\n");
+        st_net_describe_precision(n, stdout);
+        st_net_destroy(n);
+    }
+    st_model_destroy(m);
+    return 0;
+fail:
+    fprintf(stderr, "shmtrain: %s\n", st_last_error());
+    st_model_destroy(m);
+    return 1;
 }
 
+static st_dtype dtype_flag(const char *flag, const char *v)
+{
+    st_dtype t;
+    if (!st_dtype_parse(v, &t))
+        bad("%s '%s': use fp32 or bf16", flag, v);
+    return t;
+}
+
+/* A whole number in [min, max]: strtol alone lets "4294967312" through,
+ * and an (int) cast would then train with batch 16. */
 static long whole(const char *flag, const char *v, long min, long max)
 {
     char *end;
@@ -338,9 +362,8 @@ int main(int argc, char **argv)
         case O_ARDTYPE: o.allreduce_dtype = dtype_flag("--allreduce-dtype", optarg); break;
         case O_PRECISION:
             o.precision = dtype_flag("--precision", optarg);
-            if (o.precision == ST_DTYPE_BF16 && !st_nn_bf16_supported())
-                bad("--precision bf16: this CPU has no native bf16 in oneDNN (its ISA: %s; bf16 needs AVX512-BF16 "
-                    "or AMX)", st_nn_onednn_isa());
+            if (st_nn_precision_check(o.precision, ST_BACKEND_ONEDNN) != ST_OK)
+                bad("--%s", st_last_error());
             break;
         case 'h': usage(stdout); return 0;
         case ':': bad("%s needs a value", argv[optind - 1]);
@@ -349,16 +372,8 @@ int main(int argc, char **argv)
     }
     if (optind < argc)
         bad("unexpected argument '%s'", argv[optind]);
-    if (summary) {  /* the model's layers, shapes and parameters, then exit */
-        st_model *m = NULL;
-        if (st_model_load(&m, o.model) != ST_OK) {
-            fprintf(stderr, "shmtrain: %s\n", st_last_error());
-            return 1;
-        }
-        st_model_summary(m, stdout);
-        st_model_destroy(m);
-        return 0;
-    }
+    if (summary)
+        return print_summary(&o);
     if (o.resume && !*o.resume)
         o.resume = o.checkpoint;
     if (o.optim.kind == ST_OPTIM_ADAMW && !momentum_set)

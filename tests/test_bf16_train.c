@@ -209,7 +209,7 @@ static void test_sweep_side_by_side(void **state)
     snprintf(path, sizeof path, "%s/report.md", out);
     char *md = slurp_or_empty(path);
     assert_non_null(strstr(md, "| setting | asked | precision |"));
-    if (!strstr(row_of(md, "1x1 fp32", row, sizeof row), "| f32 |"))
+    if (!strstr(row_of(md, "1x1 fp32", row, sizeof row), "| fp32 |"))
         fail_msg("fp32 row: %s", row);
     if (!strstr(row_of(md, "1x1 bf16", row, sizeof row), "| bf16 |"))
         fail_msg("bf16 row: %s", row);

@@ -78,7 +78,7 @@ static void test_parser_shapes_and_text(void **state)
     assert_int_equal(st_shape_elems(&in), 784);
     assert_int_equal(st_model_input_size(m), 784);
     assert_int_equal(dtype, ST_DTYPE_F32);
-    assert_string_equal(st_dtype_name(dtype), "f32");
+    assert_string_equal(st_dtype_name(dtype), "fp32");
     assert_int_equal(st_dtype_size(ST_DTYPE_BF16), 2);
     assert_non_null(strstr(st_model_text(m), "conv 6 k5 s1 p2\nrelu\nmaxpool k2 s2 p0\n"));
     st_model *again = NULL;  /* the canonical text parses to the same text */

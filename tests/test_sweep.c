@@ -72,7 +72,7 @@ static int recorded(struct sweep_setting *s, struct sweep_run *runs)
                                     .compute_ms = 4, .allreduce_ms = 1, .wait_ms = 0.5, .other_ms = 0.25,
                                     .time_to_target_s = ttt[i][r], .final_accuracy = 0.8 + 0.01 * r,
                                     .rss_max_mb = 100 + r, .rss_total_mb = 100.0 * s[i].instances + r, .wall_s = 10,
-                                    .ncurve = 2, .curve_s = {1, 2}, .curve_acc = {0.5, 0.8}, .precision = "f32"};
+                                    .ncurve = 2, .curve_s = {1, 2}, .curve_acc = {0.5, 0.8}, .precision = "fp32"};
             if (isnan(sps[i][r])) {
                 x->ok = false;
                 snprintf(x->error, sizeof x->error, "an instance failed, exit 1");
@@ -470,10 +470,10 @@ static void test_csv(void **state)
     assert_int_equal(count_lines(csv), 1 + x.nruns);
     assert_true(strncmp(csv, "setting,instances,cores_per_instance,system,repeat,order,ok,samples_per_s,", 72) == 0);
     assert_non_null(strstr(csv, "\n1x2,1,2,shmtrain,1,1,1,100.0,640.000,4.000,1.000,0.500,0.250,3.00,0.8000,100.0,"
-                                "100.0,10.00,300,f32,\n"));
+                                "100.0,10.00,300,fp32,\n"));
     /* The failed run: empty numbers, its error quoted (it has a comma). */
     assert_non_null(strstr(csv, "\n2x1,2,1,shmtrain,3,9,0,,,4.000,1.000,0.500,0.250,,0.8200,102.0,202.0,10.00,300,"
-                                "f32,\"an instance failed, exit 1\"\n"));
+                                "fp32,\"an instance failed, exit 1\"\n"));
     assert_non_null(strstr(csv, "\n1x2,1,2,pytorch-ddp,1,10,1,50.0,1.280,1.000,,,,,0.7000,300.0,300.0,20.00,0,,\n"));
     free(csv);
 }
@@ -489,8 +489,8 @@ static void test_markdown_marks_best_and_ratios(void **state)
     assert_null(strstr(md, "time to"));  /* no target, no column */
     /* 2x1 is best (175 vs 110: 1.59x), the baseline row is 1.00x, and
      * against PyTorch's 50 samples/s the baseline is 2.20x. */
-    assert_non_null(strstr(md, "| **2x1** (1 of 3 runs FAILED) | 2x1 | f32 | 175 (150–200) | 1.59x |"));
-    assert_non_null(strstr(md, "| 1x2 | 1x2 | f32 | 110 (100–120) | 1.00x |"));
+    assert_non_null(strstr(md, "| **2x1** (1 of 3 runs FAILED) | 2x1 | fp32 | 175 (150–200) | 1.59x |"));
+    assert_non_null(strstr(md, "| 1x2 | 1x2 | fp32 | 110 (100–120) | 1.00x |"));
     assert_non_null(strstr(md, "| 50 (50–50) | 2.20x |"));
     assert_non_null(strstr(md, "**Best: 2x1**, by median throughput (1.59x the throughput of 1x2)"));
     assert_non_null(strstr(md, "| CPU | Test CPU |"));

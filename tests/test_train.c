@@ -568,7 +568,7 @@ static void test_bf16_gradient_exchange(void **state)
     char path[512];
     path_of(path, sizeof path, "metrics.jsonl");
     char *m = slurp_or_empty(path);  /* the last run's (fp32) */
-    assert_non_null(strstr(m, "\"allreduce_dtype\":\"f32\""));
+    assert_non_null(strstr(m, "\"allreduce_dtype\":\"fp32\""));
     free(m);
     st_ckpt cb = read_ckpt("bf16.ckpt"), cf = read_ckpt("fp32.ckpt");
     double scale, worst = ckpt_max_abs_diff(&cb, &cf, &scale);

@@ -3,16 +3,21 @@
 #ifndef SHMTRAIN_DTYPE_H
 #define SHMTRAIN_DTYPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* f32 everywhere today; bf16 (mixed precision, a halved gradient exchange)
- * and i32 (token ids at a model's input) are the next. */
+/* fp32 (the default, and every master weight and gradient), bf16 (mixed
+ * precision's compute and activations, a halved gradient exchange), i32
+ * (token ids at a model's input). */
 typedef enum st_dtype { ST_DTYPE_F32 = 0, ST_DTYPE_BF16 = 1, ST_DTYPE_I32 = 2 } st_dtype;
-const char *st_dtype_name(st_dtype t);   /* "f32", "bf16", "i32", or "?" */
+/* The one spelling users type and read: "fp32", "bf16" ("i32", "?"). */
+const char *st_dtype_name(st_dtype t);
+/* A precision as a user types it ("fp32" or "bf16"); false for anything else. */
+bool st_dtype_parse(const char *name, st_dtype *out);
 size_t st_dtype_size(st_dtype t);        /* bytes per element */
 
 #ifdef __cplusplus

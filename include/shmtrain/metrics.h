@@ -35,8 +35,10 @@ typedef struct st_run_record {
     char onednn[32], isa[32];        /* shmtrain's; "" otherwise */
     char launcher[16];               /* whose variables placed the instances: shmrun, mpirun, srun, torchrun, none */
     char torch[32];                  /* the PyTorch peer's; "" otherwise */
-    char allreduce_dtype[8];         /* the gradient exchange: "f32", "bf16"; "" when not said */
-    char precision[8];               /* compute: "f32", "bf16" (mixed); "" when not said */
+    char allreduce_dtype[8];         /* the gradient exchange: "fp32", "bf16"; "" when not said */
+    char precision[8];               /* compute, as built: "bf16" when any layer computes in bf16
+                                        (mixed), else "fp32"; "" when not said */
+    int layers, bf16_layers;         /* the net's layers, and how many compute in bf16 (0, 0: not said) */
     unsigned long long first_step;   /* > 0 after a resume */
     int context;                     /* a language model's tokens per sample (window); 0 otherwise */
     int grad_accum;                  /* micro-batches per optimizer step; written when > 1, else 0 (one) */

@@ -130,6 +130,11 @@ typedef enum st_backend {
     ST_BACKEND_REFERENCE = 1 /* plain C on NCHW, for tests and as the definition */
 } st_backend;
 
+/* The one check of a precision request: fp32 anywhere, bf16 on the oneDNN
+ * backend where st_nn_bf16_supported().  ST_ERR_INVALID with a message
+ * (starting "precision ...") otherwise. */
+st_status st_nn_precision_check(st_dtype precision, st_backend backend);
+
 typedef struct st_net_config {
     int batch;               /* samples per forward pass (fixed) */
     st_backend backend;
@@ -206,6 +211,29 @@ typedef struct st_net_profile {
 } st_net_profile;
 void st_net_profile_enable(st_net *n, bool on);
 void st_net_profile_get(const st_net *n, st_net_profile *p);
+
+/* What the net moves between precisions and layouts, counted as it runs
+ * (since the net was made or the counters last reset), on every path: the
+ * reference kernels of SHMTRAIN_BF16_ANY_ISA count as native ones do, so
+ * the bf16 dataflow is checked on any machine. */
+typedef struct st_net_counters {
+    unsigned long long conversions;      /* an activation or its gradient converted between fp32 and bf16 */
+    unsigned long long converted_bytes;  /* bytes those conversions read */
+    unsigned long long weight_reorders;  /* a parameter or its gradient reordered or converted */
+} st_net_counters;
+void st_net_counters_get(const st_net *n, st_net_counters *c);
+void st_net_counters_reset(st_net *n);
+
+/* What each layer computes in and keeps its output in, as built: the
+ * request (st_net_config.precision), the layer table's rule and the
+ * kernels this CPU has decide it, so a bf16 net may run some layers in
+ * fp32.  `layer` counts the net's layers (st_net_layers) in order. */
+int st_net_layers(const st_net *n);
+st_dtype st_net_layer_compute(const st_net *n, int layer);
+int st_net_bf16_layers(const st_net *n);
+/* One line per layer (kind, model line, compute and output types), then
+ * the count of layers computing in bf16. */
+void st_net_describe_precision(const st_net *n, FILE *f);
 
 #ifdef __cplusplus
 }

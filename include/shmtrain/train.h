@@ -46,8 +46,8 @@ typedef struct st_train_options {
     long log_every;               /* steps (default 50) */
     long checkpoint_every;        /* steps; 0 = only at the end */
     long check_replicas;          /* compare parameter hashes every K steps */
-    st_dtype precision;           /* compute: f32 (default) or bf16 mixed precision (docs/engine.md) */
-    st_dtype allreduce_dtype;     /* the gradient exchange: f32 (default) or bf16, half the bytes */
+    st_dtype precision;           /* compute: fp32 (default) or bf16 mixed precision (docs/engine.md) */
+    st_dtype allreduce_dtype;     /* the gradient exchange: fp32 (default) or bf16, half the bytes */
     double bucket_mb;             /* > 0: all-reduce buckets of this size during backward (overlap) */
     const char *checkpoint;       /* path (default shmtrain.ckpt) */
     const char *resume;           /* checkpoint to resume from, or NULL */

@@ -1,11 +1,24 @@
 #include "shmtrain/dtype.h"
 
+#include <string.h>
+
 #include "shmtrain/bf16.h"
 
 const char *st_dtype_name(st_dtype t)
 {
-    static const char *const names[] = {[ST_DTYPE_F32] = "f32", [ST_DTYPE_BF16] = "bf16", [ST_DTYPE_I32] = "i32"};
+    static const char *const names[] = {[ST_DTYPE_F32] = "fp32", [ST_DTYPE_BF16] = "bf16", [ST_DTYPE_I32] = "i32"};
     return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
+}
+
+bool st_dtype_parse(const char *name, st_dtype *out)
+{
+    if (!strcmp(name, "fp32"))
+        *out = ST_DTYPE_F32;
+    else if (!strcmp(name, "bf16"))
+        *out = ST_DTYPE_BF16;
+    else
+        return false;
+    return true;
 }
 
 size_t st_dtype_size(st_dtype t) { return t == ST_DTYPE_BF16 ? 2 : 4; }

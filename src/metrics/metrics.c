@@ -30,6 +30,10 @@ static void write_run(st_json *j, const st_run_record *r)
     optional_string(j, "torch", r->torch);
     optional_string(j, "allreduce_dtype", r->allreduce_dtype);
     optional_string(j, "precision", r->precision);
+    if (r->layers > 0) {
+        st_json_int(j, "layers", r->layers);
+        st_json_int(j, "bf16_layers", r->bf16_layers);
+    }
     st_json_uint(j, "first_step", r->first_step);
     if (r->context > 0)
         st_json_int(j, "context", r->context);
@@ -164,6 +168,8 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         st_json_get_string(line, "torch", r->torch, sizeof r->torch);
         st_json_get_string(line, "allreduce_dtype", r->allreduce_dtype, sizeof r->allreduce_dtype);
         st_json_get_string(line, "precision", r->precision, sizeof r->precision);
+        r->layers = (int)count(line, "layers");
+        r->bf16_layers = (int)count(line, "bf16_layers");
         r->first_step = count(line, "first_step");
         r->context = (int)count(line, "context");
         r->grad_accum = (int)count(line, "grad_accum");

@@ -146,10 +146,10 @@ st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cf
         free(n);
         return st_fail(ST_ERR_INVALID, "net: unknown backend %d", (int)cfg->backend);
     }
-    if (cfg->precision != ST_DTYPE_F32 && (cfg->precision != ST_DTYPE_BF16 || cfg->backend != ST_BACKEND_ONEDNN)) {
+    st_status st = st_nn_precision_check(cfg->precision, cfg->backend);
+    if (st != ST_OK) {
         free(n);
-        return st_fail(ST_ERR_INVALID, "net: precision %s: the oneDNN backend computes in f32 or bf16, the reference "
-                                       "in f32 (it is the definition)", st_dtype_name(cfg->precision));
+        return st;
     }
     const size_t per_sample = model_largest_activation(m);
     if ((size_t)cfg->batch > MODEL_MAX_BATCH_TENSOR / per_sample) {
@@ -172,7 +172,7 @@ st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cf
     n->own_grads = !cfg->grad_buffer;
     if (n->own_grads)
         n->grads = calloc(P, sizeof(float));
-    st_status st = ST_OK;
+    st = ST_OK;
     if (!n->params || !n->buffers || !n->grads || !n->logits || !n->dlogits || !n->loss_rows) {
         st = st_fail(ST_ERR_NOMEM, "net: out of memory for %zu parameters", m->params);
         goto fail;
@@ -492,4 +492,50 @@ void st_net_profile_get(const st_net *n, st_net_profile *p)
     p->seconds[p->kinds++] = n->prof[NODE_KINDS];
     p->names[p->kinds] = "loss";
     p->seconds[p->kinds++] = n->prof[NODE_KINDS + 1];
+}
+
+/* ------------------------------------------------------ what it runs in -- */
+
+st_status st_nn_precision_check(st_dtype precision, st_backend backend)
+{
+    if (precision != ST_DTYPE_F32 && (precision != ST_DTYPE_BF16 || backend != ST_BACKEND_ONEDNN))
+        return st_fail(ST_ERR_INVALID, "precision %s: the oneDNN backend computes in fp32 or bf16, the reference "
+                                       "in fp32 (it is the definition)", st_dtype_name(precision));
+    /* No emulated crawl: oneDNN runs bf16 on AVX-512 without BF16 by
+     * emulation, and not at all below it. */
+    if (precision == ST_DTYPE_BF16 && !st_nn_bf16_supported())
+        return st_fail(ST_ERR_INVALID, "precision bf16: this CPU has no native bf16 in oneDNN (its ISA: %s; bf16 "
+                                       "needs AVX512-BF16 or AMX)", st_nn_onednn_isa());
+    return ST_OK;
+}
+
+void st_net_counters_get(const st_net *n, st_net_counters *c) { *c = n->counters; }
+
+void st_net_counters_reset(st_net *n) { memset(&n->counters, 0, sizeof n->counters); }
+
+/* Layer i is exec node i + 1: node 0 is the input, which computes nothing. */
+int st_net_layers(const st_net *n) { return n->nx - 1; }
+
+st_dtype st_net_layer_compute(const st_net *n, int layer)
+{
+    return layer >= 0 && layer < n->nx - 1 ? n->x[layer + 1].compute : ST_DTYPE_F32;
+}
+
+int st_net_bf16_layers(const st_net *n)
+{
+    int k = 0;
+    for (int i = 0; i < st_net_layers(n); i++)
+        k += st_net_layer_compute(n, i) == ST_DTYPE_BF16;
+    return k;
+}
+
+void st_net_describe_precision(const st_net *n, FILE *f)
+{
+    fprintf(f, "%-5s %-10s %-5s %-8s %s\n", "layer", "kind", "line", "compute", "output");
+    for (int j = 1; j < n->nx; j++) {
+        const struct xnode *x = &n->x[j];
+        fprintf(f, "%-5d %-10s %-5d %-8s %s%s\n", j, node_kind_name(x->kind), x->nd->line, st_dtype_name(x->compute),
+                st_dtype_name(x->stored), x->fuse_relu ? " (relu fused)" : "");
+    }
+    fprintf(f, "%d of %d layers compute in bf16\n", st_net_bf16_layers(n), st_net_layers(n));
 }

@@ -35,6 +35,8 @@ struct xnode {
     int consumers;
     bool wants_diff;         /* some consumer delivers a gradient here */
     char impl[96];           /* what runs it, for st_net_describe */
+    st_dtype compute;        /* what it computes in, as built (the reference: fp32) */
+    st_dtype stored;         /* the type its output is kept in */
     struct ref_node *ref;    /* reference backend state */
     struct onednn_node *dn;  /* oneDNN backend state */
 };
@@ -56,6 +58,7 @@ struct st_net {
     const void *input;       /* the last forward's input (reference backend) */
     bool profiling;
     double prof[NODE_KINDS + 2];
+    st_net_counters counters;          /* conversions and weight reorders run (st_net_counters_get) */
     struct onednn_net *dnet; /* engine, stream, loss reorders; NULL for the reference */
     const struct nn_backend *backend;  /* what runs the graph (backend.h) */
     st_grads_ready_fn grads_ready;     /* st_net_on_grads_ready, or NULL */

@@ -81,10 +81,19 @@
 #error "the engine is written against oneDNN 3.1 or newer (scripts/install-deps.sh installs it)"
 #endif
 
+/* What a reorder moves, for the net's counters (st_net_counters). */
+enum op_counted {
+    OP_COUNTS_NOTHING = 0,
+    OP_COUNTS_CONVERSION,                /* an activation or gradient between fp32 and bf16 */
+    OP_COUNTS_WEIGHT_REORDER             /* a parameter or its gradient, to or from the flat buffers */
+};
+
 struct op {
     dnnl_primitive_t prim;
     st_status (*step)(st_net *n, int node);  /* a C step instead of a primitive */
     int node, prof;                       /* prof: node kind, or NODE_KINDS for reorders */
+    enum op_counted counted;
+    size_t counted_bytes;                 /* a conversion's source bytes */
     int nargs;
     dnnl_exec_arg_t args[10];
 };

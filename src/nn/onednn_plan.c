@@ -48,6 +48,25 @@ bool st_nn_bf16_supported(void)
     return (isa & bf16) == bf16 || getenv("SHMTRAIN_BF16_ANY_ISA") != NULL;
 }
 
+static st_dtype dtype_of(const_dnnl_memory_desc_t md)
+{
+    dnnl_data_type_t dt = dnnl_f32;
+    if (md)
+        dnnl_memory_desc_query(md, dnnl_query_data_type, &dt);
+    return dt == dnnl_bf16 ? ST_DTYPE_BF16 : dt == dnnl_s32 ? ST_DTYPE_I32 : ST_DTYPE_F32;
+}
+
+/* What each node computes in and keeps, as built: a builder may have
+ * fallen back to fp32 where oneDNN had no bf16 kernel. */
+static void record_precision(st_net *n)
+{
+    for (int j = 0; j < n->nx; j++) {
+        struct xnode *x = &n->x[j];
+        x->compute = x->dn->bf16 ? ST_DTYPE_BF16 : ST_DTYPE_F32;
+        x->stored = dtype_of(x->dn->dst.md);
+    }
+}
+
 static st_status onednn_build(st_net *n)
 {
     n->dnet = calloc(1, sizeof *n->dnet);
@@ -66,11 +85,6 @@ static st_status onednn_build(st_net *n)
         .seq_tn = getenv("SHMTRAIN_ONEDNN_SEQ_TN") != NULL,
         .onednn_layernorm = getenv("SHMTRAIN_ONEDNN_LAYERNORM") != NULL,
     };
-    /* No emulated crawl: oneDNN 2.6 runs bf16 on AVX-512 without BF16 by
-     * emulation, and not at all below it. */
-    if (n->cfg.precision == ST_DTYPE_BF16 && !st_nn_bf16_supported())
-        return st_fail(ST_ERR_INVALID, "net: precision bf16 needs a CPU with native bf16 (AVX512-BF16 or AMX); "
-                                       "oneDNN's ISA here is %s", st_nn_onednn_isa());
     TRY(dnnl_engine_create(&n->dnet->eng, dnnl_cpu, 0));
     TRY(dnnl_stream_create(&n->dnet->strm, n->dnet->eng, dnnl_stream_default_flags));
     for (int j = 0; j < n->nx; j++) {
@@ -83,6 +97,7 @@ static st_status onednn_build(st_net *n)
     }
     n->dnet->cur = -1;
     OK(dn_chunk_pass(n));
+    record_precision(n);
     return build_loss_io(n);
 }
 
@@ -104,6 +119,12 @@ static st_status run(st_net *n, const struct oplist *l)
         }
         if (n->profiling)
             n->prof[o->prof] += nn_now() - t0;
+        if (o->counted == OP_COUNTS_CONVERSION) {
+            n->counters.conversions++;
+            n->counters.converted_bytes += o->counted_bytes;
+        } else if (o->counted == OP_COUNTS_WEIGHT_REORDER) {
+            n->counters.weight_reorders++;
+        }
     }
     return ST_OK;
 }

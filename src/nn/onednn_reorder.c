@@ -194,19 +194,52 @@ static void say_reorder(const st_net *n, const char *what, const_dnnl_memory_des
             node >= 0 ? n->x[node].nd->line : 0, what, a, b, dnnl_memory_desc_get_size(to));
 }
 
+static bool in_flat_buffers(const st_net *n, dnnl_memory_t m)
+{
+    const float *p = dn_mem_ptr(m);
+    const size_t count = n->model->params;
+    return p && ((p >= n->params && p < n->params + count) || (p >= n->grads && p < n->grads + count));
+}
+
+static dnnl_data_type_t data_type(const_dnnl_memory_desc_t md)
+{
+    dnnl_data_type_t dt = dnnl_data_type_undef;
+    dnnl_memory_desc_query(md, dnnl_query_data_type, &dt);
+    return dt;
+}
+
+/* Marks the reorder just appended at l->v[at] (the first of two when it
+ * goes through an intermediate layout: one move, counted once). */
+static void count_reorder(const st_net *n, struct oplist *l, int at, dnnl_memory_t from, dnnl_memory_t to)
+{
+    struct op *o = &l->v[at];
+    if (in_flat_buffers(n, from) || in_flat_buffers(n, to)) {
+        o->counted = OP_COUNTS_WEIGHT_REORDER;
+    } else if (data_type(dn_mem_md(from)) != data_type(dn_mem_md(to))) {
+        o->counted = OP_COUNTS_CONVERSION;
+        o->counted_bytes = dnnl_memory_desc_get_size(dn_mem_md(from));
+    }
+}
+
 st_status dn_add_reorder(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_memory_t to)
 {
     const_dnnl_memory_desc_t a = dn_mem_md(from), b = dn_mem_md(to);
     dnnl_primitive_t r;
     bool right, done;
+    const int at = l->n;
     OK(checked_reorder(n, a, b, &r, &right));
     if (n->dnet->opt.verbose)  /* which layouts meet where: the cost a profile calls "reorders" */
         say_reorder(n, right ? "reorder" : "reorder (oneDNN's misplaces elements: two steps instead)", a, b);
-    if (right)
-        return dn_add_op(n, l, r, NODE_KINDS, DNNL_ARG_FROM, from, DNNL_ARG_TO, to, -1);
-    OK(dn_add_reorder_two_step(n, l, from, to, &done));
-    if (done)
+    if (right) {
+        OK(dn_add_op(n, l, r, NODE_KINDS, DNNL_ARG_FROM, from, DNNL_ARG_TO, to, -1));
+        count_reorder(n, l, at, from, to);
         return ST_OK;
+    }
+    OK(dn_add_reorder_two_step(n, l, from, to, &done));
+    if (done) {
+        count_reorder(n, l, at, from, to);
+        return ST_OK;
+    }
     char sa[256], sb[256], version[32];
     dn_md_str(sa, sizeof sa, a);
     dn_md_str(sb, sizeof sb, b);

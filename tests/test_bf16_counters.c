@@ -1,0 +1,223 @@
+/* The net's counters of conversions and weight reorders, and what it says
+ * each layer computes in: the instruments the bf16 dataflow is checked
+ * with (st_net_counters, st_net_layer_compute).
+ *
+ * Every preset, forward + loss + backward three times: an fp32 net
+ * converts nothing; a bf16 net counts the same per step every step (a
+ * conversion is a fixed part of the plan, not a first-step cost), and
+ * every layer its layer table's rule makes bf16 says bf16 (the first
+ * convolution of lenet and cnn reads one channel and stays fp32; layer
+ * norm, attention, GELU and the tied head are fp32 today).  Counting is checked against the
+ * counters' definition on a one-layer net, whose moves are known: the
+ * input converted on the way in, its gradient's conversion on the way
+ * back, the logits' conversion out, each with its exact bytes.
+ *
+ * Natively where oneDNN has bf16; elsewhere the test_bf16_counters_any_isa
+ * entry runs it on oneDNN's reference bf16 kernels (tests/bf16_any_isa.c),
+ * which count the same moves. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nettest.h"
+#include "shmtrain/nn.h"
+
+static const char *const presets[] = {"mlp", "lenet", "cnn", "resnet", "gpt-mini"};
+
+static bool skipped(void)
+{
+    if (st_nn_bf16_supported())
+        return false;
+    print_message("skipped: no native bf16 here; test_bf16_counters_any_isa runs this on oneDNN's reference "
+                  "bf16 kernels\n");
+    return true;
+}
+
+/* One training step's passes on a seeded batch: images or token ids. */
+static void step(st_net *n, const st_model *m, int batch, uint64_t seed)
+{
+    st_shape shape;
+    st_dtype in_type;
+    st_model_input(m, &shape, &in_type);
+    const size_t per = st_shape_elems(&shape), positions = (size_t)st_model_positions(m);
+    void *input = malloc((size_t)batch * per * 4);
+    int *labels = malloc((size_t)batch * positions * sizeof(int));
+    assert_non_null(input);
+    assert_non_null(labels);
+    uint64_t s = seed;
+    const int vocab = st_model_vocab(m), classes = st_model_classes(m);
+    for (size_t i = 0; i < (size_t)batch * per; i++) {
+        const float r = frand(&s);
+        if (in_type == ST_DTYPE_I32)
+            ((int *)input)[i] = (int)((r + 1) / 2 * (float)(vocab - 1));
+        else
+            ((float *)input)[i] = r;
+    }
+    for (size_t i = 0; i < (size_t)batch * positions; i++)
+        labels[i] = (int)((frand(&s) + 1) / 2 * (float)(classes - 1));
+    float loss;
+    int correct;
+    assert_int_equal(st_net_forward(n, input), ST_OK);
+    assert_int_equal(st_net_loss(n, labels, &loss, &correct), ST_OK);
+    assert_int_equal(st_net_backward(n), ST_OK);
+    free(labels);
+    free(input);
+}
+
+static st_net *preset_net(const char *name, st_model **m, int batch, st_dtype precision)
+{
+    assert_int_equal(st_model_load(m, name), ST_OK);
+    st_net *n = NULL;
+    const st_net_config c = {.batch = batch, .precision = precision};
+    if (st_net_create(&n, *m, &c) != ST_OK)
+        fail_msg("%s: %s", name, st_last_error());
+    return n;
+}
+
+static void test_fp32_converts_nothing(void **state)
+{
+    (void)state;
+    for (size_t p = 0; p < sizeof presets / sizeof *presets; p++) {
+        st_model *m;
+        st_net *n = preset_net(presets[p], &m, 2, ST_DTYPE_F32);
+        step(n, m, 2, 1);
+        st_net_counters c;
+        st_net_counters_get(n, &c);
+        if (c.conversions || c.converted_bytes)
+            fail_msg("%s in fp32: %llu conversions, %llu bytes", presets[p], c.conversions, c.converted_bytes);
+        assert_int_equal(st_net_bf16_layers(n), 0);
+        st_net_destroy(n);
+        st_model_destroy(m);
+    }
+}
+
+/* The layers the rule makes bf16, per preset: every convolution and linear
+ * layer but a convolution reading fewer than 16 channels (lenet's and
+ * cnn's first read 1); gpt-mini's 4 blocks have 4 linear layers each
+ * (attention's qkv and projection, the MLP's two), and its tied head is
+ * fp32.  resnet: some, not pinned here. */
+static int bf16_layers_by_rule(const char *preset)
+{
+    static const struct {
+        const char *name;
+        int layers;
+    } rule[] = {{"mlp", 3}, {"lenet", 4}, {"cnn", 3}, {"resnet", -1}, {"gpt-mini", 16}};
+    for (size_t i = 0; i < sizeof rule / sizeof *rule; i++)
+        if (!strcmp(rule[i].name, preset))
+            return rule[i].layers;
+    return -1;
+}
+
+static void test_bf16_counts_the_same_every_step(void **state)
+{
+    (void)state;
+    if (skipped())
+        return;
+    for (size_t p = 0; p < sizeof presets / sizeof *presets; p++) {
+        st_model *m;
+        st_net *n = preset_net(presets[p], &m, 2, ST_DTYPE_BF16);
+        st_net_counters first, second, third;
+        step(n, m, 2, 1);
+        st_net_counters_get(n, &first);
+        st_net_counters_reset(n);
+        step(n, m, 2, 2);
+        st_net_counters_get(n, &second);
+        st_net_counters_reset(n);
+        step(n, m, 2, 3);
+        st_net_counters_get(n, &third);
+        print_message("%-9s bf16 layers %d of %d; per step %llu conversions (%llu bytes), %llu weight reorders\n",
+                      presets[p], st_net_bf16_layers(n), st_net_layers(n), second.conversions,
+                      second.converted_bytes, second.weight_reorders);
+        assert_memory_equal(&second, &third, sizeof second);
+        assert_memory_equal(&first, &second, sizeof first);
+        const int want = bf16_layers_by_rule(presets[p]);
+        if (want >= 0)
+            assert_int_equal(st_net_bf16_layers(n), want);
+        else
+            assert_true(st_net_bf16_layers(n) > 0);
+        /* fp32 layers and bf16 ones meet somewhere in every bf16 preset
+         * that has a bf16 layer: at least the input and the loss */
+        if (st_net_bf16_layers(n) > 0)
+            assert_true(second.conversions >= 2 && second.converted_bytes > 0);
+        else
+            assert_int_equal(second.conversions, 0);
+        st_net_destroy(n);
+        st_model_destroy(m);
+    }
+}
+
+/* One linear layer in bf16, 3 samples of 8 features to 4 outputs: its
+ * forward converts its input (3x8 fp32: 96 bytes) to bf16 and its backward
+ * its output gradient (3x4 fp32: 48 bytes); its output and input
+ * gradient are fp32 (the loss and the caller read them).  The weights are
+ * converted for the forward (one weight reorder) and, as the input wants a
+ * gradient, for the backward-data pass. */
+static void test_counts_by_definition(void **state)
+{
+    (void)state;
+    if (skipped())
+        return;
+    st_model *m = parse("input 8\nlinear 4\n");
+    st_net *n = NULL;
+    const st_net_config c = {.batch = 3, .precision = ST_DTYPE_BF16, .input_grad = true};
+    assert_int_equal(st_net_create(&n, m, &c), ST_OK);
+    assert_int_equal(st_net_layers(n), 2);  /* a flatten (a view of the input), the linear layer */
+    assert_int_equal(st_net_layer_compute(n, 0), ST_DTYPE_F32);
+    assert_int_equal(st_net_layer_compute(n, 1), ST_DTYPE_BF16);
+    float x[24], dy[12];
+    uint64_t s = 7;
+    for (int i = 0; i < 24; i++)
+        x[i] = frand(&s);
+    for (int i = 0; i < 12; i++)
+        dy[i] = frand(&s);
+    assert_int_equal(st_net_forward(n, x), ST_OK);
+    st_net_counters k;
+    st_net_counters_get(n, &k);
+    assert_int_equal(k.conversions, 1);
+    assert_int_equal(k.converted_bytes, 24 * 4);
+    assert_int_equal(k.weight_reorders, 1);
+    st_net_counters_reset(n);
+    assert_int_equal(st_net_backward_from(n, dy), ST_OK);
+    st_net_counters_get(n, &k);
+    assert_int_equal(k.conversions, 1);
+    assert_int_equal(k.converted_bytes, 12 * 4);
+    assert_true(k.weight_reorders >= 1);
+    st_net_destroy(n);
+    st_model_destroy(m);
+}
+
+/* A precision request is checked in one place, with one spelling. */
+static void test_precision_request(void **state)
+{
+    (void)state;
+    st_dtype t;
+    assert_true(st_dtype_parse("fp32", &t) && t == ST_DTYPE_F32);
+    assert_true(st_dtype_parse("bf16", &t) && t == ST_DTYPE_BF16);
+    assert_false(st_dtype_parse("f32", &t));
+    assert_false(st_dtype_parse("BF16", &t));
+    assert_string_equal(st_dtype_name(ST_DTYPE_F32), "fp32");
+    assert_int_equal(st_nn_precision_check(ST_DTYPE_F32, ST_BACKEND_REFERENCE), ST_OK);
+    assert_int_equal(st_nn_precision_check(ST_DTYPE_BF16, ST_BACKEND_REFERENCE), ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "precision bf16"));
+    assert_int_equal(st_nn_precision_check(ST_DTYPE_I32, ST_BACKEND_ONEDNN), ST_ERR_INVALID);
+    assert_int_equal(st_nn_precision_check(ST_DTYPE_BF16, ST_BACKEND_ONEDNN),
+                     st_nn_bf16_supported() ? ST_OK : ST_ERR_INVALID);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_precision_request),
+        cmocka_unit_test(test_fp32_converts_nothing),
+        cmocka_unit_test(test_counts_by_definition),
+        cmocka_unit_test(test_bf16_counts_the_same_every_step),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
