@@ -18,7 +18,7 @@ step_bench=$build/bench/st-step-bench  # or on PATH (the device bundle puts ever
 no_bf16=""
 case " $precisions " in *" bf16 "*)
   "$step_bench" --precision bf16 --models mlp --rounds 1 --seconds 0.01 >/dev/null 2>"$tmp/bf16.err" ||
-    no_bf16=$(sed 's/.*ISA here is /no native bf16 (ISA /; s/$/)/' "$tmp/bf16.err" | head -1);;
+    no_bf16=$(sed 's/.*its ISA: \([^;]*\);.*/no native bf16 (ISA \1)/' "$tmp/bf16.err" | head -1);;
 esac
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; batch 64; $rounds interleaved rounds; $peer_version"
 for r in $(seq 1 "$rounds"); do

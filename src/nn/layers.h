@@ -10,8 +10,9 @@
  *   ref_*     ref_backend.c: the reference (plain C) forward and backward,
  *             over the kernels of ref.c, and the scratch they need
  *   onednn    onednn_*.c: builds its primitives and ops for the oneDNN backend
- *   bf16      onednn_weights.c: whether a layer of this kind computes in
- *             bf16 when the net's precision is bf16 (bf16_never: fp32)
+ *   bf16      onednn_precision.c: what a layer of this kind does in a bf16
+ *             net: computes in bf16 (bf16_weights), carries whatever
+ *             type its input has (bf16_carries), or stays fp32 (bf16_never)
  *
  * Each of those files expands the table with the columns it owns, so the
  * enum, the parser's keywords and every backend's dispatch come from these
@@ -28,13 +29,13 @@
   X(INPUT,     "input",     parse_input,     init_nothing, scratch_none,     input_ref_forward,   input_ref_backward,   dn_build_input,     bf16_never)   \
   X(CONV,      "conv",      parse_conv,      init_kaiming, scratch_none,     conv_ref_forward,    conv_ref_backward,    dn_build_weights,   bf16_weights) \
   X(LINEAR,    "linear",    parse_linear,    init_linear,  scratch_none,     linear_ref_forward,  linear_ref_backward,  dn_build_weights,   bf16_weights) \
-  X(RELU,      "relu",      parse_simple,    init_nothing, scratch_none,     relu_ref_forward,    relu_ref_backward,    dn_build_relu,      bf16_never)   \
-  X(MAXPOOL,   "maxpool",   parse_pool,      init_nothing, scratch_argmax,   maxpool_ref_forward, maxpool_ref_backward, dn_build_pool,      bf16_never)   \
-  X(AVGPOOL,   "avgpool",   parse_pool,      init_nothing, scratch_none,     avgpool_ref_forward, avgpool_ref_backward, dn_build_pool,      bf16_never)   \
-  X(BATCHNORM, "batchnorm", parse_simple,    init_bn,      scratch_bn_stats, bn_ref_forward,      bn_ref_backward,      dn_build_bn,        bf16_never)   \
-  X(DROPOUT,   "dropout",   parse_simple,    init_nothing, scratch_mask,     dropout_ref_forward, dropout_ref_backward, dn_build_dropout,   bf16_never)   \
-  X(FLATTEN,   "flatten",   parse_simple,    init_nothing, scratch_none,     flatten_ref_forward, flatten_ref_backward, dn_build_flatten,   bf16_never)   \
-  X(ADD,       "add",       parse_add,       init_nothing, scratch_none,     add_ref_forward,     add_ref_backward,     dn_build_add,       bf16_never)   \
+  X(RELU,      "relu",      parse_simple,    init_nothing, scratch_none,     relu_ref_forward,    relu_ref_backward,    dn_build_relu,      bf16_carries) \
+  X(MAXPOOL,   "maxpool",   parse_pool,      init_nothing, scratch_argmax,   maxpool_ref_forward, maxpool_ref_backward, dn_build_pool,      bf16_carries) \
+  X(AVGPOOL,   "avgpool",   parse_pool,      init_nothing, scratch_none,     avgpool_ref_forward, avgpool_ref_backward, dn_build_pool,      bf16_carries) \
+  X(BATCHNORM, "batchnorm", parse_simple,    init_bn,      scratch_bn_stats, bn_ref_forward,      bn_ref_backward,      dn_build_bn,        bf16_carries) \
+  X(DROPOUT,   "dropout",   parse_simple,    init_nothing, scratch_mask,     dropout_ref_forward, dropout_ref_backward, dn_build_dropout,   bf16_carries) \
+  X(FLATTEN,   "flatten",   parse_simple,    init_nothing, scratch_none,     flatten_ref_forward, flatten_ref_backward, dn_build_flatten,   bf16_carries) \
+  X(ADD,       "add",       parse_add,       init_nothing, scratch_none,     add_ref_forward,     add_ref_backward,     dn_build_add,       bf16_carries) \
   X(EMBED,     "embed",     parse_embed,     init_embed,   scratch_none,     embed_ref_forward,   embed_ref_backward,   dn_build_embed,     bf16_never)   \
   X(LAYERNORM, "layernorm", parse_simple,    init_ln,      scratch_ln_stats, ln_ref_forward,      ln_ref_backward,      dn_build_ln,        bf16_never)   \
   X(ATTENTION, "attention", parse_attention, init_nothing, scratch_att,      att_ref_forward,     att_ref_backward,     dn_build_attention, bf16_never)   \

@@ -382,7 +382,9 @@ st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const_dnnl_memory_desc_
     x->dn->diff.md = dn_mem_md(x->dn->diff.mem);
     if (x->consumers > 1)
         OK(dn_accum_new(n, x));
-    x->dn->elems = dnnl_memory_desc_get_size(md) / sizeof(float);
+    dnnl_data_type_t dt = dnnl_f32;
+    dnnl_memory_desc_query(md, dnnl_query_data_type, &dt);
+    x->dn->elems = dnnl_memory_desc_get_size(md) / (dt == dnnl_bf16 ? sizeof(st_bf16) : sizeof(float));
     return ST_OK;
 }
 

@@ -18,6 +18,7 @@
  *                     attention, GELU, the tied head (C steps over plain
  *                     [rows, C] tensors, matrix products through dnnl_sgemm;
  *                     the row kernels in seq_kernels.c)
+ *   onednn_precision.c  the bf16 plan: each kind's role, each edge's type
  *   onednn_plan.c     the build (one builder per layer kind), the executor,
  *                     teardown, and the backend's function table
  *
@@ -75,6 +76,7 @@
 #include <string.h>
 
 #include "maxpool2.h"
+#include "shmtrain/bf16.h"
 #include "net.h"
 
 #if DNNL_VERSION_MAJOR < 3 || (DNNL_VERSION_MAJOR == 3 && DNNL_VERSION_MINOR < 1)
@@ -176,6 +178,15 @@ static inline enum dn_wgrad_form dn_wgrad_form(long rows, long in, long out, boo
     return in <= out ? DN_WGRAD_NN : DN_WGRAD_NT;
 }
 
+/* The layer table's bf16 column: what a layer of a kind does with bf16 in a
+ * bf16 net.  Data types are decided per tensor edge at plan time from it
+ * (dn_output_bf16) and nothing downstream decides again. */
+enum bf16_role {
+    BF16_NO = 0,      /* fp32 only: a bf16 input is converted on the way in */
+    BF16_COMPUTES,    /* its kernels compute in bf16 (convolution, linear) */
+    BF16_CARRIES      /* runs in whatever type its input has (ReLU, pooling, batch norm, ...) */
+};
+
 /* One exec node's oneDNN state: what every node has, then each layer
  * family's own. */
 struct onednn_node {
@@ -185,6 +196,7 @@ struct onednn_node {
     dnnl_primitive_t accum;              /* diff += diff_tmp, when 2+ consumers */
     size_t elems;                        /* floats in dst's buffer (padding included) */
     bool bf16;                           /* computes in bf16 (the layer table's rule said so) */
+    enum bf16_role bf16_role;            /* the rule's verdict in a bf16 net (BF16_NO in an fp32 one) */
     struct dn_bn_state bn;
     struct dn_dropout_state dropout;
     struct dn_pool_state pool;
@@ -327,11 +339,23 @@ void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_laye
 st_status dn_weights_fwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst, dnnl_primitive_desc_t *pd);
 st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
 st_status dn_build_weights(st_net *n, int j);
-/* The layer table's bf16 column: does node x compute in bf16 when the net's
- * precision is bf16?  bf16_weights: convolutions and inner products, but
- * not a convolution of a few input channels (it loses, measured). */
-bool bf16_never(const st_net *n, const struct xnode *x);
-bool bf16_weights(const st_net *n, const struct xnode *x);
+
+/* ----------------------------------------------- onednn_precision.c -- */
+
+/* The layer table's bf16 column.  bf16_weights: convolutions and inner
+ * products compute in bf16, but not a convolution of a few input channels
+ * (it loses, measured). */
+enum bf16_role bf16_never(const st_net *n, const struct xnode *x);
+enum bf16_role bf16_weights(const st_net *n, const struct xnode *x);
+enum bf16_role bf16_carries(const st_net *n, const struct xnode *x);
+/* Does node j keep its output (and the output's gradient) in bf16?  A
+ * layer computing in bf16 does when every consumer takes bf16 (computes in
+ * it, or carries it on; an add only when its other input is bf16 too: a
+ * residual stream in fp32 stays fp32); a carrying layer when its inputs
+ * are bf16; the last layer never (the loss reads fp32). */
+bool dn_output_bf16(const st_net *n, int j);
+/* The type node j's output is kept in, once built. */
+dnnl_data_type_t dn_dst_type(const st_net *n, int j);
 
 /* ----------------------------------- the other layer families' builders -- */
 

@@ -134,26 +134,40 @@ st_status dn_build_bn(st_net *n, int j)
 /* Dropout works on the whole buffer, padding included (0 stays 0), so it
  * runs on any layout; the mask differs from the reference backend's, which
  * indexes plain NCHW. */
+/* out = in * mask_scale, element by element, in the type the tensors are
+ * kept in (bf16: each product rounded once, as oneDNN's bf16 kernels round
+ * their outputs). */
+static void scale_by_mask(const struct xnode *x, const void *in, void *out)
+{
+    const float *ms = x->dn->dropout.mask_scale;
+    if (x->stored == ST_DTYPE_BF16) {
+        const st_bf16 *a = in;
+        st_bf16 *b = out;
+        for (size_t i = 0; i < x->dn->elems; i++)
+            b[i] = st_bf16_from_f32(st_bf16_to_f32(a[i]) * ms[i]);
+    } else {
+        const float *a = in;
+        float *b = out;
+        for (size_t i = 0; i < x->dn->elems; i++)
+            b[i] = a[i] * ms[i];
+    }
+}
+
 static st_status dropout_fwd(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    const float *src = dn_mem_ptr(n->x[x->in].dn->dst.mem);
-    float *dst = dn_mem_ptr(x->dn->dst.mem), *ms = x->dn->dropout.mask_scale;
+    float *ms = x->dn->dropout.mask_scale;
     const float p = x->nd->drop, scale = 1.0f / (1.0f - p);
-    for (size_t i = 0; i < x->dn->elems; i++) {
+    for (size_t i = 0; i < x->dn->elems; i++)
         ms[i] = !n->training ? 1.0f : dropout_keep(n->dropout_seed, j, i, p) ? scale : 0.0f;
-        dst[i] = src[i] * ms[i];
-    }
+    scale_by_mask(x, dn_mem_ptr(n->x[x->in].dn->dst.mem), dn_mem_ptr(x->dn->dst.mem));
     return ST_OK;
 }
 
 static st_status dropout_bwd(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    const float *dy = dn_mem_ptr(x->dn->diff.mem), *ms = x->dn->dropout.mask_scale;
-    float *dx = dn_mem_ptr(x->dn->dropout.diff_src);
-    for (size_t i = 0; i < x->dn->elems; i++)
-        dx[i] = dy[i] * ms[i];
+    scale_by_mask(x, dn_mem_ptr(x->dn->diff.mem), dn_mem_ptr(x->dn->dropout.diff_src));
     return ST_OK;
 }
 
@@ -191,9 +205,10 @@ st_status dn_build_flatten(st_net *n, int j)
     struct xnode *px = &n->x[x->in];
     const struct node *s = px->nd;
     dnnl_dims_t d4 = {n->batch, s->c, s->h, s->w}, d2 = {n->batch, (dnnl_dim_t)s->c * s->h * s->w};
+    const dnnl_data_type_t dt = dn_output_bf16(n, j) ? dnnl_bf16 : dnnl_f32;
     const_dnnl_memory_desc_t md4, md2;
-    OK(dn_plain_md(n, &md4, 4, d4));
-    OK(dn_plain_md(n, &md2, 2, d2));
+    OK(dn_md_tag(n, &md4, 4, d4, dt, dnnl_nchw));
+    OK(dn_md_tag(n, &md2, 2, d2, dt, dnnl_nc));
     snprintf(x->impl, sizeof x->impl, "reorder to nchw");
     OK(dn_set_dst(n, x, md2));
     dnnl_memory_t view, dview, target;
@@ -214,13 +229,12 @@ st_status dn_build_flatten(st_net *n, int j)
  * the add is that input's only consumer (a transformer's or a residual
  * block's branch), since that input's gradient is exactly the add's and
  * nothing else writes it; so the copy to it goes.  NULL: its own buffer. */
-static void *add_diff_home(const st_net *n, const struct xnode *x)
+static void *add_diff_home(const st_net *n, const struct xnode *x, const_dnnl_memory_desc_t md)
 {
     const int ins[2] = {x->in2, x->in};
-    const struct xnode *a = &n->x[x->in];
     for (int k = 0; k < 2; k++) {
         const struct xnode *p = &n->x[ins[k]];
-        if (p->wants_diff && p->consumers == 1 && dn_same(p->dn->diff.md, a->dn->dst.md))
+        if (p->wants_diff && p->consumers == 1 && dn_same(p->dn->diff.md, md))
             return dn_mem_ptr(p->dn->diff.mem);
     }
     return NULL;
@@ -230,19 +244,27 @@ st_status dn_build_add(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     struct xnode *a = &n->x[x->in], *b = &n->x[x->in2];
+    /* In a's layout, and in bf16 only when both inputs are (a residual
+     * stream in fp32 is not rounded to bf16 by a bf16 branch). */
     const_dnnl_memory_desc_t md = a->dn->dst.md;
+    if (!dn_output_bf16(n, j) && dn_dst_type(n, x->in) == dnnl_bf16)
+        OK(dn_md_like(n, &md, md, 0, dnnl_f32));
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t p;
-    dnnl_memory_t src1 = b->dn->dst.mem, target;
+    dnnl_memory_t src0 = a->dn->dst.mem, src1 = b->dn->dst.mem, target;
+    if (!dn_same(a->dn->dst.md, md)) {
+        OK(dn_mem_new(n, &src0, md, NULL));
+        OK(dn_add_reorder(n, &x->dn->fwd, a->dn->dst.mem, src0));
+    }
     if (!dn_same(b->dn->dst.md, md)) {
         OK(dn_mem_new(n, &src1, md, NULL));
         OK(dn_add_reorder(n, &x->dn->fwd, b->dn->dst.mem, src1));
     }
     OK(DN_PD(n, pd, NULL, dnnl_binary_primitive_desc_create(&pd, n->dnet->eng, dnnl_binary_add, md, md, md, NULL)));
     dn_impl_name(x, pd);
-    OK(dn_set_dst_diff_in(n, x, md, add_diff_home(n, x)));
+    OK(dn_set_dst_diff_in(n, x, md, add_diff_home(n, x, md)));
     OK(dn_prim_new(n, &p, pd));
-    OK(dn_add_op(n, &x->dn->fwd, p, NODE_ADD, DNNL_ARG_SRC_0, a->dn->dst.mem, DNNL_ARG_SRC_1, src1, DNNL_ARG_DST,
+    OK(dn_add_op(n, &x->dn->fwd, p, NODE_ADD, DNNL_ARG_SRC_0, src0, DNNL_ARG_SRC_1, src1, DNNL_ARG_DST,
               x->dn->dst.mem, -1));
     /* The gradient passes unchanged to both inputs: free to the one whose
      * buffer it shares, a copy to the other (copies, because a producer

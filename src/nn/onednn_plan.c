@@ -33,7 +33,7 @@ static st_status (*const builders[])(st_net *n, int j) = {
 _Static_assert(sizeof builders / sizeof *builders == NODE_KINDS, "a oneDNN builder per layer kind");
 
 /* Each layer kind's bf16 rule, from the layer table's bf16 column. */
-static bool (*const bf16_rules[])(const st_net *n, const struct xnode *x) = {
+static enum bf16_role (*const bf16_rules[])(const st_net *n, const struct xnode *x) = {
 #define BF16_RULE(KIND, keyword, parse, init, scratch, fwd, bwd, build, bf16) [NODE_##KIND] = bf16,
     NN_LAYER_TABLE(BF16_RULE)
 #undef BF16_RULE
@@ -62,8 +62,10 @@ static void record_precision(st_net *n)
 {
     for (int j = 0; j < n->nx; j++) {
         struct xnode *x = &n->x[j];
-        x->compute = x->dn->bf16 ? ST_DTYPE_BF16 : ST_DTYPE_F32;
         x->stored = dtype_of(x->dn->dst.md);
+        /* a carrying layer computes in what it carries */
+        const bool carried = x->dn->bf16_role == BF16_CARRIES && x->stored == ST_DTYPE_BF16;
+        x->compute = x->dn->bf16 || carried ? ST_DTYPE_BF16 : ST_DTYPE_F32;
     }
 }
 
@@ -87,13 +89,18 @@ static st_status onednn_build(st_net *n)
     };
     TRY(dnnl_engine_create(&n->dnet->eng, dnnl_cpu, 0));
     TRY(dnnl_stream_create(&n->dnet->strm, n->dnet->eng, dnnl_stream_default_flags));
+    /* Every node's role first: a layer's output type depends on its
+     * consumers' (dn_output_bf16). */
     for (int j = 0; j < n->nx; j++) {
         struct xnode *x = &n->x[j];
-        n->dnet->cur = j;
         if (!(x->dn = calloc(1, sizeof *x->dn)))
             return st_fail(ST_ERR_NOMEM, "net: out of memory");
-        x->dn->bf16 = n->cfg.precision == ST_DTYPE_BF16 && bf16_rules[x->kind](n, x);
-        OK(builders[x->kind](n, j));
+        x->dn->bf16_role = n->cfg.precision == ST_DTYPE_BF16 ? bf16_rules[x->kind](n, x) : BF16_NO;
+        x->dn->bf16 = x->dn->bf16_role == BF16_COMPUTES;
+    }
+    for (int j = 0; j < n->nx; j++) {
+        n->dnet->cur = j;
+        OK(builders[n->x[j].kind](n, j));
     }
     n->dnet->cur = -1;
     OK(dn_chunk_pass(n));

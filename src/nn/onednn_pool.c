@@ -105,7 +105,7 @@ st_status dn_build_pool(st_net *n, int j)
     }
     dnnl_dims_t dst_dims = {n->batch, nd->c, nd->h, nd->w};
     const_dnnl_memory_desc_t dst_any;
-    OK(dn_any_md(n, &dst_any, 4, dst_dims));
+    OK(dn_any_md_of(n, &dst_any, 4, dst_dims, dn_dst_type(n, x->in)));
     dnnl_primitive_desc_t fpd, bpd;
     dnnl_primitive_t f, b;
     OK(DN_PD(n, fpd, NULL,

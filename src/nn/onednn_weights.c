@@ -3,26 +3,6 @@
 #define _GNU_SOURCE
 #include "onednn_internal.h"
 
-/* ----------------------------------------------------------- bf16 rule -- */
-
-/* A convolution reading fewer channels than this stays fp32 in a bf16 net:
- * on Sapphire Rapids (oneDNN 2.6.3, one core) a 1 -> 32 channel 3x3
- * convolution ran 0.5x (forward) and 0.3x (backward-weights) in bf16,
- * while 6 -> 16 gained 1.6-2.9x (../shared/notes/onednn-2.6-bf16-and-
- * transformer-ops.md).  Three (RGB) is unmeasured and kept fp32 with them. */
-#define BF16_MIN_CONV_CHANNELS 4
-
-bool bf16_never(const st_net *n, const struct xnode *x)
-{
-    (void)n, (void)x;
-    return false;
-}
-
-bool bf16_weights(const st_net *n, const struct xnode *x)
-{
-    return x->kind != NODE_CONV || n->x[x->in].nd->c >= BF16_MIN_CONV_CHANNELS;
-}
-
 void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_layer *w)
 {
     const struct node *nd = x->nd, *s = n->x[x->in].nd;
@@ -225,7 +205,8 @@ struct weights_build {
     dnnl_memory_t ddst;                      /* the output gradient as backward-weights reads it */
 };
 
-/* The forward pd: source and weights in the compute type, the output fp32. */
+/* The forward pd: source and weights in the compute type, the output in
+ * bf16 where the plan says its consumers take it (dn_output_bf16), else fp32. */
 static st_status weights_fwd_pd(st_net *n, const struct xnode *x, const struct weights_build *b,
                                 dnnl_primitive_desc_t *pd)
 {
@@ -235,8 +216,9 @@ static st_status weights_fwd_pd(st_net *n, const struct xnode *x, const struct w
         OK(dn_md_tag(n, &src_any, 4, w->src, dnnl_f32, dnnl_nhwc));
         OK(dn_md_tag(n, &dst_any, 4, w->dst, dnnl_f32, dnnl_nhwc));
     } else {
+        const bool bf16_out = b->dt == dnnl_bf16 && dn_output_bf16(n, (int)(x - n->x));
         OK(dn_any_md_of(n, &src_any, w->ndims, w->src, b->dt));
-        OK(dn_any_md(n, &dst_any, w->ndims, w->dst));
+        OK(dn_any_md_of(n, &dst_any, w->ndims, w->dst, bf16_out ? dnnl_bf16 : dnnl_f32));
     }
     OK(dn_any_md_of(n, &wei_any, w->ndims, w->wei, b->dt));
     const_dnnl_memory_desc_t bias = x->nd->bias ? b->bias_md : NULL;
@@ -345,11 +327,12 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
     struct onednn_node *dn = x->dn;
     dnnl_primitive_desc_t pd;
     dnnl_memory_t ddst;
-    /* The input gradient in fp32 even from bf16 operands: no rounding to
-     * bf16 and no conversion back before it is delivered (where oneDNN has
-     * no real kernel for that, bwd_pd lets it choose, in bf16). */
+    /* The input gradient in the type its producer keeps it in: bf16 where
+     * the producer's output is bf16, else fp32 even from bf16 operands (no
+     * rounding to bf16 and no conversion back before it is delivered).
+     * Where oneDNN has no real kernel for that, bwd_pd lets it choose. */
     const_dnnl_memory_desc_t diff_src_md;
-    OK(dn_md_like(n, &diff_src_md, fwd_src_md(b), 0, dnnl_f32));
+    OK(dn_md_like(n, &diff_src_md, fwd_src_md(b), 0, dn_dst_type(n, x->in)));
     OK(bwd_pd(n, x, &b->w, false, b->dt, diff_src_md, NULL, b->fwd_pd, &pd));
     const_dnnl_memory_desc_t want = dn_query(pd, dnnl_query_diff_dst_md, 0);
     if (dn_same(want, dn_mem_md(b->ddst)))

@@ -1,0 +1,83 @@
+/* The bf16 plan: what each layer kind does with bf16 (the layer table's
+ * bf16 column) and, from that, the type of every tensor edge, decided once
+ * at plan time.  Builders read the verdicts (dn_output_bf16 for what they
+ * write, their producer's memory for what they read) and decide nothing. */
+#define _GNU_SOURCE
+#include "onednn_internal.h"
+
+/* A convolution reading fewer channels than this stays fp32 in a bf16 net:
+ * on Sapphire Rapids (oneDNN 2.6.3, one core) a 1 -> 32 channel 3x3
+ * convolution ran 0.5x (forward) and 0.3x (backward-weights) in bf16,
+ * while 6 -> 16 gained 1.6-2.9x (docs/engine.md, "bf16").  Three (RGB) is
+ * unmeasured and kept fp32 with them. */
+#define BF16_MIN_CONV_CHANNELS 4
+
+enum bf16_role bf16_never(const st_net *n, const struct xnode *x)
+{
+    (void)n, (void)x;
+    return BF16_NO;
+}
+
+enum bf16_role bf16_weights(const st_net *n, const struct xnode *x)
+{
+    return x->kind != NODE_CONV || n->x[x->in].nd->c >= BF16_MIN_CONV_CHANNELS ? BF16_COMPUTES : BF16_NO;
+}
+
+enum bf16_role bf16_carries(const st_net *n, const struct xnode *x)
+{
+    (void)n, (void)x;
+    return BF16_CARRIES;
+}
+
+/* Will node j's output be bf16, judged by the roles alone (not by its
+ * consumers)?  For an add's other input, which may be built after the
+ * layer asking. */
+static bool could_be_bf16(const st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    switch (x->dn->bf16_role) {
+    case BF16_COMPUTES: return x->dn->bf16;
+    case BF16_CARRIES:
+        return could_be_bf16(n, x->in) && (x->in2 < 0 || could_be_bf16(n, x->in2));
+    default: return false;
+    }
+}
+
+/* Does consumer c take node j's output in bf16 as it is? */
+static bool takes_bf16(const st_net *n, const struct xnode *c, int j)
+{
+    switch (c->dn->bf16_role) {
+    case BF16_COMPUTES: return c->dn->bf16;
+    case BF16_CARRIES:
+        if (c->in2 < 0)
+            return true;
+        return could_be_bf16(n, c->in == j ? c->in2 : c->in);
+    default: return false;
+    }
+}
+
+bool dn_output_bf16(const st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    switch (x->dn->bf16_role) {
+    case BF16_COMPUTES:
+        if (!x->dn->bf16 || x->consumers == 0)
+            return false;
+        for (int c = j + 1; c < n->nx; c++)
+            if ((n->x[c].in == j || n->x[c].in2 == j) && !takes_bf16(n, &n->x[c], j))
+                return false;
+        return true;
+    case BF16_CARRIES:
+        return dn_dst_type(n, x->in) == dnnl_bf16 && (x->in2 < 0 || dn_dst_type(n, x->in2) == dnnl_bf16);
+    default: return false;
+    }
+}
+
+dnnl_data_type_t dn_dst_type(const st_net *n, int j)
+{
+    dnnl_data_type_t dt = dnnl_f32;
+    const_dnnl_memory_desc_t md = n->x[j].dn->dst.md;
+    if (md)
+        dnnl_memory_desc_query(md, dnnl_query_data_type, &dt);
+    return dt;
+}
