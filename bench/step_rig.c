@@ -51,6 +51,9 @@ void rig_create_in(struct step_rig *r, const char *tool, const char *model, int 
     st_optim_config oc = {.kind = ST_OPTIM_SGD, .momentum = 0.9f};
     if (st_optim_create(&r->optim, P, &oc) != ST_OK)
         die(r, "optimizer");
+    int ncopies;
+    const st_weight_copy *copies = st_net_weight_copies(r->net, &ncopies);
+    st_optim_set_copies(r->optim, copies, ncopies);
     const size_t rows = (size_t)batch * (size_t)st_model_positions(r->model);
     const int vocab = st_model_vocab(r->model);
     r->x = malloc(in * sizeof(float));  /* or int32 token ids, as many */

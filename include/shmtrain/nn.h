@@ -44,6 +44,7 @@
 #include <stdio.h>
 
 #include "shmtrain/dtype.h"
+#include "shmtrain/optim.h"
 #include "shmtrain/status.h"
 
 #ifdef __cplusplus
@@ -223,6 +224,19 @@ typedef struct st_net_counters {
 } st_net_counters;
 void st_net_counters_get(const st_net *n, st_net_counters *c);
 void st_net_counters_reset(st_net *n);
+
+/* The bf16 copies of the parameters a bf16 net's kernels read, each in the
+ * layout its kernel wants (none in an fp32 net).  Hand them to the
+ * optimizer (st_optim_set_copies): each step then writes them in the pass
+ * that updates the fp32 masters, and no step converts a weight.  Any other
+ * change to the parameters must go through a pointer st_net_params()
+ * returned after the last forward pass: that call makes the next forward
+ * pass write the copies again (a resume, a broadcast, a test's values).
+ * Owned by the net. */
+const st_weight_copy *st_net_weight_copies(const st_net *n, int *count);
+/* Elements of the copies that differ from st_bf16_from_f32 of their
+ * master now (tests: 0 after every optimizer step). */
+size_t st_net_weight_copies_differing(const st_net *n);
 
 /* What each layer computes in and keeps its output in, as built: the
  * request (st_net_config.precision), the layer table's rule and the

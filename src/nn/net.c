@@ -202,6 +202,7 @@ void st_net_destroy(st_net *n)
         return;
     if (n->backend)
         n->backend->destroy(n);
+    nn_copies_free(n);
     free(n->x);
     free(n->params);
     free(n->buffers);
@@ -214,10 +215,13 @@ void st_net_destroy(st_net *n)
     free(n);
 }
 
+/* Whoever takes a writable pointer may change the parameters: the bf16
+ * copies are written again before the next forward pass. */
 float *st_net_params(st_net *n, size_t *count)
 {
     if (count)
         *count = n->model->params;
+    n->copies_stale = true;
     return n->params;
 }
 
@@ -347,6 +351,7 @@ void st_net_init(st_net *n, uint64_t seed)
     uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;  /* one stream, layer after layer */
     for (int i = 0; i < m->n; i++)
         init[m->nodes[i].kind](n, &m->nodes[i], &s);
+    n->copies_stale = true;
 }
 
 /* ------------------------------------------------------------- running -- */
@@ -375,6 +380,7 @@ st_status st_net_forward(st_net *n, const void *input)
         if (st != ST_OK)
             return st;
     }
+    nn_copies_refresh(n);
     return n->backend->forward(n, input);
 }
 

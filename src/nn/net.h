@@ -19,6 +19,8 @@
 #include <time.h>
 
 #include "model.h"
+#include "shmtrain/bf16.h"
+#include "shmtrain/optim.h"
 #include "ref.h"
 
 /* One exec node: graph facts both backends share.  Each backend keeps its
@@ -59,6 +61,9 @@ struct st_net {
     bool profiling;
     double prof[NODE_KINDS + 2];
     st_net_counters counters;          /* conversions and weight reorders run (st_net_counters_get) */
+    st_weight_copy *copies;            /* the bf16 weights the kernels read (weight_copies.c) */
+    int ncopies, cap_copies;
+    bool copies_stale;                 /* the parameters may have changed since the copies were written */
     struct onednn_net *dnet; /* engine, stream, loss reorders; NULL for the reference */
     const struct nn_backend *backend;  /* what runs the graph (backend.h) */
     st_grads_ready_fn grads_ready;     /* st_net_on_grads_ready, or NULL */
@@ -103,6 +108,17 @@ static inline void nn_grads_ready(st_net *n, int j)
     const size_t end = nd->b_count ? nd->b_off + nd->b_count : nd->w_off + nd->w_count;
     n->grads_ready(n->grads_ready_ctx, nd->w_off, end - nd->w_off);
 }
+
+/* ---------------------------------------------------- weight_copies.c -- */
+
+/* Adds a bf16 copy of `count` parameters from `offset` at dst (owned by the
+ * backend), element i at dst[index[i]]; the net takes `index` (malloc'd;
+ * NULL: in order).  The copy is written before the next forward pass. */
+st_status nn_copy_add(st_net *n, size_t offset, size_t count, st_bf16 *dst, uint32_t *index);
+/* Writes every copy from the parameters if they may have changed (each
+ * counted as a weight reorder). */
+void nn_copies_refresh(st_net *n);
+void nn_copies_free(st_net *n);
 
 /* The profiler's clock. */
 static inline double nn_now(void)

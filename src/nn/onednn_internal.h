@@ -48,11 +48,13 @@
  * SHMTRAIN_ONEDNN_POOL=1 (oneDNN's pooling instead of maxpool2.c),
  * SHMTRAIN_ONEDNN_LAYERNORM=1 (oneDNN's layer norm instead of seq_kernels.c's).
  *
- * Precision bf16 (st_net_config.precision): a layer whose row in the layer
- * table says so computes in bf16 (onednn_weights.c): its source, weights and
- * output gradient are reordered to bf16 as it reads them, it writes fp32
- * (activations and their gradients stay fp32 between layers), and its
- * weight gradients come out of oneDNN in fp32.
+ * Precision bf16 (st_net_config.precision): each layer kind's role in the
+ * layer table (computes in bf16, carries bf16, or stays fp32) decides every
+ * tensor edge's type once, at plan time (onednn_precision.c); builders make
+ * their outputs in the decided type and read their inputs as their
+ * producers left them, a reorder converting only at an edge between an
+ * fp32-only layer and a bf16 one.  Weight gradients come out of oneDNN in
+ * fp32.
  *
  * SHMTRAIN_NN_VERBOSE=1 prints every reorder the build inserts (with sizes),
  * every backward pass that had to fall back from the forward's layouts, and

@@ -1,5 +1,6 @@
 /* oneDNN convolution and inner product: forward, backward-data, backward-weights,
- * in fp32 or, for precision bf16, in bf16 with fp32 outputs and weight gradients. */
+ * in fp32 or, for precision bf16, in bf16 (outputs in the type the plan gives
+ * them, weight gradients in fp32). */
 #define _GNU_SOURCE
 #include "onednn_internal.h"
 
@@ -75,6 +76,15 @@ out:
 static bool plain_weights(const st_net *n, const struct xnode *x)
 {
     return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && !x->dn->bf16;  /* bf16 reads converted weights */
+}
+
+/* A bf16 inner product reads the optimizer's bf16 copy of its weights in
+ * the same plain layout, where a real kernel takes it: the copy is then
+ * written in order (a blocked one is a scatter, which cost mlp's step more
+ * than the reorder it replaced). */
+static bool bf16_plain_weights(const st_net *n, const struct xnode *x)
+{
+    return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && x->dn->bf16;
 }
 
 /* Small channel counts waste most of a 16-wide block; nhwc avoids that
@@ -173,10 +183,15 @@ static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_l
     const_dnnl_memory_desc_t wei_any, src_any, dst_any, wei_plain, dst;
     OK(dn_md_like(n, &dst, x->dn->dst.md, 0, dt));
     OK(dn_any_md_of(n, &wei_any, w->ndims, w->wei, weights_pass ? dnnl_f32 : dt));
-    if (plain_weights(n, x)) {
+    /* A bf16 layer's weight gradient straight into the flat buffer where a
+     * real kernel writes it there: no reorder of it each step. */
+    const bool plain_dw = weights_pass && x->dn->bf16;
+    if (plain_weights(n, x) || plain_dw || bf16_plain_weights(n, x)) {
         OK(dn_plain_md(n, &wei_plain, w->ndims, w->wei));
+        if (!weights_pass && dt == dnnl_bf16)
+            OK(dn_md_like(n, &wei_plain, wei_plain, 0, dnnl_bf16));
         OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, wei_plain, bias, dst, hint, pd));
-        if (!dn_is_reference_impl(*pd))
+        if (!dn_is_reference_impl(*pd) || (x->dn->bf16 && n->dnet->opt.bf16_any_isa))
             return ST_OK;
     }
     OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, wei_any, bias, dst, hint, pd));
@@ -223,14 +238,61 @@ static st_status weights_fwd_pd(st_net *n, const struct xnode *x, const struct w
     OK(dn_any_md_of(n, &wei_any, w->ndims, w->wei, b->dt));
     const_dnnl_memory_desc_t bias = x->nd->bias ? b->bias_md : NULL;
     *pd = NULL;
-    if (plain_weights(n, x)) {
-        OK(dn_weights_fwd_pd(n, x, w, src_any, b->wei_plain, bias, dst_any, pd));
-        if (dn_is_reference_impl(*pd))
+    if (plain_weights(n, x) || bf16_plain_weights(n, x)) {
+        const_dnnl_memory_desc_t plain = b->wei_plain;
+        if (b->dt == dnnl_bf16)
+            OK(dn_md_like(n, &plain, b->wei_plain, 0, dnnl_bf16));
+        OK(dn_weights_fwd_pd(n, x, w, src_any, plain, bias, dst_any, pd));
+        if (dn_is_reference_impl(*pd) && !(b->dt == dnnl_bf16 && n->dnet->opt.bf16_any_isa))
             *pd = NULL;  /* owned by the net's pd list, freed with it */
     }
     if (!*pd)
         OK(dn_weights_fwd_pd(n, x, w, src_any, wei_any, bias, dst_any, pd));
     return ST_OK;
+}
+
+/* The weights as a bf16 kernel reads them: a copy the optimizer writes in
+ * its update pass (nn_copy_add), not a reorder each step.  Where element i
+ * of the plain (row-major) weights lies in `mem`'s layout; the padding of a
+ * blocked layout is zeroed once and never written. */
+static st_status add_weight_copy(st_net *n, const struct xnode *x, dnnl_memory_t mem)
+{
+    const_dnnl_memory_desc_t md = dn_mem_md(mem);
+    struct dn_layout l;
+    const size_t count = x->nd->w_count, bytes = dnnl_memory_desc_get_size(md);
+    if (!dn_layout_of(md, &l) || bytes / sizeof(st_bf16) > UINT32_MAX)
+        return st_fail(ST_ERR_BACKEND, "net: node %d: its bf16 weights' layout is not one the engine can write",
+                       n->dnet->cur);
+    uint32_t *index = malloc(count * sizeof *index);
+    if (!index)
+        return st_fail(ST_ERR_NOMEM, "net: out of memory");
+    memset(dn_mem_ptr(mem), 0, bytes);
+    bool in_order = true;
+    for (size_t i = 0; i < count; i++) {
+        dnnl_dim_t idx[DNNL_MAX_NDIMS];
+        size_t rest = i;
+        for (int d = l.ndims - 1; d >= 0; d--) {
+            idx[d] = (dnnl_dim_t)(rest % (size_t)l.dims[d]);
+            rest /= (size_t)l.dims[d];
+        }
+        index[i] = (uint32_t)dn_layout_offset(&l, idx);
+        in_order = in_order && index[i] == i;
+    }
+    if (in_order) {
+        free(index);
+        index = NULL;
+    }
+    return nn_copy_add(n, x->nd->w_off, count, dn_mem_ptr(mem), index);
+}
+
+/* The weights in the layout `mem` has: the flat buffer's fp32 reordered each
+ * pass, or, in bf16, the optimizer's copy. */
+static st_status weights_into(st_net *n, const struct xnode *x, struct oplist *l, dnnl_memory_t user,
+                              dnnl_memory_t mem)
+{
+    dnnl_data_type_t dt = dnnl_f32;
+    dnnl_memory_desc_query(dn_mem_md(mem), dnnl_query_data_type, &dt);
+    return dt == dnnl_bf16 ? add_weight_copy(n, x, mem) : dn_add_reorder(n, l, user, mem);
 }
 
 static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
@@ -260,7 +322,7 @@ static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
         b->w_fwd = b->w_user;
     } else {
         OK(dn_mem_new(n, &b->w_fwd, wf, NULL));
-        OK(dn_add_reorder(n, &dn->fwd, b->w_user, b->w_fwd));
+        OK(weights_into(n, x, &dn->fwd, b->w_user, b->w_fwd));
     }
     OK(dn_input_as(n, x, dn_query(pd, dnnl_query_src_md, 0), &dn->src));
     OK(dn_set_dst(n, x, dn_query(pd, dnnl_query_dst_md, 0)));
@@ -340,13 +402,14 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
     else
         OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, want, &ddst));
     dn_impl_name(x, pd);
-    /* The weights change every step, so they are reordered into this
-     * layout every backward pass (after the optimizer ran). */
+    /* The weights change every step: fp32 ones are reordered into this
+     * layout every backward pass (after the optimizer ran); bf16 ones are
+     * the optimizer's copy. */
     const_dnnl_memory_desc_t wb = dn_query(pd, dnnl_query_weights_md, 0);
     dnnl_memory_t w_bwd = dn_same(wb, dn_mem_md(b->w_fwd)) ? b->w_fwd : dn_same(wb, b->wei_plain) ? b->w_user : NULL;
     if (!w_bwd) {
         OK(dn_mem_new(n, &w_bwd, wb, NULL));
-        OK(dn_add_reorder(n, &dn->bwd, b->w_user, w_bwd));
+        OK(weights_into(n, x, &dn->bwd, b->w_user, w_bwd));
     }
     /* Arguments are filled in after dn_deliver() decided where diff_src goes;
      * the reorder it may add must run after this primitive. */

@@ -12,6 +12,8 @@ struct st_optim {
     float *state;      /* SGD: momentum [count]; AdamW: m [count] then v [count] */
     size_t state_count;
     uint64_t steps;
+    const st_weight_copy *copies;  /* borrowed (st_optim_set_copies) */
+    int ncopies;
 };
 
 st_status st_optim_create(st_optim **out, size_t count, const st_optim_config *cfg)
@@ -92,6 +94,30 @@ static void sgd_momentum(float *restrict p, const float *restrict g, float *rest
     }
 }
 
+/* The copies' elements among parameters [lo, lo + n), just updated and still
+ * in cache. */
+static void write_copies(const st_optim *o, const float *restrict p, size_t lo, size_t n)
+{
+    for (int k = 0; k < o->ncopies; k++) {
+        const st_weight_copy *c = &o->copies[k];
+        const size_t from = lo > c->offset ? lo : c->offset;
+        const size_t to = lo + n < c->offset + c->count ? lo + n : c->offset + c->count;
+        if (from >= to)
+            continue;
+        if (c->index)
+            for (size_t i = from; i < to; i++)
+                c->dst[c->index[i - c->offset]] = st_bf16_from_f32(p[i]);
+        else
+            st_bf16_from_f32_n(c->dst + (from - c->offset), p + from, to - from);
+    }
+}
+
+void st_optim_set_copies(st_optim *o, const st_weight_copy *copies, int count)
+{
+    o->copies = copies;
+    o->ncopies = copies ? count : 0;
+}
+
 static void sgd_step(st_optim *o, float *restrict p, const float *restrict g, float lr)
 {
     const float mu = o->cfg.momentum, wd = o->cfg.weight_decay;
@@ -105,6 +131,7 @@ static void sgd_step(st_optim *o, float *restrict p, const float *restrict g, fl
             sgd_momentum(p + lo, g + lo, buf + lo, n, lr, wd, mu, first, nesterov);
         else
             sgd_plain(p + lo, g + lo, n, lr, wd);
+        write_copies(o, p, lo, n);
     }
 }
 
@@ -133,6 +160,7 @@ static void adamw_step(st_optim *o, float *restrict p, const float *restrict g, 
         const size_t lo = c * CHUNK, n = count - lo < CHUNK ? count - lo : CHUNK;
         adamw_chunk(p + lo, g + lo, m + lo, v + lo, n, lr, wd, b1, b2, c1, c2, eps,
                     o->cfg.decay_mask ? o->cfg.decay_mask + lo : NULL);
+        write_copies(o, p, lo, n);
     }
 }
 

@@ -204,7 +204,7 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
         return st_fail(ST_ERR_FORMAT, "step %llu: the gradients are not finite (NaN/Inf); stopping, the last "
                                       "good checkpoint (%s) is kept", (unsigned long long)t->step, o->checkpoint);
     float lr = st_schedule_lr(&t->sched, t->step) * (o->scale_lr ? (float)t->world : 1.0f);
-    st_optim_step(t->opt, st_net_params(t->net, NULL), t->grads, lr);
+    st_optim_step(t->opt, t->params, t->grads, lr);
     const double t3 = train_now_s();
     t->t_compute += (t1 - t0) + (t3 - t2);
     t->t_reduce += t2 - t1;
@@ -253,6 +253,10 @@ static st_status setup(struct trainer *t)
     }
     if ((st = st_net_create(&t->net, t->model, &nc)) != ST_OK || (st = st_optim_create(&t->opt, t->P, &oc)) != ST_OK)
         return st;
+    t->params = st_net_params(t->net, NULL);
+    int ncopies;
+    const st_weight_copy *copies = st_net_weight_copies(t->net, &ncopies);
+    st_optim_set_copies(t->opt, copies, ncopies);  /* the bf16 weights, written as the masters are updated */
     t->accum_steps = o->grad_accum > 1 ? o->grad_accum : 1;
     t->global_batch = (size_t)t->world * (size_t)o->batch * (size_t)t->accum_steps;
     if ((st = accum_init(&t->acc, t->grads, t->P, t->accum_steps)) != ST_OK)

@@ -27,6 +27,8 @@ struct trainer {
     int rank, world;
     st_model *model;
     st_net *net;
+    float *params;           /* the net's, for the optimizer: taken once, as st_net_params
+                                makes the next forward pass rewrite the bf16 weight copies */
     st_optim *opt;
     st_dataset *train, *test;  /* images; or */
     st_text *text;             /* a language model's corpus */
