@@ -110,13 +110,9 @@ static void test_fp32_converts_nothing(void **state)
  *   channels; oneDNN's reference kernels write it in fp32 at once: 2).
  * cnn: 6 of 9, the same shape as lenet but 32 channels, whose kernel
  *   writes the fp32 input gradient itself: 2.
- * resnet: 24 of 29 (the stem convolution reads 1 channel: it, its batch norm
- *   and ReLU, and the first block's add and ReLU stay fp32: that add's
- *   inputs are the fp32 stem and a bf16 branch, and a residual stream is not
- *   rounded to bf16); 6: forward, the stem into the first block's
- *   convolution, its branch into the add, the fp32 stream into the second
- *   block's two convolutions; backward, the add's gradient into the bf16
- *   branch and the loss gradient.
+ * resnet: 29 of 29 (its stem reads 3 channels, RGB, which the rule lets
+ *   compute in bf16, so the residual stream is bf16 from the start); 2: the
+ *   input into the stem, the loss gradient into the last linear layer.
  * gpt-mini: 16 of 43 (4 blocks of 4 linear layers; layer norm, attention,
  *   GELU, the embeddings and the head are fp32 today); 32: each linear
  *   layer's input, forward, and output gradient, backward.
@@ -124,8 +120,8 @@ static void test_fp32_converts_nothing(void **state)
  * Weight reorders after the first step: no bf16 weight is converted in a
  * step (the optimizer writes the copies; the first step writes each copy
  * once).  What is left: an fp32 convolution's 2 (its weights into the
- * kernel's layout, its gradient back: lenet's, cnn's and resnet's first,
- * as in fp32), and, natively, 1 per bf16 convolution: oneDNN's bf16
+ * kernel's layout, its gradient back: lenet's and cnn's first, as in
+ * fp32), and, natively, 1 per bf16 convolution (resnet has 9): oneDNN's bf16
  * backward-weights kernels write fp32 gradients only in a blocked layout,
  * reordered into the flat buffer (the reference kernels write it plain).
  * Linear layers read plain bf16 weights and write plain gradients: 0. */
@@ -134,7 +130,7 @@ static const struct {
     int bf16_layers, conversions, reference_conversions, weight_reorders, reference_weight_reorders;
 } per_preset[] = {
     {"mlp", 3, 2, 2, 0, 0},       {"lenet", 7, 3, 2, 2 + 1, 2}, {"cnn", 6, 2, 2, 2 + 1, 2},
-    {"resnet", 24, 6, 6, 2 + 8, 2}, {"gpt-mini", 16, 32, 32, 0, 0},
+    {"resnet", 29, 2, 2, 9, 0}, {"gpt-mini", 16, 32, 32, 0, 0},
 };
 
 static void test_bf16_counts_per_preset(void **state)
