@@ -36,15 +36,16 @@ done
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 ms_to_sps() { awk -v s="$1" 'BEGIN{print 64/s*1e3}'; }
 echo
-echo "| model | threads | precision | shmtrain step ms | samples/s | PyTorch step ms | samples/s | ratio |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| model | threads | precision | shmtrain step ms | samples/s | PyTorch step ms | samples/s | ratio | conversions (MB) / weight reorders per step |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for m in mlp lenet cnn resnet; do for t in 1 2; do for q in $precisions; do
   s=$(awk -F, -v q=$q -v m=$m -v t=$t '$1==q && $2==m && $3==t {print $5}' "$tmp/shm.csv" | median)
   p=$( [ -f "$tmp/torch.txt" ] && awk -v q=$q -v m=$m -v t=$t '$1==q && $2==m && $3==t {print $4}' "$tmp/torch.txt" | median || true)
   if [ -z "$s" ]; then shm="| $no_bf16 | "; else shm=$(printf "| %.3f | %.0f" "$s" "$(ms_to_sps "$s")"); fi
   if [ -n "$p" ]; then tor=$(printf "| %.3f | %.0f" "$p" "$(ms_to_sps "$p")"); else tor="| not installed | "; fi
   ratio=$([ -n "$s" ] && [ -n "$p" ] && awk -v a="$s" -v b="$p" 'BEGIN{printf "%.2fx", b/a}' || echo "-")
-  echo "| $m | $t | $q $shm $tor | $ratio |"
+  counters=$(awk -F, -v q=$q -v m=$m -v t=$t '$1==q && $2==m && $3==t {c=sprintf("%s (%.2f) / %s", $(NF-2), $(NF-1), $NF)} END {print c}' "$tmp/shm.csv")
+  echo "| $m | $t | $q $shm $tor | $ratio | ${counters:--} |"
 done; done; done
 echo
 echo "time per step by layer kind, loss, optimizer and the rest (last round, ms):"

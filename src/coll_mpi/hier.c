@@ -165,6 +165,16 @@ st_status st_hallreduce_bf16(st_hgroup *h, uint16_t *buf, size_t count, st_reduc
     return st_allreduce_bf16_staged(h->local, buf, count, op, across_nodes, h, h->world);
 }
 
+st_status st_hallreduce(st_hgroup *h, void *buf, size_t count, st_dtype dtype, st_reduce_op op)
+{
+    switch (dtype) {
+    case ST_DTYPE_F32: return st_hallreduce_f32(h, buf, count, op);
+    case ST_DTYPE_BF16: return st_hallreduce_bf16(h, buf, count, op);
+    default:
+        return st_fail(ST_ERR_INVALID, "hier: allreduce: element type %s is not fp32 or bf16", st_dtype_name(dtype));
+    }
+}
+
 /* Broadcasts are rare (the start, a resume): MPI's over the world. */
 st_status st_hbroadcast(st_hgroup *h, void *buf, size_t bytes, int root)
 {

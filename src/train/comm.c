@@ -92,22 +92,13 @@ void comm_leave(struct train_comm *c, bool failed)
     c->local = NULL;
 }
 
-st_status comm_allreduce(struct train_comm *c, float *buf, size_t count, st_reduce_op op)
+st_status comm_allreduce(struct train_comm *c, void *buf, size_t count, st_dtype dtype, st_reduce_op op)
 {
 #ifdef SHMTRAIN_HAVE_MPI
     if (c->h)
-        return st_hallreduce_f32(c->h, buf, count, op);
+        return st_hallreduce(c->h, buf, count, dtype, op);
 #endif
-    return st_allreduce_f32(c->local, buf, count, op);
-}
-
-st_status comm_allreduce_bf16(struct train_comm *c, uint16_t *buf, size_t count, st_reduce_op op)
-{
-#ifdef SHMTRAIN_HAVE_MPI
-    if (c->h)
-        return st_hallreduce_bf16(c->h, buf, count, op);
-#endif
-    return st_allreduce_bf16(c->local, buf, count, op);
+    return st_allreduce(c->local, buf, count, dtype, op);
 }
 
 st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root)

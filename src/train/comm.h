@@ -34,9 +34,9 @@ st_status comm_join(struct train_comm *c, size_t zero_copy_bytes);
 void comm_leave(struct train_comm *c, bool failed);
 
 /* Over the whole job. */
-st_status comm_allreduce(struct train_comm *c, float *buf, size_t count, st_reduce_op op);
+/* `count` elements of `dtype` (fp32, or bf16: summed in fp32, rounded once). */
+st_status comm_allreduce(struct train_comm *c, void *buf, size_t count, st_dtype dtype, st_reduce_op op);
 st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root);
-st_status comm_allreduce_bf16(struct train_comm *c, uint16_t *buf, size_t count, st_reduce_op op);
 
 
 #endif

@@ -19,7 +19,7 @@ static void *progress(void *arg)
         o->head = (o->head + 1) % o->cap;
         const bool skip = o->failed != ST_OK;  /* after a failure the group is broken anyway */
         pthread_mutex_unlock(&o->mu);
-        st_status st = skip ? ST_OK : comm_allreduce(o->comm, o->grads + lo, hi - lo, ST_AVG);
+        st_status st = skip ? ST_OK : comm_allreduce(o->comm, o->grads + lo, hi - lo, ST_DTYPE_F32, ST_AVG);
         pthread_mutex_lock(&o->mu);
         if (st != ST_OK && o->failed == ST_OK) {
             o->failed = st;

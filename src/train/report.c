@@ -121,7 +121,7 @@ static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out, 
     st_net_set_training(t->net, true);
     free(logits);
     if (st == ST_OK)
-        st = comm_allreduce(&t->comm, sums, 3, ST_SUM);
+        st = comm_allreduce(&t->comm, sums, 3, ST_DTYPE_F32, ST_SUM);
     if (st == ST_OK) {
         *acc_out = sums[2] > 0 ? sums[1] / sums[2] : 0;
         *loss_out = sums[2] > 0 ? sums[0] / sums[2] : 0;

@@ -121,7 +121,7 @@ static st_status check_replicas(struct trainer *t)
     st_status st = comm_broadcast(&t->comm, &root, sizeof root, 0);
     float differs = mine != root;
     if (st == ST_OK)
-        st = comm_allreduce(&t->comm, &differs, 1, ST_SUM);
+        st = comm_allreduce(&t->comm, &differs, 1, ST_DTYPE_F32, ST_SUM);
     if (st == ST_OK && differs > 0)
         return st_fail(ST_ERR_MISMATCH, "step %llu: %s parameters differ from rank 0's (hash %016llx vs %016llx)",
                        (unsigned long long)t->step, mine != root ? "this rank's" : "another rank's",
@@ -136,14 +136,14 @@ static st_status exchange(struct trainer *t)
 {
     if (t->ov.started) {  /* the buckets went during backward; the tail goes now */
         st_status st = overlap_finish(&t->ov);
-        return st != ST_OK ? st : comm_allreduce(&t->comm, t->grads + t->P, TAIL, ST_AVG);
+        return st != ST_OK ? st : comm_allreduce(&t->comm, t->grads + t->P, TAIL, ST_DTYPE_F32, ST_AVG);
     }
     if (!t->grads_bf16)
-        return comm_allreduce(&t->comm, t->grads, t->P + TAIL, ST_AVG);
+        return comm_allreduce(&t->comm, t->grads, t->P + TAIL, ST_DTYPE_F32, ST_AVG);
     st_bf16_from_f32_n(t->grads_bf16, t->grads, t->P);
-    st_status st = comm_allreduce_bf16(&t->comm, t->grads_bf16, t->P, ST_AVG);
+    st_status st = comm_allreduce(&t->comm, t->grads_bf16, t->P, ST_DTYPE_BF16, ST_AVG);
     if (st == ST_OK)
-        st = comm_allreduce(&t->comm, t->grads + t->P, TAIL, ST_AVG);
+        st = comm_allreduce(&t->comm, t->grads + t->P, TAIL, ST_DTYPE_F32, ST_AVG);
     if (st == ST_OK)
         st_bf16_to_f32_n(t->grads, t->grads_bf16, t->P);
     return st;
@@ -297,7 +297,7 @@ static st_status maybe_resume(struct trainer *t)
     float bad = st != ST_OK;
     char saved[512];
     snprintf(saved, sizeof saved, "%s", st_last_error());
-    st_status rs = comm_allreduce(&t->comm, &bad, 1, ST_SUM);
+    st_status rs = comm_allreduce(&t->comm, &bad, 1, ST_DTYPE_F32, ST_SUM);
     if (rs != ST_OK)
         return rs;
     if (bad > 0)
