@@ -28,6 +28,8 @@
 #include <string.h>
 
 #include "nettest.h"
+#include "ref.h"
+#include "seq_kernels.h"
 #include "transpose.h"
 #include "shmtrain/nn.h"
 
@@ -353,6 +355,52 @@ static void test_transpose_and_column_sums(void **state)
     }
 }
 
+/* GELU on bf16 activations (a bf16 net's linear layers on both sides)
+ * against the reference on the same inputs: every bf16 value in [-8, 8]
+ * (each exact in fp32), and output gradients of both signs.  Tolerance per
+ * element: the fp32 kernel's own error (its tanh is a polynomial within a
+ * few ulp: 8 2^-24 (|ref| + |x| + |dy|) covers it with room) plus one
+ * rounding to bf16, at most 2^-9 of the result; the sum is what is
+ * allowed, with 2^-8 |ref| for the rounding to leave room for the kernel's
+ * error crossing a rounding boundary; and 2^-126, the smallest normal, as
+ * the vector code may flush a denormal result to zero (training flushes
+ * them anyway: st_nn_flush_denormals). */
+static void test_gelu_bf16_kernels(void **state)
+{
+    (void)state;
+    enum { MAX = 1 << 16 };
+    st_bf16 *x = malloc(MAX * sizeof *x), *y = malloc(MAX * sizeof *y), *dy = malloc(MAX * sizeof *dy),
+            *dx = malloc(MAX * sizeof *dx);
+    float *xf = malloc(MAX * sizeof *xf), *dyf = malloc(MAX * sizeof *dyf), *ry = malloc(MAX * sizeof *ry),
+          *rdx = malloc(MAX * sizeof *rdx), *th = malloc(MAX * sizeof *th);
+    assert_true(x && y && dy && dx && xf && dyf && ry && rdx && th);
+    long n = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float v = st_bf16_to_f32((st_bf16)h);
+        if (fabsf(v) <= 8.0f) {  /* NaN fails the test and is left out */
+            x[n] = (st_bf16)h;
+            xf[n] = v;
+            dyf[n] = st_bf16_to_f32(st_bf16_from_f32(n % 3 ? 0.75f : -1.25f));
+            dy[n] = st_bf16_from_f32(dyf[n]);
+            n++;
+        }
+    }
+    seq_gelu_fwd_bf16(y, th, x, n);
+    seq_gelu_bwd_bf16(dx, dy, x, th, n);
+    ref_gelu_fwd(ry, xf, (size_t)n);
+    ref_gelu_bwd(rdx, dyf, xf, (size_t)n);
+    for (long i = 0; i < n; i++) {
+        const float ey = 8 * 0x1p-24f * (fabsf(ry[i]) + fabsf(xf[i])) + 0x1p-8f * fabsf(ry[i]) + 0x1p-126f;
+        const float edx =
+            8 * 0x1p-24f * (fabsf(rdx[i]) + fabsf(xf[i]) * fabsf(dyf[i])) + 0x1p-8f * fabsf(rdx[i]) + 0x1p-126f;
+        if (!(fabsf(st_bf16_to_f32(y[i]) - ry[i]) <= ey) || !(fabsf(st_bf16_to_f32(dx[i]) - rdx[i]) <= edx))
+            fail_msg("GELU at %g (dy %g): bf16 %g, %g; reference %g, %g", xf[i], dyf[i], st_bf16_to_f32(y[i]),
+                     st_bf16_to_f32(dx[i]), ry[i], rdx[i]);
+    }
+    print_message("%ld bf16 inputs in [-8, 8] checked\n", n);
+    free(x), free(y), free(dy), free(dx), free(xf), free(dyf), free(ry), free(rdx), free(th);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -360,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_reference_matches_finite_differences),
         cmocka_unit_test(test_gpt_mini_gradient),
         cmocka_unit_test(test_causal_mask),
+        cmocka_unit_test(test_gelu_bf16_kernels),
         cmocka_unit_test(test_transpose_and_column_sums),
         cmocka_unit_test(test_tied_head_gradient_reaches_embedding),
         cmocka_unit_test(test_model_text_errors),

@@ -39,7 +39,7 @@
   X(EMBED,     "embed",     parse_embed,     init_embed,   scratch_none,     embed_ref_forward,   embed_ref_backward,   dn_build_embed,     bf16_never)   \
   X(LAYERNORM, "layernorm", parse_simple,    init_ln,      scratch_ln_stats, ln_ref_forward,      ln_ref_backward,      dn_build_ln,        bf16_never)   \
   X(ATTENTION, "attention", parse_attention, init_nothing, scratch_att,      att_ref_forward,     att_ref_backward,     dn_build_attention, bf16_never)   \
-  X(GELU,      "gelu",      parse_simple,    init_nothing, scratch_none,     gelu_ref_forward,    gelu_ref_backward,    dn_build_gelu,      bf16_never)   \
+  X(GELU,      "gelu",      parse_simple,    init_nothing, scratch_none,     gelu_ref_forward,    gelu_ref_backward,    dn_build_gelu,      bf16_carries) \
   X(HEAD,      "head",      parse_head,      init_nothing, scratch_none,     head_ref_forward,    head_ref_backward,    dn_build_head,      bf16_never)
 /* clang-format on */
 

@@ -370,6 +370,9 @@ bool dn_is_c_maxpool(const st_net *n, int j);
 /* The chunking pass over a finished plan (see onednn_chunk.c). */
 st_status dn_chunk_pass(st_net *n);
 st_status dn_build_relu(st_net *n, int j);
+/* An element-wise layer on oneDNN (its forward in training mode, its
+ * backward from the source), in its input's layout and type. */
+st_status dn_build_eltwise(st_net *n, int j, dnnl_alg_kind_t alg);
 st_status dn_build_bn(st_net *n, int j);
 st_status dn_build_dropout(st_net *n, int j);
 st_status dn_build_flatten(st_net *n, int j);

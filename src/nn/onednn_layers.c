@@ -26,26 +26,31 @@ static st_status build_relu_in_pool(st_net *n, struct xnode *x)
 st_status dn_build_relu(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    struct xnode *px = &n->x[x->in];
     if (relu_fits_pool(n, x))
         return build_relu_in_pool(n, x);
+    return dn_build_eltwise(n, j, dnnl_eltwise_relu);
+}
+
+st_status dn_build_eltwise(st_net *n, int j, dnnl_alg_kind_t alg)
+{
+    struct xnode *x = &n->x[j];
+    struct xnode *px = &n->x[x->in];
     const_dnnl_memory_desc_t in = px->dn->dst.md;
     dnnl_primitive_desc_t fpd, bpd;
     dnnl_primitive_t f, b;
     OK(DN_PD(n, fpd, NULL,
-             dnnl_eltwise_forward_primitive_desc_create(&fpd, n->dnet->eng, dnnl_forward_training, dnnl_eltwise_relu, in,
-                                                        in, 0, 0, NULL)));
+             dnnl_eltwise_forward_primitive_desc_create(&fpd, n->dnet->eng, dnnl_forward_training, alg, in, in, 0, 0,
+                                                        NULL)));
     dn_impl_name(x, fpd);
     OK(dn_set_dst(n, x, dn_query(fpd, dnnl_query_dst_md, 0)));
     OK(dn_prim_new(n, &f, fpd));
-    OK(dn_add_op(n, &x->dn->fwd, f, NODE_RELU, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_DST, x->dn->dst.mem, -1));
+    OK(dn_add_op(n, &x->dn->fwd, f, x->kind, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_DST, x->dn->dst.mem, -1));
     if (!px->wants_diff)
         return ST_OK;
     OK(DN_PD(n, bpd, NULL,
-             dnnl_eltwise_backward_primitive_desc_create(&bpd, n->dnet->eng, dnnl_eltwise_relu, in, in, in, 0, 0, fpd,
-                                                         NULL)));
+             dnnl_eltwise_backward_primitive_desc_create(&bpd, n->dnet->eng, alg, in, in, in, 0, 0, fpd, NULL)));
     OK(dn_prim_new(n, &b, bpd));
-    OK(dn_add_op(n, &x->dn->bwd, b, NODE_RELU, -1));
+    OK(dn_add_op(n, &x->dn->bwd, b, x->kind, -1));
     int at = x->dn->bwd.n - 1;
     dnnl_memory_t target;
     OK(dn_deliver(n, j, x->in, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));

@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 
+#include "shmtrain/bf16.h"
+
 /* y = (x - mean) / sqrt(var + 1e-5) * g + b over each row of x [rows, c];
  * each row's mean and 1 / std go to stats (2 floats a row). */
 void seq_ln_fwd(float *y, float *stats, const float *x, const float *g, const float *b, long rows, long c);
@@ -28,6 +30,9 @@ size_t seq_ln_partial_floats(long c);
  * computing it again. */
 void seq_gelu_fwd(float *y, float *tanh_u, const float *x, long count);
 void seq_gelu_bwd(float *dx, const float *dy, const float *x, const float *tanh_u, long count);
+/* The same on bf16 activations and gradients (tanh_u stays fp32). */
+void seq_gelu_fwd_bf16(st_bf16 *y, float *tanh_u, const st_bf16 *x, long count);
+void seq_gelu_bwd_bf16(st_bf16 *dx, const st_bf16 *dy, const st_bf16 *x, const float *tanh_u, long count);
 
 /* Each row i of a t x t matrix replaced by the softmax of its columns
  * 0..i, zeros right of the diagonal (one sample's one head). */
