@@ -838,6 +838,46 @@ static void test_metrics_file(void **state)
     child_run_free(&r);
 }
 
+/* The step budget (issue 27): --max-steps alone trains that many steps
+ * whatever the epochs (2,048 samples at batch 64: 32 steps an epoch, so 80
+ * is 2.5 epochs; it used to stop at 32, the default one epoch); with
+ * --epochs too, whichever ends first; the start line says which. */
+static void test_max_steps_is_the_budget(void **state)
+{
+    (void)state;
+    struct data_files d = synthetic_files();
+    char ckpt[512];
+    path_of(ckpt, sizeof ckpt, "budget.ckpt");
+    static const struct {
+        const char *epochs;  /* NULL: not given */
+        long steps;
+        const char *line;
+    } runs[] = {
+        {NULL, 80, "80 steps (--max-steps; 2.5 epochs of 32 steps)"},
+        {"1", 32, "1 epoch of 32 steps (--epochs, before --max-steps)"},
+        {"5", 80, "80 steps (--max-steps; 2.5 epochs of 32 steps)"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        unlink(ckpt);
+        char *argv[24] = {(char *)tr_shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
+                          "--test-images", d.tei, "--test-labels", d.tel, "--batch-size", "64", "--max-steps", "80",
+                          "--log-every", "1000", "--checkpoint", ckpt};
+        if (runs[i].epochs) {
+            argv[19] = "--epochs";
+            argv[20] = (char *)runs[i].epochs;
+        }
+        struct child_run r = run_argv(argv, 0);
+        if (r.code != 0 || !strstr(r.out, runs[i].line))
+            fail_msg("--max-steps 80%s%s: exit %d, start line not saying '%s': %s", runs[i].epochs ? " --epochs " : "",
+                     runs[i].epochs ? runs[i].epochs : "", r.code, runs[i].line, r.out);
+        st_ckpt c;
+        assert_int_equal(st_ckpt_read(ckpt, &c), ST_OK);
+        assert_int_equal(c.step, runs[i].steps);
+        st_ckpt_free(&c);
+        child_run_free(&r);
+    }
+}
+
 static void test_converges_on_fashion_mnist(void **state)
 {
     (void)state;
@@ -898,6 +938,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_two_nodes_equal_one_node_of_two),
         cmocka_unit_test(test_killed_rank_stops_every_node),
         cmocka_unit_test(test_metrics_file),
+        cmocka_unit_test(test_max_steps_is_the_budget),
         cmocka_unit_test(test_evaluation_scores_the_test_set_once),
         cmocka_unit_test(test_scale_lr_and_resume_seed),
         cmocka_unit_test(test_converges_on_fashion_mnist),

@@ -33,8 +33,10 @@ typedef struct st_train_options {
     int ntext;
     int text_tokens;              /* st_text_tokens: characters (default) or bytes */
     long eval_windows;            /* text: validation windows per evaluation (0 = all) */
-    int epochs;                   /* default 1 */
-    long max_steps;               /* stop after this many steps (0 = no limit) */
+    int epochs;                   /* passes over the data; 0 = not given: 1, or as many as
+                                     max_steps needs when it is given alone */
+    long max_steps;               /* stop after this many optimizer steps (0 = no limit); with
+                                     epochs too, whichever comes first */
     int batch;                    /* per instance (default 64) */
     int grad_accum;               /* micro-batches of `batch` per optimizer step (0 or 1: one) */
     st_schedule schedule;         /* lr and its schedule */

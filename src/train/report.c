@@ -2,6 +2,7 @@
  * interval, each evaluation, the summary), and the evaluation itself
  * (trainer.h; the loop that calls them is train.c). */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -56,8 +57,9 @@ void train_log_interval(struct trainer *t, float lr)
     const double samples = (double)t->interval_steps * t->global_batch;
     const double loss = t->loss_sum / t->interval_steps, acc = t->correct_sum / t->interval_steps;
     const double sps = span > 0 ? samples / span : 0;
-    const long total = t->steps_per_epoch * t->o->epochs;
-    const long max = t->o->max_steps && t->o->max_steps < total ? t->o->max_steps : total;
+    const long max = t->steps_total;
+    const long epochs = t->epochs_total == LONG_MAX ? (max + t->steps_per_epoch - 1) / t->steps_per_epoch
+                                                    : t->epochs_total;  /* --max-steps alone: what it spans */
     const double eta = sps > 0 ? (double)(max - (long)t->step) * t->global_batch / sps : 0;
     const double frac = t->epoch + (double)t->epoch_pos / ((double)t->steps_per_epoch * t->global_batch);
     train_record(t, &(st_record){.type = ST_RECORD_TRAIN,
@@ -70,8 +72,8 @@ void train_log_interval(struct trainer *t, float lr)
         for (int i = 0; i < width; i++)
             bar[i] = i < done ? '=' : i == done ? '>' : ' ';
         bar[width] = '\0';
-        train_say(t, "epoch %llu/%d [%s] step %llu/%ld loss %.4f acc %5.1f%% %8.0f %s ETA %d:%02d",
-            (unsigned long long)t->epoch + 1, t->o->epochs, bar, (unsigned long long)t->step, max, loss,
+        train_say(t, "epoch %llu/%ld [%s] step %llu/%ld loss %.4f acc %5.1f%% %8.0f %s ETA %d:%02d",
+            (unsigned long long)t->epoch + 1, epochs, bar, (unsigned long long)t->step, max, loss,
             100 * acc, sps * rate_per_sample(t), rate_unit(t), (int)eta / 60, (int)eta % 60);
     } else {
         train_say(t, "epoch %llu step %llu/%ld loss %.4f acc %.1f%% lr %.4g %.0f %s (compute %.0f%%, "

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "shmtrain/train.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -31,7 +32,7 @@ void st_train_defaults(st_train_options *o)
     memset(o, 0, sizeof *o);
     o->model = "lenet";
     o->data_dir = "/usr/share/datasets/fashion-mnist";
-    o->epochs = 1;
+    o->epochs = 0;  /* not given (st_train_options) */
     o->batch = 64;
     o->schedule = (st_schedule){.kind = ST_SCHED_CONSTANT, .lr = 0.05f};
     o->optim = (st_optim_config){.kind = ST_OPTIM_SGD, .momentum = 0.9f};
@@ -220,6 +221,35 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
 
 /* ----------------------------------------------------------------- run -- */
 
+/* The budget, as nanoGPT's max_iters and Hugging Face's max_steps: a step
+ * count given alone is the budget, whatever the epochs (they then only say
+ * how often the data is reshuffled); with an epoch count too, whichever
+ * ends first; with neither, one epoch. */
+static long epoch_budget(const st_train_options *o)
+{
+    return o->epochs ? o->epochs : o->max_steps ? LONG_MAX : 1;
+}
+
+static long step_budget(const struct trainer *t)
+{
+    const st_train_options *o = t->o;
+    const long by_epochs = o->epochs || !o->max_steps ? t->steps_per_epoch * epoch_budget(o) : LONG_MAX;
+    return o->max_steps && o->max_steps < by_epochs ? o->max_steps : by_epochs;
+}
+
+/* The start line's words for what ends the run. */
+static void describe_budget(const struct trainer *t, char *buf, size_t len)
+{
+    const st_train_options *o = t->o;
+    const long steps = t->steps_total;
+    if (o->max_steps && steps == o->max_steps)
+        snprintf(buf, len, "%ld steps (--max-steps; %.1f epochs of %ld steps)", steps,
+                 (double)steps / (double)t->steps_per_epoch, t->steps_per_epoch);
+    else
+        snprintf(buf, len, "%ld epoch%s of %ld steps (--epochs%s)", t->epochs_total, t->epochs_total == 1 ? "" : "s",
+                 t->steps_per_epoch, o->max_steps ? ", before --max-steps" : "");
+}
+
 static st_status setup(struct trainer *t)
 {
     const st_train_options *o = t->o;
@@ -277,11 +307,11 @@ static st_status setup(struct trainer *t)
     t->steps_per_epoch = (long)(train_samples(t) / t->global_batch);
     if (t->steps_per_epoch < 1)
         t->steps_per_epoch = 1;
+    t->epochs_total = epoch_budget(o);
+    t->steps_total = step_budget(t);
     t->sched = o->schedule;
-    if (!t->sched.total) {
-        long total = t->steps_per_epoch * o->epochs;
-        t->sched.total = (uint64_t)(o->max_steps && o->max_steps < total ? o->max_steps : total);
-    }
+    if (!t->sched.total)
+        t->sched.total = (uint64_t)t->steps_total;
     return ST_OK;
 }
 
@@ -347,7 +377,7 @@ static st_status loop(struct trainer *t, st_train_result *r)
     float lr = o->schedule.lr;
     double train_start = train_now_s();
     t->interval_start = train_start;
-    for (; t->epoch < (uint64_t)o->epochs && !done && st == ST_OK; t->epoch++, t->epoch_pos = 0) {
+    for (; t->epoch < (uint64_t)t->epochs_total && !done && st == ST_OK; t->epoch++, t->epoch_pos = 0) {
         if (!t->text)
             st_epoch_order(t->order, n, o->seed, t->epoch);
         while (t->epoch_pos + global <= n && st == ST_OK) {
@@ -404,7 +434,7 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
     memset(r, 0, sizeof *r);
     for (size_t i = 0; i < NTHRESH; i++)
         t.reached_at[i] = -1;
-    if (o->batch < 1 || o->epochs < 1 || o->log_every < 1)
+    if (o->batch < 1 || o->epochs < 0 || o->log_every < 1)
         return st_fail(ST_ERR_INVALID, "--batch-size, --epochs and --log-every must be at least 1");
     t.start = train_now_s();
     st_status st = setup(&t);
@@ -414,19 +444,20 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
     if (st == ST_OK) {
         train_open_metrics(&t);
         train_run_record(&t);
-        char accum[40] = "";
+        char accum[40] = "", budget[128];
         if (t.accum_steps > 1)
             snprintf(accum, sizeof accum, " x %d micro-batches", t.accum_steps);
+        describe_budget(&t, budget, sizeof budget);
         if (t.rank == 0 && !o->quiet && t.text) {
             printf("shmtrain: %d instance%s x batch %d%s x context %d, model %s (%zu parameters), %zu training / "
-                   "%zu validation tokens, vocabulary %d\n", t.world, t.world == 1 ? "" : "s", o->batch, accum, t.context,
-                   o->model, t.P, st_text_tokens_in(t.text, ST_TEXT_TRAIN), st_text_tokens_in(t.text, ST_TEXT_VAL),
-                   st_text_vocab(t.text));
+                   "%zu validation tokens, vocabulary %d; %s\n", t.world, t.world == 1 ? "" : "s", o->batch, accum,
+                   t.context, o->model, t.P, st_text_tokens_in(t.text, ST_TEXT_TRAIN),
+                   st_text_tokens_in(t.text, ST_TEXT_VAL), st_text_vocab(t.text), budget);
             fflush(stdout);
         } else if (t.rank == 0 && !o->quiet) {
-            printf("shmtrain: %d instance%s x batch %d%s, model %s (%zu parameters), %zu training / %zu test samples\n",
-                   t.world, t.world == 1 ? "" : "s", o->batch, accum, o->model, t.P, st_dataset_size(t.train),
-                   st_dataset_size(t.test));
+            printf("shmtrain: %d instance%s x batch %d%s, model %s (%zu parameters), %zu training / %zu test "
+                   "samples; %s\n", t.world, t.world == 1 ? "" : "s", o->batch, accum, o->model, t.P,
+                   st_dataset_size(t.train), st_dataset_size(t.test), budget);
             fflush(stdout);
         }
         st = loop(&t, r);

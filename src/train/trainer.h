@@ -51,6 +51,7 @@ struct trainer {
     bool tty;
     uint64_t epoch, epoch_pos, step, first_step;
     long steps_per_epoch;
+    long epochs_total, steps_total; /* the run's budget (train.c, budget): what ends it */
     double start, elapsed_before, train_seconds, best_acc, last_acc, last_loss;
     long last_eval_step;
     double reached_at[NTHRESH];
