@@ -254,6 +254,54 @@ static int print_version(void)
     return 0;
 }
 
+/* A model's recipe (its `train` line) as flags in front of the command
+ * line's: getopt reads them first, so every flag given overrides them.
+ * The words stay reachable from here until exit. */
+static char **with_recipe(int *argc, char **argv, const char **recipe)
+{
+    static char *words, **args, *kept;
+    const char *model = "lenet";  /* st_train_defaults' */
+    for (int i = 1; i < *argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < *argc)
+            model = argv[i + 1];
+        else if (!strncmp(argv[i], "--model=", 8))
+            model = argv[i] + 8;
+    }
+    st_model *m = NULL;
+    *recipe = NULL;
+    if (st_model_load(&m, model) != ST_OK || !st_model_recipe(m)) {
+        st_model_destroy(m);
+        return argv;  /* no recipe; a model that does not load is reported where it is used */
+    }
+    const char *r = st_model_recipe(m);
+    const size_t n = strlen(r);
+    int pairs = 1;
+    for (const char *p = r; *p; p++)
+        pairs += *p == ' ';
+    pairs /= 2;
+    words = malloc(n + 1 + (size_t)pairs * 3);
+    args = malloc(((size_t)*argc + (size_t)pairs + 1) * sizeof *args);
+    if (!words || !args)
+        bad("out of memory");
+    args[0] = argv[0];
+    int k = 1;
+    char *w = words;
+    for (const char *p = r; *p;) {  /* "key value key value" -> "--key=value" ... */
+        const size_t key = strcspn(p, " "), value = strcspn(p + key + 1, " ");
+        args[k++] = w;
+        w += sprintf(w, "--%.*s=%.*s", (int)key, p, (int)value, p + key + 1) + 1;
+        p += key + 1 + value;
+        p += *p == ' ';
+    }
+    for (int i = 1; i < *argc; i++)
+        args[k++] = argv[i];
+    args[k] = NULL;
+    *argc = k;
+    *recipe = kept = strdup(r);
+    st_model_destroy(m);
+    return args;
+}
+
 int main(int argc, char **argv)
 {
     /* Past a file-size limit (ulimit -f) a write then fails with EFBIG,
@@ -287,6 +335,7 @@ int main(int argc, char **argv)
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     st_train_options o;
     st_train_defaults(&o);
+    argv = with_recipe(&argc, argv, &o.model_recipe);
     bool momentum_set = false, summary = false;
     opterr = 0;
     int c;

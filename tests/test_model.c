@@ -48,7 +48,7 @@ static void test_parser_errors(void **state)
         {"input 1 28 28\nsave a\nsave a", "already used"},
         {"input 1 8 8\nsave a\nconv 4 k3 p1\nadd a", "shapes differ"},
         {"input 1 8 8\nsave a\nconv 4 k3 p1\nadd a project", "add: use 'add NAME'"},
-        {"input 1 28 28\nconv 8 k3 s1 p1 a b c d e", "too many arguments"},
+        {"input 1 28 28\nconv 8 k3 s1 p1 a b c d e f g h i j k l m n o p q r s t u v w x y z 1 2 3", "too many arguments"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         st_model *m = (st_model *)0x1;
@@ -105,6 +105,40 @@ static void test_parser_shapes_and_text(void **state)
     st_model_destroy(m);
 }
 
+/* A model's train line: its recipe, word for word, and not part of the
+ * canonical text (a checkpoint's model is its architecture); what a
+ * train line may not say, each with its line. */
+static void test_train_line(void **state)
+{
+    (void)state;
+    st_model *m = NULL;
+    assert_int_equal(st_model_parse(&m, "# a recipe\ntrain optimizer adamw lr 2e-3 batch-size 12\ninput 4\nlinear 2\n",
+                                    "r.model"), ST_OK);
+    assert_string_equal(st_model_recipe(m), "optimizer adamw lr 2e-3 batch-size 12");
+    assert_null(strstr(st_model_text(m), "train"));
+    st_model_destroy(m);
+    assert_int_equal(st_model_parse(&m, "input 4\nlinear 2\n", "r.model"), ST_OK);
+    assert_null(st_model_recipe(m));
+    st_model_destroy(m);
+    assert_int_equal(st_model_load(&m, "gpt-mini"), ST_OK);
+    assert_non_null(strstr(st_model_recipe(m), "optimizer adamw lr 1e-3"));
+    st_model_destroy(m);
+    static const struct {
+        const char *text, *error;
+    } bad[] = {
+        {"train lr\ninput 4\nlinear 2\n", "r.model:1: train: expected KEY VALUE pairs"},
+        {"train learning-rate 1\ninput 4\nlinear 2\n", "r.model:1: train: unknown key 'learning-rate'"},
+        {"train lr fast\ninput 4\nlinear 2\n", "r.model:1: train: lr 'fast': expected a number"},
+        {"train optimizer adam\ninput 4\nlinear 2\n", "r.model:1: train: optimizer 'adam': expected sgd adamw"},
+        {"train lr 1\ntrain lr 2\ninput 4\nlinear 2\n", "r.model:2: train: a model has one train line"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(st_model_parse(&m, bad[i].text, "r.model"), ST_ERR_FORMAT);
+        if (!strstr(st_last_error(), bad[i].error))
+            fail_msg("'%s': got '%s', want '%s'", bad[i].text, st_last_error(), bad[i].error);
+    }
+}
+
 /* The preset files under models/ are the built-in presets. */
 static void test_model_files_match_presets(void **state)
 {
@@ -121,6 +155,8 @@ static void test_model_files_match_presets(void **state)
             fail_msg("%s", st_last_error());
         assert_int_equal(st_model_load(&preset, names[i]), ST_OK);
         assert_string_equal(st_model_text(file), st_model_text(preset));
+        if (st_model_recipe(preset) || st_model_recipe(file))
+            assert_string_equal(st_model_recipe(file), st_model_recipe(preset));
         st_model_destroy(file);
         st_model_destroy(preset);
     }
@@ -132,6 +168,7 @@ int main(void)
         cmocka_unit_test(test_parser_errors),
         cmocka_unit_test(test_parser_shapes_and_text),
         cmocka_unit_test(test_model_files_match_presets),
+        cmocka_unit_test(test_train_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

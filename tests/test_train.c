@@ -878,6 +878,46 @@ static void test_max_steps_is_the_budget(void **state)
     }
 }
 
+/* A model's train line is its recipe: shmtrain trains with it when no flag
+ * says otherwise, a flag given overrides its value, and the start line and
+ * the run record say what was used. */
+static void test_model_recipe_and_its_override(void **state)
+{
+    (void)state;
+    struct data_files d = synthetic_files();
+    char model[512], metrics[512];
+    path_of(model, sizeof model, "recipe.model");
+    path_of(metrics, sizeof metrics, "recipe.jsonl");
+    FILE *f = fopen(model, "w");
+    assert_non_null(f);
+    fputs("train optimizer adamw lr 2e-3 weight-decay 0.05 batch-size 32\ninput 1 28 28\nflatten\nlinear 10\n", f);
+    fclose(f);
+    static const struct {
+        const char *flags[5];
+        const char *line, *batch, *record;
+    } runs[] = {
+        {{NULL}, "adamw lr 0.002 constant weight-decay 0.05", "x batch 32,", "\"recipe\":\"adamw lr 0.002 constant weight-decay 0.05\""},
+        {{"--optimizer", "sgd", "--lr", "0.5", NULL}, "sgd lr 0.5 momentum 0.9 constant weight-decay 0.05", "x batch 32,",
+         "\"recipe\":\"sgd lr 0.5 momentum 0.9 constant weight-decay 0.05\""},
+        {{"--batch-size", "16", NULL}, "adamw lr 0.002", "x batch 16,", "\"recipe\":\"adamw lr 0.002"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        unlink(metrics);
+        char *argv[32] = {(char *)tr_shmtrain, "--model", model, "--train-images", d.tri, "--train-labels", d.trl,
+                          "--test-images", d.tei, "--test-labels", d.tel, "--max-steps", "3", "--metrics", metrics};
+        int k = 15;
+        for (int j = 0; runs[i].flags[j]; j++)
+            argv[k++] = (char *)runs[i].flags[j];
+        struct child_run r = run_argv(argv, 0);
+        char *m = slurp_or_empty(metrics);
+        if (r.code != 0 || !strstr(r.out, runs[i].line) || !strstr(r.out, runs[i].batch) || !strstr(m, runs[i].record))
+            fail_msg("run %zu: exit %d; want '%s', '%s' and the record's %s; got: %s / %s", i, r.code, runs[i].line,
+                     runs[i].batch, runs[i].record, r.out[0] ? r.out : r.err, m);
+        free(m);
+        child_run_free(&r);
+    }
+}
+
 static void test_converges_on_fashion_mnist(void **state)
 {
     (void)state;
@@ -939,6 +979,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_killed_rank_stops_every_node),
         cmocka_unit_test(test_metrics_file),
         cmocka_unit_test(test_max_steps_is_the_budget),
+        cmocka_unit_test(test_model_recipe_and_its_override),
         cmocka_unit_test(test_evaluation_scores_the_test_set_once),
         cmocka_unit_test(test_scale_lr_and_resume_seed),
         cmocka_unit_test(test_converges_on_fashion_mnist),

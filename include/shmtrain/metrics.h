@@ -38,6 +38,7 @@ typedef struct st_run_record {
     char allreduce_dtype[8];         /* the gradient exchange: "fp32", "bf16"; "" when not said */
     char precision[8];               /* compute, as built: "bf16" when any layer computes in bf16
                                         (mixed), else "fp32"; "" when not said */
+    char recipe[160];                /* the effective optimizer, schedule, decay and clipping in words */
     int layers, bf16_layers;         /* the net's layers, and how many compute in bf16 (0, 0: not said) */
     unsigned long long first_step;   /* > 0 after a resume */
     int context;                     /* a language model's tokens per sample (window); 0 otherwise */

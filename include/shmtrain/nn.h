@@ -85,6 +85,10 @@ void st_model_destroy(st_model *m);
 /* The canonical text (one normalised line per layer): stored in checkpoints
  * and compared to refuse a checkpoint of another model. */
 const char *st_model_text(const st_model *m);
+/* The training defaults the model carries, from its `train` line ("optimizer
+ * adamw lr 1e-3 batch-size 12": shmtrain's flags without their dashes), or
+ * NULL.  shmtrain applies them before its own flags, which override them. */
+const char *st_model_recipe(const st_model *m);
 size_t st_model_param_count(const st_model *m);
 size_t st_model_buffer_count(const st_model *m);   /* batch-norm running statistics */
 size_t st_model_input_size(const st_model *m);     /* C*H*W of one sample */

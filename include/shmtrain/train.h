@@ -33,6 +33,8 @@ typedef struct st_train_options {
     int ntext;
     int text_tokens;              /* st_text_tokens: characters (default) or bytes */
     long eval_windows;            /* text: validation windows per evaluation (0 = all) */
+    const char *model_recipe;     /* the model's `train` line, applied before the flags
+                                     (st_model_recipe; for the start line), or NULL */
     int epochs;                   /* passes over the data; 0 = not given: 1, or as many as
                                      max_steps needs when it is given alone */
     long max_steps;               /* stop after this many optimizer steps (0 = no limit); with

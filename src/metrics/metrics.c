@@ -30,6 +30,7 @@ static void write_run(st_json *j, const st_run_record *r)
     optional_string(j, "torch", r->torch);
     optional_string(j, "allreduce_dtype", r->allreduce_dtype);
     optional_string(j, "precision", r->precision);
+    optional_string(j, "recipe", r->recipe);
     if (r->layers > 0) {
         st_json_int(j, "layers", r->layers);
         st_json_int(j, "bf16_layers", r->bf16_layers);
@@ -168,6 +169,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         st_json_get_string(line, "torch", r->torch, sizeof r->torch);
         st_json_get_string(line, "allreduce_dtype", r->allreduce_dtype, sizeof r->allreduce_dtype);
         st_json_get_string(line, "precision", r->precision, sizeof r->precision);
+        st_json_get_string(line, "recipe", r->recipe, sizeof r->recipe);
         r->layers = (int)count(line, "layers");
         r->bf16_layers = (int)count(line, "bf16_layers");
         r->first_step = count(line, "first_step");

@@ -265,6 +265,57 @@ st_status parse_input(struct parser *ps, char **tok, int ntok, node_kind kind)
     return parser_emit(ps, "input %d %d %d", c, h, w);
 }
 
+/* Is `word` one of the space-separated `words`? */
+static bool one_of(const char *words, const char *word)
+{
+    const size_t n = strlen(word);
+    for (const char *w = words; *w; w += strcspn(w, " "), w += *w == ' ')
+        if (strcspn(w, " ") == n && !strncmp(w, word, n))
+            return true;
+    return false;
+}
+
+/* "train KEY VALUE ...": the training defaults a model carries (its recipe),
+ * each KEY a shmtrain flag without its dashes; flags given to shmtrain
+ * override them.  Words are checked here, ranges by shmtrain as for its
+ * flags.  Not part of the canonical text: a checkpoint's model is its
+ * architecture. */
+static st_status parse_train(struct parser *ps, char **tok, int ntok)
+{
+    static const struct {
+        const char *key, *words;  /* words: the values allowed, or NULL for a number */
+    } keys[] = {{"optimizer", "sgd adamw"}, {"lr", NULL},        {"momentum", NULL},  {"weight-decay", NULL},
+                {"beta2", NULL},             {"clip-norm", NULL}, {"schedule", "constant step cosine"},
+                {"warmup", NULL},            {"min-lr", NULL},    {"step-size", NULL}, {"gamma", NULL},
+                {"batch-size", NULL}};
+    if (ps->m->recipe)
+        return parser_error(ps, "train: a model has one train line");
+    if (ntok < 3 || ntok % 2 == 0)
+        return parser_error(ps, "train: expected KEY VALUE pairs (train optimizer adamw lr 1e-3 batch-size 12)");
+    size_t len = 0;
+    for (int i = 1; i < ntok; i += 2) {
+        size_t k = 0;
+        while (k < sizeof keys / sizeof *keys && strcmp(keys[k].key, tok[i]))
+            k++;
+        if (k == sizeof keys / sizeof *keys)
+            return parser_error(ps, "train: unknown key '%s' (known: optimizer lr momentum weight-decay beta2 "
+                                    "clip-norm schedule warmup min-lr step-size gamma batch-size)", tok[i]);
+        char *end;
+        const bool ok = keys[k].words ? one_of(keys[k].words, tok[i + 1])
+                                      : (strtod(tok[i + 1], &end), *tok[i + 1] && !*end);
+        if (!ok)
+            return parser_error(ps, "train: %s '%s': expected %s", tok[i], tok[i + 1],
+                                keys[k].words ? keys[k].words : "a number");
+        len += strlen(tok[i]) + strlen(tok[i + 1]) + 2;
+    }
+    if (!(ps->m->recipe = malloc(len + 1)))
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    size_t at = 0;
+    for (int i = 1; i < ntok; i += 2)
+        at += (size_t)sprintf(ps->m->recipe + at, "%s%s %s", i > 1 ? " " : "", tok[i], tok[i + 1]);
+    return ST_OK;
+}
+
 st_status parse_line(struct parser *ps, char *line)
 {
     char *hash = strchr(line, '#');
@@ -279,6 +330,8 @@ st_status parse_line(struct parser *ps, char *line)
     }
     if (ntok == 0)
         return ST_OK;
+    if (!strcmp(tok[0], "train"))
+        return parse_train(ps, tok, ntok);
     if (!strcmp(tok[0], "save"))
         return ps->m->n == 0 ? parser_error(ps, "the first layer must be 'input C H W', not 'save'")
                              : parse_save(ps, tok, ntok);
@@ -432,5 +485,6 @@ void st_model_destroy(st_model *m)
         return;
     free(m->nodes);
     free(m->text);
+    free(m->recipe);
     free(m);
 }

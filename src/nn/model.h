@@ -47,6 +47,7 @@ struct st_model {
     int n;
     size_t params, buffers;
     char *text;               /* canonical text */
+    char *recipe;             /* the `train` line's "KEY VALUE ...", or NULL (not in the text) */
 };
 
 const char *node_kind_name(node_kind k);

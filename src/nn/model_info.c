@@ -25,10 +25,14 @@ static const char *const PRESETS[][2] = {
                "conv 64 k3 s2 p1 nobias\nbatchnorm\nrelu\nconv 64 k3 p1 nobias\nbatchnorm\nadd b2 proj\n"
                "relu\navgpool global\nlinear 10\n"},
     {"gpt-mini", "# nanoGPT's CPU recipe for character-level text: 4 layers, 4 heads, 128 dims, context 64\n"
+                 "train optimizer adamw lr 1e-3 schedule cosine warmup 100 min-lr 1e-4 weight-decay 0.1 beta2 0.99 "
+                 "clip-norm 1 batch-size 12\n"
                  "input tokens 64\nembed 256 128\n"
                  "block heads 4\nblock heads 4\nblock heads 4\nblock heads 4\n"
                  "layernorm\nhead tied\n"},
     {"gpt", "# nanoGPT's GPU recipe for character-level text: 6 layers, 6 heads, 384 dims, context 256\n"
+            "train optimizer adamw lr 1e-3 schedule cosine warmup 100 min-lr 1e-4 weight-decay 0.1 beta2 0.99 "
+            "clip-norm 1 batch-size 12\n"
             "input tokens 256\nembed 256 384\n"
             "block heads 6\nblock heads 6\nblock heads 6\nblock heads 6\nblock heads 6\nblock heads 6\n"
             "layernorm\nhead tied\n"},
@@ -53,6 +57,7 @@ const char *nn_preset_names(void)
 }
 
 const char *st_model_text(const st_model *m) { return m->text; }
+const char *st_model_recipe(const st_model *m) { return m->recipe; }
 size_t st_model_param_count(const st_model *m) { return m->params; }
 size_t st_model_buffer_count(const st_model *m) { return m->buffers; }
 

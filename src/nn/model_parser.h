@@ -13,7 +13,7 @@
 
 #include "model.h"
 
-#define MAX_TOKENS 8
+#define MAX_TOKENS 32  /* a train line: 12 KEY VALUE pairs and its word */
 #define NAME_LEN 32
 
 /* What one model may ask for, refused at the line that asks.  The kernels

@@ -182,6 +182,27 @@ void train_open_metrics(struct trainer *t)
         fprintf(stderr, "shmtrain: --metrics %s: cannot open: %s (continuing without)\n", path, strerror(errno));
 }
 
+void train_recipe(const st_train_options *o, char *buf, size_t len)
+{
+    static const char *const schedules[] = {"constant", "step", "cosine"};
+    const st_optim_config *c = &o->optim;
+    size_t at = (size_t)snprintf(buf, len, "%s lr %g", c->kind == ST_OPTIM_ADAMW ? "adamw" : "sgd", o->schedule.lr);
+    if (c->kind == ST_OPTIM_SGD && c->momentum > 0 && at < len)
+        at += (size_t)snprintf(buf + at, len - at, " momentum %g%s", c->momentum, c->nesterov ? " nesterov" : "");
+    if (at < len)
+        at += (size_t)snprintf(buf + at, len - at, " %s", schedules[o->schedule.kind]);
+    if (o->schedule.kind == ST_SCHED_COSINE && at < len)
+        at += (size_t)snprintf(buf + at, len - at, " to %g", o->schedule.min_lr);
+    if (o->schedule.warmup && at < len)
+        at += (size_t)snprintf(buf + at, len - at, " warm-up %llu", (unsigned long long)o->schedule.warmup);
+    if (c->weight_decay > 0 && at < len)
+        at += (size_t)snprintf(buf + at, len - at, " weight-decay %g", c->weight_decay);
+    if (c->kind == ST_OPTIM_ADAMW && c->beta2 > 0 && at < len)
+        at += (size_t)snprintf(buf + at, len - at, " beta2 %g", c->beta2);
+    if (o->clip_norm > 0 && at < len)
+        snprintf(buf + at, len - at, " clip-norm %g", o->clip_norm);
+}
+
 /* What ran, so a report can say what it compares (shmrun --sweep reads it). */
 void train_run_record(struct trainer *t)
 {
@@ -191,6 +212,7 @@ void train_run_record(struct trainer *t)
                              .grad_accum = t->accum_steps > 1 ? t->accum_steps : 0,
                              .context = t->text ? t->context : 0}};
     snprintf(r.u.run.model, sizeof r.u.run.model, "%s", t->o->model);
+    train_recipe(t->o, r.u.run.recipe, sizeof r.u.run.recipe);
     st_nn_onednn_version(r.u.run.onednn, sizeof r.u.run.onednn);
     snprintf(r.u.run.isa, sizeof r.u.run.isa, "%s", st_nn_onednn_isa());
     snprintf(r.u.run.launcher, sizeof r.u.run.launcher, "%s", t->comm.launcher);

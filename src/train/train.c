@@ -448,6 +448,11 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
         if (t.accum_steps > 1)
             snprintf(accum, sizeof accum, " x %d micro-batches", t.accum_steps);
         describe_budget(&t, budget, sizeof budget);
+        char recipe[160];
+        train_recipe(o, recipe, sizeof recipe);
+        if (t.rank == 0 && !o->quiet)
+            printf("shmtrain: %s%s%s\n", recipe, o->model_recipe ? "; the model's train line: " : "",
+                   o->model_recipe ? o->model_recipe : "");
         if (t.rank == 0 && !o->quiet && t.text) {
             printf("shmtrain: %d instance%s x batch %d%s x context %d, model %s (%zu parameters), %zu training / "
                    "%zu validation tokens, vocabulary %d; %s\n", t.world, t.world == 1 ? "" : "s", o->batch, accum,

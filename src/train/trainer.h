@@ -95,6 +95,9 @@ st_status train_eval_and_report(struct trainer *t);
  * appended to on a resume; the run record; the summary at the end. */
 void train_open_metrics(struct trainer *t);
 void train_run_record(struct trainer *t);
+/* The effective recipe in words, "adamw lr 0.001 cosine to 0.0001 warm-up 100
+ * weight-decay 0.1 beta2 0.99 clip-norm 1" (the start line, the run record). */
+void train_recipe(const st_train_options *o, char *buf, size_t len);
 void train_summary(struct trainer *t, st_train_result *r);
 
 #endif
