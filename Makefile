@@ -10,7 +10,7 @@
 #                   build-fuzz/crashes/ (copy it to tests/fuzz/regressions/)
 #   make mutate     plant each bug of tests/mutants/mutants.txt in a copy of the
 #                   tree and run the suite against it (MUTANTS=regex; ~1 min each)
-#   make bench      run the benchmarks (bench/README.md)
+#   make bench      run the benchmarks (docs/benchmarks.md says what each measures)
 #   make install    install libraries, headers, binaries, pkg-config and CMake files
 #                   (PREFIX=/usr/local)
 #

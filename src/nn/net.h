@@ -65,7 +65,7 @@ struct st_net {
     int ncopies, cap_copies;
     bool copies_stale;                 /* the parameters may have changed since the copies were written */
     struct onednn_net *dnet; /* engine, stream, loss reorders; NULL for the reference */
-    const struct nn_backend *backend;  /* what runs the graph (backend.h) */
+    const struct nn_backend *backend;  /* what runs the graph (struct nn_backend, below) */
     st_grads_ready_fn grads_ready;     /* st_net_on_grads_ready, or NULL */
     void *grads_ready_ctx;
 };

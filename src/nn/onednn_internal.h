@@ -27,7 +27,7 @@
  * a forward and a backward list of "ops": a primitive with its argument array,
  * a reorder, or a small C step.  Run time: execute the lists.
  *
- * Layout rules (../shared notes, verified here): conv and inner-product
+ * Layout rules (docs/engine.md, verified here): conv and inner-product
  * layouts are `any` and activations stay in whatever layout their producer
  * chose; a reorder is inserted only where dnnl_memory_desc_equal says two
  * layouts differ.  Parameters stay plain in the flat buffer.  Inner
