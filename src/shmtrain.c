@@ -242,6 +242,38 @@ static int sample_main(int argc, char **argv)
     return 0;
 }
 
+static int export_main(int argc, char **argv)
+{
+    enum { E_CKPT = 256, E_OUT };
+    static const struct option opts[] = {{"checkpoint", 1, 0, E_CKPT}, {"out", 1, 0, E_OUT}, {"help", 0, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *checkpoint = NULL, *out = NULL;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case E_CKPT: checkpoint = optarg; break;
+        case E_OUT: out = optarg; break;
+        case 'h':
+            printf("usage: shmtrain export --checkpoint FILE --out MODEL.safetensors\n"
+                   "  the parameters (and batch-norm statistics) in the safetensors format, named as PyTorch\n"
+                   "  names them (nanoGPT's GPT keys for the GPT presets); scripts/load_export.py reads it\n");
+            return 0;
+        case ':': bad("%s needs a value", argv[optind - 1]);
+        default: bad("export: unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        bad("export: unexpected argument '%s'", argv[optind]);
+    if (!checkpoint || !out)
+        bad("export: --checkpoint FILE and --out FILE are required");
+    if (st_export_safetensors(checkpoint, out) != ST_OK) {
+        fprintf(stderr, "shmtrain export: %s\n", st_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 /* What a bug report needs: which oneDNN (distribution's or the project's
  * prefix), and what it may use on this CPU. */
 static int print_version(void)
@@ -311,6 +343,8 @@ int main(int argc, char **argv)
     signal(SIGXFSZ, SIG_IGN);
     if (argc > 1 && !strcmp(argv[1], "sample"))
         return sample_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "export"))
+        return export_main(argc - 1, argv + 1);
     if (argc == 2 && !strcmp(argv[1], "--version"))
         return print_version();
     enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,

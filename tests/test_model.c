@@ -139,6 +139,65 @@ static void test_train_line(void **state)
     }
 }
 
+/* PyTorch's names and shapes for every parameter, in flat-buffer order and
+ * covering it: nanoGPT's keys for gpt-mini, nn.Sequential's for lenet, batch
+ * norm's statistics in the buffers. */
+static const st_tensor_ref *find(const st_tensor_ref *t, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name))
+            return &t[i];
+    fail_msg("no tensor named %s", name);
+    return NULL;
+}
+
+static void test_tensor_names(void **state)
+{
+    (void)state;
+    st_model *m = NULL;
+    st_tensor_ref *t = NULL;
+    int n = 0;
+    assert_int_equal(st_model_load(&m, "gpt-mini"), ST_OK);
+    assert_int_equal(st_model_tensors(m, &t, &n), ST_OK);
+    assert_int_equal(n, 2 + 4 * 12 + 2 + 1);  /* wte, wpe; 12 per block; ln_f; lm_head */
+    const st_tensor_ref *c_attn = find(t, n, "transformer.h.2.attn.c_attn.weight"),
+                        *c_proj = find(t, n, "transformer.h.3.mlp.c_proj.weight"),
+                        *wte = find(t, n, "transformer.wte.weight"), *head = find(t, n, "lm_head.weight");
+    assert_int_equal(c_attn->dims[0], 384);
+    assert_int_equal(c_attn->dims[1], 128);
+    assert_int_equal(c_proj->dims[0], 128);
+    assert_int_equal(c_proj->dims[1], 512);
+    assert_int_equal(find(t, n, "transformer.wpe.weight")->dims[0], 64);
+    assert_int_equal(head->offset, wte->offset);  /* tied */
+    find(t, n, "transformer.ln_f.bias");
+    size_t covered = 0;  /* in order and covering the parameters, the tied head aside */
+    for (int i = 0; i < n - 1; i++) {
+        assert_int_equal(t[i].offset, covered);
+        covered += t[i].count;
+    }
+    assert_int_equal(covered, st_model_param_count(m));
+    free(t);
+    st_model_destroy(m);
+    assert_int_equal(st_model_load(&m, "lenet"), ST_OK);
+    assert_int_equal(st_model_tensors(m, &t, &n), ST_OK);
+    assert_int_equal(n, 10);
+    assert_string_equal(t[0].name, "0.weight");
+    assert_int_equal(t[0].ndims, 4);
+    assert_int_equal(t[0].dims[1], 1);
+    assert_int_equal(t[0].dims[2], 5);
+    assert_int_equal(find(t, n, "7.weight")->dims[1], 400);
+    assert_string_equal(t[n - 1].name, "11.bias");
+    free(t);
+    st_model_destroy(m);
+    assert_int_equal(st_model_parse(&m, "input 3 8 8\nconv 4 k3 nobias\nbatchnorm\nrelu\nlinear 2\n", "bn"), ST_OK);
+    assert_int_equal(st_model_tensors(m, &t, &n), ST_OK);
+    const st_tensor_ref *var = find(t, n, "1.running_var");
+    assert_true(var->buffer && var->offset == 4 && var->count == 4);
+    assert_false(find(t, n, "1.weight")->buffer);
+    free(t);
+    st_model_destroy(m);
+}
+
 /* The preset files under models/ are the built-in presets. */
 static void test_model_files_match_presets(void **state)
 {
@@ -169,6 +228,7 @@ int main(void)
         cmocka_unit_test(test_parser_shapes_and_text),
         cmocka_unit_test(test_model_files_match_presets),
         cmocka_unit_test(test_train_line),
+        cmocka_unit_test(test_tensor_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

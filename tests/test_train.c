@@ -918,6 +918,56 @@ static void test_model_recipe_and_its_override(void **state)
     }
 }
 
+/* shmtrain export: the safetensors layout byte for byte (header length,
+ * the header's entry for a tensor, padding to 8, the data where its offsets
+ * say and equal to the checkpoint's parameters bit for bit, nothing after);
+ * a missing checkpoint and an unwritable destination each one line, exit 1,
+ * nothing left behind. */
+static void test_export_safetensors(void **state)
+{
+    (void)state;
+    struct child_run r = train(1, "ex.ckpt", (char *[]){"--max-steps", "3", NULL}, 0);
+    assert_int_equal(r.code, 0);
+    child_run_free(&r);
+    char ckpt[512], out[512];
+    path_of(ckpt, sizeof ckpt, "ex.ckpt");
+    path_of(out, sizeof out, "ex.safetensors");
+    r = run_argv((char *[]){(char *)tr_shmtrain, "export", "--checkpoint", ckpt, "--out", out, NULL}, 0);
+    assert_int_equal(r.code, 0);
+    child_run_free(&r);
+    st_ckpt c;
+    assert_int_equal(st_ckpt_read(ckpt, &c), ST_OK);
+    FILE *f = fopen(out, "rb");
+    assert_non_null(f);
+    uint64_t n;
+    assert_int_equal(fread(&n, sizeof n, 1, f), 1);
+    assert_int_equal(n % 8, 0);
+    char *header = calloc(1, n + 1);
+    assert_int_equal(fread(header, 1, n, f), n);
+    /* mlp: flatten, then the first linear layer is nn.Sequential's module 1 */
+    assert_non_null(strstr(header, "\"1.weight\":{\"dtype\":\"F32\",\"shape\":[256,784],\"data_offsets\":[0,802816]}"));
+    assert_non_null(strstr(header, "\"5.bias\":{\"dtype\":\"F32\",\"shape\":[10],"));
+    assert_non_null(strstr(header, "\"step\":\"3\""));
+    float *data = malloc(c.nparams * sizeof *data);
+    assert_int_equal(fread(data, sizeof *data, c.nparams, f), c.nparams);
+    assert_memory_equal(data, c.params, c.nparams * sizeof *data);  /* mlp's layers in flat order */
+    assert_int_equal(fgetc(f), EOF);
+    fclose(f);
+    free(data), free(header);
+    st_ckpt_free(&c);
+    char missing[512];
+    path_of(missing, sizeof missing, "no-such.ckpt");
+    r = run_argv((char *[]){(char *)tr_shmtrain, "export", "--checkpoint", missing, "--out", out, NULL}, 0);
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(r.err, "no-such.ckpt"));
+    child_run_free(&r);
+    r = run_argv((char *[]){(char *)tr_shmtrain, "export", "--checkpoint", ckpt, "--out", "/nonexistent/x.safetensors",
+                            NULL}, 0);
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(r.err, "--out /nonexistent/x.safetensors"));
+    child_run_free(&r);
+}
+
 static void test_converges_on_fashion_mnist(void **state)
 {
     (void)state;
@@ -980,6 +1030,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_metrics_file),
         cmocka_unit_test(test_max_steps_is_the_budget),
         cmocka_unit_test(test_model_recipe_and_its_override),
+        cmocka_unit_test(test_export_safetensors),
         cmocka_unit_test(test_evaluation_scores_the_test_set_once),
         cmocka_unit_test(test_scale_lr_and_resume_seed),
         cmocka_unit_test(test_converges_on_fashion_mnist),

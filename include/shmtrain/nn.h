@@ -85,6 +85,23 @@ void st_model_destroy(st_model *m);
 /* The canonical text (one normalised line per layer): stored in checkpoints
  * and compared to refuse a checkpoint of another model. */
 const char *st_model_text(const st_model *m);
+/* A parameter tensor by PyTorch's name: nanoGPT's GPT keys for a language
+ * model of GPT blocks ("transformer.h.0.attn.c_attn.weight", its linear
+ * weights out x in; "lm_head.weight" is the tied token table again), else
+ * nn.Sequential's ("3.weight", the index counting layers after the input;
+ * batch norm's statistics as "running_mean"/"running_var", in the
+ * buffers). */
+typedef struct st_tensor_ref {
+    char name[96];
+    bool buffer;             /* in st_net_buffers' span, not the parameters */
+    size_t offset, count;    /* floats */
+    int ndims;
+    int64_t dims[4];
+} st_tensor_ref;
+/* Every tensor in flat-buffer order (the tied head last).  *out is the
+ * caller's (free). */
+st_status st_model_tensors(const st_model *m, st_tensor_ref **out, int *count);
+
 /* The training defaults the model carries, from its `train` line ("optimizer
  * adamw lr 1e-3 batch-size 12": shmtrain's flags without their dashes), or
  * NULL.  shmtrain applies them before its own flags, which override them. */

@@ -87,6 +87,12 @@ typedef struct st_sample_options {
 } st_sample_options;
 st_status st_sample(const st_sample_options *o, FILE *out);
 
+/* shmtrain export: a checkpoint's parameters and batch-norm statistics in
+ * the safetensors format at `path`, named as PyTorch names them
+ * (st_model_tensors), with the model text, the training step and a
+ * language model's alphabet in its metadata.  Written atomically. */
+st_status st_export_safetensors(const char *checkpoint, const char *path);
+
 /* Request a clean stop after the current step (from any thread; also
  * async-signal-safe, but see src/shmtrain.c for why shmtrain takes its
  * signals with sigwait instead of a handler). */
