@@ -286,12 +286,21 @@ static int print_version(void)
     return 0;
 }
 
+/* The command line with a model's recipe in front (with_recipe), freed at
+ * exit. */
+static char *recipe_words, **recipe_args, *recipe_text;
+
+static void free_recipe(void)
+{
+    free(recipe_words);
+    free(recipe_args);
+    free(recipe_text);
+}
+
 /* A model's recipe (its `train` line) as flags in front of the command
- * line's: getopt reads them first, so every flag given overrides them.
- * The words stay reachable from here until exit. */
+ * line's: getopt reads them first, so every flag given overrides them. */
 static char **with_recipe(int *argc, char **argv, const char **recipe)
 {
-    static char *words, **args, *kept;
     const char *model = "lenet";  /* st_train_defaults' */
     for (int i = 1; i < *argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < *argc)
@@ -311,13 +320,15 @@ static char **with_recipe(int *argc, char **argv, const char **recipe)
     for (const char *p = r; *p; p++)
         pairs += *p == ' ';
     pairs /= 2;
-    words = malloc(n + 1 + (size_t)pairs * 3);
-    args = malloc(((size_t)*argc + (size_t)pairs + 1) * sizeof *args);
-    if (!words || !args)
+    recipe_words = malloc(n + 1 + (size_t)pairs * 3);
+    recipe_args = malloc(((size_t)*argc + (size_t)pairs + 1) * sizeof *recipe_args);
+    if (!recipe_words || !recipe_args)
         bad("out of memory");
+    char **args = recipe_args;
+    atexit(free_recipe);
     args[0] = argv[0];
     int k = 1;
-    char *w = words;
+    char *w = recipe_words;
     for (const char *p = r; *p;) {  /* "key value key value" -> "--key=value" ... */
         const size_t key = strcspn(p, " "), value = strcspn(p + key + 1, " ");
         args[k++] = w;
@@ -329,7 +340,7 @@ static char **with_recipe(int *argc, char **argv, const char **recipe)
         args[k++] = argv[i];
     args[k] = NULL;
     *argc = k;
-    *recipe = kept = strdup(r);
+    *recipe = recipe_text = strdup(r);
     st_model_destroy(m);
     return args;
 }
