@@ -53,6 +53,7 @@ static void usage(FILE *f)
 "evaluation, output, checkpoints:\n"
 "  --eval-every K (0 = each epoch)   --log-every K (50)   --metrics FILE   --quiet\n"
 "  --checkpoint FILE (shmtrain.ckpt)   --checkpoint-every K   --resume [FILE]\n"
+"  --init-from MODEL.safetensors    start from these weights (shmtrain export's, by PyTorch's names)\n"
 "exit status: 0 done, 1 failed, 2 bad flag, 130 stopped on request (checkpointed),\n"
 "  75 stopped because another instance failed\n"
 "  --check-replicas K       check every K steps that all instances hold identical parameters\n"
@@ -361,7 +362,7 @@ int main(int argc, char **argv)
     enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
            O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ,
            O_GAMMA, O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE,
-           O_RESUME, O_CHECK, O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY };
+           O_RESUME, O_CHECK, O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY, O_INIT };
     static const struct option opts[] = {
         {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI},
         {"train-labels", 1, 0, O_TRL}, {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL},
@@ -376,7 +377,7 @@ int main(int argc, char **argv)
         {"metrics", 1, 0, O_METRICS}, {"quiet", 0, 0, O_QUIET}, {"checkpoint", 1, 0, O_CKPT},
         {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 2, 0, O_RESUME}, {"check-replicas", 1, 0, O_CHECK},
         {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"precision", 1, 0, O_PRECISION}, {"bucket-mb", 1, 0, O_BUCKET}, {"grad-accum", 1, 0, O_ACCUM}, {"text", 1, 0, O_TEXT},
-        {"tokens", 1, 0, O_TOKENS}, {"eval-windows", 1, 0, O_EVALWIN}, {"beta2", 1, 0, O_BETA2}, {"target-loss", 1, 0, O_TLOSS}, {"summary", 0, 0, O_SUMMARY},
+        {"tokens", 1, 0, O_TOKENS}, {"eval-windows", 1, 0, O_EVALWIN}, {"beta2", 1, 0, O_BETA2}, {"target-loss", 1, 0, O_TLOSS}, {"summary", 0, 0, O_SUMMARY}, {"init-from", 1, 0, O_INIT},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     st_train_options o;
     st_train_defaults(&o);
@@ -435,6 +436,7 @@ int main(int argc, char **argv)
         case O_MINLR: o.schedule.min_lr = number("--min-lr", optarg, 0, 100); break;
         case O_SEED: o.seed = (uint64_t)whole("--seed", optarg, 0, LONG_MAX); break;
         case O_SUMMARY: summary = true; break;
+        case O_INIT: o.init_from = optarg; break;
         case O_TLOSS: o.target_loss = number("--target-loss", optarg, 0, 1e6f); break;
         case O_TARGET: o.target_accuracy = number("--target-accuracy", optarg, 0, 1); break;
         case O_NOFLUSH: o.flush_denormals = false; break;

@@ -968,6 +968,55 @@ static void test_export_safetensors(void **state)
     child_run_free(&r);
 }
 
+/* Export, then --init-from: the same parameters bit for bit (one step at
+ * lr 0 changes nothing), for mlp and lenet; another model's file refused by
+ * the tensor that does not fit, and a file another shape's. */
+static void test_init_from_round_trip(void **state)
+{
+    (void)state;
+    const char *models[] = {"mlp", "lenet"};
+    char out[512], ckpt[512], again[512];
+    path_of(out, sizeof out, "rt.safetensors");
+    path_of(ckpt, sizeof ckpt, "rt.ckpt");
+    path_of(again, sizeof again, "rt2.ckpt");
+    for (int i = 0; i < 2; i++) {
+        struct child_run r = train(1, "rt.ckpt", (char *[]){"--model", (char *)models[i], "--max-steps", "3", NULL}, 0);
+        assert_int_equal(r.code, 0);
+        child_run_free(&r);
+        r = run_argv((char *[]){(char *)tr_shmtrain, "export", "--checkpoint", ckpt, "--out", out, NULL}, 0);
+        assert_int_equal(r.code, 0);
+        child_run_free(&r);
+        r = train(1, "rt2.ckpt", (char *[]){"--model", (char *)models[i], "--init-from", out, "--max-steps", "1", "--lr",
+                                             "0", NULL}, 0);
+        if (r.code != 0)
+            fail_msg("%s --init-from: exit %d: %s", models[i], r.code, r.err);
+        child_run_free(&r);
+        st_ckpt a = read_ckpt("rt.ckpt"), b = read_ckpt("rt2.ckpt");
+        assert_int_equal(a.nparams, b.nparams);
+        assert_memory_equal(a.params, b.params, a.nparams * sizeof(float));
+        st_ckpt_free(&a), st_ckpt_free(&b);
+    }
+    /* lenet's file into mlp: its first tensor is not mlp's */
+    struct child_run r = train(1, "rt3.ckpt", (char *[]){"--model", "mlp", "--init-from", out, "--max-steps", "1", NULL}, 0);
+    assert_int_equal(r.code, 1);
+    assert_non_null(strstr(r.err, "--init-from"));
+    assert_non_null(strstr(r.err, "is not one of this model's"));
+    child_run_free(&r);
+    /* the same names at another shape: lenet with 8 first filters */
+    char model[512];
+    path_of(model, sizeof model, "lenet8.model");
+    FILE *f = fopen(model, "w");
+    assert_non_null(f);
+    fputs("input 1 28 28\nconv 8 k5 p2\nrelu\nmaxpool k2 s2\nconv 16 k5\nrelu\nmaxpool k2 s2\nflatten\nlinear 120\n"
+          "relu\nlinear 84\nrelu\nlinear 10\n", f);
+    fclose(f);
+    r = train(1, "rt3.ckpt", (char *[]){"--model", model, "--init-from", out, "--max-steps", "1", NULL}, 0);
+    assert_int_equal(r.code, 1);
+    if (!strstr(r.err, "0.weight is 6x1x5x5, the model's is 8x1x5x5"))
+        fail_msg("another shape: %s", r.err);
+    child_run_free(&r);
+}
+
 static void test_converges_on_fashion_mnist(void **state)
 {
     (void)state;
@@ -1031,6 +1080,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_max_steps_is_the_budget),
         cmocka_unit_test(test_model_recipe_and_its_override),
         cmocka_unit_test(test_export_safetensors),
+        cmocka_unit_test(test_init_from_round_trip),
         cmocka_unit_test(test_evaluation_scores_the_test_set_once),
         cmocka_unit_test(test_scale_lr_and_resume_seed),
         cmocka_unit_test(test_converges_on_fashion_mnist),

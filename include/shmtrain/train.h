@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "shmtrain/nn.h"
 #include "shmtrain/optim.h"
 #include "shmtrain/status.h"
 
@@ -55,6 +56,8 @@ typedef struct st_train_options {
     double bucket_mb;             /* > 0: all-reduce buckets of this size during backward (overlap) */
     const char *checkpoint;       /* path (default shmtrain.ckpt) */
     const char *resume;           /* checkpoint to resume from, or NULL */
+    const char *init_from;        /* a safetensors file to start from (shmtrain export's, or
+                                     PyTorch's names), or NULL; a resume takes precedence */
     const char *metrics;          /* JSON-lines file (default: in the log dir) */
     long train_subset, test_subset;
     bool augment, quiet, flush_denormals;
@@ -92,6 +95,12 @@ st_status st_sample(const st_sample_options *o, FILE *out);
  * (st_model_tensors), with the model text, the training step and a
  * language model's alphabet in its metadata.  Written atomically. */
 st_status st_export_safetensors(const char *checkpoint, const char *path);
+/* --init-from: the parameters and batch-norm statistics of model `m` from a
+ * safetensors file by their PyTorch names; a missing or unknown name, another
+ * shape or dtype, or an untied head is an error naming it, and nothing is
+ * read half: the spans are only written tensor by tensor after the names
+ * checked (a failure leaves the caller to stop). */
+st_status st_import_safetensors(const char *path, const st_model *m, float *params, float *buffers);
 
 /* Request a clean stop after the current step (from any thread; also
  * async-signal-safe, but see src/shmtrain.c for why shmtrain takes its

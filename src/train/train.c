@@ -323,6 +323,8 @@ static st_status maybe_resume(struct trainer *t)
     if (!path && restarts && atoi(restarts) > 0 && stat(t->o->checkpoint, &sb) == 0)
         path = t->o->checkpoint;  /* a restarted gang continues where it stopped */
     st_status st = path ? restore(t, path) : ST_OK;
+    if (!path && st == ST_OK && t->o->init_from)
+        st = st_import_safetensors(t->o->init_from, t->model, st_net_params(t->net, NULL), st_net_buffers(t->net, NULL));
     /* Every rank must agree before going on: one bad read stops all. */
     float bad = st != ST_OK;
     char saved[512];
