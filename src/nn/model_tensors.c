@@ -27,7 +27,7 @@ static st_status add(struct tensors *t, const char *name, bool buffer, size_t of
     }
     st_tensor_ref *r = &t->v[t->n++];
     memset(r, 0, sizeof *r);
-    snprintf(r->name, sizeof r->name, "%s", name);
+    snprintf(r->name, sizeof r->name, "%.*s", (int)sizeof r->name - 1, name);
     r->buffer = buffer;
     r->offset = offset;
     r->ndims = ndims;
@@ -73,31 +73,34 @@ static bool is_gpt(const st_model *m)
     return m->n > 2 && m->nodes[0].tokens && m->nodes[1].kind == NODE_EMBED && m->nodes[m->n - 1].kind == NODE_HEAD;
 }
 
+/* A convolution's or linear layer's "<prefix>.weight" of these dims and its
+ * bias, if it has one. */
+static st_status weight_and_bias(struct tensors *t, const struct node *nd, const char *prefix, int ndims,
+                                 const int64_t *dims)
+{
+    char name[112];  /* a prefix of at most 95 and a suffix */
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    st_status st = add(t, name, false, nd->w_off, ndims, dims);
+    if (st == ST_OK && nd->b_count) {
+        snprintf(name, sizeof name, "%s.bias", prefix);
+        st = add(t, name, false, nd->b_off, 1, dims);
+    }
+    return st;
+}
+
 static st_status node_tensors(struct tensors *t, const st_model *m, int k, const char *prefix)
 {
     const struct node *nd = &m->nodes[k];
-    char name[96];
+    char name[112];  /* a prefix of at most 95 and a suffix */
     const int64_t out = nd->out > 0 ? nd->out : nd->c;
     switch (nd->kind) {
     case NODE_CONV: {
-        const int64_t in = (int64_t)nd->w_count / (out * nd->k * nd->k), dims[] = {out, in, nd->k, nd->k};
-        snprintf(name, sizeof name, "%s.weight", prefix);
-        st_status st = add(t, name, false, nd->w_off, 4, dims);
-        if (st == ST_OK && nd->b_count) {
-            snprintf(name, sizeof name, "%s.bias", prefix);
-            st = add(t, name, false, nd->b_off, 1, &out);
-        }
-        return st;
+        const int64_t dims[] = {out, (int64_t)nd->w_count / (out * nd->k * nd->k), nd->k, nd->k};
+        return weight_and_bias(t, nd, prefix, 4, dims);
     }
     case NODE_LINEAR: {
         const int64_t dims[] = {out, (int64_t)nd->w_count / out};
-        snprintf(name, sizeof name, "%s.weight", prefix);
-        st_status st = add(t, name, false, nd->w_off, 2, dims);
-        if (st == ST_OK && nd->b_count) {
-            snprintf(name, sizeof name, "%s.bias", prefix);
-            st = add(t, name, false, nd->b_off, 1, &out);
-        }
-        return st;
+        return weight_and_bias(t, nd, prefix, 2, dims);
     }
     case NODE_BATCHNORM:
     case NODE_LAYERNORM: {
