@@ -27,16 +27,22 @@ static void usage(FILE *f)
 "       shmtrain sample --checkpoint FILE --prompt TEXT [--tokens N] ...   (shmtrain sample --help)\n"
 "       shmtrain --version           this build, and the oneDNN it runs on\n"
 "model and data:\n"
-"  --model NAME|FILE        mlp, lenet, cnn, resnet, gpt-mini, gpt or a model file (default lenet)\n"
+"  --model NAME|FILE        mlp, lenet, cnn, resnet, gpt-mini, gpt, gpt2 or a model file (default lenet)\n"
 "  --summary                print the model's layers, output shapes and parameters, and exit\n"
 "  --data DIR               IDX directory (default /usr/share/datasets/fashion-mnist)\n"
 "  --train-images F --train-labels F --test-images F --test-labels F   IDX files\n"
 "  --cifar DIR              CIFAR-10 binary batches instead; --cifar100 for CIFAR-100\n"
+"  --npy-images F --npy-labels F [--npy-test-images F --npy-test-labels F]   NumPy arrays (np.save):\n"
+"                           images uint8 or float32 in [0,1], NHWC or NCHW; labels integers\n"
+"  --val-fraction F         held out for testing when the data has no test split (0.1)\n"
 "  --train-subset N --test-subset N   use only the first N samples\n"
 "  --augment                random crop (padding 4) and horizontal flip\n"
 "  --text PATH              a language model's text: a file or a directory of files; its last 10%%\n"
 "                           validates, or give --text twice (training, validation)\n"
 "  --tokens chars|bytes     token ids: the text's characters (default) or all 256 bytes\n"
+"  --tokens-bin F [--val-bin F] [--vocab N]   token ids from another tokenizer: nanoGPT's .bin\n"
+"                           (uint16) or llm.c's; without --val-bin the last 10%% validates; ids < N\n"
+"                           (default: the model's vocabulary)\n"
 "  --eval-windows N         validation windows per evaluation (256; 0 = all)\n"
 "training:\n"
 "  --epochs N (1; with --max-steps alone, as many as it takes)   --max-steps N (the step budget;\n"
@@ -362,7 +368,7 @@ int main(int argc, char **argv)
     enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
            O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ,
            O_GAMMA, O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE,
-           O_RESUME, O_CHECK, O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY, O_INIT };
+           O_RESUME, O_CHECK, O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY, O_INIT, O_TOKBIN, O_VALBIN, O_VOCAB, O_NPYI, O_NPYL, O_NPYTI, O_NPYTL, O_VALFRAC };
     static const struct option opts[] = {
         {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI},
         {"train-labels", 1, 0, O_TRL}, {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL},
@@ -378,6 +384,9 @@ int main(int argc, char **argv)
         {"checkpoint-every", 1, 0, O_CKPTE}, {"resume", 2, 0, O_RESUME}, {"check-replicas", 1, 0, O_CHECK},
         {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"precision", 1, 0, O_PRECISION}, {"bucket-mb", 1, 0, O_BUCKET}, {"grad-accum", 1, 0, O_ACCUM}, {"text", 1, 0, O_TEXT},
         {"tokens", 1, 0, O_TOKENS}, {"eval-windows", 1, 0, O_EVALWIN}, {"beta2", 1, 0, O_BETA2}, {"target-loss", 1, 0, O_TLOSS}, {"summary", 0, 0, O_SUMMARY}, {"init-from", 1, 0, O_INIT},
+        {"tokens-bin", 1, 0, O_TOKBIN}, {"val-bin", 1, 0, O_VALBIN}, {"vocab", 1, 0, O_VOCAB},
+        {"npy-images", 1, 0, O_NPYI}, {"npy-labels", 1, 0, O_NPYL}, {"npy-test-images", 1, 0, O_NPYTI},
+        {"npy-test-labels", 1, 0, O_NPYTL}, {"val-fraction", 1, 0, O_VALFRAC},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     st_train_options o;
     st_train_defaults(&o);
@@ -408,6 +417,14 @@ int main(int argc, char **argv)
             else if (!strcmp(optarg, "bytes")) o.text_tokens = ST_TEXT_BYTES;
             else bad("--tokens '%s': use chars or bytes", optarg);
             break;
+        case O_NPYI: o.npy_images = optarg; break;
+        case O_NPYL: o.npy_labels = optarg; break;
+        case O_NPYTI: o.npy_test_images = optarg; break;
+        case O_NPYTL: o.npy_test_labels = optarg; break;
+        case O_VALFRAC: o.val_fraction = number("--val-fraction", optarg, 0, 0.9f); break;
+        case O_TOKBIN: o.tokens_bin = optarg; break;
+        case O_VALBIN: o.val_bin = optarg; break;
+        case O_VOCAB: o.vocab = whole("--vocab", optarg, 1, 65536); break;
         case O_EVALWIN: o.eval_windows = whole("--eval-windows", optarg, 0, ONE_BILLION); break;
         case O_EPOCHS: o.epochs = (int)whole("--epochs", optarg, 1, 1000000); break;
         case O_MAXSTEPS: o.max_steps = whole("--max-steps", optarg, 1, LONG_MAX); break;
@@ -477,6 +494,16 @@ int main(int argc, char **argv)
         o.optim.momentum = 0;
     if (o.optim.nesterov && o.optim.momentum <= 0)
         bad("--nesterov needs --momentum > 0");
+    if (o.tokens_bin && o.ntext)
+        bad("--tokens-bin and --text: give the language model one of them");
+    if ((o.val_bin || o.vocab) && !o.tokens_bin)
+        bad("%s belongs to --tokens-bin FILE", o.val_bin ? "--val-bin" : "--vocab");
+    if (!o.npy_images != !o.npy_labels)
+        bad("--npy-images and --npy-labels come together");
+    if (!o.npy_test_images != !o.npy_test_labels)
+        bad("--npy-test-images and --npy-test-labels come together");
+    if (o.npy_test_images && !o.npy_images)
+        bad("--npy-test-images: give the training arrays too (--npy-images, --npy-labels)");
     take_signals_in_a_thread();
     st_train_result r;
     st_status st = st_train_run(&o, &r);

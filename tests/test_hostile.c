@@ -200,7 +200,7 @@ static void test_sample_checks_every_section_against_the_model(void **state)
     expect_sample_refused(write_ckpt("wide.ckpt", model, P, "abcdefghijklmnopqrstuvwxyz"),
                           "its vocabulary has 26 symbols, the model's embedding 16");
     expect_sample_refused(write_ckpt("twice.ckpt", model, P, "abca"), "names a byte twice");
-    expect_sample_refused(write_ckpt("none.ckpt", model, P, NULL), "no vocabulary");
+    expect_sample_refused(write_ckpt("none.ckpt", model, P, NULL), "trained on token files (--tokens-bin)");
     /* An image model's checkpoint with an alphabet section sampled text. */
     st_model *image = NULL;
     assert_int_equal(st_model_load(&image, "mlp"), ST_OK);

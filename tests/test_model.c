@@ -178,6 +178,17 @@ static void test_tensor_names(void **state)
     assert_int_equal(covered, st_model_param_count(m));
     free(t);
     st_model_destroy(m);
+    /* gpt2 is nanoGPT's GPT-2 small: per block 12 d^2 + 13 d (ln_1, c_attn,
+     * c_proj, ln_2, c_fc, c_proj), then wte, wpe and ln_f; 124,475,904 with
+     * vocabulary 50304 (nanoGPT prints 123.69M: it leaves out wpe). */
+    assert_int_equal(st_model_load(&m, "gpt2"), ST_OK);
+    const size_t d = 768;
+    assert_int_equal(st_model_param_count(m), 12 * (12 * d * d + 13 * d) + 50304 * d + 1024 * d + 2 * d);
+    assert_int_equal(st_model_param_count(m), 124475904);
+    assert_int_equal(st_model_tensors(m, &t, &n), ST_OK);
+    assert_int_equal(find(t, n, "transformer.h.11.attn.c_attn.weight")->dims[0], 2304);
+    free(t);
+    st_model_destroy(m);
     assert_int_equal(st_model_load(&m, "lenet"), ST_OK);
     assert_int_equal(st_model_tensors(m, &t, &n), ST_OK);
     assert_int_equal(n, 10);
@@ -205,7 +216,7 @@ static void test_model_files_match_presets(void **state)
     const char *dir = getenv("MODELS_DIR");
     if (!dir)
         fail_msg("MODELS_DIR is not set (ctest sets it)");
-    const char *names[] = {"mlp", "lenet", "cnn", "resnet", "gpt-mini", "gpt"};
+    const char *names[] = {"mlp", "lenet", "cnn", "resnet", "gpt-mini", "gpt", "gpt2"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s.model", dir, names[i]);

@@ -41,9 +41,9 @@ typedef struct st_ckpt {
 st_status st_ckpt_write(const char *path, const st_ckpt *c);
 
 /* From another thread, as the process is about to exit: remove the
- * temporary file of a write in progress, so that nothing half-written is
- * left beside the previous checkpoint (which a write only replaces by its
- * final rename). */
+ * temporary file of a write in progress and let no write create or rename
+ * one from then on, so that nothing half-written is left beside the
+ * previous checkpoint (which a write only replaces by its final rename). */
 void st_ckpt_abandon_write(void);
 
 /* Read and verify (magic, version, length, checksum, required sections).
@@ -60,8 +60,8 @@ typedef struct st_ckpt_expect {
     bool optim;               /* compare the optimizer's kind and state too */
     uint32_t optim_kind;
     size_t noptim;
-    int vocab;                /* a language model's vocabulary: the alphabet is required
-                                 and at most this long; 0: no alphabet allowed */
+    int vocab;                /* a language model's vocabulary: the alphabet, if any (none:
+                                 trained on token files), at most this long; 0: none allowed */
 } st_ckpt_expect;
 
 /* ST_OK, or ST_ERR_MISMATCH / ST_ERR_FORMAT with one line naming `path`

@@ -1,5 +1,5 @@
-/* shmtrain datasets: IDX (MNIST, Fashion-MNIST, EMNIST; gzipped or not) and
- * CIFAR-10/100 binary files, decoded once to bytes, optionally shared
+/* shmtrain datasets: IDX (MNIST, Fashion-MNIST, EMNIST; gzipped or not),
+ * CIFAR-10/100 binary files and NumPy arrays, decoded once to bytes, optionally shared
  * read-only between the instances of a machine, and batched with per-channel
  * normalisation (and light augmentation) as a batch is assembled.
  *
@@ -29,6 +29,18 @@ st_status st_dataset_load_idx(st_dataset **out, const char *images_path, const c
 /* CIFAR binary batches: records of 1 label byte (CIFAR-10) or 2 (CIFAR-100:
  * coarse, fine; the fine label is used) and 3x32x32 bytes. */
 st_status st_dataset_load_cifar(st_dataset **out, const char *const *paths, int npaths, bool cifar100);
+
+/* NumPy arrays as np.save writes them (.npy versions 1-3, C order):
+ * images uint8, or float32 in [0, 1] or [0, 255] (kept as bytes), shaped
+ * N x H x W, N x H x W x C or N x C x H x W with C 1 or 3 (a shape that
+ * reads both ways is taken as NHWC); labels of any integer type, N of them,
+ * 0 to 255.  The flags name the files in messages. */
+st_status st_dataset_load_npy(st_dataset **out, const char *images_path, const char *labels_path,
+                              const char *images_flag, const char *labels_flag);
+
+/* The last `n` samples become a dataset of their own (copied, 0 < n <
+ * size); `d` keeps the others.  For a set that comes without a test split. */
+st_status st_dataset_split_tail(st_dataset *d, size_t n, st_dataset **tail);
 
 /* Keep only the first `n` samples (n >= size: no change). */
 void st_dataset_truncate(st_dataset *d, size_t n);

@@ -5,11 +5,17 @@
  * Tokens are bytes: character-level (the vocabulary is the set of bytes the
  * text holds, ids in byte order; what nanoGPT's shakespeare_char does for
  * ASCII text) or byte-level (all 256).  The alphabet (id -> byte) goes into
- * checkpoints, so a checkpoint decodes its own samples.
+ * checkpoints, so a checkpoint decodes its own samples.  Or they were made
+ * by another tokenizer (GPT-2's BPE, ...) and come as token files: nanoGPT's
+ * `.bin` (uint16 little-endian ids, what its prepare.py scripts write) or
+ * llm.c's (the same after a 1024-byte header of 256 int32: 20240520, version
+ * 1, the token count).  Those are mapped, not copied: the page cache holds
+ * the one copy a machine's ranks read, as nanoGPT's np.memmap does.
  *
  * Every bad input is refused with one line naming the file: missing or
  * unreadable, empty, a directory without text files, a split shorter than
- * one window, a validation byte the training text lacks.
+ * one window, a validation byte the training text lacks; a token file of odd
+ * length, with a broken llm.c header, or holding an id beyond the vocabulary.
  */
 #ifndef SHMTRAIN_TEXT_H
 #define SHMTRAIN_TEXT_H
@@ -38,12 +44,19 @@ enum { ST_TEXT_TRAIN = 0, ST_TEXT_VAL = 1 };
  * skipping `.dat` indexes (fortune's), symbolic links and files holding NUL
  * bytes (not text). */
 st_status st_text_load(st_text **out, const char *const *paths, int npaths, st_text_tokens tokens);
+
+/* Token files: `train` and `val` (NULL: the training file's last 10%),
+ * every id below `vocab` (1..65536).  `check` scans every id; a machine's
+ * other ranks map the files after its first has checked them. */
+st_status st_text_load_tokens(st_text **out, const char *train, const char *val, int vocab, bool check);
 void st_text_destroy(st_text *t);
 
 size_t st_text_tokens_in(const st_text *t, int split);
-const uint8_t *st_text_ids(const st_text *t, int split);
+const uint16_t *st_text_ids(const st_text *t, int split);
 int st_text_vocab(const st_text *t);
-const uint8_t *st_text_alphabet(const st_text *t);   /* id -> byte, st_text_vocab entries */
+int st_text_alphabet_len(const st_text *t);          /* 0 for token files: no alphabet */
+const uint8_t *st_text_alphabet(const st_text *t);   /* id -> byte, st_text_alphabet_len entries */
+bool st_text_is_mapped(const st_text *t);            /* token files: already one copy per machine */
 const char *st_text_source(const st_text *t, int split);
 
 /* Is every split long enough for windows of context + 1 tokens, and the

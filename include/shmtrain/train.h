@@ -30,9 +30,13 @@ typedef struct st_train_options {
     const char *train_images, *train_labels, *test_images, *test_labels;
     const char *cifar_dir;        /* CIFAR binary directory instead of IDX */
     bool cifar100;
+    const char *npy_images, *npy_labels, *npy_test_images, *npy_test_labels;  /* NumPy arrays instead */
+    float val_fraction;           /* held out when the data has no test split (npy without test arrays) */
     const char *text[2];          /* --text: a language model's corpus (and its validation text) */
     int ntext;
     int text_tokens;              /* st_text_tokens: characters (default) or bytes */
+    const char *tokens_bin, *val_bin;  /* token files instead of --text (text.h) */
+    long vocab;                   /* their ids are below this (0: the model's vocabulary) */
     long eval_windows;            /* text: validation windows per evaluation (0 = all) */
     const char *model_recipe;     /* the model's `train` line, applied before the flags
                                      (st_model_recipe; for the start line), or NULL */

@@ -9,10 +9,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,15 +89,52 @@ static void remove_stale_temporaries(const char *path)
     closedir(dh);
 }
 
-/* The write in progress, for st_ckpt_abandon_write: the path is set before
- * the flag, and the flag cleared before the function returns. */
+/* The write in progress, for st_ckpt_abandon_write, which another thread
+ * calls as the process leaves: under the lock, a temporary is created only
+ * while no abandonment has been asked for and renamed into place only
+ * before one, so none outlives the process (a leaver that looked just
+ * before the writer created its file would otherwise leave it behind). */
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 static char writing_path[4096];
-static atomic_bool writing;
+static bool writing, abandoned;
 
 void st_ckpt_abandon_write(void)
 {
-    if (atomic_load(&writing))
+    pthread_mutex_lock(&write_lock);
+    abandoned = true;
+    if (writing)
         unlink(writing_path);
+    pthread_mutex_unlock(&write_lock);
+}
+
+static FILE *create_unless_abandoned(const char *tmp)
+{
+    pthread_mutex_lock(&write_lock);
+    FILE *f = NULL;
+    if (abandoned)
+        errno = ECANCELED;
+    else if ((f = fopen(tmp, "wb")) != NULL) {
+        snprintf(writing_path, sizeof writing_path, "%s", tmp);
+        writing = true;
+    }
+    const int err = errno;
+    pthread_mutex_unlock(&write_lock);
+    errno = err;
+    return f;
+}
+
+static int rename_unless_abandoned(const char *tmp, const char *path)
+{
+    pthread_mutex_lock(&write_lock);
+    int r = -1;
+    if (abandoned)
+        errno = ECANCELED;
+    else
+        r = rename(tmp, path);
+    const int err = errno;
+    pthread_mutex_unlock(&write_lock);
+    errno = err;
+    return r;
 }
 
 static st_status write_file(const char *path, const char *tmp, const st_ckpt *c);
@@ -107,16 +144,16 @@ st_status st_ckpt_write(const char *path, const st_ckpt *c)
     remove_stale_temporaries(path);
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    snprintf(writing_path, sizeof writing_path, "%s", tmp);
-    atomic_store(&writing, true);
     const st_status st = write_file(path, tmp, c);
-    atomic_store(&writing, false);
+    pthread_mutex_lock(&write_lock);
+    writing = false;
+    pthread_mutex_unlock(&write_lock);
     return st;
 }
 
 static st_status write_file(const char *path, const char *tmp, const st_ckpt *c)
 {
-    struct out o = {.f = fopen(tmp, "wb"), .crc = crc32(0, NULL, 0)};
+    struct out o = {.f = create_unless_abandoned(tmp), .crc = crc32(0, NULL, 0)};
     if (!o.f)
         return st_fail(ST_ERR_IO, "checkpoint %s: cannot create %s: %s", path, tmp, strerror(errno));
     uint32_t version = VERSION, zero = 0;
@@ -149,7 +186,7 @@ static st_status write_file(const char *path, const char *tmp, const st_ckpt *c)
         return st_fail(ST_ERR_IO, "checkpoint %s: writing failed (%s); the previous checkpoint is kept", path,
                        strerror(saved));
     }
-    if (rename(tmp, path) != 0) {
+    if (rename_unless_abandoned(tmp, path) != 0) {
         saved = errno;
         unlink(tmp);
         return st_fail(ST_ERR_IO, "checkpoint %s: rename failed: %s", path, strerror(saved));
@@ -289,8 +326,6 @@ st_status st_ckpt_check(const st_ckpt *c, const char *path, const st_ckpt_expect
     if (!e->vocab && c->nalphabet)
         return st_fail(ST_ERR_MISMATCH, "checkpoint %s holds a vocabulary: a language model's, not this model's",
                        path);
-    if (e->vocab && !c->nalphabet)
-        return st_fail(ST_ERR_MISMATCH, "checkpoint %s: no vocabulary: not a language model's checkpoint", path);
     if (c->nalphabet > (uint32_t)e->vocab)
         return st_fail(ST_ERR_MISMATCH, "checkpoint %s: its vocabulary has %u symbols, the model's embedding %d",
                        path, c->nalphabet, e->vocab);

@@ -1,6 +1,7 @@
 /* Dataset readers, the shared decoded copy, the epoch order and batches. */
 #define _GNU_SOURCE
 #include "shmtrain/data.h"
+#include "dataset_internal.h"
 #include "published.h"
 
 #include <errno.h>
@@ -23,16 +24,6 @@ struct shared_header {
     char source[224], label_source[224];
 };
 
-struct st_dataset {
-    size_t n;
-    int c, h, w, max_label;
-    uint8_t *images;         /* n x c x h x w */
-    uint8_t *labels;         /* n */
-    void *map;               /* shared mapping, or NULL when malloc'd */
-    size_t map_bytes;
-    char source[224];        /* the images file */
-    char label_source[224];  /* the labels file */
-};
 
 /* ------------------------------------------------------------- reading -- */
 
@@ -157,7 +148,7 @@ static st_status expect_end(gzFile f, const char *path, uint32_t items)
 
 /* The images and labels are allocated here when `sized` (their size known
  * from the file's), else left for read_claimed. */
-static st_status alloc_dataset(st_dataset **out, size_t n, int c, int h, int w, const char *source, bool sized)
+st_status alloc_dataset(st_dataset **out, size_t n, int c, int h, int w, const char *source, bool sized)
 {
     if ((size_t)c * h * w > (1u << 24) || n > (1u << 30))
         return st_fail(ST_ERR_FORMAT, "%s: %zu samples of %dx%dx%d is too large", source, n, c, h, w);
@@ -184,7 +175,7 @@ static st_status alloc_dataset(st_dataset **out, size_t n, int c, int h, int w, 
     return ST_OK;
 }
 
-static void find_max_label(st_dataset *d)
+void find_max_label(st_dataset *d)
 {
     d->max_label = 0;
     for (size_t i = 0; i < d->n; i++)
@@ -274,6 +265,24 @@ st_status st_dataset_load_cifar(st_dataset **out, const char *const *paths, int 
     }
     find_max_label(d);
     *out = d;
+    return ST_OK;
+}
+
+st_status st_dataset_split_tail(st_dataset *d, size_t n, st_dataset **tail)
+{
+    *tail = NULL;
+    if (n == 0 || n >= d->n || d->map)
+        return st_fail(ST_ERR_INVALID, "%s: cannot split %zu of its %zu samples off", d->source, n, d->n);
+    const size_t keep = d->n - n, bytes = (size_t)d->c * d->h * d->w;
+    st_status st = alloc_dataset(tail, n, d->c, d->h, d->w, d->source, true);
+    if (st != ST_OK)
+        return st;
+    snprintf((*tail)->label_source, sizeof (*tail)->label_source, "%s", d->label_source);
+    memcpy((*tail)->images, d->images + keep * bytes, n * bytes);
+    memcpy((*tail)->labels, d->labels + keep, n);
+    find_max_label(*tail);
+    d->n = keep;
+    find_max_label(d);
     return ST_OK;
 }
 

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "shmtrain/text.h"
 #include "published.h"
+#include "text_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -14,24 +15,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SHARED_MAGIC 0x54584554484d5353ull /* "SSMHTEXT" */
+#define SHARED_MAGIC 0x3254584554484d53ull /* "SMHTEXT2": 16-bit ids */
 
 struct shared_text {
     uint64_t magic, n[2];
-    uint32_t vocab;
+    uint32_t vocab, alphabet_len;
     uint8_t alphabet[256];
     char source[2][256];
-};
-
-struct st_text {
-    uint8_t *ids[2];          /* into `own` or the shared mapping */
-    size_t n[2];
-    int vocab;
-    uint8_t alphabet[256];
-    char source[2][256];
-    uint8_t *own;             /* ids of both splits, when not shared */
-    void *map;                /* the shared mapping */
-    size_t map_bytes;
 };
 
 /* ------------------------------------------------------------ reading -- */
@@ -210,10 +200,14 @@ st_status st_text_load(st_text **out, const char *const *paths, int npaths, st_t
     /* Validation first, training last, nothing after: a read past the
      * training split's end is past the allocation (an ASan report), not a
      * silent validation token. */
-    if (!(t->own = malloc(a.n + b.n ? a.n + b.n : 1)))
+    if (!(t->own = malloc((a.n + b.n ? a.n + b.n : 1) * sizeof *t->own)))
         goto nomem;
-    memcpy(t->own, b.p, b.n);
-    memcpy(t->own + b.n, a.p, a.n);
+    for (size_t i = 0; i < b.n; i++)
+        t->own[i] = b.p[i];
+    for (size_t i = 0; i < a.n; i++)
+        t->own[b.n + i] = a.p[i];
+    t->alphabet_len = t->vocab;
+    t->flag[0] = t->flag[1] = "--text";
     t->ids[1] = t->own, t->n[1] = b.n;
     t->ids[0] = t->own + b.n, t->n[0] = a.n;
     free(a.p);
@@ -236,13 +230,18 @@ void st_text_destroy(st_text *t)
     free(t->own);
     if (t->map)
         munmap(t->map, t->map_bytes);
+    for (int s = 0; s < 2; s++)
+        if (t->file_map[s])
+            munmap(t->file_map[s], t->file_bytes[s]);
     free(t);
 }
 
 size_t st_text_tokens_in(const st_text *t, int split) { return t->n[split]; }
-const uint8_t *st_text_ids(const st_text *t, int split) { return t->ids[split]; }
+const uint16_t *st_text_ids(const st_text *t, int split) { return t->ids[split]; }
 int st_text_vocab(const st_text *t) { return t->vocab; }
+int st_text_alphabet_len(const st_text *t) { return t->alphabet_len; }
 const uint8_t *st_text_alphabet(const st_text *t) { return t->alphabet; }
+bool st_text_is_mapped(const st_text *t) { return t->file_map[0] != NULL; }
 const char *st_text_source(const st_text *t, int split) { return t->source[split]; }
 
 st_status st_text_check(const st_text *t, int context, long windows)
@@ -250,11 +249,11 @@ st_status st_text_check(const st_text *t, int context, long windows)
     static const char *const what[2] = {"training", "validation"};
     for (int s = 0; s < 2; s++)
         if (t->n[s] < (size_t)context + 1)
-            return st_fail(ST_ERR_FORMAT, "--text %s: the %s split has %zu tokens, fewer than one window of "
-                                          "context + 1 = %d", t->source[s], what[s], t->n[s], context + 1);
+            return st_fail(ST_ERR_FORMAT, "%s %s: the %s split has %zu tokens, fewer than one window of "
+                                          "context + 1 = %d", t->flag[s], t->source[s], what[s], t->n[s], context + 1);
     if (t->n[0] - (size_t)context < (size_t)windows)
-        return st_fail(ST_ERR_FORMAT, "--text %s: %zu window starts are fewer than one global batch (%ld windows)",
-                       t->source[0], t->n[0] - (size_t)context, windows);
+        return st_fail(ST_ERR_FORMAT, "%s %s: %zu window starts are fewer than one global batch (%ld windows)",
+                       t->flag[0], t->source[0], t->n[0] - (size_t)context, windows);
     return ST_OK;
 }
 
@@ -268,15 +267,17 @@ static void point_into(st_text *t, void *map, size_t bytes)
     t->n[0] = h->n[0];
     t->n[1] = h->n[1];
     t->vocab = (int)h->vocab;
+    t->alphabet_len = (int)h->alphabet_len;
+    t->flag[0] = t->flag[1] = "--text";  /* token files are mapped, not shared this way */
     memcpy(t->alphabet, h->alphabet, sizeof t->alphabet);
     memcpy(t->source, h->source, sizeof t->source);
-    t->ids[0] = (uint8_t *)map + sizeof *h;
+    t->ids[0] = (uint16_t *)((uint8_t *)map + sizeof *h);
     t->ids[1] = t->ids[0] + h->n[0];
 }
 
 st_status st_text_share(st_text *t, const char *name)
 {
-    const size_t bytes = sizeof(struct shared_text) + t->n[0] + t->n[1];
+    const size_t bytes = sizeof(struct shared_text) + (t->n[0] + t->n[1]) * sizeof(uint16_t);
     void *map;
     st_status st = published_create(name, bytes, "text", &map);
     if (st != ST_OK)
@@ -285,10 +286,12 @@ st_status st_text_share(st_text *t, const char *name)
     h->n[0] = t->n[0];
     h->n[1] = t->n[1];
     h->vocab = (uint32_t)t->vocab;
+    h->alphabet_len = (uint32_t)t->alphabet_len;
     memcpy(h->alphabet, t->alphabet, sizeof h->alphabet);
     memcpy(h->source, t->source, sizeof h->source);
-    memcpy((uint8_t *)map + sizeof *h, t->ids[0], t->n[0]);
-    memcpy((uint8_t *)map + sizeof *h + t->n[0], t->ids[1], t->n[1]);
+    uint16_t *ids = (uint16_t *)((uint8_t *)map + sizeof *h);
+    memcpy(ids, t->ids[0], t->n[0] * sizeof *ids);
+    memcpy(ids + t->n[0], t->ids[1], t->n[1] * sizeof *ids);
     __atomic_store_n(&h->magic, SHARED_MAGIC, __ATOMIC_RELEASE);  /* last: attachers check it */
     if ((st = published_seal(name, map, bytes)) != ST_OK) {
         munmap(map, bytes);
@@ -311,7 +314,7 @@ st_status st_text_attach(st_text **out, const char *name)
         return st;
     const struct shared_text *h = map;
     st_text *t = calloc(1, sizeof *t);
-    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHARED_MAGIC || sizeof *h + h->n[0] + h->n[1] != size || !t) {
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHARED_MAGIC || sizeof *h + (h->n[0] + h->n[1]) * sizeof(uint16_t) != size || !t) {
         munmap(map, size);
         free(t);
         return st_fail(ST_ERR_FORMAT, "text: %s is not a complete shared text", name);
@@ -331,7 +334,7 @@ static uint64_t mix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static void window(const uint8_t *ids, size_t start, int context, int32_t *x, int *y)
+static void window(const uint16_t *ids, size_t start, int context, int32_t *x, int *y)
 {
     for (int i = 0; i < context; i++) {
         x[i] = ids[start + (size_t)i];

@@ -36,6 +36,14 @@ static const char *const PRESETS[][2] = {
             "input tokens 256\nembed 256 384\n"
             "block heads 6\nblock heads 6\nblock heads 6\nblock heads 6\nblock heads 6\nblock heads 6\n"
             "layernorm\nhead tied\n"},
+    {"gpt2", "# GPT-2 small (124M) for token files of GPT-2's BPE (--tokens-bin): 12 layers, 12 heads, 768 dims,\n"
+             "# context 1024, vocabulary 50257 padded to 50304 (nanoGPT's); nanoGPT's train_gpt2 recipe\n"
+             "train optimizer adamw lr 6e-4 schedule cosine warmup 2000 min-lr 6e-5 weight-decay 0.1 beta2 0.95 "
+             "clip-norm 1 batch-size 12\n"
+             "input tokens 1024\nembed 50304 768\n"
+             "block heads 12\nblock heads 12\nblock heads 12\nblock heads 12\nblock heads 12\nblock heads 12\n"
+             "block heads 12\nblock heads 12\nblock heads 12\nblock heads 12\nblock heads 12\nblock heads 12\n"
+             "layernorm\nhead tied\n"},
 };
 
 const char *st_model_preset_text(const char *name)

@@ -13,6 +13,13 @@
 #include <time.h>
 
 #include "trainer.h"
+
+/* What a language model's token is: a character of its alphabet, or an id
+ * of another tokenizer (token files: GPT-2's BPE, ...). */
+static const char *token_unit(const struct trainer *t)
+{
+    return t->text && st_text_alphabet_len(t->text) ? "character" : "token";
+}
 #include "shmtrain/env.h"
 #include "shmtrain/metrics.h"
 
@@ -154,9 +161,11 @@ st_status train_eval_and_report(struct trainer *t)
     train_record(t, &(st_record){.type = ST_RECORD_EVAL,
                            .u.eval = {.step = t->step, .epoch = t->epoch, .test_loss = loss, .test_accuracy = acc,
                                       .time_s = at, .eval_s = train_now_s() - t0, .predictions = predictions}});
+    const char *unit = token_unit(t);
     if (t->text)
-        train_say(t, "eval  step %llu: validation loss %.4f (%.3f bits per character), next-character accuracy %.2f%% "
-               "(%zu windows)\n", (unsigned long long)t->step, loss, loss / log(2.0), 100 * acc, t->eval_count);
+        train_say(t, "eval  step %llu: validation loss %.4f (%.3f bits per %s), next-%s accuracy %.2f%% "
+               "(%zu windows)\n", (unsigned long long)t->step, loss, loss / log(2.0), unit, unit, 100 * acc,
+               t->eval_count);
     else
         train_say(t, "eval  epoch %llu step %llu: test loss %.4f, test accuracy %.2f%% (best %.2f%%)\n",
             (unsigned long long)t->epoch + (t->epoch_pos ? 1 : 0), (unsigned long long)t->step, loss, 100 * acc,
@@ -231,7 +240,7 @@ void train_summary(struct trainer *t, st_train_result *r)
     const double sps = t->train_seconds > 0 ? r->samples_per_s : 0;
     if (t->text)
         train_say(t, "done: %ld steps in %.1f s (%.0f tokens/s training), final validation loss %.4f (%.3f bits per "
-               "character)\n", r->steps, total, sps * t->context, t->last_loss, t->last_loss / log(2.0));
+               "%s)\n", r->steps, total, sps * t->context, t->last_loss, t->last_loss / log(2.0), token_unit(t));
     else
         train_say(t, "done: %ld steps in %.1f s (%.0f samples/s training), final test accuracy %.2f%%, best %.2f%%\n",
             r->steps, total, sps, 100 * t->last_acc, 100 * t->best_acc);

@@ -83,6 +83,12 @@ st_status st_sample(const st_sample_options *o, FILE *out)
                      o->checkpoint);
         goto out;
     }
+    if (!c.nalphabet) {
+        st = st_fail(ST_ERR_MISMATCH, "--checkpoint %s: trained on token files (--tokens-bin) from a tokenizer "
+                                      "shmtrain does not have: export it (shmtrain export) and sample with that "
+                                      "tokenizer's tools", o->checkpoint);
+        goto out;
+    }
     const st_ckpt_expect want = {.nparams = st_model_param_count(m), .nbuffers = st_model_buffer_count(m),
                                  .vocab = st_model_vocab(m)};
     if ((st = st_ckpt_check(&c, o->checkpoint, &want)) != ST_OK)

@@ -41,6 +41,7 @@ void st_train_defaults(st_train_options *o)
     o->checkpoint = "shmtrain.ckpt";
     o->flush_denormals = true;
     o->eval_windows = 256;
+    o->val_fraction = 0.1f;
 }
 
 /* --------------------------------------------------------- checkpoints -- */
@@ -60,7 +61,7 @@ static st_status save(struct trainer *t)
                  .world_size = (uint32_t)t->world, .best_accuracy = t->best_acc,
                  .elapsed_s = train_now_s() - t->start + t->elapsed_before,
                  .alphabet = t->text ? (uint8_t *)st_text_alphabet(t->text) : NULL,
-                 .nalphabet = t->text ? (uint32_t)st_text_vocab(t->text) : 0};
+                 .nalphabet = t->text ? (uint32_t)st_text_alphabet_len(t->text) : 0};
     c.nbuffers = nb;
     c.noptim = no;
     return st_ckpt_write(t->o->checkpoint, &c);
@@ -77,11 +78,11 @@ static st_status restore(struct trainer *t, const char *path)
     const st_ckpt_expect want = {.model_text = st_model_text(t->model), .nparams = P, .nbuffers = B, .optim = true,
                                  .optim_kind = (uint32_t)t->o->optim.kind, .noptim = S,
                                  .vocab = st_model_vocab(t->model)};
-    if ((st = st_ckpt_check(&c, path, &want)) == ST_OK && t->text && (c.nalphabet != (uint32_t)st_text_vocab(t->text) ||
+    if ((st = st_ckpt_check(&c, path, &want)) == ST_OK && t->text && (c.nalphabet != (uint32_t)st_text_alphabet_len(t->text) ||
                          memcmp(c.alphabet, st_text_alphabet(t->text), c.nalphabet)))
-        st = st_fail(ST_ERR_MISMATCH, "checkpoint %s: its vocabulary (%u symbols) differs from --text %s's (%d): "
+        st = st_fail(ST_ERR_MISMATCH, "checkpoint %s: its alphabet (%u symbols) differs from that of %s (%d): "
                                       "token ids would mean other characters", path, c.nalphabet,
-                     st_text_source(t->text, ST_TEXT_TRAIN), st_text_vocab(t->text));
+                     st_text_source(t->text, ST_TEXT_TRAIN), st_text_alphabet_len(t->text));
     if (st == ST_OK && c.seed != t->o->seed)
         st = st_fail(ST_ERR_MISMATCH, "checkpoint %s was written with --seed %llu, not %llu", path,
                      (unsigned long long)c.seed, (unsigned long long)t->o->seed);

@@ -26,6 +26,10 @@ static char *idx_file(const char *dir, const char *base)
 
 static st_status load_split(const st_train_options *o, bool test, st_dataset **out)
 {
+    if (o->npy_images)
+        return test ? st_dataset_load_npy(out, o->npy_test_images, o->npy_test_labels, "--npy-test-images",
+                                          "--npy-test-labels")
+                    : st_dataset_load_npy(out, o->npy_images, o->npy_labels, "--npy-images", "--npy-labels");
     if (o->cifar_dir) {
         char *paths[5] = {0};
         int n = 0;
@@ -51,6 +55,22 @@ static st_status load_split(const st_train_options *o, bool test, st_dataset **o
     free(ip);
     free(lp);
     return st;
+}
+
+/* Training and test split; a set without a test split gives up its last
+ * --val-fraction (as nanoGPT's and --text's last 10%). */
+static st_status load_splits(const st_train_options *o, st_dataset **train, st_dataset **test)
+{
+    st_status st = load_split(o, false, train);
+    if (st != ST_OK)
+        return st;
+    if (!o->npy_images || o->npy_test_images)
+        return load_split(o, true, test);
+    const size_t n = st_dataset_size(*train), held = (size_t)((double)n * o->val_fraction);
+    if (held == 0 || held >= n)
+        return st_fail(ST_ERR_FORMAT, "%s: %zu samples: --val-fraction %g of them holds none out (or all)",
+                       st_dataset_source(*train), n, (double)o->val_fraction);
+    return st_dataset_split_tail(*train, held, test);
 }
 
 static st_status check_fits(const struct trainer *t, const st_dataset *d)
@@ -85,11 +105,12 @@ st_status train_load_text(struct trainer *t);
 st_status train_load_data(struct trainer *t)
 {
     const st_train_options *o = t->o;
-    const bool lm = st_model_vocab(t->model) > 0;
-    if (lm != (o->ntext > 0))
-        return lm ? st_fail(ST_ERR_INVALID, "--model %s reads token ids: give it text (--text FILE)", o->model)
-                  : st_fail(ST_ERR_INVALID, "--text: model '%s' is not a language model (its input is not "
-                                            "'input tokens T')", o->model);
+    const bool lm = st_model_vocab(t->model) > 0, text_given = o->ntext > 0 || o->tokens_bin;
+    if (lm != text_given)
+        return lm ? st_fail(ST_ERR_INVALID, "--model %s reads token ids: give it text (--text FILE) or token files "
+                                            "(--tokens-bin FILE)", o->model)
+                  : st_fail(ST_ERR_INVALID, "%s: model '%s' is not a language model (its input is not "
+                                            "'input tokens T')", o->tokens_bin ? "--tokens-bin" : "--text", o->model);
     if (lm) {
         t->context = st_model_positions(t->model);
         return train_load_text(t);
@@ -104,9 +125,8 @@ st_status train_load_data(struct trainer *t)
     const int first = t->comm.local_rank == 0, sharing = t->comm.local_world > 1;
     if (first) {
         st_dataset **ds[2] = {&t->train, &t->test};
+        st = load_splits(o, ds[0], ds[1]);
         for (int s = 0; s < 2 && st == ST_OK; s++) {
-            if ((st = load_split(o, s == 1, ds[s])) != ST_OK)
-                break;
             st_dataset_truncate(*ds[s], (size_t)(s ? o->test_subset : o->train_subset));
             if ((st = check_fits(t, *ds[s])) == ST_OK && sharing)
                 st = st_dataset_share(*ds[s], names[s]);
@@ -149,13 +169,30 @@ static st_status check_text_fits(const struct trainer *t)
 {
     const int vocab = st_model_vocab(t->model), have = st_text_vocab(t->text);
     if (have > vocab)
-        return st_fail(ST_ERR_FORMAT, "--text %s: %d distinct tokens, more than model '%s''s vocabulary of %d",
-                       st_text_source(t->text, ST_TEXT_TRAIN), have, t->o->model, vocab);
+        return st_fail(ST_ERR_FORMAT, "%s %s: %d distinct tokens, more than model '%s''s vocabulary of %d",
+                       t->o->tokens_bin ? "--vocab" : "--text", st_text_source(t->text, ST_TEXT_TRAIN), have,
+                       t->o->model, vocab);
     return st_text_check(t->text, t->context, (long)t->world * t->o->batch);
 }
 
+/* The node's first rank reads (and, for token files, checks every id). */
+static st_status read_text(struct trainer *t, bool first)
+{
+    const st_train_options *o = t->o;
+    if (!o->tokens_bin)
+        return st_text_load(&t->text, o->text, o->ntext, (st_text_tokens)o->text_tokens);
+    const int vocab = o->vocab ? (int)o->vocab : st_model_vocab(t->model);
+    if (o->vocab > st_model_vocab(t->model))
+        return st_fail(ST_ERR_INVALID, "--vocab %ld: more than model '%s''s vocabulary of %d (its 'embed V D' line)",
+                       o->vocab, o->model, st_model_vocab(t->model));
+    return st_text_load_tokens(&t->text, o->tokens_bin, o->val_bin, vocab, first);
+}
+
+static bool from_token_files(const struct trainer *t) { return t->o->tokens_bin != NULL; }
+
 /* As the images: the node's first rank reads and publishes, the others
- * attach, then the name goes. */
+ * attach, then the name goes.  Token files are mapped: the page cache holds
+ * their one copy, so the others map them once the first has checked them. */
 st_status train_load_text(struct trainer *t)
 {
     char name[160];
@@ -165,10 +202,10 @@ st_status train_load_text(struct trainer *t)
     const int first = t->comm.local_rank == 0, sharing = t->comm.local_world > 1;
     int status = 0;
     if (first) {
-        st = st_text_load(&t->text, t->o->text, t->o->ntext, (st_text_tokens)t->o->text_tokens);
+        st = read_text(t, true);
         if (st == ST_OK)
             st = check_text_fits(t);
-        if (st == ST_OK && sharing)
+        if (st == ST_OK && sharing && !st_text_is_mapped(t->text))
             st = st_text_share(t->text, name);
         status = (int)st;
     }
@@ -181,11 +218,11 @@ st_status train_load_text(struct trainer *t)
                      : st_fail(ST_ERR_PEER_DEAD, "rank %d, the first of this node, could not load the text (its log "
                                                  "says why)", t->rank - t->comm.local_rank);
     if (sharing) {
-        if (!first && (st = st_text_attach(&t->text, name)) != ST_OK)
+        if (!first && (st = from_token_files(t) ? read_text(t, false) : st_text_attach(&t->text, name)) != ST_OK)
             return st;
         if ((st = st_barrier(t->comm.local)) != ST_OK)
             return st;
-        if (first)
+        if (first && !from_token_files(t))
             st_dataset_unlink_shared(name);
     }
     t->eval_count = st_text_eval_windows(t->text, t->context, (size_t)t->o->eval_windows);
