@@ -18,7 +18,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 required=(gcc make cmake pkg-config libhwloc-dev hwloc libcmocka-dev gnuplot-nox
-          zlib1g-dev dataset-fashion-mnist openmpi-bin libopenmpi-dev fortunes)
+          zlib1g-dev libpng-dev libjpeg-dev dataset-fashion-mnist openmpi-bin libopenmpi-dev fortunes)
 onednn_min=3.1
 onednn_prefix=$root/.deps/onednn
 # PyPI's oneDNN 3.2.0 built with GNU OpenMP: the library and its headers.

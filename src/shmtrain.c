@@ -34,6 +34,10 @@ static void usage(FILE *f)
 "  --cifar DIR              CIFAR-10 binary batches instead; --cifar100 for CIFAR-100\n"
 "  --npy-images F --npy-labels F [--npy-test-images F --npy-test-labels F]   NumPy arrays (np.save):\n"
 "                           images uint8 or float32 in [0,1], NHWC or NCHW; labels integers\n"
+"  --image-folder ROOT      images (PNG, JPEG) in torchvision's ImageFolder layout: ROOT/train/CLASS/*\n"
+"                           and ROOT/val/CLASS/*, or ROOT/CLASS/* (then --val-fraction is held out)\n"
+"  --image-size S           resize the shorter side to S, then crop the model's input from the centre\n"
+"                           (default: the input's side)\n"
 "  --val-fraction F         held out for testing when the data has no test split (0.1)\n"
 "  --train-subset N --test-subset N   use only the first N samples\n"
 "  --augment                random crop (padding 4) and horizontal flip\n"
@@ -368,7 +372,7 @@ int main(int argc, char **argv)
     enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
            O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ,
            O_GAMMA, O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE,
-           O_RESUME, O_CHECK, O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY, O_INIT, O_TOKBIN, O_VALBIN, O_VOCAB, O_NPYI, O_NPYL, O_NPYTI, O_NPYTL, O_VALFRAC };
+           O_RESUME, O_CHECK, O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY, O_INIT, O_TOKBIN, O_VALBIN, O_VOCAB, O_NPYI, O_NPYL, O_NPYTI, O_NPYTL, O_VALFRAC, O_IMGDIR, O_IMGSIZE };
     static const struct option opts[] = {
         {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI},
         {"train-labels", 1, 0, O_TRL}, {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL},
@@ -387,6 +391,7 @@ int main(int argc, char **argv)
         {"tokens-bin", 1, 0, O_TOKBIN}, {"val-bin", 1, 0, O_VALBIN}, {"vocab", 1, 0, O_VOCAB},
         {"npy-images", 1, 0, O_NPYI}, {"npy-labels", 1, 0, O_NPYL}, {"npy-test-images", 1, 0, O_NPYTI},
         {"npy-test-labels", 1, 0, O_NPYTL}, {"val-fraction", 1, 0, O_VALFRAC},
+        {"image-folder", 1, 0, O_IMGDIR}, {"image-size", 1, 0, O_IMGSIZE},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     st_train_options o;
     st_train_defaults(&o);
@@ -417,6 +422,8 @@ int main(int argc, char **argv)
             else if (!strcmp(optarg, "bytes")) o.text_tokens = ST_TEXT_BYTES;
             else bad("--tokens '%s': use chars or bytes", optarg);
             break;
+        case O_IMGDIR: o.image_folder = optarg; break;
+        case O_IMGSIZE: o.image_size = (int)whole("--image-size", optarg, 1, 16384); break;
         case O_NPYI: o.npy_images = optarg; break;
         case O_NPYL: o.npy_labels = optarg; break;
         case O_NPYTI: o.npy_test_images = optarg; break;
@@ -502,6 +509,10 @@ int main(int argc, char **argv)
         bad("--npy-images and --npy-labels come together");
     if (!o.npy_test_images != !o.npy_test_labels)
         bad("--npy-test-images and --npy-test-labels come together");
+    if (!!o.image_folder + !!o.npy_images + !!o.cifar_dir + !!(o.train_images || o.test_images) > 1)
+        bad("give one image source: --image-folder, --npy-images, --cifar or the IDX files");
+    if (o.image_size && !o.image_folder)
+        bad("--image-size belongs to --image-folder ROOT");
     if (o.npy_test_images && !o.npy_images)
         bad("--npy-test-images: give the training arrays too (--npy-images, --npy-labels)");
     take_signals_in_a_thread();

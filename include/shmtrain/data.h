@@ -38,9 +38,28 @@ st_status st_dataset_load_cifar(st_dataset **out, const char *const *paths, int 
 st_status st_dataset_load_npy(st_dataset **out, const char *images_path, const char *labels_path,
                               const char *images_flag, const char *labels_flag);
 
-/* The last `n` samples become a dataset of their own (copied, 0 < n <
- * size); `d` keeps the others.  For a set that comes without a test split. */
-st_status st_dataset_split_tail(st_dataset *d, size_t n, st_dataset **tail);
+/* Image folders in torchvision's ImageFolder layout: ROOT/train/CLASS/FILE
+ * and ROOT/val/CLASS/FILE, or ROOT/CLASS/FILE alone (then *val stays NULL:
+ * split it with st_dataset_split).  Classes are the training split's
+ * folders in name order, labels their places; files are .png, .jpg and
+ * .jpeg (any case), others skipped, as ImageFolder does.  Each image is
+ * decoded (libpng, libjpeg-turbo) to 8 bits, converted to the model's grey
+ * or RGB (PIL's convert), its shorter side resized to `resize` (PIL's
+ * antialiased bilinear, torchvision's Resize) and its centre cropped to
+ * height x width (CenterCrop), by all of the process's OpenMP threads.
+ * A corrupt or truncated file is named with its path. */
+typedef struct st_image_spec {
+    int channels, height, width;   /* the model's input */
+    int resize;                    /* the shorter side before the crop (0: the larger of height, width) */
+} st_image_spec;
+
+st_status st_dataset_load_folder(st_dataset **train, st_dataset **val, const char *root, const st_image_spec *spec);
+
+/* For a set that comes without a test split: `n` samples (0 < n < size)
+ * drawn by a seeded permutation become a dataset of their own (copied);
+ * `d` keeps the others.  Both keep the original order.  Drawn, not the
+ * last n: arrays and folders often come sorted by class. */
+st_status st_dataset_split(st_dataset *d, size_t n, uint64_t seed, st_dataset **held);
 
 /* Keep only the first `n` samples (n >= size: no change). */
 void st_dataset_truncate(st_dataset *d, size_t n);

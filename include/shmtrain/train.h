@@ -31,6 +31,8 @@ typedef struct st_train_options {
     const char *cifar_dir;        /* CIFAR binary directory instead of IDX */
     bool cifar100;
     const char *npy_images, *npy_labels, *npy_test_images, *npy_test_labels;  /* NumPy arrays instead */
+    const char *image_folder;     /* torchvision ImageFolder layout instead (data.h) */
+    int image_size;               /* its images' shorter side before the centre crop (0: the model's input) */
     float val_fraction;           /* held out when the data has no test split (npy without test arrays) */
     const char *text[2];          /* --text: a language model's corpus (and its validation text) */
     int ntext;

@@ -268,22 +268,35 @@ st_status st_dataset_load_cifar(st_dataset **out, const char *const *paths, int 
     return ST_OK;
 }
 
-st_status st_dataset_split_tail(st_dataset *d, size_t n, st_dataset **tail)
+st_status st_dataset_split(st_dataset *d, size_t n, uint64_t seed, st_dataset **held)
 {
-    *tail = NULL;
+    *held = NULL;
     if (n == 0 || n >= d->n || d->map)
-        return st_fail(ST_ERR_INVALID, "%s: cannot split %zu of its %zu samples off", d->source, n, d->n);
-    const size_t keep = d->n - n, bytes = (size_t)d->c * d->h * d->w;
-    st_status st = alloc_dataset(tail, n, d->c, d->h, d->w, d->source, true);
-    if (st != ST_OK)
-        return st;
-    snprintf((*tail)->label_source, sizeof (*tail)->label_source, "%s", d->label_source);
-    memcpy((*tail)->images, d->images + keep * bytes, n * bytes);
-    memcpy((*tail)->labels, d->labels + keep, n);
-    find_max_label(*tail);
-    d->n = keep;
-    find_max_label(d);
-    return ST_OK;
+        return st_fail(ST_ERR_INVALID, "%s: cannot hold %zu of its %zu samples out", d->source, n, d->n);
+    const size_t bytes = (size_t)d->c * d->h * d->w;
+    uint32_t *order = malloc(d->n * sizeof *order);
+    uint8_t *out = calloc(d->n, 1);
+    st_status st = order && out ? alloc_dataset(held, n, d->c, d->h, d->w, d->source, true)
+                                : st_fail(ST_ERR_NOMEM, "%s: out of memory", d->source);
+    if (st == ST_OK) {
+        snprintf((*held)->label_source, sizeof (*held)->label_source, "%s", d->label_source);
+        st_epoch_order(order, d->n, seed, 0);
+        for (size_t k = 0; k < n; k++)
+            out[order[k]] = 1;
+        size_t kept = 0, taken = 0;  /* both in the original order */
+        for (size_t i = 0; i < d->n; i++) {
+            st_dataset *to = out[i] ? *held : d;
+            const size_t at = out[i] ? taken++ : kept++;
+            memmove(to->images + at * bytes, d->images + i * bytes, bytes);
+            to->labels[at] = d->labels[i];
+        }
+        d->n = kept;
+        find_max_label(d);
+        find_max_label(*held);
+    }
+    free(order);
+    free(out);
+    return st;
 }
 
 void st_dataset_truncate(st_dataset *d, size_t n)

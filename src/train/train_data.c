@@ -57,20 +57,37 @@ static st_status load_split(const st_train_options *o, bool test, st_dataset **o
     return st;
 }
 
-/* Training and test split; a set without a test split gives up its last
- * --val-fraction (as nanoGPT's and --text's last 10%). */
-static st_status load_splits(const st_train_options *o, st_dataset **train, st_dataset **test)
+/* The held-out split of a set without a test split does not change with
+ * --seed: a run's test set is the same whatever its training order. */
+#define HOLD_OUT_SEED 0x5eedull
+
+/* Training and test split; a set without a test split gives up
+ * --val-fraction of its samples, drawn. */
+static st_status load_folder(const struct trainer *t, st_dataset **train, st_dataset **test)
 {
-    st_status st = load_split(o, false, train);
-    if (st != ST_OK)
+    st_shape in;
+    st_dtype dtype;
+    st_model_input(t->model, &in, &dtype);
+    if (in.ndims != 3)
+        return st_fail(ST_ERR_INVALID, "--image-folder: model '%s' does not read images (C H W)", t->o->model);
+    const st_image_spec spec = {.channels = in.dims[0], .height = in.dims[1], .width = in.dims[2],
+                                .resize = t->o->image_size};
+    return st_dataset_load_folder(train, test, t->o->image_folder, &spec);
+}
+
+static st_status load_splits(const struct trainer *t, st_dataset **train, st_dataset **test)
+{
+    const st_train_options *o = t->o;
+    st_status st = o->image_folder ? load_folder(t, train, test) : load_split(o, false, train);
+    if (st != ST_OK || *test)
         return st;
-    if (!o->npy_images || o->npy_test_images)
+    if (!o->image_folder && (!o->npy_images || o->npy_test_images))
         return load_split(o, true, test);
     const size_t n = st_dataset_size(*train), held = (size_t)((double)n * o->val_fraction);
     if (held == 0 || held >= n)
         return st_fail(ST_ERR_FORMAT, "%s: %zu samples: --val-fraction %g of them holds none out (or all)",
                        st_dataset_source(*train), n, (double)o->val_fraction);
-    return st_dataset_split_tail(*train, held, test);
+    return st_dataset_split(*train, held, HOLD_OUT_SEED, test);
 }
 
 static st_status check_fits(const struct trainer *t, const st_dataset *d)
@@ -125,7 +142,7 @@ st_status train_load_data(struct trainer *t)
     const int first = t->comm.local_rank == 0, sharing = t->comm.local_world > 1;
     if (first) {
         st_dataset **ds[2] = {&t->train, &t->test};
-        st = load_splits(o, ds[0], ds[1]);
+        st = load_splits(t, ds[0], ds[1]);
         for (int s = 0; s < 2 && st == ST_OK; s++) {
             st_dataset_truncate(*ds[s], (size_t)(s ? o->test_subset : o->train_subset));
             if ((st = check_fits(t, *ds[s])) == ST_OK && sharing)
