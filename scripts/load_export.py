@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Load a shmtrain export (`shmtrain export --checkpoint F --out M.safetensors`) into PyTorch.
 
-    scripts/load_export.py M.safetensors --preset mlp|lenet|cnn      # the peer model of bench/torch_models.py
+    scripts/load_export.py M.safetensors --preset mlp|lenet|cnn [--data DIR]  # bench/torch_models.py's peer;
+                                                                     # its test accuracy on an IDX directory
     scripts/load_export.py M.safetensors --text FILE [--windows 256]  # a GPT: nanoGPT's keys, its loss on FILE
 
 The file is read with the standard library and numpy only (the safetensors package is not
@@ -102,6 +103,28 @@ def image(tensors, args):
     if missing or unexpected:
         sys.exit(f"--preset {args.preset}: missing {missing}, unexpected {unexpected}")
     print(f"loaded {len(state)} tensors into bench/torch_models.py's {args.preset}")
+    if not args.data:
+        return
+    # shmtrain's normalisation: per channel, the training images' mean and
+    # (population) standard deviation of pixel / 255
+    train = idx(args.data, "train-images-idx3-ubyte").astype(np.float64) / 255
+    mean, std = train.mean(), train.std()
+    x = (idx(args.data, "t10k-images-idx3-ubyte").astype(np.float32) / 255 - np.float32(mean)) / np.float32(std)
+    y = torch.from_numpy(idx(args.data, "t10k-labels-idx1-ubyte").astype(np.int64))
+    model.eval()
+    with torch.no_grad():
+        pred = torch.cat([model(torch.from_numpy(x[k:k + 1000, None])).argmax(1) for k in range(0, len(x), 1000)])
+    print(f"test accuracy on {args.data}: {(pred == y).double().mean().item() * 100:.2f}% of {len(y)}")
+
+
+def idx(directory, base):
+    """An IDX file of unsigned bytes, gzipped or not, as an array."""
+    import gzip
+    path = os.path.join(directory, base)
+    blob = gzip.open(path + ".gz").read() if os.path.exists(path + ".gz") else open(path, "rb").read()
+    ndims = blob[3]
+    dims = struct.unpack(f">{ndims}I", blob[4:4 + 4 * ndims])
+    return np.frombuffer(blob, dtype=np.uint8, offset=4 + 4 * ndims).reshape(dims)
 
 
 def main():
@@ -110,6 +133,7 @@ def main():
     ap.add_argument("--preset", help="an image preset: mlp, lenet, cnn")
     ap.add_argument("--text", help="a GPT: its validation loss on this text's last 10%%")
     ap.add_argument("--windows", type=int, default=256, help="validation windows (0: all)")
+    ap.add_argument("--data", help="an image preset: its test accuracy on this IDX directory (Fashion-MNIST's)")
     args = ap.parse_args()
     tensors, meta = read(args.file)
     if "transformer.wte.weight" in tensors:

@@ -482,7 +482,7 @@ static void test_token_files_train_as_text(void **state)
     llmc = lm_ckpt(1, "r.ckpt", (char *[]){"--max-steps", "40", "--tokens-bin", "markov.bin", "--resume", NULL},
                    "resumed to 40");
     assert_memory_equal(llmc.params, bin.params, bin.nparams * sizeof(float));
-    /* two ranks map the file (no copy in /dev/shm) and train as one with twice the batch */
+    /* two ranks map the file and train as one with twice the batch */
     st_ckpt two = lm_ckpt(2, "2.ckpt", (char *[]){"--max-steps", "40", "--tokens-bin", "markov.bin", NULL}, "2 x 8");
     st_ckpt one = lm_ckpt(1, "1.ckpt", (char *[]){"--max-steps", "40", "--tokens-bin", "markov.bin",
                                                     "--batch-size", "16", NULL}, "1 x 16");

@@ -232,34 +232,69 @@ static void free_taps(struct taps *t)
     free(t->w);
 }
 
-static uint8_t clamp_round(float v) { return v <= 0 ? 0 : v >= 255 ? 255 : (uint8_t)(v + 0.5f); }
+static inline uint8_t clamp_round(float v)
+{
+    v = v < 0 ? 0 : v > 255 ? 255 : v;  /* branch-free (minss, maxss) */
+    return (uint8_t)(v + 0.5f);
+}
 
-/* Horizontal pass to bytes, then vertical, as PIL does. */
+/* One row along x, channels interleaved; `c` a constant in each caller
+ * (1 or 3), so that its loops unroll. */
+static inline void resize_row_c(const uint8_t *src, uint8_t *dst, const struct taps *t, int w2, const int c)
+{
+    for (int x = 0; x < w2; x++) {
+        const float *w = t->w + (size_t)x * t->max_taps;
+        const uint8_t *p = src + (size_t)t->first[x] * c;
+        float a0 = 0, a1 = 0, a2 = 0;
+        for (int i = 0; i < t->count[x]; i++) {
+            a0 += w[i] * p[i * c];
+            if (c == 3) {
+                a1 += w[i] * p[i * c + 1];
+                a2 += w[i] * p[i * c + 2];
+            }
+        }
+        dst[(size_t)x * c] = clamp_round(a0);
+        if (c == 3) {
+            dst[(size_t)x * c + 1] = clamp_round(a1);
+            dst[(size_t)x * c + 2] = clamp_round(a2);
+        }
+    }
+}
+
+static void resize_row(const uint8_t *src, uint8_t *dst, const struct taps *t, int w2, int c)
+{
+    if (c == 3)
+        resize_row_c(src, dst, t, w2, 3);
+    else
+        resize_row_c(src, dst, t, w2, 1);
+}
+
+/* Horizontal pass to bytes, then vertical, as PIL does; the vertical one
+ * adds whole rows, which the compiler vectorises. */
 static int resize(struct pixels *px, int w2, int h2)
 {
     struct taps tx = {0}, ty = {0};
     const int c = px->c;
-    uint8_t *mid = malloc((size_t)w2 * px->h * c), *out = malloc((size_t)w2 * h2 * c);
+    const size_t row = (size_t)w2 * c;
+    uint8_t *mid = malloc(row * px->h), *out = malloc(row * h2);
+    float *acc = malloc(row * sizeof *acc);
     int rc = -1;
-    if (!mid || !out || make_taps(&tx, px->w, w2) || make_taps(&ty, px->h, h2))
+    if (!mid || !out || !acc || make_taps(&tx, px->w, w2) || make_taps(&ty, px->h, h2))
         goto done;
     for (int y = 0; y < px->h; y++)
-        for (int x = 0; x < w2; x++)
-            for (int k = 0; k < c; k++) {
-                float s = 0;
-                const float *w = tx.w + (size_t)x * tx.max_taps;
-                for (int i = 0; i < tx.count[x]; i++)
-                    s += w[i] * px->p[((size_t)y * px->w + tx.first[x] + i) * c + k];
-                mid[((size_t)y * w2 + x) * c + k] = clamp_round(s);
-            }
+        resize_row(px->p + (size_t)y * px->w * c, mid + (size_t)y * row, &tx, w2, c);
     for (int y = 0; y < h2; y++) {
         const float *w = ty.w + (size_t)y * ty.max_taps;
-        for (size_t j = 0; j < (size_t)w2 * c; j++) {
-            float s = 0;
-            for (int i = 0; i < ty.count[y]; i++)
-                s += w[i] * mid[(size_t)(ty.first[y] + i) * w2 * c + j];
-            out[(size_t)y * w2 * c + j] = clamp_round(s);
+        for (size_t j = 0; j < row; j++)
+            acc[j] = 0;
+        for (int i = 0; i < ty.count[y]; i++) {
+            const uint8_t *r = mid + (size_t)(ty.first[y] + i) * row;
+            const float wi = w[i];
+            for (size_t j = 0; j < row; j++)
+                acc[j] += wi * r[j];
         }
+        for (size_t j = 0; j < row; j++)
+            out[(size_t)y * row + j] = clamp_round(acc[j]);
     }
     free(px->p);
     *px = (struct pixels){out, w2, h2, c};
@@ -270,6 +305,7 @@ done:
     free_taps(&ty);
     free(mid);
     free(out);
+    free(acc);
     return rc;
 }
 
