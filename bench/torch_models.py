@@ -18,33 +18,38 @@ def build(name):
     raise SystemExit(f"torch_models: unknown model {name!r}")
 
 
-def conv_bn(cin, cout, stride=1):
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(cout))
-
-
-class Block(nn.Module):
-    """models/resnet.model's basic block: conv-bn-relu-conv-bn, plus the input
-    (through a strided 1x1 convolution with bias where the shape changes), relu."""
-
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.a, self.b = conv_bn(cin, cout, stride), conv_bn(cout, cout)
-        self.proj = nn.Conv2d(cin, cout, 1, stride=stride) if stride != 1 or cin != cout else None
-
-    def forward(self, x):
-        y = self.b(nn.functional.relu(self.a(x)))
-        return nn.functional.relu(y + (self.proj(x) if self.proj is not None else x))
-
-
 class ResNet(nn.Module):
-    """models/resnet.model: 3 stages of one basic block for 32x32 colour images."""
+    """models/resnet.model: 3 stages of one basic block for 32x32 colour images
+    (conv-bn-relu-conv-bn, plus the input through a strided 1x1 convolution
+    with bias where the shape changes, relu).  Each module is registered
+    under its layer's index in the model file (counting after `input`), as
+    nn.Sequential names its modules, so that its state_dict keys are the
+    names `shmtrain export` writes for every image model ("0.weight",
+    "1.running_mean", "15.weight" for the first projection, ...)."""
+
+    # (index of the first conv, index of its batch norm, index of the second conv, its batch norm,
+    #  the projection's index or None, in, out, stride)
+    BLOCKS = [(3, 4, 6, 7, None, 16, 16, 1), (10, 11, 13, 14, 15, 16, 32, 2), (18, 19, 21, 22, 23, 32, 64, 2)]
 
     def __init__(self):
         super().__init__()
-        self.stem = conv_bn(3, 16)
-        self.blocks = nn.Sequential(Block(16, 16, 1), Block(16, 32, 2), Block(32, 64, 2))
-        self.head = nn.Linear(64, 10)
+        self.add_module("0", nn.Conv2d(3, 16, 3, padding=1, bias=False))
+        self.add_module("1", nn.BatchNorm2d(16))
+        for c1, b1, c2, b2, proj, cin, cout, stride in self.BLOCKS:
+            self.add_module(str(c1), nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False))
+            self.add_module(str(b1), nn.BatchNorm2d(cout))
+            self.add_module(str(c2), nn.Conv2d(cout, cout, 3, padding=1, bias=False))
+            self.add_module(str(b2), nn.BatchNorm2d(cout))
+            if proj is not None:
+                self.add_module(str(proj), nn.Conv2d(cin, cout, 1, stride=stride))
+        self.add_module("28", nn.Linear(64, 10))
+
+    def m(self, index):
+        return self._modules[str(index)]
 
     def forward(self, x):
-        x = self.blocks(nn.functional.relu(self.stem(x)))
-        return self.head(x.mean((2, 3)))
+        x = nn.functional.relu(self.m(1)(self.m(0)(x)))
+        for c1, b1, c2, b2, proj, _, _, _ in self.BLOCKS:
+            y = self.m(b2)(self.m(c2)(nn.functional.relu(self.m(b1)(self.m(c1)(x)))))
+            x = nn.functional.relu(y + (self.m(proj)(x) if proj is not None else x))
+        return self.m(28)(x.mean((2, 3)))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Load a shmtrain export (`shmtrain export --checkpoint F --out M.safetensors`) into PyTorch.
 
-    scripts/load_export.py M.safetensors --preset mlp|lenet|cnn [--data DIR]  # bench/torch_models.py's peer;
+    scripts/load_export.py M.safetensors --preset mlp|lenet|cnn|resnet [--data DIR]  # bench/torch_models.py's peer;
                                                                      # its test accuracy on an IDX directory
     scripts/load_export.py M.safetensors --text FILE [--windows 256]  # a GPT: nanoGPT's keys, its loss on FILE
 
@@ -130,7 +130,7 @@ def idx(directory, base):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("file")
-    ap.add_argument("--preset", help="an image preset: mlp, lenet, cnn")
+    ap.add_argument("--preset", help="an image preset: mlp, lenet, cnn, resnet")
     ap.add_argument("--text", help="a GPT: its validation loss on this text's last 10%%")
     ap.add_argument("--windows", type=int, default=256, help="validation windows (0: all)")
     ap.add_argument("--data", help="an image preset: its test accuracy on this IDX directory (Fashion-MNIST's)")
