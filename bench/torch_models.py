@@ -22,10 +22,10 @@ class ResNet(nn.Module):
     """models/resnet.model: 3 stages of one basic block for 32x32 colour images
     (conv-bn-relu-conv-bn, plus the input through a strided 1x1 convolution
     with bias where the shape changes, relu).  Each module is registered
-    under its layer's index in the model file (counting after `input`), as
-    nn.Sequential names its modules, so that its state_dict keys are the
+    under its layer's number in `shmtrain --model resnet --summary` less one,
+    as nn.Sequential names its modules, so that its state_dict keys are the
     names `shmtrain export` writes for every image model ("0.weight",
-    "1.running_mean", "15.weight" for the first projection, ...)."""
+    "1.running_mean", "15.weight" for the first shortcut, ...)."""
 
     # (index of the first conv, index of its batch norm, index of the second conv, its batch norm,
     #  the projection's index or None, in, out, stride)
