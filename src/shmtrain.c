@@ -38,6 +38,8 @@ static void usage(FILE *f)
 "                           and ROOT/val/CLASS/*, or ROOT/CLASS/* (then --val-fraction is held out)\n"
 "  --image-size S           resize the shorter side to S, then crop the model's input from the centre\n"
 "                           (default: the input's side)\n"
+"  --data-memory GB         a folder decoding to more is streamed batch by batch (a quarter of RAM)\n"
+"  --data-workers N         streaming: decoding threads per instance, a batch ahead (2)\n"
 "  --val-fraction F         held out for testing when the data has no test split (0.1)\n"
 "  --train-subset N --test-subset N   use only the first N samples\n"
 "  --augment                random crop (padding 4) and horizontal flip\n"
@@ -372,7 +374,7 @@ int main(int argc, char **argv)
     enum { O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
            O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ,
            O_GAMMA, O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE,
-           O_RESUME, O_CHECK, O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY, O_INIT, O_TOKBIN, O_VALBIN, O_VOCAB, O_NPYI, O_NPYL, O_NPYTI, O_NPYTL, O_VALFRAC, O_IMGDIR, O_IMGSIZE };
+           O_RESUME, O_CHECK, O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY, O_INIT, O_TOKBIN, O_VALBIN, O_VOCAB, O_NPYI, O_NPYL, O_NPYTI, O_NPYTL, O_VALFRAC, O_IMGDIR, O_IMGSIZE, O_DATAMEM, O_DATAWORK };
     static const struct option opts[] = {
         {"model", 1, 0, O_MODEL}, {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI},
         {"train-labels", 1, 0, O_TRL}, {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL},
@@ -392,6 +394,7 @@ int main(int argc, char **argv)
         {"npy-images", 1, 0, O_NPYI}, {"npy-labels", 1, 0, O_NPYL}, {"npy-test-images", 1, 0, O_NPYTI},
         {"npy-test-labels", 1, 0, O_NPYTL}, {"val-fraction", 1, 0, O_VALFRAC},
         {"image-folder", 1, 0, O_IMGDIR}, {"image-size", 1, 0, O_IMGSIZE},
+        {"data-memory", 1, 0, O_DATAMEM}, {"data-workers", 1, 0, O_DATAWORK},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     st_train_options o;
     st_train_defaults(&o);
@@ -423,6 +426,8 @@ int main(int argc, char **argv)
             else bad("--tokens '%s': use chars or bytes", optarg);
             break;
         case O_IMGDIR: o.image_folder = optarg; break;
+        case O_DATAMEM: o.data_memory_gb = number("--data-memory", optarg, 1e-9f, 1e6f); break;
+        case O_DATAWORK: o.data_workers = (int)whole("--data-workers", optarg, 0, 256); break;
         case O_IMGSIZE: o.image_size = (int)whole("--image-size", optarg, 1, 16384); break;
         case O_NPYI: o.npy_images = optarg; break;
         case O_NPYL: o.npy_labels = optarg; break;
@@ -511,8 +516,8 @@ int main(int argc, char **argv)
         bad("--npy-test-images and --npy-test-labels come together");
     if (!!o.image_folder + !!o.npy_images + !!o.cifar_dir + !!(o.train_images || o.test_images) > 1)
         bad("give one image source: --image-folder, --npy-images, --cifar or the IDX files");
-    if (o.image_size && !o.image_folder)
-        bad("--image-size belongs to --image-folder ROOT");
+    if ((o.image_size || o.data_memory_gb > 0) && !o.image_folder)
+        bad("%s belongs to --image-folder ROOT", o.image_size ? "--image-size" : "--data-memory");
     if (o.npy_test_images && !o.npy_images)
         bad("--npy-test-images: give the training arrays too (--npy-images, --npy-labels)");
     take_signals_in_a_thread();

@@ -55,6 +55,7 @@ typedef struct st_image_spec {
 
 st_status st_dataset_load_folder(st_dataset **train, st_dataset **val, const char *root, const st_image_spec *spec);
 
+
 /* For a set that comes without a test split: `n` samples (0 < n < size)
  * drawn by a seeded permutation become a dataset of their own (copied);
  * `d` keeps the others.  Both keep the original order.  Drawn, not the
@@ -105,6 +106,37 @@ typedef struct st_batch_spec {
  * labels.  Positions past the end of the order wrap around (eval padding);
  * `valid` (may be NULL) gets how many were real. */
 void st_batch_fill(const st_dataset *d, const st_batch_spec *s, float *x, int *labels, int *valid);
+
+/* The same in steps, for a folder decoded whole or streamed: its listing
+ * (every split's files and labels; nothing decoded), a held-out split drawn
+ * from the training files when there is no val/ (as st_dataset_split), a
+ * split decoded whole by every thread, or only its labels (a dataset whose
+ * images an st_stream decodes batch by batch).  Split 0 trains, 1 validates. */
+typedef struct st_folder st_folder;
+st_status st_folder_open(st_folder **out, const char *root, const st_image_spec *spec);
+void st_folder_destroy(st_folder *f);
+size_t st_folder_count(const st_folder *f, int split);
+size_t st_folder_sample_bytes(const st_folder *f);
+st_status st_folder_hold_out(st_folder *f, size_t n, uint64_t seed);
+st_status st_folder_decode(const st_folder *f, int split, st_dataset **out);
+st_status st_folder_labels(const st_folder *f, int split, st_dataset **out);
+
+/* Batches decoded as they are needed, by `workers` threads ahead of the
+ * trainer (PyTorch's DataLoader workers): request a batch (the spec's
+ * samples: its order resolved now, so the order may change after), take it
+ * when its step comes; the taking thread decodes with the workers.  A batch
+ * taken without a request is decoded then.  Labels come from `labels`
+ * (st_folder_labels of the same split); the dataset and folder are borrowed. */
+typedef struct st_stream st_stream;
+st_status st_stream_create(st_stream **out, const st_folder *f, int split, const st_dataset *labels, int workers);
+void st_stream_destroy(st_stream *s);
+st_status st_stream_request(st_stream *s, const st_batch_spec *spec);
+st_status st_stream_take(st_stream *s, const st_batch_spec *spec, float *x, int *labels, int *valid);
+/* Per-channel mean and deviation as st_dataset_stats, over at most `cap`
+ * of the split's images drawn by a fixed seed (all of them, in order, when
+ * there are no more: then the same as the decoded set's).  Batches are
+ * normalised with the spec's mean and std. */
+st_status st_stream_stats(st_stream *s, size_t cap, float *mean, float *std);
 
 #ifdef __cplusplus
 }

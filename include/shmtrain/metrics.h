@@ -49,6 +49,7 @@ typedef struct st_train_record {
     unsigned long long step;
     double epoch, loss, accuracy, lr, samples_per_s, time_s;
     double compute_s, allreduce_s, wait_s;   /* summed over the interval */
+    double data_s;                           /* streamed images: waiting for their decoding (0 otherwise) */
     double tokens_per_s;                     /* language models (samples_per_s x context); else 0, not written */
 } st_train_record;
 

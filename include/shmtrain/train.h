@@ -33,6 +33,8 @@ typedef struct st_train_options {
     const char *npy_images, *npy_labels, *npy_test_images, *npy_test_labels;  /* NumPy arrays instead */
     const char *image_folder;     /* torchvision ImageFolder layout instead (data.h) */
     int image_size;               /* its images' shorter side before the centre crop (0: the model's input) */
+    double data_memory_gb;        /* beyond this decoded, a folder is streamed (0: a quarter of RAM) */
+    int data_workers;             /* streaming: decoding threads per instance */
     float val_fraction;           /* held out when the data has no test split (npy without test arrays) */
     const char *text[2];          /* --text: a language model's corpus (and its validation text) */
     int ntext;

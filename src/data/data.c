@@ -469,43 +469,52 @@ static void normalize_plane(const uint8_t *restrict in, float *restrict out, siz
         out[i] = in[i] * inv - shift;
 }
 
+void sample_fill(const uint8_t *img, int C, int H, int W, size_t idx, const st_batch_spec *s, float *out)
+{
+    const size_t plane = (size_t)H * W;
+    int dx = 0, dy = 0;
+    bool flip = false;
+    if (s->augment) {
+        uint64_t r = mix(s->seed ^ mix(s->epoch * 1000003u + idx));
+        dx = (int)(r % 9) - 4;
+        dy = (int)((r >> 8) % 9) - 4;
+        flip = (r >> 16) & 1;
+    }
+    for (int c = 0; c < C; c++) {
+        const float inv = 1.0f / (255.0f * s->std[c]), shift = s->mean[c] / s->std[c];
+        if (!s->augment) {  /* a straight pass that vectorises (this loop was 7% of mlp's time) */
+            normalize_plane(img + c * plane, out + c * plane, plane, inv, shift);
+            continue;
+        }
+        for (int i = 0; i < H; i++) {
+            int si = i + dy;
+            for (int j = 0; j < W; j++) {
+                int sj = (flip ? W - 1 - j : j) + dx;
+                uint8_t v = (si >= 0 && si < H && sj >= 0 && sj < W) ? img[c * plane + (size_t)si * W + sj] : 0;
+                out[c * plane + (size_t)i * W + j] = v * inv - shift;
+            }
+        }
+    }
+}
+
+size_t batch_sample(const st_batch_spec *s, int k, size_t n, bool *real)
+{
+    const size_t pos = s->first + (size_t)s->rank + (size_t)k * (size_t)s->world;
+    *real = pos < n;
+    const size_t idx = pos % n;
+    return s->order ? s->order[idx] : idx;
+}
+
 void st_batch_fill(const st_dataset *d, const st_batch_spec *s, float *x, int *labels, int *valid)
 {
-    const int C = d->c, H = d->h, W = d->w;
-    const size_t plane = (size_t)H * W;
+    const size_t sample = (size_t)d->c * d->h * d->w;
     int real = 0;
     for (int k = 0; k < s->batch; k++) {
-        size_t pos = s->first + (size_t)s->rank + (size_t)k * (size_t)s->world;
-        real += pos < d->n;
-        size_t idx = pos % d->n;
-        if (s->order)
-            idx = s->order[idx];
-        const uint8_t *img = st_dataset_image(d, idx);
+        bool counted;
+        const size_t idx = batch_sample(s, k, d->n, &counted);
+        real += counted;
         labels[k] = d->labels[idx];
-        int dx = 0, dy = 0;
-        bool flip = false;
-        if (s->augment) {
-            uint64_t r = mix(s->seed ^ mix(s->epoch * 1000003u + idx));
-            dx = (int)(r % 9) - 4;
-            dy = (int)((r >> 8) % 9) - 4;
-            flip = (r >> 16) & 1;
-        }
-        float *out = x + (size_t)k * C * plane;
-        for (int c = 0; c < C; c++) {
-            const float inv = 1.0f / (255.0f * s->std[c]), shift = s->mean[c] / s->std[c];
-            if (!s->augment) {  /* a straight pass that vectorises (this loop was 7% of mlp's time) */
-                normalize_plane(img + c * plane, out + c * plane, plane, inv, shift);
-                continue;
-            }
-            for (int i = 0; i < H; i++) {
-                int si = i + dy;
-                for (int j = 0; j < W; j++) {
-                    int sj = (flip ? W - 1 - j : j) + dx;
-                    uint8_t v = (si >= 0 && si < H && sj >= 0 && sj < W) ? img[c * plane + (size_t)si * W + sj] : 0;
-                    out[c * plane + (size_t)i * W + j] = v * inv - shift;
-                }
-            }
-        }
+        sample_fill(st_dataset_image(d, idx), d->c, d->h, d->w, idx, s, x + (size_t)k * sample);
     }
     if (valid)
         *valid = real > 0 ? real : 0;

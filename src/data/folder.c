@@ -152,19 +152,159 @@ static st_status decode_all(const struct listing *l, const struct image_target *
     return ST_OK;
 }
 
-static st_status load_split(const char *split, char **classes, size_t nclasses, const struct image_target *t,
-                            st_dataset **out)
+struct st_folder {
+    struct listing split[2];      /* training, validation (empty: none) */
+    struct image_target target;
+    char root[256];
+};
+
+static void free_listing(struct listing *l)
 {
-    struct listing l = {0};
-    st_status st = list_split(split, classes, nclasses, &l);
+    free_names(l->paths, l->n);
+    free(l->labels);
+    *l = (struct listing){0};
+}
+
+void st_folder_destroy(st_folder *f)
+{
+    if (!f)
+        return;
+    free_listing(&f->split[0]);
+    free_listing(&f->split[1]);
+    free(f);
+}
+
+static st_status check_spec(const char *root, const st_image_spec *spec, struct image_target *t)
+{
+    if (spec->channels != 1 && spec->channels != 3)
+        return st_fail(ST_ERR_INVALID, "--image-folder %s: the model reads %d channels; images are grey (1) or RGB "
+                                       "(3)", root, spec->channels);
+    const int larger = spec->height > spec->width ? spec->height : spec->width;
+    *t = (struct image_target){spec->channels, spec->height, spec->width, spec->resize ? spec->resize : larger};
+    if (t->resize < larger)
+        return st_fail(ST_ERR_INVALID, "--image-size %d: smaller than the model's input %dx%d", t->resize,
+                       spec->height, spec->width);
+    return ST_OK;
+}
+
+st_status st_folder_open(st_folder **out, const char *root, const st_image_spec *spec)
+{
+    *out = NULL;
+    st_folder *f = calloc(1, sizeof *f);
+    if (!f)
+        return st_fail(ST_ERR_NOMEM, "--image-folder %s: out of memory", root);
+    snprintf(f->root, sizeof f->root, "%s", root);
+    char *train_dir = NULL, *val_dir = NULL, **classes = NULL;
+    size_t nclasses = 0;
+    st_status st = check_spec(root, spec, &f->target);
+    if (st == ST_OK && !is_dir(root))
+        st = st_fail(ST_ERR_IO, "--image-folder %s: not a directory", root);
+    if (st == ST_OK && (asprintf(&train_dir, "%s/train", root) < 0 || asprintf(&val_dir, "%s/val", root) < 0))
+        st = st_fail(ST_ERR_NOMEM, "--image-folder %s: out of memory", root);
+    const bool splits = st == ST_OK && is_dir(train_dir) && is_dir(val_dir);
+    const char *top = splits ? train_dir : root;
     if (st == ST_OK)
-        st = alloc_dataset(out, l.n, t->channels, t->height, t->width, split, true);
-    if (st == ST_OK && (st = decode_all(&l, t, *out)) != ST_OK) {
+        st = sorted_entries(top, true, &classes, &nclasses);
+    if (st == ST_OK && nclasses == 0)
+        st = st_fail(ST_ERR_FORMAT, "--image-folder %s: no class folders (ROOT/CLASS/IMAGE or ROOT/train/CLASS/IMAGE "
+                                    "with ROOT/val)", top);
+    if (st == ST_OK && nclasses > MAX_CLASSES)
+        st = st_fail(ST_ERR_FORMAT, "--image-folder %s: %zu classes, more than %d", top, nclasses, MAX_CLASSES);
+    if (st == ST_OK)
+        st = list_split(top, classes, nclasses, &f->split[0]);
+    if (st == ST_OK && splits)
+        st = list_split(val_dir, classes, nclasses, &f->split[1]);
+    free_names(classes, nclasses);
+    free(train_dir);
+    free(val_dir);
+    if (st != ST_OK) {
+        st_folder_destroy(f);
+        return st;
+    }
+    *out = f;
+    return ST_OK;
+}
+
+size_t st_folder_count(const st_folder *f, int split) { return f->split[split].n; }
+
+size_t st_folder_sample_bytes(const st_folder *f)
+{
+    return (size_t)f->target.channels * f->target.height * f->target.width;
+}
+
+/* As st_dataset_split: the seeded permutation's first n go, both lists
+ * keep their order. */
+st_status st_folder_hold_out(st_folder *f, size_t n, uint64_t seed)
+{
+    struct listing *l = &f->split[0], *v = &f->split[1];
+    if (v->n || n == 0 || n >= l->n)
+        return st_fail(ST_ERR_INVALID, "--image-folder %s: cannot hold %zu of its %zu images out", f->root, n, l->n);
+    uint32_t *order = malloc(l->n * sizeof *order);
+    uint8_t *out = calloc(l->n, 1);
+    v->paths = malloc(n * sizeof *v->paths);
+    v->labels = malloc(n);
+    if (!order || !out || !v->paths || !v->labels) {
+        free(order), free(out);
+        return st_fail(ST_ERR_NOMEM, "--image-folder %s: out of memory", f->root);
+    }
+    st_epoch_order(order, l->n, seed, 0);
+    for (size_t k = 0; k < n; k++)
+        out[order[k]] = 1;
+    size_t kept = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        struct listing *to = out[i] ? v : l;
+        const size_t at = out[i] ? v->n++ : kept++;
+        to->paths[at] = l->paths[i];
+        to->labels[at] = l->labels[i];
+    }
+    l->n = kept;
+    v->cap = n;
+    free(order);
+    free(out);
+    return ST_OK;
+}
+
+int st_folder_decode_one(const st_folder *f, int split, size_t i, uint8_t *out, char *err, size_t len)
+{
+    const struct listing *l = &f->split[split];
+    char msg[200];
+    if (image_decode(l->paths[i], &f->target, out, msg, sizeof msg) == 0)
+        return 0;
+    snprintf(err, len, "--image-folder %s: %s", l->paths[i], msg);
+    return -1;
+}
+
+static st_status empty_dataset(const st_folder *f, int split, st_dataset **out)
+{
+    const struct listing *l = &f->split[split];
+    const struct image_target *t = &f->target;
+    return alloc_dataset(out, l->n, t->channels, t->height, t->width, l->n ? l->paths[0] : f->root, false);
+}
+
+st_status st_folder_labels(const st_folder *f, int split, st_dataset **out)
+{
+    st_status st = empty_dataset(f, split, out);
+    if (st != ST_OK)
+        return st;
+    if (!((*out)->labels = malloc(f->split[split].n ? f->split[split].n : 1))) {
+        st_dataset_destroy(*out);
+        *out = NULL;
+        return st_fail(ST_ERR_NOMEM, "--image-folder %s: out of memory", f->root);
+    }
+    memcpy((*out)->labels, f->split[split].labels, f->split[split].n);
+    snprintf((*out)->source, sizeof (*out)->source, "%.223s", f->root);
+    find_max_label(*out);
+    return ST_OK;
+}
+
+st_status st_folder_decode(const st_folder *f, int split, st_dataset **out)
+{
+    const struct listing *l = &f->split[split];
+    st_status st = alloc_dataset(out, l->n, f->target.channels, f->target.height, f->target.width, f->root, true);
+    if (st == ST_OK && (st = decode_all(l, &f->target, *out)) != ST_OK) {
         st_dataset_destroy(*out);
         *out = NULL;
     }
-    free_names(l.paths, l.n);
-    free(l.labels);
     return st;
 }
 
@@ -172,39 +312,14 @@ st_status st_dataset_load_folder(st_dataset **train, st_dataset **val, const cha
                                  const st_image_spec *spec)
 {
     *train = *val = NULL;
-    if (spec->channels != 1 && spec->channels != 3)
-        return st_fail(ST_ERR_INVALID, "--image-folder %s: the model reads %d channels; images are grey (1) or RGB "
-                                       "(3)", root, spec->channels);
-    const int larger = spec->height > spec->width ? spec->height : spec->width;
-    const struct image_target t = {spec->channels, spec->height, spec->width,
-                                   spec->resize ? spec->resize : larger};
-    if (t.resize < larger)
-        return st_fail(ST_ERR_INVALID, "--image-size %d: smaller than the model's input %dx%d", t.resize,
-                       spec->height, spec->width);
-    if (!is_dir(root))
-        return st_fail(ST_ERR_IO, "--image-folder %s: not a directory", root);
-    char *train_dir = NULL, *val_dir = NULL, **classes = NULL;
-    size_t nclasses = 0;
-    if (asprintf(&train_dir, "%s/train", root) < 0 || asprintf(&val_dir, "%s/val", root) < 0)
-        return st_fail(ST_ERR_NOMEM, "--image-folder %s: out of memory", root);
-    const bool splits = is_dir(train_dir) && is_dir(val_dir);
-    const char *top = splits ? train_dir : root;
-    st_status st = sorted_entries(top, true, &classes, &nclasses);
-    if (st == ST_OK && nclasses == 0)
-        st = st_fail(ST_ERR_FORMAT, "--image-folder %s: no class folders (ROOT/CLASS/IMAGE or ROOT/train/CLASS/IMAGE "
-                                    "with ROOT/val)", top);
-    if (st == ST_OK && nclasses > MAX_CLASSES)
-        st = st_fail(ST_ERR_FORMAT, "--image-folder %s: %zu classes, more than %d", top, nclasses, MAX_CLASSES);
+    st_folder *f = NULL;
+    st_status st = st_folder_open(&f, root, spec);
     if (st == ST_OK)
-        st = load_split(top, classes, nclasses, &t, train);
-    if (st == ST_OK && splits)
-        st = load_split(val_dir, classes, nclasses, &t, val);
-    if (st != ST_OK) {
+        st = st_folder_decode(f, 0, train);
+    if (st == ST_OK && f->split[1].n && (st = st_folder_decode(f, 1, val)) != ST_OK) {
         st_dataset_destroy(*train);
         *train = NULL;
     }
-    free_names(classes, nclasses);
-    free(train_dir);
-    free(val_dir);
+    st_folder_destroy(f);
     return st;
 }

@@ -56,6 +56,8 @@ static void write_train(st_json *j, const st_train_record *r)
     st_json_number(j, "compute_s", r->compute_s, "%.4f");
     st_json_number(j, "allreduce_s", r->allreduce_s, "%.4f");
     st_json_number(j, "wait_s", r->wait_s, "%.4f");
+    if (r->data_s > 0)
+        st_json_number(j, "data_s", r->data_s, "%.4f");
 }
 
 static void write_eval(st_json *j, const st_eval_record *r)
@@ -190,6 +192,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         r->compute_s = num(line, "compute_s");
         r->allreduce_s = num(line, "allreduce_s");
         r->wait_s = num(line, "wait_s");
+        r->data_s = num(line, "data_s");
         break;
     }
     case ST_RECORD_EVAL: {

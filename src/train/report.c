@@ -72,7 +72,8 @@ void train_log_interval(struct trainer *t, float lr)
     train_record(t, &(st_record){.type = ST_RECORD_TRAIN,
                            .u.train = {.step = t->step, .epoch = frac, .loss = loss, .accuracy = acc, .lr = lr,
                                        .samples_per_s = sps, .tokens_per_s = t->text ? sps * t->context : 0, .time_s = now - t->start + t->elapsed_before,
-                                       .compute_s = t->t_compute, .allreduce_s = t->t_reduce, .wait_s = t->t_wait}});
+                                       .compute_s = t->t_compute - t->t_data, .allreduce_s = t->t_reduce,
+                                       .wait_s = t->t_wait, .data_s = t->t_data}});
     if (t->tty) {
         int width = 24, done = max > 0 ? (int)(width * (double)t->step / max) : 0;
         char bar[32];
@@ -83,14 +84,17 @@ void train_log_interval(struct trainer *t, float lr)
             (unsigned long long)t->epoch + 1, epochs, bar, (unsigned long long)t->step, max, loss,
             100 * acc, sps * rate_per_sample(t), rate_unit(t), (int)eta / 60, (int)eta % 60);
     } else {
+        char data[32] = "";  /* streamed images: waiting for their decoding is not compute */
+        if (t->stream[0])
+            snprintf(data, sizeof data, ", data %.0f%%", 100 * t->t_data / span);
         train_say(t, "epoch %llu step %llu/%ld loss %.4f acc %.1f%% lr %.4g %.0f %s (compute %.0f%%, "
-               "all-reduce %.0f%%, wait %.0f%%) ETA %d:%02d\n",
+               "all-reduce %.0f%%, wait %.0f%%%s) ETA %d:%02d\n",
             (unsigned long long)t->epoch + 1, (unsigned long long)t->step, max, loss, 100 * acc, lr,
             sps * rate_per_sample(t), rate_unit(t),
-            100 * t->t_compute / span, 100 * (t->t_reduce - t->t_wait) / span, 100 * t->t_wait / span,
-            (int)eta / 60, (int)eta % 60);
+            100 * (t->t_compute - t->t_data) / span, 100 * (t->t_reduce - t->t_wait) / span, 100 * t->t_wait / span,
+            data, (int)eta / 60, (int)eta % 60);
     }
-    t->t_compute = t->t_reduce = t->t_wait = t->loss_sum = t->correct_sum = 0;
+    t->t_compute = t->t_reduce = t->t_wait = t->t_data = t->loss_sum = t->correct_sum = 0;
     t->interval_steps = 0;
     t->interval_start = train_now_s();
 }
@@ -107,7 +111,8 @@ static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out, 
     st_net_set_training(t->net, false);
     for (size_t first = 0; first < n && st == ST_OK; first += global) {
         int valid;
-        train_fill_eval_batch(t, first, &valid);
+        if ((st = train_fill_eval_batch(t, first, &valid)) != ST_OK)
+            break;
         st_group_heartbeat(t->comm.local);  /* no collective until the end: tell the launcher we progress */
         if ((st = st_net_forward(t->net, t->x)) != ST_OK)
             break;

@@ -42,6 +42,7 @@ void st_train_defaults(st_train_options *o)
     o->flush_denormals = true;
     o->eval_windows = 256;
     o->val_fraction = 0.1f;
+    o->data_workers = 2;
 }
 
 /* --------------------------------------------------------- checkpoints -- */
@@ -79,7 +80,7 @@ static st_status restore(struct trainer *t, const char *path)
                                  .optim_kind = (uint32_t)t->o->optim.kind, .noptim = S,
                                  .vocab = st_model_vocab(t->model)};
     if ((st = st_ckpt_check(&c, path, &want)) == ST_OK && t->text && (c.nalphabet != (uint32_t)st_text_alphabet_len(t->text) ||
-                         memcmp(c.alphabet, st_text_alphabet(t->text), c.nalphabet)))
+                         (c.nalphabet && memcmp(c.alphabet, st_text_alphabet(t->text), c.nalphabet))))
         st = st_fail(ST_ERR_MISMATCH, "checkpoint %s: its alphabet (%u symbols) differs from that of %s (%d): "
                                       "token ids would mean other characters", path, c.nalphabet,
                      st_text_source(t->text, ST_TEXT_TRAIN), st_text_alphabet_len(t->text));
@@ -352,6 +353,7 @@ static void teardown(struct trainer *t, bool failed)
     free(t->order);
     st_optim_destroy(t->opt);
     st_net_destroy(t->net);
+    train_close_folder(t);  /* its streams' workers first: they read the labels */
     st_dataset_destroy(t->train);
     st_dataset_destroy(t->test);
     st_text_destroy(t->text);

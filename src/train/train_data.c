@@ -63,25 +63,17 @@ static st_status load_split(const st_train_options *o, bool test, st_dataset **o
 
 /* Training and test split; a set without a test split gives up
  * --val-fraction of its samples, drawn. */
-static st_status load_folder(const struct trainer *t, st_dataset **train, st_dataset **test)
-{
-    st_shape in;
-    st_dtype dtype;
-    st_model_input(t->model, &in, &dtype);
-    if (in.ndims != 3)
-        return st_fail(ST_ERR_INVALID, "--image-folder: model '%s' does not read images (C H W)", t->o->model);
-    const st_image_spec spec = {.channels = in.dims[0], .height = in.dims[1], .width = in.dims[2],
-                                .resize = t->o->image_size};
-    return st_dataset_load_folder(train, test, t->o->image_folder, &spec);
-}
-
 static st_status load_splits(const struct trainer *t, st_dataset **train, st_dataset **test)
 {
     const st_train_options *o = t->o;
-    st_status st = o->image_folder ? load_folder(t, train, test) : load_split(o, false, train);
-    if (st != ST_OK || *test)
+    if (o->image_folder) {
+        st_status st = train_load_folder_split((struct trainer *)t, false, train);
+        return st == ST_OK ? train_load_folder_split((struct trainer *)t, true, test) : st;
+    }
+    st_status st = load_split(o, false, train);
+    if (st != ST_OK)
         return st;
-    if (!o->image_folder && (!o->npy_images || o->npy_test_images))
+    if (!o->npy_images || o->npy_test_images)
         return load_split(o, true, test);
     const size_t n = st_dataset_size(*train), held = (size_t)((double)n * o->val_fraction);
     if (held == 0 || held >= n)
@@ -132,6 +124,12 @@ st_status train_load_data(struct trainer *t)
         t->context = st_model_positions(t->model);
         return train_load_text(t);
     }
+    bool streamed = false;
+    st_status fs = o->image_folder ? train_open_folder(t, &streamed) : ST_OK;
+    if (fs != ST_OK)
+        return fs;
+    if (streamed)  /* every rank its own batches: nothing to publish */
+        return (fs = check_fits(t, t->train)) == ST_OK ? check_fits(t, t->test) : fs;
     char names[2][160];
     int status = 0;
     st_status st = ST_OK;
@@ -174,6 +172,7 @@ st_status train_load_data(struct trainer *t)
             st_dataset_unlink_shared(names[1]);
         }
     }
+    train_close_folder(t);  /* decoded: its listing is done with */
     int c, h, w;
     st_dataset_shape(t->train, &c, &h, &w);
     st_dataset_stats(t->train, t->mean, t->std, c);
@@ -276,18 +275,23 @@ st_status train_fill_batch(struct trainer *t, int micro)
     st_batch_spec spec = {.order = t->order, .first = t->epoch_pos, .world = world, .rank = rank,
                           .batch = o->batch, .mean = t->mean, .std = t->std, .augment = o->augment,
                           .seed = o->seed, .epoch = t->epoch};
+    if (t->stream[0])
+        return train_stream_batch(t, &spec, micro);
     st_batch_fill(t->train, &spec, t->x, t->y, NULL);
     return ST_OK;
 }
 
-void train_fill_eval_batch(struct trainer *t, size_t first, int *valid)
+st_status train_fill_eval_batch(struct trainer *t, size_t first, int *valid)
 {
     if (t->text) {
         st_text_eval_batch(t->text, first, t->eval_count, t->world, t->rank, t->o->batch, t->context, t->x, t->y,
                            valid);
-        return;
+        return ST_OK;
     }
     st_batch_spec spec = {.first = first, .world = t->world, .rank = t->rank, .batch = t->o->batch,
                           .mean = t->mean, .std = t->std};
+    if (t->stream[1])
+        return st_stream_take(t->stream[1], &spec, t->x, t->y, valid);
     st_batch_fill(t->test, &spec, t->x, t->y, valid);
+    return ST_OK;
 }

@@ -30,7 +30,10 @@ struct trainer {
     float *params;           /* the net's, for the optimizer: taken once, as st_net_params
                                 makes the next forward pass rewrite the bf16 weight copies */
     st_optim *opt;
-    st_dataset *train, *test;  /* images; or */
+    st_dataset *train, *test;  /* images (streamed: their labels only); or */
+    st_folder *folder;         /* --image-folder: its listing */
+    st_stream *stream[2];      /* a folder beyond --data-memory: training, test batches decoded as needed */
+    uint32_t *next_order;      /* streaming: the next epoch's order, for the batch requested ahead */
     st_text *text;             /* a language model's corpus */
     int context;               /* text: tokens per window (the model's positions) */
     size_t eval_count;         /* text: validation windows per evaluation */
@@ -57,7 +60,7 @@ struct trainer {
     double reached_at[NTHRESH];
     long reached_step[NTHRESH];
     /* accumulated over the current log interval */
-    double t_compute, t_reduce, t_wait, loss_sum, correct_sum;
+    double t_compute, t_reduce, t_wait, t_data, loss_sum, correct_sum;
     long interval_steps;
     double interval_start;
 };
@@ -66,6 +69,16 @@ struct trainer {
  * node's others attach.  Fills t->train, t->test, t->mean, t->std, or
  * t->text. */
 st_status train_load_data(struct trainer *t);
+
+/* --image-folder: every rank lists the folder (and holds a split out when
+ * it has no val/), then either the node's first rank decodes it whole to
+ * publish (train_load_data goes on) or, beyond --data-memory, every rank
+ * streams its own batches (*streamed set; t->train, t->test hold labels). */
+st_status train_open_folder(struct trainer *t, bool *streamed);
+st_status train_load_folder_split(struct trainer *t, bool test, st_dataset **out);
+/* Streaming: this rank's batch of `spec`, and the next one requested. */
+st_status train_stream_batch(struct trainer *t, const st_batch_spec *spec, int micro);
+void train_close_folder(struct trainer *t);
 
 /* Samples (images, or windows) in the training split, and the buffers a
  * batch needs.  Then this rank's micro-batch `micro` of the current step
@@ -79,7 +92,7 @@ st_status train_fill_batch(struct trainer *t, int micro);
 /* Evaluation batches: how many samples the split has, and this rank's part
  * of global batch `first` (valid: how many are real). */
 size_t train_eval_samples(const struct trainer *t);
-void train_fill_eval_batch(struct trainer *t, size_t first, int *valid);
+st_status train_fill_eval_batch(struct trainer *t, size_t first, int *valid);
 
 /* report.c: the clock; a progress line (rank 0, unless --quiet); a metrics
  * record (rank 0's --metrics file, if open). */
