@@ -1,4 +1,5 @@
 #define _GNU_SOURCE
+#include "shmtrain/clock.h"
 #include "gang.h"
 #include "watch.h"
 
@@ -21,13 +22,6 @@
 extern char **environ;
 
 /* ------------------------------------------------------------ helpers -- */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void write_all(int fd, const char *buf, size_t n)
 {
@@ -251,7 +245,7 @@ static void stop_gang(struct supervision *sv, int root, const char *why)
             sv->o->grace_s);
     signal_all(sv->a, sv->lv, SIGTERM, true);
     sv->stopping = true;
-    sv->kill_at = now_s() + sv->o->grace_s;
+    sv->kill_at = st_now_s() + sv->o->grace_s;
 }
 
 static void reap(struct supervision *sv)
@@ -269,7 +263,7 @@ static void reap(struct supervision *sv)
         struct rank_result *res = &a->ranks[r];
         sv->lv[r].running = false;
         sv->alive--;
-        res->end_s = now_s() - sv->t0;
+        res->end_s = st_now_s() - sv->t0;
         res->signaled = WIFSIGNALED(status);
         res->exited = WIFEXITED(status);
         res->signal = res->signaled ? WTERMSIG(status) : 0;
@@ -289,11 +283,11 @@ static void reap(struct supervision *sv)
         } else if (sv->peer_failed_first < 0) {
             /* Its peer is failing too and will say why: give it a moment. */
             sv->peer_failed_first = r;
-            sv->peer_failed_until = now_s() + (sv->o->grace_s < PEER_FAILED_WAIT_S ? sv->o->grace_s
+            sv->peer_failed_until = st_now_s() + (sv->o->grace_s < PEER_FAILED_WAIT_S ? sv->o->grace_s
                                                                                    : PEER_FAILED_WAIT_S);
         }
     }
-    if (a->root_cause < 0 && sv->peer_failed_first >= 0 && (sv->alive == 0 || now_s() >= sv->peer_failed_until))
+    if (a->root_cause < 0 && sv->peer_failed_first >= 0 && (sv->alive == 0 || st_now_s() >= sv->peer_failed_until))
         stop_gang(sv, sv->peer_failed_first, "stopped because a peer failed, and no other rank said why");
 }
 
@@ -310,7 +304,7 @@ static void on_signal(struct supervision *sv, int sig)
     fprintf(sv->o->launcher_log, "received %s: forwarded to the gang\n", strsignal(sig));
     signal_all(a, sv->lv, sig == SIGHUP ? SIGTERM : sig, false);
     sv->stopping = true;
-    sv->kill_at = now_s() + sv->o->grace_s;
+    sv->kill_at = st_now_s() + sv->o->grace_s;
 }
 
 /* Every WATCH_TICK_S: a rank stopped or silent past the stall timeout is
@@ -319,7 +313,7 @@ static void on_signal(struct supervision *sv, int sig)
 static void watch_for_stalls(struct supervision *sv)
 {
     struct attempt *a = sv->a;
-    double now = now_s();
+    double now = st_now_s();
     if (now < sv->next_tick || sv->stopping || a->root_cause >= 0 || a->user_signal)
         return;
     sv->next_tick = now + WATCH_TICK_S;
@@ -340,7 +334,7 @@ static void watch_for_stalls(struct supervision *sv)
 
 static int poll_timeout_ms(const struct supervision *sv)
 {
-    double now = now_s(), until = now + 3600;
+    double now = st_now_s(), until = now + 3600;
     if (sv->alive == 0)
         return 100;
     if (sv->stopping && sv->kill_at < until)
@@ -381,8 +375,8 @@ static void supervise(struct supervision *sv, int sfd)
         for (int r = 0; r < a->world; r++)
             open_pipes += sv->lv[r].out_fd >= 0;
         if (sv->alive == 0 && drain_until == 0)
-            drain_until = now_s() + 0.5;  /* a grandchild may hold a pipe open */
-        if (sv->alive == 0 && (open_pipes == 0 || now_s() > drain_until))
+            drain_until = st_now_s() + 0.5;  /* a grandchild may hold a pipe open */
+        if (sv->alive == 0 && (open_pipes == 0 || st_now_s() > drain_until))
             break;
         fds[0] = (struct pollfd){.fd = sfd, .events = POLLIN};
         for (int r = 0; r < a->world; r++)
@@ -402,10 +396,10 @@ static void supervise(struct supervision *sv, int sfd)
         forward_ready_output(sv, fds, buf, sizeof buf);
         reap(sv);  /* SIGCHLDs can coalesce */
         watch_for_stalls(sv);
-        if (sv->stopping && sv->alive > 0 && now_s() >= sv->kill_at) {
+        if (sv->stopping && sv->alive > 0 && st_now_s() >= sv->kill_at) {
             fprintf(sv->o->launcher_log, "grace period over: SIGKILL to %d instance(s)\n", sv->alive);
             signal_all(a, sv->lv, SIGKILL, true);
-            sv->kill_at = now_s() + 3600;
+            sv->kill_at = st_now_s() + 3600;
         }
     }
     for (int r = 0; r < a->world; r++)
@@ -431,7 +425,7 @@ int gang_run(const st_topo *t, const st_plan *p, const struct gang_options *o, s
         fprintf(stderr, "shmrun: out of memory\n");
         return -1;
     }
-    if (watch_init(&sv.watch, a->world, o->stall_timeout_s, o->attempt_dir, o->launcher_log, now_s()) != 0) {
+    if (watch_init(&sv.watch, a->world, o->stall_timeout_s, o->attempt_dir, o->launcher_log, st_now_s()) != 0) {
         free(lv);
         free(sv.pids);
         free(sv.running);
@@ -457,7 +451,7 @@ int gang_run(const st_topo *t, const st_plan *p, const struct gang_options *o, s
         free(sv.running);
         return -1;
     }
-    double t0 = now_s();
+    double t0 = st_now_s();
     for (int r = 0; r < a->world; r++) {
         int pipefd[2];
         lv[r].out_fd = lv[r].log_fd = -1;
@@ -493,9 +487,9 @@ int gang_run(const st_topo *t, const st_plan *p, const struct gang_options *o, s
     fflush(o->launcher_log);
     sv.t0 = t0;
     sv.alive = a->world;
-    sv.next_tick = now_s() + WATCH_TICK_S;
+    sv.next_tick = st_now_s() + WATCH_TICK_S;
     supervise(&sv, sfd);
-    a->seconds = now_s() - t0;
+    a->seconds = st_now_s() - t0;
     for (int r = 0; r < a->world; r++)
         if (lv[r].log_fd >= 0)
             close(lv[r].log_fd);

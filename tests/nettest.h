@@ -1,9 +1,12 @@
 /* Test helper for the engine's tests (test_nn, test_gpt, test_bf16): a
- * seeded stream of floats in [-1, 1) and model text parsed or the test
- * failed.  Include after <cmocka.h>. */
+ * seeded stream of floats in [-1, 1), model text parsed and nets built or
+ * the test failed, and the largest difference between two arrays.  Include
+ * after <cmocka.h> and <math.h>. */
 #ifndef SHMTRAIN_TESTS_NETTEST_H
 #define SHMTRAIN_TESTS_NETTEST_H
 
+#include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "shmtrain/nn.h"
@@ -21,6 +24,30 @@ static inline st_model *parse(const char *text)
     if (st_model_parse(&m, text, "test") != ST_OK)
         fail_msg("parse failed: %s", st_last_error());
     return m;
+}
+
+static inline st_net *make_net(const st_model *m, int batch, st_backend b, st_dtype precision, bool input_grad)
+{
+    st_net *n = NULL;
+    st_net_config c = {.batch = batch, .backend = b, .precision = precision, .input_grad = input_grad};
+    if (st_net_create(&n, m, &c) != ST_OK)
+        fail_msg("net failed: %s", st_last_error());
+    return n;
+}
+
+/* max |a - b| (NaN counts as the worst), where, and max |b| (at least `floor`). */
+static inline double max_diff(const float *a, const float *b, size_t n, double floor, size_t *at, double *scale)
+{
+    double worst = 0;
+    *scale = floor;
+    *at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        if (d > worst || isnan(d))
+            worst = d, *at = i;
+        *scale = fmax(*scale, fabs(b[i]));
+    }
+    return worst;
 }
 
 #endif

@@ -50,15 +50,6 @@
 #include "nettest.h"
 #include "shmtrain/nn.h"
 
-static st_net *make_net(const st_model *m, int batch, st_backend b, st_dtype precision, bool input_grad)
-{
-    st_net *n = NULL;
-    st_net_config c = {.batch = batch, .backend = b, .precision = precision, .input_grad = input_grad};
-    if (st_net_create(&n, m, &c) != ST_OK)
-        fail_msg("net failed: %s", st_last_error());
-    return n;
-}
-
 /* What st_net_describe says of node j (its line), in `out`. */
 static void describe_node(const st_net *n, int j, char *out, size_t len)
 {

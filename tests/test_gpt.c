@@ -33,15 +33,6 @@
 #include "transpose.h"
 #include "shmtrain/nn.h"
 
-static st_net *make_net(const st_model *m, int batch, st_backend b)
-{
-    st_net *n = NULL;
-    st_net_config c = {.batch = batch, .backend = b};
-    if (st_net_create(&n, m, &c) != ST_OK)
-        fail_msg("net failed: %s", st_last_error());
-    return n;
-}
-
 static void tokens(int32_t *ids, size_t count, int vocab, uint64_t seed)
 {
     for (size_t i = 0; i < count; i++)
@@ -54,14 +45,9 @@ static void tokens(int32_t *ids, size_t count, int vocab, uint64_t seed)
  * their largest value caught it). */
 static void assert_close_over(const float *a, const float *b, size_t n, double tol, double floor, const char *what)
 {
-    double worst = 0, scale = floor;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double d = fabs((double)a[i] - b[i]);
-        if (d > worst || isnan(d))
-            worst = d, at = i;
-        scale = fmax(scale, fabs(b[i]));
-    }
+    size_t at;
+    double scale;
+    const double worst = max_diff(a, b, n, floor, &at, &scale);
     if (!(worst <= tol * scale))
         fail_msg("%s: max diff %.3g at %zu (%g vs %g), scale %.3g", what, worst, at, (double)a[at], (double)b[at],
                  scale);
@@ -84,7 +70,8 @@ static void run_both_spread(const char *text, int batch, int threads, uint64_t s
 {
     omp_set_num_threads(threads);
     st_model *m = parse(text);
-    st_net *ref = make_net(m, batch, ST_BACKEND_REFERENCE), *dn = make_net(m, batch, ST_BACKEND_ONEDNN);
+    st_net *ref = make_net(m, batch, ST_BACKEND_REFERENCE, ST_DTYPE_F32, false),
+           *dn = make_net(m, batch, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
     size_t P, out = st_net_output_size(ref);
     st_net_init(ref, seed);
     float *pr = st_net_params(ref, &P);
@@ -157,7 +144,7 @@ static void gradcheck(const char *text, int batch, int t, int samples, uint64_t 
 {
     omp_set_num_threads(1);
     st_model *m = parse(text);
-    st_net *n = make_net(m, batch, ST_BACKEND_REFERENCE);
+    st_net *n = make_net(m, batch, ST_BACKEND_REFERENCE, ST_DTYPE_F32, false);
     st_net_init(n, seed);
     size_t P, out = st_net_output_size(n);
     float *p = st_net_params(n, &P), *r = malloc(out * sizeof(float)), *y = malloc(out * sizeof(float));
@@ -210,7 +197,8 @@ static void test_gpt_mini_gradient(void **state)
     st_model *m = parse(text);
     assert_int_equal(st_model_classes(m), 256);
     assert_int_equal(st_model_positions(m), 64);
-    st_net *ref = make_net(m, 2, ST_BACKEND_REFERENCE), *dn = make_net(m, 2, ST_BACKEND_ONEDNN);
+    st_net *ref = make_net(m, 2, ST_BACKEND_REFERENCE, ST_DTYPE_F32, false),
+           *dn = make_net(m, 2, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
     st_net_init(ref, 4);
     st_net_init(dn, 4);
     int32_t ids[128];
@@ -241,7 +229,7 @@ static void test_causal_mask(void **state)
     omp_set_num_threads(2);
     st_model *m = parse(ALL_LAYERS);
     for (int b = 0; b < 2; b++) {
-        st_net *n = make_net(m, 2, b ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN);
+        st_net *n = make_net(m, 2, b ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
         st_net_init(n, 2);
         const size_t out = st_net_output_size(n), per_pos = (size_t)st_model_classes(m);
         float *y1 = malloc(out * sizeof(float)), *y2 = malloc(out * sizeof(float));
@@ -271,7 +259,7 @@ static void test_tied_head_gradient_reaches_embedding(void **state)
     omp_set_num_threads(1);
     st_model *m = parse("input tokens 4\nembed 5 3\nhead tied\n");
     for (int b = 0; b < 2; b++) {
-        st_net *n = make_net(m, 1, b ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN);
+        st_net *n = make_net(m, 1, b ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
         st_net_init(n, 1);
         int32_t ids[4] = {0, 1, 1, 2};
         int labels[4] = {1, 4, 2, 3};
@@ -320,7 +308,7 @@ static void test_token_out_of_vocabulary_is_an_error(void **state)
 {
     (void)state;
     st_model *m = parse("input tokens 4\nembed 5 3\nhead tied\n");
-    st_net *n = make_net(m, 1, ST_BACKEND_ONEDNN);
+    st_net *n = make_net(m, 1, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
     int32_t ids[4] = {0, 1, 5, 2};
     assert_int_equal(st_net_forward(n, ids), ST_ERR_INVALID);
     assert_non_null(strstr(st_last_error(), "token 5 at position 2 of sample 0 is outside the vocabulary (0..4)"));

@@ -24,27 +24,13 @@ static void fill(float *v, size_t n, uint64_t seed)
         v[i] = frand(&seed);
 }
 
-static st_net *make_net(const st_model *m, int batch, st_backend b, bool input_grad)
-{
-    st_net *n = NULL;
-    st_net_config c = {.batch = batch, .backend = b, .input_grad = input_grad};
-    if (st_net_create(&n, m, &c) != ST_OK)
-        fail_msg("net failed: %s", st_last_error());
-    return n;
-}
-
 /* max |a - b| <= atol + rtol * max |b|; on failure says where. */
 static bool close_enough(const float *a, const float *b, size_t n, double atol, double rtol, char *why,
                          size_t len)
 {
-    double worst = 0, scale = 0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > worst || isnan(d))
-            worst = d, at = i;
-        scale = fmax(scale, fabs(b[i]));
-    }
+    size_t at;
+    double scale;
+    const double worst = max_diff(a, b, n, 0, &at, &scale);
     snprintf(why, len, "max diff %.3g at %zu (%g vs %g), scale %.3g", worst, at, n ? (double)a[at] : 0.0,
              n ? (double)b[at] : 0.0, scale);
     return worst <= atol + rtol * scale;
@@ -107,8 +93,8 @@ static void compare_net(const char *text, int threads, bool input_grad)
     omp_set_num_threads(threads);
     const int batch = 3;
     st_model *m = parse(text);
-    st_net *r = make_net(m, batch, ST_BACKEND_REFERENCE, input_grad),
-           *d = make_net(m, batch, ST_BACKEND_ONEDNN, input_grad);
+    st_net *r = make_net(m, batch, ST_BACKEND_REFERENCE, ST_DTYPE_F32, input_grad),
+           *d = make_net(m, batch, ST_BACKEND_ONEDNN, ST_DTYPE_F32, input_grad);
     st_net_init(r, 11);
     st_net_init(d, 11);
     size_t in = st_model_input_size(m) * batch, out = st_net_output_size(r), P, B;
@@ -176,7 +162,7 @@ static const char *const FIRST_LAYERS[] = {
 static char *describe(const char *model_text, int batch, bool input_grad)
 {
     st_model *m = parse(model_text);
-    st_net *n = make_net(m, batch, ST_BACKEND_ONEDNN, input_grad);
+    st_net *n = make_net(m, batch, ST_BACKEND_ONEDNN, ST_DTYPE_F32, input_grad);
     char *text = NULL;
     size_t size = 0;
     FILE *f = open_memstream(&text, &size);
@@ -243,7 +229,7 @@ static void test_grads_ready_callbacks(void **state)
             if (st_model_load(&m, models[k]) != ST_OK)
                 m = parse(models[k]);
             const int batch = 3;
-            st_net *n = make_net(m, batch, (st_backend)b, false);
+            st_net *n = make_net(m, batch, (st_backend)b, ST_DTYPE_F32, false);
             size_t P;
             st_net_params(n, &P);
             struct ready_log log = {.net = n, .seen = calloc(P, sizeof(float))};
@@ -307,7 +293,7 @@ static void finite_differences(const char *text, st_backend backend, int threads
     omp_set_num_threads(threads);
     const int batch = 2;
     st_model *m = parse(text);
-    st_net *n = make_net(m, batch, backend, true);
+    st_net *n = make_net(m, batch, backend, ST_DTYPE_F32, true);
     st_net_init(n, 5);
     st_net_set_dropout_seed(n, 99);
     size_t in = st_model_input_size(m) * batch, out = st_net_output_size(n), P;
@@ -400,7 +386,8 @@ static void check_preset(const char *name)
     st_model *m = NULL;
     assert_int_equal(st_model_load(&m, name), ST_OK);
     const int batch = 2;
-    st_net *r = make_net(m, batch, ST_BACKEND_REFERENCE, true), *d = make_net(m, batch, ST_BACKEND_ONEDNN, true);
+    st_net *r = make_net(m, batch, ST_BACKEND_REFERENCE, ST_DTYPE_F32, true),
+           *d = make_net(m, batch, ST_BACKEND_ONEDNN, ST_DTYPE_F32, true);
     st_net_init(r, 3);
     st_net_init(d, 3);
     size_t in = st_model_input_size(m) * batch, P;
@@ -515,7 +502,7 @@ static void train(const char *preset, st_optim_kind kind, int steps, float lr, f
     const int batch = 16;
     int c, h, w;
     st_model_input_shape(m, &c, &h, &w);
-    st_net *n = make_net(m, batch, ST_BACKEND_ONEDNN, false);
+    st_net *n = make_net(m, batch, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
     st_net_init(n, 42);
     size_t P;
     float *p = st_net_params(n, &P), *g = st_net_grads(n, NULL);
@@ -615,7 +602,7 @@ static void test_loss_matches_finite_differences(void **state)
     enum { B = 3, IN = 4, K = 5 };
     st_model *m = parse("input 4 1 1\nlinear 5");
     for (int backend = 0; backend < 2; backend++) {
-        st_net *n = make_net(m, B, backend ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN, true);
+        st_net *n = make_net(m, B, backend ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN, ST_DTYPE_F32, true);
         st_net_init(n, 11);
         float x[B * IN], z[B * K], dx[B * IN], loss;
         int y[B], correct, expect_correct = 0;
@@ -677,7 +664,7 @@ static void test_profile_accounts_for_the_step(void **state)
     omp_set_num_threads(1);
     st_model *m = parse("input 1 8 8\nconv 4 k3 p1\nrelu\nmaxpool k2\nflatten\nlinear 3");
     for (int backend = 0; backend < 2; backend++) {
-        st_net *n = make_net(m, 2, backend ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN, false);
+        st_net *n = make_net(m, 2, backend ? ST_BACKEND_REFERENCE : ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
         st_net_init(n, 1);
         float x[2 * 64];
         int y[2] = {0, 2};
@@ -718,7 +705,7 @@ static void test_bad_labels_are_refused(void **state)
 {
     (void)state;
     st_model *m = parse("input 4 1 1\nlinear 3");
-    st_net *n = make_net(m, 2, ST_BACKEND_ONEDNN, false);
+    st_net *n = make_net(m, 2, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
     float x[8] = {0};
     int y[2] = {0, 3};
     assert_int_equal(st_net_forward(n, x), ST_OK);

@@ -39,8 +39,14 @@ const char *st_last_error(void);
 st_status st_fail(st_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Clear the message (used by callers that handle an error and go on). */
-void st_clear_error(void);
+/* The current message kept across calls that may overwrite it (a
+ * collective telling the peers, a teardown), then `s` with it again. */
+typedef struct st_kept_error {
+    char msg[512];
+} st_kept_error;
+void st_error_keep(st_kept_error *e);
+st_status st_error_again(const st_kept_error *e, st_status s);
+
 
 #ifdef __cplusplus
 }

@@ -39,8 +39,6 @@ typedef enum st_topo_kind {
 st_status st_topo_create(st_topo **out, st_topo_kind kind, const char *arg);
 void st_topo_destroy(st_topo *t);
 
-/* "2 packages, 4 NUMA nodes, 64 cores, 128 PUs; usable PUs 0-127" */
-const char *st_topo_summary(const st_topo *t);
 
 /* What a report needs to describe the machine.  Counts are of objects that
  * hold at least one usable PU (cgroup, taskset); cache sizes are of the
@@ -103,7 +101,7 @@ typedef struct st_plan {
     char *leftover_pus;         /* their PUs, or "" */
     int nwarnings;
     char **warnings;            /* loud, one line each */
-    char *topology;             /* st_topo_summary at planning time */
+    char *topology;             /* "2 packages, 4 NUMA nodes, 64 cores, 128 PUs; usable PUs 0-127" */
 } st_plan;
 
 /* Plan instances on disjoint core sets (shared ones only when oversubscribe

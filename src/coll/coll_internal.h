@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "shmtrain/clock.h"
 #include "heartbeat.h"
 #include "segment.h"
 #include "shmtrain/coll.h"
@@ -109,8 +110,8 @@ st_status coll_inline_allreduce(st_group *g, void *buf, size_t count, st_dtype d
 
 /* ---------------------------------------------------------------- time -- */
 
-/* sync.c: the clock, peer liveness and the wait/publish protocol. */
-double coll_now_s(void);
+/* sync.c: the coarse clock (st_now_s is the fine one), peer liveness and
+ * the wait/publish protocol. */
 double coll_coarse_now_s(void);
 void coll_sleep_s(double s);
 bool coll_pid_alive(pid_t pid);

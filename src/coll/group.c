@@ -154,7 +154,7 @@ static st_status attach_peer(st_group *g, int q, double deadline)
         if (st == ST_OK) {
             g->ctl[q] = g->segs[q].base;
             while (!atomic_load_explicit(&g->ctl[q]->ready, memory_order_acquire)) {
-                if (coll_now_s() > deadline)
+                if (st_now_s() > deadline)
                     return st_fail(ST_ERR_TIMEOUT, "coll: rank %d never initialised its segment", q);
                 coll_sleep_s(0.0005);
             }
@@ -162,7 +162,7 @@ static st_status attach_peer(st_group *g, int q, double deadline)
         }
         if (st != ST_ERR_EXISTS)
             return st;
-        if (coll_now_s() > deadline)
+        if (st_now_s() > deadline)
             return st_fail(ST_ERR_TIMEOUT,
                            "coll: rank %d of job '%s': rank %d did not join within %.0f s "
                            "(SHMTRAIN_JOIN_TIMEOUT); was it started with the same job id?",
@@ -183,7 +183,7 @@ static st_status wait_joined(st_group *g, double deadline)
             if (atomic_load(&g->ctl[q]->aborted) || !coll_pid_alive(g->pids[q]))
                 return st_fail(ST_ERR_PEER_DEAD, "coll: rank %d (pid %d) died while joining",
                                q, (int)g->pids[q]);
-            if (coll_now_s() > deadline)
+            if (st_now_s() > deadline)
                 return st_fail(ST_ERR_TIMEOUT, "coll: rank %d did not finish joining", q);
             coll_sleep_s(0.0002);
         }
@@ -264,7 +264,7 @@ st_status st_group_create(st_group **out, const st_group_config *cfg)
     g->pids[g->rank] = getpid();
     init_ctl(g);
 
-    const double deadline = coll_now_s() + g->cfg.join_timeout_s;
+    const double deadline = st_now_s() + g->cfg.join_timeout_s;
     for (int q = 0; q < g->world; q++)
         if (q != g->rank && (st = attach_peer(g, q, deadline)) != ST_OK)
             goto fail;

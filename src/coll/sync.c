@@ -35,12 +35,6 @@
 
 _Static_assert(sizeof(struct ctl) <= PAGE, "control block fits one page");
 
-double coll_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* The heartbeat's clock: a few nanoseconds where CLOCK_MONOTONIC costs ~20
  * (a fifth of a small all-reduce), ticking every few milliseconds, which is
@@ -141,7 +135,7 @@ static st_status check_waiting(st_group *g, int peer, double start, double *next
 {
     if (atomic_load(&g->ctl[peer]->aborted))
         return peer_failed(g, peer);
-    double t = coll_now_s();
+    double t = st_now_s();
     if (t - start >= 1.0)
         st_heartbeat_waiting(&g->hb, peer);
     if (t >= *next_check) {
@@ -168,7 +162,7 @@ static st_status wait_slow(st_group *g, int peer, uint32_t target)
             return ST_OK;
     }
     const struct timespec nap = {0, 20 * 1000 * 1000};
-    double start = coll_now_s(), next_check = start + 0.1;
+    double start = st_now_s(), next_check = start + 0.1;
     for (;;) {
         atomic_fetch_add(&c->sleepers, 1);
         uint32_t v = atomic_load(&c->progress);
@@ -189,14 +183,14 @@ st_status coll_wait_for(st_group *g, int peer, uint32_t target)
 {
     if (reached(g, peer, target))
         return ST_OK;
-    double t0 = coll_now_s();
+    double t0 = st_now_s();
     st_status st = ST_OK;
     int i = 0;
     for (; i < g->cfg.spin && !reached(g, peer, target); i++)
         cpu_relax();
     if (i == g->cfg.spin)
         st = wait_slow(g, peer, target);
-    g->waited_s += coll_now_s() - t0;
+    g->waited_s += st_now_s() - t0;
     return st;
 }
 
@@ -235,7 +229,7 @@ static st_status wait_seq_slow(st_group *g, int peer, _Atomic uint64_t *seq, uin
             return ST_OK;
     }
     const struct timespec nap = {0, 2 * 1000 * 1000};
-    double start = coll_now_s(), next_check = start + 0.1;
+    double start = st_now_s(), next_check = start + 0.1;
     for (;;) {
         atomic_fetch_add(&c->sleepers, 1);
         uint64_t v = atomic_load(seq);
@@ -257,9 +251,9 @@ st_status coll_wait_seq(st_group *g, int peer, _Atomic uint64_t *seq, uint64_t w
         cpu_relax();
     if (i < g->cfg.spin)
         return ST_OK;  /* a spin this short is not counted as waiting: reading the clock would double it */
-    double t0 = coll_now_s();
+    double t0 = st_now_s();
     st_status st = wait_seq_slow(g, peer, seq, want);
-    g->waited_s += coll_now_s() - t0;
+    g->waited_s += st_now_s() - t0;
     return st;
 }
 

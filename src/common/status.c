@@ -27,7 +27,6 @@ const char *st_status_str(st_status s)
 
 const char *st_last_error(void) { return last_error; }
 
-void st_clear_error(void) { last_error[0] = '\0'; }
 
 st_status st_fail(st_status s, const char *fmt, ...)
 {
@@ -37,3 +36,7 @@ st_status st_fail(st_status s, const char *fmt, ...)
     va_end(ap);
     return s;
 }
+
+void st_error_keep(st_kept_error *e) { snprintf(e->msg, sizeof e->msg, "%s", last_error); }
+
+st_status st_error_again(const st_kept_error *e, st_status s) { return st_fail(s, "%s", e->msg); }

@@ -429,7 +429,7 @@ ST_MULTIVERSION static bool loss_row(const float *restrict z, float *restrict dz
 
 st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct)
 {
-    const double t0 = n->profiling ? nn_now() : 0;
+    const double t0 = n->profiling ? st_now_s() : 0;
     const int k = st_model_classes(n->model), rows = n->batch * st_model_positions(n->model);
     for (int i = 0; i < rows; i++)
         if (labels[i] < 0 || labels[i] >= k)
@@ -451,7 +451,7 @@ st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct)
     if (correct)
         *correct = right;
     if (n->profiling)
-        n->prof[NODE_KINDS + 1] += nn_now() - t0;
+        n->prof[NODE_KINDS + 1] += st_now_s() - t0;
     return ST_OK;
 }
 

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "shmtrain/clock.h"
 #include "model.h"
 #include "shmtrain/bf16.h"
 #include "shmtrain/optim.h"
@@ -120,13 +121,6 @@ st_status nn_copy_add(st_net *n, size_t offset, size_t count, st_bf16 *dst, uint
 void nn_copies_refresh(st_net *n);
 void nn_copies_free(st_net *n);
 
-/* The profiler's clock. */
-static inline double nn_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* A backend runs a built exec graph.  Two implement it: the reference
  * (ref_backend.c, plain C, the definition of every op) and oneDNN

@@ -112,7 +112,7 @@ static st_status run(st_net *n, const struct oplist *l)
 {
     for (int i = 0; i < l->n; i++) {
         const struct op *o = &l->v[i];
-        double t0 = n->profiling ? nn_now() : 0;
+        double t0 = n->profiling ? st_now_s() : 0;
         if (o->step) {
             st_status st = o->step(n, o->node);
             if (st != ST_OK)
@@ -125,7 +125,7 @@ static st_status run(st_net *n, const struct oplist *l)
             }
         }
         if (n->profiling)
-            n->prof[o->prof] += nn_now() - t0;
+            n->prof[o->prof] += st_now_s() - t0;
         if (o->counted == OP_COUNTS_CONVERSION) {
             n->counters.conversions++;
             n->counters.converted_bytes += o->counted_bytes;

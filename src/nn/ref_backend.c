@@ -388,13 +388,13 @@ static st_status ref_forward(st_net *n, const void *input)
 {
     n->input = input;
     for (int j = 0; j < n->nx; j++) {
-        double t0 = n->profiling ? nn_now() : 0;
+        double t0 = n->profiling ? st_now_s() : 0;
         struct ref_step t = step_of(n, j);
         ref_layers[t.x->kind].forward(&t);
         if (t.x->fuse_relu)
             ref_relu_fwd(t.y, t.y, t.sz);
         if (n->profiling)
-            n->prof[n->x[j].kind] += nn_now() - t0;
+            n->prof[n->x[j].kind] += st_now_s() - t0;
     }
     memcpy(n->logits, n->x[n->nx - 1].ref->dst, st_net_output_size(n) * sizeof(float));
     return ST_OK;
@@ -403,7 +403,7 @@ static st_status ref_forward(st_net *n, const void *input)
 static st_status ref_backward(st_net *n)
 {
     for (int j = n->nx - 1; j >= 0; j--) {
-        double t0 = n->profiling ? nn_now() : 0;
+        double t0 = n->profiling ? st_now_s() : 0;
         struct ref_step t = step_of(n, j);
         if (t.x->in >= 0) {  /* the input node has nothing to pass back */
             if (t.x->fuse_relu)
@@ -413,7 +413,7 @@ static st_status ref_backward(st_net *n)
             nn_grads_ready(n, j);
         }
         if (n->profiling)
-            n->prof[n->x[j].kind] += nn_now() - t0;
+            n->prof[n->x[j].kind] += st_now_s() - t0;
     }
     if (n->cfg.input_grad)
         memcpy(n->input_grad, n->x[0].ref->diff, nn_node_size(n, n->x[0].nd) * sizeof(float));

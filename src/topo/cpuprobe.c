@@ -1,6 +1,7 @@
 /* The multiply-add probe (see cpuprobe.h): one forked child per CPU, pinned,
  * started together through a pipe, each reporting its GFLOPS through another. */
 #define _GNU_SOURCE
+#include "shmtrain/clock.h"
 #include "shmtrain/cpuprobe.h"
 
 #include <errno.h>
@@ -12,13 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 /* 12 independent accumulators hide the multiply-add latency on two ports;
  * the sum goes to *sink so that nothing is optimised away. */
 #define FMA_LOOP(name, isa, vec, lanes, set1, fmadd, add, storeu)                                      \
@@ -29,14 +23,14 @@ static double now_s(void)
             a[k] = set1(0.1f + 0.01f * (float)k);                                                    \
         const vec b = set1(0.9999f), c = set1(1e-5f);                                                \
         long rounds = 0;                                                                             \
-        const double t0 = now_s();                                                                   \
+        const double t0 = st_now_s();                                                                   \
         double t;                                                                                    \
         do {                                                                                         \
             for (int i = 0; i < 100000; i++) {                                                       \
                 _Pragma("GCC unroll 12") for (int k = 0; k < 12; k++) a[k] = fmadd(a[k], b, c);      \
             }                                                                                        \
             rounds++;                                                                                \
-        } while ((t = now_s() - t0) < seconds);                                                      \
+        } while ((t = st_now_s() - t0) < seconds);                                                      \
         vec s = a[0];                                                                                \
         for (int k = 1; k < 12; k++)                                                                 \
             s = add(s, a[k]);                                                                        \
@@ -57,14 +51,14 @@ static double fma_sse(double seconds, float *sink)
         a[k] = _mm_set1_ps(0.1f + 0.01f * (float)k);
     const __m128 b = _mm_set1_ps(0.9999f), c = _mm_set1_ps(1e-5f);
     long rounds = 0;
-    const double t0 = now_s();
+    const double t0 = st_now_s();
     double t;
     do {
         for (int i = 0; i < 100000; i++)
             for (int k = 0; k < 12; k++)
                 a[k] = _mm_add_ps(_mm_mul_ps(a[k], b), c);
         rounds++;
-    } while ((t = now_s() - t0) < seconds);
+    } while ((t = st_now_s() - t0) < seconds);
     *sink = _mm_cvtss_f32(a[0]) + _mm_cvtss_f32(a[11]);
     return rounds * 100000.0 * 12 * 2 * 4 / t / 1e9;
 }

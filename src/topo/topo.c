@@ -126,7 +126,6 @@ void st_topo_destroy(st_topo *t)
     free(t);
 }
 
-const char *st_topo_summary(const st_topo *t) { return t->summary; }
 
 bool st_topo_is_this_system(const st_topo *t) { return t->this_system; }
 

@@ -109,3 +109,14 @@ st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root
 #endif
     return st_broadcast(c->local, buf, bytes, root);
 }
+
+st_status comm_node_broadcast(struct train_comm *c, void *buf, size_t bytes, int root)
+{
+    return st_broadcast(c->local, buf, bytes, root);
+}
+
+st_status comm_node_barrier(struct train_comm *c) { return st_barrier(c->local); }
+const char *comm_job_id(const struct train_comm *c) { return st_group_job_id(c->local); }
+void *comm_zero_copy_buffer(struct train_comm *c) { return st_group_buffer(c->local, NULL); }
+void comm_heartbeat(struct train_comm *c) { st_group_heartbeat(c->local); }
+double comm_wait_seconds(const struct train_comm *c) { return st_group_wait_seconds(c->local); }

@@ -38,5 +38,15 @@ void comm_leave(struct train_comm *c, bool failed);
 st_status comm_allreduce(struct train_comm *c, void *buf, size_t count, st_dtype dtype, st_reduce_op op);
 st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root);
 
+/* In this node: what its ranks share (decoded data published once per
+ * node), the zero-copy gradient buffer, and the launcher's heartbeat. */
+st_status comm_node_broadcast(struct train_comm *c, void *buf, size_t bytes, int root);
+st_status comm_node_barrier(struct train_comm *c);
+const char *comm_job_id(const struct train_comm *c);
+void *comm_zero_copy_buffer(struct train_comm *c);
+void comm_heartbeat(struct train_comm *c);
+/* Seconds this rank has spent blocked waiting for its node's peers. */
+double comm_wait_seconds(const struct train_comm *c);
+
 
 #endif

@@ -26,12 +26,6 @@ static const char *token_unit(const struct trainer *t)
 static const double THRESHOLDS[NTHRESH] = {0.80, 0.85, 0.88, 0.89, 0.90, 0.91, 0.92};
 _Static_assert(NTHRESH <= ST_METRICS_MAX_TARGETS, "the summary record holds every threshold");
 
-double train_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ------------------------------------------------------------ output -- */
 
@@ -60,7 +54,7 @@ static const char *rate_unit(const struct trainer *t) { return t->text ? "tokens
 
 void train_log_interval(struct trainer *t, float lr)
 {
-    const double now = train_now_s(), span = now - t->interval_start;
+    const double now = st_now_s(), span = now - t->interval_start;
     const double samples = (double)t->interval_steps * t->global_batch;
     const double loss = t->loss_sum / t->interval_steps, acc = t->correct_sum / t->interval_steps;
     const double sps = span > 0 ? samples / span : 0;
@@ -96,7 +90,7 @@ void train_log_interval(struct trainer *t, float lr)
     }
     t->t_compute = t->t_reduce = t->t_wait = t->t_data = t->loss_sum = t->correct_sum = 0;
     t->interval_steps = 0;
-    t->interval_start = train_now_s();
+    t->interval_start = st_now_s();
 }
 
 /* ---------------------------------------------------------- evaluation -- */
@@ -113,7 +107,7 @@ static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out, 
         int valid;
         if ((st = train_fill_eval_batch(t, first, &valid)) != ST_OK)
             break;
-        st_group_heartbeat(t->comm.local);  /* no collective until the end: tell the launcher we progress */
+        comm_heartbeat(&t->comm);  /* no collective until the end: tell the launcher we progress */
         if ((st = st_net_forward(t->net, t->x)) != ST_OK)
             break;
         st_net_output(t->net, logits);
@@ -148,11 +142,11 @@ st_status train_eval_and_report(struct trainer *t)
 {
     double acc, loss;
     unsigned long long predictions = 0;
-    double t0 = train_now_s();
+    double t0 = st_now_s();
     st_status st = evaluate(t, &acc, &loss, &predictions);
     if (st != ST_OK)
         return st;
-    const double at = train_now_s() - t->start + t->elapsed_before;
+    const double at = st_now_s() - t->start + t->elapsed_before;
     t->last_eval_step = (long)t->step;
     t->last_acc = acc;
     t->last_loss = loss;
@@ -165,7 +159,7 @@ st_status train_eval_and_report(struct trainer *t)
         }
     train_record(t, &(st_record){.type = ST_RECORD_EVAL,
                            .u.eval = {.step = t->step, .epoch = t->epoch, .test_loss = loss, .test_accuracy = acc,
-                                      .time_s = at, .eval_s = train_now_s() - t0, .predictions = predictions}});
+                                      .time_s = at, .eval_s = st_now_s() - t0, .predictions = predictions}});
     const char *unit = token_unit(t);
     if (t->text)
         train_say(t, "eval  step %llu: validation loss %.4f (%.3f bits per %s), next-%s accuracy %.2f%% "
@@ -175,7 +169,7 @@ st_status train_eval_and_report(struct trainer *t)
         train_say(t, "eval  epoch %llu step %llu: test loss %.4f, test accuracy %.2f%% (best %.2f%%)\n",
             (unsigned long long)t->epoch + (t->epoch_pos ? 1 : 0), (unsigned long long)t->step, loss, 100 * acc,
             100 * t->best_acc);
-    t->interval_start += train_now_s() - t0;  /* evaluation is not training time */
+    t->interval_start += st_now_s() - t0;  /* evaluation is not training time */
     return ST_OK;
 }
 
@@ -241,7 +235,7 @@ void train_run_record(struct trainer *t)
 
 void train_summary(struct trainer *t, st_train_result *r)
 {
-    const double total = train_now_s() - t->start + t->elapsed_before;
+    const double total = st_now_s() - t->start + t->elapsed_before;
     const double sps = t->train_seconds > 0 ? r->samples_per_s : 0;
     if (t->text)
         train_say(t, "done: %ld steps in %.1f s (%.0f tokens/s training), final validation loss %.4f (%.3f bits per "

@@ -60,7 +60,7 @@ static st_status save(struct trainer *t)
                  .optim_steps = st_optim_steps(t->opt),
                  .epoch = t->epoch, .epoch_pos = t->epoch_pos, .step = t->step, .seed = t->o->seed,
                  .world_size = (uint32_t)t->world, .best_accuracy = t->best_acc,
-                 .elapsed_s = train_now_s() - t->start + t->elapsed_before,
+                 .elapsed_s = st_now_s() - t->start + t->elapsed_before,
                  .alphabet = t->text ? (uint8_t *)st_text_alphabet(t->text) : NULL,
                  .nalphabet = t->text ? (uint32_t)st_text_alphabet_len(t->text) : 0};
     c.nbuffers = nb;
@@ -183,7 +183,7 @@ static st_status micro_batches(struct trainer *t, float *loss, float *accuracy)
 static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
 {
     const st_train_options *o = t->o;
-    const double t0 = train_now_s();
+    const double t0 = st_now_s();
     float loss, accuracy;
     st_status st;
     if ((st = micro_batches(t, &loss, &accuracy)) != ST_OK)
@@ -193,11 +193,11 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
     tail[1] = accuracy;
     tail[2] = atomic_load(&stop_requested) ? 1.0f : 0.0f;
     tail[3] = isfinite(loss) ? 0.0f : 1.0f;
-    const double t1 = train_now_s(), w0 = st_group_wait_seconds(t->comm.local);
+    const double t1 = st_now_s(), w0 = comm_wait_seconds(&t->comm);
     if ((st = exchange(t)) != ST_OK)
         return st;
-    const double t2 = train_now_s();
-    t->t_wait += st_group_wait_seconds(t->comm.local) - w0;
+    const double t2 = st_now_s();
+    t->t_wait += comm_wait_seconds(&t->comm) - w0;
     if (tail[3] > 0 || !isfinite(tail[0]))
         return st_fail(ST_ERR_FORMAT, "step %llu: the loss is not finite (NaN/Inf); stopping, the last good "
                                       "checkpoint (%s) is kept; lower --lr or set --clip-norm",
@@ -208,7 +208,7 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
                                       "good checkpoint (%s) is kept", (unsigned long long)t->step, o->checkpoint);
     float lr = st_schedule_lr(&t->sched, t->step) * (o->scale_lr ? (float)t->world : 1.0f);
     st_optim_step(t->opt, t->params, t->grads, lr);
-    const double t3 = train_now_s();
+    const double t3 = st_now_s();
     t->t_compute += (t1 - t0) + (t3 - t2);
     t->t_reduce += t2 - t1;
     t->loss_sum += tail[0];
@@ -270,7 +270,7 @@ static st_status setup(struct trainer *t)
     t->tty = t->rank == 0 && (isatty(STDOUT_FILENO) || getenv(ST_ENV_CONSOLE_TTY));
     if ((st = train_load_data(t)) != ST_OK)
         return st;
-    t->grads = st_group_buffer(t->comm.local, NULL);
+    t->grads = comm_zero_copy_buffer(&t->comm);
     if (bf16_bytes)
         t->grads_bf16 = (st_bf16 *)((char *)t->grads + f32_bytes);
     if (o->bucket_mb > 0 && bf16_bytes)
@@ -329,13 +329,13 @@ static st_status maybe_resume(struct trainer *t)
         st = st_import_safetensors(t->o->init_from, t->model, st_net_params(t->net, NULL), st_net_buffers(t->net, NULL));
     /* Every rank must agree before going on: one bad read stops all. */
     float bad = st != ST_OK;
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", st_last_error());
+    st_kept_error kept;
+    st_error_keep(&kept);
     st_status rs = comm_allreduce(&t->comm, &bad, 1, ST_DTYPE_F32, ST_SUM);
     if (rs != ST_OK)
         return rs;
     if (bad > 0)
-        return st != ST_OK ? st_fail(st, "%s", saved) : st_fail(ST_ERR_PEER_DEAD, "another rank could not resume");
+        return st != ST_OK ? st_error_again(&kept, st) : st_fail(ST_ERR_PEER_DEAD, "another rank could not resume");
     /* Identical replicas from the start (and after a resume). */
     size_t P, B;
     float *p = st_net_params(t->net, &P), *b = st_net_buffers(t->net, &B);
@@ -380,7 +380,7 @@ static st_status loop(struct trainer *t, st_train_result *r)
     st_status st = ST_OK;
     bool stop = false, done = false;
     float lr = o->schedule.lr;
-    double train_start = train_now_s();
+    double train_start = st_now_s();
     t->interval_start = train_start;
     for (; t->epoch < (uint64_t)t->epochs_total && !done && st == ST_OK; t->epoch++, t->epoch_pos = 0) {
         if (!t->text)
@@ -420,7 +420,7 @@ static st_status loop(struct trainer *t, st_train_result *r)
         if (reached_target(t))
             done = true;
     }
-    t->train_seconds = train_now_s() - train_start;
+    t->train_seconds = st_now_s() - train_start;
     if (st != ST_OK)
         return st;
     if (t->interval_steps)
@@ -441,7 +441,7 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
         t.reached_at[i] = -1;
     if (o->batch < 1 || o->epochs < 0 || o->log_every < 1)
         return st_fail(ST_ERR_INVALID, "--batch-size, --epochs and --log-every must be at least 1");
-    t.start = train_now_s();
+    t.start = st_now_s();
     st_status st = setup(&t);
     if (st == ST_OK)
         st = maybe_resume(&t);
@@ -475,16 +475,16 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
         r->best_accuracy = t.best_acc;
         r->final_accuracy = t.last_acc;
         r->final_loss = t.last_loss;
-        r->seconds = train_now_s() - t.start + t.elapsed_before;
+        r->seconds = st_now_s() - t.start + t.elapsed_before;
         if (t.train_seconds > 0)
             r->samples_per_s = (double)((t.step - t.first_step) * t.global_batch) / t.train_seconds;
         if (st == ST_OK)
             train_summary(&t, r);
     }
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", st_last_error());
+    st_kept_error kept;
+    st_error_keep(&kept);
     teardown(&t, st != ST_OK && st != ST_ERR_INTERRUPTED);
     if (st != ST_OK && st != ST_ERR_INTERRUPTED)
-        st_fail(st, "%s", saved);
+        st_error_again(&kept, st);
     return st;
 }

@@ -106,9 +106,89 @@ static st_status check_fits(const struct trainer *t, const st_dataset *d)
     return ST_OK;
 }
 
-/* Each node's first rank decodes both splits and publishes them; the
- * node's others attach, so the decoded bytes exist once per node.  It tells
- * its node whether that worked before anyone attaches. */
+/* ------------------------------------------- decoded once per node -- */
+
+/* What one kind of data does in the node's exchange (decode_and_publish). */
+struct publication {
+    const char *what;                                 /* "data", "text": for the peers' message */
+    st_status (*decode)(struct trainer *t, bool publish);  /* the first rank: read, check, publish */
+    st_status (*attach)(struct trainer *t);           /* the others: map what it published */
+    void (*unpublish)(struct trainer *t);             /* the first, once all have: remove the names */
+};
+
+/* /dev/shm's name for `what` of this job (shmname.h). */
+static st_status shared_name(const struct trainer *t, const char *what, char *name, size_t len)
+{
+    return st_shm_name(name, len, comm_job_id(&t->comm), what);
+}
+
+/* The node's first rank decodes and publishes, and tells the others
+ * whether that worked (its message kept across the telling); they attach;
+ * once all have, the names go.  One decoded copy per node, whatever the
+ * kind of data. */
+static st_status decode_and_publish(struct trainer *t, const struct publication *p)
+{
+    const bool first = t->comm.local_rank == 0, sharing = t->comm.local_world > 1;
+    int status = first ? (int)p->decode(t, sharing) : 0;
+    st_kept_error kept;
+    st_error_keep(&kept);
+    st_status st;
+    if (sharing && (st = comm_node_broadcast(&t->comm, &status, sizeof status, 0)) != ST_OK)
+        return st;
+    if (status != ST_OK)
+        return first ? st_error_again(&kept, (st_status)status)
+                     : st_fail(ST_ERR_PEER_DEAD, "rank %d, the first of this node, could not load the %s (its log "
+                                                 "says why)", t->rank - t->comm.local_rank, p->what);
+    if (!sharing)
+        return ST_OK;
+    if (!first && (st = p->attach(t)) != ST_OK)
+        return st;
+    if ((st = comm_node_barrier(&t->comm)) != ST_OK)
+        return st;
+    if (first)
+        p->unpublish(t);
+    return ST_OK;
+}
+
+static const char *const SPLIT_NAME[2] = {"data-train", "data-test"};
+
+static st_status decode_images(struct trainer *t, bool publish)
+{
+    st_dataset **ds[2] = {&t->train, &t->test};
+    st_status st = load_splits(t, ds[0], ds[1]);
+    for (int s = 0; s < 2 && st == ST_OK; s++) {
+        char name[160];
+        st_dataset_truncate(*ds[s], (size_t)(s ? t->o->test_subset : t->o->train_subset));
+        if ((st = check_fits(t, *ds[s])) == ST_OK && publish && (st = shared_name(t, SPLIT_NAME[s], name,
+                                                                                   sizeof name)) == ST_OK)
+            st = st_dataset_share(*ds[s], name);
+    }
+    return st;
+}
+
+static st_status attach_images(struct trainer *t)
+{
+    st_dataset **ds[2] = {&t->train, &t->test};
+    st_status st = ST_OK;
+    for (int s = 0; s < 2 && st == ST_OK; s++) {
+        char name[160];
+        if ((st = shared_name(t, SPLIT_NAME[s], name, sizeof name)) == ST_OK)
+            st = st_dataset_attach(ds[s], name);
+    }
+    return st;
+}
+
+static void unpublish_images(struct trainer *t)
+{
+    for (int s = 0; s < 2; s++) {
+        char name[160];
+        if (shared_name(t, SPLIT_NAME[s], name, sizeof name) == ST_OK)
+            st_dataset_unlink_shared(name);
+    }
+}
+
+static const struct publication IMAGES = {"data", decode_images, attach_images, unpublish_images};
+
 st_status train_load_text(struct trainer *t);
 
 st_status train_load_data(struct trainer *t)
@@ -130,48 +210,9 @@ st_status train_load_data(struct trainer *t)
         return fs;
     if (streamed)  /* every rank its own batches: nothing to publish */
         return (fs = check_fits(t, t->train)) == ST_OK ? check_fits(t, t->test) : fs;
-    char names[2][160];
-    int status = 0;
-    st_status st = ST_OK;
-    for (int s = 0; s < 2; s++)
-        if ((st = st_shm_name(names[s], sizeof names[s], st_group_job_id(t->comm.local), s ? "data-test" : "data-train")) !=
-            ST_OK)
-            return st;
-    const int first = t->comm.local_rank == 0, sharing = t->comm.local_world > 1;
-    if (first) {
-        st_dataset **ds[2] = {&t->train, &t->test};
-        st = load_splits(t, ds[0], ds[1]);
-        for (int s = 0; s < 2 && st == ST_OK; s++) {
-            st_dataset_truncate(*ds[s], (size_t)(s ? o->test_subset : o->train_subset));
-            if ((st = check_fits(t, *ds[s])) == ST_OK && sharing)
-                st = st_dataset_share(*ds[s], names[s]);
-        }
-        status = (int)st;
-    }
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", st_last_error());
-    if (sharing) {
-        st_status bs = st_broadcast(t->comm.local, &status, sizeof status, 0);
-        if (bs != ST_OK)
-            return bs;
-    }
-    if (status != ST_OK) {
-        if (first)
-            return st_fail((st_status)status, "%s", saved);
-        return st_fail(ST_ERR_PEER_DEAD, "rank %d, the first of this node, could not load the data (its log says why)",
-                       t->rank - t->comm.local_rank);
-    }
-    if (sharing) {
-        if (!first && ((st = st_dataset_attach(&t->train, names[0])) != ST_OK ||
-                             (st = st_dataset_attach(&t->test, names[1])) != ST_OK))
-            return st;
-        if ((st = st_barrier(t->comm.local)) != ST_OK)
-            return st;
-        if (first) {
-            st_dataset_unlink_shared(names[0]);
-            st_dataset_unlink_shared(names[1]);
-        }
-    }
+    st_status st = decode_and_publish(t, &IMAGES);
+    if (st != ST_OK)
+        return st;
     train_close_folder(t);  /* decoded: its listing is done with */
     int c, h, w;
     st_dataset_shape(t->train, &c, &h, &w);
@@ -204,43 +245,45 @@ static st_status read_text(struct trainer *t, bool first)
     return st_text_load_tokens(&t->text, o->tokens_bin, o->val_bin, vocab, first);
 }
 
+/* Token files are mapped: the page cache holds their one copy, so the
+ * others map them too once the first has checked them; text is published. */
 static bool from_token_files(const struct trainer *t) { return t->o->tokens_bin != NULL; }
 
-/* As the images: the node's first rank reads and publishes, the others
- * attach, then the name goes.  Token files are mapped: the page cache holds
- * their one copy, so the others map them once the first has checked them. */
-st_status train_load_text(struct trainer *t)
+static st_status decode_text(struct trainer *t, bool publish)
 {
     char name[160];
-    st_status st = st_shm_name(name, sizeof name, st_group_job_id(t->comm.local), "text");
+    st_status st = read_text(t, true);
+    if (st == ST_OK)
+        st = check_text_fits(t);
+    if (st == ST_OK && publish && !st_text_is_mapped(t->text) && (st = shared_name(t, "text", name, sizeof name)) ==
+                                                                       ST_OK)
+        st = st_text_share(t->text, name);
+    return st;
+}
+
+static st_status attach_text(struct trainer *t)
+{
+    char name[160];
+    if (from_token_files(t))
+        return read_text(t, false);
+    st_status st = shared_name(t, "text", name, sizeof name);
+    return st == ST_OK ? st_text_attach(&t->text, name) : st;
+}
+
+static void unpublish_text(struct trainer *t)
+{
+    char name[160];
+    if (!from_token_files(t) && shared_name(t, "text", name, sizeof name) == ST_OK)
+        st_dataset_unlink_shared(name);
+}
+
+static const struct publication TEXT = {"text", decode_text, attach_text, unpublish_text};
+
+st_status train_load_text(struct trainer *t)
+{
+    st_status st = decode_and_publish(t, &TEXT);
     if (st != ST_OK)
         return st;
-    const int first = t->comm.local_rank == 0, sharing = t->comm.local_world > 1;
-    int status = 0;
-    if (first) {
-        st = read_text(t, true);
-        if (st == ST_OK)
-            st = check_text_fits(t);
-        if (st == ST_OK && sharing && !st_text_is_mapped(t->text))
-            st = st_text_share(t->text, name);
-        status = (int)st;
-    }
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", st_last_error());
-    if (sharing && (st = st_broadcast(t->comm.local, &status, sizeof status, 0)) != ST_OK)
-        return st;
-    if (status != ST_OK)
-        return first ? st_fail((st_status)status, "%s", saved)
-                     : st_fail(ST_ERR_PEER_DEAD, "rank %d, the first of this node, could not load the text (its log "
-                                                 "says why)", t->rank - t->comm.local_rank);
-    if (sharing) {
-        if (!first && (st = from_token_files(t) ? read_text(t, false) : st_text_attach(&t->text, name)) != ST_OK)
-            return st;
-        if ((st = st_barrier(t->comm.local)) != ST_OK)
-            return st;
-        if (first && !from_token_files(t))
-            st_dataset_unlink_shared(name);
-    }
     t->eval_count = st_text_eval_windows(t->text, t->context, (size_t)t->o->eval_windows);
     return ST_OK;
 }

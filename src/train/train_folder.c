@@ -96,12 +96,12 @@ static bool next_batch(struct trainer *t, const st_batch_spec *spec, int micro, 
 
 st_status train_stream_batch(struct trainer *t, const st_batch_spec *spec, int micro)
 {
-    const double t0 = train_now_s();
+    const double t0 = st_now_s();
     st_status st = st_stream_take(t->stream[0], spec, t->x, t->y, NULL);
     st_batch_spec next;
     if (st == ST_OK && next_batch(t, spec, micro, &next))
         st = st_stream_request(t->stream[0], &next);
-    t->t_data += train_now_s() - t0;
+    t->t_data += st_now_s() - t0;
     return st;
 }
 

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "shmtrain/clock.h"
 #include "accum.h"
 #include "comm.h"
 #include "overlap.h"
@@ -94,9 +95,8 @@ st_status train_fill_batch(struct trainer *t, int micro);
 size_t train_eval_samples(const struct trainer *t);
 st_status train_fill_eval_batch(struct trainer *t, size_t first, int *valid);
 
-/* report.c: the clock; a progress line (rank 0, unless --quiet); a metrics
- * record (rank 0's --metrics file, if open). */
-double train_now_s(void);
+/* report.c: a progress line (rank 0, unless --quiet); a metrics record
+ * (rank 0's --metrics file, if open). */
 void train_say(const struct trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void train_record(struct trainer *t, const st_record *r);
 /* The interval's train record and progress line; the next interval begins. */
