@@ -42,6 +42,7 @@
 
 #include "shmtrain/bf16.h"
 #include "shmtrain/coll.h"
+#include "shmtrain/env.h"
 
 #ifdef WITH_MPI
 #include <mpi.h>
@@ -470,8 +471,8 @@ int main(int argc, char **argv)
 {
     struct options o = parse(argc, argv);
     if (o.ranks <= 0) {
-        const char *job = getenv("SHMTRAIN_JOB_ID");
-        const char *r = getenv("SHMTRAIN_RANK"), *w = getenv("SHMTRAIN_WORLD_SIZE");
+        const char *job = getenv(ST_ENV_JOB_ID);
+        const char *r = getenv(ST_ENV_RANK), *w = getenv(ST_ENV_WORLD_SIZE);
         if (!job || !r || !w) {
             fprintf(stderr, "st-allreduce-bench: give -n RANKS or run under shmrun\n");
             return 2;

@@ -1,7 +1,7 @@
-/* A/B of one engine switch inside one process: net A is built as the
- * environment says, net B with VAR=VALUE set while it is built (the
- * engine's switches, listed in src/nn/onednn_internal.h, are read then),
- * and the two run in alternating blocks of steps.  On a shared VM whose
+/* A/B of one engine switch inside one process: net A is built with the
+ * switches the environment sets, net B with VAR=VALUE on top (VAR one of
+ * include/shmtrain/tuning.h's switches by its environment name, VALUE 1 or
+ * 0), and the two run in alternating blocks of steps.  On a shared VM whose
  * speed drifts within seconds this compares like with like where two
  * separate runs cannot.
  *
@@ -37,20 +37,12 @@ static double median(double *v, int n)
     return v[n / 2];
 }
 
-static void ab(const char *model, int threads, const char *var, const char *value, int blocks, double seconds,
-               int batch)
+static void ab(const char *model, int threads, const st_nn_tuning *ta_cfg, const st_nn_tuning *tb_cfg, int blocks,
+               double seconds, int batch)
 {
     struct step_rig a, b;
-    const char *had = getenv(var);
-    char *keep = had ? strdup(had) : NULL;
-    rig_create(&a, "st-step-ab", model, batch, threads);
-    setenv(var, value, 1);
-    rig_create(&b, "st-step-ab", model, batch, threads);
-    if (keep)
-        setenv(var, keep, 1);
-    else
-        unsetenv(var);
-    free(keep);
+    rig_create_tuned(&a, "st-step-ab", model, batch, threads, ST_DTYPE_F32, ta_cfg);
+    rig_create_tuned(&b, "st-step-ab", model, batch, threads, ST_DTYPE_F32, tb_cfg);
     double ta[MAX_BLOCKS], tb[MAX_BLOCKS];
     int b_faster = 0;
     block(&a, seconds), block(&b, seconds);  /* warm-up */
@@ -103,9 +95,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "st-step-ab: need 1 <= --blocks <= %d, --block-seconds > 0, --batch >= 1\n", MAX_BLOCKS);
         return 2;
     }
+    st_nn_tuning ta, tb;
+    st_nn_tuning_from_env(&ta);
+    tb = ta;
+    if (!st_nn_tuning_set(&tb, var, strcmp(value, "0") != 0)) {
+        int n;
+        const st_nn_switch *sw = st_nn_switches(&n);
+        fprintf(stderr, "st-step-ab: %s is not an engine switch; they are:", var);
+        for (int i = 0; i < n; i++)
+            fprintf(stderr, " %s", sw[i].env);
+        fprintf(stderr, "\n");
+        return 2;
+    }
     st_nn_flush_denormals(true);
-    printf("# A: as the environment says; B: %s=%s while its net is built; medians over %d blocks\n", var, value,
-           blocks);
+    printf("# A: the environment's switches; B: %s=%s too; medians over %d blocks\n", var, value, blocks);
     printf("%-7s %7s %10s %10s %7s %8s\n", "model", "threads", "A ms", "B ms", "B/A", "B faster");
     char *ms = NULL, *ts = NULL;
     for (char *m = strtok_r(models, ",", &ms); m; m = strtok_r(NULL, ",", &ms)) {
@@ -117,7 +120,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "st-step-ab: --threads: '%s' is not a thread count\n", t);
                 return 2;
             }
-            ab(m, nt, var, value, blocks, seconds, batch);
+            ab(m, nt, &ta, &tb, blocks, seconds, batch);
         }
     }
     return 0;

@@ -38,11 +38,19 @@ void rig_create(struct step_rig *r, const char *tool, const char *model, int bat
 
 void rig_create_in(struct step_rig *r, const char *tool, const char *model, int batch, int threads, st_dtype precision)
 {
+    st_nn_tuning tuning;
+    st_nn_tuning_from_env(&tuning);  /* a benchmark is a main(): the switches are its environment's */
+    rig_create_tuned(r, tool, model, batch, threads, precision, &tuning);
+}
+
+void rig_create_tuned(struct step_rig *r, const char *tool, const char *model, int batch, int threads,
+                      st_dtype precision, const st_nn_tuning *tuning)
+{
     *r = (struct step_rig){.tool = tool};
     omp_set_num_threads(threads);
     if (st_model_load(&r->model, model) != ST_OK)
         die(r, "model");
-    st_net_config nc = {.batch = batch, .precision = precision};
+    st_net_config nc = {.batch = batch, .precision = precision, .tuning = *tuning};
     if (st_net_create(&r->net, r->model, &nc) != ST_OK)
         die(r, "building the net");
     size_t P, in = st_model_input_size(r->model) * (size_t)batch;

@@ -23,6 +23,9 @@ void rig_sort(double *v, int n);  /* ascending, for medians and ranges */
 void rig_create(struct step_rig *r, const char *tool, const char *model, int batch, int threads);
 /* The same in a precision (ST_DTYPE_F32 or ST_DTYPE_BF16). */
 void rig_create_in(struct step_rig *r, const char *tool, const char *model, int batch, int threads, st_dtype precision);
+/* ... with these engine switches (the others take the environment's) */
+void rig_create_tuned(struct step_rig *r, const char *tool, const char *model, int batch, int threads,
+                      st_dtype precision, const st_nn_tuning *tuning);
 /* One step; the seconds the optimizer took, for the shares. */
 double rig_step(struct step_rig *r);
 void rig_destroy(struct step_rig *r);

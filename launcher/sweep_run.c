@@ -132,7 +132,7 @@ static const char *find_torch_script(const char *asked)
     static char found[1024];
     if (asked)
         return access(asked, R_OK) == 0 ? asked : NULL;
-    const char *env = getenv("SHMTRAIN_TORCH_DDP");
+    const char *env = getenv(ST_ENV_TORCH_DDP);
     if (env)
         return access(env, R_OK) == 0 ? env : NULL;
     char paths[2048];

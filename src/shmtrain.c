@@ -97,7 +97,7 @@ static int print_summary(const st_train_options *o)
         goto fail;
     st_model_summary(m, stdout);
     if (o->precision != ST_DTYPE_F32) {
-        const st_net_config nc = {.batch = o->batch, .precision = o->precision};
+        const st_net_config nc = {.batch = o->batch, .precision = o->precision, .tuning = o->tuning};
         if (st_net_create(&n, m, &nc) != ST_OK)
             goto fail;
         printf("\n");
@@ -295,7 +295,7 @@ static int print_version(void)
     st_nn_onednn_version(version, sizeof version);
     st_nn_onednn_library(library, sizeof library);
     printf("shmtrain %s\noneDNN %s (%s), ISA %s, bf16 %s\n", SHMTRAIN_VERSION, version, library, st_nn_onednn_isa(),
-           st_nn_bf16_supported() ? "native" : "not native here");
+           st_nn_bf16_supported(NULL) ? "native" : "not native here");
     return 0;
 }
 
@@ -398,6 +398,7 @@ int main(int argc, char **argv)
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     st_train_options o;
     st_train_defaults(&o);
+    st_nn_tuning_from_env(&o.tuning);  /* the engine's switches: main() reads them, the library does not */
     argv = with_recipe(&argc, argv, &o.model_recipe);
     bool momentum_set = false, summary = false;
     opterr = 0;
@@ -488,7 +489,7 @@ int main(int argc, char **argv)
         case O_ARDTYPE: o.allreduce_dtype = dtype_flag("--allreduce-dtype", optarg); break;
         case O_PRECISION:
             o.precision = dtype_flag("--precision", optarg);
-            if (st_nn_precision_check(o.precision, ST_BACKEND_ONEDNN) != ST_OK)
+            if (st_nn_precision_check(o.precision, ST_BACKEND_ONEDNN, &o.tuning) != ST_OK)
                 bad("--%s", st_last_error());
             break;
         case 'h': usage(stdout); return 0;

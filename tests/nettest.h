@@ -26,10 +26,28 @@ static inline st_model *parse(const char *text)
     return m;
 }
 
+/* The engine's switches as this test's environment sets them (ctest sets
+ * SHMTRAIN_BF16_ANY_ISA for the *_any_isa entries): a test is a main(). */
+static inline st_nn_tuning env_tuning(void)
+{
+    st_nn_tuning t;
+    st_nn_tuning_from_env(&t);
+    return t;
+}
+
+/* bf16 runs here: natively, or on oneDNN's reference kernels where this
+ * test's environment asks for them (the *_any_isa ctest entries). */
+static inline bool bf16_here(void)
+{
+    const st_nn_tuning t = env_tuning();
+    return st_nn_bf16_supported(&t);
+}
+
 static inline st_net *make_net(const st_model *m, int batch, st_backend b, st_dtype precision, bool input_grad)
 {
     st_net *n = NULL;
-    st_net_config c = {.batch = batch, .backend = b, .precision = precision, .input_grad = input_grad};
+    st_net_config c = {.batch = batch, .backend = b, .precision = precision, .input_grad = input_grad,
+                       .tuning = env_tuning()};
     if (st_net_create(&n, m, &c) != ST_OK)
         fail_msg("net failed: %s", st_last_error());
     return n;

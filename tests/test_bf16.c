@@ -68,7 +68,7 @@ static void describe_node(const st_net *n, int j, char *out, size_t len)
 
 static bool skipped(void)
 {
-    if (st_nn_bf16_supported())
+    if (bf16_here())
         return false;
     print_message("skipped: oneDNN's ISA here is %s, without native bf16 (AVX512-BF16 or AMX); the entry "
                   "test_bf16_any_isa checks the bf16 path with oneDNN's reference kernels\n",
@@ -83,13 +83,14 @@ static void test_gate(void **state)
     (void)state;
     st_model *m = parse("input 8\nlinear 4\n");
     st_net *n = NULL;
-    st_net_config ref = {.batch = 2, .backend = ST_BACKEND_REFERENCE, .precision = ST_DTYPE_BF16};
+    st_net_config ref = {.batch = 2, .backend = ST_BACKEND_REFERENCE, .precision = ST_DTYPE_BF16,
+                         .tuning = env_tuning()};
     assert_int_equal(st_net_create(&n, m, &ref), ST_ERR_INVALID);
     assert_non_null(strstr(st_last_error(), "definition"));
-    st_net_config odd = {.batch = 2, .precision = ST_DTYPE_I32};
+    st_net_config odd = {.batch = 2, .precision = ST_DTYPE_I32, .tuning = env_tuning()};
     assert_int_equal(st_net_create(&n, m, &odd), ST_ERR_INVALID);
-    st_net_config bf = {.batch = 2, .precision = ST_DTYPE_BF16};
-    if (st_nn_bf16_supported()) {
+    st_net_config bf = {.batch = 2, .precision = ST_DTYPE_BF16, .tuning = env_tuning()};
+    if (bf16_here()) {
         assert_int_equal(st_net_create(&n, m, &bf), ST_OK);
         st_net_destroy(n);
     } else {
@@ -211,23 +212,19 @@ static void check_layer(const struct layer_case *c, int batch, int threads, uint
     st_model_destroy(m);
 }
 
-/* SHMTRAIN_BF16_ANY_ISA: every bf16 layer on oneDNN's reference kernel (the
+/* tuning.bf16_any_isa: every bf16 layer on oneDNN's reference kernel (the
  * engine's choice, dn_pd_keep; on a CPU with the instructions the jit ones
  * come first, and on one without they would fault), and without it, where
  * the CPU has native bf16, never the reference. */
 static void test_any_isa_takes_reference_kernels(void **state)
 {
     (void)state;
-    const char *was = getenv("SHMTRAIN_BF16_ANY_ISA");
-    char *saved = was ? strdup(was) : NULL;
-    unsetenv("SHMTRAIN_BF16_ANY_ISA");
-    const bool native = st_nn_bf16_supported();
+    const bool native = st_nn_bf16_supported(NULL), hooked = getenv("LD_PRELOAD") != NULL;
     st_model *m = parse("input 8 8 8\nconv 16 k3 p1\nflatten\nlinear 10\n");
-    const st_net_config cfg = {.batch = 2, .precision = ST_DTYPE_BF16};
+    st_net_config cfg = {.batch = 2, .precision = ST_DTYPE_BF16};
     for (int any_isa = native ? 0 : 1; any_isa <= 1; any_isa++) {
-        if (any_isa)
-            setenv("SHMTRAIN_BF16_ANY_ISA", "1", 1);
-        if (!st_nn_bf16_supported()) {
+        cfg.tuning.bf16_any_isa = any_isa;
+        if (!native && !hooked) {
             print_message("skipped: no native bf16 here, and the reference kernels need tests/bf16_any_isa.c\n");
             break;
         }
@@ -240,15 +237,10 @@ static void test_any_isa_takes_reference_kernels(void **state)
             if (!strstr(line, "bf16: "))
                 fail_msg("node %d does not compute in bf16: %s", bf16_nodes[k], line);
             if ((strstr(line, "ref") != NULL) != any_isa)
-                fail_msg("%s: node %d's kernels %s", any_isa ? "SHMTRAIN_BF16_ANY_ISA" : "native", bf16_nodes[k], line);
+                fail_msg("%s: node %d's kernels %s", any_isa ? "bf16_any_isa" : "native", bf16_nodes[k], line);
         }
         st_net_destroy(n);
     }
-    if (saved)
-        setenv("SHMTRAIN_BF16_ANY_ISA", saved, 1);
-    else
-        unsetenv("SHMTRAIN_BF16_ANY_ISA");
-    free(saved);
     st_model_destroy(m);
 }
 

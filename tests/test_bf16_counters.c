@@ -32,7 +32,7 @@ static const char *const presets[] = {"mlp", "lenet", "cnn", "resnet", "gpt-mini
 
 static bool skipped(void)
 {
-    if (st_nn_bf16_supported())
+    if (bf16_here())
         return false;
     print_message("skipped: no native bf16 here; test_bf16_counters_any_isa runs this on oneDNN's reference "
                   "bf16 kernels\n");
@@ -74,7 +74,7 @@ static st_net *preset_net(const char *name, st_model **m, int batch, st_dtype pr
 {
     assert_int_equal(st_model_load(m, name), ST_OK);
     st_net *n = NULL;
-    const st_net_config c = {.batch = batch, .precision = precision};
+    const st_net_config c = {.batch = batch, .precision = precision, .tuning = env_tuning()};
     if (st_net_create(&n, *m, &c) != ST_OK)
         fail_msg("%s: %s", name, st_last_error());
     return n;
@@ -189,7 +189,7 @@ static void test_counts_by_definition(void **state)
         return;
     st_model *m = parse("input 8\nlinear 4\n");
     st_net *n = NULL;
-    const st_net_config c = {.batch = 3, .precision = ST_DTYPE_BF16, .input_grad = true};
+    const st_net_config c = {.batch = 3, .precision = ST_DTYPE_BF16, .input_grad = true, .tuning = env_tuning()};
     assert_int_equal(st_net_create(&n, m, &c), ST_OK);
     assert_int_equal(st_net_layers(n), 2);  /* a flatten (a view of the input), the linear layer */
     assert_int_equal(st_net_layer_compute(n, 0), ST_DTYPE_F32);
@@ -279,12 +279,13 @@ static void test_precision_request(void **state)
     assert_false(st_dtype_parse("f32", &t));
     assert_false(st_dtype_parse("BF16", &t));
     assert_string_equal(st_dtype_name(ST_DTYPE_F32), "fp32");
-    assert_int_equal(st_nn_precision_check(ST_DTYPE_F32, ST_BACKEND_REFERENCE), ST_OK);
-    assert_int_equal(st_nn_precision_check(ST_DTYPE_BF16, ST_BACKEND_REFERENCE), ST_ERR_INVALID);
+    assert_int_equal(st_nn_precision_check(ST_DTYPE_F32, ST_BACKEND_REFERENCE, NULL), ST_OK);
+    assert_int_equal(st_nn_precision_check(ST_DTYPE_BF16, ST_BACKEND_REFERENCE, NULL), ST_ERR_INVALID);
     assert_non_null(strstr(st_last_error(), "precision bf16"));
-    assert_int_equal(st_nn_precision_check(ST_DTYPE_I32, ST_BACKEND_ONEDNN), ST_ERR_INVALID);
-    assert_int_equal(st_nn_precision_check(ST_DTYPE_BF16, ST_BACKEND_ONEDNN),
-                     st_nn_bf16_supported() ? ST_OK : ST_ERR_INVALID);
+    assert_int_equal(st_nn_precision_check(ST_DTYPE_I32, ST_BACKEND_ONEDNN, NULL), ST_ERR_INVALID);
+    const st_nn_tuning tuning = env_tuning();
+    assert_int_equal(st_nn_precision_check(ST_DTYPE_BF16, ST_BACKEND_ONEDNN, &tuning),
+                     bf16_here() ? ST_OK : ST_ERR_INVALID);
 }
 
 int main(void)

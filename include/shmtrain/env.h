@@ -75,6 +75,8 @@
 /* The user's choice of the Python that runs shmrun --compare-torch's PyTorch
  * peer (and the bench scripts', bench/peer.sh): an interpreter path. */
 #define ST_ENV_PYTHON "SHMTRAIN_PYTHON"
+/* ... and the peer's script (bench/torch_ddp.py, wherever it was installed). */
+#define ST_ENV_TORCH_DDP "SHMTRAIN_TORCH_DDP"
 
 /* Tests and single-machine experiments: split the world into "nodes" of
  * this many consecutive ranks (each with its own shared-memory group). */
@@ -90,6 +92,19 @@
 #define ST_ENV_TIMEOUT "SHMTRAIN_TIMEOUT"
 #define ST_ENV_JOIN_TIMEOUT "SHMTRAIN_JOIN_TIMEOUT"
 #define ST_ENV_SPIN "SHMTRAIN_SPIN"
+
+/* The engine's switches (tuning.h), read by st_nn_tuning_from_env for a
+ * main() to put in st_net_config.tuning. */
+#define ST_ENV_ONEDNN_NO_CHUNKS "SHMTRAIN_ONEDNN_NO_CHUNKS"
+#define ST_ENV_ONEDNN_NO_BWD_CHUNKS "SHMTRAIN_ONEDNN_NO_BWD_CHUNKS"
+#define ST_ENV_ONEDNN_BRGCONV "SHMTRAIN_ONEDNN_BRGCONV"
+#define ST_ENV_ONEDNN_IP_ANY "SHMTRAIN_ONEDNN_IP_ANY"
+#define ST_ENV_ONEDNN_POOL "SHMTRAIN_ONEDNN_POOL"
+#define ST_ENV_ONEDNN_SEQ_IP "SHMTRAIN_ONEDNN_SEQ_IP"
+#define ST_ENV_ONEDNN_SEQ_TN "SHMTRAIN_ONEDNN_SEQ_TN"
+#define ST_ENV_ONEDNN_LAYERNORM "SHMTRAIN_ONEDNN_LAYERNORM"
+#define ST_ENV_NN_VERBOSE "SHMTRAIN_NN_VERBOSE"
+#define ST_ENV_BF16_ANY_ISA "SHMTRAIN_BF16_ANY_ISA"
 
 /* The heartbeat file: one fixed-size text record rewritten in place,
  *   "beats=<n> state=<run|wait> peer=<rank or -1>\n"  padded to 63 bytes + '\n'.

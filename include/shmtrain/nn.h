@@ -43,6 +43,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "shmtrain/tuning.h"
 #include "shmtrain/dtype.h"
 #include "shmtrain/optim.h"
 #include "shmtrain/status.h"
@@ -140,10 +141,11 @@ void st_nn_onednn_version(char *buf, size_t len);
 void st_nn_onednn_library(char *buf, size_t len);
 const char *st_nn_onednn_isa(void);
 /* Whether precision bf16 can run here: oneDNN's ISA has native bf16
- * (AVX512-BF16 or AMX), or SHMTRAIN_BF16_ANY_ISA=1 says to take whatever
+ * (AVX512-BF16 or AMX), or the tuning's bf16_any_isa says to take whatever
  * bf16 kernels oneDNN offers (its reference ones on other CPUs: for
- * checking the bf16 path there, tests/bf16_any_isa.c; docs/engine.md). */
-bool st_nn_bf16_supported(void);
+ * checking the bf16 path there, tests/bf16_any_isa.c; docs/engine.md).
+ * `t` may be NULL: the defaults. */
+bool st_nn_bf16_supported(const st_nn_tuning *t);
 
 /* ------------------------------------------------------------ networks -- */
 
@@ -155,7 +157,7 @@ typedef enum st_backend {
 /* The one check of a precision request: fp32 anywhere, bf16 on the oneDNN
  * backend where st_nn_bf16_supported().  ST_ERR_INVALID with a message
  * (starting "precision ...") otherwise. */
-st_status st_nn_precision_check(st_dtype precision, st_backend backend);
+st_status st_nn_precision_check(st_dtype precision, st_backend backend, const st_nn_tuning *t);
 
 typedef struct st_net_config {
     int batch;               /* samples per forward pass (fixed) */
@@ -165,6 +167,7 @@ typedef struct st_net_config {
     bool input_grad;         /* also compute d(loss)/d(input) (tests) */
     st_dtype precision;      /* ST_DTYPE_F32 (default) or ST_DTYPE_BF16: mixed precision
                                 on the oneDNN backend (docs/engine.md, "bf16") */
+    st_nn_tuning tuning;     /* the engine's choices (tuning.h); zero: as built */
 } st_net_config;
 
 st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cfg);

@@ -11,6 +11,7 @@
 #ifndef SHMTRAIN_TRAIN_H
 #define SHMTRAIN_TRAIN_H
 
+#include "shmtrain/tuning.h"
 #include "shmtrain/dtype.h"
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,6 +32,7 @@ typedef struct st_train_options {
     const char *cifar_dir;        /* CIFAR binary directory instead of IDX */
     bool cifar100;
     const char *npy_images, *npy_labels, *npy_test_images, *npy_test_labels;  /* NumPy arrays instead */
+    st_nn_tuning tuning;          /* the engine's switches (tuning.h; main() fills them from the environment) */
     const char *image_folder;     /* torchvision ImageFolder layout instead (data.h) */
     int image_size;               /* its images' shorter side before the centre crop (0: the model's input) */
     double data_memory_gb;        /* beyond this decoded, a folder is streamed (0: a quarter of RAM) */

@@ -1,6 +1,9 @@
 /* Reading where this process sits (include/shmtrain/env.h), whichever
  * launcher started it. */
 #include "shmtrain/env.h"
+#include "shmtrain/tuning.h"
+
+#include <stddef.h>
 
 #include <errno.h>
 #include <limits.h>
@@ -211,4 +214,41 @@ st_status st_placement_from_env(st_placement *out)
         return st;
     }
     return simulate_nodes(out);
+}
+
+/* ---------------------------------------------------- engine switches -- */
+
+#define SWITCH(NAME, field) {ST_ENV_##NAME, offsetof(st_nn_tuning, field)}
+static const st_nn_switch SWITCHES[] = {
+    SWITCH(ONEDNN_NO_CHUNKS, no_chunks), SWITCH(ONEDNN_NO_BWD_CHUNKS, no_bwd_chunks),
+    SWITCH(ONEDNN_BRGCONV, brgconv),     SWITCH(ONEDNN_IP_ANY, ip_any),
+    SWITCH(ONEDNN_POOL, onednn_pool),    SWITCH(ONEDNN_SEQ_IP, seq_ip),
+    SWITCH(ONEDNN_SEQ_TN, seq_tn),       SWITCH(ONEDNN_LAYERNORM, onednn_layernorm),
+    SWITCH(NN_VERBOSE, verbose),         SWITCH(BF16_ANY_ISA, bf16_any_isa),
+};
+#undef SWITCH
+
+const st_nn_switch *st_nn_switches(int *count)
+{
+    *count = (int)(sizeof SWITCHES / sizeof *SWITCHES);
+    return SWITCHES;
+}
+
+void st_nn_tuning_from_env(st_nn_tuning *t)
+{
+    *t = (st_nn_tuning){0};
+    for (size_t i = 0; i < sizeof SWITCHES / sizeof *SWITCHES; i++) {
+        const char *v = getenv(SWITCHES[i].env);
+        *(bool *)((char *)t + SWITCHES[i].offset) = v && *v && strcmp(v, "0") != 0;
+    }
+}
+
+bool st_nn_tuning_set(st_nn_tuning *t, const char *env, bool on)
+{
+    for (size_t i = 0; i < sizeof SWITCHES / sizeof *SWITCHES; i++)
+        if (!strcmp(SWITCHES[i].env, env)) {
+            *(bool *)((char *)t + SWITCHES[i].offset) = on;
+            return true;
+        }
+    return false;
 }

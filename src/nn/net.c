@@ -146,7 +146,7 @@ st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cf
         free(n);
         return st_fail(ST_ERR_INVALID, "net: unknown backend %d", (int)cfg->backend);
     }
-    st_status st = st_nn_precision_check(cfg->precision, cfg->backend);
+    st_status st = st_nn_precision_check(cfg->precision, cfg->backend, &cfg->tuning);
     if (st != ST_OK) {
         free(n);
         return st;
@@ -186,7 +186,7 @@ st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cf
         goto fail;
     if ((st = n->backend->build(n)) != ST_OK)
         goto fail;
-    if (getenv("SHMTRAIN_NN_VERBOSE"))
+    if (n->cfg.tuning.verbose)
         st_net_describe(n, stderr);
     st_net_init(n, 0);
     *out = n;
@@ -502,14 +502,14 @@ void st_net_profile_get(const st_net *n, st_net_profile *p)
 
 /* ------------------------------------------------------ what it runs in -- */
 
-st_status st_nn_precision_check(st_dtype precision, st_backend backend)
+st_status st_nn_precision_check(st_dtype precision, st_backend backend, const st_nn_tuning *t)
 {
     if (precision != ST_DTYPE_F32 && (precision != ST_DTYPE_BF16 || backend != ST_BACKEND_ONEDNN))
         return st_fail(ST_ERR_INVALID, "precision %s: the oneDNN backend computes in fp32 or bf16, the reference "
                                        "in fp32 (it is the definition)", st_dtype_name(precision));
     /* No emulated crawl: oneDNN runs bf16 on AVX-512 without BF16 by
      * emulation, and not at all below it. */
-    if (precision == ST_DTYPE_BF16 && !st_nn_bf16_supported())
+    if (precision == ST_DTYPE_BF16 && !st_nn_bf16_supported(t))
         return st_fail(ST_ERR_INVALID, "precision bf16: this CPU has no native bf16 in oneDNN (its ISA: %s; bf16 "
                                        "needs AVX512-BF16 or AMX)", st_nn_onednn_isa());
     return ST_OK;

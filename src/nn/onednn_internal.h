@@ -42,11 +42,11 @@
  * step when its output would not fit L2, and so does its backward-weights
  * pass when it is a first layer: a pass over the built plan (onednn_chunk.c).
  * Nothing learns upstream of a first layer, so it runs no backward-data
- * pass.  Switches for comparison: SHMTRAIN_ONEDNN_NO_CHUNKS=1,
- * SHMTRAIN_ONEDNN_NO_BWD_CHUNKS=1, SHMTRAIN_ONEDNN_BRGCONV=1 (see
- * dn_conv_avoid), SHMTRAIN_ONEDNN_IP_ANY=1 (see plain_weights),
- * SHMTRAIN_ONEDNN_POOL=1 (oneDNN's pooling instead of maxpool2.c),
- * SHMTRAIN_ONEDNN_LAYERNORM=1 (oneDNN's layer norm instead of seq_kernels.c's).
+ * pass.  Each of these choices has a switch in st_net_config.tuning
+ * (tuning.h) that turns it back, for comparison: no_chunks, no_bwd_chunks,
+ * brgconv (see dn_conv_avoid), ip_any (see plain_weights), onednn_pool
+ * (oneDNN's pooling instead of maxpool2.c), onednn_layernorm (oneDNN's
+ * layer norm instead of seq_kernels.c's), seq_ip, seq_tn.
  *
  * Precision bf16 (st_net_config.precision): each layer kind's role in the
  * layer table (computes in bf16, carries bf16, or stays fp32) decides every
@@ -56,7 +56,7 @@
  * fp32-only layer and a bf16 one.  Weight gradients come out of oneDNN in
  * fp32.
  *
- * SHMTRAIN_NN_VERBOSE=1 prints every reorder the build inserts (with sizes),
+ * tuning.verbose prints every reorder the build inserts (with sizes),
  * every backward pass that had to fall back from the forward's layouts, and
  * the kernel each layer got.
  *
@@ -206,22 +206,6 @@ struct onednn_node {
     struct dn_seq_state seq;
 };
 
-/* The engine's switches, read from the environment once per build: each
- * turns one of the engine's choices off (or on) for an A/B comparison
- * (bench/st-step-ab; docs/engine.md, "The A/B switches"). */
-struct dn_options {
-    bool no_chunks;      /* SHMTRAIN_ONEDNN_NO_CHUNKS: no convolution in the max-pool's chunks */
-    bool no_bwd_chunks;  /* SHMTRAIN_ONEDNN_NO_BWD_CHUNKS: ... nor its backward-weights */
-    bool brgconv;        /* SHMTRAIN_ONEDNN_BRGCONV: let oneDNN pick its brgemm convolutions for few input channels */
-    bool ip_any;         /* SHMTRAIN_ONEDNN_IP_ANY: inner products choose their weights' layout */
-    bool onednn_pool;    /* SHMTRAIN_ONEDNN_POOL: oneDNN's pooling instead of maxpool2.c */
-    bool verbose;        /* SHMTRAIN_NN_VERBOSE: print reorders, fallbacks and kernels */
-    bool bf16_any_isa;   /* SHMTRAIN_BF16_ANY_ISA: bf16 layers take whatever kernel oneDNN has */
-    bool seq_ip;         /* SHMTRAIN_ONEDNN_SEQ_IP: linear layers on sequences as inner products */
-    bool seq_tn;         /* SHMTRAIN_ONEDNN_SEQ_TN: their weight gradients from untransposed operands */
-    bool onednn_layernorm; /* SHMTRAIN_ONEDNN_LAYERNORM: oneDNN's layer norm instead of the C rows */
-};
-
 struct onednn_net {
     dnnl_engine_t eng;
     dnnl_stream_t strm;
@@ -234,7 +218,7 @@ struct onednn_net {
     dnnl_memory_t logits_user, dlast_user;
     struct oplist to_logits, from_dlast; /* the last node's output to plain logits, and its gradient back */
     int cur;                             /* node being built, for messages */
-    struct dn_options opt;               /* read once per build */
+    st_nn_tuning opt;                    /* the net config's switches (tuning.h) */
     float *transposed;                   /* the sequence linear layers' operands transposed, one layer at a time */
     size_t transposed_floats;            /* its size: the largest layer's need */
 };

@@ -42,10 +42,10 @@ _Static_assert(sizeof bf16_rules / sizeof *bf16_rules == NODE_KINDS, "a bf16 rul
 
 /* oneDNN 3's ISA values are bit sets, each containing the ones below it:
  * AVX512-BF16, AMX, AVX10 and whatever follows all contain the bf16 bits. */
-bool st_nn_bf16_supported(void)
+bool st_nn_bf16_supported(const st_nn_tuning *t)
 {
     const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
-    return (isa & bf16) == bf16 || getenv("SHMTRAIN_BF16_ANY_ISA") != NULL;
+    return (isa & bf16) == bf16 || (t && t->bf16_any_isa);
 }
 
 static st_dtype dtype_of(const_dnnl_memory_desc_t md)
@@ -75,18 +75,7 @@ static st_status onednn_build(st_net *n)
     if (!n->dnet)
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
     n->dnet->cur = -1;
-    n->dnet->opt = (struct dn_options){
-        .no_chunks = getenv("SHMTRAIN_ONEDNN_NO_CHUNKS") != NULL,
-        .no_bwd_chunks = getenv("SHMTRAIN_ONEDNN_NO_BWD_CHUNKS") != NULL,
-        .brgconv = getenv("SHMTRAIN_ONEDNN_BRGCONV") != NULL,
-        .ip_any = getenv("SHMTRAIN_ONEDNN_IP_ANY") != NULL,
-        .onednn_pool = getenv("SHMTRAIN_ONEDNN_POOL") != NULL,
-        .verbose = getenv("SHMTRAIN_NN_VERBOSE") != NULL,
-        .bf16_any_isa = getenv("SHMTRAIN_BF16_ANY_ISA") != NULL,
-        .seq_ip = getenv("SHMTRAIN_ONEDNN_SEQ_IP") != NULL,
-        .seq_tn = getenv("SHMTRAIN_ONEDNN_SEQ_TN") != NULL,
-        .onednn_layernorm = getenv("SHMTRAIN_ONEDNN_LAYERNORM") != NULL,
-    };
+    n->dnet->opt = n->cfg.tuning;
     TRY(dnnl_engine_create(&n->dnet->eng, dnnl_cpu, 0));
     TRY(dnnl_stream_create(&n->dnet->strm, n->dnet->eng, dnnl_stream_default_flags));
     /* Every node's role first: a layer's output type depends on its

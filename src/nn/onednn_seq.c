@@ -472,7 +472,9 @@ st_status dn_build_seq_linear(st_net *n, int j)
     const enum dn_wgrad_form form = dn_wgrad_form(rows, in, out, n->dnet->opt.seq_tn);
     if (form != DN_WGRAD_TN)  /* dY transposed, and X if it is too */
         OK(reserve_transposed(n, (size_t)(rows * (out + (form == DN_WGRAD_NT ? in : 0)))));
-    snprintf(x->impl, sizeof x->impl, "sgemm");
+    static const char *const dw_from[] = {[DN_WGRAD_TN] = "dY^T X", [DN_WGRAD_NN] = "dY^T, X transposed",
+                                          [DN_WGRAD_NT] = "dY^T and X^T"};
+    snprintf(x->impl, sizeof x->impl, "sgemm, dW from %s", dw_from[form]);
     OK(seq_io(n, j, seq_linear_bwd));
     return dn_add_step(n, &x->dn->fwd, seq_linear_fwd, NODE_LINEAR);
 }

@@ -275,7 +275,7 @@ static st_status setup(struct trainer *t)
         t->grads_bf16 = (st_bf16 *)((char *)t->grads + f32_bytes);
     if (o->bucket_mb > 0 && bf16_bytes)
         return st_fail(ST_ERR_INVALID, "--bucket-mb goes with --allreduce-dtype fp32 (bf16 buckets are not built yet)");
-    st_net_config nc = {.batch = o->batch, .grad_buffer = t->grads, .precision = o->precision};
+    st_net_config nc = {.batch = o->batch, .grad_buffer = t->grads, .precision = o->precision, .tuning = o->tuning};
     st_optim_config oc = o->optim;
     if (t->text) {  /* nanoGPT's AdamW: matrices decay, biases and norms do not */
         if (!(t->decay_mask = malloc(t->P ? t->P : 1)))

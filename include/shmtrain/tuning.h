@@ -1,0 +1,46 @@
+/* The engine's choices, as data: every kernel pick, chunking, sequence
+ * path, verbosity and test hook the oneDNN backend takes from its caller
+ * (st_net_config.tuning).  All false is the engine as built and measured;
+ * each switch turns one choice back to oneDNN's default or to the path it
+ * replaced, for comparison (bench/st-step-ab) and for the tests that check
+ * each against the default (test_nn's test_every_switch_computes_alike).
+ *
+ * Only main()s fill it from the environment, with st_nn_tuning_from_env
+ * (src/common/env.c, which owns the names, env.h); the library never reads
+ * the environment for it. */
+#ifndef SHMTRAIN_TUNING_H
+#define SHMTRAIN_TUNING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct st_nn_tuning {
+    bool no_chunks;        /* no convolution computed in its max-pool's chunks (docs/engine.md) */
+    bool no_bwd_chunks;    /* ... nor its backward-weights */
+    bool brgconv;          /* let oneDNN pick its brgemm convolutions for few input channels */
+    bool ip_any;           /* inner products choose their weights' layout */
+    bool onednn_pool;      /* oneDNN's pooling instead of maxpool2.c */
+    bool seq_ip;           /* linear layers on sequences as inner products, not matmuls */
+    bool seq_tn;           /* their weight gradients from untransposed operands */
+    bool onednn_layernorm; /* oneDNN's layer norm instead of the C rows */
+    bool verbose;          /* print every reorder, fallback and kernel the build chooses */
+    bool bf16_any_isa;     /* bf16 layers take whatever kernel oneDNN has (its reference
+                              ones without native bf16: tests/bf16_any_isa.c) */
+} st_nn_tuning;
+
+/* One switch: its environment name and its field. */
+typedef struct st_nn_switch {
+    const char *env;       /* "SHMTRAIN_ONEDNN_NO_CHUNKS" */
+    size_t offset;         /* offsetof(st_nn_tuning, no_chunks) */
+} st_nn_switch;
+
+/* Every switch, `*count` of them. */
+const st_nn_switch *st_nn_switches(int *count);
+
+/* Each switch whose variable is set (to anything but "" or "0"). */
+void st_nn_tuning_from_env(st_nn_tuning *t);
+
+/* Set the switch named `env` (st-step-ab's "NAME=1"); false if there is none. */
+bool st_nn_tuning_set(st_nn_tuning *t, const char *env, bool on);
+
+#endif

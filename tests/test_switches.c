@@ -1,0 +1,161 @@
+/* Every engine switch (include/shmtrain/tuning.h) against the engine as
+ * built: the same parameters and batch through a net with the switch on
+ * and one without give the same loss, outputs and parameter gradients
+ * within fp32 round-off, and the switch changes what is built (its
+ * description), so that a switch the engine ignores fails too. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nettest.h"
+#include "shmtrain/nn.h"
+
+/* A model that takes the path each switch turns back. */
+static const struct {
+    const char *env;
+    const char *model;
+    int batch;
+} CASES[] = {
+    /* lenet's first convolution: 64 x 6 x 28 x 28 outputs do not fit L2, so it runs in its max-pool's chunks */
+    {"SHMTRAIN_ONEDNN_NO_CHUNKS", "lenet", 64},
+    {"SHMTRAIN_ONEDNN_NO_BWD_CHUNKS", "lenet", 64},
+    {"SHMTRAIN_ONEDNN_BRGCONV", "lenet", 16},   /* a first convolution of one input channel */
+    {"SHMTRAIN_ONEDNN_IP_ANY", "mlp", 16},
+    {"SHMTRAIN_ONEDNN_POOL", "lenet", 16},
+    {"SHMTRAIN_ONEDNN_SEQ_IP", "gpt-mini", 2},
+    {"SHMTRAIN_ONEDNN_SEQ_TN", "gpt-mini", 2},
+    {"SHMTRAIN_ONEDNN_LAYERNORM", "gpt-mini", 2},
+};
+
+static char *describe(const st_net *n)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    assert_non_null(f);
+    st_net_describe(n, f);
+    fclose(f);
+    return text;
+}
+
+/* Forward, loss, backward of `n` with these parameters on this batch. */
+static float run(st_net *n, const float *params, const void *x, const int *labels)
+{
+    size_t P;
+    float *mine = st_net_params(n, &P);
+    memcpy(mine, params, P * sizeof(float));
+    float loss;
+    int correct;
+    assert_int_equal(st_net_forward(n, x), ST_OK);
+    assert_int_equal(st_net_loss(n, labels, &loss, &correct), ST_OK);
+    assert_int_equal(st_net_backward(n), ST_OK);
+    return loss;
+}
+
+/* Tolerance: the two nets sum the same products (dot products of at most
+ * 784 terms here) in other orders and blockings; such round-off grows as
+ * sqrt(k) eps (3e-6 relative to the largest value at k = 784), and through
+ * backward's chained products a few times that.  1e-4 of each array's
+ * largest magnitude leaves 10x; a switch computing something else (a
+ * transposed weight gradient, a layer norm without its epsilon) is off by
+ * 1e-2 and more. */
+#define TOL 1e-4
+
+static void check_switch(int k)
+{
+    st_model *m = NULL;
+    assert_int_equal(st_model_load(&m, CASES[k].model), ST_OK);
+    const int batch = CASES[k].batch, vocab = st_model_vocab(m);
+    const size_t inputs = st_model_input_size(m) * (size_t)batch, rows = (size_t)batch * st_model_positions(m);
+    float *x = malloc(inputs * sizeof *x);
+    int *labels = malloc(rows * sizeof *labels);
+    uint64_t seed = 11 + (uint64_t)k;
+    for (size_t i = 0; i < inputs; i++) {
+        x[i] = frand(&seed);
+        if (vocab)
+            ((int32_t *)x)[i] = (int32_t)(i * 7 % (size_t)vocab);  /* token ids */
+    }
+    for (size_t i = 0; i < rows; i++)
+        labels[i] = (int)(i * 3 % (size_t)st_model_classes(m));
+    st_net_config base = {.batch = batch}, switched = base;
+    assert_true(st_nn_tuning_set(&switched.tuning, CASES[k].env, true));
+    st_net *a = NULL, *b = NULL;
+    assert_int_equal(st_net_create(&a, m, &base), ST_OK);
+    assert_int_equal(st_net_create(&b, m, &switched), ST_OK);
+    size_t P;
+    const float *init = st_net_params(a, &P);
+    float *params = malloc(P * sizeof *params);
+    memcpy(params, init, P * sizeof *params);
+    const float la = run(a, params, x, labels), lb = run(b, params, x, labels);
+    if (!(fabs(la - lb) <= TOL * fmax(1.0, fabs(la))))
+        fail_msg("%s on %s: loss %.7g, without %.7g", CASES[k].env, CASES[k].model, lb, la);
+    size_t at;
+    double scale;
+    const float *ga = st_net_grads(a, NULL), *gb = st_net_grads(b, NULL);
+    const double worst = max_diff(gb, ga, P, 0, &at, &scale);
+    if (!(worst <= TOL * scale))
+        fail_msg("%s on %s: gradient %zu is %g, without %g (scale %g)", CASES[k].env, CASES[k].model, at,
+                 (double)gb[at], (double)ga[at], scale);
+    char *da = describe(a), *db = describe(b);
+    if (!strcmp(da, db))
+        fail_msg("%s on %s: built the same net as without it:\n%s", CASES[k].env, CASES[k].model, da);
+    print_message("    %-30s %-8s loss %.7g / %.7g, gradients within %.2g of %.2g\n", CASES[k].env, CASES[k].model, lb,
+                  la, worst, scale);
+    free(da), free(db), free(params), free(x), free(labels);
+    st_net_destroy(a), st_net_destroy(b);
+    st_model_destroy(m);
+}
+
+static void test_every_switch_computes_alike(void **state)
+{
+    (void)state;
+    st_nn_flush_denormals(true);
+    for (size_t k = 0; k < sizeof CASES / sizeof *CASES; k++)
+        check_switch((int)k);
+}
+
+/* Every switch the engine has is in CASES (or is the verbosity or the
+ * bf16 test hook, which compute nothing else), and the environment reader
+ * sets exactly its own field. */
+static void test_the_switches_are_the_table(void **state)
+{
+    (void)state;
+    int n;
+    const st_nn_switch *sw = st_nn_switches(&n);
+    for (int i = 0; i < n; i++) {
+        bool listed = !strcmp(sw[i].env, "SHMTRAIN_NN_VERBOSE") || !strcmp(sw[i].env, "SHMTRAIN_BF16_ANY_ISA");
+        for (size_t k = 0; k < sizeof CASES / sizeof *CASES; k++)
+            listed |= !strcmp(CASES[k].env, sw[i].env);
+        if (!listed)
+            fail_msg("%s has no case in test_switches.c", sw[i].env);
+        st_nn_tuning t = {0}, want = {0};
+        setenv(sw[i].env, "1", 1);
+        st_nn_tuning_from_env(&t);
+        unsetenv(sw[i].env);
+        *(bool *)((char *)&want + sw[i].offset) = true;
+        assert_memory_equal(&t, &want, sizeof t);
+        setenv(sw[i].env, "0", 1);  /* "0" is off */
+        st_nn_tuning_from_env(&t);
+        unsetenv(sw[i].env);
+        assert_false(*(bool *)((char *)&t + sw[i].offset));
+    }
+    st_nn_tuning t = {0};
+    assert_false(st_nn_tuning_set(&t, "SHMTRAIN_ONEDNN_NOTHING", true));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_switches_are_the_table),
+        cmocka_unit_test(test_every_switch_computes_alike),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
