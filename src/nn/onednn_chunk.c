@@ -2,7 +2,7 @@
  * consumer is a C max-pool moves into the pool's steps, run in batch chunks
  * small enough that its output stays in L2 (forward), and, for a first
  * layer, its backward-weights pass too.  A pass over the finished plan: the
- * builders know nothing of it, and SHMTRAIN_ONEDNN_NO_CHUNKS skips it. */
+ * builders know nothing of it, and tuning.no_chunks skips it. */
 #define _GNU_SOURCE
 #include "onednn_internal.h"
 

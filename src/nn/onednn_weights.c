@@ -462,5 +462,3 @@ st_status dn_build_weights(st_net *n, int j)
         OK(build_weights_bwd_data(n, j, &b));
     return mark_precision(x, &b);
 }
-
-/* ------------------------------------------------------ element-wise -- */
