@@ -101,8 +101,11 @@ static st_status read_header(struct npy *a, FILE *f)
 
 static size_t item_bytes(const char *descr)
 {
-    static const struct { const char *descr; size_t bytes; } known[] = {
-        {"|u1", 1}, {"|i1", 1}, {"<u2", 2}, {"<i2", 2}, {"<u4", 4}, {"<i4", 4}, {"<i8", 8}, {"<u8", 8}, {"<f4", 4}, {"<f8", 8}};
+    static const struct {
+        const char *descr;
+        size_t bytes;
+    } known[] = {{"|u1", 1}, {"|i1", 1}, {"<u2", 2}, {"<i2", 2}, {"<u4", 4},
+                 {"<i4", 4}, {"<i8", 8}, {"<u8", 8}, {"<f4", 4}, {"<f8", 8}};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (!strcmp(known[i].descr, descr))
             return known[i].bytes;

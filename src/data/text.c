@@ -314,7 +314,8 @@ st_status st_text_attach(st_text **out, const char *name)
         return st;
     const struct shared_text *h = map;
     st_text *t = calloc(1, sizeof *t);
-    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHARED_MAGIC || sizeof *h + (h->n[0] + h->n[1]) * sizeof(uint16_t) != size || !t) {
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHARED_MAGIC ||
+        sizeof *h + (h->n[0] + h->n[1]) * sizeof(uint16_t) != size || !t) {
         munmap(map, size);
         free(t);
         return st_fail(ST_ERR_FORMAT, "text: %s is not a complete shared text", name);

@@ -156,55 +156,87 @@ st_status parse_linear(struct parser *ps, char **tok, int ntok, node_kind kind)
     return parser_emit(ps, "linear %d%s", out, bias ? "" : " nobias");
 }
 
-st_status parse_simple(struct parser *ps, char **tok, int ntok, node_kind kind)
+/* A layer of the previous one's shape: its node, or NULL (out of memory). */
+static struct node *same_shape(struct parser *ps, node_kind kind)
 {
-    if (kind == NODE_DROPOUT ? ntok != 2 : ntok != 1)
-        return parser_error(ps, "%s: %s", tok[0],
-                            kind == NODE_DROPOUT ? "needs one probability (dropout 0.5)" : "takes no arguments");
     const struct node *src = parser_last(ps);
-    if (kind == NODE_BATCHNORM && src->flat)
-        return parser_error(ps, "batchnorm (2-d) needs an image input, but the previous layer's output is flat");
-    if (kind == NODE_LAYERNORM && !src->flat)
-        return parser_error(ps, "layernorm normalises features ([T, C] or flat), but the previous layer's output is an "
-                            "image (use batchnorm)");
-    if (kind == NODE_FLATTEN) {  /* written out: a model may end with it (the implicit one before linear is not) */
-        if (src->flat)
-            return parser_error(ps, "flatten: the input is already flat");
-        st_status st = add_flatten_if_needed(ps);
-        return st != ST_OK ? st : parser_emit(ps, "flatten");
-    }
-    float drop = 0;
-    if (kind == NODE_DROPOUT) {
-        char *end;
-        drop = strtof(tok[1], &end);
-        if (*end || !(drop >= 0 && drop < 1))
-            return parser_error(ps, "dropout: probability '%s' must be a number in [0, 1)", tok[1]);
-    }
-    int c = src->c, h = src->h, w = src->w, t = src->t;
-    bool flat = src->flat;
+    const int c = src->c, h = src->h, w = src->w, t = src->t;
+    const bool flat = src->flat;
     struct node *nd = parser_node(ps, kind);
+    if (nd) {
+        nd->c = c, nd->h = h, nd->w = w, nd->t = t;
+        nd->flat = flat;
+    }
+    return nd;
+}
+
+/* relu, gelu: element-wise, no arguments. */
+st_status parse_elementwise(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    if (ntok != 1)
+        return parser_error(ps, "%s: takes no arguments", tok[0]);
+    return same_shape(ps, kind) ? parser_emit(ps, "%s", tok[0]) : st_fail(ST_ERR_NOMEM, "model: out of memory");
+}
+
+/* dropout P: zero each element with probability P while training. */
+st_status parse_dropout(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    if (ntok != 2)
+        return parser_error(ps, "dropout: needs one probability (dropout 0.5)");
+    char *end;
+    const float drop = strtof(tok[1], &end);
+    if (*end || !(drop >= 0 && drop < 1))
+        return parser_error(ps, "dropout: probability '%s' must be a number in [0, 1)", tok[1]);
+    struct node *nd = same_shape(ps, kind);
     if (!nd)
         return st_fail(ST_ERR_NOMEM, "model: out of memory");
-    nd->c = c;
-    nd->h = h;
-    nd->w = w;
-    nd->t = t;
-    nd->flat = flat;
     nd->drop = drop;
-    st_status st;
-    if (kind == NODE_LAYERNORM) {
-        if ((st = parser_params(ps, nd, (size_t)c, (size_t)c)) != ST_OK)
-            return st;
-        return parser_emit(ps, "layernorm");
-    }
-    if (kind == NODE_BATCHNORM) {
-        if ((st = parser_params(ps, nd, (size_t)c, (size_t)c)) != ST_OK)
-            return st;
-        nd->buf_off = ps->m->buffers;
-        ps->m->buffers += 2 * (size_t)c;
-        return parser_emit(ps, "batchnorm");
-    }
-    return kind == NODE_DROPOUT ? parser_emit(ps, "dropout %g", (double)drop) : parser_emit(ps, "%s", tok[0]);
+    return parser_emit(ps, "dropout %g", (double)drop);
+}
+
+/* flatten, written out: a model may end with it (the implicit one before
+ * linear is not). */
+st_status parse_flatten(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    (void)kind;
+    if (ntok != 1)
+        return parser_error(ps, "%s: takes no arguments", tok[0]);
+    if (parser_last(ps)->flat)
+        return parser_error(ps, "flatten: the input is already flat");
+    st_status st = add_flatten_if_needed(ps);
+    return st != ST_OK ? st : parser_emit(ps, "flatten");
+}
+
+/* batchnorm: per channel of an image, a scale and shift learned and the
+ * running mean and variance kept (buffers). */
+st_status parse_batchnorm(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    if (ntok != 1)
+        return parser_error(ps, "%s: takes no arguments", tok[0]);
+    if (parser_last(ps)->flat)
+        return parser_error(ps, "batchnorm (2-d) needs an image input, but the previous layer's output is flat");
+    struct node *nd = same_shape(ps, kind);
+    st_status st = nd ? parser_params(ps, nd, (size_t)nd->c, (size_t)nd->c)
+                      : st_fail(ST_ERR_NOMEM, "model: out of memory");
+    if (st != ST_OK)
+        return st;
+    nd->buf_off = ps->m->buffers;
+    ps->m->buffers += 2 * (size_t)nd->c;
+    return parser_emit(ps, "batchnorm");
+}
+
+/* layernorm: over the features of each position (or of a flat sample). */
+st_status parse_layernorm(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    if (ntok != 1)
+        return parser_error(ps, "%s: takes no arguments", tok[0]);
+    if (!parser_last(ps)->flat)
+        return parser_error(ps, "layernorm normalises features ([T, C] or flat), but the previous layer's output is an "
+                            "image (use batchnorm)");
+    struct node *nd = same_shape(ps, kind);
+    st_status st = nd ? parser_params(ps, nd, (size_t)nd->c, (size_t)nd->c)
+                      : st_fail(ST_ERR_NOMEM, "model: out of memory");
+    return st != ST_OK ? st : parser_emit(ps, "layernorm");
 }
 
 /* ------------------------------------------------------- transformers -- */

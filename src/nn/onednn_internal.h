@@ -325,6 +325,7 @@ void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_laye
 st_status dn_weights_fwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst, dnnl_primitive_desc_t *pd);
 st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
 st_status dn_build_weights(st_net *n, int j);
+st_status dn_build_linear(st_net *n, int j);
 
 /* ----------------------------------------------- onednn_precision.c -- */
 

@@ -443,13 +443,19 @@ static st_status mark_precision(struct xnode *x, const struct weights_build *b)
     return ST_OK;
 }
 
+/* A linear layer: on a sequence, the sequence kernels' sgemm calls where
+ * they fit (fp32, no fused ReLU, unless tuning.seq_ip: dn_seq_linear_fits),
+ * else oneDNN's inner product. */
+st_status dn_build_linear(st_net *n, int j)
+{
+    return dn_seq_linear_fits(n, &n->x[j]) ? dn_build_seq_linear(n, j) : dn_build_weights(n, j);
+}
+
 /* A convolution or inner product: forward; backward (a fused ReLU's first,
  * then backward-weights, then backward-data unless nothing learns upstream). */
 st_status dn_build_weights(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    if (dn_seq_linear_fits(n, x))
-        return dn_build_seq_linear(n, j);
     struct weights_build b = {.dt = x->dn->bf16 ? dnnl_bf16 : dnnl_f32};
     dn_weights_dims(n, x, &b.w);
     OK(dn_plain_md(n, &b.bias_md, 1, b.w.bias));

@@ -79,8 +79,9 @@ static st_status restore(struct trainer *t, const char *path)
     const st_ckpt_expect want = {.model_text = st_model_text(t->model), .nparams = P, .nbuffers = B, .optim = true,
                                  .optim_kind = (uint32_t)t->o->optim.kind, .noptim = S,
                                  .vocab = st_model_vocab(t->model)};
-    if ((st = st_ckpt_check(&c, path, &want)) == ST_OK && t->text && (c.nalphabet != (uint32_t)st_text_alphabet_len(t->text) ||
-                         (c.nalphabet && memcmp(c.alphabet, st_text_alphabet(t->text), c.nalphabet))))
+    if ((st = st_ckpt_check(&c, path, &want)) == ST_OK && t->text &&
+        (c.nalphabet != (uint32_t)st_text_alphabet_len(t->text) ||
+         (c.nalphabet && memcmp(c.alphabet, st_text_alphabet(t->text), c.nalphabet))))
         st = st_fail(ST_ERR_MISMATCH, "checkpoint %s: its alphabet (%u symbols) differs from that of %s (%d): "
                                       "token ids would mean other characters", path, c.nalphabet,
                      st_text_source(t->text, ST_TEXT_TRAIN), st_text_alphabet_len(t->text));
