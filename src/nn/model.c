@@ -1,6 +1,7 @@
-/* Model text: the parser's machinery, residual adds, parsing and loading
- * (each layer line's grammar is in model_lines.c; the presets, the
- * accessors and the summary in model_info.c). */
+/* Model text: parsing it line by line and loading it (each layer line's
+ * grammar is in model_lines.c, the parser's helpers in model_parser.c, the
+ * presets in model_presets.c, the accessors and the summary in
+ * model_info.c: each calls only the ones after it). */
 #define _GNU_SOURCE
 #include "model_parser.h"
 
@@ -10,139 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *node_kind_name(node_kind k)
-{
-    static const char *const names[] = {
-#define KEYWORD(KIND, keyword, ...) [NODE_##KIND] = keyword,
-        NN_LAYER_TABLE(KEYWORD)
-#undef KEYWORD
-    };
-    _Static_assert(sizeof names / sizeof *names == NODE_KINDS, "a keyword per layer kind");
-    return k < NODE_KINDS ? names[k] : "?";
-}
-
-/* ------------------------------------------------------------- parsing -- */
-
-st_status parser_error(const struct parser *ps, const char *fmt, ...)
-{
-    char msg[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return st_fail(ST_ERR_FORMAT, "%s:%d: %s", ps->source, ps->line, msg);
-}
-
-st_status parser_emit(struct parser *ps, const char *fmt, ...)
-{
-    char line[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    char *t = realloc(ps->text, ps->text_len + (size_t)n + 2);
-    if (!t)
-        return st_fail(ST_ERR_NOMEM, "model: out of memory");
-    memcpy(t + ps->text_len, line, (size_t)n);
-    ps->text_len += (size_t)n;
-    t[ps->text_len++] = '\n';
-    t[ps->text_len] = '\0';
-    ps->text = t;
-    return ST_OK;
-}
-
-struct node *parser_node(struct parser *ps, node_kind kind)
-{
-    struct st_model *m = ps->m;
-    if (m->n == ps->cap) {
-        int cap = ps->cap ? ps->cap * 2 : 16;
-        struct node *v = realloc(m->nodes, (size_t)cap * sizeof *v);
-        if (!v)
-            return NULL;
-        m->nodes = v;
-        ps->cap = cap;
-    }
-    struct node *nd = &m->nodes[m->n];
-    memset(nd, 0, sizeof *nd);
-    nd->kind = kind;
-    nd->line = ps->line;
-    nd->in = m->n - 1;
-    nd->in2 = -1;
-    m->n++;
-    return nd;
-}
-
-const struct node *parser_last(const struct parser *ps) { return &ps->m->nodes[ps->m->n - 1]; }
-
-struct node *parser_seq_node(struct parser *ps, node_kind kind, int t, int c)
-{
-    struct node *nd = parser_node(ps, kind);
-    if (nd) {
-        nd->t = t;
-        nd->c = c;
-        nd->h = nd->w = 1;
-        nd->flat = true;
-    }
-    return nd;
-}
-
-bool parser_int(const char *tok, char prefix, int *out)
-{
-    if (prefix) {
-        if (tok[0] != prefix)
-            return false;
-        tok++;
-    }
-    if (!isdigit((unsigned char)tok[0]))
-        return false;
-    char *end;
-    errno = 0;
-    long v = strtol(tok, &end, 10);
-    if (errno || *end || v > 1000000)
-        return false;
-    *out = (int)v;
-    return true;
-}
-
-st_status parser_elements(const struct parser *ps, const char *what, size_t a, size_t b, size_t c, size_t *out)
-{
-    size_t ab, abc;
-    if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc) || abc > MODEL_MAX_TENSOR)
-        return parser_error(ps, "%s: %zu x %zu x %zu elements is more than one tensor may hold (%zu)", what, a, b, c,
-                            MODEL_MAX_TENSOR);
-    *out = abc;
-    return ST_OK;
-}
-
-st_status parser_params(struct parser *ps, struct node *nd, size_t weights, size_t bias)
-{
-    if (weights > MODEL_MAX_TENSOR || bias > MODEL_MAX_TENSOR)
-        return parser_error(ps, "%s: %zu weights is more than one tensor may hold (%zu)", node_kind_name(nd->kind),
-                            weights > bias ? weights : bias, MODEL_MAX_TENSOR);
-    if (weights + bias > MODEL_MAX_PARAMS - ps->m->params)
-        return parser_error(ps, "%s: the model would have %zu + %zu parameters, more than %zu", node_kind_name(nd->kind),
-                            ps->m->params, weights + bias, MODEL_MAX_PARAMS);
-    nd->w_off = ps->m->params;
-    nd->w_count = weights;
-    nd->b_off = nd->w_off + weights;
-    nd->b_count = bias;
-    ps->m->params += weights + bias;
-    return ST_OK;
-}
-
-static int find_name(const struct parser *ps, const char *name)
-{
-    for (int i = 0; i < ps->nnames; i++)
-        if (!strcmp(ps->names[i], name))
-            return i;
-    return -1;
-}
-
 static st_status parse_save(struct parser *ps, char **tok, int ntok)
 {
     if (ntok != 2 || strlen(tok[1]) >= sizeof ps->names[0])
         return parser_error(ps, "save: needs one name of at most %d characters (save b0)", NAME_LEN - 1);
-    if (find_name(ps, tok[1]) >= 0)
+    if (parser_find_name(ps, tok[1]) >= 0)
         return parser_error(ps, "save: name '%s' is already used", tok[1]);
     if (ps->nnames == ps->names_cap) {
         const int cap = ps->names_cap ? 2 * ps->names_cap : 16;
@@ -161,109 +34,6 @@ static st_status parse_save(struct parser *ps, char **tok, int ntok)
     return parser_emit(ps, "save %s", tok[1]);
 }
 
-static st_status add_features(struct parser *ps, const char *name, int main_in, int skip, bool proj);
-
-st_status parse_add(struct parser *ps, char **tok, int ntok, node_kind kind)
-{
-    (void)kind;
-    bool proj = ntok == 3 && !strcmp(tok[2], "proj");
-    if (ntok < 2 || ntok > 3 || (ntok == 3 && !proj))
-        return parser_error(ps, "add: use 'add NAME' or 'add NAME proj'");
-    int k = find_name(ps, tok[1]);
-    if (k < 0)
-        return parser_error(ps, "add: no activation was saved as '%s' (use 'save %s' earlier)", tok[1], tok[1]);
-    int main_in = ps->m->n - 1, skip = ps->name_node[k];
-    const struct node a = ps->m->nodes[main_in], b = ps->m->nodes[skip];
-    if (a.flat || b.flat)
-        return add_features(ps, tok[1], main_in, skip, proj);
-    if (proj) {
-        int stride = b.h / a.h;
-        if (stride < 1 || (b.h + stride - 1) / stride != a.h || (b.w + stride - 1) / stride != a.w)
-            return parser_error(ps, "add %s proj: cannot map %dx%d onto %dx%d with a strided 1x1 convolution",
-                                tok[1], b.h, b.w, a.h, a.w);
-        struct node *pj = parser_node(ps, NODE_CONV);
-        if (!pj)
-            return st_fail(ST_ERR_NOMEM, "model: out of memory");
-        pj->in = skip;
-        pj->out = pj->c = a.c;
-        pj->k = 1;
-        pj->s = stride;
-        pj->p = 0;
-        pj->bias = true;
-        pj->h = a.h;
-        pj->w = a.w;
-        pj->fan_in = b.c;
-        st_status st = parser_params(ps, pj, (size_t)a.c * (size_t)b.c, (size_t)a.c);
-        if (st != ST_OK)
-            return st;
-        skip = ps->m->n - 1;
-    } else if (a.c != b.c || a.h != b.h || a.w != b.w) {
-        return parser_error(ps, "add %s: shapes differ (%dx%dx%d saved, %dx%dx%d here); use 'add %s proj'",
-                            tok[1], b.c, b.h, b.w, a.c, a.h, a.w, tok[1]);
-    }
-    struct node *nd = parser_node(ps, NODE_ADD);
-    if (!nd)
-        return st_fail(ST_ERR_NOMEM, "model: out of memory");
-    nd->in = main_in;
-    nd->in2 = skip;
-    nd->c = a.c;
-    nd->h = a.h;
-    nd->w = a.w;
-    return parser_emit(ps, "add %s%s", tok[1], proj ? " proj" : "");
-}
-
-/* A residual connection between feature tensors ([T, C] or flat): shapes
- * must agree, there is no projection. */
-static st_status add_features(struct parser *ps, const char *name, int main_in, int skip, bool proj)
-{
-    const struct node a = ps->m->nodes[main_in], b = ps->m->nodes[skip];
-    if (proj || !a.flat || !b.flat || a.c != b.c || a.t != b.t) {
-        char as[32], bs[32];
-        st_shape_str(&a.shape, as, sizeof as);
-        st_shape_str(&b.shape, bs, sizeof bs);
-        return parser_error(ps, "add %s%s: shapes must be equal and both features or both images (%s saved, %s here)%s",
-                            name, proj ? " proj" : "", bs, as, proj ? "; proj is for images" : "");
-    }
-    struct node *nd = parser_seq_node(ps, NODE_ADD, a.t, a.c);  /* flat features are t = 0 */
-    if (!nd)
-        return st_fail(ST_ERR_NOMEM, "model: out of memory");
-    nd->in = main_in;
-    nd->in2 = skip;
-    return parser_emit(ps, "add %s", name);
-}
-
-st_status parse_input(struct parser *ps, char **tok, int ntok, node_kind kind)
-{
-    (void)kind;
-    int c, h = 1, w = 1;
-    if (ps->m->n > 0)
-        return parser_error(ps, "input: declared twice (only the first line may be 'input')");
-    if (ntok >= 2 && !strcmp(tok[1], "tokens")) {
-        int t;
-        if (ntok != 3 || !parser_int(tok[2], 0, &t) || t < 1)
-            return parser_error(ps, "input tokens: expected 'input tokens CONTEXT' (e.g. input tokens 64)");
-        struct node *nd = parser_node(ps, NODE_INPUT);
-        if (!nd)
-            return st_fail(ST_ERR_NOMEM, "model: out of memory");
-        nd->in = -1;
-        nd->tokens = true;
-        nd->t = t;
-        nd->c = nd->h = nd->w = 1;
-        nd->flat = true;
-        return parser_emit(ps, "input tokens %d", t);
-    }
-    if ((ntok != 4 && ntok != 2) || !parser_int(tok[1], 0, &c) || c < 1 ||
-        (ntok == 4 && (!parser_int(tok[2], 0, &h) || !parser_int(tok[3], 0, &w) || h < 1 || w < 1)))
-        return parser_error(ps, "input: expected 'input CHANNELS HEIGHT WIDTH' (e.g. input 1 28 28)");
-    struct node *nd = parser_node(ps, NODE_INPUT);
-    if (!nd)
-        return st_fail(ST_ERR_NOMEM, "model: out of memory");
-    nd->in = -1;
-    nd->c = c;
-    nd->h = h;
-    nd->w = w;
-    return parser_emit(ps, "input %d %d %d", c, h, w);
-}
 
 /* Is `word` one of the space-separated `words`? */
 static bool one_of(const char *words, const char *word)
@@ -316,7 +86,40 @@ static st_status parse_train(struct parser *ps, char **tok, int ntok)
     return ST_OK;
 }
 
-st_status parse_line(struct parser *ps, char *line)
+static st_status parse_line(struct parser *ps, char *line);  /* a block parses its parts through it */
+
+/* block heads H: one pre-norm transformer block (GPT-2's), as its parts. */
+static st_status parse_block(struct parser *ps, char **tok, int ntok)
+{
+    int heads;
+    if (ntok != 3 || strcmp(tok[1], "heads") || !parser_int(tok[2], 0, &heads) || heads < 1)
+        return parser_error(ps, "block: expected 'block heads H'");
+    const struct node *src = parser_last(ps);
+    if (src->t < 1)
+        return parser_error(ps, "block: needs a [T, C] sequence input (after embed)");
+    const int c = src->c, id = ps->nnames;
+    char lines[12][48];
+    snprintf(lines[0], sizeof lines[0], "save _b%d_attn", id);
+    snprintf(lines[1], sizeof lines[1], "layernorm");
+    snprintf(lines[2], sizeof lines[2], "linear %d", 3 * c);
+    snprintf(lines[3], sizeof lines[3], "attention heads %d", heads);
+    snprintf(lines[4], sizeof lines[4], "linear %d", c);
+    snprintf(lines[5], sizeof lines[5], "add _b%d_attn", id);
+    snprintf(lines[6], sizeof lines[6], "save _b%d_mlp", id);
+    snprintf(lines[7], sizeof lines[7], "layernorm");
+    snprintf(lines[8], sizeof lines[8], "linear %d", 4 * c);
+    snprintf(lines[9], sizeof lines[9], "gelu");
+    snprintf(lines[10], sizeof lines[10], "linear %d", c);
+    snprintf(lines[11], sizeof lines[11], "add _b%d_mlp", id);
+    for (int i = 0; i < 12; i++) {
+        st_status st = parse_line(ps, lines[i]);
+        if (st != ST_OK)
+            return st;
+    }
+    return ST_OK;
+}
+
+static st_status parse_line(struct parser *ps, char *line)
 {
     char *hash = strchr(line, '#');
     if (hash)

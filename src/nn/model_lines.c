@@ -321,33 +321,108 @@ st_status parse_head(struct parser *ps, char **tok, int ntok, node_kind kind)
     return parser_emit(ps, "head tied");
 }
 
-/* block heads H: one pre-norm transformer block (GPT-2's), as its parts. */
-st_status parse_block(struct parser *ps, char **tok, int ntok)
+/* --------------------------------------------------- input, residuals -- */
+
+static st_status add_features(struct parser *ps, const char *name, int main_in, int skip, bool proj);
+
+st_status parse_add(struct parser *ps, char **tok, int ntok, node_kind kind)
 {
-    int heads;
-    if (ntok != 3 || strcmp(tok[1], "heads") || !parser_int(tok[2], 0, &heads) || heads < 1)
-        return parser_error(ps, "block: expected 'block heads H'");
-    const struct node *src = parser_last(ps);
-    if (src->t < 1)
-        return parser_error(ps, "block: needs a [T, C] sequence input (after embed)");
-    const int c = src->c, id = ps->nnames;
-    char lines[12][48];
-    snprintf(lines[0], sizeof lines[0], "save _b%d_attn", id);
-    snprintf(lines[1], sizeof lines[1], "layernorm");
-    snprintf(lines[2], sizeof lines[2], "linear %d", 3 * c);
-    snprintf(lines[3], sizeof lines[3], "attention heads %d", heads);
-    snprintf(lines[4], sizeof lines[4], "linear %d", c);
-    snprintf(lines[5], sizeof lines[5], "add _b%d_attn", id);
-    snprintf(lines[6], sizeof lines[6], "save _b%d_mlp", id);
-    snprintf(lines[7], sizeof lines[7], "layernorm");
-    snprintf(lines[8], sizeof lines[8], "linear %d", 4 * c);
-    snprintf(lines[9], sizeof lines[9], "gelu");
-    snprintf(lines[10], sizeof lines[10], "linear %d", c);
-    snprintf(lines[11], sizeof lines[11], "add _b%d_mlp", id);
-    for (int i = 0; i < 12; i++) {
-        st_status st = parse_line(ps, lines[i]);
+    (void)kind;
+    bool proj = ntok == 3 && !strcmp(tok[2], "proj");
+    if (ntok < 2 || ntok > 3 || (ntok == 3 && !proj))
+        return parser_error(ps, "add: use 'add NAME' or 'add NAME proj'");
+    int k = parser_find_name(ps, tok[1]);
+    if (k < 0)
+        return parser_error(ps, "add: no activation was saved as '%s' (use 'save %s' earlier)", tok[1], tok[1]);
+    int main_in = ps->m->n - 1, skip = ps->name_node[k];
+    const struct node a = ps->m->nodes[main_in], b = ps->m->nodes[skip];
+    if (a.flat || b.flat)
+        return add_features(ps, tok[1], main_in, skip, proj);
+    if (proj) {
+        int stride = b.h / a.h;
+        if (stride < 1 || (b.h + stride - 1) / stride != a.h || (b.w + stride - 1) / stride != a.w)
+            return parser_error(ps, "add %s proj: cannot map %dx%d onto %dx%d with a strided 1x1 convolution",
+                                tok[1], b.h, b.w, a.h, a.w);
+        struct node *pj = parser_node(ps, NODE_CONV);
+        if (!pj)
+            return st_fail(ST_ERR_NOMEM, "model: out of memory");
+        pj->in = skip;
+        pj->out = pj->c = a.c;
+        pj->k = 1;
+        pj->s = stride;
+        pj->p = 0;
+        pj->bias = true;
+        pj->h = a.h;
+        pj->w = a.w;
+        pj->fan_in = b.c;
+        st_status st = parser_params(ps, pj, (size_t)a.c * (size_t)b.c, (size_t)a.c);
         if (st != ST_OK)
             return st;
+        skip = ps->m->n - 1;
+    } else if (a.c != b.c || a.h != b.h || a.w != b.w) {
+        return parser_error(ps, "add %s: shapes differ (%dx%dx%d saved, %dx%dx%d here); use 'add %s proj'",
+                            tok[1], b.c, b.h, b.w, a.c, a.h, a.w, tok[1]);
     }
-    return ST_OK;
+    struct node *nd = parser_node(ps, NODE_ADD);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->in = main_in;
+    nd->in2 = skip;
+    nd->c = a.c;
+    nd->h = a.h;
+    nd->w = a.w;
+    return parser_emit(ps, "add %s%s", tok[1], proj ? " proj" : "");
+}
+
+/* A residual connection between feature tensors ([T, C] or flat): shapes
+ * must agree, there is no projection. */
+static st_status add_features(struct parser *ps, const char *name, int main_in, int skip, bool proj)
+{
+    const struct node a = ps->m->nodes[main_in], b = ps->m->nodes[skip];
+    if (proj || !a.flat || !b.flat || a.c != b.c || a.t != b.t) {
+        char as[32], bs[32];
+        st_shape_str(&a.shape, as, sizeof as);
+        st_shape_str(&b.shape, bs, sizeof bs);
+        return parser_error(ps, "add %s%s: shapes must be equal and both features or both images (%s saved, %s here)%s",
+                            name, proj ? " proj" : "", bs, as, proj ? "; proj is for images" : "");
+    }
+    struct node *nd = parser_seq_node(ps, NODE_ADD, a.t, a.c);  /* flat features are t = 0 */
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->in = main_in;
+    nd->in2 = skip;
+    return parser_emit(ps, "add %s", name);
+}
+
+st_status parse_input(struct parser *ps, char **tok, int ntok, node_kind kind)
+{
+    (void)kind;
+    int c, h = 1, w = 1;
+    if (ps->m->n > 0)
+        return parser_error(ps, "input: declared twice (only the first line may be 'input')");
+    if (ntok >= 2 && !strcmp(tok[1], "tokens")) {
+        int t;
+        if (ntok != 3 || !parser_int(tok[2], 0, &t) || t < 1)
+            return parser_error(ps, "input tokens: expected 'input tokens CONTEXT' (e.g. input tokens 64)");
+        struct node *nd = parser_node(ps, NODE_INPUT);
+        if (!nd)
+            return st_fail(ST_ERR_NOMEM, "model: out of memory");
+        nd->in = -1;
+        nd->tokens = true;
+        nd->t = t;
+        nd->c = nd->h = nd->w = 1;
+        nd->flat = true;
+        return parser_emit(ps, "input tokens %d", t);
+    }
+    if ((ntok != 4 && ntok != 2) || !parser_int(tok[1], 0, &c) || c < 1 ||
+        (ntok == 4 && (!parser_int(tok[2], 0, &h) || !parser_int(tok[3], 0, &w) || h < 1 || w < 1)))
+        return parser_error(ps, "input: expected 'input CHANNELS HEIGHT WIDTH' (e.g. input 1 28 28)");
+    struct node *nd = parser_node(ps, NODE_INPUT);
+    if (!nd)
+        return st_fail(ST_ERR_NOMEM, "model: out of memory");
+    nd->in = -1;
+    nd->c = c;
+    nd->h = h;
+    nd->w = w;
+    return parser_emit(ps, "input %d %d %d", c, h, w);
 }

@@ -53,8 +53,6 @@ st_status parser_params(struct parser *ps, struct node *nd, size_t weights, size
 /* a * b * c as the size of `what`, refused past MODEL_MAX_TENSOR (no
  * product is formed in int). */
 st_status parser_elements(const struct parser *ps, const char *what, size_t a, size_t b, size_t c, size_t *out);
-/* One line of model text (a block parses its parts through it). */
-st_status parse_line(struct parser *ps, char *line);
 
 /* The layer keywords' parsers the layer table names (layers.h), one
  * declaration each: a table row naming one that is not here fails to
@@ -65,6 +63,9 @@ st_status parse_add(struct parser *ps, char **tok, int ntok, node_kind kind);
 st_status parse_conv(struct parser *ps, char **tok, int ntok, node_kind kind);
 st_status parse_pool(struct parser *ps, char **tok, int ntok, node_kind kind);
 st_status parse_linear(struct parser *ps, char **tok, int ntok, node_kind kind);
+/* The node a `save NAME` named, or -1. */
+int parser_find_name(const struct parser *ps, const char *name);
+
 st_status parse_elementwise(struct parser *ps, char **tok, int ntok, node_kind kind);
 st_status parse_dropout(struct parser *ps, char **tok, int ntok, node_kind kind);
 st_status parse_flatten(struct parser *ps, char **tok, int ntok, node_kind kind);
@@ -73,6 +74,5 @@ st_status parse_layernorm(struct parser *ps, char **tok, int ntok, node_kind kin
 st_status parse_embed(struct parser *ps, char **tok, int ntok, node_kind kind);
 st_status parse_attention(struct parser *ps, char **tok, int ntok, node_kind kind);
 st_status parse_head(struct parser *ps, char **tok, int ntok, node_kind kind);
-st_status parse_block(struct parser *ps, char **tok, int ntok);
 
 #endif
