@@ -1,5 +1,5 @@
 /* Each layer line's grammar: its arguments, the input shape it needs, its
- * output shape and parameters (model_parser.h; the machinery is model.c). */
+ * output shape and parameters (model_parser.h; its helpers are model_parser.c). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,7 +1,7 @@
-/* Internal: the model text parser's state and helpers, shared by model.c
- * (the machinery: lines and their dispatch through the layer table, names
- * and residual adds, the public parse and load) and model_lines.c (each
- * layer line's grammar).  A line parser checks its arguments and the shape
+/* Internal: the model text parser's state and helpers (model_parser.c),
+ * shared by model.c (lines and their dispatch through the layer table,
+ * saves, blocks, the train line, the public parse and load) and
+ * model_lines.c (each layer line's grammar, residual adds included).  A line parser checks its arguments and the shape
  * it receives, appends its node(s) with parser_node, takes its parameters
  * from the flat buffer with parser_params, and writes the canonical line
  * with parser_emit. */
