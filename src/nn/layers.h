@@ -24,23 +24,23 @@
 #define SHMTRAIN_NN_LAYERS_H
 
 /* clang-format off */
-#define NN_LAYER_TABLE_ROWS(X)                                                                                                                            \
-  /* KIND       keyword      parse            init          ref_scratch       ref_forward          ref_backward          onednn              bf16 */      \
-  X(INPUT,     "input",     parse_input,     init_nothing, scratch_none,     input_ref_forward,   input_ref_backward,   dn_build_input,     bf16_never)   \
-  X(CONV,      "conv",      parse_conv,      init_kaiming, scratch_none,     conv_ref_forward,    conv_ref_backward,    dn_build_weights,   bf16_weights) \
-  X(LINEAR,    "linear",    parse_linear,    init_linear,  scratch_none,     linear_ref_forward,  linear_ref_backward,  dn_build_linear,    bf16_weights) \
-  X(RELU,      "relu",      parse_elementwise, init_nothing, scratch_none,     relu_ref_forward,    relu_ref_backward,    dn_build_relu,      bf16_carries) \
-  X(MAXPOOL,   "maxpool",   parse_pool,      init_nothing, scratch_argmax,   maxpool_ref_forward, maxpool_ref_backward, dn_build_pool,      bf16_carries) \
-  X(AVGPOOL,   "avgpool",   parse_pool,      init_nothing, scratch_none,     avgpool_ref_forward, avgpool_ref_backward, dn_build_pool,      bf16_carries) \
-  X(BATCHNORM, "batchnorm", parse_batchnorm, init_bn,      scratch_bn_stats, bn_ref_forward,      bn_ref_backward,      dn_build_bn,        bf16_carries) \
-  X(DROPOUT,   "dropout",   parse_dropout,   init_nothing, scratch_mask,     dropout_ref_forward, dropout_ref_backward, dn_build_dropout,   bf16_carries) \
-  X(FLATTEN,   "flatten",   parse_flatten,   init_nothing, scratch_none,     flatten_ref_forward, flatten_ref_backward, dn_build_flatten,   bf16_carries) \
-  X(ADD,       "add",       parse_add,       init_nothing, scratch_none,     add_ref_forward,     add_ref_backward,     dn_build_add,       bf16_carries) \
-  X(EMBED,     "embed",     parse_embed,     init_embed,   scratch_none,     embed_ref_forward,   embed_ref_backward,   dn_build_embed,     bf16_never)   \
-  X(LAYERNORM, "layernorm", parse_layernorm, init_ln,      scratch_ln_stats, ln_ref_forward,      ln_ref_backward,      dn_build_ln,        bf16_never)   \
-  X(ATTENTION, "attention", parse_attention, init_nothing, scratch_att,      att_ref_forward,     att_ref_backward,     dn_build_attention, bf16_never)   \
-  X(GELU,      "gelu",      parse_elementwise, init_nothing, scratch_none,     gelu_ref_forward,    gelu_ref_backward,    dn_build_gelu,      bf16_carries) \
-  X(HEAD,      "head",      parse_head,      init_nothing, scratch_none,     head_ref_forward,    head_ref_backward,    dn_build_head,      bf16_never)
+#define NN_LAYER_TABLE_ROWS(X)                                                                                                                                                              \
+  /* KIND        keyword       parse               init           ref_scratch        ref_forward           ref_backward           onednn               bf16           summary           */  \
+  X(INPUT,      "input",      parse_input,        init_nothing,  scratch_none,      input_ref_forward,    input_ref_backward,    dn_build_input,      bf16_never,    summary_input    )     \
+  X(CONV,       "conv",       parse_conv,         init_kaiming,  scratch_none,      conv_ref_forward,     conv_ref_backward,     dn_build_weights,    bf16_weights,  summary_conv     )     \
+  X(LINEAR,     "linear",     parse_linear,       init_linear,   scratch_none,      linear_ref_forward,   linear_ref_backward,   dn_build_linear,     bf16_weights,  summary_linear   )     \
+  X(RELU,       "relu",       parse_elementwise,  init_nothing,  scratch_none,      relu_ref_forward,     relu_ref_backward,     dn_build_relu,       bf16_carries,  summary_keyword  )     \
+  X(MAXPOOL,    "maxpool",    parse_pool,         init_nothing,  scratch_argmax,    maxpool_ref_forward,  maxpool_ref_backward,  dn_build_pool,       bf16_carries,  summary_pool     )     \
+  X(AVGPOOL,    "avgpool",    parse_pool,         init_nothing,  scratch_none,      avgpool_ref_forward,  avgpool_ref_backward,  dn_build_pool,       bf16_carries,  summary_pool     )     \
+  X(BATCHNORM,  "batchnorm",  parse_batchnorm,    init_bn,       scratch_bn_stats,  bn_ref_forward,       bn_ref_backward,       dn_build_bn,         bf16_carries,  summary_keyword  )     \
+  X(DROPOUT,    "dropout",    parse_dropout,      init_nothing,  scratch_mask,      dropout_ref_forward,  dropout_ref_backward,  dn_build_dropout,    bf16_carries,  summary_dropout  )     \
+  X(FLATTEN,    "flatten",    parse_flatten,      init_nothing,  scratch_none,      flatten_ref_forward,  flatten_ref_backward,  dn_build_flatten,    bf16_carries,  summary_keyword  )     \
+  X(ADD,        "add",        parse_add,          init_nothing,  scratch_none,      add_ref_forward,      add_ref_backward,      dn_build_add,        bf16_carries,  summary_add      )     \
+  X(EMBED,      "embed",      parse_embed,        init_embed,    scratch_none,      embed_ref_forward,    embed_ref_backward,    dn_build_embed,      bf16_never,    summary_embed    )     \
+  X(LAYERNORM,  "layernorm",  parse_layernorm,    init_ln,       scratch_ln_stats,  ln_ref_forward,       ln_ref_backward,       dn_build_ln,         bf16_never,    summary_keyword  )     \
+  X(ATTENTION,  "attention",  parse_attention,    init_nothing,  scratch_att,       att_ref_forward,      att_ref_backward,      dn_build_attention,  bf16_never,    summary_attention)     \
+  X(GELU,       "gelu",       parse_elementwise,  init_nothing,  scratch_none,      gelu_ref_forward,     gelu_ref_backward,     dn_build_gelu,       bf16_carries,  summary_keyword  )     \
+  X(HEAD,       "head",       parse_head,         init_nothing,  scratch_none,      head_ref_forward,     head_ref_backward,     dn_build_head,       bf16_never,    summary_head     )
 /* clang-format on */
 
 /* A test build appends a row whose functions exist nowhere: it must fail. */
@@ -48,7 +48,7 @@
 #define NN_LAYER_TABLE(X)                                                                                  \
     NN_LAYER_TABLE_ROWS(X)                                                                                 \
     X(UNFINISHED, "unfinished", parse_unfinished, init_unfinished, scratch_unfinished,                    \
-      unfinished_ref_forward, unfinished_ref_backward, dn_build_unfinished, bf16_unfinished)
+      unfinished_ref_forward, unfinished_ref_backward, dn_build_unfinished, bf16_unfinished, summary_unfinished)
 #else
 #define NN_LAYER_TABLE(X) NN_LAYER_TABLE_ROWS(X)
 #endif

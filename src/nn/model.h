@@ -55,6 +55,18 @@ const char *node_kind_name(node_kind k);
 /* The presets' names, "mlp, lenet, ...", for messages (model_info.c). */
 const char *nn_preset_names(void);
 
+/* The summary line of node i (model_info.c; the layer table's summary column). */
+void summary_keyword(const st_model *m, int i, char *desc, size_t len);
+void summary_input(const st_model *m, int i, char *desc, size_t len);
+void summary_conv(const st_model *m, int i, char *desc, size_t len);
+void summary_linear(const st_model *m, int i, char *desc, size_t len);
+void summary_pool(const st_model *m, int i, char *desc, size_t len);
+void summary_dropout(const st_model *m, int i, char *desc, size_t len);
+void summary_add(const st_model *m, int i, char *desc, size_t len);
+void summary_embed(const st_model *m, int i, char *desc, size_t len);
+void summary_attention(const st_model *m, int i, char *desc, size_t len);
+void summary_head(const st_model *m, int i, char *desc, size_t len);
+
 /* Rows a layer's plain activation has per sample: positions, or 1. */
 /* A batch's activation is indexed with int by the kernels: batch x the
  * largest one-sample activation (attention's scores included) must fit. */

@@ -89,33 +89,84 @@ bool st_shape_equal(const st_shape *a, const st_shape *b)
     return true;
 }
 
+/* --------------------------------------------------------- summary -- */
+
+/* Each layer kind's line in the summary (the layer table's last column):
+ * what the canonical text says, and what the parser added (a shortcut, a
+ * tie, where an add's second input comes from). */
+typedef void summary_fn(const st_model *m, int i, char *desc, size_t len);
+
+void summary_keyword(const st_model *m, int i, char *desc, size_t len)
+{
+    snprintf(desc, len, "%s", node_kind_name(m->nodes[i].kind));
+}
+
+void summary_input(const st_model *m, int i, char *desc, size_t len)
+{
+    snprintf(desc, len, "input%s", m->nodes[i].tokens ? " tokens" : "");
+}
+
+void summary_conv(const st_model *m, int i, char *desc, size_t len)
+{
+    const struct node *nd = &m->nodes[i];
+    snprintf(desc, len, "conv %d k%d s%d p%d%s%s", nd->out, nd->k, nd->s, nd->p, nd->bias ? "" : " nobias",
+             nd->in != i - 1 ? " (shortcut)" : "");
+}
+
+void summary_linear(const st_model *m, int i, char *desc, size_t len)
+{
+    snprintf(desc, len, "linear %d", m->nodes[i].out);
+}
+
+void summary_pool(const st_model *m, int i, char *desc, size_t len)
+{
+    const struct node *nd = &m->nodes[i];
+    if (nd->global)
+        snprintf(desc, len, "%s global", node_kind_name(nd->kind));
+    else
+        snprintf(desc, len, "%s k%d s%d", node_kind_name(nd->kind), nd->k, nd->s);
+}
+
+void summary_dropout(const st_model *m, int i, char *desc, size_t len)
+{
+    snprintf(desc, len, "dropout %g", (double)m->nodes[i].drop);
+}
+
+void summary_add(const st_model *m, int i, char *desc, size_t len)
+{
+    snprintf(desc, len, "add (from #%d)", m->nodes[i].in2);
+}
+
+void summary_embed(const st_model *m, int i, char *desc, size_t len)
+{
+    const struct node *nd = &m->nodes[i];
+    snprintf(desc, len, "embed %d %d%s", nd->vocab, nd->c, nd->tied ? " (tied)" : "");
+}
+
+void summary_attention(const st_model *m, int i, char *desc, size_t len)
+{
+    snprintf(desc, len, "attention heads %d", m->nodes[i].heads);
+}
+
+void summary_head(const st_model *m, int i, char *desc, size_t len)
+{
+    snprintf(desc, len, "head tied (to #%d)", m->nodes[i].embed);
+}
+
+static summary_fn *const summaries[] = {
+#define SUMMARY(KIND, keyword, parse, init, scratch, fwd, bwd, build, bf16, summary) [NODE_##KIND] = summary,
+    NN_LAYER_TABLE(SUMMARY)
+#undef SUMMARY
+};
+_Static_assert(sizeof summaries / sizeof *summaries == NODE_KINDS, "a summary line per layer kind");
+
 void st_model_summary(const st_model *m, FILE *f)
 {
     fprintf(f, "%-4s %-26s %-16s %12s\n", "#", "layer", "output", "parameters");
     for (int i = 0; i < m->n; i++) {
         const struct node *nd = &m->nodes[i];
         char desc[64], shape[32];
-        switch (nd->kind) {
-        case NODE_CONV:
-            snprintf(desc, sizeof desc, "conv %d k%d s%d p%d%s%s", nd->out, nd->k, nd->s, nd->p,
-                     nd->bias ? "" : " nobias", nd->in != i - 1 ? " (shortcut)" : "");
-            break;
-        case NODE_LINEAR: snprintf(desc, sizeof desc, "linear %d", nd->out); break;
-        case NODE_MAXPOOL:
-        case NODE_AVGPOOL:
-            if (nd->global)
-                snprintf(desc, sizeof desc, "avgpool global");
-            else
-                snprintf(desc, sizeof desc, "%s k%d s%d", node_kind_name(nd->kind), nd->k, nd->s);
-            break;
-        case NODE_DROPOUT: snprintf(desc, sizeof desc, "dropout %g", (double)nd->drop); break;
-        case NODE_ADD: snprintf(desc, sizeof desc, "add (from #%d)", nd->in2); break;
-        case NODE_EMBED: snprintf(desc, sizeof desc, "embed %d %d%s", nd->vocab, nd->c, nd->tied ? " (tied)" : ""); break;
-        case NODE_ATTENTION: snprintf(desc, sizeof desc, "attention heads %d", nd->heads); break;
-        case NODE_HEAD: snprintf(desc, sizeof desc, "head tied (to #%d)", nd->embed); break;
-        case NODE_INPUT: snprintf(desc, sizeof desc, "input%s", nd->tokens ? " tokens" : ""); break;
-        default: snprintf(desc, sizeof desc, "%s", node_kind_name(nd->kind));
-        }
+        summaries[nd->kind](m, i, desc, sizeof desc);
         st_shape_str(&nd->shape, shape, sizeof shape);
         fprintf(f, "%-4d %-26s %-16s %12zu\n", i, desc, shape, nd->w_count + nd->b_count);
     }

@@ -34,7 +34,7 @@ _Static_assert(sizeof builders / sizeof *builders == NODE_KINDS, "a oneDNN build
 
 /* Each layer kind's bf16 rule, from the layer table's bf16 column. */
 static enum bf16_role (*const bf16_rules[])(const st_net *n, const struct xnode *x) = {
-#define BF16_RULE(KIND, keyword, parse, init, scratch, fwd, bwd, build, bf16) [NODE_##KIND] = bf16,
+#define BF16_RULE(KIND, keyword, parse, init, scratch, fwd, bwd, build, bf16, ...) [NODE_##KIND] = bf16,
     NN_LAYER_TABLE(BF16_RULE)
 #undef BF16_RULE
 };
