@@ -6,7 +6,7 @@
 #   instance  rank N-1 killed by SIGKILL -> shmrun has exited (gang stopped)
 #   stall     rank N-1 stopped (SIGSTOP), --stall-timeout 2 -> shmrun has exited
 # Each from the moment the run is stepping (its first checkpoint exists);
-# medians (and max) over TRIALS.  Prints a table; docs/benchmarks.md,
+# medians (and max) over TRIALS.  Prints a table; docs/benchmarks-history.md,
 # "Reliability", has the runs.
 #   bench/run-deaths.sh BUILD [TRIALS (20)] [RANKS ("2 4 16")] [KINDS ("launcher mpirun instance stall")]
 # (instance and stall run a quarter of TRIALS: their times are the launcher's
