@@ -3,8 +3,8 @@
  * One output row at a time.  On AVX-512 machines a kernel written with
  * intrinsics handles up to 16 channels per call with masks: GCC 12 turns the
  * portable loop below into 128-bit pieces with byte-to-float widening and
- * alias checks (cnn's first pool: forward 0.95 -> 0.37 ms, backward 3.5 ->
- * 0.54 ms, one core, warm caches).  Elsewhere the portable loop runs,
+ * alias checks, several times slower (docs/benchmarks-history.md, section
+ * 2).  Elsewhere the portable loop runs,
  * compiled for several ISAs and picked at load time, since the library
  * targets baseline x86-64. */
 #include "maxpool2.h"
@@ -111,8 +111,8 @@ MAXPOOL2_ROW_FWD_AVX512(row_fwd_avx512, 0)
 MAXPOOL2_ROW_FWD_AVX512(row_fwd_relu_avx512, 1)
 
 /* Plain stores: streaming ones (no read for ownership of the input-sized
- * gradient) made the pass plus its consumer's read 1.1 -> 1.7 ms on cnn's
- * first pool, since the next convolution then reads it from memory. */
+ * gradient) made the pass plus its consumer's read slower, since the next
+ * convolution then reads the gradient from memory instead of cache. */
 AVX512 static inline void store_where(float *p, __mmask16 on, __m512i k, int index, __m512 g)
 {
     _mm512_mask_storeu_ps(p, on, _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(k, _mm512_set1_epi32(index)), g));

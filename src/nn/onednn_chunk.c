@@ -8,10 +8,10 @@
 
 /* A convolution whose only consumer is a C max-pool writes an activation
  * the pool reads once and nobody else needs (the backward passes use the
- * pool's argmax and the convolution's input).  For cnn's first layer that
- * is 5.5 MB a step, written and read back through memory.  Run in chunks of
- * a few images, the chunk's output stays in L2 for the pool: forward of
- * that pair, one thread, caches cold, 1.56 -> 0.81 ms. */
+ * pool's argmax and the convolution's input): megabytes a step, written
+ * and read back through memory.  Run in chunks of a few images, the chunk's
+ * output stays in L2 for the pool (the gain: docs/benchmarks-history.md,
+ * section 2; tuning.no_chunks turns it off). */
 #define CHUNK_BYTES (512 * 1024)
 
 static st_status conv_maxpool2_fwd(st_net *n, int j)

@@ -144,11 +144,10 @@ st_status dn_pd_keep(st_net *n, const char *call, dnnl_status_t created, dnnl_pr
 
 /* oneDNN picks its brgemm convolutions first in nhwc (2.6 for the forward
  * pass, 3.2 for backward-data too, as "brg_fwd+brgconv"), but with few
- * input channels its older jit kernels are much faster here (bench/
- * st-kernel-candidates conv, one core, AVX-512: lenet's 1->6 5x5 forward
- * 0.220 -> 0.088 ms per 16-image chunk on 2.6; its 6->16 5x5 at batch 64
- * forward 0.184 -> 0.139 ms and backward-data 0.616 -> 0.355 on 3.2).
- * SHMTRAIN_ONEDNN_BRGCONV=1 keeps oneDNN's choice for comparison. */
+ * input channels its older jit kernels are much faster on AVX-512 (bench/
+ * st-kernel-candidates conv and st-step-ab: docs/benchmarks-history.md,
+ * section 2, and benchmarks.md, section 0).  tuning.brgconv keeps oneDNN's
+ * choice for comparison. */
 const char *dn_conv_avoid(const st_net *n, const_dnnl_memory_desc_t src)
 {
     struct dn_layout l;

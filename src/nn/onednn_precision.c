@@ -5,13 +5,10 @@
 #define _GNU_SOURCE
 #include "onednn_internal.h"
 
-/* A convolution reading fewer channels than this stays fp32 in a bf16 net.
- * One channel loses in bf16: on Sapphire Rapids (oneDNN 2.6.3, one core) a
- * 1 -> 32 channel 3x3 convolution ran 0.5x forward and 0.3x backward-
- * weights; on an AVX512-BF16 Zen 5 (oneDNN 3.2) lenet's 1 -> 6 made its
- * step 3x slower and cnn's 1 -> 32 gained nothing.  Three (RGB) wins there:
- * resnet's 3 -> 16 stem in bf16 took its bf16 step from 19.2 to 16.0 ms
- * (the whole stem then carries bf16; docs/benchmarks.md, "bf16"). */
+/* A convolution reading fewer channels than this stays fp32 in a bf16 net:
+ * with one input channel oneDNN's bf16 kernels lose to its fp32 ones, on
+ * AMX and on AVX512-BF16 alike, and three (RGB) already win, the whole stem
+ * then carrying bf16 (docs/benchmarks.md, section 0c). */
 #define BF16_MIN_CONV_CHANNELS 3
 
 enum bf16_role bf16_never(const st_net *n, const struct xnode *x)

@@ -401,10 +401,10 @@ static st_status seq_linear_fwd(st_net *n, int j)
 }
 
 /* The weight gradient dW = dY^T X as dnnl_sgemm's "TN" reads its operands
- * down their columns, and on gpt-mini's shapes (768 rows, 128-512 wide) ran
- * at 44-58 GFLOP/s where the same product from both operands transposed
- * ("NT") ran at 72-77 on one thread; the two transposes cost less than
- * that difference while they stay in cache.  On gpt's (3072 rows, 22 MB of
+ * down their columns, and on gpt-mini's shapes ran well below the same
+ * product from both operands transposed ("NT"; docs/benchmarks-history.md,
+ * section 11, session 10); the two transposes cost less than that
+ * difference while they stay in cache.  On gpt's (3072 rows, 22 MB of
  * operands) they cost more than "TN" loses there, hence the bound
  * (DN_WGRAD_TRANSPOSED_MAX_FLOATS, onednn_internal.h). */
 

@@ -69,9 +69,9 @@ out:
 /* Inner products take their weights in the plain layout of the parameter
  * buffer (oneDNN's gemm-based kernels accept it) instead of a blocked one:
  * that drops three weight reorders per layer and step, which for small
- * batches cost more than the blocked kernel saves (mlp, 1 thread: 1.54 ->
- * 1.06 ms a step; bench/st-step-bench).  SHMTRAIN_ONEDNN_IP_ANY=1 restores
- * oneDNN's choice for comparison.  Convolutions keep `any`: their blocked
+ * batches cost more than the blocked kernel saves (measured with
+ * bench/st-step-ab: docs/benchmarks-history.md, section 2).  tuning.ip_any
+ * restores oneDNN's choice for comparison.  Convolutions keep `any`: their blocked
  * kernels are worth the (small) weight reorders. */
 static bool plain_weights(const st_net *n, const struct xnode *x)
 {

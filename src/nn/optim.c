@@ -184,8 +184,8 @@ uint64_t st_optim_steps(const st_optim *o) { return o->steps; }
 void st_optim_set_steps(st_optim *o, uint64_t steps) { o->steps = steps; }
 
 /* The sum of squares runs every step (it also catches NaN/Inf gradients),
- * so it must not be one long dependent chain of double additions (10% of
- * mlp's training time).  A 16-float vector of partial sums per block of
+ * so it must not be one long dependent chain of double additions (that
+ * latency-bound loop was a tenth of mlp's step).  A 16-float vector of partial sums per block of
  * 4096, the blocks added in double: GCC's vector type keeps the lane order
  * on every ISA, so every clone gives the same bits. */
 typedef float float16_vec __attribute__((vector_size(64)));

@@ -1,11 +1,10 @@
 /* The sequence layers' row and element kernels (seq_kernels.h).
  *
  * Layer norm and GELU are C here because oneDNN 2.6.3's layer norm was a
- * generic C++ kernel (its jit one came in 2.7) and its AVX2 GELU ran at 5 ns
- * an element on this project's machines (this one at 1.6): on gpt-mini's
- * 768 x 512 activation 2.1 ms each way against 0.6.  Whether oneDNN 3's
- * primitives now do better is measured by bench/st-op-candidates
- * (docs/benchmarks.md).  The causal softmax has no oneDNN counterpart: its
+ * generic C++ kernel (its jit one came in 2.7) and its AVX2 GELU ran at a
+ * third of this one's speed (docs/benchmarks-history.md, section 11).
+ * Whether oneDNN 3's primitives now do better is measured by
+ * bench/st-op-candidates (docs/benchmarks.md, section 0).  The causal softmax has no oneDNN counterpart: its
  * softmax takes no mask.
  *
  * The `omp simd` reductions sum in vector lanes: a fixed order for a given
@@ -204,7 +203,7 @@ void seq_gelu_bwd_bf16(st_bf16 *dx, const st_bf16 *dy, const st_bf16 *x, const f
  * the baseline (SSE2) and took 2-3% of gpt-mini's step.  oneDNN 3's softmax
  * runs a row at up to twice this speed (bench/st-op-candidates softmax), but
  * takes no mask; rows run over whole vectors with the mask as a select
- * measured no faster (0.202 ms against 0.198 for gpt-mini's 48 heads). */
+ * measured no faster (docs/benchmarks-history.md, section 11). */
 
 /* Each row i of the t x t scores replaced by softmax over columns 0..i,
  * zeros right of the diagonal. */
