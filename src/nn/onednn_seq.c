@@ -166,13 +166,12 @@ static st_status build_ln_c(st_net *n, int j)
     return dn_add_step(n, &x->dn->fwd, ln_fwd, NODE_LAYERNORM);
 }
 
-/* oneDNN 3's layer normalisation (its jit kernel came in 2.7), for A/B
- * under SHMTRAIN_ONEDNN_LAYERNORM=1: alone on gpt-mini's 768 x 128 rows it
- * runs 1.3-1.5x the C rows' speed each way (bench/st-op-candidates
- * layernorm), but inside the step the C rows win: st-step-ab, gpt-mini,
- * the oneDNN step 0.996-1.013x the C one's time at 1 thread, 1.009-1.012x
- * at 2 (benchmarks.md, "oneDNN 3").  gamma and beta are the parameter
- * buffer's, their gradients written there. */
+/* oneDNN 3's layer normalisation (its jit kernel came in 2.7), under
+ * tuning.onednn_layernorm: faster alone (bench/st-op-candidates layernorm),
+ * but inside the step the C rows win by a hair (st-step-ab; benchmarks.md,
+ * section 0).  Kept: it takes bf16 data with fp32 statistics, the way to a
+ * bf16 layer norm.  gamma and beta are the parameter buffer's, their
+ * gradients written there. */
 static st_status build_ln_onednn(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
