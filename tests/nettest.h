@@ -6,6 +6,7 @@
 #define SHMTRAIN_TESTS_NETTEST_H
 
 #include <math.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -51,6 +52,18 @@ static inline st_net *make_net(const st_model *m, int batch, st_backend b, st_dt
     if (st_net_create(&n, m, &c) != ST_OK)
         fail_msg("net failed: %s", st_last_error());
     return n;
+}
+
+/* What st_net_describe says of the net, as text (the caller frees it). */
+static inline char *net_description(const st_net *n)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    assert_non_null(f);
+    st_net_describe(n, f);
+    fclose(f);
+    return text;
 }
 
 /* max |a - b| (NaN counts as the worst), where, and max |b| (at least `floor`). */

@@ -53,12 +53,7 @@
 /* What st_net_describe says of node j (its line), in `out`. */
 static void describe_node(const st_net *n, int j, char *out, size_t len)
 {
-    char *text = NULL;
-    size_t size = 0;
-    FILE *f = open_memstream(&text, &size);
-    assert_non_null(f);
-    st_net_describe(n, f);
-    fclose(f);
+    char *text = net_description(n);
     out[0] = '\0';
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
         if (atoi(line) == j && strstr(line, "line"))

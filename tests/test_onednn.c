@@ -6,6 +6,7 @@
  * use, for output counts that are not a multiple of 16 (where Debian 13's
  * oneDNN 3.7.2 misplaced a third of them): the data must land right, by a
  * direct reorder or the engine's two-step replacement. */
+#define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

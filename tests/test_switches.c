@@ -35,17 +35,6 @@ static const struct {
     {"SHMTRAIN_ONEDNN_LAYERNORM", "gpt-mini", 2},
 };
 
-static char *describe(const st_net *n)
-{
-    char *text = NULL;
-    size_t size = 0;
-    FILE *f = open_memstream(&text, &size);
-    assert_non_null(f);
-    st_net_describe(n, f);
-    fclose(f);
-    return text;
-}
-
 /* Forward, loss, backward of `n` with these parameters on this batch. */
 static float run(st_net *n, const float *params, const void *x, const int *labels)
 {
@@ -104,7 +93,7 @@ static void check_switch(int k)
     if (!(worst <= TOL * scale))
         fail_msg("%s on %s: gradient %zu is %g, without %g (scale %g)", CASES[k].env, CASES[k].model, at,
                  (double)gb[at], (double)ga[at], scale);
-    char *da = describe(a), *db = describe(b);
+    char *da = net_description(a), *db = net_description(b);
     if (!strcmp(da, db))
         fail_msg("%s on %s: built the same net as without it:\n%s", CASES[k].env, CASES[k].model, da);
     print_message("    %-30s %-8s loss %.7g / %.7g, gradients within %.2g of %.2g\n", CASES[k].env, CASES[k].model, lb,
