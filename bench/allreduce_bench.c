@@ -424,7 +424,7 @@ static void rank_main(int rank, int world, const char *job, const struct options
     struct rank_ctx c = {.rank = rank, .world = world, .dtype = o->dtype};
     st_group_config cfg = {.rank = rank, .world_size = world, .job_id = job,
                            .zero_copy_bytes = o->max_bytes};
-    if (st_group_create(&c.g, &cfg) != ST_OK)
+    if (st_group_tuning_from_env(&cfg) != ST_OK || st_group_create(&c.g, &cfg) != ST_OK)
         die("join");
     c.zc = st_group_buffer(c.g, NULL);
     c.priv = malloc(o->max_bytes);

@@ -85,10 +85,10 @@ static void usage(FILE *f)
 "                                the job's --batch-size), so settings differ in speed only\n"
 "  -h, --help                    this text;  --version  the version\n"
 "\n"
-"Each instance gets SHMTRAIN_RANK, SHMTRAIN_WORLD_SIZE, SHMTRAIN_LOCAL_RANK,\n"
-"SHMTRAIN_LOCAL_WORLD_SIZE, SHMTRAIN_JOB_ID, SHMTRAIN_CORES, SHMTRAIN_NUMA_NODES,\n"
-"SHMTRAIN_RESTART_COUNT, SHMTRAIN_MAX_RESTARTS, SHMTRAIN_LOG_DIR and\n"
-"SHMTRAIN_HEARTBEAT_FILE (include/shmtrain/env.h), and, unless already\n"
+"Each instance gets " ST_ENV_RANK ", " ST_ENV_WORLD_SIZE ", " ST_ENV_LOCAL_RANK ",\n"
+ST_ENV_LOCAL_WORLD_SIZE ", " ST_ENV_JOB_ID ", " ST_ENV_CORES ", " ST_ENV_NUMA_NODES ",\n"
+ST_ENV_RESTART_COUNT ", " ST_ENV_MAX_RESTARTS ", " ST_ENV_LOG_DIR ", " ST_ENV_CONSOLE_TTY ",\n"
+ST_ENV_LAUNCHER_PID " and " ST_ENV_HEARTBEAT_FILE " (include/shmtrain/env.h), and, unless already\n"
 "set, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, OMP_NUM_THREADS (its cores),\n"
 "OMP_PLACES=cores and OMP_PROC_BIND=close.\n");
 }

@@ -112,7 +112,9 @@ static void print_inherited_fds(void)
 static int join_and_reduce(const struct loop *l)
 {
     st_group *g = NULL;
-    if (st_group_create_from_env(&g, NULL) != ST_OK) {
+    st_group_config cfg = {0};
+    char job[ST_JOB_ID_MAX + 1];
+    if (st_group_config_from_env(&cfg, job) != ST_OK || st_group_create(&g, &cfg) != ST_OK) {
         fprintf(stderr, "probe: join failed: %s\n", st_last_error());
         return 5;
     }

@@ -17,6 +17,7 @@
 
 #include "forkranks.h"
 #include "shmtrain/bf16.h"
+#include "shmtrain/env.h"
 
 static void expect_create_error(st_group_config cfg, st_status want, const char *fragment)
 {
@@ -115,6 +116,14 @@ static void test_stale_names_are_reaped(void **state)
     assert_int_equal(shm_unlink(fresh), 0);
 }
 
+static st_status join_from_env(st_group **g)
+{
+    st_group_config cfg = {0};
+    char job[ST_JOB_ID_MAX + 1];
+    st_status st = st_group_config_from_env(&cfg, job);
+    return st == ST_OK ? st_group_create(g, &cfg) : st;
+}
+
 static void test_from_env(void **state)
 {
     (void)state;
@@ -124,23 +133,82 @@ static void test_from_env(void **state)
     unsetenv("SHMTRAIN_RANK");
     unsetenv("RANK");
     unsetenv("SHMTRAIN_JOB_ID");
-    assert_int_equal(st_group_create_from_env(&g, NULL), ST_OK);  /* a world of one */
+    assert_int_equal(join_from_env(&g), ST_OK);  /* a world of one */
     assert_int_equal(st_group_size(g), 1);
     assert_non_null(strstr(st_group_job_id(g), "local-"));
     st_group_destroy(g);
 
     setenv("WORLD_SIZE", "2", 1);
-    assert_int_equal(st_group_create_from_env(&g, NULL), ST_ERR_INVALID);
+    assert_int_equal(join_from_env(&g), ST_ERR_INVALID);
     assert_non_null(strstr(st_last_error(), "RANK"));
     setenv("RANK", "1", 1);
-    assert_int_equal(st_group_create_from_env(&g, NULL), ST_ERR_INVALID);
+    assert_int_equal(join_from_env(&g), ST_ERR_INVALID);
     assert_non_null(strstr(st_last_error(), "SHMTRAIN_JOB_ID"));
     setenv("SHMTRAIN_WORLD_SIZE", "two", 1);
-    assert_int_equal(st_group_create_from_env(&g, NULL), ST_ERR_INVALID);
+    assert_int_equal(join_from_env(&g), ST_ERR_INVALID);
     assert_non_null(strstr(st_last_error(), "WORLD_SIZE"));
     unsetenv("SHMTRAIN_WORLD_SIZE");
     unsetenv("WORLD_SIZE");
     unsetenv("RANK");
+}
+
+static const char *const TUNING_VARS[] = {"SHMTRAIN_STAGING_BYTES", "SHMTRAIN_CHUNK_BYTES", "SHMTRAIN_SMALL_BYTES",
+                                          "SHMTRAIN_SMALL_ZERO_COPY_BYTES", "SHMTRAIN_INLINE_BYTES",
+                                          "SHMTRAIN_TIMEOUT", "SHMTRAIN_JOIN_TIMEOUT", "SHMTRAIN_SPIN",
+                                          "SHMTRAIN_HEARTBEAT_FILE"};
+
+static void unset_tuning(void)
+{
+    for (size_t i = 0; i < sizeof TUNING_VARS / sizeof *TUNING_VARS; i++)
+        unsetenv(TUNING_VARS[i]);
+}
+
+/* The collectives' variables reach the config through the main()'s one
+ * reader; the program's own choice wins; "0" is "never" only where the
+ * field has a never. */
+static void test_tuning_from_env(void **state)
+{
+    (void)state;
+    unset_tuning();
+    st_group_config none = {0};
+    assert_int_equal(st_group_tuning_from_env(&none), ST_OK);
+    assert_int_equal(none.chunk_bytes, 0);
+    assert_null(none.heartbeat_path);
+
+    setenv("SHMTRAIN_STAGING_BYTES", "65536", 1);
+    setenv("SHMTRAIN_CHUNK_BYTES", "8192", 1);
+    setenv("SHMTRAIN_SMALL_BYTES", "0", 1);
+    setenv("SHMTRAIN_INLINE_BYTES", "0", 1);
+    setenv("SHMTRAIN_TIMEOUT", "2.5", 1);
+    setenv("SHMTRAIN_SPIN", "7", 1);
+    setenv("SHMTRAIN_HEARTBEAT_FILE", "/nonexistent/hb", 1);
+    st_group_config c = {.staging_bytes = 16384, .rank = 0, .world_size = 1, .job_id = "tuning-env"};
+    assert_int_equal(st_group_tuning_from_env(&c), ST_OK);
+    assert_int_equal(c.staging_bytes, 16384);  /* the program's */
+    assert_int_equal(c.chunk_bytes, 8192);
+    assert_true(c.small_bytes == ST_SMALL_NEVER);
+    assert_true(c.inline_bytes == ST_INLINE_NEVER);
+    assert_int_equal(c.small_zero_copy_bytes, 0);  /* unset: the group's default */
+    assert_true(c.timeout_s == 2.5);
+    assert_int_equal(c.spin, 7);
+    assert_string_equal(c.heartbeat_path, "/nonexistent/hb");
+    st_group *g = NULL;  /* a heartbeat that cannot open stays off */
+    assert_int_equal(st_group_create(&g, &c), ST_OK);
+    st_group_destroy(g);
+
+    const char *bad[][2] = {{"SHMTRAIN_CHUNK_BYTES", "12k"}, {"SHMTRAIN_STAGING_BYTES", "0"},
+                            {"SHMTRAIN_SMALL_BYTES", "-5"}, {"SHMTRAIN_TIMEOUT", "0"},
+                            {"SHMTRAIN_JOIN_TIMEOUT", "soon"}, {"SHMTRAIN_SPIN", "0"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        unset_tuning();
+        setenv(bad[i][0], bad[i][1], 1);
+        st_group_config b = {0};
+        assert_int_equal(st_group_tuning_from_env(&b), ST_ERR_INVALID);
+        char want[96];
+        snprintf(want, sizeof want, "%s='%s'", bad[i][0], bad[i][1]);
+        assert_non_null(strstr(st_last_error(), want));
+    }
+    unset_tuning();
 }
 
 /* Round to nearest, ties to even; NaN stays NaN; exact values survive. */
@@ -222,6 +290,7 @@ int main(void)
         cmocka_unit_test(test_world_of_one),
         cmocka_unit_test(test_stale_names_are_reaped),
         cmocka_unit_test(test_from_env),
+        cmocka_unit_test(test_tuning_from_env),
         cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_bf16_conversion),
         cmocka_unit_test(test_bf16_array_conversion),

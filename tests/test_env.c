@@ -107,8 +107,9 @@ static void test_simulated_nodes(void **state)
     expect_error("SHMTRAIN_NODE_SIZE=3 does not divide the world of 4 ranks");
     /* A shared-memory group cannot span nodes. */
     env(ST_ENV_RANK, "1", ST_ENV_WORLD_SIZE, "2", ST_ENV_NODE_SIZE, "1", ST_ENV_JOB_ID, "envtest", NULL);
-    st_group *g = NULL;
-    assert_int_equal(st_group_create_from_env(&g, NULL), ST_ERR_INVALID);
+    st_group_config cfg = {0};
+    char job[ST_JOB_ID_MAX + 1];
+    assert_int_equal(st_group_config_from_env(&cfg, job), ST_ERR_INVALID);
     assert_non_null(strstr(st_last_error(), "a shared-memory group spans one node"));
     env(NULL);
 }

@@ -26,11 +26,9 @@ static const struct {
 } CASES[] = {
     /* lenet's first convolution: 64 x 6 x 28 x 28 outputs do not fit L2, so it runs in its max-pool's chunks */
     {"SHMTRAIN_ONEDNN_NO_CHUNKS", "lenet", 64},
-    {"SHMTRAIN_ONEDNN_NO_BWD_CHUNKS", "lenet", 64},
     {"SHMTRAIN_ONEDNN_BRGCONV", "lenet", 16},   /* a first convolution of one input channel */
     {"SHMTRAIN_ONEDNN_IP_ANY", "mlp", 16},
     {"SHMTRAIN_ONEDNN_POOL", "lenet", 16},
-    {"SHMTRAIN_ONEDNN_SEQ_IP", "gpt-mini", 2},
     {"SHMTRAIN_ONEDNN_SEQ_TN", "gpt-mini", 2},
     {"SHMTRAIN_ONEDNN_LAYERNORM", "gpt-mini", 2},
 };

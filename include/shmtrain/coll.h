@@ -52,13 +52,14 @@ typedef struct st_group_config {
                                 and sequence number in one cache line (default
                                 ST_INLINE_DEFAULT, at most ST_INLINE_MAX;
                                 ST_INLINE_NEVER: never) */
-    double timeout_s;        /* longest wait for any single peer (default 300 s,
-                                env SHMTRAIN_TIMEOUT) */
+    double timeout_s;        /* longest wait for any single peer (default 300 s) */
     double join_timeout_s;   /* longest wait for peers to appear (default 60 s) */
     int spin;                /* busy-wait iterations before yielding/sleeping
                                 (default: 2000, or 20 when ranks outnumber CPUs) */
     size_t shm_limit_bytes;  /* pretend the shm filesystem holds at most this
                                 much (testing Docker's 64 MB /dev/shm); 0 = off */
+    const char *heartbeat_path; /* the launcher's heartbeat file (env.h has its
+                                   record); NULL = none */
 } st_group_config;
 
 #define ST_SMALL_NEVER ((size_t)-1)
@@ -71,11 +72,8 @@ typedef struct st_group_config {
  * releases with st_group_destroy(). */
 st_status st_group_create(st_group **out, const st_group_config *cfg);
 
-/* Join using the environment set by shmrun: SHMTRAIN_RANK, SHMTRAIN_WORLD_SIZE
- * and SHMTRAIN_JOB_ID (falling back to RANK and WORLD_SIZE).  Without any of
- * them the group is a world of one.  `defaults` (may be NULL) supplies the
- * remaining fields; its rank/world/job are ignored. */
-st_status st_group_create_from_env(st_group **out, const st_group_config *defaults);
+/* A program started by a launcher fills the config from the environment
+ * first: st_group_config_from_env (include/shmtrain/env.h). */
 
 /* Leave the group and unmap everything.  Safe on NULL.  Does not synchronise:
  * call st_barrier() first if peers may still read this rank's memory. */

@@ -6,17 +6,17 @@
  * started without shmrun sees none of them and runs as a world of one.
  *
  *   variable                       value                         read by
- *   SHMTRAIN_RANK                  rank in ring order            coll (join)
- *   SHMTRAIN_WORLD_SIZE            number of instances           coll (join)
+ *   SHMTRAIN_RANK                  rank in ring order            placement
+ *   SHMTRAIN_WORLD_SIZE            number of instances           placement
  *   SHMTRAIN_LOCAL_RANK            rank on this node             (programs)
  *   SHMTRAIN_LOCAL_WORLD_SIZE      instances on this node        (programs)
- *   SHMTRAIN_JOB_ID                names shm segments            coll, train
+ *   SHMTRAIN_JOB_ID                names shm segments            coll's config
  *   SHMTRAIN_CORES                 its PUs, "0-15"               (programs)
  *   SHMTRAIN_NUMA_NODES            its NUMA node(s)              (programs)
  *   SHMTRAIN_RESTART_COUNT         0 on the first attempt        train (resume)
  *   SHMTRAIN_MAX_RESTARTS          --max-restarts                (programs)
  *   SHMTRAIN_LOG_DIR               this attempt's log directory  train (metrics)
- *   SHMTRAIN_HEARTBEAT_FILE        where to publish progress     coll (heartbeat)
+ *   SHMTRAIN_HEARTBEAT_FILE        where to publish progress     coll's config
  *   SHMTRAIN_CONSOLE_TTY           "1": rank 0 may draw bars     train
  *   SHMTRAIN_LAUNCHER_PID          shmrun's pid: die with it     train (lifeline)
  *   RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE   torchrun's names (always)
@@ -82,8 +82,8 @@
  * this many consecutive ranks (each with its own shared-memory group). */
 #define ST_ENV_NODE_SIZE "SHMTRAIN_NODE_SIZE"
 
-/* The collectives' tuning (st_group_config's defaults, read by coll's
- * group.c when the program leaves a field 0; docs/collectives.md). */
+/* The collectives' tuning (st_group_config's fields, read by
+ * st_group_tuning_from_env for a main(); docs/collectives.md). */
 #define ST_ENV_STAGING_BYTES "SHMTRAIN_STAGING_BYTES"
 #define ST_ENV_CHUNK_BYTES "SHMTRAIN_CHUNK_BYTES"
 #define ST_ENV_SMALL_BYTES "SHMTRAIN_SMALL_BYTES"    /* "0": never the direct algorithm */
@@ -96,11 +96,9 @@
 /* The engine's switches (tuning.h), read by st_nn_tuning_from_env for a
  * main() to put in st_net_config.tuning. */
 #define ST_ENV_ONEDNN_NO_CHUNKS "SHMTRAIN_ONEDNN_NO_CHUNKS"
-#define ST_ENV_ONEDNN_NO_BWD_CHUNKS "SHMTRAIN_ONEDNN_NO_BWD_CHUNKS"
 #define ST_ENV_ONEDNN_BRGCONV "SHMTRAIN_ONEDNN_BRGCONV"
 #define ST_ENV_ONEDNN_IP_ANY "SHMTRAIN_ONEDNN_IP_ANY"
 #define ST_ENV_ONEDNN_POOL "SHMTRAIN_ONEDNN_POOL"
-#define ST_ENV_ONEDNN_SEQ_IP "SHMTRAIN_ONEDNN_SEQ_IP"
 #define ST_ENV_ONEDNN_SEQ_TN "SHMTRAIN_ONEDNN_SEQ_TN"
 #define ST_ENV_ONEDNN_LAYERNORM "SHMTRAIN_ONEDNN_LAYERNORM"
 #define ST_ENV_NN_VERBOSE "SHMTRAIN_NN_VERBOSE"
@@ -114,6 +112,7 @@
  * file empty and reads it; the instance only writes it. */
 #define ST_HEARTBEAT_RECORD 64
 
+#include "shmtrain/shmname.h"
 #include "shmtrain/status.h"
 
 #ifdef __cplusplus
@@ -137,6 +136,22 @@ typedef struct st_placement {
  * Fails with ST_ERR_INVALID and one line naming the variables when they are
  * incomplete, out of range or disagree. */
 st_status st_placement_from_env(st_placement *out);
+
+struct st_group_config;
+
+/* The collectives' tuning (SHMTRAIN_STAGING_BYTES ... SHMTRAIN_SPIN; "0"
+ * means "never" for the three algorithm thresholds) and the launcher's
+ * heartbeat file into the fields of *c the program left 0: its own choices
+ * win.  ST_ERR_INVALID naming the variable when a value is not a positive
+ * number. */
+st_status st_group_tuning_from_env(struct st_group_config *c);
+
+/* A whole shared-memory group's config from the environment: rank and world
+ * from st_placement_from_env (one node only), the job id (SHMTRAIN_JOB_ID;
+ * "local-<pid>", kept in job_id[ST_JOB_ID_MAX + 1], for a world of one
+ * without it) and the tuning above.  What a program started by shmrun passes
+ * to st_group_create. */
+st_status st_group_config_from_env(struct st_group_config *c, char *job_id);
 
 #ifdef __cplusplus
 }

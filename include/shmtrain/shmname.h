@@ -23,7 +23,9 @@ extern "C" {
 #define ST_SHM_DIR "/dev/shm"
 #define ST_SHM_NAME_MAX 128
 
-/* Is `job_id` usable in a name ([A-Za-z0-9_.-]{1,64})? */
+#define ST_JOB_ID_MAX 64
+
+/* Is `job_id` usable in a name ([A-Za-z0-9_.-]{1,ST_JOB_ID_MAX})? */
 bool st_job_id_valid(const char *job_id);
 
 /* "/shmtrain.<uid>.<job_id>.<what>" into name (ST_SHM_NAME_MAX is enough);

@@ -3,7 +3,11 @@
  * (st_net_config.tuning).  All false is the engine as built and measured;
  * each switch turns one choice back to oneDNN's default or to the path it
  * replaced, for comparison (bench/st-step-ab) and for the tests that check
- * each against the default (test_nn's test_every_switch_computes_alike).
+ * each against the default (test_switches).  A switch stays while its
+ * verdict can differ by machine (kernels that AMX or another cache size may
+ * reverse) or it leads to a bf16 path; one whose verdict the benchmarks
+ * settled went (docs/benchmarks-history.md, section 2: the backward-only
+ * chunking and the sequence inner product).
  *
  * Only main()s fill it from the environment, with st_nn_tuning_from_env
  * (src/common/env.c, which owns the names, env.h); the library never reads
@@ -16,11 +20,9 @@
 
 typedef struct st_nn_tuning {
     bool no_chunks;        /* no convolution computed in its max-pool's chunks (docs/engine.md) */
-    bool no_bwd_chunks;    /* ... nor its backward-weights */
     bool brgconv;          /* let oneDNN pick its brgemm convolutions for few input channels */
     bool ip_any;           /* inner products choose their weights' layout */
     bool onednn_pool;      /* oneDNN's pooling instead of maxpool2.c */
-    bool seq_ip;           /* linear layers on sequences as inner products, not matmuls */
     bool seq_tn;           /* their weight gradients from untransposed operands */
     bool onednn_layernorm; /* oneDNN's layer norm instead of the C rows */
     bool verbose;          /* print every reorder, fallback and kernel the build chooses */

@@ -1,5 +1,5 @@
-/* Joining and leaving a group: the configuration (with its environment
- * defaults), creating this rank's segment and mapping the peers', the
+/* Joining and leaving a group: the configuration (its defaults; the
+ * environment is the main()'s, src/common/env.c), creating this rank's segment and mapping the peers', the
  * control pages, and dropping every name once all ranks have mapped them. */
 #define _GNU_SOURCE
 #include "shmtrain/coll.h"
@@ -27,34 +27,6 @@
 
 static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
-static size_t env_size(const char *name, size_t fallback)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return fallback;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    return (errno || *end || x == 0) ? fallback : (size_t)x;
-}
-
-/* A size whose "0" means "never" (the sentinel (size_t)-1). */
-static size_t env_size_or_never(const char *name, size_t fallback)
-{
-    const char *v = getenv(name);
-    return (v && !strcmp(v, "0")) ? (size_t)-1 : env_size(name, fallback);
-}
-
-static double env_double(const char *name, double fallback)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return fallback;
-    char *end;
-    double x = strtod(v, &end);
-    return (*end || !(x > 0)) ? fallback : x;
-}
-
 static st_status fill_config(st_group *g, const st_group_config *in)
 {
     st_group_config c = *in;
@@ -66,32 +38,32 @@ static st_status fill_config(st_group *g, const st_group_config *in)
         return st_fail(ST_ERR_INVALID, "coll: job id '%s' is not usable: use 1-64 of [A-Za-z0-9_.-]",
                        c.job_id ? c.job_id : "(null)");
     if (!c.staging_bytes)
-        c.staging_bytes = env_size(ST_ENV_STAGING_BYTES, 4u << 20);
+        c.staging_bytes = 4u << 20;
     if (!c.chunk_bytes)
-        c.chunk_bytes = env_size(ST_ENV_CHUNK_BYTES, 128u << 10);
+        c.chunk_bytes = 128u << 10;
     if (!c.small_bytes)
-        c.small_bytes = env_size_or_never(ST_ENV_SMALL_BYTES, 32u << 10);
+        c.small_bytes = 32u << 10;
     if (c.small_bytes == ST_SMALL_NEVER)
         c.small_bytes = 0;
     if (!c.small_zero_copy_bytes)
-        c.small_zero_copy_bytes = env_size_or_never(ST_ENV_SMALL_ZERO_COPY_BYTES, 2u << 10);
+        c.small_zero_copy_bytes = 2u << 10;
     if (c.small_zero_copy_bytes > c.small_bytes)  /* "never" included: the direct slots hold small_bytes */
         c.small_zero_copy_bytes = c.small_bytes;
     if (!c.inline_bytes)
-        c.inline_bytes = env_size_or_never(ST_ENV_INLINE_BYTES, ST_INLINE_DEFAULT);
+        c.inline_bytes = ST_INLINE_DEFAULT;
     if (c.inline_bytes == ST_INLINE_NEVER)
         c.inline_bytes = 0;
     if (c.inline_bytes > ST_INLINE_MAX)
         return st_fail(ST_ERR_INVALID, "coll: inline_bytes %zu is above the inline all-reduce's %d",
                        c.inline_bytes, ST_INLINE_MAX);
     if (!(c.timeout_s > 0))
-        c.timeout_s = env_double(ST_ENV_TIMEOUT, 300.0);
+        c.timeout_s = 300.0;
     if (!(c.join_timeout_s > 0))
-        c.join_timeout_s = env_double(ST_ENV_JOIN_TIMEOUT, 60.0);
+        c.join_timeout_s = 60.0;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     g->oversubscribed = ncpu > 0 && c.world_size > ncpu;
     if (c.spin <= 0)
-        c.spin = (int)env_size(ST_ENV_SPIN, g->oversubscribed ? 20 : 2000);
+        c.spin = g->oversubscribed ? 20 : 2000;
     c.staging_bytes = round_up(c.staging_bytes < 2 * PAGE ? 2 * PAGE : c.staging_bytes, 2 * PAGE);
     c.small_bytes = round_up(c.small_bytes, 64);
     if (c.chunk_bytes < 4096)
@@ -165,8 +137,8 @@ static st_status attach_peer(st_group *g, int q, double deadline)
         if (st_now_s() > deadline)
             return st_fail(ST_ERR_TIMEOUT,
                            "coll: rank %d of job '%s': rank %d did not join within %.0f s "
-                           "(SHMTRAIN_JOIN_TIMEOUT); was it started with the same job id?",
-                           g->rank, g->job_id, q, g->cfg.join_timeout_s);
+                           "(%s); was it started with the same job id?",
+                           g->rank, g->job_id, q, g->cfg.join_timeout_s, ST_ENV_JOIN_TIMEOUT);
         coll_sleep_s(nap);
         nap = nap < 0.01 ? nap * 2 : nap;
         st = ST_OK;
@@ -272,7 +244,7 @@ st_status st_group_create(st_group **out, const st_group_config *cfg)
     if ((st = wait_joined(g, deadline)) != ST_OK)
         goto fail;
     st_segment_unlink(&g->segs[g->rank]);
-    st_heartbeat_open(&g->hb);
+    st_heartbeat_open(&g->hb, g->cfg.heartbeat_path);
     *out = g;
     return ST_OK;
 
@@ -281,35 +253,6 @@ fail:
         abandon_join(g);
     st_group_destroy(g);
     return st;
-}
-
-st_status st_group_create_from_env(st_group **out, const st_group_config *defaults)
-{
-    st_group_config c = {0};
-    if (defaults)
-        c = *defaults;
-    st_placement pl;
-    st_status st = st_placement_from_env(&pl);
-    if (st != ST_OK)
-        return st;
-    if (pl.local_world != pl.world)
-        return st_fail(ST_ERR_INVALID,
-                       "coll: rank %d is one of %d on node %d of a %d-rank job (%s): a shared-memory group "
-                       "spans one node; join through the MPI stage for more", pl.rank, pl.local_world, pl.node,
-                       pl.world, pl.launcher);
-    c.world_size = pl.world;
-    c.rank = pl.rank;
-    char local_job[32];
-    c.job_id = getenv(ST_ENV_JOB_ID);
-    if (!c.job_id || !*c.job_id) {
-        if (c.world_size > 1)
-            return st_fail(ST_ERR_INVALID,
-                           "coll: SHMTRAIN_JOB_ID is not set (shmrun sets it; ranks of one job "
-                           "must share it)");
-        snprintf(local_job, sizeof local_job, "local-%d", (int)getpid());
-        c.job_id = local_job;
-    }
-    return st_group_create(out, &c);
 }
 
 void st_group_destroy(st_group *g)

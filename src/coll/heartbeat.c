@@ -11,11 +11,10 @@
 
 #define WRITE_EVERY_S 0.25
 
-void st_heartbeat_open(struct st_heartbeat *h)
+void st_heartbeat_open(struct st_heartbeat *h, const char *path)
 {
     memset(h, 0, sizeof *h);
     h->fd = -1;
-    const char *path = getenv(ST_ENV_HEARTBEAT_FILE);
     if (path && *path)
         h->fd = open(path, O_WRONLY | O_CLOEXEC);
 }

@@ -17,8 +17,8 @@ struct st_heartbeat {
     bool waiting;        /* the record says state=wait */
 };
 
-/* Open the file named by SHMTRAIN_HEARTBEAT_FILE, if any. */
-void st_heartbeat_open(struct st_heartbeat *h);
+/* Open the launcher's file `path` (NULL or "": no heartbeat). */
+void st_heartbeat_open(struct st_heartbeat *h, const char *path);
 
 /* One unit of progress at time `now` (seconds, CLOCK_MONOTONIC). */
 void st_heartbeat_beat(struct st_heartbeat *h, double now);

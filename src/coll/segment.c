@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "shmtrain/coll.h"
+#include "shmtrain/env.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -84,8 +85,8 @@ st_status st_shm_space_check(size_t need, size_t limit, int world, size_t per_ra
     return st_fail(ST_ERR_SHM_SPACE,
                    "shm: %s has %.1f MiB free but the group needs %.1f MiB more "
                    "(%d ranks x %.1f MiB); enlarge it (docker run --shm-size=1g) "
-                   "or lower SHMTRAIN_STAGING_BYTES",
-                   ST_SHM_DIR, avail / MIB, need / MIB, world, per_rank / MIB);
+                   "or lower %s",
+                   ST_SHM_DIR, avail / MIB, need / MIB, world, per_rank / MIB, ST_ENV_STAGING_BYTES);
 }
 
 st_status st_segment_create(struct st_segment *s, const char *name, size_t bytes)
@@ -118,8 +119,8 @@ st_status st_segment_create(struct st_segment *s, const char *name, size_t bytes
     if (rc == ENOSPC) {
         st = st_fail(ST_ERR_SHM_SPACE,
                      "shm: %s is full: cannot allocate %.1f MiB for %s; enlarge it "
-                     "(docker run --shm-size=1g) or lower SHMTRAIN_STAGING_BYTES",
-                     ST_SHM_DIR, bytes / MIB, name);
+                     "(docker run --shm-size=1g) or lower %s",
+                     ST_SHM_DIR, bytes / MIB, name, ST_ENV_STAGING_BYTES);
         goto out_unlink;
     } else if (rc != 0 && rc != EOPNOTSUPP) {
         st = st_fail(ST_ERR_SYS, "shm: posix_fallocate(%s) failed: %s", name, strerror(rc));

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "coll_internal.h"
+#include "shmtrain/env.h"
 
 _Static_assert(sizeof(struct ctl) <= PAGE, "control block fits one page");
 
@@ -146,8 +147,8 @@ static st_status check_waiting(st_group *g, int peer, double start, double *next
     if (t - start >= g->cfg.timeout_s) {
         st_fail(ST_ERR_TIMEOUT,
                 "coll: rank %d waited %.0f s for rank %d (pid %d) without progress "
-                "(SHMTRAIN_TIMEOUT); is a rank stuck or calling a different collective?",
-                g->rank, g->cfg.timeout_s, peer, (int)g->pids[peer]);
+                "(%s); is a rank stuck or calling a different collective?",
+                g->rank, g->cfg.timeout_s, peer, (int)g->pids[peer], ST_ENV_TIMEOUT);
         return coll_mark_broken(g, ST_ERR_TIMEOUT, peer);
     }
     return ST_OK;

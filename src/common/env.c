@@ -1,6 +1,8 @@
 /* Reading where this process sits (include/shmtrain/env.h), whichever
  * launcher started it. */
 #include "shmtrain/env.h"
+#include "shmtrain/coll.h"
+#include "shmtrain/shmname.h"
 #include "shmtrain/tuning.h"
 
 #include <stddef.h>
@@ -8,9 +10,11 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* One launcher's names.  NULL: the launcher does not set it. */
 struct source {
@@ -216,13 +220,102 @@ st_status st_placement_from_env(st_placement *out)
     return simulate_nodes(out);
 }
 
+/* ------------------------------------------------ collectives' tuning -- */
+
+/* A positive byte count in `name` into *field, unless the program set the
+ * field; "0" is `never` where the field has such a sentinel. */
+static bool read_bytes(const char *name, size_t never, size_t *field)
+{
+    if (*field || !set(name))
+        return true;
+    const char *v = getenv(name);
+    if (never && !strcmp(v, "0")) {
+        *field = never;
+        return true;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || *v == '-' || x == 0 || x > SIZE_MAX / 4) {
+        st_fail(ST_ERR_INVALID, "environment: %s='%s' is not a positive number of bytes%s", name, v,
+                never ? " (or 0: never)" : "");
+        return false;
+    }
+    *field = (size_t)x;
+    return true;
+}
+
+static bool read_seconds(const char *name, double *field)
+{
+    if (*field > 0 || !set(name))
+        return true;
+    const char *v = getenv(name);
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x > 0) || x > 1e9) {
+        st_fail(ST_ERR_INVALID, "environment: %s='%s' is not a positive number of seconds", name, v);
+        return false;
+    }
+    *field = x;
+    return true;
+}
+
+st_status st_group_tuning_from_env(st_group_config *c)
+{
+    const struct {
+        const char *name;
+        size_t never, *field;
+    } sizes[] = {
+        {ST_ENV_STAGING_BYTES, 0, &c->staging_bytes},
+        {ST_ENV_CHUNK_BYTES, 0, &c->chunk_bytes},
+        {ST_ENV_SMALL_BYTES, ST_SMALL_NEVER, &c->small_bytes},
+        {ST_ENV_SMALL_ZERO_COPY_BYTES, ST_SMALL_NEVER, &c->small_zero_copy_bytes},
+        {ST_ENV_INLINE_BYTES, ST_INLINE_NEVER, &c->inline_bytes},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        if (!read_bytes(sizes[i].name, sizes[i].never, sizes[i].field))
+            return ST_ERR_INVALID;
+    if (!read_seconds(ST_ENV_TIMEOUT, &c->timeout_s) || !read_seconds(ST_ENV_JOIN_TIMEOUT, &c->join_timeout_s))
+        return ST_ERR_INVALID;
+    if (c->spin <= 0 && !read_int(ST_ENV_SPIN, 1, &c->spin))
+        return ST_ERR_INVALID;
+    if (!c->heartbeat_path && set(ST_ENV_HEARTBEAT_FILE))
+        c->heartbeat_path = getenv(ST_ENV_HEARTBEAT_FILE);
+    return ST_OK;
+}
+
+st_status st_group_config_from_env(st_group_config *c, char *job_id)
+{
+    st_placement pl;
+    st_status st = st_placement_from_env(&pl);
+    if (st != ST_OK)
+        return st;
+    if (pl.local_world != pl.world)
+        return st_fail(ST_ERR_INVALID,
+                       "coll: rank %d is one of %d on node %d of a %d-rank job (%s): a shared-memory group "
+                       "spans one node; join through the MPI stage for more", pl.rank, pl.local_world, pl.node,
+                       pl.world, pl.launcher);
+    c->world_size = pl.world;
+    c->rank = pl.rank;
+    const char *env_job = getenv(ST_ENV_JOB_ID);
+    if (env_job && *env_job)
+        snprintf(job_id, ST_JOB_ID_MAX + 1, "%s", env_job);
+    else if (pl.world > 1)
+        return st_fail(ST_ERR_INVALID, "coll: %s is not set (shmrun sets it; ranks of one job must share it)",
+                       ST_ENV_JOB_ID);
+    else
+        snprintf(job_id, ST_JOB_ID_MAX + 1, "local-%d", (int)getpid());
+    c->job_id = job_id;
+    return st_group_tuning_from_env(c);
+}
+
 /* ---------------------------------------------------- engine switches -- */
 
 #define SWITCH(NAME, field) {ST_ENV_##NAME, offsetof(st_nn_tuning, field)}
 static const st_nn_switch SWITCHES[] = {
-    SWITCH(ONEDNN_NO_CHUNKS, no_chunks), SWITCH(ONEDNN_NO_BWD_CHUNKS, no_bwd_chunks),
+    SWITCH(ONEDNN_NO_CHUNKS, no_chunks),
     SWITCH(ONEDNN_BRGCONV, brgconv),     SWITCH(ONEDNN_IP_ANY, ip_any),
-    SWITCH(ONEDNN_POOL, onednn_pool),    SWITCH(ONEDNN_SEQ_IP, seq_ip),
+    SWITCH(ONEDNN_POOL, onednn_pool),
     SWITCH(ONEDNN_SEQ_TN, seq_tn),       SWITCH(ONEDNN_LAYERNORM, onednn_layernorm),
     SWITCH(NN_VERBOSE, verbose),         SWITCH(BF16_ANY_ISA, bf16_any_isa),
 };

@@ -11,7 +11,7 @@
 
 bool st_job_id_valid(const char *job_id)
 {
-    if (!job_id || !*job_id || strlen(job_id) > 64)
+    if (!job_id || !*job_id || strlen(job_id) > ST_JOB_ID_MAX)
         return false;
     for (const char *p = job_id; *p; p++) {
         char c = *p;

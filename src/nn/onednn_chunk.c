@@ -179,7 +179,7 @@ static st_status chunk_the_conv(st_net *n, int j, int *chunk)
     dn->chunk.images = c;
     pf->n--;  /* the whole-batch convolution no longer runs; its primitive stays owned by the net */
     *chunk = c;
-    return n->dnet->opt.no_bwd_chunks ? ST_OK : chunk_the_conv_bwd(n, j, pd, &dn->chunk.bwd_moved);
+    return chunk_the_conv_bwd(n, j, pd, &dn->chunk.bwd_moved);
 }
 
 /* Rewrites max-pool j's ops to run the convolution before it in chunks. */

@@ -42,11 +42,11 @@
  * step when its output would not fit L2, and so does its backward-weights
  * pass when it is a first layer: a pass over the built plan (onednn_chunk.c).
  * Nothing learns upstream of a first layer, so it runs no backward-data
- * pass.  Each of these choices has a switch in st_net_config.tuning
- * (tuning.h) that turns it back, for comparison: no_chunks, no_bwd_chunks,
- * brgconv (see dn_conv_avoid), ip_any (see plain_weights), onednn_pool
- * (oneDNN's pooling instead of maxpool2.c), onednn_layernorm (oneDNN's
- * layer norm instead of seq_kernels.c's), seq_ip, seq_tn.
+ * pass.  The choices a machine may reverse have a switch in
+ * st_net_config.tuning (tuning.h) that turns them back, for comparison:
+ * no_chunks, brgconv (see dn_conv_avoid), ip_any (see plain_weights),
+ * onednn_pool (oneDNN's pooling instead of maxpool2.c), onednn_layernorm
+ * (oneDNN's layer norm instead of seq_kernels.c's), seq_tn.
  *
  * Precision bf16 (st_net_config.precision): each layer kind's role in the
  * layer table (computes in bf16, carries bf16, or stays fp32) decides every

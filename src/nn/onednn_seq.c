@@ -356,13 +356,11 @@ st_status dn_build_gelu(st_net *n, int j)
  * as the head does, rather than through oneDNN 2.6's gemm inner product
  * around the same sgemm: on gpt-mini's shapes that wrapper scaled 1.64x
  * from 1 to 2 threads where the bare calls scale 1.7-1.85x, and its bias
- * gradient is an SSE loop (gpt-mini's step 2-3% faster at 2 threads, level
- * at 1; gpt level).  Weights are the parameter buffer's [out, in].
- * SHMTRAIN_ONEDNN_SEQ_IP=1 keeps the inner product, for comparison. */
+ * gradient is an SSE loop (docs/benchmarks-history.md, section 2).  Weights
+ * are the parameter buffer's [out, in]. */
 bool dn_seq_linear_fits(const st_net *n, const struct xnode *x)
 {
-    return x->kind == NODE_LINEAR && x->nd->t > 0 && n->x[x->in].nd->t > 0 && !x->dn->bf16 && !x->fuse_relu &&
-           !n->dnet->opt.seq_ip;
+    return x->kind == NODE_LINEAR && x->nd->t > 0 && n->x[x->in].nd->t > 0 && !x->dn->bf16 && !x->fuse_relu;
 }
 
 /* sum[c] = sum over rows of m[r][c], rows in order (the same bits at any

@@ -444,7 +444,7 @@ static st_status mark_precision(struct xnode *x, const struct weights_build *b)
 }
 
 /* A linear layer: on a sequence, the sequence kernels' sgemm calls where
- * they fit (fp32, no fused ReLU, unless tuning.seq_ip: dn_seq_linear_fits),
+ * they fit (fp32, no fused ReLU: dn_seq_linear_fits),
  * else oneDNN's inner product. */
 st_status dn_build_linear(st_net *n, int j)
 {

@@ -39,7 +39,8 @@ st_status comm_join(struct train_comm *c, size_t zero_copy_bytes)
         return st;
     snprintf(c->launcher, sizeof c->launcher, "%s", pl.launcher);
     if (!wants_mpi(&pl)) {
-        if ((st = st_group_create_from_env(&c->local, &gc)) == ST_OK)
+        char job[ST_JOB_ID_MAX + 1];
+        if ((st = st_group_config_from_env(&gc, job)) == ST_OK && (st = st_group_create(&c->local, &gc)) == ST_OK)
             fill_ranks(c);
         c->any_thread = true;
         return st;
@@ -53,7 +54,7 @@ st_status comm_join(struct train_comm *c, size_t zero_copy_bytes)
         return st_fail(ST_ERR_BACKEND, "train: MPI_Init_thread failed (started by %s)", pl.launcher);
     c->mpi_started = true;
     c->any_thread = provided >= MPI_THREAD_SERIALIZED;
-    if ((st = st_hgroup_create(&c->h, &gc)) != ST_OK)
+    if ((st = st_group_tuning_from_env(&gc)) != ST_OK || (st = st_hgroup_create(&c->h, &gc)) != ST_OK)
         return st;
     c->local = st_hgroup_local(c->h);
     c->rank = st_hgroup_rank(c->h);
