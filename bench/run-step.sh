@@ -10,6 +10,7 @@
 # PyTorch 2.13, else Debian's 1.13).
 set -euo pipefail
 build=${1:-build}; rounds=${2:-5}; precisions=${3:-fp32}
+seconds=${STEP_SECONDS:-1}; models=${MODELS:-mlp lenet cnn resnet}  # shorter or fewer: bench/report.sh --tiny
 here=$(cd "$(dirname "$0")" && pwd); tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 . "$here/peer.sh"; torch_ok=$peer_ok
 export OMP_PROC_BIND=close OMP_PLACES=cores
@@ -24,11 +25,11 @@ echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(n
 for r in $(seq 1 "$rounds"); do
   for q in $precisions; do
     if [ "$q" = fp32 ] || [ -z "$no_bf16" ]; then
-      "$step_bench" --rounds 1 --seconds 1 --csv --precision "$q" --models mlp,lenet,cnn,resnet | tail -n +2 | sed "s/^/$q,/" >> "$tmp/shm.csv"
+      "$step_bench" --rounds 1 --seconds "$seconds" --csv --precision "$q" --models "${models// /,}" | tail -n +2 | sed "s/^/$q,/" >> "$tmp/shm.csv"
     fi
     if [ $torch_ok = 1 ]; then
-      for m in mlp lenet cnn resnet; do for t in 1 2; do
-        echo "$q $(taskset -c 0-$((t - 1)) "${peer[@]}" "$here/torch_step.py" "$m" "$t" --seconds 1 --precision "$q")" >> "$tmp/torch.txt"
+      for m in $models; do for t in 1 2; do
+        echo "$q $(taskset -c 0-$((t - 1)) "${peer[@]}" "$here/torch_step.py" "$m" "$t" --seconds "$seconds" --precision "$q")" >> "$tmp/torch.txt"
       done; done
     fi
   done
@@ -38,7 +39,7 @@ ms_to_sps() { awk -v s="$1" 'BEGIN{print 64/s*1e3}'; }
 echo
 echo "| model | threads | precision | shmtrain step ms | samples/s | PyTorch step ms | samples/s | ratio | conversions (MB) / weight reorders per step |"
 echo "|---|---|---|---|---|---|---|---|---|"
-for m in mlp lenet cnn resnet; do for t in 1 2; do for q in $precisions; do
+for m in $models; do for t in 1 2; do for q in $precisions; do
   s=$(awk -F, -v q=$q -v m=$m -v t=$t '$1==q && $2==m && $3==t {print $5}' "$tmp/shm.csv" | median)
   p=$( [ -f "$tmp/torch.txt" ] && awk -v q=$q -v m=$m -v t=$t '$1==q && $2==m && $3==t {print $4}' "$tmp/torch.txt" | median || true)
   if [ -z "$s" ]; then shm="| $no_bf16 | "; else shm=$(printf "| %.3f | %.0f" "$s" "$(ms_to_sps "$s")"); fi

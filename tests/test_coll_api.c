@@ -211,6 +211,66 @@ static void test_tuning_from_env(void **state)
     unset_tuning();
 }
 
+/* st_allreduce_as: floats that travel as bf16 end with st_allreduce_bf16's
+ * bits of the rounded values (and fp32 as st_allreduce_f32's), for every
+ * size class: inline (64 B), the slices in one piece, in several pieces of a
+ * 16 KiB staging area with a short last piece, one rank alone. */
+struct wire_case {
+    size_t count;
+    st_reduce_op op;
+    st_dtype wire;
+};
+
+static float wire_value(int rank, size_t i) { return (float)((rank + 1) * 0.37 + (double)i * 1.0009e-3 - 3.0); }
+
+static int wire_rank(st_group *g, int rank, void *arg)
+{
+    const struct wire_case *c = arg;
+    float *x = malloc(c->count * sizeof(float)), *want = malloc(c->count * sizeof(float));
+    uint16_t *b = malloc(c->count * sizeof(uint16_t));
+    CHILD_CHECK(x && want && b);
+    for (size_t i = 0; i < c->count; i++) {
+        x[i] = want[i] = wire_value(rank, i);
+        b[i] = st_bf16_from_f32(x[i]);
+    }
+    if (c->wire == ST_DTYPE_BF16) {
+        CHILD_CHECK(st_allreduce_bf16(g, b, c->count, c->op) == ST_OK);
+        for (size_t i = 0; i < c->count; i++)
+            want[i] = st_bf16_to_f32(b[i]);
+    } else {
+        CHILD_CHECK(st_allreduce_f32(g, want, c->count, c->op) == ST_OK);
+    }
+    CHILD_CHECK(st_allreduce_as(g, x, c->count, c->wire, c->op) == ST_OK);
+    CHILD_CHECK(memcmp(x, want, c->count * sizeof(float)) == 0);
+    free(x), free(want), free(b);
+    return 0;
+}
+
+static void test_allreduce_as(void **state)
+{
+    (void)state;
+    const struct wire_case cases[] = {
+        {16, ST_AVG, ST_DTYPE_BF16},    {3000, ST_SUM, ST_DTYPE_BF16}, {20000, ST_AVG, ST_DTYPE_BF16},
+        {20000, ST_SUM, ST_DTYPE_F32},  {1, ST_AVG, ST_DTYPE_BF16},
+    };
+    for (int world = 1; world <= 3; world++)
+        for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+            char job[64];
+            test_job_id(job, sizeof job, "wire");
+            st_group_config cfg = {.job_id = job, .staging_bytes = 16384};
+            if (run_ranks(world, &cfg, wire_rank, (void *)&cases[i]) != 0)
+                fail_msg("%d ranks, %zu values as %s: not the typed all-reduce's bits", world, cases[i].count,
+                         st_dtype_name(cases[i].wire));
+        }
+    /* A wire type that is neither. */
+    st_group *g = NULL;
+    st_group_config one = {.rank = 0, .world_size = 1, .job_id = "wire-bad"};
+    assert_int_equal(st_group_create(&g, &one), ST_OK);
+    float v = 1;
+    assert_int_equal(st_allreduce_as(g, &v, 1, ST_DTYPE_I32, ST_SUM), ST_ERR_INVALID);
+    st_group_destroy(g);
+}
+
 /* Round to nearest, ties to even; NaN stays NaN; exact values survive. */
 static void test_bf16_conversion(void **state)
 {
@@ -291,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_stale_names_are_reaped),
         cmocka_unit_test(test_from_env),
         cmocka_unit_test(test_tuning_from_env),
+        cmocka_unit_test(test_allreduce_as),
         cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_bf16_conversion),
         cmocka_unit_test(test_bf16_array_conversion),

@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-/* The sweep's pure half (launcher/sweep.c): settings from a spec, merging and
+/* The sweep's pure half (launcher/sweep/sweep.c): settings from a spec, merging and
  * the baseline, the interleaved order, reading recorded runs, statistics,
  * the best setting, and the CSV/JSON/markdown/gnuplot output produced from
  * recorded results.  The real sweep runs in test_train (it needs data). */

@@ -546,7 +546,9 @@ static void test_stale_checkpoint_temporaries_are_removed(void **state)
 
 /* --allreduce-dtype bf16: the gradients travel rounded to bf16 (summed in
  * fp32), replicas stay bitwise identical, training still learns, and the
- * result is near, not equal to, fp32's (it did run in bf16). */
+ * result is near, not equal to, fp32's (it did run in bf16).  In buckets
+ * (--bucket-mb) it is the same to the bit: each element is rounded, summed
+ * in rank order and rounded once whichever bucket carries it. */
 static void test_bf16_gradient_exchange(void **state)
 {
     (void)state;
@@ -563,6 +565,19 @@ static void test_bf16_gradient_exchange(void **state)
     struct child_run b = train(2, "bf16.ckpt", bf, 0);
     if (b.code != 0)
         fail_msg("bf16 exchange failed: %s", b.err);
+    bf[k + 2] = "--bucket-mb";
+    bf[k + 3] = "0.05";
+    bf[k + 4] = NULL;
+    struct child_run bb = train(2, "bf16-buckets.ckpt", bf, 0);
+    if (bb.code != 0)
+        fail_msg("bf16 exchange in buckets failed: %s", bb.err);
+    st_ckpt cbb = read_ckpt("bf16-buckets.ckpt"), cb0 = read_ckpt("bf16.ckpt");
+    assert_int_equal(cbb.nparams, cb0.nparams);
+    if (memcmp(cbb.params, cb0.params, cb0.nparams * sizeof(float)) != 0)
+        fail_msg("bf16 in buckets: the parameters differ from the unbucketed bf16 run's");
+    st_ckpt_free(&cbb);
+    st_ckpt_free(&cb0);
+    child_run_free(&bb);
     struct child_run f = train(2, "fp32.ckpt", fp, 0);
     assert_int_equal(f.code, 0);
     char path[512];

@@ -108,6 +108,14 @@ st_status st_allreduce_bf16(st_group *g, uint16_t *buf, size_t count, st_reduce_
 /* The same by element type: ST_DTYPE_F32 (float *) or ST_DTYPE_BF16. */
 st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op);
 
+/* In-place all-reduce of `count` floats that travel as `wire`: ST_DTYPE_F32
+ * is st_allreduce_f32; with ST_DTYPE_BF16 each rank's values are rounded to
+ * bf16 as they enter the segment (staging, in pieces), reduced as
+ * st_allreduce_bf16 reduces, and widened as they leave, so buf ends with
+ * st_allreduce_bf16's bits of the rounded values, half the bytes moving.
+ * What a trainer calls with fp32 gradients and --allreduce-dtype. */
+st_status st_allreduce_as(st_group *g, float *buf, size_t count, st_dtype wire, st_reduce_op op);
+
 /* An all-reduce with a stage between its two halves, for a transport
  * beyond this machine (the hierarchical all-reduce of shmtrain-coll-mpi):
  * after the in-group reduce-scatter, `between(ctx, part, n)` runs on the
@@ -126,6 +134,11 @@ st_status st_allreduce_f32_staged(st_group *g, float *buf, size_t count, st_redu
  * them, and the average (by `divisor`) and the one rounding follow. */
 st_status st_allreduce_bf16_staged(st_group *g, uint16_t *buf, size_t count, st_reduce_op op, st_shard_fn between,
                                    void *ctx, int divisor);
+
+/* st_allreduce_as with the stage above (for either wire type: `between`
+ * always gets fp32 sums). */
+st_status st_allreduce_as_staged(st_group *g, float *buf, size_t count, st_dtype wire, st_reduce_op op,
+                                 st_shard_fn between, void *ctx, int divisor);
 
 /* Copy `bytes` from `root`'s buf into every other rank's buf. */
 st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root);

@@ -46,6 +46,8 @@ st_status st_hallreduce_f32(st_hgroup *h, float *buf, size_t count, st_reduce_op
 st_status st_hallreduce_bf16(st_hgroup *h, uint16_t *buf, size_t count, st_reduce_op op);
 /* The same by element type: ST_DTYPE_F32 (float *) or ST_DTYPE_BF16. */
 st_status st_hallreduce(st_hgroup *h, void *buf, size_t count, st_dtype dtype, st_reduce_op op);
+/* Floats travelling as `wire` (st_allreduce_as, over every node). */
+st_status st_hallreduce_as(st_hgroup *h, float *buf, size_t count, st_dtype wire, st_reduce_op op);
 st_status st_hbroadcast(st_hgroup *h, void *buf, size_t bytes, int root);   /* root: a world rank */
 st_status st_hbarrier(st_hgroup *h);
 

@@ -340,6 +340,45 @@ static st_status allreduce_bf16(st_group *g, st_bf16 *buf, size_t count, st_redu
     return ST_OK;
 }
 
+/* Floats that travel as bf16: each piece is rounded into this rank's
+ * staging as it enters (the copy the staged path makes anyway), reduced
+ * there as bf16 (the rounded values summed in fp32 in rank order, rounded
+ * once) and widened as it leaves: st_allreduce_bf16's bits on the rounded
+ * values, with no bf16 copy of the caller's and no pass of its own. */
+static st_status allreduce_as_bf16(st_group *g, float *buf, size_t count, st_reduce_op op, const struct coll_stage *sg)
+{
+    st_status st = check_allreduce(g, buf, count, op);
+    if (st != ST_OK)
+        return st;
+    st_bf16 **ptrs = g->bf16_ptrs;
+    for (int q = 0; q < g->world; q++)
+        ptrs[q] = (st_bf16 *)coll_seg_at(g, q, g->staging_off);
+    st_bf16 *mine = ptrs[g->rank];
+    const size_t piece = g->cfg.staging_bytes / sizeof(st_bf16);
+    for (size_t done = 0; done < count; done += piece) {
+        const size_t len = count - done < piece ? count - done : piece;
+        st_bf16_from_f32_n(mine, buf + done, len);
+        /* One rank or an inline size: the in-place algorithms (neither
+         * reads staging); else the slices straight over staging. */
+        st = g->world == 1 || coll_uses_inline(g, len * sizeof(st_bf16)) ? allreduce_bf16(g, mine, len, op, sg)
+                                                                          : slices_bf16(g, ptrs, len, op, sg);
+        if (st != ST_OK)
+            return st;
+        st_bf16_to_f32_n(buf + done, mine, len);
+    }
+    return ST_OK;
+}
+
+static st_status allreduce_as(st_group *g, float *buf, size_t count, st_dtype wire, st_reduce_op op,
+                              const struct coll_stage *sg)
+{
+    switch (wire) {
+    case ST_DTYPE_F32: return allreduce_f32(g, buf, count, op, sg);
+    case ST_DTYPE_BF16: return allreduce_as_bf16(g, buf, count, op, sg);
+    default: return st_fail(ST_ERR_INVALID, "coll: allreduce: wire type %s is not fp32 or bf16", st_dtype_name(wire));
+    }
+}
+
 /* ----------------------------------------------------- broadcast, barrier -- */
 
 /* The root streams the message through the two halves of its staging area;
@@ -440,6 +479,19 @@ st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_
     case ST_DTYPE_BF16: return st_allreduce_bf16(g, buf, count, op);
     default: return st_fail(ST_ERR_INVALID, "coll: allreduce: element type %d is not f32 or bf16", (int)dtype);
     }
+}
+
+st_status st_allreduce_as(st_group *g, float *buf, size_t count, st_dtype wire, st_reduce_op op)
+{
+    return progressed(g, allreduce_as(g, buf, count, wire, op, NULL));
+}
+
+st_status st_allreduce_as_staged(st_group *g, float *buf, size_t count, st_dtype wire, st_reduce_op op,
+                                 st_shard_fn between, void *ctx, int divisor)
+{
+    struct coll_stage sg;
+    st_status st = make_stage(between, ctx, divisor, &sg);
+    return st != ST_OK ? st : progressed(g, allreduce_as(g, buf, count, wire, op, &sg));
 }
 
 st_status st_allreduce_f32_staged(st_group *g, float *buf, size_t count, st_reduce_op op, st_shard_fn between,

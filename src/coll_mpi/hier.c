@@ -175,6 +175,13 @@ st_status st_hallreduce(st_hgroup *h, void *buf, size_t count, st_dtype dtype, s
     }
 }
 
+st_status st_hallreduce_as(st_hgroup *h, float *buf, size_t count, st_dtype wire, st_reduce_op op)
+{
+    if (h->nodes == 1)
+        return st_allreduce_as(h->local, buf, count, wire, op);
+    return st_allreduce_as_staged(h->local, buf, count, wire, op, across_nodes, h, h->world);
+}
+
 /* Broadcasts are rare (the start, a resume): MPI's over the world. */
 st_status st_hbroadcast(st_hgroup *h, void *buf, size_t bytes, int root)
 {

@@ -93,13 +93,13 @@ void comm_leave(struct train_comm *c, bool failed)
     c->local = NULL;
 }
 
-st_status comm_allreduce(struct train_comm *c, void *buf, size_t count, st_dtype dtype, st_reduce_op op)
+st_status comm_allreduce(struct train_comm *c, float *buf, size_t count, st_dtype wire, st_reduce_op op)
 {
 #ifdef SHMTRAIN_HAVE_MPI
     if (c->h)
-        return st_hallreduce(c->h, buf, count, dtype, op);
+        return st_hallreduce_as(c->h, buf, count, wire, op);
 #endif
-    return st_allreduce(c->local, buf, count, dtype, op);
+    return st_allreduce_as(c->local, buf, count, wire, op);
 }
 
 st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root)

@@ -34,8 +34,9 @@ st_status comm_join(struct train_comm *c, size_t zero_copy_bytes);
 void comm_leave(struct train_comm *c, bool failed);
 
 /* Over the whole job. */
-/* `count` elements of `dtype` (fp32, or bf16: summed in fp32, rounded once). */
-st_status comm_allreduce(struct train_comm *c, void *buf, size_t count, st_dtype dtype, st_reduce_op op);
+/* `count` floats, travelling as `wire` (fp32, or bf16: rounded, summed in
+ * fp32, rounded once: st_allreduce_as). */
+st_status comm_allreduce(struct train_comm *c, float *buf, size_t count, st_dtype wire, st_reduce_op op);
 st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root);
 
 /* In this node: what its ranks share (decoded data published once per

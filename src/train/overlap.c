@@ -19,7 +19,7 @@ static void *progress(void *arg)
         o->head = (o->head + 1) % o->cap;
         const bool skip = o->failed != ST_OK;  /* after a failure the group is broken anyway */
         pthread_mutex_unlock(&o->mu);
-        st_status st = skip ? ST_OK : comm_allreduce(o->comm, o->grads + lo, hi - lo, ST_DTYPE_F32, ST_AVG);
+        st_status st = skip ? ST_OK : comm_allreduce(o->comm, o->grads + lo, hi - lo, o->wire, ST_AVG);
         pthread_mutex_lock(&o->mu);
         if (st != ST_OK && o->failed == ST_OK) {
             o->failed = st;
@@ -32,11 +32,13 @@ static void *progress(void *arg)
     return NULL;
 }
 
-st_status overlap_start(struct overlap *o, struct train_comm *c, float *grads, size_t count, double bucket_mb)
+st_status overlap_start(struct overlap *o, struct train_comm *c, float *grads, size_t count, st_dtype wire,
+                        double bucket_mb)
 {
     memset(o, 0, sizeof *o);
     o->comm = c;
     o->grads = grads;
+    o->wire = wire;
     o->bucket = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
     if (o->bucket < 1024)
         o->bucket = 1024;

@@ -18,6 +18,7 @@
 struct overlap {
     struct train_comm *comm;
     float *grads;
+    st_dtype wire;                   /* how the gradients travel (--allreduce-dtype) */
     size_t bucket;                   /* floats a bucket gathers before it goes */
     size_t lo, hi;                   /* the bucket being gathered: [lo, hi) */
     size_t *queue;                   /* [2 * cap]: lo, hi of buckets to reduce */
@@ -31,7 +32,8 @@ struct overlap {
 };
 
 /* Start the progress thread for a gradient buffer of `count` floats. */
-st_status overlap_start(struct overlap *o, struct train_comm *c, float *grads, size_t count, double bucket_mb);
+st_status overlap_start(struct overlap *o, struct train_comm *c, float *grads, size_t count, st_dtype wire,
+                        double bucket_mb);
 /* The engine's callback (st_grads_ready_fn): ctx is the struct overlap. */
 void overlap_ready(void *ctx, size_t first, size_t count);
 /* After backward: send what is left, wait for every bucket, say how it went. */

@@ -133,24 +133,21 @@ static st_status check_replicas(struct trainer *t)
     return st;
 }
 
-/* The gradient average over every rank.  In bf16 the gradients travel
- * rounded (summed in fp32 and rounded once by the collectives); the tail
- * (loss, accuracy, the stop and non-finite flags) stays fp32. */
+/* The gradient average over every rank.  With --allreduce-dtype bf16 the
+ * gradients travel rounded (the collectives round, sum in fp32, round once
+ * and widen); the tail (loss, accuracy, the stop and non-finite flags)
+ * always travels fp32. */
 static st_status exchange(struct trainer *t)
 {
-    if (t->ov.started) {  /* the buckets went during backward; the tail goes now */
-        st_status st = overlap_finish(&t->ov);
-        return st != ST_OK ? st : comm_allreduce(&t->comm, t->grads + t->P, TAIL, ST_DTYPE_F32, ST_AVG);
-    }
-    if (!t->grads_bf16)
+    const st_dtype wire = t->o->allreduce_dtype;
+    st_status st = ST_OK;
+    if (t->ov.started)  /* the buckets went during backward; the tail goes now */
+        st = overlap_finish(&t->ov);
+    else if (wire == ST_DTYPE_F32)
         return comm_allreduce(&t->comm, t->grads, t->P + TAIL, ST_DTYPE_F32, ST_AVG);
-    st_bf16_from_f32_n(t->grads_bf16, t->grads, t->P);
-    st_status st = comm_allreduce(&t->comm, t->grads_bf16, t->P, ST_DTYPE_BF16, ST_AVG);
-    if (st == ST_OK)
-        st = comm_allreduce(&t->comm, t->grads + t->P, TAIL, ST_DTYPE_F32, ST_AVG);
-    if (st == ST_OK)
-        st_bf16_to_f32_n(t->grads, t->grads_bf16, t->P);
-    return st;
+    else
+        st = comm_allreduce(&t->comm, t->grads, t->P, wire, ST_AVG);
+    return st != ST_OK ? st : comm_allreduce(&t->comm, t->grads + t->P, TAIL, ST_DTYPE_F32, ST_AVG);
 }
 
 /* Forward and backward over the step's micro-batches (one without
@@ -263,8 +260,7 @@ static st_status setup(struct trainer *t)
         return st;
     t->P = st_model_param_count(t->model);
     const size_t f32_bytes = ((t->P + TAIL) * sizeof(float) + 63) / 64 * 64;
-    const size_t bf16_bytes = o->allreduce_dtype == ST_DTYPE_BF16 ? t->P * sizeof(st_bf16) : 0;
-    if ((st = comm_join(&t->comm, f32_bytes + bf16_bytes)) != ST_OK)
+    if ((st = comm_join(&t->comm, f32_bytes)) != ST_OK)
         return st;
     t->rank = t->comm.rank;
     t->world = t->comm.world;
@@ -272,10 +268,6 @@ static st_status setup(struct trainer *t)
     if ((st = train_load_data(t)) != ST_OK)
         return st;
     t->grads = comm_zero_copy_buffer(&t->comm);
-    if (bf16_bytes)
-        t->grads_bf16 = (st_bf16 *)((char *)t->grads + f32_bytes);
-    if (o->bucket_mb > 0 && bf16_bytes)
-        return st_fail(ST_ERR_INVALID, "--bucket-mb goes with --allreduce-dtype fp32 (bf16 buckets are not built yet)");
     st_net_config nc = {.batch = o->batch, .grad_buffer = t->grads, .precision = o->precision, .tuning = o->tuning};
     st_optim_config oc = o->optim;
     if (t->text) {  /* nanoGPT's AdamW: matrices decay, biases and norms do not */
@@ -298,7 +290,7 @@ static st_status setup(struct trainer *t)
         if (!t->comm.any_thread)
             return st_fail(ST_ERR_INVALID, "--bucket-mb: this MPI cannot run collectives from a second thread "
                                            "(no MPI_THREAD_SERIALIZED); leave it at 0");
-        if ((st = overlap_start(&t->ov, &t->comm, t->grads, t->P, o->bucket_mb)) != ST_OK)
+        if ((st = overlap_start(&t->ov, &t->comm, t->grads, t->P, o->allreduce_dtype, o->bucket_mb)) != ST_OK)
             return st;
         t->acc.next = overlap_ready;
         t->acc.next_ctx = &t->ov;

@@ -44,7 +44,6 @@ struct trainer {
     void *x;                   /* a batch: floats, or int32 token ids */
     int *y;                    /* labels: per sample, or per token */
     float *grads;              /* P gradients + TAIL, in the shared segment */
-    st_bf16 *grads_bf16;       /* --allreduce-dtype bf16: the P gradients as exchanged, after them */
     struct overlap ov;         /* --bucket-mb: the buckets' progress thread */
     struct accum acc;          /* --grad-accum: the micro-batches' gradient sum */
     int accum_steps;           /* micro-batches per optimizer step */
