@@ -11,19 +11,22 @@
 # and writes OUT/summary.md, with each run's whole output beside it
 # (OUT/<area>.txt).  --update FILE puts the summary between FILE's markers
 #   <!-- bench/report.sh: begin -->  and  <!-- bench/report.sh: end -->
+# --from DIR: no runs, the summary made again from DIR's outputs (after a
+# change to this script's tables).
 # --tiny: seconds-long settings, the same code paths (CI's benchmark smoke;
 # its numbers mean nothing).  Without bf16 in oneDNN's ISA the bf16 rows say so;
 # without PyTorch (bench/peer.sh) the peer's columns say "not installed".
 #
-#   bench/report.sh [--tiny] [--out DIR] [--update FILE] [BUILD_DIR]
+#   bench/report.sh [--tiny] [--out DIR | --from DIR] [--update FILE] [BUILD_DIR]
 # A full run takes about 45 minutes on 2 cores.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-tiny=0 out= update= build=build
+tiny=0 out= update= build=build from=0
 while [ $# -gt 0 ]; do
   case $1 in
     --tiny) tiny=1 ;;
     --out) out=$2; shift ;;
+    --from) out=$2; from=1; shift ;;
     --update) update=$2; shift ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "report.sh: unknown flag $1 (see --help)" >&2; exit 2 ;;
@@ -61,11 +64,14 @@ else
   repeats=3
 fi
 
-# Runs one area: its command (relative to the repository) and output file.
+# Runs one area: its command (relative to the repository, an argument with
+# a space or comma in single quotes) and output file.
 run() {  # area command...
-  local area=$1; shift
+  local area=$1 a words=(); shift
+  [ $from = 1 ] && return 0
   echo "report.sh: $area: $*" >&2
-  printf '%q ' "$@" | sed "s|$here/|bench/|g; s| \$||" > "$out/$area.cmd"
+  for a in "$@"; do [[ $a == *[\ ,]* ]] && words+=("'$a'") || words+=("$a"); done
+  echo "${words[*]}" | sed "s|$here/|bench/|g" > "$out/$area.cmd"
   "$@" > "$out/$area.txt"
 }
 run allreduce "${allreduce[@]}"
@@ -112,7 +118,7 @@ bf16_table() {
   echo "Made by \`bench/report.sh$([ $tiny = 1 ] && echo ' --tiny')\` on $(date -u +%Y-%m-%d) on $machine;"
   echo "oneDNN $(sed -n 's/.*"onednn":"\([^"]*\)","isa":"\([^"]*\)".*/\1, ISA \2/p' "$out/gpt.txt" | head -1)."
   echo "Every table compares runs interleaved in one session: ratios are the result, absolute figures move by"
-  echo "tens of percent on this shared machine. Each area's whole output is in its section below."
+  echo "tens of percent on this shared machine. Each area's whole output lies beside the summary (bench-report/DATE/)."
   echo
   section allreduce "All-reduce against Open MPI (2 ranks; µs and shmtrain / MPI)"
   section step "Training step against PyTorch (batch 64)"

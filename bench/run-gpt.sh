@@ -11,6 +11,7 @@
 # per-interval rates after the first), PyTorch's the timed steps.  bf16 needs
 # a CPU with native bf16 (AVX512-BF16 or AMX).  The peer: bench/peer.sh
 # (SHMTRAIN_PYTHON, else PyTorch 2.13 from scripts/install-deps.sh --bench).
+# After the table: each model's conversions and weight reorders per step.
 set -euo pipefail
 build=${1:-build}; rounds=${2:-3}; steps=${3:-40}
 models=${4:-gpt-mini gpt}; parts=${5:-1x1 1x2 2x1}; precisions=${6:-fp32}
@@ -58,3 +59,17 @@ for m in $models; do for p in $parts; do for q in $precisions; do
     printf "| %s | %s | %s | %.0f | not installed | |\n" $m $p $q $s
   fi
 done; done; done
+# The dataflow's counters beside the times (issue 25): what one step of
+# each model converts between fp32 and bf16 and how many weight reorders it
+# makes, at this bench's batch (st-step-bench, one thread: they do not
+# depend on threads).
+step_bench=$build/bench/st-step-bench
+[ -x "$step_bench" ] || step_bench=$(command -v st-step-bench)
+echo
+echo "| model | precision | conversions per step | MB converted | weight reorders |"
+echo "|---|---|---|---|---|"
+for m in $models; do for q in $precisions; do
+  batch=$([ "$m" = gpt ] && echo 4 || echo 12)
+  "$step_bench" --models "$m" --batch "$batch" --threads 1 --precision "$q" --rounds 1 --seconds 0.01 --csv |
+    tail -1 | awk -F, -v m="$m" -v q="$q" '{printf "| %s | %s | %s | %.2f | %s |\n", m, q, $(NF-2), $(NF-1), $NF}'
+done; done
