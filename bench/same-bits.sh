@@ -1,8 +1,8 @@
 #!/bin/sh
 # Does a change keep fp32 training bit for bit?  Trains each preset STEPS
 # steps (default 60) with one seed under each build and compares the
-# exported parameters' SHA-256 (`shmtrain export`: the checkpoint itself
-# holds times): "same" or "DIFFERENT" per preset, exit 1 on any difference.
+# exported parameters' SHA-256 (the checkpoint itself holds times; NEW_BUILD's
+# `shmtrain export` reads both, so an old build without it compares too): "same" or "DIFFERENT" per preset, exit 1 on any difference.
 # resnet trains on a seeded synthetic CIFAR-10 (the machine has none).  For a refactor that must not move a bit (issue 28's check);
 # build the old commit with `git worktree add /tmp/old <commit>` and cmake.
 #
@@ -38,7 +38,7 @@ for m in $presets; do
     # shellcheck disable=SC2086
     "$dir/shmtrain" --model "$m" $data --max-steps "$steps" --seed 1 --log-every 1000 \
       --checkpoint "$tmp/$b.ckpt" > "$tmp/$b.log" 2>&1 &&
-      "$dir/shmtrain" export --checkpoint "$tmp/$b.ckpt" --out "$tmp/$b.safetensors" >> "$tmp/$b.log" 2>&1 ||
+      "$new/shmtrain" export --checkpoint "$tmp/$b.ckpt" --out "$tmp/$b.safetensors" >> "$tmp/$b.log" 2>&1 ||
       { cat "$tmp/$b.log" >&2; exit 1; }
   done
   a=$(sha256sum < "$tmp/old.safetensors" | cut -c1-16) b=$(sha256sum < "$tmp/new.safetensors" | cut -c1-16)
