@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "shmtrain/nn.h"
 
@@ -17,6 +18,48 @@ static inline float frand(uint64_t *s)
 {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((*s >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
+}
+
+/* n floats of frand's stream from `seed`. */
+static inline void fill_rand(float *v, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand(&seed);
+}
+
+/* A fixed synthetic problem: class k images have a bright blob at a
+ * class-dependent place, plus noise. */
+static inline void synthetic_batch(float *x, int *y, int batch, int c, int h, int w, int classes, uint64_t seed)
+{
+    for (int i = 0; i < batch; i++) {
+        int k = (int)((seed * 31 + (uint64_t)i * 17) % (uint64_t)classes);
+        y[i] = k;
+        for (int ch = 0; ch < c; ch++)
+            for (int r = 0; r < h; r++)
+                for (int q = 0; q < w; q++) {
+                    uint64_t s = seed * 1000003 + (uint64_t)(((i * c + ch) * h + r) * w + q);
+                    float noise = frand(&s) * 0.3f;
+                    int cy = (k * 5) % h, cx = (k * 7) % w;
+                    float blob = (abs(r - cy) <= 2 && abs(q - cx) <= 2) ? 1.0f : 0.0f;
+                    x[((i * c + ch) * h + r) * w + q] = blob + noise;
+                }
+    }
+}
+
+/* The loss's central difference in one value `v` (a parameter or an input
+ * element of `x`), restored afterwards. */
+static inline double loss_slope(st_net *n, const float *x, const int *labels, float *v, float eps)
+{
+    const float keep = *v;
+    float lp, lm;
+    *v = keep + eps;
+    st_net_forward(n, x);
+    st_net_loss(n, labels, &lp, NULL);
+    *v = keep - eps;
+    st_net_forward(n, x);
+    st_net_loss(n, labels, &lm, NULL);
+    *v = keep;
+    return ((double)lp - lm) / (2 * eps);
 }
 
 static inline st_model *parse(const char *text)

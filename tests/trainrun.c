@@ -215,3 +215,23 @@ void trainrun_images(void)
 }
 
 int trainrun_teardown(void) { return test_dir_remove(tr_dir); }
+
+/* What np.save writes: magic, version 1.0, the dict padded with spaces to
+ * a multiple of 64 bytes ending in a newline, then the data. */
+void write_npy(const char *name, const char *descr, const char *shape, const void *data, size_t bytes,
+                      bool fortran)
+{
+    char dict[256];
+    int len = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr,
+                       fortran ? "True" : "False", shape);
+    while ((10 + len + 1) % 64)
+        dict[len++] = ' ';
+    dict[len++] = '\n';
+    uint8_t *buf = malloc(10 + (size_t)len + bytes);
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (uint8_t)(len & 0xff), buf[9] = (uint8_t)(len >> 8);
+    memcpy(buf + 10, dict, (size_t)len);
+    memcpy(buf + 10 + len, data, bytes);
+    write_bytes(name, buf, 10 + (size_t)len + bytes);
+    free(buf);
+}

@@ -26,6 +26,9 @@ int trainrun_teardown(void);
 /* tr_dir/name */
 void path_of(char *out, size_t len, const char *name);
 void write_bytes(const char *name, const void *p, size_t n);
+/* What np.save writes (version 1.0): descr as "<f4", shape as "(2, 3)". */
+void write_npy(const char *name, const char *descr, const char *shape, const void *data, size_t bytes,
+               bool fortran);
 void write_gz(const char *name, const void *p, size_t n);
 /* IDX bytes: header + payload. */
 size_t idx(uint8_t *out, uint8_t type, int ndims, const uint32_t *dims, const uint8_t *data, size_t n);
