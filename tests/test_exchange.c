@@ -246,21 +246,6 @@ static void test_killed_rank_stops_every_node(void **state)
 }
 
 
-static int setup(void **state)
-{
-    (void)state;
-    if (trainrun_setup("test_exchange") != 0)
-        return -1;
-    trainrun_images();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return trainrun_teardown();
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -269,7 +254,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_two_nodes_equal_one_node_of_two),
         cmocka_unit_test(test_killed_rank_stops_every_node),
     };
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return TRAINRUN_GROUP("test_exchange", tests, argc, argv);
 }

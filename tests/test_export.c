@@ -237,28 +237,11 @@ static void test_every_preset_round_trips(void **state)
     }
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    if (trainrun_setup("test_export") != 0)
-        return -1;
-    trainrun_images();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return trainrun_teardown();
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_export_is_safetensors),
         cmocka_unit_test(test_every_preset_round_trips),
     };
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return TRAINRUN_GROUP("test_export", tests, argc, argv);
 }

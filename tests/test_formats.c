@@ -574,21 +574,6 @@ static void test_folder_trains_as_npy(void **state)
     child_run_free(&r);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    if (trainrun_setup("test_formats") != 0)
-        return -1;
-    trainrun_images();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return trainrun_teardown();
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -600,7 +585,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_folder_bad_inputs),
         cmocka_unit_test(test_folder_trains_as_npy),
     };
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return TRAINRUN_GROUP("test_formats", tests, argc, argv);
 }

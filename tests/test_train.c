@@ -602,21 +602,6 @@ static void test_converges_on_fashion_mnist(void **state)
     child_run_free(&r);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    if (trainrun_setup("test_train") != 0)
-        return -1;
-    trainrun_images();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return trainrun_teardown();
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -635,7 +620,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_scale_lr_and_resume_seed),
         cmocka_unit_test(test_converges_on_fashion_mnist),
     };
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return TRAINRUN_GROUP("test_train", tests, argc, argv);
 }

@@ -255,21 +255,6 @@ static void test_stale_checkpoint_temporaries_are_removed(void **state)
 }
 
 
-static int setup(void **state)
-{
-    (void)state;
-    if (trainrun_setup("test_train_faults") != 0)
-        return -1;
-    trainrun_images();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return trainrun_teardown();
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -280,7 +265,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_data_blames_the_rank_that_failed),
         cmocka_unit_test(test_stale_checkpoint_temporaries_are_removed),
     };
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return TRAINRUN_GROUP("test_train_faults", tests, argc, argv);
 }

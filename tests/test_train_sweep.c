@@ -222,21 +222,6 @@ static void test_sweep_reports_failed_runs(void **state)
     child_run_free(&r);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    if (trainrun_setup("test_train_sweep") != 0)
-        return -1;
-    trainrun_images();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return trainrun_teardown();
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -245,7 +230,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sweep_interrupted),
         cmocka_unit_test(test_sweep_reports_failed_runs),
     };
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return TRAINRUN_GROUP("test_train_sweep", tests, argc, argv);
 }

@@ -235,3 +235,28 @@ void write_npy(const char *name, const char *descr, const char *shape, const voi
     write_bytes(name, buf, 10 + (size_t)len + bytes);
     free(buf);
 }
+
+static const char *group_name;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (trainrun_setup(group_name) != 0)
+        return -1;
+    trainrun_images();
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return trainrun_teardown();
+}
+
+int trainrun_group(const char *name, const struct CMUnitTest *tests, size_t count, int argc, char **argv)
+{
+    group_name = name;
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
+    return _cmocka_run_group_tests(name, tests, count, group_setup, group_teardown);
+}
