@@ -348,9 +348,8 @@ static void test_transpose_and_column_sums(void **state)
  * (each exact in fp32), and output gradients of both signs.  Tolerance per
  * element: the fp32 kernel's own error (its tanh is a polynomial within a
  * few ulp: 8 2^-24 (|ref| + |x| + |dy|) covers it with room) plus one
- * rounding to bf16, at most 2^-9 of the result; the sum is what is
- * allowed, with 2^-8 |ref| for the rounding to leave room for the kernel's
- * error crossing a rounding boundary; and 2^-126, the smallest normal, as
+ * rounding to bf16, at most 2^-8 of the result (8 significant bits, to
+ * nearest); the sum is what is allowed; and 2^-126, the smallest normal, as
  * the vector code may flush a denormal result to zero (training flushes
  * them anyway: st_nn_flush_denormals). */
 static void test_gelu_bf16_kernels(void **state)
