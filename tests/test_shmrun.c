@@ -1,5 +1,6 @@
 /* shmrun end to end: golden --dry-run plans, the environment and binding the
- * instances see, gang stop on failure, restarts, signals, bad flags. */
+ * instances see, Ctrl-C, oversubscribed gangs, mpirun's rankfile, what a
+ * rank inherits, bad flags.  Failing and stalled ranks: test_shmrun_faults.c. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,95 +19,7 @@
 #include <unistd.h>
 
 #include "forkranks.h"
-
-static const char *shmrun, *probe, *golden_dir;
-static char workdir[256];
-
-/* Start argv with stdout and stderr in files under workdir. */
-static pid_t spawn(char *const argv[], const char *tag)
-{
-    char out[512], err[512];
-    snprintf(out, sizeof out, "%s/%s.out", workdir, tag);
-    snprintf(err, sizeof err, "%s/%s.err", workdir, tag);
-    return spawn_redirected(argv, workdir, out, err);
-}
-
-struct result {
-    int status;
-    double seconds;
-    char *out, *err;
-};
-
-/* Wait for shmrun, at most `limit` seconds (then stop it and fail): a
- * launcher that misses a stall would otherwise hang the test until the
- * peers' 300 s timeout. */
-static struct result wait_result(pid_t pid, const char *tag, double t0, double limit)
-{
-    struct result r = {0};
-    pid_t got;
-    while ((got = waitpid(pid, &r.status, WNOHANG)) == 0 && mono_now() - t0 < limit)
-        usleep(20 * 1000);
-    if (got == 0) {
-        kill(pid, SIGINT);  /* the launcher forwards it and stops the gang */
-        usleep(200 * 1000);
-        kill(pid, SIGINT);
-        waitpid(pid, &r.status, 0);
-        fail_msg("shmrun (%s) still ran after %.0f s", tag, limit);
-    }
-    assert_int_equal(got, pid);
-    r.seconds = mono_now() - t0;
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.out", workdir, tag);
-    r.out = slurp(path);
-    snprintf(path, sizeof path, "%s/%s.err", workdir, tag);
-    r.err = slurp(path);
-    assert_non_null(r.out);
-    assert_non_null(r.err);
-    return r;
-}
-
-static struct result run(char *const argv[], const char *tag)
-{
-    double t0 = mono_now();
-    pid_t pid = spawn(argv, tag);
-    assert_true(pid > 0);
-    return wait_result(pid, tag, t0, 240);
-}
-
-static void result_free(struct result *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-static int exit_code(const struct result *r)
-{
-    return WIFEXITED(r->status) ? WEXITSTATUS(r->status) : 128 + WTERMSIG(r->status);
-}
-
-static char *rank_log(const char *job, int attempt, int rank)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s/logs/%s/attempt%d", workdir, job, attempt);
-    char prefix[32];
-    snprintf(prefix, sizeof prefix, "rank%d_cores_", rank);
-    FILE *ls = NULL;
-    char line[1024];
-    snprintf(line, sizeof line, "ls %s", cmd);
-    ls = popen(line, "r");
-    char *found = NULL;
-    while (ls && fgets(line, sizeof line, ls)) {
-        line[strcspn(line, "\n")] = '\0';
-        if (!strncmp(line, prefix, strlen(prefix))) {
-            char path[2048];
-            snprintf(path, sizeof path, "%s/%s", cmd, line);
-            found = slurp(path);
-        }
-    }
-    if (ls)
-        pclose(ls);
-    return found;
-}
+#include "shmrun_fixture.h"
 
 /* ------------------------------------------------------------- golden -- */
 
@@ -231,73 +144,6 @@ static void test_tee_all_prefixes_ranks(void **state)
     result_free(&r);
 }
 
-static void check_gang_failure(const char *tag, char *const probe_args[], const char *want_end)
-{
-    char *argv[32] = {(char *)shmrun, "-n", "2", "--grace", "2", "--job-id", (char *)tag, "--log-dir", "logs",
-                      "--", (char *)probe};
-    int n = 11;
-    for (int i = 0; probe_args[i]; i++)
-        argv[n++] = probe_args[i];
-    argv[n] = NULL;
-    struct result r = run(argv, tag);
-    assert_int_equal(exit_code(&r), 1);
-    assert_true(r.seconds < 8);  /* rank 0 sleeps 60 s: it was stopped */
-    assert_non_null(strstr(r.err, "FAILED"));
-    assert_non_null(strstr(r.err, "root cause: rank 1"));
-    assert_non_null(strstr(r.err, want_end));
-    assert_non_null(strstr(r.err, "signal 15 (TERM), stopped"));  /* rank 0 */
-    assert_non_null(strstr(r.err, "rank1_cores_"));                /* log path in the table */
-    assert_int_equal(leftover_segments(tag), 0);
-    result_free(&r);
-}
-
-static void test_failing_rank_stops_the_gang(void **state)
-{
-    (void)state;
-    check_gang_failure("exit3", (char *[]){"--exit-rank", "1", "--code", "3", "--sleep", "60", NULL}, "exit 3");
-    check_gang_failure("sigkill", (char *[]){"--kill-rank", "1", "--sleep", "60", NULL}, "signal 9 (KILL)");
-    /* A rank that died holding a named segment: the launcher removes it. */
-    check_gang_failure("leftover", (char *[]){"--leave-segment", "1", "--sleep", "60", NULL}, "exit 9");
-}
-
-static void test_sigterm_ignored_gets_sigkill(void **state)
-{
-    (void)state;
-    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--grace", "0.5", "--job-id", "stubborn",
-                                     "--log-dir", "logs", "--", (char *)probe, "--exit-rank", "1", "--code",
-                                     "2", "--sleep", "60", "--ignore-term", NULL},
-                          "stubborn");
-    assert_int_equal(exit_code(&r), 1);
-    assert_true(r.seconds < 5);
-    assert_non_null(strstr(r.err, "signal 9 (KILL), stopped"));
-    result_free(&r);
-}
-
-static void test_restart_resumes(void **state)
-{
-    (void)state;
-    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--max-restarts", "2", "--job-id", "restart",
-                                     "--log-dir", "logs", "--", (char *)probe, "--fail-first-attempt", "1",
-                                     NULL},
-                          "restart");
-    assert_int_equal(exit_code(&r), 0);
-    assert_non_null(strstr(r.err, "restarting the gang (restart 1 of 2)"));
-    assert_null(strstr(r.err, "restart 2 of 2"));
-    char *log = rank_log("restart", 1, 1);
-    assert_non_null(log);
-    assert_non_null(strstr(log, "restart=1"));
-    assert_non_null(strstr(log, "done"));
-    free(log);
-    result_free(&r);
-
-    r = run((char *[]){(char *)shmrun, "-n", "2", "--max-restarts", "1", "--job-id", "giveup", "--log-dir",
-                       "logs", "--", (char *)probe, "--exit-rank", "0", "--code", "5", NULL},
-            "giveup");
-    assert_int_equal(exit_code(&r), 1);
-    assert_non_null(strstr(r.err, "FAILED (attempt 2 of 2)"));
-    result_free(&r);
-}
-
 static void test_ctrl_c_is_forwarded(void **state)
 {
     (void)state;
@@ -371,129 +217,6 @@ static void test_oversubscribe_4_and_8_ranks(void **state)
         skip();
     check_oversubscribed(4);
     check_oversubscribed(8);
-}
-
-/* -------------------------------------------------------------- stalls -- */
-
-/* The pid shmrun.log gives rank `rank` of job `job`, waiting up to 30 s
- * until that rank has printed `ready` in its log. */
-static pid_t started_rank(const char *job, int rank, const char *ready)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/logs/%s/shmrun.log", workdir, job);
-    for (int i = 0; i < 1500; i++, usleep(20 * 1000)) {
-        char *log = slurp(path), *rank_text = rank_log(job, 0, rank), key[32];
-        snprintf(key, sizeof key, "rank %d: pid ", rank);
-        const char *at = log ? strstr(log, key) : NULL;
-        pid_t pid = at ? (pid_t)atoi(at + strlen(key)) : 0;
-        bool is_ready = rank_text && strstr(rank_text, ready);
-        free(log);
-        free(rank_text);
-        if (pid > 0 && is_ready)
-            return pid;
-    }
-    fail_msg("rank %d of %s never printed '%s'", rank, job, ready);
-    return -1;
-}
-
-/* SIGSTOP on one rank: the launcher says so at once, and after
- * --stall-timeout stops the gang with that rank as the root cause. */
-static void test_stopped_rank_stops_the_gang(void **state)
-{
-    (void)state;
-    pid_t pid = spawn((char *[]){(char *)shmrun, "-n", "2", "--stall-timeout", "2", "--grace", "1", "--job-id",
-                                 "stopped", "--log-dir", "logs", "--", (char *)probe, "--join", "--loop", "100000",
-                                 NULL},
-                      "stopped");
-    assert_true(pid > 0);
-    pid_t victim = started_rank("stopped", 1, "allreduce=ok");
-    double t0 = mono_now();
-    assert_int_equal(kill(victim, SIGSTOP), 0);
-    struct result r = wait_result(pid, "stopped", t0, 20);
-    assert_int_equal(exit_code(&r), 1);
-    if (!(r.seconds > 1.5 && r.seconds < 8))
-        fail_msg("the gang stopped %.1f s after SIGSTOP (timeout 2 s, grace 1 s)", r.seconds);
-    char want[128];
-    snprintf(want, sizeof want, "rank 1 (pid %d) is stopped (state T", (int)victim);
-    assert_non_null(strstr(r.err, want));
-    assert_non_null(strstr(r.err, "root cause: rank 1"));
-    assert_non_null(strstr(r.err, "stalled: stopped (state T"));
-    assert_true(kill(victim, 0) != 0);  /* killed, not left stopped */
-    assert_int_equal(leftover_segments("stopped"), 0);
-    result_free(&r);
-}
-
-/* A rank stopped and continued within the timeout: the job finishes. */
-static void test_stopped_rank_that_continues_resumes(void **state)
-{
-    (void)state;
-    pid_t pid = spawn((char *[]){(char *)shmrun, "-n", "2", "--stall-timeout", "30", "--job-id", "paused",
-                                 "--log-dir", "logs", "--", (char *)probe, "--join", "--loop", "150", NULL},
-                      "paused");
-    assert_true(pid > 0);
-    pid_t victim = started_rank("paused", 1, "allreduce=ok");
-    assert_int_equal(kill(victim, SIGSTOP), 0);
-    usleep(1500 * 1000);
-    assert_int_equal(kill(victim, SIGCONT), 0);
-    struct result r = wait_result(pid, "paused", mono_now(), 60);
-    if (exit_code(&r) != 0)
-        fail_msg("a stopped-then-continued rank broke the job: %s", r.err);
-    char want[128];
-    snprintf(want, sizeof want, "rank 1 (pid %d) is stopped", (int)victim);
-    assert_non_null(strstr(r.err, want));
-    snprintf(want, sizeof want, "rank 1 (pid %d) continued after", (int)victim);
-    assert_non_null(strstr(r.err, want));
-    for (int rank = 0; rank < 2; rank++) {
-        char *log = rank_log("paused", 0, rank);
-        assert_non_null(strstr(log, "loop=ok iterations=150"));
-        free(log);
-    }
-    result_free(&r);
-}
-
-/* A rank that runs but never reaches its next collective: the launcher
- * blames it, not the peer waiting for it. */
-static void test_silent_rank_stops_the_gang(void **state)
-{
-    (void)state;
-    double t0 = mono_now();
-    pid_t pid = spawn((char *[]){(char *)shmrun, "-n", "2", "--stall-timeout", "2", "--grace", "1",
-                                 "--job-id", "silent", "--log-dir", "logs", "--", (char *)probe, "--join",
-                                 "--loop", "100000", "--spin-rank", "1", "--spin-at", "30", NULL},
-                      "silent");
-    assert_true(pid > 0);
-    struct result r = wait_result(pid, "silent", t0, 30);
-    assert_int_equal(exit_code(&r), 1);
-    assert_true(r.seconds < 15);
-    if (!strstr(r.err, "root cause: rank 1") || !strstr(r.err, "stalled: no progress for") ||
-        !strstr(r.err, "running, not waiting for a peer") || !strstr(r.err, "waiting for rank 1 in a collective"))
-        fail_msg("%s", r.err);
-    assert_int_equal(leftover_segments("silent"), 0);
-    result_free(&r);
-}
-
-/* A rank that exits ST_EXIT_PEER_FAILED first is not the root cause when
- * its peer fails for a reason of its own a moment later; alone, it is. */
-static void test_peer_failed_exit_defers_to_the_real_failure(void **state)
-{
-    (void)state;
-    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--grace", "2", "--job-id", "secondary",
-                                     "--log-dir", "logs", "--", (char *)probe, "--peer-failed-rank", "1",
-                                     "--exit-rank", "0", "--code", "4", "--sleep", "60", NULL},
-                          "secondary");
-    assert_int_equal(exit_code(&r), 1);
-    if (!strstr(r.err, "root cause: rank 0") || !strstr(r.err, "exit 4") || !strstr(r.err, "exit 75 (a peer failed)"))
-        fail_msg("%s", r.err);
-    result_free(&r);
-    r = run((char *[]){(char *)shmrun, "-n", "2", "--grace", "1", "--job-id", "onlysecondary", "--log-dir", "logs",
-                       "--", (char *)probe, "--peer-failed-rank", "1", "--sleep", "60", NULL},
-            "onlysecondary");
-    assert_int_equal(exit_code(&r), 1);
-    assert_true(r.seconds < 8);
-    if (!strstr(r.err, "root cause: rank 1") || !strstr(r.err, "exit 75 (a peer failed)") ||
-        !strstr(r.err, "signal 15 (TERM), stopped"))
-        fail_msg("%s", r.err);
-    result_free(&r);
 }
 
 /* The rankfile command --print-mpirun prints pins mpirun's ranks to the
@@ -636,28 +359,6 @@ static void test_bad_flags(void **state)
     }
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    shmrun = getenv("SHMRUN");
-    probe = getenv("RANK_PROBE");
-    golden_dir = getenv("GOLDEN_DIR");
-    if (!shmrun || !probe || !golden_dir) {
-        fprintf(stderr, "set SHMRUN, RANK_PROBE and GOLDEN_DIR (ctest does)\n");
-        return -1;
-    }
-    snprintf(workdir, sizeof workdir, "/tmp/test_shmrun.%d", (int)getpid());
-    return mkdir(workdir, 0755);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", workdir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -665,19 +366,12 @@ int main(void)
         cmocka_unit_test(test_environment_and_binding),
         cmocka_unit_test(test_user_settings_are_respected),
         cmocka_unit_test(test_tee_all_prefixes_ranks),
-        cmocka_unit_test(test_failing_rank_stops_the_gang),
-        cmocka_unit_test(test_sigterm_ignored_gets_sigkill),
-        cmocka_unit_test(test_restart_resumes),
         cmocka_unit_test(test_ctrl_c_is_forwarded),
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_oversubscribe_4_and_8_ranks),
-        cmocka_unit_test(test_stopped_rank_stops_the_gang),
-        cmocka_unit_test(test_stopped_rank_that_continues_resumes),
-        cmocka_unit_test(test_silent_rank_stops_the_gang),
-        cmocka_unit_test(test_peer_failed_exit_defers_to_the_real_failure),
         cmocka_unit_test(test_ranks_inherit_no_launcher_descriptors),
         cmocka_unit_test(test_print_mpirun_pins_like_the_plan),
         cmocka_unit_test(test_foreign_file_at_a_segment_name),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, shmrun_setup, shmrun_teardown);
 }

@@ -1,8 +1,8 @@
 #define _GNU_SOURCE
 /* The sweep's pure half (launcher/sweep/sweep.c): settings from a spec, merging and
  * the baseline, the interleaved order, reading recorded runs, statistics,
- * the best setting, and the CSV/JSON/markdown/gnuplot output produced from
- * recorded results.  The real sweep runs in test_train (it needs data). */
+ * the best setting.  Its reports: test_sweep_report.c.  The real sweep runs
+ * in test_train_sweep (it needs data). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,11 +16,7 @@
 #include <cmocka.h>
 
 #include "forkranks.h"
-#include "sweep.h"
-
-#define NO_TARGET ((struct sweep_target){0})
-#define ACCURACY(v) ((struct sweep_target){.loss = false, .value = (v)})
-#define LOSS(v) ((struct sweep_target){.loss = true, .value = (v)})
+#include "sweep_fixture.h"
 
 /* ------------------------------------------------------------ fixtures -- */
 
@@ -48,64 +44,6 @@ static const char *const REPORT =
         if (!(fabs(a_ - b_) <= 1e-9 * fmax(1, fabs(b_))))                         \
             fail_msg("%s = %.12g, expected %.12g", #a, a_, b_);                   \
     } while (0)
-
-/* Three settings; shmtrain repeats with known throughputs and times. */
-static int recorded(struct sweep_setting *s, struct sweep_run *runs)
-{
-    memset(s, 0, 3 * sizeof *s);
-    const int shape[3][2] = {{1, 2}, {1, 1}, {2, 1}};
-    for (int i = 0; i < 3; i++) {
-        s[i].instances = shape[i][0];
-        s[i].cores = shape[i][1];
-        snprintf(s[i].label, sizeof s[i].label, "%dx%d", shape[i][0], shape[i][1]);
-        snprintf(s[i].asked, sizeof s[i].asked, "%s", s[i].label);
-    }
-    const double sps[3][3] = {{100, 120, 110}, {90, 90, 90}, {200, 150, NAN}};
-    const double ttt[3][3] = {{3, 2, 4}, {5, NAN, 5}, {1, 1, NAN}};
-    int n = 0;
-    for (int r = 0; r < 3; r++)
-        for (int i = 0; i < 3; i++) {
-            struct sweep_run *x = &runs[n];
-            memset(x, 0, sizeof *x);
-            *x = (struct sweep_run){.setting = i, .system = SWEEP_SHMTRAIN, .repeat = r, .order = n, .ok = true,
-                                    .steps = 300, .samples_per_s = sps[i][r], .step_ms = 1000 * 64.0 / sps[i][r],
-                                    .compute_ms = 4, .allreduce_ms = 1, .wait_ms = 0.5, .other_ms = 0.25,
-                                    .time_to_target_s = ttt[i][r], .final_accuracy = 0.8 + 0.01 * r,
-                                    .rss_max_mb = 100 + r, .rss_total_mb = 100.0 * s[i].instances + r, .wall_s = 10,
-                                    .ncurve = 2, .curve_s = {1, 2}, .curve_acc = {0.5, 0.8}, .precision = "fp32"};
-            if (isnan(sps[i][r])) {
-                x->ok = false;
-                snprintf(x->error, sizeof x->error, "an instance failed, exit 1");
-            }
-            n++;
-        }
-    /* PyTorch ran the baseline only, twice. */
-    for (int r = 0; r < 2; r++) {
-        runs[n] = (struct sweep_run){.setting = 0, .system = SWEEP_TORCH, .repeat = r, .order = n, .ok = true,
-                                     .samples_per_s = 50, .step_ms = 1.28, .compute_ms = 1, .allreduce_ms = NAN,
-                                     .wait_ms = NAN, .other_ms = NAN, .time_to_target_s = NAN, .final_accuracy = 0.7,
-                                     .rss_max_mb = 300, .rss_total_mb = 300, .wall_s = 20,
-                                     .ncurve = 1, .curve_s = {3}, .curve_acc = {0.7}};
-        n++;
-    }
-    return n;
-}
-
-static char *written(void (*write)(FILE *, void *), void *arg)
-{
-    FILE *f = tmpfile();
-    assert_non_null(f);
-    write(f, arg);
-    long len = ftell(f);
-    assert_true(len >= 0);
-    char *text = malloc((size_t)len + 1);
-    assert_non_null(text);
-    rewind(f);
-    assert_int_equal(fread(text, 1, (size_t)len, f), (size_t)len);
-    text[len] = '\0';
-    fclose(f);
-    return text;
-}
 
 /* --------------------------------------------------------------- specs -- */
 
@@ -411,211 +349,6 @@ static void test_summary_and_best(void **state)
     assert_true(by_target);
 }
 
-/* -------------------------------------------------------------- reports -- */
-
-struct report_args {
-    struct sweep_setting s[3];
-    struct sweep_run runs[12];
-    int nruns;
-    struct sweep_summary sums[3 * SWEEP_NSYSTEMS];
-    struct sweep_report rep;
-};
-
-static void setup_report(struct report_args *x, struct sweep_target target)
-{
-    memset(x, 0, sizeof *x);
-    x->nruns = recorded(x->s, x->runs);
-    sweep_summarize(x->runs, x->nruns, 3, x->sums);
-    x->rep = (struct sweep_report){.command = "shmtrain --model mlp", .repeats = 3, .target = target,
-                                   .torch_asked = true, .torch_available = true, .plots_note = NULL};
-    x->rep.topo.cores = 2;
-    x->rep.topo.pus = 2;
-    snprintf(x->rep.topo.cpu_model, sizeof x->rep.topo.cpu_model, "Test CPU");
-    snprintf(x->rep.versions.onednn, sizeof x->rep.versions.onednn, "2.6.3");
-    snprintf(x->rep.versions.torch, sizeof x->rep.versions.torch, "1.13.1");
-}
-
-/* The CPU probe's figures for two CPUs that give 1.5 CPUs' worth at once. */
-static void probed_at_one_and_a_half(struct sweep_report *rep)
-{
-    rep->probe_cpus = 2;
-    rep->probe_one_gflops = 120;
-    rep->probe_all_gflops = 180;
-}
-
-static void csv_of(FILE *f, void *p)
-{
-    struct report_args *x = p;
-    sweep_write_csv(f, x->s, x->runs, x->nruns);
-}
-
-static void md_of(FILE *f, void *p)
-{
-    struct report_args *x = p;
-    sweep_write_markdown(f, &x->rep, x->s, 3, x->sums);
-}
-
-static void json_of(FILE *f, void *p)
-{
-    struct report_args *x = p;
-    sweep_write_json(f, &x->rep, x->s, 3, x->runs, x->nruns, x->sums);
-}
-
-static void test_csv(void **state)
-{
-    (void)state;
-    struct report_args x;
-    setup_report(&x, NO_TARGET);
-    char *csv = written(csv_of, &x);
-    assert_int_equal(count_lines(csv), 1 + x.nruns);
-    assert_true(strncmp(csv, "setting,instances,cores_per_instance,system,repeat,order,ok,samples_per_s,", 72) == 0);
-    assert_non_null(strstr(csv, "\n1x2,1,2,shmtrain,1,1,1,100.0,640.000,4.000,1.000,0.500,0.250,3.00,0.8000,100.0,"
-                                "100.0,10.00,300,fp32,\n"));
-    /* The failed run: empty numbers, its error quoted (it has a comma). */
-    assert_non_null(strstr(csv, "\n2x1,2,1,shmtrain,3,9,0,,,4.000,1.000,0.500,0.250,,0.8200,102.0,202.0,10.00,300,"
-                                "fp32,\"an instance failed, exit 1\"\n"));
-    assert_non_null(strstr(csv, "\n1x2,1,2,pytorch-ddp,1,10,1,50.0,1.280,1.000,,,,,0.7000,300.0,300.0,20.00,0,,\n"));
-    free(csv);
-}
-
-static void test_markdown_marks_best_and_ratios(void **state)
-{
-    (void)state;
-    struct report_args x;
-    setup_report(&x, NO_TARGET);
-    char *md = written(md_of, &x);
-    assert_non_null(strstr(md, "`shmtrain --model mlp`"));
-    assert_non_null(strstr(md, "| setting | asked | precision | samples/s | vs 1x2 |"));
-    assert_null(strstr(md, "time to"));  /* no target, no column */
-    /* 2x1 is best (175 vs 110: 1.59x), the baseline row is 1.00x, and
-     * against PyTorch's 50 samples/s the baseline is 2.20x. */
-    assert_non_null(strstr(md, "| **2x1** (1 of 3 runs FAILED) | 2x1 | fp32 | 175 (150–200) | 1.59x |"));
-    assert_non_null(strstr(md, "| 1x2 | 1x2 | fp32 | 110 (100–120) | 1.00x |"));
-    assert_non_null(strstr(md, "| 50 (50–50) | 2.20x |"));
-    assert_non_null(strstr(md, "**Best: 2x1**, by median throughput (1.59x the throughput of 1x2)"));
-    assert_non_null(strstr(md, "| CPU | Test CPU |"));
-    assert_non_null(strstr(md, "| PyTorch | 1.13.1 |"));
-    assert_null(strstr(md, "| arithmetic |"));  /* not probed, no row */
-    assert_non_null(strstr(md, "![throughput](throughput.svg)"));
-    /* Rows have as many cells as the header, the one with a failed run too. */
-    const char *header = strstr(md, "| setting |");
-    int hc = 0;
-    for (const char *p = header; *p != '\n'; p++)
-        hc += *p == '|';
-    const char *rows[] = {"| 1x1 |", "| **2x1** (", "| 1x2 |"};
-    for (int k = 0; k < 3; k++) {
-        int rc = 0;
-        for (const char *p = strstr(md, rows[k]); *p != '\n'; p++)
-            rc += *p == '|';
-        assert_int_equal(hc, rc);
-    }
-    free(md);
-
-    setup_report(&x, ACCURACY(0.85));
-    x.rep.plots_note = "gnuplot is not installed";
-    md = written(md_of, &x);
-    assert_non_null(strstr(md, "time to 85% (s)"));
-    assert_non_null(strstr(md, "**Best: 1x2**, by median time to the target accuracy"));
-    assert_non_null(strstr(md, "| 5.0 (5.0–5.0) (2 of 3) |"));  /* 1x1 reached it twice */
-    assert_non_null(strstr(md, "Plots: gnuplot is not installed"));
-    assert_null(strstr(md, "![throughput]"));
-    free(md);
-
-    setup_report(&x, LOSS(1.5));  /* a language model's sweep */
-    md = written(md_of, &x);
-    assert_non_null(strstr(md, "time to loss 1.5 (s)"));
-    assert_non_null(strstr(md, "final validation loss |"));
-    assert_null(strstr(md, "final test acc."));
-    free(md);
-
-    /* The CPU probe's row. */
-    probed_at_one_and_a_half(&x.rep);
-    md = written(md_of, &x);
-    assert_non_null(strstr(md, "| arithmetic | its 2 CPUs at once: 1.50x one CPU's multiply-add throughput (2 real "
-                               "cores: 2.00x; 120 GFLOPS f32 alone) |"));
-    free(md);
-}
-
-static void test_json(void **state)
-{
-    (void)state;
-    struct report_args x;
-    setup_report(&x, NO_TARGET);
-    char *js = written(json_of, &x);
-    assert_non_null(strstr(js, "\"best\":\"2x1\",\"best_by\":\"throughput\""));
-    assert_non_null(strstr(js, "\"samples_per_s\":{\"median\":175.0,\"min\":150.0,\"max\":200.0,\"n\":2}"));
-    assert_non_null(strstr(js, "\"pytorch-ddp\":{\"runs\":2,\"failed\":0"));
-    assert_non_null(strstr(js, "\"error\":\"an instance failed, exit 1\""));
-    assert_non_null(strstr(js, "\"curve\":[[1.000,0.50000],[2.000,0.80000]]"));
-    assert_non_null(strstr(js, "\"torch\":\"1.13.1\""));
-    assert_null(strstr(js, "cpu_probe"));
-    free(js);
-    probed_at_one_and_a_half(&x.rep);
-    js = written(json_of, &x);
-    assert_non_null(strstr(js, "\"cpu_probe\":{\"cpus\":2,\"one_gflops\":120.0,\"all_gflops\":180.0}}"));
-    /* Balanced brackets: a cheap structural check the real parser (python in
-     * the sweep test) backs up. */
-    int depth = 0;
-    bool in_string = false;
-    for (const char *p = js; *p; p++) {
-        if (*p == '"' && p[-1] != '\\')
-            in_string = !in_string;
-        if (!in_string)
-            depth += (*p == '{' || *p == '[') - (*p == '}' || *p == ']');
-        assert_true(depth >= 0);
-    }
-    assert_int_equal(depth, 0);
-    free(js);
-}
-
-static void test_plots(void **state)
-{
-    (void)state;
-    struct report_args x;
-    setup_report(&x, NO_TARGET);
-    char dir[] = "/tmp/test_sweep.XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char path[4][300];
-    const char *names[4] = {"throughput.dat", "timesplit.dat", "accuracy.dat", "plot.gp"};
-    FILE *f[4];
-    for (int i = 0; i < 4; i++) {
-        snprintf(path[i], sizeof path[i], "%s/%s", dir, names[i]);
-        f[i] = fopen(path[i], "w");
-        assert_non_null(f[i]);
-    }
-    sweep_write_plot_data(f[0], f[1], f[2], x.s, 3, x.runs, x.sums, false);
-    sweep_write_gnuplot(f[3], x.s, 3, x.runs, x.sums, false);
-    for (int i = 0; i < 4; i++)
-        fclose(f[i]);
-    char *tp = slurp(path[0]), *sp = slurp(path[1]), *cv = slurp(path[2]);
-    assert_non_null(strstr(tp, "\n1 2 1x2 110.0 100.0 120.0 50.0 50.0 50.0\n"));
-    assert_non_null(strstr(tp, "\n1 1 1x1 90.0 90.0 90.0 - - -\n"));
-    assert_non_null(strstr(sp, "\n2x1 4.000 1.000 0.500 0.250\n"));
-    int blocks = 0;
-    for (const char *p = cv; (p = strstr(p, "# ")) != NULL; p++)
-        blocks++;
-    assert_int_equal(blocks, 4);  /* three shmtrain settings and PyTorch's one */
-    if (access("/usr/bin/gnuplot", X_OK) == 0) {
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "cd %s && gnuplot plot.gp 2>gnuplot.err", dir);
-        assert_int_equal(system(cmd), 0);
-        for (int i = 0; i < 3; i++) {
-            const char *svg[] = {"throughput.svg", "timesplit.svg", "accuracy.svg"};
-            snprintf(cmd, sizeof cmd, "%s/%s", dir, svg[i]);
-            char *text = slurp(cmd);
-            assert_non_null(text);
-            assert_non_null(strstr(text, "<svg"));
-            free(text);
-        }
-    } else {
-        printf("gnuplot absent: the script was written but not drawn\n");
-    }
-    free(tp), free(sp), free(cv);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -631,10 +364,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reset_run_measures_nothing),
         cmocka_unit_test(test_read_report),
         cmocka_unit_test(test_summary_and_best),
-        cmocka_unit_test(test_csv),
-        cmocka_unit_test(test_markdown_marks_best_and_ratios),
-        cmocka_unit_test(test_json),
-        cmocka_unit_test(test_plots),
     };
     if (argc > 1)
         cmocka_set_test_filter(argv[1]);
