@@ -111,6 +111,16 @@ static pid_t started_rank(const char *job, int rank, const char *ready)
     return -1;
 }
 
+/* The failure table's row for rank 1 gives the stall and its end. */
+static void stall_in_the_table(const char *err, const char *stall)
+{
+    const char *row = strstr(err, "\n    1 ");
+    const char *end = row ? strchr(row + 1, '\n') : NULL;
+    const char *found = row ? strstr(row, stall) : NULL;
+    if (!found || !end || found > end || !strstr(found, ", killed") || strstr(found, ", killed") > end)
+        fail_msg("rank 1's row does not say '%s ..., killed':\n%s", stall, err);
+}
+
 /* SIGSTOP on one rank: the launcher says so at once, and after
  * --stall-timeout stops the gang with that rank as the root cause. */
 static void test_stopped_rank_stops_the_gang(void **state)
@@ -133,6 +143,7 @@ static void test_stopped_rank_stops_the_gang(void **state)
     assert_non_null(strstr(r.err, want));
     assert_non_null(strstr(r.err, "root cause: rank 1"));
     assert_non_null(strstr(r.err, "stalled: stopped (state T"));
+    stall_in_the_table(r.err, "stopped (state T");
     assert_true(kill(victim, 0) != 0);  /* killed, not left stopped */
     assert_int_equal(leftover_segments("stopped"), 0);
     result_free(&r);
@@ -183,6 +194,7 @@ static void test_silent_rank_stops_the_gang(void **state)
     if (!strstr(r.err, "root cause: rank 1") || !strstr(r.err, "stalled: no progress for") ||
         !strstr(r.err, "running, not waiting for a peer") || !strstr(r.err, "waiting for rank 1 in a collective"))
         fail_msg("%s", r.err);
+    stall_in_the_table(r.err, "no progress for");
     assert_int_equal(leftover_segments("silent"), 0);
     result_free(&r);
 }
