@@ -188,6 +188,36 @@ static void test_first_layers_backward_in_chunks(void **state)
     }
 }
 
+/* One-channel stems (stem.c): kernels of 1 to 7, padding, odd widths (a
+ * last pixel alone in its pair), one to eight channels, no bias, its own
+ * ReLU and the max-pool's, and rows that take each tile: 14 pairs of 5x5
+ * or 3x3 taps (each column loaded once), 7 such pairs then a rest, and
+ * the general tiles.  Compared with no gradient wanted at the input (the
+ * stem runs no backward-data pass); the description proves the stem ran. */
+static const char *const STEMS[] = {
+    "input 1 28 28\nconv 6 k5 p2\nrelu\nmaxpool k2\nlinear 5",  /* lenet's: one tile of 14 pairs */
+    "input 1 13 11\nconv 8 k3\nrelu\nflatten\nlinear 4",       /* odd widths; ReLU in the stem */
+    "input 1 9 9\nconv 1 k7 p3 nobias\nlinear 3",
+    "input 1 12 22\nconv 5 k1\nmaxpool k2\nlinear 3",
+    "input 1 10 10\nconv 3 k2 p1\nlinear 3",                     /* an even kernel, padded */
+    "input 1 8 30\nconv 4 k3 p1\nlinear 3",                      /* 15 pairs: 14, then 1 */
+    "input 1 9 24\nconv 7 k5 p2\nrelu\nlinear 3",               /* 12 pairs: 7, then 5 */
+    "input 1 7 17\nconv 2 k3 p1\nlinear 3",                      /* 9 pairs: 7, then 2, the last odd */
+};
+
+static void test_stems(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof STEMS / sizeof *STEMS; i++) {
+        char *text = describe(STEMS[i], 3, false);
+        if (!strstr(text, "C stem"))
+            fail_msg("[%s] did not run stem.c:\n%s", STEMS[i], text);
+        free(text);
+        compare_net(STEMS[i], 1, false);
+        compare_net(STEMS[i], 2, false);
+    }
+}
+
 /* ------------------------------------------------------ gradients ready -- */
 
 
@@ -456,6 +486,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_layers_match_reference_1_thread),
         cmocka_unit_test(test_layers_match_reference_2_threads),
         cmocka_unit_test(test_first_layers_backward_in_chunks),
+        cmocka_unit_test(test_stems),
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_presets_gradients),
         cmocka_unit_test(test_no_gradient_flows_to_the_input),

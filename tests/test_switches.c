@@ -24,9 +24,10 @@ static const struct {
     const char *model;
     int batch;
 } CASES[] = {
-    /* lenet's first convolution: 64 x 6 x 28 x 28 outputs do not fit L2, so it runs in its max-pool's chunks */
-    {"SHMTRAIN_ONEDNN_NO_CHUNKS", "lenet", 64},
-    {"SHMTRAIN_ONEDNN_BRGCONV", "lenet", 16},   /* a first convolution of one input channel */
+    /* cnn's first convolution: 64 x 32 x 26 x 26 outputs do not fit L2, so it runs in its max-pool's chunks */
+    {"SHMTRAIN_ONEDNN_NO_CHUNKS", "cnn", 64},
+    {"SHMTRAIN_ONEDNN_BRGCONV", "lenet", 16},   /* its second convolution reads 6 channels, nhwc */
+    {"SHMTRAIN_ONEDNN_STEM", "lenet", 16},      /* one channel into 6: stem.c */
     {"SHMTRAIN_ONEDNN_IP_ANY", "mlp", 16},
     {"SHMTRAIN_ONEDNN_POOL", "lenet", 16},
     {"SHMTRAIN_ONEDNN_SEQ_TN", "gpt-mini", 2},

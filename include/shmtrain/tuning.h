@@ -25,6 +25,7 @@ typedef struct st_nn_tuning {
     bool onednn_pool;      /* oneDNN's pooling instead of maxpool2.c */
     bool seq_tn;           /* their weight gradients from untransposed operands */
     bool onednn_layernorm; /* oneDNN's layer norm instead of the C rows */
+    bool onednn_stem;      /* oneDNN's convolution for a one-channel stem instead of stem.c */
     bool verbose;          /* print every reorder, fallback and kernel the build chooses */
     bool bf16_any_isa;     /* bf16 layers take whatever kernel oneDNN has (its reference
                               ones without native bf16: tests/bf16_any_isa.c) */

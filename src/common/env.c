@@ -315,7 +315,7 @@ st_status st_group_config_from_env(st_group_config *c, char *job_id)
 static const st_nn_switch SWITCHES[] = {
     SWITCH(ONEDNN_NO_CHUNKS, no_chunks),
     SWITCH(ONEDNN_BRGCONV, brgconv),     SWITCH(ONEDNN_IP_ANY, ip_any),
-    SWITCH(ONEDNN_POOL, onednn_pool),
+    SWITCH(ONEDNN_POOL, onednn_pool),       SWITCH(ONEDNN_STEM, onednn_stem),
     SWITCH(ONEDNN_SEQ_TN, seq_tn),       SWITCH(ONEDNN_LAYERNORM, onednn_layernorm),
     SWITCH(NN_VERBOSE, verbose),         SWITCH(BF16_ANY_ISA, bf16_any_isa),
 };

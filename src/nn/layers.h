@@ -27,7 +27,7 @@
 #define NN_LAYER_TABLE_ROWS(X)                                                                                                                                                              \
   /* KIND        keyword       parse               init           ref_scratch        ref_forward           ref_backward           onednn               bf16           summary           */  \
   X(INPUT,      "input",      parse_input,        init_nothing,  scratch_none,      input_ref_forward,    input_ref_backward,    dn_build_input,      bf16_never,    summary_input    )     \
-  X(CONV,       "conv",       parse_conv,         init_kaiming,  scratch_none,      conv_ref_forward,     conv_ref_backward,     dn_build_weights,    bf16_weights,  summary_conv     )     \
+  X(CONV,       "conv",       parse_conv,         init_kaiming,  scratch_none,      conv_ref_forward,     conv_ref_backward,     dn_build_conv,       bf16_weights,  summary_conv     )     \
   X(LINEAR,     "linear",     parse_linear,       init_linear,   scratch_none,      linear_ref_forward,   linear_ref_backward,   dn_build_linear,     bf16_weights,  summary_linear   )     \
   X(RELU,       "relu",       parse_elementwise,  init_nothing,  scratch_none,      relu_ref_forward,     relu_ref_backward,     dn_build_relu,       bf16_carries,  summary_keyword  )     \
   X(MAXPOOL,    "maxpool",    parse_pool,         init_nothing,  scratch_argmax,    maxpool_ref_forward,  maxpool_ref_backward,  dn_build_pool,       bf16_carries,  summary_pool     )     \

@@ -46,7 +46,8 @@
  * st_net_config.tuning (tuning.h) that turns them back, for comparison:
  * no_chunks, brgconv (see dn_conv_avoid), ip_any (see plain_weights),
  * onednn_pool (oneDNN's pooling instead of maxpool2.c), onednn_layernorm
- * (oneDNN's layer norm instead of seq_kernels.c's), seq_tn.
+ * (oneDNN's layer norm instead of seq_kernels.c's), seq_tn, onednn_stem
+ * (oneDNN's convolution instead of stem.c for a one-channel stem).
  *
  * Precision bf16 (st_net_config.precision): each layer kind's role in the
  * layer table (computes in bf16, carries bf16, or stays fp32) decides every
@@ -80,6 +81,7 @@
 #include "maxpool2.h"
 #include "shmtrain/bf16.h"
 #include "net.h"
+#include "stem.h"
 
 #if DNNL_VERSION_MAJOR < 3 || (DNNL_VERSION_MAJOR == 3 && DNNL_VERSION_MINOR < 1)
 #error "the engine is written against oneDNN 3.1 or newer (scripts/install-deps.sh installs it)"
@@ -191,6 +193,14 @@ enum bf16_role {
 
 /* One exec node's oneDNN state: what every node has, then each layer
  * family's own. */
+/* A one-channel stem (onednn_stem.c): its shape, and each thread's spread
+ * image and weight-gradient partials, in memory the net owns. */
+struct dn_stem_state {
+    struct stem_shape shape;
+    float *scratch, *partials;
+    int threads;                         /* how many threads the scratch serves */
+};
+
 struct onednn_node {
     struct dn_tensor dst, diff, diff_tmp;  /* diff_tmp: a second consumer's gradient, added in */
     struct oplist fwd, fwd_infer, bwd;   /* fwd_infer: batch norm in evaluation mode */
@@ -204,6 +214,7 @@ struct onednn_node {
     struct dn_pool_state pool;
     struct dn_chunk_state chunk;
     struct dn_seq_state seq;
+    struct dn_stem_state stem;
 };
 
 struct onednn_net {
@@ -326,6 +337,12 @@ st_status dn_weights_fwd_pd(st_net *n, const struct xnode *x, const struct weigh
 st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
 st_status dn_build_weights(st_net *n, int j);
 st_status dn_build_linear(st_net *n, int j);
+st_status dn_build_conv(st_net *n, int j);
+
+/* ---------------------------------------------------- onednn_stem.c -- */
+
+bool dn_stem_fits(const st_net *n, const struct xnode *x);
+st_status dn_build_stem(st_net *n, int j);
 
 /* ----------------------------------------------- onednn_precision.c -- */
 

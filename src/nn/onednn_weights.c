@@ -451,6 +451,13 @@ st_status dn_build_linear(st_net *n, int j)
     return dn_seq_linear_fits(n, &n->x[j]) ? dn_build_seq_linear(n, j) : dn_build_weights(n, j);
 }
 
+/* A convolution: stem.c's where it is a one-channel stem (dn_stem_fits),
+ * else oneDNN's. */
+st_status dn_build_conv(st_net *n, int j)
+{
+    return dn_stem_fits(n, &n->x[j]) ? dn_build_stem(n, j) : dn_build_weights(n, j);
+}
+
 /* A convolution or inner product: forward; backward (a fused ReLU's first,
  * then backward-weights, then backward-data unless nothing learns upstream). */
 st_status dn_build_weights(st_net *n, int j)
