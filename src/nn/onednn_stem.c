@@ -33,7 +33,8 @@ static st_status stem_fwd(st_net *n, int j)
     const float *in = dn_mem_ptr(n->x[x->in].dn->dst.mem), *w = n->params + nd->w_off;
     const float *bias = nd->bias ? n->params + nd->b_off : NULL;
     float *y = dn_mem_ptr(x->dn->dst.mem);
-    const long batch = n->batch, in_image = st->shape.h * st->shape.w, out_image = st->shape.oh * st->shape.ow * st->shape.c;
+    const long batch = n->batch, in_image = st->shape.h * st->shape.w;
+    const long out_image = st->shape.oh * st->shape.ow * st->shape.c;
 #pragma omp parallel num_threads(step_threads(st))
     {
         const long t = omp_get_thread_num(), team = omp_get_num_threads();
@@ -51,7 +52,8 @@ static st_status stem_bwd(st_net *n, int j)
     const struct dn_stem_state *st = &x->dn->stem;
     const float *in = dn_mem_ptr(n->x[x->in].dn->dst.mem), *dy = dn_mem_ptr(x->dn->diff.mem);
     const float *y = x->fuse_relu ? dn_mem_ptr(x->dn->dst.mem) : NULL;
-    const long batch = n->batch, in_image = st->shape.h * st->shape.w, out_image = st->shape.oh * st->shape.ow * st->shape.c;
+    const long batch = n->batch, in_image = st->shape.h * st->shape.w;
+    const long out_image = st->shape.oh * st->shape.ow * st->shape.c;
     int threads = 1;
 #pragma omp parallel num_threads(step_threads(st))
     {
