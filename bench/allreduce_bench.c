@@ -9,8 +9,17 @@
  * First the machine's limits: the one-way time of a cache line between the
  * cores of ranks 0 and 1 (a ping-pong; the floor for any shared-memory
  * collective, every small-message figure is also given as a multiple of
- * it), the copy bandwidth (bytes read + written, all ranks at once), and how
- * fast a rank reads what a peer core just wrote.
+ * it), the copy bandwidth of one core and of every core the ranks hold at
+ * once (bytes read + written; each rank copies with its --threads), and
+ * how fast a rank reads what a peer core just wrote.
+ *
+ * Per size, beside the times: the algorithm's counters for one call
+ * (synchronisations, bytes read + written per rank, bytes read across
+ * NUMA nodes) and the time as a multiple of the call's memory-traffic
+ * bound: the bytes every rank's loops read and write, summed over the
+ * ranks, over the all-core copy bandwidth (the limit is memory, not a
+ * link).  --threads T gives each rank T threads (pinned to T CPUs of its
+ * own in fork mode); --algorithm forces one.
  *
  * Then for each size, for the zero-copy path (buffer inside the shared
  * segment), the copying path (ordinary buffer) and MPI_Allreduce: 10
@@ -30,6 +39,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <omp.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -58,6 +68,8 @@ struct options {
     bool csv;
     bool refill;        /* pristine inputs before every call (default) */
     st_dtype dtype;     /* the payload: f32 or bf16 */
+    int threads;        /* per rank (0: the library's default) */
+    const char *algorithm;  /* forced, or NULL */
 };
 
 struct rank_ctx {
@@ -67,6 +79,7 @@ struct rank_ctx {
     void *pristine;     /* this rank's inputs, copied in before each call */
     double *times;      /* per-iteration seconds */
     st_dtype dtype;
+    st_coll_counters one_call;  /* the counters of the size's first call, this rank */
 #ifdef WITH_MPI
     float *mpi_buf;     /* f32: MPI sums no bf16 */
 #endif
@@ -104,11 +117,15 @@ static size_t parse_size(const char *flag, const char *s)
 static void usage(int code)
 {
     printf("usage: st-allreduce-bench [-n RANKS] [--min SIZE] [--max SIZE] [--seconds S]\n"
-           "                          [--dtype fp32|bf16] [--no-refill] [--no-bind] [--csv]\n"
+           "                          [--dtype fp32|bf16] [--threads T] [--algorithm NAME]\n"
+           "                          [--no-refill] [--no-bind] [--csv]\n"
            "  -n RANKS     fork RANKS processes (default: join from SHMTRAIN_* env)\n"
            "  --min/--max  message sizes in bytes, doubling (default 4 .. 256M)\n"
            "  --seconds S  time budget per size and path (default 0.15)\n"
            "  --dtype T    the payload: fp32 (default) or bf16 (summed in fp32, rounded once)\n"
+           "  --threads T  threads per rank (default: the library's; fork mode pins each\n"
+           "               rank to T CPUs of its own)\n"
+           "  --algorithm A  force inline, direct, ring, rsag or two-level\n"
            "  --no-refill  time calls on what the last call left (warm cache), not on\n"
            "               inputs copied in before every call\n"
            "  --no-bind    in fork mode, do not pin rank i to CPU i %% ncpu\n"
@@ -130,6 +147,8 @@ static struct options parse(int argc, char **argv)
         else if (v && !strcmp(a, "--min")) o.min_bytes = parse_size(a, v), i++;
         else if (v && !strcmp(a, "--max")) o.max_bytes = parse_size(a, v), i++;
         else if (v && !strcmp(a, "--seconds")) o.seconds = atof(v), i++;
+        else if (v && !strcmp(a, "--threads")) o.threads = atoi(v), i++;
+        else if (v && !strcmp(a, "--algorithm")) o.algorithm = v, i++;
         else if (v && !strcmp(a, "--dtype")) {
             if (!st_dtype_parse(v, &o.dtype)) {
                 fprintf(stderr, "st-allreduce-bench: --dtype '%s': use fp32 or bf16\n", v);
@@ -141,8 +160,8 @@ static struct options parse(int argc, char **argv)
             usage(2);
         }
     }
-    if (o.min_bytes < 4 || o.max_bytes < o.min_bytes || o.seconds <= 0) {
-        fprintf(stderr, "st-allreduce-bench: need 4 <= --min <= --max and --seconds > 0\n");
+    if (o.min_bytes < 4 || o.max_bytes < o.min_bytes || o.seconds <= 0 || o.threads < 0 || o.threads > 256) {
+        fprintf(stderr, "st-allreduce-bench: need 4 <= --min <= --max, --seconds > 0 and --threads in 0..256\n");
         exit(2);
     }
     return o;
@@ -236,8 +255,18 @@ static struct timing time_op(struct rank_ctx *c, reduce_fn fn, void *buf, st_dty
     const size_t bytes = n * (t == ST_DTYPE_BF16 ? sizeof(st_bf16) : sizeof(float));
     fill(c->pristine, t, n, c->rank);
     load_inputs(c, buf, bytes);
-    if (st_barrier(c->g) != ST_OK || fn(c, buf, n) != 0)
+    if (st_barrier(c->g) != ST_OK)
+        die("barrier");
+    st_coll_counters before;
+    st_group_counters(c->g, &before);
+    if (fn(c, buf, n) != 0)
         die("first call");
+    st_group_counters(c->g, &c->one_call);
+    c->one_call.syncs -= before.syncs;
+    c->one_call.bytes_read -= before.bytes_read;
+    c->one_call.bytes_written -= before.bytes_written;
+    c->one_call.peer_bytes_read -= before.peer_bytes_read;
+    c->one_call.remote_numa_bytes_read -= before.remote_numa_bytes_read;
     if (!sum_is_exact(buf, t, n, c->world)) {
         fprintf(stderr, "st-allreduce-bench: rank %d: wrong sum at %zu bytes\n", c->rank, bytes);
         exit(1);
@@ -301,26 +330,54 @@ static double pingpong_probe(struct rank_ctx *c)
     return ns;
 }
 
-/* Copy bandwidth, all ranks at once, counting bytes read + written. */
-static double copy_probe(struct rank_ctx *c, size_t bytes)
+/* Copy bandwidth, counting bytes read + written: of rank 0's first core
+ * alone (`alone`), or of every rank with all its threads at once, each
+ * thread copying `per_thread` bytes of its own (first touched by that
+ * thread), so every partition of the cores moves the same bytes, well past
+ * the caches: the memory's limit. */
+static double copy_probe(struct rank_ctx *c, size_t per_thread, bool alone)
 {
+    const int threads = alone ? 1 : omp_get_max_threads();
+    const bool active = !alone || c->rank == 0;
+    const size_t bytes = per_thread * (size_t)threads;
     char *a = malloc(bytes), *b = malloc(bytes);
     if (!a || !b)
         die("malloc");
-    memset(a, 1, bytes);
-    memset(b, 2, bytes);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int t = 0; t < threads; t++) {
+        memset(a + bytes / threads * t, 1, bytes / threads);
+        memset(b + bytes / threads * t, 2, bytes / threads);
+    }
     if (st_barrier(c->g) != ST_OK)
         die("barrier");
     double t0 = now_s();
-    int reps = 10;
-    for (int i = 0; i < reps; i++)
-        memcpy(i % 2 ? a : b, i % 2 ? b : a, bytes);
-    float gbs = (float)(2.0 * (double)bytes * reps / (now_s() - t0) / 1e9);
+    const int reps = 10;
+    for (int i = 0; active && i < reps; i++) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int t = 0; t < threads; t++)
+            memcpy((i % 2 ? a : b) + bytes / threads * t, (i % 2 ? b : a) + bytes / threads * t, bytes / threads);
+    }
+    float gbs = active ? (float)(2.0 * (double)(bytes / threads * threads) * reps / (now_s() - t0) / 1e9) : 0;
     free(a);
     free(b);
     if (st_allreduce_f32(c->g, &gbs, 1, ST_SUM) != ST_OK)
         die("reduce bandwidth");
     return gbs;
+}
+
+/* The size's one call, summed over the ranks: bytes read + written, and
+ * the mean per rank of the synchronisations, bytes and cross-node bytes. */
+struct structure {
+    double traffic, syncs, per_rank_mb, remote_mb;
+};
+
+static struct structure structure_of(struct rank_ctx *c)
+{
+    const st_coll_counters *k = &c->one_call;
+    float v[3] = {(float)(k->bytes_read + k->bytes_written), (float)k->syncs, (float)k->remote_numa_bytes_read};
+    if (st_allreduce_f32(c->g, v, 3, ST_SUM) != ST_OK)
+        die("reduce counters");
+    return (struct structure){v[0], v[1] / c->world, v[0] / c->world / 1e6, v[2] / c->world / 1e6};
 }
 
 /* How fast one rank reads what another rank's core has just written: the
@@ -359,62 +416,106 @@ static double cross_read_probe(struct rank_ctx *c, size_t bytes)
     return v;
 }
 
-static void print_header(const struct rank_ctx *c, const struct options *o, double oneway_ns, double copy_gbs,
-                         double cross_gbs)
+struct probes {
+    double oneway_ns, core_gbs, all_gbs, cross_gbs;
+};
+
+static void print_header(const struct rank_ctx *c, const struct options *o, const struct probes *p)
 {
+    const int threads = st_group_threads(c->g), levels = st_group_levels(c->g);
     if (o->csv) {
-        printf("# world=%d dtype=%s refill=%d oneway_ns=%.1f copy_GBps=%.2f cross_read_GBps=%.2f\n", c->world,
-               st_dtype_name(c->dtype), o->refill, oneway_ns, copy_gbs, cross_gbs);
+        printf("# world=%d threads=%d levels=%d dtype=%s refill=%d oneway_ns=%.1f copy_GBps=%.2f core_copy_GBps=%.2f "
+               "cross_read_GBps=%.2f\n", c->world, threads, levels, st_dtype_name(c->dtype), o->refill, p->oneway_ns,
+               p->all_gbs, p->core_gbs, p->cross_gbs);
         printf("bytes,algorithm,zc_us,zc_p99_us,zc_mean_us,zc_busbw,zc_floors,copy_us,copy_p99_us");
 #ifdef WITH_MPI
         printf(",mpi_us,mpi_p99_us,mpi_mean_us,mpi_over_zc");
 #endif
-        printf("\n");
+        printf(",copy_algorithm,zc_syncs,zc_mb_per_rank,zc_remote_mb,zc_x_bound,copy_syncs,copy_mb_per_rank,"
+               "copy_x_bound,copy_busbw\n");
         return;
     }
-    printf("# shmtrain all-reduce, %d ranks, %s payload, %s\n"
+    printf("# shmtrain all-reduce, %d ranks x %d threads, %d NUMA level(s), %s payload, %s\n"
            "# one-way cache-line time between the cores of ranks 0 and 1: %.1f ns (\"floors\": the median in those)\n"
-           "# memcpy bandwidth (read+write, all ranks): %.2f GB/s; reading 1 MiB a peer core just wrote: %.2f GB/s per rank\n"
-           "# times in us, per rank then averaged over ranks: median, 99th percentile, mean\n",
-           c->world, st_dtype_name(c->dtype), o->refill ? "inputs refilled before every call" : "warm cache (--no-refill)",
-           oneway_ns, copy_gbs, cross_gbs);
-    printf("%10s %8s %8s %8s %8s %8s %7s %8s %8s", "bytes", "algo", "zc med", "p99", "mean", "busbw", "floors",
-           "copy med", "p99");
+           "# copy bandwidth (read+write): one core %.2f GB/s, every rank's threads at once %.2f GB/s;\n"
+           "#   reading 1 MiB a peer core just wrote: %.2f GB/s per rank\n"
+           "# times in us, per rank then averaged over ranks: median, 99th percentile, mean; per call:\n"
+           "#   syncs and MB read+written per rank (counters),\n"
+           "#   x bound = median / (all ranks' bytes / all-core copy bw)\n",
+           c->world, threads, levels, st_dtype_name(c->dtype),
+           o->refill ? "inputs refilled before every call" : "warm cache (--no-refill)", p->oneway_ns, p->core_gbs,
+           p->all_gbs, p->cross_gbs);
+    printf("%10s %10s %8s %8s %8s %7s %5s %7s %6s %10s %8s %5s %7s %6s", "bytes", "algo", "zc med", "p99", "busbw",
+           "floors", "syncs", "MB/rank", "xbound", "copy algo", "copy med", "syncs", "MB/rank", "xbound");
 #ifdef WITH_MPI
-    printf(" %8s %8s %8s %7s", "mpi med", "p99", "mean", "mpi/zc");
+    printf(" %8s %8s %7s", "mpi med", "p99", "mpi/zc");
+#endif
+    printf("\n");
+}
+
+static struct probes probe(struct rank_ctx *c, const struct options *o)
+{
+    struct probes p;
+    p.oneway_ns = pingpong_probe(c);
+    p.core_gbs = copy_probe(c, 64u << 20, true);
+    p.all_gbs = copy_probe(c, 64u << 20, false);
+    p.cross_gbs = cross_read_probe(c, o->max_bytes < (1u << 20) ? o->max_bytes : (1u << 20));
+    return p;
+}
+
+/* One size's figures: each path's timing and structure, and MPI's. */
+struct row {
+    size_t bytes;
+    struct timing zc, cp, mp;
+    struct structure zs, cs;
+};
+
+static void print_row(const struct rank_ctx *c, const struct options *o, const struct probes *pr, const struct row *r)
+{
+    const double bus = c->world > 1 ? 2.0 * (c->world - 1) / c->world : 1.0, bw = pr->all_gbs * 1e9;
+    const char *algo = st_allreduce_algorithm(c->g, c->zc, r->bytes / st_dtype_size(c->dtype), c->dtype);
+    const char *copy_algo = st_allreduce_algorithm(c->g, c->priv, r->bytes / st_dtype_size(c->dtype), c->dtype);
+    const double busbw = r->bytes / r->zc.median / 1e9 * bus;
+    const double floors = pr->oneway_ns > 0 ? r->zc.median * 1e9 / pr->oneway_ns : 0;
+    const double zx = r->zc.median / (r->zs.traffic / bw), cx = r->cp.median / (r->cs.traffic / bw);
+    if (o->csv) {
+        printf("%zu,%s,%.3f,%.3f,%.3f,%.3f,%.2f,%.3f,%.3f", r->bytes, algo, r->zc.median * 1e6, r->zc.p99 * 1e6,
+               r->zc.mean * 1e6, busbw, floors, r->cp.median * 1e6, r->cp.p99 * 1e6);
+#ifdef WITH_MPI
+        printf(",%.3f,%.3f,%.3f,%.3f", r->mp.median * 1e6, r->mp.p99 * 1e6, r->mp.mean * 1e6,
+               r->mp.median / r->zc.median);
+#endif
+        printf(",%s,%.1f,%.4f,%.4f,%.3f,%.1f,%.4f,%.3f,%.3f\n", copy_algo, r->zs.syncs, r->zs.per_rank_mb,
+               r->zs.remote_mb, zx, r->cs.syncs, r->cs.per_rank_mb, cx, r->bytes / r->cp.median / 1e9 * bus);
+        return;
+    }
+    printf("%10zu %10s %8.3f %8.3f %8.3f %7.2f %5.0f %7.3f %6.2f %10s %8.3f %5.0f %7.3f %6.2f", r->bytes, algo,
+           r->zc.median * 1e6, r->zc.p99 * 1e6, busbw, floors, r->zs.syncs, r->zs.per_rank_mb, zx, copy_algo,
+           r->cp.median * 1e6, r->cs.syncs, r->cs.per_rank_mb, cx);
+#ifdef WITH_MPI
+    printf(" %8.3f %8.3f %7.2f", r->mp.median * 1e6, r->mp.p99 * 1e6, r->mp.median / r->zc.median);
 #endif
     printf("\n");
 }
 
 static void run(struct rank_ctx *c, const struct options *o)
 {
-    const double bus = c->world > 1 ? 2.0 * (c->world - 1) / c->world : 1.0;
-    const bool head = c->rank == 0;
-    double oneway_ns = pingpong_probe(c);
-    double copy_gbs = copy_probe(c, 64u << 20);
-    size_t probe_bytes = o->max_bytes < (1u << 20) ? o->max_bytes : (1u << 20);
-    double cross_gbs = cross_read_probe(c, probe_bytes);
-    if (head)
-        print_header(c, o, oneway_ns, copy_gbs, cross_gbs);
-    const size_t elem = c->dtype == ST_DTYPE_BF16 ? sizeof(st_bf16) : sizeof(float);
+    const struct probes pr = probe(c, o);
+    if (c->rank == 0)
+        print_header(c, o, &pr);
+    const size_t elem = st_dtype_size(c->dtype);
     for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
-        size_t n = bytes / elem;
-        struct timing zc = time_op(c, shm_reduce, c->zc, c->dtype, n, o);
-        struct timing cp = time_op(c, shm_reduce, c->priv, c->dtype, n, o);
+        const size_t n = bytes / elem;
+        struct row r = {.bytes = bytes};
+        r.zc = time_op(c, shm_reduce, c->zc, c->dtype, n, o);
+        r.zs = structure_of(c);
+        r.cp = time_op(c, shm_reduce, c->priv, c->dtype, n, o);
+        r.cs = structure_of(c);
 #ifdef WITH_MPI
-        struct timing mp = time_op(c, mpi_reduce, c->mpi_buf, ST_DTYPE_F32, n, o);
+        r.mp = time_op(c, mpi_reduce, c->mpi_buf, ST_DTYPE_F32, n, o);
 #endif
-        if (!head)
-            continue;
-        const char *algo = st_allreduce_algorithm(c->g, c->zc, n, c->dtype);
-        double busbw = bytes / zc.median / 1e9 * bus, floors = oneway_ns > 0 ? zc.median * 1e9 / oneway_ns : 0;
-        printf(o->csv ? "%zu,%s,%.3f,%.3f,%.3f,%.3f,%.2f,%.3f,%.3f" : "%10zu %8s %8.3f %8.3f %8.3f %8.3f %7.2f %8.3f %8.3f",
-               bytes, algo, zc.median * 1e6, zc.p99 * 1e6, zc.mean * 1e6, busbw, floors, cp.median * 1e6, cp.p99 * 1e6);
-#ifdef WITH_MPI
-        printf(o->csv ? ",%.3f,%.3f,%.3f,%.3f" : " %8.3f %8.3f %8.3f %7.2f", mp.median * 1e6, mp.p99 * 1e6,
-               mp.mean * 1e6, mp.median / zc.median);
-#endif
-        printf("\n");
+        if (c->rank == 0)
+            print_row(c, o, &pr, &r);
         fflush(stdout);
     }
 }
@@ -423,7 +524,9 @@ static void rank_main(int rank, int world, const char *job, const struct options
 {
     struct rank_ctx c = {.rank = rank, .world = world, .dtype = o->dtype};
     st_group_config cfg = {.rank = rank, .world_size = world, .job_id = job,
-                           .zero_copy_bytes = o->max_bytes};
+                           .zero_copy_bytes = o->max_bytes, .threads = o->threads, .algorithm = o->algorithm};
+    if (o->threads > 0)
+        omp_set_num_threads(o->threads);
     if (st_group_tuning_from_env(&cfg) != ST_OK || st_group_create(&c.g, &cfg) != ST_OK)
         die("join");
     c.zc = st_group_buffer(c.g, NULL);
@@ -488,9 +591,11 @@ int main(int argc, char **argv)
     for (int r = 0; r < o.ranks && r < 256; r++) {
         if ((pids[r] = fork()) == 0) {
             if (o.bind && ncpu > 0) {
+                const int per = o.threads > 0 ? o.threads : 1;
                 cpu_set_t set;
                 CPU_ZERO(&set);
-                CPU_SET(r % ncpu, &set);
+                for (int t = 0; t < per; t++)
+                    CPU_SET((r * per + t) % ncpu, &set);
                 if (sched_setaffinity(0, sizeof set, &set) != 0)
                     perror("st-allreduce-bench: sched_setaffinity");
             }

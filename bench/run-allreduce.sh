@@ -35,7 +35,7 @@ done
 mpich_bench=$build/bench/st-allreduce-bench-mpich
 if [[ " $peers " == *" mpich "* ]] && command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null; then
   mpicc.mpich -O2 -DWITH_MPI -I"$root/include" "$root/bench/allreduce_bench.c" \
-    "$build/libshmtrain-coll.a" "$build/libshmtrain-common.a" -lm -lpthread -o "$mpich_bench"
+    "$build/libshmtrain-coll.a" "$build/libshmtrain-common.a" -fopenmp -lm -lpthread -o "$mpich_bench"
 else mpich_bench=; fi
 . "$root/bench/peer.sh"
 

@@ -20,6 +20,11 @@ void test_job_id(char *out, size_t len, const char *tag)
 
 int run_ranks(int world, const st_group_config *cfg, rank_fn fn, void *arg)
 {
+    return run_ranks_tweaked(world, cfg, NULL, fn, arg);
+}
+
+int run_ranks_tweaked(int world, const st_group_config *cfg, config_fn tweak, rank_fn fn, void *arg)
+{
     pid_t pids[256];
     if (world > 256)
         return world;
@@ -32,6 +37,8 @@ int run_ranks(int world, const st_group_config *cfg, rank_fn fn, void *arg)
             st_group_config c = *cfg;
             c.rank = r;
             c.world_size = world;
+            if (tweak)
+                tweak(&c, r, arg);
             st_group *g = NULL;
             st_status st = st_group_create(&g, &c);
             if (st != ST_OK) {

@@ -36,6 +36,11 @@ void test_job_id(char *out, size_t len, const char *tag);
  * Returns the number of ranks that did not exit 0. */
 int run_ranks(int world, const st_group_config *cfg, rank_fn fn, void *arg);
 
+/* The same with each rank's config adjusted by `tweak` before it joins
+ * (its NUMA node, say). */
+typedef void (*config_fn)(st_group_config *c, int rank, void *arg);
+int run_ranks_tweaked(int world, const st_group_config *cfg, config_fn tweak, rank_fn fn, void *arg);
+
 /* Shared memory that children can write and the parent read (zeroed). */
 void *shared_alloc(size_t bytes);
 void shared_free(void *p, size_t bytes);

@@ -20,9 +20,9 @@
 #include "forkranks.h"
 
 struct outcome {
-    int status[8];
-    double returned_at[8];
-    char message[8][200];
+    int status[16];
+    double returned_at[16];
+    char message[16][200];
     volatile pid_t victim_pid;
     double killed_at;
 };
@@ -123,6 +123,7 @@ static void test_peer_killed_during_allreduce(void **state)
     (void)state;
     check_peer_death(3, true, 1u << 20);
     check_peer_death(3, true, 4);
+    check_peer_death(16, true, 1u << 20);  /* many ranks: rsag, three group-wide waits a call */
 }
 
 /* ------------------------------------------------------------ stuck peer -- */
@@ -165,6 +166,77 @@ static void test_stuck_peer_times_out(void **state)
         assert_non_null(strstr(a.out->message[0], "rank 1"));
         shared_free(a.out, sizeof(struct outcome));
     }
+}
+
+/* A rank stopped (SIGSTOP) in the middle of a 16-rank job: it is alive, so
+ * only the timeout can tell; every other rank gives up within it, naming
+ * the stopped one, and the job leaves nothing in /dev/shm. */
+static int one_rank_stops(st_group *g, int rank, void *varg)
+{
+    struct stall_arg *a = varg;
+    float *buf = calloc(a->count, sizeof(float));
+    CHILD_CHECK(buf != NULL);
+    st_status st = st_barrier(g);
+    for (int i = 0; st == ST_OK && i < 3; i++)
+        st = st_allreduce_f32(g, buf, a->count, ST_SUM);
+    CHILD_CHECK(st == ST_OK);
+    if (rank == 5) {
+        a->out->victim_pid = getpid();
+        raise(SIGSTOP);  /* the parent continues it once the others are out */
+        free(buf);
+        return 0;
+    }
+    const double t0 = mono_now();
+    st = st_allreduce_f32(g, buf, a->count, ST_SUM);
+    record(a->out, rank, st);
+    a->out->returned_at[rank] -= t0;
+    free(buf);
+    return 0;
+}
+
+static void test_stopped_peer_at_16_ranks(void **state)
+{
+    (void)state;
+    char job[64];
+    test_job_id(job, sizeof job, "stopped16");
+    struct stall_arg a = {shared_alloc(sizeof(struct outcome)), 1u << 18};
+    st_group_config cfg = {.job_id = job, .timeout_s = 1.0};
+    fflush(NULL);
+    pid_t runner = fork();
+    assert_true(runner >= 0);
+    if (runner == 0) {
+        pid_t waker = fork();
+        if (waker == 0) {  /* lets the stopped rank go once the others have returned */
+            const double t0 = mono_now();
+            int done = 0;
+            while (done < 15 && mono_now() - t0 < 30) {
+                usleep(50 * 1000);
+                done = 0;
+                for (int r = 0; r < 16; r++)
+                    done += r != 5 && a.out->status[r] != 0;
+            }
+            _exit(a.out->victim_pid > 0 && kill(a.out->victim_pid, SIGCONT) == 0 ? 0 : 1);
+        }
+        int failed = run_ranks(16, &cfg, one_rank_stops, &a);
+        waitpid(waker, NULL, 0);
+        _exit(failed);
+    }
+    int status;
+    assert_int_equal(waitpid(runner, &status, 0), runner);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    for (int r = 0; r < 16; r++) {
+        if (r == 5)
+            continue;
+        if (a.out->status[r] != ST_ERR_TIMEOUT && a.out->status[r] != ST_ERR_PEER_DEAD)
+            fail_msg("rank %d: status %d (%s)", r, a.out->status[r], a.out->message[r]);
+        if (!(a.out->returned_at[r] < 1.0 + 2.0))
+            fail_msg("rank %d returned after %.2f s with a 1 s timeout", r, a.out->returned_at[r]);
+        if (!strstr(a.out->message[r], "rank 5"))
+            fail_msg("rank %d does not name the stopped rank: %s", r, a.out->message[r]);
+    }
+    assert_int_equal(leftover_segments(job), 0);
+    shared_free(a.out, sizeof(struct outcome));
 }
 
 /* ------------------------------------------------------ shm space, joins -- */
@@ -331,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_peer_killed_before_allreduce),
         cmocka_unit_test(test_peer_killed_during_allreduce),
         cmocka_unit_test(test_stuck_peer_times_out),
+        cmocka_unit_test(test_stopped_peer_at_16_ranks),
         cmocka_unit_test(test_small_shm_is_a_clear_error),
         cmocka_unit_test(test_missing_peer_times_out_and_cleans_up),
         cmocka_unit_test(test_stale_segment_is_refused),

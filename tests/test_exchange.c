@@ -203,6 +203,63 @@ static void test_two_nodes_equal_one_node_of_two(void **state)
     assert_int_equal(leftover_segments("twonodes"), 0);
 }
 
+/* Ranks on two NUMA nodes (as a launcher places them on a 2-socket server;
+ * here said by SHMTRAIN_NUMA_NODES, the instances started by hand under
+ * torchrun's names): the first rank of the second node copies the decoded
+ * data for its node, which then reads it there, and training gives the
+ * bits of the one-copy run; nothing is left in /dev/shm. */
+static void test_data_copied_per_numa_node(void **state)
+{
+    (void)state;
+    struct data_files d = synthetic_files();
+    const char *job = "numacopy";
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++) {
+        char rank[8], out[512], err[512];
+        snprintf(rank, sizeof rank, "%d", r);
+        setenv("RANK", rank, 1);
+        setenv("LOCAL_RANK", rank, 1);
+        setenv("WORLD_SIZE", "2", 1);
+        setenv("LOCAL_WORLD_SIZE", "2", 1);
+        setenv("SHMTRAIN_JOB_ID", job, 1);
+        setenv("SHMTRAIN_NUMA_NODES", rank, 1);
+        setenv("OMP_NUM_THREADS", "1", 1);
+        snprintf(out, sizeof out, "%s/numa%d.out", tr_dir, r);
+        snprintf(err, sizeof err, "%s/numa%d.err", tr_dir, r);
+        char *argv[] = {(char *)tr_shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
+                        "--test-images", d.tei, "--test-labels", d.tel, "--batch-size", "16", "--max-steps", "30",
+                        "--checkpoint", "numa.ckpt", "--metrics", "numa.jsonl", "--check-replicas", "10", NULL};
+        pids[r] = spawn_redirected(argv, tr_dir, out, err);
+        assert_true(pids[r] > 0);
+    }
+    const char *vars[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SHMTRAIN_JOB_ID",
+                          "SHMTRAIN_NUMA_NODES", "OMP_NUM_THREADS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        unsetenv(vars[i]);
+    for (int r = 0; r < 2; r++) {
+        char out[512], err[512];
+        snprintf(out, sizeof out, "%s/numa%d.out", tr_dir, r);
+        snprintf(err, sizeof err, "%s/numa%d.err", tr_dir, r);
+        struct child_run run = child_collect(pids[r], out, err);
+        if (run.code != 0)
+            fail_msg("rank %d on NUMA node %d: exit %d: %s", r, r, run.code, run.err);
+        /* rank 1 made node 1's copy; rank 0, the publisher, none */
+        assert_int_equal(strstr(run.out, "the decoded data copied to NUMA node 1") != NULL, r == 1);
+        child_run_free(&run);
+    }
+    struct child_run one = train(2, "onecopy.ckpt", (char *[]){"--batch-size", "16", "--max-steps", "30", NULL}, 0);
+    if (one.code != 0)
+        fail_msg("one copy: %s", one.err);
+    st_ckpt a = read_ckpt("numa.ckpt"), b = read_ckpt("onecopy.ckpt");
+    assert_int_equal(a.step, 30);
+    assert_int_equal(a.nparams, b.nparams);
+    assert_memory_equal(a.params, b.params, a.nparams * sizeof(float));
+    st_ckpt_free(&a);
+    st_ckpt_free(&b);
+    child_run_free(&one);
+    assert_int_equal(leftover_segments(job), 0);
+}
+
 /* A rank of one node killed mid-run: every process of every node exits
  * within seconds, and nothing stays in /dev/shm. */
 static void test_killed_rank_stops_every_node(void **state)
@@ -253,6 +310,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bucketed_overlap),
         cmocka_unit_test(test_two_nodes_equal_one_node_of_two),
         cmocka_unit_test(test_killed_rank_stops_every_node),
+        cmocka_unit_test(test_data_copied_per_numa_node),
     };
     return TRAINRUN_GROUP("test_exchange", tests, argc, argv);
 }

@@ -60,6 +60,21 @@ typedef struct st_group_config {
                                 much (testing Docker's 64 MB /dev/shm); 0 = off */
     const char *heartbeat_path; /* the launcher's heartbeat file (env.h has its
                                    record); NULL = none */
+    int threads;             /* threads one call's copies and sums are split over
+                                (OpenMP; at most the calling thread's
+                                omp_get_max_threads()); default: that, capped so
+                                that ranks x threads <= the CPUs */
+    size_t thread_bytes;     /* a phase of a call is split over threads only
+                                where each moves at least this much (default
+                                256 KiB: a fork and join costs 1-2 us) */
+    const char *numa_nodes;  /* this rank's NUMA node(s) as the launcher gives
+                                them ("1", "0-1"); NULL = unknown.  Ranks on two
+                                or more nodes in equal numbers enable the
+                                two-level all-reduce and count bytes read across
+                                nodes (st_coll_counters) */
+    const char *algorithm;   /* force one all-reduce algorithm at every size
+                                (st_allreduce_algorithms() names them); NULL =
+                                the measured table of src/coll/choose.c */
 } st_group_config;
 
 #define ST_SMALL_NEVER ((size_t)-1)
@@ -156,11 +171,44 @@ void st_group_heartbeat(st_group *g);
 double st_group_wait_seconds(const st_group *g);
 
 /* Which algorithm an all-reduce of `count` elements of `dtype` at `buf`
- * would use: "inline" for small payloads of either type; f32 "direct",
- * "ring" or "ring-copy"; bf16 "slices" or
- * "slices-copy" (staged through the segment); "none" for nothing to do
- * (for benchmarks and logs). */
+ * would use: "inline", "direct", "ring", "rsag" (reduce-scatter from the
+ * peers' segments, then all-gather) or "two-level" (the same within each
+ * NUMA node, then across), with "-copy" appended where an ordinary buffer
+ * is staged through the segment; "none" for nothing to do (for benchmarks
+ * and logs).  st_allreduce_as with a bf16 wire is the bf16 choice. */
 const char *st_allreduce_algorithm(const st_group *g, const void *buf, size_t count, st_dtype dtype);
+
+/* The algorithms st_group_config.algorithm may force, NULL-terminated. */
+const char *const *st_allreduce_algorithms(void);
+
+/* What the collectives did since the group was created (or the counters
+ * reset), for this rank: the structure of a call on any machine, where a
+ * timing depends on the machine.  Bytes are those the call's own loops
+ * read and wrote (the caller's buffer, this rank's segment and its peers'),
+ * counted where each loop is issued; docs/collectives.md has every
+ * algorithm's formula. */
+typedef struct st_coll_counters {
+    uint64_t calls;               /* collectives (all-reduce, broadcast, barrier) */
+    uint64_t syncs;               /* waits for peers' progress: one per point where
+                                     this rank cannot go on until others have
+                                     published (on one peer or on a set) */
+    uint64_t bytes_read, bytes_written;
+    uint64_t peer_bytes_read;     /* of bytes_read, from other ranks' segments */
+    uint64_t remote_numa_bytes_read; /* of those, from ranks on another NUMA node */
+} st_coll_counters;
+
+void st_group_counters(const st_group *g, st_coll_counters *out);
+void st_group_counters_reset(st_group *g);
+
+/* How many NUMA levels the group's all-reduce sees (1, or 2 when its ranks
+ * sit on several NUMA nodes in equal numbers), and the threads a call may
+ * use (st_group_config.threads after its default). */
+int st_group_levels(const st_group *g);
+int st_group_threads(const st_group *g);
+
+/* Rank `rank`'s NUMA node as it joined (st_group_config.numa_nodes: one
+ * node), or -1 when unknown or several. */
+int st_group_numa_node(const st_group *g, int rank);
 
 /* The segment name of `rank` for a job, as created by st_group_create, into
  * `name` (at least 128 bytes).  Used by the launcher to clean up after a gang

@@ -78,7 +78,10 @@ int st_dataset_label(const st_dataset *d, size_t i);
 /* One decoded copy per machine: the first instance publishes the decoded
  * bytes as a read-only shared segment named `name` (O_EXCL, 0600); the
  * others attach to it; once everyone has, the publisher unlinks the name.
- * After st_dataset_share the dataset reads from the shared mapping. */
+ * After st_dataset_share the dataset reads from the shared mapping.  An
+ * attached dataset may be shared again under another name: the copy, made
+ * by the caller (its pages on the caller's NUMA node), replaces the
+ * mapping it read from. */
 st_status st_dataset_share(st_dataset *d, const char *name);
 st_status st_dataset_attach(st_dataset **out, const char *name);
 st_status st_dataset_unlink_shared(const char *name);

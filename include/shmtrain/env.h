@@ -92,6 +92,9 @@
 #define ST_ENV_TIMEOUT "SHMTRAIN_TIMEOUT"
 #define ST_ENV_JOIN_TIMEOUT "SHMTRAIN_JOIN_TIMEOUT"
 #define ST_ENV_SPIN "SHMTRAIN_SPIN"
+#define ST_ENV_COLL_THREADS "SHMTRAIN_COLL_THREADS"        /* threads one call splits over */
+#define ST_ENV_COLL_THREAD_BYTES "SHMTRAIN_COLL_THREAD_BYTES" /* ... where each moves this much */
+#define ST_ENV_ALLREDUCE_ALGORITHM "SHMTRAIN_ALLREDUCE_ALGORITHM" /* force one: inline ... two-level */
 
 /* The engine's switches (tuning.h), read by st_nn_tuning_from_env for a
  * main() to put in st_net_config.tuning. */
@@ -140,10 +143,11 @@ st_status st_placement_from_env(st_placement *out);
 
 struct st_group_config;
 
-/* The collectives' tuning (SHMTRAIN_STAGING_BYTES ... SHMTRAIN_SPIN; "0"
- * means "never" for the three algorithm thresholds) and the launcher's
- * heartbeat file into the fields of *c the program left 0: its own choices
- * win.  ST_ERR_INVALID naming the variable when a value is not a positive
+/* The collectives' tuning (SHMTRAIN_STAGING_BYTES ... SHMTRAIN_SPIN,
+ * SHMTRAIN_COLL_THREADS, SHMTRAIN_ALLREDUCE_ALGORITHM; "0" means "never"
+ * for the three algorithm thresholds), the launcher's heartbeat file and
+ * this instance's NUMA node(s) (SHMTRAIN_NUMA_NODES) into the fields of *c
+ * the program left 0: its own choices win.  ST_ERR_INVALID naming the variable when a value is not a positive
  * number. */
 st_status st_group_tuning_from_env(struct st_group_config *c);
 

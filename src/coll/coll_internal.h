@@ -1,13 +1,22 @@
-/* Internal: the collectives' shared state.
+/* Internal: the collectives' shared state and the all-reduce algorithms'
+ * one interface.
  *
- * coll.c       the algorithms (direct, ring, bf16 slices, broadcast,
- *              barrier) and the public collectives
- * inline.c     the small-message all-reduce: data and sequence number in
- *              one cache line, no separate flag, no closing barrier
+ * coll.c       the public collectives: checks, the wire conversions, the
+ *              stage, broadcast and barrier
+ * choose.c     the one place an all-reduce algorithm is chosen: the
+ *              measured table (bytes x ranks x threads x levels)
+ * inline.c     small payloads: data and sequence number in one cache line
+ * direct.c     every rank sums every rank's slot: one synchronisation
+ * ring.c       the pipelined ring: 2(N-1) neighbour steps
+ * rsag.c       reduce-scatter from the peers' segments, then all-gather:
+ *              two synchronisations at any N, every thread of the rank
+ * two_level.c  the same within each NUMA node, then across: each byte
+ *              crosses the interconnect once
+ * par.c        the sums and copies split over a rank's threads (OpenMP)
+ * kernels.c    the single-thread sums and copies the algorithms run
  * sync.c       the clock, peer liveness, the wait/publish protocol
- * kernels.c    the sums and copies the algorithms run
  * group.c      joining and leaving a group: configuration, segments, the
- *              control pages, the environment
+ *              control pages, the NUMA layout
  * segment.c    one POSIX shared-memory segment
  * heartbeat.c  progress for the launcher's stall watch
  */
@@ -22,6 +31,7 @@
 #include "shmtrain/clock.h"
 #include "heartbeat.h"
 #include "segment.h"
+#include "shmtrain/bf16.h"
 #include "shmtrain/coll.h"
 
 #define LINE 128 /* two cache lines: the adjacent-line prefetcher pairs them */
@@ -42,8 +52,10 @@ struct ctl {
     _Alignas(LINE) _Atomic uint32_t ready;
     uint64_t magic;
     int32_t rank, world, pid;
+    int32_t numa;                 /* its NUMA node, -1 unknown or several */
     uint64_t zero_copy_bytes, staging_bytes, small_bytes, small_zero_copy_bytes, inline_bytes, seg_bytes;
     char job_id[72];
+    char algorithm[24];           /* the forced algorithm, "" for the table */
 };
 
 /* One line of the inline all-reduce: 56 payload bytes and the number of the
@@ -57,11 +69,39 @@ struct inline_line {
     _Atomic uint64_t seq;
 };
 
+/* The all-reduce algorithms, in the order of the table's columns. */
+enum coll_algo { COLL_INLINE, COLL_DIRECT, COLL_RING, COLL_RSAG, COLL_TWO_LEVEL, COLL_NALGOS, COLL_TABLE = -1 };
+
+/* The NUMA layout the two-level all-reduce runs over: ranks grouped by
+ * node (nodes in increasing number, ranks in rank order within one), every
+ * node holding `per_node` ranks. */
+struct coll_levels {
+    int levels;                   /* 1, or 2 when the layout below is usable */
+    int nodes, per_node;
+    int node_index, local_index;  /* this rank's (m, i) */
+    int *rank_at;                 /* [nodes * per_node]: rank_at[m * per_node + i] */
+};
+
 struct st_group {
     int rank, world;
     char job_id[72];
     st_group_config cfg;          /* with defaults filled in */
-    size_t seg_bytes, zc_off, staging_off, slots_off, inline_off;
+    enum coll_algo forced;        /* COLL_TABLE: the table chooses */
+    int threads;                  /* most threads a call splits over */
+    struct {                      /* choose.c's last answer: calls repeat */
+        size_t count;
+        st_dtype user, wire;
+        bool zero_copy;
+        int pool;                 /* the caller's OpenMP pool then, or 0 when the size uses one thread */
+        enum coll_algo algo;
+    } last;
+    int *numa;                    /* [world] each rank's NUMA node, -1 unknown */
+    int remote_ranks;             /* ranks known to sit on another NUMA node than this one */
+    size_t inline_upto[2];        /* [wire f32, bf16]: counts up to which the choice is
+                                     inline (coll_choose's, kept for small calls' sake) */
+    struct coll_levels lv;
+    st_coll_counters ctr;
+    size_t seg_bytes, zc_off, staging_off, results_off, results_bytes, slots_off, inline_off;
     size_t inline_lines;          /* lines per set (two sets per rank) */
     uint64_t inline_seq;          /* number of the last inline call */
     int inline_parity;            /* the set the next inline call writes */
@@ -69,12 +109,18 @@ struct st_group {
     struct st_segment *segs;      /* [world]; segs[rank] is ours */
     struct ctl **ctl;             /* [world] */
     pid_t *pids;                  /* [world] */
-    float **rank_ptrs;            /* scratch [world] */
-    uint16_t **bf16_ptrs;         /* scratch [world], for bf16 payloads */
+    float **rank_ptrs;            /* scratch [world]: the ring's buffers */
+    const void **srcs;            /* scratch [world]: a sum's sources */
+    int *owners;                  /* scratch [world]: whose memory each is */
+    int *peers;                   /* scratch [world]: the ranks a phase waits for */
+    char **bases;                 /* scratch [world]: each rank's input */
+    struct coll_span *spans;      /* scratch [world]: a gather's runs */
+    st_bf16 *inline_wire;         /* an inline piece rounded to a bf16 wire */
     float *stage_f32;             /* a bf16 slice's fp32 sums, for a stage */
     size_t stage_f32_len;
     uint32_t base;                /* progress value before the current collective */
     uint32_t known_all_ge;        /* every peer's progress is known to be >= this */
+    size_t slot_bytes;            /* each of the direct algorithm's two slots */
     uint32_t slot_base[2];        /* base of the last direct collective per slot */
     bool slot_used[2];
     int parity;
@@ -96,17 +142,116 @@ struct coll_stage {
     float divisor;
 };
 
+/* One all-reduce as an algorithm sees it. */
+struct coll_call {
+    void *buf;                    /* the caller's values */
+    size_t count;                 /* elements */
+    st_dtype user, wire;          /* buf's element type; the type in the segments */
+    st_reduce_op op;
+    const struct coll_stage *sg;  /* NULL, or what runs between the halves */
+    bool zero_copy;               /* buf lies in the zero-copy region (user == wire) */
+    size_t zc_off;                /* ... at this offset in every rank's */
+};
+
+/* Each algorithm: can it run this call (element types, layout), and the
+ * call itself, any count (an algorithm with a capacity goes in pieces).
+ * choose.c holds the table of them. */
+bool coll_inline_takes(const st_group *g, const struct coll_call *c);
+st_status coll_inline_run(st_group *g, const struct coll_call *c);
+/* One inline piece of a payload of the wire's type (at most the lines' capacity). */
+st_status coll_inline_piece(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op,
+                            const struct coll_stage *sg);
+/* choose.c: inline_upto for the group, once its layout is known. */
+void coll_choose_small(st_group *g);
+bool coll_direct_takes(const st_group *g, const struct coll_call *c);
+st_status coll_direct_run(st_group *g, const struct coll_call *c);
+bool coll_ring_takes(const st_group *g, const struct coll_call *c);
+st_status coll_ring_run(st_group *g, const struct coll_call *c);
+bool coll_rsag_takes(const st_group *g, const struct coll_call *c);
+st_status coll_rsag_run(st_group *g, const struct coll_call *c);
+bool coll_two_level_takes(const st_group *g, const struct coll_call *c);
+st_status coll_two_level_run(st_group *g, const struct coll_call *c);
+
+/* choose.c: the algorithm a call takes (the table's answer; and the same
+ * through the group's memory of its last call), running one, names. */
+enum coll_algo coll_choose(const st_group *g, const struct coll_call *c);
+enum coll_algo coll_choose_again(st_group *g, const struct coll_call *c);
+st_status coll_run_algorithm(st_group *g, enum coll_algo a, const struct coll_call *c);
+const char *coll_algo_name(enum coll_algo a);
+enum coll_algo coll_algo_parse(const char *name);  /* COLL_TABLE if unknown */
+/* The most bytes any row of the table gives `a` (the inline lines and
+ * direct slots are sized for it). */
+size_t coll_table_max_bytes(enum coll_algo a);
+
 /* coll.c: the stage (if any) on n fp32 sums, and the average's division. */
 st_status coll_run_stage(const struct coll_stage *sg, float *part, size_t n, st_reduce_op op);
 /* Round fp32 sums into bf16 after the stage (if any) and the average. */
 st_status coll_finish_bf16(st_group *g, float *sums, uint16_t *out, size_t n, st_reduce_op op,
                            const struct coll_stage *sg);
+/* n floats of room the group keeps (a bf16 slice's fp32 sums), or NULL. */
+float *coll_scratch_f32(st_group *g, size_t n);
+/* Elements [lo, hi) of part `part` of `parts` of n (n * part / parts). */
+void coll_part(size_t n, int parts, int part, size_t *lo, size_t *hi);
+/* The address of offset off in rank q's segment. */
+char *coll_seg_at(const st_group *g, int q, size_t off);
+/* The caller's element i (of type t) and rank q's zero-copy element i. */
+static inline size_t coll_esize(st_dtype t) { return t == ST_DTYPE_BF16 ? 2 : 4; }
+static inline void *coll_elem(void *base, st_dtype t, size_t i) { return (char *)base + i * coll_esize(t); }
 
-/* inline.c: does a payload of `bytes` take the inline all-reduce? */
-bool coll_uses_inline(const st_group *g, size_t bytes);
-/* The inline all-reduce of `count` elements of `dtype` (f32 or bf16). */
-st_status coll_inline_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op,
-                                const struct coll_stage *sg);
+/* ------------------------------------------------------------ counters -- */
+
+/* Bytes a loop read from rank `owner`'s memory (-1: the caller's own
+ * buffer), and bytes it wrote: counted where each loop is issued, once. */
+static inline void coll_count_read(st_group *g, int owner, size_t bytes)
+{
+    g->ctr.bytes_read += bytes;
+    if (owner >= 0 && owner != g->rank) {
+        g->ctr.peer_bytes_read += bytes;
+        if (g->numa[owner] >= 0 && g->numa[g->rank] >= 0 && g->numa[owner] != g->numa[g->rank])
+            g->ctr.remote_numa_bytes_read += bytes;
+    }
+}
+static inline void coll_count_write(st_group *g, size_t bytes) { g->ctr.bytes_written += bytes; }
+/* The same bytes read from every rank's memory, this one's included. */
+static inline void coll_count_read_all(st_group *g, size_t bytes)
+{
+    g->ctr.bytes_read += bytes * (size_t)g->world;
+    g->ctr.peer_bytes_read += bytes * (size_t)(g->world - 1);
+    g->ctr.remote_numa_bytes_read += bytes * (size_t)g->remote_ranks;
+}
+
+/* ------------------------------------------------------------- threads -- */
+
+/* par.c: how many threads a phase that moves `bytes` is split over (1
+ * below a few hundred KiB: a fork and join would cost more than it saves). */
+int coll_threads_for(const st_group *g, size_t bytes);
+
+/* One run of a gather: n elements from `src` (rank `owner`'s memory, -1
+ * the caller's) to `dst`. */
+struct coll_span {
+    void *dst;
+    const void *src;
+    size_t n;
+    int owner;
+};
+/* Every span's elements from type `from` to type `to` (a copy, a bf16
+ * widening or a rounding), the total split evenly over the threads; the
+ * destination is the caller's buffer when `to_user` (written in the order
+ * that does not alias). */
+void coll_par_gather(st_group *g, const struct coll_span *spans, int nspans, st_dtype to, st_dtype from,
+                     bool to_user);
+/* out[i] = src[0][i] + ... + src[nsrc-1][i], i < n, in fp32 in source
+ * order, divided by div when div != 1, stored as `to` (rounded once for
+ * bf16).  The sources are of type `from`; owners[q] is the rank whose
+ * memory src[q] is. */
+struct coll_sum {
+    const void *const *src;
+    const int *owners;
+    int nsrc;
+    st_dtype from, to;
+    float div;
+};
+void coll_par_sum(st_group *g, const struct coll_sum *s, void *out, size_t n);
 
 /* ---------------------------------------------------------------- time -- */
 
@@ -121,6 +266,8 @@ void coll_publish(st_group *g, uint32_t value);
  * sleep; ST_ERR_PEER_DEAD or ST_ERR_TIMEOUT (the group broken) if it never does. */
 st_status coll_wait_for(st_group *g, int peer, uint32_t target);
 st_status coll_wait_all(st_group *g, uint32_t target);
+/* ... or until each of n ranks in `peers` has (this rank may be among them). */
+st_status coll_wait_set(st_group *g, const int *peers, int n, uint32_t target);
 /* Until `peer`'s sequence word `seq` reads `want` (acquire): the same
  * spin, yield, sleep and liveness checks.  The writer wakes a sleeper
  * with coll_wake_seq after storing it. */

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include "coll_internal.h"
@@ -27,35 +28,89 @@
 
 static size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
+static size_t larger(size_t a, size_t b) { return a > b ? a : b; }
+
+/* A threshold as a size: "never" holds nothing. */
+static size_t held(size_t v, size_t never) { return v == never ? 0 : v; }
+
+/* This rank's NUMA node from the launcher's list: one number, else -1
+ * (unknown, or an instance spanning several nodes). */
+static int one_numa_node(const char *list)
+{
+    if (!list || !*list)
+        return -1;
+    long v = 0;
+    for (const char *p = list; *p; p++) {
+        if (*p < '0' || *p > '9' || v > 1 << 20)
+            return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return (int)v;
+}
+
+/* The threads one call may split over: the program's choice, or the
+ * OpenMP pool capped so the ranks' threads do not outnumber the CPUs. */
+static int default_threads(int world)
+{
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int t = omp_get_max_threads();
+    const long cap = ncpu > 0 ? ncpu / world : 1;
+    if (t > cap)
+        t = (int)cap;
+    return t < 1 ? 1 : t;
+}
+
+static st_status check_config(const st_group_config *c, enum coll_algo *forced)
+{
+    if (c->world_size < 1 || c->world_size > 4096)
+        return st_fail(ST_ERR_INVALID, "coll: world size %d is not in 1..4096", c->world_size);
+    if (c->rank < 0 || c->rank >= c->world_size)
+        return st_fail(ST_ERR_INVALID, "coll: rank %d is not in 0..%d", c->rank, c->world_size - 1);
+    if (!st_job_id_valid(c->job_id))
+        return st_fail(ST_ERR_INVALID, "coll: job id '%s' is not usable: use 1-64 of [A-Za-z0-9_.-]",
+                       c->job_id ? c->job_id : "(null)");
+    if (held(c->inline_bytes, ST_INLINE_NEVER) > ST_INLINE_MAX)
+        return st_fail(ST_ERR_INVALID, "coll: inline_bytes %zu is above the inline all-reduce's %d",
+                       c->inline_bytes, ST_INLINE_MAX);
+    *forced = COLL_TABLE;
+    if (c->algorithm && *c->algorithm && (*forced = coll_algo_parse(c->algorithm)) == COLL_TABLE)
+        return st_fail(ST_ERR_INVALID,
+                       "coll: algorithm '%.32s' (%s) is not one of inline, direct, ring, rsag, two-level",
+                       c->algorithm, ST_ENV_ALLREDUCE_ALGORITHM);
+    return ST_OK;
+}
+
+/* The segment's regions: control page, zero-copy, staging, results, the
+ * direct slots, the inline lines. */
+static void lay_out(st_group *g)
+{
+    const st_group_config *c = &g->cfg;
+    g->slot_bytes = round_up(larger(larger(held(c->small_bytes, ST_SMALL_NEVER),
+                                           held(c->small_zero_copy_bytes, ST_SMALL_NEVER)),
+                                    coll_table_max_bytes(COLL_DIRECT)), 64);
+    const size_t inline_cap = larger(held(c->inline_bytes, ST_INLINE_NEVER), coll_table_max_bytes(COLL_INLINE));
+    g->zc_off = PAGE;
+    g->staging_off = g->zc_off + round_up(c->zero_copy_bytes, PAGE);
+    g->results_off = g->staging_off + c->staging_bytes;
+    g->results_bytes = round_up(c->staging_bytes / 2, PAGE);
+    g->slots_off = g->results_off + g->results_bytes;
+    g->inline_off = g->slots_off + round_up(2 * g->slot_bytes, PAGE);
+    g->inline_lines = (inline_cap + INLINE_PAYLOAD - 1) / INLINE_PAYLOAD;
+    g->seg_bytes = g->inline_off + round_up(2 * g->inline_lines * sizeof(struct inline_line), PAGE);
+}
+
+/* Defaults into the numeric fields left 0; the algorithm thresholds stay
+ * as given (0: choose.c's table decides). */
 static st_status fill_config(st_group *g, const st_group_config *in)
 {
     st_group_config c = *in;
-    if (c.world_size < 1 || c.world_size > 4096)
-        return st_fail(ST_ERR_INVALID, "coll: world size %d is not in 1..4096", c.world_size);
-    if (c.rank < 0 || c.rank >= c.world_size)
-        return st_fail(ST_ERR_INVALID, "coll: rank %d is not in 0..%d", c.rank, c.world_size - 1);
-    if (!st_job_id_valid(c.job_id))
-        return st_fail(ST_ERR_INVALID, "coll: job id '%s' is not usable: use 1-64 of [A-Za-z0-9_.-]",
-                       c.job_id ? c.job_id : "(null)");
+    st_status st = check_config(&c, &g->forced);
+    if (st != ST_OK)
+        return st;
     if (!c.staging_bytes)
         c.staging_bytes = 4u << 20;
     if (!c.chunk_bytes)
         c.chunk_bytes = 128u << 10;
-    if (!c.small_bytes)
-        c.small_bytes = 32u << 10;
-    if (c.small_bytes == ST_SMALL_NEVER)
-        c.small_bytes = 0;
-    if (!c.small_zero_copy_bytes)
-        c.small_zero_copy_bytes = 2u << 10;
-    if (c.small_zero_copy_bytes > c.small_bytes)  /* "never" included: the direct slots hold small_bytes */
-        c.small_zero_copy_bytes = c.small_bytes;
-    if (!c.inline_bytes)
-        c.inline_bytes = ST_INLINE_DEFAULT;
-    if (c.inline_bytes == ST_INLINE_NEVER)
-        c.inline_bytes = 0;
-    if (c.inline_bytes > ST_INLINE_MAX)
-        return st_fail(ST_ERR_INVALID, "coll: inline_bytes %zu is above the inline all-reduce's %d",
-                       c.inline_bytes, ST_INLINE_MAX);
     if (!(c.timeout_s > 0))
         c.timeout_s = 300.0;
     if (!(c.join_timeout_s > 0))
@@ -65,24 +120,24 @@ static st_status fill_config(st_group *g, const st_group_config *in)
     if (c.spin <= 0)
         c.spin = g->oversubscribed ? 20 : 2000;
     c.staging_bytes = round_up(c.staging_bytes < 2 * PAGE ? 2 * PAGE : c.staging_bytes, 2 * PAGE);
-    c.small_bytes = round_up(c.small_bytes, 64);
     if (c.chunk_bytes < 4096)
         c.chunk_bytes = 4096;
+    if (!c.thread_bytes)  /* below this per thread, a fork and join costs more than it gives back */
+        c.thread_bytes = 256u << 10;
+    g->threads = c.threads > 0 ? c.threads : default_threads(c.world_size);
+    c.threads = g->threads;
     g->cfg = c;
     g->rank = c.rank;
     g->world = c.world_size;
     snprintf(g->job_id, sizeof g->job_id, "%s", c.job_id);
     g->cfg.job_id = g->job_id;
-    g->zc_off = PAGE;
-    g->staging_off = g->zc_off + round_up(c.zero_copy_bytes, PAGE);
-    g->slots_off = g->staging_off + c.staging_bytes;
-    g->inline_off = g->slots_off + round_up(2 * c.small_bytes, PAGE);
-    g->inline_lines = (c.inline_bytes + INLINE_PAYLOAD - 1) / INLINE_PAYLOAD;
-    g->seg_bytes = g->inline_off + round_up(2 * g->inline_lines * sizeof(struct inline_line), PAGE);
+    g->cfg.numa_nodes = NULL;  /* the caller's string; read once, in init_ctl */
+    g->cfg.algorithm = g->forced == COLL_TABLE ? NULL : coll_algo_name(g->forced);
+    lay_out(g);
     return ST_OK;
 }
 
-static void init_ctl(st_group *g)
+static void init_ctl(st_group *g, const char *numa_nodes)
 {
     struct ctl *c = g->segs[g->rank].base;
     c->magic = CTL_MAGIC;
@@ -95,7 +150,9 @@ static void init_ctl(st_group *g)
     c->small_zero_copy_bytes = g->cfg.small_zero_copy_bytes;
     c->inline_bytes = g->cfg.inline_bytes;
     c->seg_bytes = g->seg_bytes;
+    c->numa = one_numa_node(numa_nodes);
     snprintf(c->job_id, sizeof c->job_id, "%s", g->job_id);
+    snprintf(c->algorithm, sizeof c->algorithm, "%s", g->cfg.algorithm ? g->cfg.algorithm : "");
     atomic_store_explicit(&c->ready, 1, memory_order_release);
 }
 
@@ -105,12 +162,14 @@ static st_status check_peer_ctl(st_group *g, int q)
     if (c->magic != CTL_MAGIC || c->rank != q || c->world != g->world ||
         strcmp(c->job_id, g->job_id) != 0 || c->seg_bytes != g->seg_bytes ||
         c->small_bytes != g->cfg.small_bytes || c->small_zero_copy_bytes != g->cfg.small_zero_copy_bytes ||
-        c->inline_bytes != g->cfg.inline_bytes)
+        c->inline_bytes != g->cfg.inline_bytes ||
+        strcmp(c->algorithm, g->cfg.algorithm ? g->cfg.algorithm : "") != 0)
         return st_fail(ST_ERR_MISMATCH,
                        "coll: rank %d's segment disagrees with rank %d (world %d vs %d, "
                        "job '%.64s' vs '%s'): ranks were started with different settings",
                        q, g->rank, (int)c->world, g->world, c->job_id, g->job_id);
     g->pids[q] = c->pid;
+    g->numa[q] = c->numa;
     return ST_OK;
 }
 
@@ -163,16 +222,81 @@ static st_status wait_joined(st_group *g, double deadline)
     return ST_OK;
 }
 
+/* Ranks on 2+ NUMA nodes, every node with the same 2+ ranks: the layout
+ * of the two-level all-reduce (nodes in increasing number, ranks in rank
+ * order within each).  Anything else is one level. */
+static void two_level_layout(st_group *g)
+{
+    int nodes = 0, *first = g->lv.rank_at;  /* scratch: each node's first rank, then the layout */
+    for (int q = 0; q < g->world; q++) {
+        if (g->numa[q] < 0)
+            return;
+        int k = 0;
+        while (k < nodes && g->numa[first[k]] != g->numa[q])
+            k++;
+        if (k == nodes)
+            first[nodes++] = q;
+    }
+    if (nodes < 2 || g->world % nodes || g->world / nodes < 2)
+        return;
+    const int per = g->world / nodes;
+    int at = 0;
+    for (int node = INT_MIN, m = 0; m < nodes; m++) {
+        int next = INT_MAX;  /* the smallest node number above the last one placed */
+        for (int q = 0; q < g->world; q++)
+            if (g->numa[q] > node && g->numa[q] < next)
+                next = g->numa[q];
+        int count = 0;
+        for (int q = 0; q < g->world; q++)
+            if (g->numa[q] == next) {
+                if (q == g->rank)
+                    g->lv.node_index = m, g->lv.local_index = count;
+                count++;
+                first[at++] = q;
+            }
+        if (count != per)
+            return;
+        node = next;
+    }
+    g->lv = (struct coll_levels){2, nodes, per, g->lv.node_index, g->lv.local_index, g->lv.rank_at};
+}
+
+static st_status find_levels(st_group *g)
+{
+    g->lv.levels = 1;
+    if (g->world > 1)
+        two_level_layout(g);
+    for (int q = 0; q < g->world; q++)
+        g->remote_ranks += g->numa[q] >= 0 && g->numa[g->rank] >= 0 && g->numa[q] != g->numa[g->rank];
+    coll_choose_small(g);
+    if (g->forced == COLL_TWO_LEVEL && g->world > 1 && g->lv.levels != 2)
+        return st_fail(ST_ERR_INVALID,
+                       "coll: algorithm two-level needs the ranks on 2 or more NUMA nodes with the same "
+                       "number (2 or more) on each, and these are not (rank %d: node %d; numa_nodes, %s)",
+                       g->rank, g->numa[g->rank], ST_ENV_NUMA_NODES);
+    return ST_OK;
+}
+
 static st_status alloc_arrays(st_group *g)
 {
     g->segs = calloc((size_t)g->world, sizeof *g->segs);
     g->ctl = calloc((size_t)g->world, sizeof *g->ctl);
     g->pids = calloc((size_t)g->world, sizeof *g->pids);
-    g->rank_ptrs = calloc((size_t)g->world, sizeof *g->rank_ptrs);
-    g->bf16_ptrs = calloc((size_t)g->world, sizeof *g->bf16_ptrs);
-    /* an inline payload's fp32 sums: bf16 holds twice fp32's elements */
-    g->inline_sums = malloc(g->inline_lines * (INLINE_PAYLOAD / sizeof(uint16_t)) * sizeof(float) + sizeof(float));
-    if (!g->segs || !g->ctl || !g->pids || !g->rank_ptrs || !g->bf16_ptrs || !g->inline_sums)
+    const size_t w = (size_t)g->world;
+    g->rank_ptrs = calloc(w, sizeof *g->rank_ptrs);
+    g->srcs = calloc(w, sizeof *g->srcs);
+    g->owners = calloc(w, sizeof *g->owners);
+    g->peers = calloc(w, sizeof *g->peers);
+    g->bases = calloc(w, sizeof *g->bases);
+    g->spans = calloc(w, sizeof *g->spans);
+    g->numa = calloc(w, sizeof *g->numa);
+    g->lv.rank_at = calloc(w, sizeof *g->lv.rank_at);
+    /* an inline payload's fp32 sums, and a piece rounded to bf16: bf16 holds twice fp32's elements */
+    const size_t inline_elems = g->inline_lines * (INLINE_PAYLOAD / sizeof(uint16_t)) + 1;
+    g->inline_sums = malloc(inline_elems * sizeof(float));
+    g->inline_wire = malloc(inline_elems * sizeof(st_bf16));
+    if (!g->segs || !g->ctl || !g->pids || !g->rank_ptrs || !g->srcs || !g->owners || !g->peers || !g->bases ||
+        !g->spans || !g->numa || !g->lv.rank_at || !g->inline_sums || !g->inline_wire)
         return st_fail(ST_ERR_NOMEM, "coll: out of memory for a world of %d", g->world);
     return ST_OK;
 }
@@ -234,14 +358,15 @@ st_status st_group_create(st_group **out, const st_group_config *cfg)
         goto fail;
     g->ctl[g->rank] = g->segs[g->rank].base;
     g->pids[g->rank] = getpid();
-    init_ctl(g);
+    init_ctl(g, cfg->numa_nodes);
+    g->numa[g->rank] = g->ctl[g->rank]->numa;
 
     const double deadline = st_now_s() + g->cfg.join_timeout_s;
     for (int q = 0; q < g->world; q++)
         if (q != g->rank && (st = attach_peer(g, q, deadline)) != ST_OK)
             goto fail;
     atomic_store_explicit(&g->ctl[g->rank]->joined, 1, memory_order_release);
-    if ((st = wait_joined(g, deadline)) != ST_OK)
+    if ((st = wait_joined(g, deadline)) != ST_OK || (st = find_levels(g)) != ST_OK)
         goto fail;
     st_segment_unlink(&g->segs[g->rank]);
     st_heartbeat_open(&g->hb, g->cfg.heartbeat_path);
@@ -266,7 +391,14 @@ void st_group_destroy(st_group *g)
     free(g->ctl);
     free(g->pids);
     free(g->rank_ptrs);
-    free(g->bf16_ptrs);
+    free(g->srcs);
+    free(g->owners);
+    free(g->peers);
+    free(g->bases);
+    free(g->spans);
+    free(g->numa);
+    free(g->lv.rank_at);
+    free(g->inline_wire);
     free(g->stage_f32);
     free(g->inline_sums);
     st_heartbeat_close(&g->hb);
@@ -291,4 +423,17 @@ const void *st_group_peer_buffer(const st_group *g, int peer)
     if (!g || peer < 0 || peer >= g->world || !g->cfg.zero_copy_bytes)
         return NULL;
     return coll_seg_at(g, peer, g->zc_off);
+}
+
+void st_group_counters(const st_group *g, st_coll_counters *out) { *out = g->ctr; }
+
+void st_group_counters_reset(st_group *g) { g->ctr = (st_coll_counters){0}; }
+
+int st_group_levels(const st_group *g) { return g->lv.levels; }
+
+int st_group_threads(const st_group *g) { return g->threads; }
+
+int st_group_numa_node(const st_group *g, int rank)
+{
+    return g && rank >= 0 && rank < g->world ? g->numa[rank] : -1;
 }

@@ -26,11 +26,6 @@
 #include "coll_internal.h"
 #include "shmtrain/bf16.h"
 
-bool coll_uses_inline(const st_group *g, size_t bytes)
-{
-    return bytes <= g->cfg.inline_bytes;
-}
-
 static struct inline_line *line_set(const st_group *g, int rank, int parity)
 {
     return (struct inline_line *)coll_seg_at(g, rank, g->inline_off) + (size_t)parity * g->inline_lines;
@@ -121,19 +116,23 @@ static st_status sum_lines_bf16(st_group *g, int parity, uint64_t seq, size_t co
     return sum_lines(g, parity, seq, count, ST_DTYPE_BF16, sums);
 }
 
-st_status coll_inline_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op,
-                                const struct coll_stage *sg)
+st_status coll_inline_piece(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op,
+                            const struct coll_stage *sg)
 {
-    const size_t bytes = count * (dtype == ST_DTYPE_BF16 ? sizeof(st_bf16) : sizeof(float));
+    const size_t bytes = count * coll_esize(dtype);
     const int parity = g->inline_parity;
     uint64_t seq = g->inline_seq + 1;
     if (seq == 0)
         seq = 1;
     write_lines(g, line_set(g, g->rank, parity), buf, bytes, seq);
+    coll_count_read(g, -1, bytes);
+    coll_count_write(g, bytes);
+    g->ctr.syncs++;  /* one wait, on every peer's lines */
     st_status st = dtype == ST_DTYPE_BF16 ? sum_lines_bf16(g, parity, seq, count, g->inline_sums)
                                           : sum_lines_f32(g, parity, seq, count, g->inline_sums);
     if (st != ST_OK)
         return st;
+    coll_count_read_all(g, bytes);
     g->inline_seq = seq;
     g->inline_parity = parity ^ 1;
     float *sums = g->inline_sums;
@@ -148,5 +147,31 @@ st_status coll_inline_allreduce(st_group *g, void *buf, size_t count, st_dtype d
         return coll_mark_broken(g, st, g->rank);
     if (dtype == ST_DTYPE_F32)
         memcpy(buf, sums, bytes);
+    coll_count_write(g, bytes);
+    return ST_OK;
+}
+
+bool coll_inline_takes(const st_group *g, const struct coll_call *c)
+{
+    return g->world >= 2 && (c->wire == ST_DTYPE_F32 || c->wire == ST_DTYPE_BF16);
+}
+
+/* Any count, in pieces of the lines' capacity (one, unless forced); fp32
+ * values on a bf16 wire are rounded into a scratch piece and widened back. */
+st_status coll_inline_run(st_group *g, const struct coll_call *c)
+{
+    const size_t cap = g->inline_lines * (c->wire == ST_DTYPE_BF16 ? INLINE_PAYLOAD / 2 : INLINE_PAYLOAD / 4);
+    for (size_t done = 0; done < c->count; done += cap) {
+        const size_t n = c->count - done < cap ? c->count - done : cap;
+        void *mine = coll_elem(c->buf, c->user, done);
+        if (c->user != c->wire)
+            st_bf16_from_f32_n(g->inline_wire, mine, n);
+        void *piece = c->user != c->wire ? (void *)g->inline_wire : mine;
+        st_status st = coll_inline_piece(g, piece, n, c->wire, c->op, c->sg);
+        if (st != ST_OK)
+            return st;
+        if (c->user != c->wire)
+            st_bf16_to_f32_n(mine, g->inline_wire, n);
+    }
     return ST_OK;
 }

@@ -180,7 +180,7 @@ static st_status wait_slow(st_group *g, int peer, uint32_t target)
 
 /* Wait until `peer` has published `target` (base-relative values are built
  * by the callers). */
-st_status coll_wait_for(st_group *g, int peer, uint32_t target)
+static st_status wait_peer(st_group *g, int peer, uint32_t target)
 {
     if (reached(g, peer, target))
         return ST_OK;
@@ -259,18 +259,39 @@ st_status coll_wait_seq(st_group *g, int peer, _Atomic uint64_t *seq, uint64_t w
 }
 
 
+/* Each of these is one synchronisation in the counters: a point where the
+ * rank cannot go on until others have published, whether or not it then
+ * has to wait. */
+st_status coll_wait_for(st_group *g, int peer, uint32_t target)
+{
+    g->ctr.syncs++;
+    return wait_peer(g, peer, target);
+}
+
 st_status coll_wait_all(st_group *g, uint32_t target)
 {
+    g->ctr.syncs++;
     if (ge(g->known_all_ge, target))
         return ST_OK;
     for (int q = 0; q < g->world; q++) {
         if (q == g->rank)
             continue;
-        st_status st = coll_wait_for(g, q, target);
+        st_status st = wait_peer(g, q, target);
         if (st != ST_OK)
             return st;
     }
     g->known_all_ge = target;
+    return ST_OK;
+}
+
+st_status coll_wait_set(st_group *g, const int *peers, int n, uint32_t target)
+{
+    g->ctr.syncs++;
+    for (int k = 0; k < n; k++) {
+        st_status st = peers[k] == g->rank ? ST_OK : wait_peer(g, peers[k], target);
+        if (st != ST_OK)
+            return st;
+    }
     return ST_OK;
 }
 

@@ -271,16 +271,22 @@ st_status st_group_tuning_from_env(st_group_config *c)
         {ST_ENV_SMALL_BYTES, ST_SMALL_NEVER, &c->small_bytes},
         {ST_ENV_SMALL_ZERO_COPY_BYTES, ST_SMALL_NEVER, &c->small_zero_copy_bytes},
         {ST_ENV_INLINE_BYTES, ST_INLINE_NEVER, &c->inline_bytes},
+        {ST_ENV_COLL_THREAD_BYTES, 0, &c->thread_bytes},
     };
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
         if (!read_bytes(sizes[i].name, sizes[i].never, sizes[i].field))
             return ST_ERR_INVALID;
     if (!read_seconds(ST_ENV_TIMEOUT, &c->timeout_s) || !read_seconds(ST_ENV_JOIN_TIMEOUT, &c->join_timeout_s))
         return ST_ERR_INVALID;
-    if (c->spin <= 0 && !read_int(ST_ENV_SPIN, 1, &c->spin))
+    if ((c->spin <= 0 && !read_int(ST_ENV_SPIN, 1, &c->spin)) ||
+        (c->threads <= 0 && !read_int(ST_ENV_COLL_THREADS, 1, &c->threads)))
         return ST_ERR_INVALID;
     if (!c->heartbeat_path && set(ST_ENV_HEARTBEAT_FILE))
         c->heartbeat_path = getenv(ST_ENV_HEARTBEAT_FILE);
+    if (!c->numa_nodes && set(ST_ENV_NUMA_NODES))
+        c->numa_nodes = getenv(ST_ENV_NUMA_NODES);
+    if (!c->algorithm && set(ST_ENV_ALLREDUCE_ALGORITHM))
+        c->algorithm = getenv(ST_ENV_ALLREDUCE_ALGORITHM);
     return ST_OK;
 }
 

@@ -372,8 +372,12 @@ st_status st_dataset_share(st_dataset *d, const char *name)
         shm_unlink(name);
         return st;
     }
-    free(d->images);
-    free(d->labels);
+    if (d->map) {  /* shared already (attached): this copy replaces that mapping */
+        munmap(d->map, d->map_bytes);
+    } else {
+        free(d->images);
+        free(d->labels);
+    }
     point_into(d, map, bytes);
     return ST_OK;
 }

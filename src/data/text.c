@@ -300,6 +300,8 @@ st_status st_text_share(st_text *t, const char *name)
     }
     free(t->own);
     t->own = NULL;
+    if (t->map)  /* shared already (attached): this copy replaces that mapping */
+        munmap(t->map, t->map_bytes);
     point_into(t, map, bytes);
     return ST_OK;
 }

@@ -121,3 +121,12 @@ const char *comm_job_id(const struct train_comm *c) { return st_group_job_id(c->
 void *comm_zero_copy_buffer(struct train_comm *c) { return st_group_buffer(c->local, NULL); }
 void comm_heartbeat(struct train_comm *c) { st_group_heartbeat(c->local); }
 double comm_wait_seconds(const struct train_comm *c) { return st_group_wait_seconds(c->local); }
+int comm_numa_node(const struct train_comm *c, int local_rank) { return st_group_numa_node(c->local, local_rank); }
+
+st_status comm_node_any(struct train_comm *c, bool mine, bool *any)
+{
+    float v = mine ? 1.0f : 0.0f;
+    st_status st = st_allreduce_f32(c->local, &v, 1, ST_SUM);
+    *any = v > 0;
+    return st;
+}

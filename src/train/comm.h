@@ -48,6 +48,10 @@ void *comm_zero_copy_buffer(struct train_comm *c);
 void comm_heartbeat(struct train_comm *c);
 /* Seconds this rank has spent blocked waiting for its node's peers. */
 double comm_wait_seconds(const struct train_comm *c);
+/* A node rank's NUMA node (-1: unknown, or several). */
+int comm_numa_node(const struct train_comm *c, int local_rank);
+/* Did any rank of this node say `mine`? (a collective: every rank calls it) */
+st_status comm_node_any(struct train_comm *c, bool mine, bool *any);
 
 
 #endif

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "overlap.h"
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,9 @@
 static void *progress(void *arg)
 {
     struct overlap *o = arg;
+    /* The backward pass owns the instance's cores while buckets go: the
+     * collectives split a call over this thread's OpenMP pool, so it has one. */
+    omp_set_num_threads(1);
     pthread_mutex_lock(&o->mu);
     for (;;) {
         while (o->head == o->tail && !o->quit)

@@ -195,7 +195,10 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
     if ((st = exchange(t)) != ST_OK)
         return st;
     const double t2 = st_now_s();
-    t->t_wait += comm_wait_seconds(&t->comm) - w0;
+    /* With --bucket-mb a bucket's wait can begin during backward and end
+     * here; only the part inside the exchange is the step's waiting. */
+    const double waited = comm_wait_seconds(&t->comm) - w0;
+    t->t_wait += waited < t2 - t1 ? waited : t2 - t1;
     if (tail[3] > 0 || !isfinite(tail[0]))
         return st_fail(ST_ERR_FORMAT, "step %llu: the loss is not finite (NaN/Inf); stopping, the last good "
                                       "checkpoint (%s) is kept; lower --lr or set --clip-norm",

@@ -108,24 +108,82 @@ static st_status check_fits(const struct trainer *t, const st_dataset *d)
 
 /* ------------------------------------------- decoded once per node -- */
 
-/* What one kind of data does in the node's exchange (decode_and_publish). */
+/* What one kind of data does in the node's exchange (decode_and_publish).
+ * `where` is "" for the first rank's publication, ".numa<k>" for NUMA node
+ * k's copy. */
 struct publication {
-    const char *what;                                 /* "data", "text": for the peers' message */
+    const char *what;                                      /* "data", "text": for the peers' message */
     st_status (*decode)(struct trainer *t, bool publish);  /* the first rank: read, check, publish */
-    st_status (*attach)(struct trainer *t);           /* the others: map what it published */
-    void (*unpublish)(struct trainer *t);             /* the first, once all have: remove the names */
+    st_status (*attach)(struct trainer *t, const char *where);   /* the others: map a publication */
+    st_status (*republish)(struct trainer *t, const char *where); /* a NUMA node's copy of what it mapped */
+    void (*unpublish)(struct trainer *t, const char *where);      /* once all have mapped: the names go */
 };
 
-/* /dev/shm's name for `what` of this job (shmname.h). */
-static st_status shared_name(const struct trainer *t, const char *what, char *name, size_t len)
+/* /dev/shm's name for `what` of this job (shmname.h), at `where`. */
+static st_status shared_name(const struct trainer *t, const char *what, const char *where, char *name, size_t len)
 {
-    return st_shm_name(name, len, comm_job_id(&t->comm), what);
+    char full[64];
+    snprintf(full, sizeof full, "%s%s", what, where);
+    return st_shm_name(name, len, comm_job_id(&t->comm), full);
+}
+
+/* Where this rank reads the node's decoded data from.  On a machine of
+ * several NUMA nodes (the launcher placed this node's ranks on two or
+ * more) the first rank of each node other than the publisher's makes a
+ * copy its node's ranks read locally: one crossing of the interconnect per
+ * node, instead of half the ranks reading every batch across it. */
+struct placement_of_data {
+    bool copies;    /* the ranks sit on 2+ known NUMA nodes */
+    bool copier;    /* the first rank of a NUMA node other than the publisher's */
+    char where[24]; /* "" (the publisher's) or ".numa<k>" */
+};
+
+static struct placement_of_data where_to_read(const struct trainer *t)
+{
+    struct placement_of_data p = {false, false, ""};
+    const int home = comm_numa_node(&t->comm, 0), mine = comm_numa_node(&t->comm, t->comm.local_rank);
+    int first = -1;
+    for (int q = 0; q < t->comm.local_world; q++) {
+        const int node = comm_numa_node(&t->comm, q);
+        if (node < 0)
+            return p;  /* a rank's node unknown, or spanning several: one copy */
+        p.copies |= node != home;
+        if (node == mine && first < 0)
+            first = q;
+    }
+    if (p.copies && mine != home) {
+        snprintf(p.where, sizeof p.where, ".numa%d", mine);
+        p.copier = first == t->comm.local_rank;
+    }
+    return p;
+}
+
+/* A copier maps the publication and publishes its node's copy; every rank
+ * learns whether all copies were made. */
+static st_status copy_to_numa_nodes(struct trainer *t, const struct publication *p,
+                                    const struct placement_of_data *at)
+{
+    st_status st = ST_OK;
+    if (at->copier && (st = p->attach(t, "")) == ST_OK && (st = p->republish(t, at->where)) == ST_OK &&
+        !t->o->quiet)
+        printf("shmtrain: rank %d: the decoded %s copied to NUMA node %s\n", t->rank, p->what, at->where + 5);
+    st_kept_error kept;
+    st_error_keep(&kept);
+    bool failed;
+    st_status agreed = comm_node_any(&t->comm, st != ST_OK, &failed);
+    if (st != ST_OK)
+        return st_error_again(&kept, st);
+    if (agreed != ST_OK)
+        return agreed;
+    return failed ? st_fail(ST_ERR_PEER_DEAD, "rank %d: another rank could not copy the %s to its NUMA node (its "
+                                              "log says why)", t->rank, p->what)
+                  : ST_OK;
 }
 
 /* The node's first rank decodes and publishes, and tells the others
- * whether that worked (its message kept across the telling); they attach;
- * once all have, the names go.  One decoded copy per node, whatever the
- * kind of data. */
+ * whether that worked (its message kept across the telling); the first
+ * rank of each other NUMA node copies it; the rest attach; once all have,
+ * the names go.  One decoded copy per NUMA node, whatever the kind of data. */
 static st_status decode_and_publish(struct trainer *t, const struct publication *p)
 {
     const bool first = t->comm.local_rank == 0, sharing = t->comm.local_world > 1;
@@ -141,53 +199,65 @@ static st_status decode_and_publish(struct trainer *t, const struct publication 
                                                  "says why)", t->rank - t->comm.local_rank, p->what);
     if (!sharing)
         return ST_OK;
-    if (!first && (st = p->attach(t)) != ST_OK)
+    const struct placement_of_data at = where_to_read(t);
+    if (at.copies && (st = copy_to_numa_nodes(t, p, &at)) != ST_OK)
+        return st;
+    if (!first && !at.copier && (st = p->attach(t, at.where)) != ST_OK)
         return st;
     if ((st = comm_node_barrier(&t->comm)) != ST_OK)
         return st;
-    if (first)
-        p->unpublish(t);
+    if (first || at.copier)
+        p->unpublish(t, at.where);
     return ST_OK;
 }
 
 static const char *const SPLIT_NAME[2] = {"data-train", "data-test"};
+
+static st_status share_images(struct trainer *t, const char *where)
+{
+    st_dataset *ds[2] = {t->train, t->test};
+    st_status st = ST_OK;
+    for (int s = 0; s < 2 && st == ST_OK; s++) {
+        char name[160];
+        if ((st = shared_name(t, SPLIT_NAME[s], where, name, sizeof name)) == ST_OK)
+            st = st_dataset_share(ds[s], name);
+    }
+    return st;
+}
 
 static st_status decode_images(struct trainer *t, bool publish)
 {
     st_dataset **ds[2] = {&t->train, &t->test};
     st_status st = load_splits(t, ds[0], ds[1]);
     for (int s = 0; s < 2 && st == ST_OK; s++) {
-        char name[160];
         st_dataset_truncate(*ds[s], (size_t)(s ? t->o->test_subset : t->o->train_subset));
-        if ((st = check_fits(t, *ds[s])) == ST_OK && publish && (st = shared_name(t, SPLIT_NAME[s], name,
-                                                                                   sizeof name)) == ST_OK)
-            st = st_dataset_share(*ds[s], name);
+        st = check_fits(t, *ds[s]);
     }
-    return st;
+    return st == ST_OK && publish ? share_images(t, "") : st;
 }
 
-static st_status attach_images(struct trainer *t)
+static st_status attach_images(struct trainer *t, const char *where)
 {
     st_dataset **ds[2] = {&t->train, &t->test};
     st_status st = ST_OK;
     for (int s = 0; s < 2 && st == ST_OK; s++) {
         char name[160];
-        if ((st = shared_name(t, SPLIT_NAME[s], name, sizeof name)) == ST_OK)
+        if ((st = shared_name(t, SPLIT_NAME[s], where, name, sizeof name)) == ST_OK)
             st = st_dataset_attach(ds[s], name);
     }
     return st;
 }
 
-static void unpublish_images(struct trainer *t)
+static void unpublish_images(struct trainer *t, const char *where)
 {
     for (int s = 0; s < 2; s++) {
         char name[160];
-        if (shared_name(t, SPLIT_NAME[s], name, sizeof name) == ST_OK)
+        if (shared_name(t, SPLIT_NAME[s], where, name, sizeof name) == ST_OK)
             st_dataset_unlink_shared(name);
     }
 }
 
-static const struct publication IMAGES = {"data", decode_images, attach_images, unpublish_images};
+static const struct publication IMAGES = {"data", decode_images, attach_images, share_images, unpublish_images};
 
 st_status train_load_text(struct trainer *t);
 
@@ -249,35 +319,40 @@ static st_status read_text(struct trainer *t, bool first)
  * others map them too once the first has checked them; text is published. */
 static bool from_token_files(const struct trainer *t) { return t->o->tokens_bin != NULL; }
 
-static st_status decode_text(struct trainer *t, bool publish)
+static st_status share_text(struct trainer *t, const char *where)
 {
     char name[160];
+    if (from_token_files(t))
+        return ST_OK;  /* mapped: the page cache holds them */
+    st_status st = shared_name(t, "text", where, name, sizeof name);
+    return st == ST_OK ? st_text_share(t->text, name) : st;
+}
+
+static st_status decode_text(struct trainer *t, bool publish)
+{
     st_status st = read_text(t, true);
     if (st == ST_OK)
         st = check_text_fits(t);
-    if (st == ST_OK && publish && !st_text_is_mapped(t->text) && (st = shared_name(t, "text", name, sizeof name)) ==
-                                                                       ST_OK)
-        st = st_text_share(t->text, name);
-    return st;
+    return st == ST_OK && publish && !st_text_is_mapped(t->text) ? share_text(t, "") : st;
 }
 
-static st_status attach_text(struct trainer *t)
+static st_status attach_text(struct trainer *t, const char *where)
 {
     char name[160];
     if (from_token_files(t))
         return read_text(t, false);
-    st_status st = shared_name(t, "text", name, sizeof name);
+    st_status st = shared_name(t, "text", where, name, sizeof name);
     return st == ST_OK ? st_text_attach(&t->text, name) : st;
 }
 
-static void unpublish_text(struct trainer *t)
+static void unpublish_text(struct trainer *t, const char *where)
 {
     char name[160];
-    if (!from_token_files(t) && shared_name(t, "text", name, sizeof name) == ST_OK)
+    if (!from_token_files(t) && shared_name(t, "text", where, name, sizeof name) == ST_OK)
         st_dataset_unlink_shared(name);
 }
 
-static const struct publication TEXT = {"text", decode_text, attach_text, unpublish_text};
+static const struct publication TEXT = {"text", decode_text, attach_text, share_text, unpublish_text};
 
 st_status train_load_text(struct trainer *t)
 {
