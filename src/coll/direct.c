@@ -19,16 +19,17 @@ static st_status direct(st_group *g, float *buf, size_t n, const struct coll_cal
         return st;
     const size_t slot_off = g->slots_off + (size_t)p * g->slot_bytes, bytes = n * sizeof(float);
     memcpy(coll_seg_at(g, g->rank, slot_off), buf, bytes);
-    coll_count_read(g, -1, bytes);
-    coll_count_write(g, bytes);
     coll_publish(g, base + 1);
+    /* Counted while the peers' slots are on their way (the copy in, the
+     * N slots read, the sum written). */
+    coll_count_read(g, -1, bytes);
+    coll_count_write(g, 2 * bytes);
+    coll_count_read_all(g, bytes);
     if ((st = coll_wait_all(g, base + 1)) != ST_OK)
         return st;
     coll_copy_to_user(buf, coll_seg_at(g, 0, slot_off), bytes);
     for (int q = 1; q < g->world; q++)
         coll_add_to_user(buf, (const float *)coll_seg_at(g, q, slot_off), n);
-    coll_count_read_all(g, bytes);
-    coll_count_write(g, bytes);
     if (c->sg) {
         /* Every rank holds the whole sum: each runs the stage on all of it. */
         if ((st = coll_run_stage(c->sg, buf, n, c->op)) != ST_OK)

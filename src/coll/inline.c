@@ -125,14 +125,16 @@ st_status coll_inline_piece(st_group *g, void *buf, size_t count, st_dtype dtype
     if (seq == 0)
         seq = 1;
     write_lines(g, line_set(g, g->rank, parity), buf, bytes, seq);
+    /* Counted while the peers' lines are on their way: after the wait it
+     * would lengthen the call. */
     coll_count_read(g, -1, bytes);
-    coll_count_write(g, bytes);
+    coll_count_write(g, 2 * bytes);
+    coll_count_read_all(g, bytes);
     g->ctr.syncs++;  /* one wait, on every peer's lines */
     st_status st = dtype == ST_DTYPE_BF16 ? sum_lines_bf16(g, parity, seq, count, g->inline_sums)
                                           : sum_lines_f32(g, parity, seq, count, g->inline_sums);
     if (st != ST_OK)
         return st;
-    coll_count_read_all(g, bytes);
     g->inline_seq = seq;
     g->inline_parity = parity ^ 1;
     float *sums = g->inline_sums;
@@ -147,7 +149,6 @@ st_status coll_inline_piece(st_group *g, void *buf, size_t count, st_dtype dtype
         return coll_mark_broken(g, st, g->rank);
     if (dtype == ST_DTYPE_F32)
         memcpy(buf, sums, bytes);
-    coll_count_write(g, bytes);
     return ST_OK;
 }
 
