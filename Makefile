@@ -30,7 +30,7 @@ CMAKE_ARGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DSHMTRAIN_WERROR=$(WERROR) \
 
 RUN_ARGS ?=
 FUZZ_SECONDS ?= 60
-FUZZERS ?= model ckpt idx cifar text placement npy tokens
+FUZZERS ?= model ckpt idx cifar text placement npy tokens safetensors image folder
 MUTANTS ?=
 
 .PHONY: all deps build test asan fuzz mutate bench run install clean

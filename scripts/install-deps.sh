@@ -133,22 +133,24 @@ torch_peer() {
   installed python3-torch || apt_install python3-torch libopenblas0-pthread
 }
 
-# Can clang build a libFuzzer program here?  (Debian 12's clang carries
-# libFuzzer; later ones split it into libclang-rt-N-dev.)
+# Can clang build a libFuzzer program here, with OpenMP (the image folder's
+# decoding runs on its threads)?  Debian 12's clang carries libFuzzer, later
+# ones split it into libclang-rt-N-dev; clang's OpenMP is libomp-dev.
 fuzz_works() {
   command -v clang >/dev/null || return 1
   local tmp rc=0; tmp=$(mktemp -d)
-  printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' |
-    clang -x c -fsanitize=fuzzer,address,undefined -o "$tmp/fuzz" - 2>/dev/null || rc=1
+  printf '#include <omp.h>\nint LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return omp_get_max_threads() - 1; }\n' |
+    clang -x c -fopenmp -fsanitize=fuzzer,address,undefined -o "$tmp/fuzz" - 2>/dev/null || rc=1
   rm -rf "$tmp"
   return $rc
 }
 fuzz_toolchain() {
   fuzz_works && return 0
   installed clang || apt_install clang
+  installed libomp-dev || apt_install libomp-dev
   fuzz_works && return 0
   apt_install "libclang-rt-$(clang -dumpversion | cut -d. -f1)-dev"
-  fuzz_works || { echo "install-deps.sh: clang cannot build a libFuzzer program here" >&2; exit 1; }
+  fuzz_works || { echo "install-deps.sh: clang cannot build a libFuzzer program with OpenMP here" >&2; exit 1; }
 }
 
 missing=()

@@ -189,7 +189,7 @@ static void check_algorithm(int world, const char *algorithm, const int *threads
         st_group_config cfg = {.job_id = job, .staging_bytes = STAGING, .chunk_bytes = 4096, .thread_bytes = 64,
                                .algorithm = algorithm,
                                .zero_copy_bytes = most_elements(algorithm, (size_t)world) * sizeof(float),
-                               .timeout_s = 60};
+                               .timeout_s = 20};
         memset(out, 0, sizeof *out);
         if (run_ranks_tweaked(world, &cfg, place, many_cases, &a) != 0)
             fail_msg("%d ranks, %s, %d threads: a rank failed", world, algorithm, threads[t]);

@@ -484,7 +484,7 @@ static void test_folder_bad_inputs(void **state)
     expect_folder_error("f4", "class folder 'z' is not the training split's 'a'");
     make_dir("f5");
     expect_folder_error("f5", "f5: no class folders");
-    expect_folder_error("missing", "missing: not a directory");
+    expect_folder_error("missing", "missing: does not exist");
     const st_image_spec small = {.channels = 3, .height = 8, .width = 8, .resize = 6}, four = {4, 8, 8, 0};
     st_dataset *t = NULL, *v = NULL;
     path_of(path, sizeof path, "f3");

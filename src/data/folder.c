@@ -28,7 +28,31 @@ static bool is_dir(const char *path)
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/* The entries of `dir` that `keep` accepts, sorted by name (Python's
+/* Is the entry at `path` one to list: a directory (dirs), or a regular
+ * file named like an image?  Skipped: what is neither (a README, a file
+ * among the class folders).  Refused, by name: what cannot be looked at (a
+ * symlink loop, a dangling link) and an image name on anything but a
+ * regular file (a FIFO would block its reader until something wrote to it). */
+static st_status keep_entry(const char *path, const char *name, bool dirs, bool *keep)
+{
+    struct stat sb;
+    *keep = false;
+    if (!dirs && !image_is_supported(name))
+        return ST_OK;
+    if (stat(path, &sb) != 0)
+        return st_fail(ST_ERR_IO, "--image-folder %s: cannot look at it: %s", path, strerror(errno));
+    if (dirs || S_ISDIR(sb.st_mode)) {
+        *keep = dirs && S_ISDIR(sb.st_mode);
+        return ST_OK;
+    }
+    if (!S_ISREG(sb.st_mode))
+        return st_fail(ST_ERR_FORMAT, "--image-folder %s: named like an image but not a regular file (%s)", path,
+                       S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISSOCK(sb.st_mode) ? "a socket" : "a device");
+    *keep = true;
+    return ST_OK;
+}
+
+/* The entries of `dir` to list (keep_entry), sorted by name (Python's
  * sorted(): byte order). */
 static st_status sorted_entries(const char *dir, bool dirs, char ***out, size_t *count)
 {
@@ -47,7 +71,8 @@ static st_status sorted_entries(const char *dir, bool dirs, char ***out, size_t 
             st = st_fail(ST_ERR_NOMEM, "--image-folder %s: out of memory", dir);
             break;
         }
-        if (dirs ? !is_dir(path) : (is_dir(path) || !image_is_supported(e->d_name))) {
+        bool keep;
+        if ((st = keep_entry(path, e->d_name, dirs, &keep)) != ST_OK || !keep) {
             free(path);
             continue;
         }
@@ -197,12 +222,19 @@ st_status st_folder_open(st_folder **out, const char *root, const st_image_spec 
     char *train_dir = NULL, *val_dir = NULL, **classes = NULL;
     size_t nclasses = 0;
     st_status st = check_spec(root, spec, &f->target);
-    if (st == ST_OK && !is_dir(root))
+    struct stat sb;
+    if (st == ST_OK && stat(root, &sb) != 0)
+        st = st_fail(ST_ERR_IO, "--image-folder %s: %s", root, errno == ENOENT ? "does not exist" : strerror(errno));
+    if (st == ST_OK && !S_ISDIR(sb.st_mode))
         st = st_fail(ST_ERR_IO, "--image-folder %s: not a directory", root);
     if (st == ST_OK && (asprintf(&train_dir, "%s/train", root) < 0 || asprintf(&val_dir, "%s/val", root) < 0))
         st = st_fail(ST_ERR_NOMEM, "--image-folder %s: out of memory", root);
-    const bool splits = st == ST_OK && is_dir(train_dir) && is_dir(val_dir);
-    const char *top = splits ? train_dir : root;
+    /* ROOT/train and ROOT/val; ROOT/train alone is the training split, a
+     * held-out fraction the validation set (as ROOT/CLASS is) */
+    const bool has_train = st == ST_OK && is_dir(train_dir), splits = has_train && is_dir(val_dir);
+    if (st == ST_OK && !has_train && is_dir(val_dir))
+        st = st_fail(ST_ERR_FORMAT, "--image-folder %s: a val/ folder but no train/ beside it", root);
+    const char *top = has_train ? train_dir : root;
     if (st == ST_OK)
         st = sorted_entries(top, true, &classes, &nclasses);
     if (st == ST_OK && nclasses == 0)

@@ -4,6 +4,7 @@
 #include "image_decode.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <png.h>
 #include <setjmp.h>
@@ -11,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jpeglib.h>
 
@@ -139,6 +142,11 @@ static int decode_jpeg(FILE *f, struct pixels *px, char *err, size_t len)
     jpeg_create_decompress(&cinfo);
     jpeg_stdio_src(&cinfo, f);
     jpeg_read_header(&cinfo, TRUE);
+    if (cinfo.image_width > MAX_SIDE || cinfo.image_height > MAX_SIDE) {  /* before any pixel is read */
+        snprintf(err, len, "a JPEG of %u x %u pixels: larger than this reader's %d pixels a side",
+                 (unsigned)cinfo.image_width, (unsigned)cinfo.image_height, MAX_SIDE);
+        longjmp(failure.jump, 1);
+    }
     if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
         snprintf(err, len, "a CMYK JPEG (4 channels): convert it to RGB");
         longjmp(failure.jump, 1);
@@ -309,20 +317,59 @@ done:
     return rc;
 }
 
+/* The file, opened without blocking (a FIFO named like an image would
+ * block an ordinary open until something writes to it) and only if it is
+ * a regular file. */
+static FILE *open_regular(const char *path, char *err, size_t errlen)
+{
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        snprintf(err, errlen, "cannot open: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    FILE *f = NULL;
+    if (!S_ISREG(sb.st_mode))
+        snprintf(err, errlen, "not a regular file (%s)", S_ISFIFO(sb.st_mode)   ? "a FIFO"
+                                                         : S_ISSOCK(sb.st_mode) ? "a socket"
+                                                         : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+                                                                                                      : "not a file");
+    else if (fcntl(fd, F_SETFL, 0) != 0 || !(f = fdopen(fd, "rb")))
+        snprintf(err, errlen, "cannot open: %s", strerror(errno));
+    if (!f)
+        close(fd);
+    return f;
+}
+
+/* A PNG's size from its IHDR chunk, before libpng reads on: a header that
+ * claims a huge image of a file too short to hold it is told as what it
+ * claims, not as a read error further on. */
+static int png_too_large(const unsigned char *head, size_t got, char *err, size_t errlen)
+{
+    if (got < 24 || memcmp(head + 12, "IHDR", 4))
+        return 0;
+    const uint32_t w = (uint32_t)head[16] << 24 | (uint32_t)head[17] << 16 | (uint32_t)head[18] << 8 | head[19];
+    const uint32_t h = (uint32_t)head[20] << 24 | (uint32_t)head[21] << 16 | (uint32_t)head[22] << 8 | head[23];
+    if (w <= MAX_SIDE && h <= MAX_SIDE)
+        return 0;
+    snprintf(err, errlen, "a PNG of %u x %u pixels: larger than this reader's %d pixels a side", w, h, MAX_SIDE);
+    return -1;
+}
+
 int image_decode(const char *path, const struct image_target *t, uint8_t *out, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open: %s", strerror(errno));
+    FILE *f = open_regular(path, err, errlen);
+    if (!f)
         return -1;
-    }
-    unsigned char magic[8] = {0};
+    unsigned char magic[24] = {0};
     const size_t got = fread(magic, 1, sizeof magic, f);
     rewind(f);
     struct pixels px = {0};
     int rc;
-    if (got == 8 && !png_sig_cmp(magic, 0, 8))
-        rc = decode_png(f, &px, err, errlen);
+    if (got >= 8 && !png_sig_cmp(magic, 0, 8))
+        rc = png_too_large(magic, got, err, errlen) ? -1 : decode_png(f, &px, err, errlen);
     else if (got >= 3 && magic[0] == 0xff && magic[1] == 0xd8 && magic[2] == 0xff)
         rc = decode_jpeg(f, &px, err, errlen);
     else

@@ -16,8 +16,10 @@
 
 #include "shmtrain/ckpt.h"
 #include "shmtrain/json.h"
+#include "shmtrain/paths.h"
 #include "shmtrain/nn.h"
 #include "shmtrain/train.h"
+#include "safetensors_header.h"
 
 /* The header's JSON, padded with spaces to a multiple of 8 (*len). */
 static char *header_of(const st_ckpt *c, const st_tensor_ref *t, int n, size_t *len)
@@ -106,6 +108,9 @@ static st_status export_tensors(const st_ckpt *c, const st_tensor_ref *t, int n,
 
 st_status st_export_safetensors(const char *checkpoint, const char *path)
 {
+    if (st_same_file(checkpoint, path))
+        return st_fail(ST_ERR_INVALID, "--out %s is the checkpoint it exports (%s, the same file): it would be "
+                                       "replaced; give another name", path, checkpoint);
     st_ckpt c;
     st_model *m = NULL;
     st_tensor_ref *t = NULL;
@@ -129,85 +134,50 @@ out:
 
 /* ------------------------------------------------------------- import -- */
 
-/* The header entry of tensor `name`: a pointer to its object's "{", or NULL. */
-static const char *entry_of(const char *header, const char *name)
+/* "2x3" of n dimensions (of either kind) into out. */
+static void dims_text(char *out, size_t len, const void *dims, int n, bool wide)
 {
-    char key[128];
-    snprintf(key, sizeof key, "\"%s\":{", name);
-    const char *at = strstr(header, key);
-    return at ? at + strlen(key) - 1 : NULL;
-}
-
-/* Reads an array of up to `max` whole numbers after `"key":[` in the
- * object at `obj` (up to its closing brace); how many, or -1. */
-static int numbers_of(const char *obj, const char *key, int64_t *v, int max)
-{
-    char pat[32];
-    snprintf(pat, sizeof pat, "\"%s\":[", key);
-    const char *end = strchr(obj, '}'), *p = strstr(obj, pat);
-    if (!p || (end && p > end))
-        return -1;
-    p += strlen(pat);
-    int n = 0;
-    while (*p != ']') {
-        char *next;
-        const long long x = strtoll(p, &next, 10);
-        if (next == p || n == max || x < 0)
-            return -1;
-        v[n++] = x;
-        p = next + (*next == ',');
-        if (*next != ',' && *next != ']')
-            return -1;
+    out[0] = '\0';
+    for (int d = 0; d < n; d++) {
+        const long long v = wide ? (long long)((const uint64_t *)dims)[d] : (long long)((const int64_t *)dims)[d];
+        snprintf(out + strlen(out), len - strlen(out), "%s%lld", d ? "x" : "", v);
     }
-    return n;
 }
 
-/* Tensor t of the model from the file: its dtype, shape and bytes checked. */
-static st_status import_one(const char *path, const char *header, const unsigned char *data, size_t data_len,
-                            const st_tensor_ref *t, float *to)
+/* Tensor t of the model from the file: its dtype and shape checked (its
+ * bytes were, by sft_parse's rules). */
+static st_status import_one(const char *path, const struct sft_header *h, const st_tensor_ref *t, float *to)
 {
-    const char *obj = entry_of(header, t->name);
-    if (!obj)
+    const struct sft_tensor *e = sft_find(h, t->name);
+    if (!e)
         return st_fail(ST_ERR_MISMATCH, "--init-from %s: no tensor '%s' (the model's)", path, t->name);
-    const char *end = strchr(obj, '}'), *dtype = strstr(obj, "\"dtype\":\"F32\"");
-    if (!dtype || (end && dtype > end))
-        return st_fail(ST_ERR_MISMATCH, "--init-from %s: %s is not F32", path, t->name);
-    int64_t shape[8], off[2];
-    const int nd = numbers_of(obj, "shape", shape, 8);
-    bool same = nd == t->ndims;
-    for (int d = 0; same && d < nd; d++)
-        same = shape[d] == t->dims[d];
+    if (strcmp(e->dtype, "F32"))
+        return st_fail(ST_ERR_MISMATCH, "--init-from %s: %s is %s, and this model's parameters are F32", path,
+                       t->name, e->dtype);
+    bool same = e->ndims == t->ndims;
+    for (int d = 0; same && d < e->ndims; d++)
+        same = e->shape[d] == (uint64_t)t->dims[d];
     if (!same) {
-        char want[64] = "", have[64] = "";
-        for (int d = 0; d < t->ndims; d++)
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "x" : "", (long long)t->dims[d]);
-        for (int d = 0; d < nd; d++)
-            snprintf(have + strlen(have), sizeof have - strlen(have), "%s%lld", d ? "x" : "", (long long)shape[d]);
-        return st_fail(ST_ERR_MISMATCH, "--init-from %s: %s is %s, the model's is %s", path, t->name,
-                       nd < 0 ? "unreadable" : have, want);
+        char want[96], have[96];
+        dims_text(want, sizeof want, t->dims, t->ndims, false);
+        dims_text(have, sizeof have, e->shape, e->ndims, true);
+        return st_fail(ST_ERR_MISMATCH, "--init-from %s: %s is %s, the model's is %s", path, t->name, have, want);
     }
-    if (numbers_of(obj, "data_offsets", off, 2) != 2 || off[1] < off[0] || (uint64_t)off[1] > data_len ||
-        (uint64_t)(off[1] - off[0]) != t->count * sizeof(float))
-        return st_fail(ST_ERR_FORMAT, "--init-from %s: %s's data offsets do not fit the file", path, t->name);
-    memcpy(to, data + off[0], t->count * sizeof(float));
+    memcpy(to, h->data + e->begin, t->count * sizeof(float));
     return ST_OK;
 }
 
 /* Every tensor the file holds is one the model has: a name it does not
  * know is a mismatch, not something to drop silently. */
-static st_status check_names(const char *path, const char *header, const st_tensor_ref *t, int n)
+static st_status check_names(const char *path, const struct sft_header *h, const st_tensor_ref *t, int n)
 {
-    for (const char *p = strstr(header, "\":{\"dtype\""); p; p = strstr(p + 1, "\":{\"dtype\"")) {
-        const char *q = p;
-        while (q > header && q[-1] != '"')
-            q--;
-        char name[128];
-        snprintf(name, sizeof name, "%.*s", (int)(p - q), q);
+    for (int k = 0; k < h->count; k++) {
         bool known = false;
         for (int i = 0; i < n && !known; i++)
-            known = !strcmp(t[i].name, name);
+            known = !strcmp(t[i].name, h->tensors[k].name);
         if (!known)
-            return st_fail(ST_ERR_MISMATCH, "--init-from %s: tensor '%s' is not one of this model's", path, name);
+            return st_fail(ST_ERR_MISMATCH, "--init-from %s: tensor '%s' is not one of this model's", path,
+                           h->tensors[k].name);
     }
     return ST_OK;
 }
@@ -215,23 +185,20 @@ static st_status check_names(const char *path, const char *header, const st_tens
 static st_status import_all(const char *path, const unsigned char *blob, size_t size, const st_tensor_ref *t, int n,
                             float *params, float *buffers, float *tied)
 {
-    uint64_t len;
-    if (size < 8 || (memcpy(&len, blob, 8), len > size - 8))
-        return st_fail(ST_ERR_FORMAT, "--init-from %s: not a safetensors file (its header length runs past the end)",
-                       path);
-    char *header = strndup((const char *)blob + 8, (size_t)len);
-    if (!header)
-        return st_fail(ST_ERR_NOMEM, "--init-from: out of memory");
-    st_status st = check_names(path, header, t, n);
+    struct sft_header h;
+    st_status st = sft_parse(blob, size, "--init-from", path, &h);
+    if (st != ST_OK)
+        return st;
+    st = check_names(path, &h, t, n);
     for (int i = 0; i < n && st == ST_OK; i++) {
         const bool head = !strcmp(t[i].name, "lm_head.weight");
         float *to = head ? tied : (t[i].buffer ? buffers : params) + t[i].offset;
-        st = import_one(path, header, blob + 8 + len, size - 8 - len, &t[i], to);
+        st = import_one(path, &h, &t[i], to);
         if (st == ST_OK && head && memcmp(tied, params + t[i].offset, t[i].count * sizeof(float)))
             st = st_fail(ST_ERR_MISMATCH, "--init-from %s: lm_head.weight differs from transformer.wte.weight, and "
                                           "this model's head is tied to its token table", path);
     }
-    free(header);
+    sft_free(&h);
     return st;
 }
 

@@ -21,6 +21,7 @@
 #include "shmtrain/data.h"
 #include "shmtrain/env.h"
 #include "shmtrain/metrics.h"
+#include "shmtrain/paths.h"
 #include "shmtrain/shmname.h"
 #include "shmtrain/nn.h"
 
@@ -253,10 +254,32 @@ static void describe_budget(const struct trainer *t, char *buf, size_t len)
                  t->steps_per_epoch, o->max_steps ? ", before --max-steps" : "");
 }
 
+/* An output that is one of the inputs, through any path, would be written
+ * over it: refused before anything is read. */
+static st_status check_outputs(const st_train_options *o)
+{
+    const struct {
+        const char *flag, *path;
+    } in[] = {{"--model", o->model},           {"--train-images", o->train_images}, {"--train-labels", o->train_labels},
+              {"--test-images", o->test_images}, {"--test-labels", o->test_labels}, {"--npy-images", o->npy_images},
+              {"--npy-labels", o->npy_labels},   {"--npy-test-images", o->npy_test_images},
+              {"--npy-test-labels", o->npy_test_labels}, {"--text", o->text[0]}, {"--text", o->text[1]},
+              {"--tokens-bin", o->tokens_bin},   {"--val-bin", o->val_bin},   {"--init-from", o->init_from}},
+      out[] = {{"--checkpoint", o->checkpoint}, {"--metrics", o->metrics}};
+    for (size_t i = 0; i < sizeof out / sizeof *out; i++)
+        for (size_t k = 0; k < sizeof in / sizeof *in; k++)
+            if (st_same_file(out[i].path, in[k].path))
+                return st_fail(ST_ERR_INVALID, "%s %s is the same file as %s %s: it would be written over; give "
+                                               "another name", out[i].flag, out[i].path, in[k].flag, in[k].path);
+    return ST_OK;
+}
+
 static st_status setup(struct trainer *t)
 {
     const st_train_options *o = t->o;
     st_status st;
+    if ((st = check_outputs(o)) != ST_OK)
+        return st;
     if (o->flush_denormals)
         st_nn_flush_denormals(true);
     if ((st = st_model_load(&t->model, o->model)) != ST_OK)

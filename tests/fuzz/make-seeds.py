@@ -90,3 +90,68 @@ put("placement", "srun-runlength", placement(SLURM_PROCID="5", SLURM_NTASKS="8",
 put("placement", "torchrun", placement(RANK="3", WORLD_SIZE="4", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
                                        GROUP_RANK="1"))
 put("placement", "node-size", placement(SHMTRAIN_RANK="3", SHMTRAIN_WORLD_SIZE="8", SHMTRAIN_NODE_SIZE="4"))
+
+# safetensors: files by the format's definition (shmtrain export writes the same shape)
+import json
+def safetensors(tensors, metadata=None, pad=True):
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, payload in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(payload)]}
+        data += payload
+    text = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+put("safetensors", "two.safetensors", safetensors([("w", "F32", [2, 2], floats(4)), ("b", "F32", [2], floats(2))],
+                                                 {"format": "pt", "producer": "shmtrain"}))
+put("safetensors", "dtypes.safetensors", safetensors([("h", "F16", [3], b"\x00\x3c" * 3), ("z", "BF16", [0], b""),
+                                                      ("i", "I64", [1], struct.pack("<q", -1)),
+                                                      ("u", "U8", [2, 1], b"\x01\x02")], None, pad=False))
+put("safetensors", "escapes.safetensors", safetensors([("blk.0/na\u00efve \"q\"", "F32", [1], floats(1))], {}))
+put("safetensors", "empty.safetensors", safetensors([]))
+
+# images: two target bytes (fuzz_image.c), then a PNG or a JPEG
+def png(w, h, grey=False, depth=8):
+    kind = 0 if grey else 2
+    chan = 1 if grey else 3
+    bpp = chan * depth // 8
+    raw = b"".join(b"\x00" + bytes((x * 13 + y * 7) % 256 for x in range(w * bpp)) for y in range(h))
+    chunk = lambda tag, body: struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, kind, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+JPEG_RGB = bytes.fromhex(
+    "ffd8ffe000104a46494600010100000100010000ffdb004300100b0c0e0c0a100e0d0e1211101318281a181616183123251d"
+    "283a333d3c3933383740485c4e404457453738506d51575f626768673e4d71797064785c656763ffdb004301111212181518"
+    "2f1a1a2f63423842636363636363636363636363636363636363636363636363636363636363636363636363636363636363"
+    "6363636363636363ffc00011080007000a03012200021101031101ffc4001f00000105010101010101000000000000000001"
+    "02030405060708090a0bffc400b5100002010303020403050504040000017d01020300041105122131410613516107227114"
+    "328191a1082342b1c11552d1f02433627282090a161718191a25262728292a3435363738393a434445464748494a53545556"
+    "5758595a636465666768696a737475767778797a838485868788898a92939495969798999aa2a3a4a5a6a7a8a9aab2b3b4b5"
+    "b6b7b8b9bac2c3c4c5c6c7c8c9cad2d3d4d5d6d7d8d9dae1e2e3e4e5e6e7e8e9eaf1f2f3f4f5f6f7f8f9faffc4001f010003"
+    "0101010101010101010000000000000102030405060708090a0bffc400b51100020102040403040705040400010277000102"
+    "031104052131061241510761711322328108144291a1b1c109233352f0156272d10a162434e125f11718191a262728292a35"
+    "363738393a434445464748494a535455565758595a636465666768696a737475767778797a82838485868788898a92939495"
+    "969798999aa2a3a4a5a6a7a8a9aab2b3b4b5b6b7b8b9bac2c3c4c5c6c7c8c9cad2d3d4d5d6d7d8d9dae2e3e4e5e6e7e8e9ea"
+    "f2f3f4f5f6f7f8f9faffda000c03010002110311003f0076990c5a46932dfc91ef10a82141fbc49000fcc8ac669f55998cad"
+    "a8dd02e7710b332819f400f028a29b8465bab9373fffd9")  # 10x7 RGB, quality 50, written by libjpeg-turbo (jpeg_set_quality)
+JPEG_GREY = bytes.fromhex(
+    "ffd8ffe000104a46494600010100000100010000ffdb004300140e0f120f0d14121012171514181e32211e1c1c1e3d2c2e24"
+    "3249404c4b47404645505a736250556d5645466488656d777b8182814e608d978c7d96737e817cffc0000b08000c00090101"
+    "1100ffc4001f0000010501010101010100000000000000000102030405060708090a0bffc400b51000020103030204030505"
+    "04040000017d01020300041105122131410613516107227114328191a1082342b1c11552d1f02433627282090a161718191a"
+    "25262728292a3435363738393a434445464748494a535455565758595a636465666768696a737475767778797a8384858687"
+    "88898a92939495969798999aa2a3a4a5a6a7a8a9aab2b3b4b5b6b7b8b9bac2c3c4c5c6c7c8c9cad2d3d4d5d6d7d8d9dae1e2"
+    "e3e4e5e6e7e8e9eaf1f2f3f4f5f6f7f8f9faffda0008010100003f00a167a574f96b43fb2bfd9adeb3b78f8f96b8ff00f84c"
+    "6fbfe7ded3fef86ffe2abfffd9")  # 9x12 grey, quality 40
+put("image", "png-rgb", bytes([0x07, 0x23]) + png(9, 6))
+put("image", "png-grey16", bytes([0x04, 0x42]) + png(5, 5, grey=True, depth=16))
+put("image", "jpeg-rgb", bytes([0x05, 0x03]) + JPEG_RGB)
+put("image", "jpeg-grey", bytes([0x02, 0x65]) + JPEG_GREY)
+
+# folders: one entry a line (fuzz_folder.c)
+put("folder", "flat", "d cat\nd dog\nf cat/1.png x\nf dog/1.png y\nf dog/readme.txt z\n")
+put("folder", "splits", "d train\nd val\nd train/a\nd val/a\nf train/a/1.jpg q\nf val/a/2.jpeg r\n")
+put("folder", "fifo", "d a\nf a/1.png x\np a/2.png\n")
+put("folder", "loop", "d a\nf a/1.png x\nl b b\nl a/c.png a/c.png\n")

@@ -1,0 +1,20 @@
+/* Files a program is handed: is an output the same file as an input,
+ * through any path (a link, a hard link, another spelling)?  Implemented in
+ * src/common/paths.c (libc only). */
+#ifndef SHMTRAIN_PATHS_H
+#define SHMTRAIN_PATHS_H
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Do both name one existing file (the same device and inode)?  False when
+ * either does not exist. */
+bool st_same_file(const char *a, const char *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
