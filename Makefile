@@ -10,6 +10,8 @@
 #                   build-fuzz/crashes/ (copy it to tests/fuzz/regressions/)
 #   make mutate     plant each bug of tests/mutants/mutants.txt in a copy of the
 #                   tree and run the suite against it (MUTANTS=regex; ~1 min each)
+#   make python     install the torch.distributed backend "shm" (python/) into the
+#                   PyTorch venv of install-deps.sh --bench (TORCH_PYTHON=another)
 #   make bench      run the benchmarks (docs/benchmarks.md says what each measures)
 #   make install    install libraries, headers, binaries, pkg-config and CMake files
 #                   (PREFIX=/usr/local)
@@ -32,8 +34,9 @@ RUN_ARGS ?=
 FUZZ_SECONDS ?= 60
 FUZZERS ?= model ckpt idx cifar text placement npy tokens safetensors image folder
 MUTANTS ?=
+TORCH_PYTHON ?= .deps/torch-venv/bin/python
 
-.PHONY: all deps build test asan fuzz mutate bench run install clean
+.PHONY: all deps build test asan fuzz mutate python bench run install clean
 
 all: build
 
@@ -60,10 +63,15 @@ fuzz:
 mutate: deps
 	scripts/mutate.py --only '$(MUTANTS)'
 
+python:
+	@scripts/install-deps.sh --bench
+	$(TORCH_PYTHON) -m pip install --quiet --no-build-isolation ./python
+
 bench: deps
 	@scripts/install-deps.sh --bench
 	@$(MAKE) --no-print-directory build
 	bench/run-allreduce.sh $(BUILD)
+	bench/run-torch-backend.sh $(BUILD)
 	bench/run-step.sh $(BUILD)
 	bench/run-train.sh $(BUILD)
 	bench/run-gpt.sh $(BUILD)

@@ -1,6 +1,10 @@
 """Merge the CSV runs of bench/run-allreduce.sh into one table: per size the
 median over rounds of each column's median (shmtrain's over every run that
-timed it), and each peer's median over shmtrain's zero-copy median.
+timed it), and each peer's median over shmtrain's zero-copy median.  With
+PyTorch over both gloo and shm: gloo over shm, and the library's
+st_allreduce called from the same PyTorch processes on the same tensors
+(shmtrain_torch's direct_allreduce, alternated call by call with
+dist.all_reduce): the difference is the binding's own cost per call.
 
   python3 bench/allreduce_table.py DIR     (DIR/<peer>.<round>.csv)
 """
@@ -11,7 +15,7 @@ import statistics
 import sys
 
 PEERS = [("openmpi", "Open MPI"), ("openmpi-tuned", "Open MPI, mmap tunable"), ("mpich", "MPICH"),
-         ("gloo", "gloo")]
+         ("gloo", "gloo"), ("torch-shm", "PyTorch over shm")]
 
 
 def read(path):
@@ -26,7 +30,7 @@ def read(path):
 
 
 def main(d):
-    shm, peer, oneway, algo = {}, {}, [], {}
+    shm, peer, oneway, algo, direct = {}, {}, [], {}, {}
     for path in sorted(glob.glob(os.path.join(d, "*.csv"))):
         name = os.path.basename(path).rsplit(".", 2)[0]
         meta, rows = read(path)
@@ -37,9 +41,11 @@ def main(d):
             if "zc_us" in r:
                 shm.setdefault(b, []).append((float(r["zc_us"]), float(r["zc_p99_us"]), float(r["copy_us"])))
                 algo[b] = r["algorithm"]
-            for key in ("mpi_us", "gloo_us"):
+            for key in ("mpi_us", "gloo_us", "shm_us"):
                 if key in r:
                     peer.setdefault(name, {}).setdefault(b, []).append(float(r[key]))
+            if "direct_us" in r:  # the library called from the PyTorch process, alternated with dist.all_reduce
+                direct.setdefault(b, []).append((float(r["shm_us"]), float(r["direct_us"])))
     if not shm:
         sys.exit(f"allreduce_table: no shmtrain rows in {d}")
     floor = statistics.median(oneway) if oneway else 0
@@ -47,6 +53,10 @@ def main(d):
     print(f"one-way cache-line time (median of {len(oneway)} runs): {floor:.1f} ns")
     head = ["bytes", "algorithm", "shmtrain median us", "p99", "copy path", "x one-way"]
     head += [f"{label} us" for _, label in present] + [f"{label} / shmtrain" for _, label in present]
+    torch_pair = "gloo" in peer and "torch-shm" in peer
+    if torch_pair:
+        head += ["gloo / PyTorch over shm", "st_allreduce in PyTorch's process us", "binding us",
+                 "PyTorch over shm / st_allreduce"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---:|" * len(head))
     for b in sorted(shm):
@@ -56,6 +66,12 @@ def main(d):
         ps = [statistics.median(peer[k][b]) if b in peer[k] else None for k, _ in present]
         cells += [f"{p:.3f}" if p is not None else "-" for p in ps]
         cells += [f"{p / med:.2f}" if p is not None else "-" for p in ps]
+        if torch_pair and b in peer["gloo"] and b in direct:
+            g = statistics.median(peer["gloo"][b])
+            t, d = (statistics.median(x[k] for x in direct[b]) for k in (0, 1))
+            cells += [f"{g / t:.1f}", f"{d:.3f}", f"{t - d:.2f}", f"{t / d:.2f}"]
+        elif torch_pair:
+            cells += ["-"] * 4
         print("| " + " | ".join(cells) + " |")
 
 

@@ -8,8 +8,10 @@
 #                  buffers to a fresh mmap every call (from 32 MiB)
 #   mpich          mpiexec.mpich -bind-to core, the same harness built with mpicc.mpich
 #   gloo           PyTorch's gloo (bench/peer.sh's Python), f32 only
+#   torch-shm      PyTorch over shmtrain's "shm" backend (python/shmtrain_torch, built
+#                  into BUILD_DIR/python by the build), f32 only; not in the default set
 # then one table: per size the median over rounds (bench/allreduce_table.py).
-# Without Open MPI, shmtrain alone (st-allreduce-bench -n RANKS).
+# Without Open MPI among the peers, shmtrain alone (st-allreduce-bench -n RANKS).
 #
 #   bench/run-allreduce.sh [BUILD_DIR] [RANKS] [st-allreduce-bench flags: --min --max --seconds --dtype --no-refill]
 #   ROUNDS=3 PEERS="openmpi openmpi-tuned mpich gloo" bench/run-allreduce.sh build 2 --max 64M
@@ -47,7 +49,7 @@ have_ompi=0
 [ -n "$mpich_bench" ] && echo "# mpich: $(mpiexec.mpich --version 2>/dev/null | sed -n "s/^ *Version: *//p" | head -1)"
 [ $peer_ok = 1 ] && [ $f32 = 1 ] && echo "# gloo: $peer_version"
 for r in $(seq 1 "$rounds"); do
-  if [ $have_ompi = 0 ]; then
+  if [ $have_ompi = 0 ] || [[ " $peers " != *" openmpi"* ]]; then  # else the MPI harness times shmtrain too
     "$build/bench/st-allreduce-bench" -n "$ranks" --csv "$@" > "$out/shmtrain.$r.csv"
   fi
   for p in $peers; do
@@ -58,7 +60,10 @@ for r in $(seq 1 "$rounds"); do
       mpich) [ -n "$mpich_bench" ] && mpiexec.mpich -n "$ranks" -bind-to core "$mpich_bench" --csv "$@" > "$out/mpich.$r.csv" ;;
       gloo) [ $peer_ok = 1 ] && [ $f32 = 1 ] && "${peer[@]}" "$root/bench/torch_allreduce.py" --ranks "$ranks" "${gloo_args[@]}" \
               > "$out/gloo.$r.csv" 2>/dev/null ;;
-      *) echo "run-allreduce.sh: unknown peer '$p' (openmpi openmpi-tuned mpich gloo)" >&2; exit 2 ;;
+      torch-shm) [ $peer_ok = 1 ] && [ $f32 = 1 ] && PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" \
+                   "${peer[@]}" "$root/bench/torch_allreduce.py" --ranks "$ranks" --backend shm "${gloo_args[@]}" \
+                   > "$out/torch-shm.$r.csv" 2>/dev/null ;;
+      *) echo "run-allreduce.sh: unknown peer '$p' (openmpi openmpi-tuned mpich gloo torch-shm)" >&2; exit 2 ;;
     esac || true
   done
 done

@@ -130,18 +130,9 @@ switch_at() {
   echo "switch ${n}x${t}: done"
 }
 
-# CIFAR-10's binary layout (a label byte, 3072 pixel bytes) with random contents:
-# the sweeps time steps, not learning.
-fake_cifar() {
-  mkdir -p "$1" && perl -e 'srand(1); for my $f (@ARGV) { my $n = 2000;
-    open(my $o, ">", $f) or die "$f: $!"; binmode $o;
-    for (1 .. $n) { print $o chr(int(rand(10))), pack("C*", map { int(rand(256)) } 1 .. 3072) } close $o }' \
-    "$1"/data_batch_{1,2,3,4,5}.bin "$1"/test_batch.bin
-}
-
 sweeps() {
   local pct=$1 plans=$2  # steps: this percentage of the full run's
-  fake_cifar /tmp/cifar
+  "$(dirname "$0")/fake-cifar.sh" /tmp/cifar  # the sweeps time steps, not learning
   local text=/tmp/extra/fortunes
   local -a jobs=(
     "resnet|--model resnet --cifar /tmp/cifar --max-steps $((60 * pct / 100)) --log-every $((10 * pct / 100)) --eval-every 100000"

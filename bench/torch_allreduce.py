@@ -1,13 +1,18 @@
-"""PyTorch's all-reduce (gloo, CPU), timed the way st-allreduce-bench times
+"""PyTorch's all-reduce (gloo, or shmtrain's "shm" backend), timed the way st-allreduce-bench times
 shmtrain and MPI: per size 10 warm-up calls, then per iteration the tensor
 refilled from a pristine copy (untimed; --no-refill: warm cache), a barrier,
 one timed dist.all_reduce; per rank median, 99th percentile and mean over
 iterations, averaged over ranks.  The first result is checked exact.
 
   python3 bench/torch_allreduce.py --ranks 2 [--min 4] [--max 64M] [--seconds 0.15] [--no-refill]
+                                   [--backend gloo|shm]
 
-Prints CSV: bytes,gloo_us,gloo_p99_us,gloo_mean_us (rank 0).  Ranks are
-pinned one per CPU, as the other columns' ranks are.
+Prints CSV: bytes,<backend>_us,<backend>_p99_us,<backend>_mean_us (rank 0).  Ranks are
+pinned one per CPU, as the other columns' ranks are.  With --backend shm, also
+direct_us,...: shmtrain_torch._C.direct_allreduce, the library's st_allreduce
+on the same tensor with none of PyTorch's dispatch, alternated call by call
+with dist.all_reduce (this machine's speed drifts; alternating cancels it), so
+shm_us - direct_us is the binding's own cost per call.
 """
 import argparse
 import os
@@ -26,7 +31,13 @@ def size(s):
 def rank_main(rank, args, port):
     os.sched_setaffinity(0, {rank % os.cpu_count()})
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.ranks)
+    direct = backend = None
+    if args.backend == "shm":
+        import shmtrain_torch  # registers "shm"
+        direct = shmtrain_torch._C.direct_allreduce
+    dist.init_process_group(args.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.ranks)
+    if direct:
+        backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     world = args.ranks
     nbytes = args.min
     while nbytes <= args.max:
@@ -39,6 +50,11 @@ def rank_main(rank, args, port):
         dist.all_reduce(buf)
         if not torch.equal(buf, want):
             raise SystemExit(f"torch_allreduce: rank {rank}: wrong sum at {nbytes} bytes")
+        if direct:
+            buf.copy_(pristine)
+            direct(backend, buf)
+            if not torch.equal(buf, want):
+                raise SystemExit(f"torch_allreduce: rank {rank}: wrong direct sum at {nbytes} bytes")
         for _ in range(9):
             dist.all_reduce(buf)
         t0 = time.perf_counter()
@@ -46,21 +62,26 @@ def rank_main(rank, args, port):
         probe = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
         dist.broadcast(probe, 0)
         iters = int(min(5000, max(11, args.seconds / max(probe.item(), 1e-9))))
-        times = []
+        calls = [lambda: dist.all_reduce(buf)]
+        if direct:  # the library on the same tensor, no dispatch: alternated call by call
+            calls.append(lambda: direct(backend, buf))
+        times = [[] for _ in calls]
         for _ in range(iters):
-            if args.refill:
-                buf.copy_(pristine)
-            dist.barrier()
-            t0 = time.perf_counter()
-            dist.all_reduce(buf)
-            times.append(time.perf_counter() - t0)
-        times.sort()
-        stats = torch.tensor([times[iters // 2], times[(iters * 99 + 99) // 100 - 1], sum(times) / iters],
-                             dtype=torch.float64)
-        dist.all_reduce(stats)
-        stats /= world
+            for call, out in zip(calls, times):
+                if args.refill:
+                    buf.copy_(pristine)
+                dist.barrier()
+                t0 = time.perf_counter()
+                call()
+                out.append(time.perf_counter() - t0)
+        cells = []
+        for t in times:
+            t.sort()
+            stats = torch.tensor([t[iters // 2], t[(iters * 99 + 99) // 100 - 1], sum(t) / iters], dtype=torch.float64)
+            dist.all_reduce(stats)
+            cells += [f"{x * 1e6 / world:.3f}" for x in stats.tolist()]
         if rank == 0:
-            print(f"{nbytes},{stats[0] * 1e6:.3f},{stats[1] * 1e6:.3f},{stats[2] * 1e6:.3f}", flush=True)
+            print(f"{nbytes}," + ",".join(cells), flush=True)
         nbytes *= 2
     dist.destroy_process_group()
 
@@ -72,8 +93,11 @@ def main():
     p.add_argument("--max", type=size, default=64 << 20)
     p.add_argument("--seconds", type=float, default=0.15)
     p.add_argument("--no-refill", dest="refill", action="store_false")
+    p.add_argument("--backend", choices=("gloo", "shm"), default="gloo")
     args = p.parse_args()
-    print("bytes,gloo_us,gloo_p99_us,gloo_mean_us", flush=True)
+    b = args.backend
+    direct = ",direct_us,direct_p99_us,direct_mean_us" if b == "shm" else ""
+    print(f"bytes,{b}_us,{b}_p99_us,{b}_mean_us{direct}", flush=True)
     port = 29500 + os.getpid() % 20000
     mp.spawn(rank_main, args=(args, port), nprocs=args.ranks)
 

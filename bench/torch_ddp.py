@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch DDP (gloo, CPU): shmtrain's peer for benchmarks and `shmrun --sweep --compare-torch`.
+"""PyTorch DDP (CPU; gloo, or --backend shm: shmtrain's all-reduce): shmtrain's peer for benchmarks and `shmrun --sweep --compare-torch`.
 
 Run one process per instance under shmrun, which pins it and sets RANK,
 WORLD_SIZE, OMP_NUM_THREADS and SHMTRAIN_LOG_DIR:
@@ -8,13 +8,14 @@ WORLD_SIZE, OMP_NUM_THREADS and SHMTRAIN_LOG_DIR:
 
 It takes shmtrain's own options (the training ones; see docs/training.md) and
 does what shmtrain does with them: the same presets, data (IDX, per-channel
-normalisation with the training set's statistics), DistributedSampler sharding
+normalisation with the training set's statistics; --cifar DIR: CIFAR-10's
+binary batches), DistributedSampler sharding
 with drop_last, per-instance batch, SGD/AdamW, weight decay, clipping, learning
 rate schedules with warm-up, sharded evaluation every K steps or each epoch,
 and a target accuracy; `--precision bf16` runs forward and loss under
 torch.autocast(cpu, bfloat16).  It writes shmtrain's metrics format (JSON lines: run,
 train, eval, summary) so one report reads both.  shmtrain options it cannot
-honour (CIFAR, augmentation, resume) are refused; output-only ones
+honour (CIFAR-100, augmentation, resume) are refused; output-only ones
 (checkpoints, replica checks, denormal flushing) are accepted and ignored.
 
 Time split: DDP overlaps the gradient all-reduce with the backward pass, so
@@ -37,6 +38,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch_models  # noqa: E402
+from torch_comm import InFlight, init as init_group, timed_allreduce_hook  # noqa: E402
 
 THRESHOLDS = (0.80, 0.85, 0.88, 0.89, 0.90, 0.91)
 
@@ -59,6 +61,23 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndims).reshape(dims)
 
 
+def read_cifar(directory):
+    """CIFAR-10's binary batches (a label byte, 3 x 32 x 32 pixel bytes) as (train, test) arrays."""
+    def batch(name):
+        try:
+            with open(os.path.join(directory, name), "rb") as f:
+                raw = np.frombuffer(f.read(), dtype=np.uint8)
+        except OSError as e:
+            fail(f"--cifar {directory}: {e.strerror or e}")
+        if raw.size % 3073:
+            fail(f"--cifar {directory}/{name}: not whole 3073-byte records")
+        raw = raw.reshape(-1, 3073)
+        return raw[:, 1:].reshape(-1, 3, 32, 32), raw[:, 0]
+    parts = [batch(f"data_batch_{i}.bin") for i in range(1, 6)]
+    xte, yte = batch("test_batch.bin")
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), xte, yte
+
+
 def idx_path(directory, stem):
     for name in (stem + ".gz", stem):
         if os.path.exists(os.path.join(directory, name)):
@@ -70,6 +89,7 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add = ap.add_argument
     add("--model", default="lenet")
+    add("--cifar", help="CIFAR-10 binary batches instead of the IDX files (resnet)")
     add("--data", default="/usr/share/datasets/fashion-mnist")
     for f in ("--train-images", "--train-labels", "--test-images", "--test-labels"):
         add(f)
@@ -96,6 +116,7 @@ def parse_args():
     add("--log-every", type=int, default=50)
     add("--metrics")
     add("--quiet", action="store_true")
+    add("--backend", choices=("gloo", "shm"), default="gloo")  # shm: shmtrain's (python/shmtrain_torch)
     add("--precision", choices=("fp32", "bf16"), default="fp32")  # bf16: torch.autocast(cpu, bfloat16)
     add("--grad-accum", type=int, default=1)  # micro-batches per step, DDP's no_sync on all but the last
     # Accepted so a shmtrain command line runs unchanged; they only change output.
@@ -103,7 +124,7 @@ def parse_args():
     add("--no-flush-denormals", action="store_true")
     add("--check-replicas", type=int)
     args, rest = ap.parse_known_args()
-    for flag in ("--cifar", "--cifar100", "--augment", "--resume", "--checkpoint-every"):
+    for flag in ("--cifar100", "--augment", "--resume", "--checkpoint-every"):
         if any(r == flag or r.startswith(flag + "=") for r in rest):
             fail(f"{flag}: not supported by the PyTorch peer", 2)
     if rest:
@@ -126,23 +147,6 @@ def lr_at(a, step, total, base):
     return base
 
 
-class InFlight:
-    """Seconds DDP's all-reduces were in flight, summed over buckets."""
-    seconds = 0.0
-
-
-def timed_allreduce_hook(state, bucket):
-    """DDP's default all-reduce (average), timed per bucket."""
-    t0 = time.perf_counter()
-    buf = bucket.buffer().div_(dist.get_world_size())
-    fut = dist.all_reduce(buf, async_op=True).get_future()
-
-    def done(f):
-        InFlight.seconds += time.perf_counter() - t0
-        return f.value()[0]
-    return fut.then(done)
-
-
 def main():
     a = parse_args()
     start = time.perf_counter()
@@ -155,18 +159,23 @@ def main():
         init = "file://" + os.path.join(os.path.abspath(log_dir), "torch-ddp-store")
     else:
         init = "tcp://127.0.0.1:%d" % (29500 + os.getpid() % 1000 if world == 1 else 29500)
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    init_group(a.backend, init, rank, world)
 
     paths = [a.train_images, a.train_labels, a.test_images, a.test_labels]
     stems = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
              "t10k-labels-idx1-ubyte")
-    paths = [p or idx_path(a.data, s) for p, s in zip(paths, stems)]
-    xtr, ytr, xte, yte = (read_idx(p) for p in paths)
+    if a.cifar:
+        xtr, ytr, xte, yte = read_cifar(a.cifar)
+    else:
+        paths = [p or idx_path(a.data, s) for p, s in zip(paths, stems)]
+        xtr, ytr, xte, yte = (read_idx(p) for p in paths)
     if a.train_subset:
         xtr, ytr = xtr[:a.train_subset], ytr[:a.train_subset]
     if a.test_subset:
         xte, yte = xte[:a.test_subset], yte[:a.test_subset]
-    to_float = lambda x: torch.from_numpy(x.astype(np.float32) / 255.0).unsqueeze(1)  # noqa: E731
+    to_float = lambda x: torch.from_numpy(x.astype(np.float32) / 255.0)  # noqa: E731
+    if not a.cifar:
+        to_float = lambda x, f=to_float: f(x).unsqueeze(1)  # noqa: E731  (grey: one channel)
     xtr, xte = to_float(xtr), to_float(xte)
     mean, std = xtr.mean(), xtr.std()
     xtr, xte = (xtr - mean) / std, (xte - mean) / std
@@ -217,7 +226,7 @@ def main():
             metrics.write(json.dumps(record, separators=(",", ":")) + "\n")
 
     emit(type="run", system="pytorch-ddp", instances=world, threads=torch.get_num_threads(), model=a.model,
-         params=params, batch_per_instance=a.batch_size, torch=torch.__version__, first_step=0,
+         params=params, batch_per_instance=a.batch_size, torch=torch.__version__, backend=a.backend, first_step=0,
          precision="bf16" if a.precision == "bf16" else "fp32", **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}))
 
     best, last_acc, reached = 0.0, float("nan"), {}

@@ -3,7 +3,8 @@
 
 Run one process per instance under shmrun (which pins it and sets RANK,
 WORLD_SIZE, OMP_NUM_THREADS and SHMTRAIN_LOG_DIR); two or more train with
-DistributedDataParallel over gloo:
+DistributedDataParallel over gloo (--backend shm: shmtrain's all-reduce,
+python/shmtrain_torch), the all-reduce timed by bench/torch_comm.py's hook:
 
     shmrun -n 2 -- python3 bench/torch_gpt.py --model gpt-mini --text /usr/share/games/fortunes \\
         --max-steps 200 --batch-size 12
@@ -36,6 +37,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch_comm import InFlight, init as init_group, timed_allreduce_hook
 
 PRESETS = {"gpt-mini": dict(layers=4, heads=4, dim=128, context=64),
            "gpt": dict(layers=6, heads=6, dim=384, context=256)}
@@ -167,6 +169,7 @@ def parse_args():
     add("--beta2", type=float, default=0.999)
     add("--clip-norm", type=float, default=0.0)
     add("--seed", type=int, default=1)
+    add("--backend", choices=("gloo", "shm"), default="gloo")  # shm: shmtrain's (python/shmtrain_torch)
     add("--precision", choices=("fp32", "bf16"), default="fp32")
     add("--eval-every", type=int, default=0, help="steps between validation losses (0: at the end)")
     add("--eval-windows", type=int, default=256)
@@ -209,7 +212,7 @@ def main():
     if world > 1:
         init = "file://" + os.path.join(os.path.abspath(log_dir), "torch-gpt-store") if log_dir else \
             "tcp://127.0.0.1:29511"
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+        init_group(a.backend, init, rank, world)
     text = read_text(a.text[0])
     if not text:
         fail(f"--text {a.text[0]}: empty")
@@ -235,13 +238,16 @@ def main():
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, a.beta2), eps=1e-8)
-    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    net = model
+    if world > 1:
+        net = nn.parallel.DistributedDataParallel(model)
+        net.register_comm_hook(None, timed_allreduce_hook)
     per_epoch = max(1, len(ids) // (t * world * a.batch_size * a.grad_accum))
     steps = a.max_steps if a.max_steps else per_epoch * a.epochs
     total = a.warm_steps + steps
     emit({"type": "run", "system": "pytorch-ddp" if world > 1 else "pytorch", "instances": world,
           "threads": torch.get_num_threads(), "model": a.model, "params": params, "batch_per_instance": a.batch_size,
-          "torch": torch.__version__, "first_step": 0, "context": t,
+          "torch": torch.__version__, **({"backend": a.backend} if world > 1 else {}), "first_step": 0, "context": t,
           "precision": "bf16" if a.precision == "bf16" else "fp32",
           **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {})})
 
@@ -287,6 +293,7 @@ def main():
     for k in range(a.warm_steps):
         step(k)
     t0 = time.perf_counter()
+    InFlight.seconds = 0.0
     eval_s, last_log, loss_sum, acc_sum, since = 0.0, t0, 0.0, 0.0, 0
     last_loss, last_acc, best_acc, done = float("nan"), 0.0, 0.0, 0
 
@@ -316,9 +323,10 @@ def main():
             emit({"type": "train", "step": done, "epoch": round(done / per_epoch, 4),
                   "loss": round(loss_sum / since, 6), "accuracy": round(acc_sum / since, 5),
                   "lr": lr_at(a, k, total), "samples_per_s": round(sps, 1), "tokens_per_s": round(sps * t, 1),
-                  "time_s": round(now - start, 3), "compute_s": round(now - last_log, 4), "allreduce_s": 0,
-                  "wait_s": 0})
+                  "time_s": round(now - start, 3), "compute_s": round(now - last_log - InFlight.seconds, 4),
+                  "allreduce_s": round(InFlight.seconds, 4), "wait_s": 0})
             last_log, loss_sum, acc_sum, since = now, 0.0, 0.0, 0
+            InFlight.seconds = 0.0
         if a.eval_every and done % a.eval_every == 0:
             run_eval(done)
             if a.target_loss > 0 and last_loss <= a.target_loss:

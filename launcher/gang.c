@@ -84,6 +84,10 @@ static int rank_environment(const st_plan *p, int rank, const struct gang_option
     ENV(ST_ENV_GENERIC_WORLD_SIZE, false, "%d", p->ninstances);
     ENV(ST_ENV_GENERIC_LOCAL_RANK, false, "%d", rank);
     ENV(ST_ENV_GENERIC_LOCAL_WORLD_SIZE, false, "%d", p->ninstances);
+    /* torchrun's rendezvous for a PyTorch program (init_process_group's
+     * env://): rank 0 serves the store on this machine */
+    ENV(ST_ENV_MASTER_ADDR, true, "%s", "127.0.0.1");
+    ENV(ST_ENV_MASTER_PORT, true, "%d", o->master_port);
     ENV("OMP_NUM_THREADS", true, "%d", in->npus);
     ENV("OMP_PLACES", true, "%s", p->logical ? "threads" : "cores");
     ENV("OMP_PROC_BIND", true, "%s", "close");

@@ -30,6 +30,7 @@ struct gang_options {
     double stall_timeout_s;   /* stop the gang for a rank stopped or silent this long; 0 = never */
     FILE *launcher_log;
     pid_t launcher_pid;       /* this shmrun: each instance dies with it */
+    int master_port;          /* PyTorch's rendezvous port (MASTER_PORT) for this attempt */
 };
 
 struct rank_result {

@@ -3,12 +3,15 @@
  * gang when one fails.  docs/launcher.md is the manual. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <arpa/inet.h>
 #include <getopt.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +40,20 @@ struct options {
     struct sweep_job sweep;
     bool sweeping;
 };
+
+/* A TCP port nothing listens on now (the kernel's pick), for PyTorch's
+ * rendezvous store; 29500, torchrun's default, if none can be had. */
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = 29500, fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
 
 static void usage(FILE *f)
 {
@@ -357,7 +374,7 @@ static int run_job(const st_topo *topo, const st_plan *plan, const struct option
                                  .restart_count = attempt, .max_restarts = o->max_restarts,
                                  .tee_all = o->tee_all, .quiet = o->quiet, .grace_s = o->grace_s,
                                  .stall_timeout_s = o->stall_timeout_s, .launcher_log = log,
-                                 .launcher_pid = getpid()};
+                                 .launcher_pid = getpid(), .master_port = free_port()};
         struct attempt a;
         fprintf(log, "-- attempt %d of %d\n", attempt + 1, o->max_restarts + 1);
         if (gang_run(topo, plan, &g, &a) != 0)

@@ -3,7 +3,8 @@
 #
 #   scripts/install-deps.sh            install anything missing (build + tests + data)
 #   scripts/install-deps.sh --bench    also the benchmark peer: PyTorch 2.13 (CPU) in
-#                                      .deps/torch-venv, else the distribution's python3-torch
+#                                      .deps/torch-venv, else the distribution's python3-torch,
+#                                      and what the "shm" backend (python/) builds with
 #   scripts/install-deps.sh --fuzz     also clang with libFuzzer (`make fuzz`)
 #   scripts/install-deps.sh --check    list what is missing; exit 1 if anything is
 #
@@ -121,6 +122,10 @@ PY
 # The benchmarks' peer as its users run it today: PyTorch 2.13's CPU build in
 # a venv; where pip cannot get that build, the distribution's python3-torch.
 torch_peer() {
+  # the "shm" backend (python/) compiles against it: a C++ compiler and Python's headers
+  installed g++ || apt_install g++
+  python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' ||
+    apt_install python3-dev
   [ -x "$torch_venv/bin/python" ] && "$torch_venv/bin/python" -c 'import torch' 2>/dev/null && return 0
   python3 -m venv --help >/dev/null 2>&1 || apt_install python3-venv
   if python3 -m venv "$torch_venv" && pip_quietly "$torch_venv/bin/pip" install -q "torch==$torch_pin" numpy &&
@@ -131,6 +136,9 @@ torch_peer() {
   rm -rf "$torch_venv"
   echo "install-deps.sh: no PyTorch $torch_pin from pip here; the distribution's python3-torch instead" >&2
   installed python3-torch || apt_install python3-torch libopenblas0-pthread
+  # the backend's build needs the headers, which Debian ships apart (13's 2.6: yes; 12's 1.13 is too old)
+  [ -n "$(candidate libtorch-dev)" ] && { installed libtorch-dev || apt_install libtorch-dev pybind11-dev; }
+  return 0
 }
 
 # Can clang build a libFuzzer program here, with OpenMP (the image folder's

@@ -192,6 +192,17 @@ static void test_order_interleaves(void **state)
     /* No setting always runs first or last. */
     assert_int_not_equal(o[0].setting, o[6].setting);
     assert_int_not_equal(o[5].setting, o[11].setting);
+    /* Three systems (shmtrain, DDP over gloo, over shm): each first in one round. */
+    assert_int_equal(sweep_order(2, 3, 3, o), 18);
+    for (int r = 0; r < 3; r++) {
+        int round[2][3] = {{0}};
+        for (int k = 0; k < 6; k++)
+            round[o[r * 6 + k].setting][o[r * 6 + k].system]++;
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 3; j++)
+                assert_int_equal(round[i][j], 1);
+        assert_int_equal(o[r * 6].system, r);
+    }
 }
 
 /* -------------------------------------------------------------- reading -- */
@@ -248,6 +259,19 @@ static void test_read_metrics_refuses_incomplete_runs(void **state)
 {
     (void)state;
     struct sweep_run r = {0};
+    /* a "DDP over shm" run whose peer says another all-reduce (or none) is not one */
+    r.system = SWEEP_TORCH_SHM;
+    assert_int_equal(sweep_read_metrics(METRICS, NO_TARGET, &r, NULL), -1);
+    assert_non_null(strstr(r.error, "was not shm"));
+    char *shm = malloc(strlen(METRICS) + 32);
+    const char *at = strstr(METRICS, "\"first_step\":0}");
+    assert_non_null(shm);
+    assert_non_null(at);
+    sprintf(shm, "%.*s\"backend\":\"shm\",%s", (int)(at - METRICS), METRICS, at);
+    r = (struct sweep_run){.system = SWEEP_TORCH_SHM};
+    assert_int_equal(sweep_read_metrics(shm, NO_TARGET, &r, NULL), 0);
+    free(shm);
+    r = (struct sweep_run){0};
     char *cut = strdup(METRICS);
     *strstr(cut, "{\"type\":\"summary\"") = '\0';
     assert_int_equal(sweep_read_metrics(cut, NO_TARGET, &r, NULL), -1);
@@ -338,6 +362,10 @@ static void test_summary_and_best(void **state)
     assert_close(t->samples_per_s.median, 50);
     assert_int_equal(t->runs, 2);
     assert_int_equal(sums[SWEEP_NSYSTEMS + SWEEP_TORCH].runs, 0);
+    assert_close(c[SWEEP_TORCH_SHM].samples_per_s.median, 70);  /* DDP over shm: 2x1 only */
+    assert_int_equal(sums[SWEEP_TORCH_SHM].runs, 0);
+    assert_true(sweep_system_ran(sums, 3, SWEEP_TORCH_SHM) && sweep_system_ran(sums, 3, SWEEP_TORCH));
+    assert_false(sweep_system_ran(sums, 2, SWEEP_TORCH_SHM));  /* the first two settings only */
     assert_true(a->curve_run >= 0 && runs[a->curve_run].samples_per_s == 110);
 
     bool by_target;

@@ -96,7 +96,10 @@ static void test_markdown_marks_best_and_ratios(void **state)
      * against PyTorch's 50 samples/s the baseline is 2.20x. */
     assert_non_null(strstr(md, "| **2x1** (1 of 3 runs FAILED) | 2x1 | fp32 | 175 (150–200) | 1.59x |"));
     assert_non_null(strstr(md, "| 1x2 | 1x2 | fp32 | 110 (100–120) | 1.00x |"));
-    assert_non_null(strstr(md, "| 50 (50–50) | 2.20x |"));
+    assert_non_null(strstr(md, "| 50 (50–50) | 2.20x | - | - |"));  /* gloo's baseline; shm did not run it */
+    assert_non_null(strstr(md, " PyTorch DDP (gloo) samples/s | shmtrain / PyTorch DDP (gloo) | PyTorch DDP (shm) "
+                               "samples/s | shmtrain / PyTorch DDP (shm) |\n"));
+    assert_non_null(strstr(md, "| 70 | 2.50x |\n"));  /* 2x1: 175 against DDP over shm's 70 (one run) */
     assert_non_null(strstr(md, "**Best: 2x1**, by median throughput (1.59x the throughput of 1x2)"));
     assert_non_null(strstr(md, "| CPU | Test CPU |"));
     assert_non_null(strstr(md, "| PyTorch | 1.13.1 |"));
@@ -193,13 +196,18 @@ static void test_plots(void **state)
     for (int i = 0; i < 4; i++)
         fclose(f[i]);
     char *tp = slurp(path[0]), *sp = slurp(path[1]), *cv = slurp(path[2]);
-    assert_non_null(strstr(tp, "\n1 2 1x2 110.0 100.0 120.0 50.0 50.0 50.0\n"));
-    assert_non_null(strstr(tp, "\n1 1 1x1 90.0 90.0 90.0 - - -\n"));
+    assert_non_null(strstr(tp, "\n1 2 1x2 110.0 100.0 120.0 50.0 50.0 50.0 - - -\n"));
+    assert_non_null(strstr(tp, "\n1 1 1x1 90.0 90.0 90.0 - - - - - -\n"));
+    assert_non_null(strstr(tp, "\n2 1 2x1 175.0 150.0 200.0 - - - 70.0 70.0 70.0\n"));
     assert_non_null(strstr(sp, "\n2x1 4.000 1.000 0.500 0.250\n"));
     int blocks = 0;
     for (const char *p = cv; (p = strstr(p, "# ")) != NULL; p++)
         blocks++;
-    assert_int_equal(blocks, 4);  /* three shmtrain settings and PyTorch's one */
+    assert_int_equal(blocks, 5);  /* three shmtrain settings and PyTorch's one over each backend */
+    char *gp = slurp(path[3]);
+    assert_non_null(strstr(gp, "'' using 1:10:11:12 with yerrorlines"));  /* DDP over shm's columns */
+    assert_non_null(strstr(gp, "title 'PyTorch DDP (shm)'"));
+    free(gp);
     if (access("/usr/bin/gnuplot", X_OK) == 0) {
         char cmd[400];
         snprintf(cmd, sizeof cmd, "cd %s && gnuplot plot.gp 2>gnuplot.err", dir);

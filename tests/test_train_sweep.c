@@ -17,10 +17,31 @@
 
 #include "trainrun.h"
 
-static bool torch_importable(void)
+/* The peer's Python as the sweep picks it: SHMTRAIN_PYTHON (ctest sets the
+ * bench venv's where it has PyTorch), else the system's. */
+static const char *peer_python(void)
 {
-    return access("/usr/bin/python3", X_OK) == 0 &&
-           system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+    const char *py = getenv("SHMTRAIN_PYTHON");
+    return py && *py ? py : "/usr/bin/python3";
+}
+
+static bool peer_imports(const char *module, const char *pythonpath)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "PYTHONPATH='%s' '%s' -c 'import %s' >/dev/null 2>&1", pythonpath, peer_python(),
+             module);
+    return access(peer_python(), X_OK) == 0 && system(cmd) == 0;
+}
+
+static bool torch_importable(void) { return peer_imports("torch", ""); }
+
+/* The shm backend as the sweep finds it: installed, or built beside shmrun. */
+static bool shm_backend_importable(void)
+{
+    char built[600];
+    const char *slash = strrchr(tr_shmrun, '/');
+    snprintf(built, sizeof built, "%.*s/python", slash ? (int)(slash - tr_shmrun) : 1, slash ? tr_shmrun : ".");
+    return peer_imports("shmtrain_torch", built);
 }
 
 /* shmrun --sweep end to end: two settings plus the 1 x all-cores baseline
@@ -34,7 +55,7 @@ static void test_sweep_end_to_end(void **state)
     path_of(out, sizeof out, "sweep");
     bool torch = torch_importable();
     if (!torch)
-        printf("python3-torch absent: the sweep runs shmtrain only\n");
+        printf("%s has no PyTorch: the sweep runs shmtrain only\n", peer_python());
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     char *argv[64];
     int k = 0;
@@ -53,7 +74,9 @@ static void test_sweep_end_to_end(void **state)
     struct child_run r = run_argv(argv, 0);
     if (r.code != 0)
         fail_msg("sweep failed (%d): %s", r.code, r.err);
-    int settings = cores >= 2 ? 3 : 1, systems = torch ? 2 : 1;
+    const bool shm = torch && shm_backend_importable();
+    printf("systems: shmtrain%s%s\n", torch ? ", PyTorch DDP over gloo" : "", shm ? ", PyTorch DDP over shm" : "");
+    int settings = cores >= 2 ? 3 : 1, systems = 1 + torch + shm;
 
     char path[400];
     snprintf(path, sizeof path, "%s/runs.csv", out);
@@ -69,8 +92,13 @@ static void test_sweep_end_to_end(void **state)
         assert_non_null(strstr(csv, "\n1x2,1,2,shmtrain,1,"));
         assert_non_null(strstr(csv, "\n2x1,2,1,shmtrain,1,"));
     }
-    if (torch)
-        assert_non_null(strstr(csv, ",pytorch-ddp,1,"));
+    for (int sys = 1; sys < systems; sys++) {  /* each peer's run of the baseline: ...,system,1,order,ok,... */
+        const char *key = sys == 1 ? ",pytorch-ddp,1," : ",pytorch-ddp-shm,1,", *at = strstr(csv, key);
+        if (!at)
+            fail_msg("no %s run in runs.csv:\n%s", key, csv);
+        if (strncmp(strchr(at + strlen(key), ','), ",1,", 3) != 0)
+            fail_msg("that run failed: %.200s", at);
+    }
 
     snprintf(path, sizeof path, "%s/report.md", out);
     char *md = slurp_or_empty(path);
@@ -87,7 +115,8 @@ static void test_sweep_end_to_end(void **state)
     assert_int_equal(want[sizeof "| oneDNN | " - 1], '3');  /* the engine is written for 3.x */
     assert_non_null(strstr(md, want));
     child_run_free(&v);
-    assert_true((strstr(md, "PyTorch DDP samples/s") != NULL) == torch);
+    assert_true((strstr(md, "PyTorch DDP (gloo) samples/s") != NULL) == torch);
+    assert_true((strstr(md, "PyTorch DDP (shm) samples/s") != NULL) == shm);
     assert_non_null(strstr(r.out, "# Partitioning sweep"));  /* the report is shown too */
 
     snprintf(path, sizeof path, "%s/sweep.json", out);

@@ -30,7 +30,9 @@ extern "C" {
 
 typedef struct st_group st_group;
 
-typedef enum st_reduce_op { ST_SUM = 0, ST_AVG = 1 } st_reduce_op;
+/* AVG: the sum divided by the ranks, for floating-point payloads; MAX and
+ * MIN: a NaN anywhere gives a NaN. */
+typedef enum st_reduce_op { ST_SUM = 0, ST_AVG = 1, ST_MAX = 2, ST_MIN = 3 } st_reduce_op;
 
 /* Zero means "use the default" for every numeric field. */
 typedef struct st_group_config {
@@ -120,8 +122,24 @@ st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op o
  * ST_AVG divides in fp32 before the rounding. */
 st_status st_allreduce_bf16(st_group *g, uint16_t *buf, size_t count, st_reduce_op op);
 
-/* The same by element type: ST_DTYPE_F32 (float *) or ST_DTYPE_BF16. */
+/* The same by element type: ST_DTYPE_F32 (float *), ST_DTYPE_BF16 and
+ * ST_DTYPE_F16 (summed in fp32 in rank order, rounded once), ST_DTYPE_F64
+ * (in fp64), ST_DTYPE_I32 and ST_DTYPE_I64 (two's complement: a sum wraps
+ * as the hardware's does);
+ * any op, AVG for the floating types only.  Every rank ends with the same
+ * bits.  fp32 and bf16 sums take the measured table of algorithms; the
+ * rest go by rsag. */
 st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op);
+
+/* Every rank's `bytes` at `send`, in rank order, into `recv` (world x
+ * bytes; it may hold send at rank x bytes, MPI_IN_PLACE's layout). */
+st_status st_allgather(st_group *g, const void *send, void *recv, size_t bytes);
+
+/* The reduction over the ranks of `send` (world blocks of `count`
+ * elements), block r into this rank's `recv` (`count` elements): the first
+ * half of an all-reduce.  Types and ops as st_allreduce. */
+st_status st_reduce_scatter(st_group *g, const void *send, void *recv, size_t count, st_dtype dtype,
+                            st_reduce_op op);
 
 /* In-place all-reduce of `count` floats that travel as `wire`: ST_DTYPE_F32
  * is st_allreduce_f32; with ST_DTYPE_BF16 each rank's values are rounded to

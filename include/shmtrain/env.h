@@ -20,6 +20,8 @@
  *   SHMTRAIN_CONSOLE_TTY           "1": rank 0 may draw bars     train
  *   SHMTRAIN_LAUNCHER_PID          shmrun's pid: die with it     train (lifeline)
  *   RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE   torchrun's names (always)
+ *   MASTER_ADDR MASTER_PORT        127.0.0.1 and a free port     PyTorch's env:// rendezvous
+ *                                  per attempt, unless set      (init_process_group)
  *   OMP_NUM_THREADS OMP_PLACES OMP_PROC_BIND      OpenMP, unless set
  *
  * shmrun starts the instances of one machine: the local rank and size equal
@@ -47,6 +49,8 @@
 #define ST_ENV_GENERIC_WORLD_SIZE "WORLD_SIZE"
 #define ST_ENV_GENERIC_LOCAL_RANK "LOCAL_RANK"
 #define ST_ENV_GENERIC_LOCAL_WORLD_SIZE "LOCAL_WORLD_SIZE"
+#define ST_ENV_MASTER_ADDR "MASTER_ADDR"
+#define ST_ENV_MASTER_PORT "MASTER_PORT"
 
 /* The exit status of an instance that stopped because another rank failed
  * (a peer died, aborted, or could not load what everyone needed).  The

@@ -35,6 +35,8 @@ typedef struct st_run_record {
     char onednn[32], isa[32];        /* shmtrain's; "" otherwise */
     char launcher[16];               /* whose variables placed the instances: shmrun, mpirun, srun, torchrun, none */
     char torch[32];                  /* the PyTorch peer's; "" otherwise */
+    char backend[8];                 /* the PyTorch peer's gradient all-reduce: "gloo", "shm"
+                                        (python/shmtrain_torch); "" otherwise */
     char allreduce_dtype[8];         /* the gradient exchange: "fp32", "bf16"; "" when not said */
     char precision[8];               /* compute, as built: "bf16" when any layer computes in bf16
                                         (mixed), else "fp32"; "" when not said */

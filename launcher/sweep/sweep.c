@@ -13,7 +13,8 @@
 #include "shmtrain/json.h"
 #include "shmtrain/metrics.h"
 
-const char *const sweep_system_name[SWEEP_NSYSTEMS] = {"shmtrain", "pytorch-ddp"};
+const char *const sweep_system_name[SWEEP_NSYSTEMS] = {"shmtrain", "pytorch-ddp", "pytorch-ddp-shm"};
+const char *const sweep_system_label[SWEEP_NSYSTEMS] = {"shmtrain", "PyTorch DDP (gloo)", "PyTorch DDP (shm)"};
 
 /* ------------------------------------------------------------ settings -- */
 
@@ -299,6 +300,8 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
                         : NAN;
             first_step = prev_step = (double)rec.u.run.first_step;
             snprintf(r->precision, sizeof r->precision, "%s", rec.u.run.precision);
+            if (r->system == SWEEP_TORCH_SHM && strcmp(rec.u.run.backend, "shm") != 0)
+                return run_failed(r, "DDP over shm: the peer's run record says its all-reduce was not shm");
             note_versions(&rec.u.run, v);
             break;
         case ST_RECORD_TRAIN:
@@ -390,6 +393,14 @@ static struct sweep_stat field_stat(const struct sweep_run *runs, int nruns, int
         if (mine(&runs[i], setting, system))
             vals[n++] = *(const double *)((const char *)&runs[i] + offset);
     return stat_of(vals, n);
+}
+
+bool sweep_system_ran(const struct sweep_summary *sums, int nsettings, int system)
+{
+    for (int s = 0; s < nsettings; s++)
+        if (sums[s * SWEEP_NSYSTEMS + system].runs > 0)
+            return true;
+    return false;
 }
 
 #define FIELD(name) field_stat(runs, nruns, s, sys, offsetof(struct sweep_run, name))

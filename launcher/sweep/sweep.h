@@ -22,8 +22,11 @@
 #define SWEEP_MAX_SETTINGS 32
 #define SWEEP_MAX_CURVE 256
 
-enum sweep_system { SWEEP_SHMTRAIN = 0, SWEEP_TORCH = 1, SWEEP_NSYSTEMS = 2 };
-extern const char *const sweep_system_name[SWEEP_NSYSTEMS];
+/* What a run trains with: shmtrain, or PyTorch DDP with gloo's all-reduce or
+ * with shmtrain's (the "shm" backend, python/shmtrain_torch). */
+enum sweep_system { SWEEP_SHMTRAIN = 0, SWEEP_TORCH = 1, SWEEP_TORCH_SHM = 2, SWEEP_NSYSTEMS = 3 };
+extern const char *const sweep_system_name[SWEEP_NSYSTEMS];   /* in files: "pytorch-ddp-shm" */
+extern const char *const sweep_system_label[SWEEP_NSYSTEMS];  /* in reports: "PyTorch DDP (shm)" */
 
 struct sweep_setting {
     char asked[64];          /* the spec items it came from, "numa,all" */
@@ -129,6 +132,9 @@ struct sweep_summary {
 
 /* sums[setting * SWEEP_NSYSTEMS + system] over the successful runs. */
 void sweep_summarize(const struct sweep_run *runs, int nruns, int nsettings, struct sweep_summary *sums);
+
+/* Did any setting of this system run (in sums as sweep_summarize makes them)? */
+bool sweep_system_ran(const struct sweep_summary *sums, int nsettings, int system);
 
 /* The best shmtrain setting: with a target that every repeat of some
  * setting reached, the lowest median time to it; else the highest median

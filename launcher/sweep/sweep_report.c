@@ -242,9 +242,7 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
     int best = sweep_best(sums, ns, rep->target.value > 0, &by_target);
     int base = sweep_baseline(s, ns, rep->topo.cores);
     const struct sweep_summary *bsum = base >= 0 ? &sums[base * SWEEP_NSYSTEMS] : NULL;
-    bool torch = false;
-    for (int i = 0; i < ns; i++)
-        torch |= sums[i * SWEEP_NSYSTEMS + SWEEP_TORCH].runs > 0;
+    const bool torch = sweep_system_ran(sums, ns, SWEEP_TORCH) || sweep_system_ran(sums, ns, SWEEP_TORCH_SHM);
     char tgt[32] = "";
     const bool lm = rep->target.loss;  /* a language model: loss, not accuracy */
     if (rep->target.value > 0)
@@ -255,13 +253,19 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
                "Throughput is the steady state (after the first log interval), summed over instances.\n\n",
             rep->repeats, rep->repeats == 1 ? "" : "s");
     fprintf(f, "| setting | asked | precision | samples/s | vs %s | step ms | compute / all-reduce / wait / other ms |%s%s%s "
-               "%s | peak RSS MiB per instance / total |%s\n",
+               "%s | peak RSS MiB per instance / total |",
             base >= 0 ? s[base].label : "1 x all", *tgt ? " time to " : "", *tgt ? tgt : "", *tgt ? " (s) |" : "",
-            lm ? "final validation loss" : "final test acc. %", torch ? " PyTorch DDP samples/s | shmtrain / PyTorch |" : "");
-    fprintf(f, "|---|---|---|---|---|---|---|%s---|---|%s\n", *tgt ? "---|" : "", torch ? "---|---|" : "");
+            lm ? "final validation loss" : "final test acc. %");
+    for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++)
+        if (sweep_system_ran(sums, ns, sys))
+            fprintf(f, " %s samples/s | shmtrain / %s |", sweep_system_label[sys], sweep_system_label[sys]);
+    fprintf(f, "\n|---|---|---|---|---|---|---|%s---|---|", *tgt ? "---|" : "");
+    for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++)
+        if (sweep_system_ran(sums, ns, sys))
+            fprintf(f, "---|---|");
+    fputc('\n', f);
     for (int i = 0; i < ns; i++) {
         const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS + SWEEP_SHMTRAIN];
-        const struct sweep_summary *pt = &sums[i * SWEEP_NSYSTEMS + SWEEP_TORCH];
         char b[10][64];
         char failed[48] = "";
         if (o->failed)
@@ -287,7 +291,10 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
             fprintf(f, " %s |", isnan(o->final_accuracy) ? "-" : num(b[7], 64, 100 * o->final_accuracy, 2, "-"));
         fprintf(f, " %s / %s |",
                 num(b[8], 64, o->rss_max_mb, 0, "-"), num(b[9], 64, o->rss_total_mb, 0, "-"));
-        if (torch) {
+        for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++) {
+            const struct sweep_summary *pt = &sums[i * SWEEP_NSYSTEMS + sys];
+            if (!sweep_system_ran(sums, ns, sys))
+                continue;
             fprintf(f, " %s | ", spread(b[0], 64, pt->samples_per_s, 0));
             if (pt->samples_per_s.n && o->samples_per_s.n)
                 fprintf(f, "%.2fx |", o->samples_per_s.median / pt->samples_per_s.median);
@@ -313,7 +320,8 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
                "all-reduce = moving gradients; wait = blocked on a slower peer; other = the rest (logging, "
                "evaluation overhead outside the intervals).");
     if (torch)
-        fprintf(f, " PyTorch DDP overlaps its all-reduce with the backward pass, so its split is not comparable "
+        fprintf(f, " PyTorch DDP overlaps its all-reduce with the backward pass (over gloo on gloo's thread; over "
+                   "shm the call completes before backward goes on), so its split is not comparable "
                    "and is left out of the table (it is in the CSV).");
     fprintf(f, "\n\n");
     if (rep->plots_note)
@@ -328,15 +336,17 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
 void sweep_write_plot_data(FILE *throughput, FILE *split, FILE *curves, const struct sweep_setting *s, int ns,
                            const struct sweep_run *runs, const struct sweep_summary *sums, bool loss)
 {
-    fprintf(throughput, "# instances cores label shm_median shm_min shm_max torch_median torch_min torch_max\n");
+    fprintf(throughput, "# instances cores label shm_median shm_min shm_max torch_median torch_min torch_max "
+                        "torch_shm_median torch_shm_min torch_shm_max (torch_shm: PyTorch DDP over shmtrain's all-reduce)\n");
     fprintf(split, "# label compute_ms allreduce_ms wait_ms other_ms (shmtrain, medians)\n");
     for (int i = 0; i < ns; i++) {
-        const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS], *t = o + SWEEP_TORCH;
+        const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS];
         char b[10][32];
-        fprintf(throughput, "%d %d %s %s %s %s %s %s %s\n", s[i].instances, s[i].cores, s[i].label,
-                num(b[0], 32, o->samples_per_s.median, 1, "-"), num(b[1], 32, o->samples_per_s.min, 1, "-"),
-                num(b[2], 32, o->samples_per_s.max, 1, "-"), num(b[3], 32, t->samples_per_s.median, 1, "-"),
-                num(b[4], 32, t->samples_per_s.min, 1, "-"), num(b[5], 32, t->samples_per_s.max, 1, "-"));
+        fprintf(throughput, "%d %d %s", s[i].instances, s[i].cores, s[i].label);
+        for (int sys = 0; sys < SWEEP_NSYSTEMS; sys++)
+            fprintf(throughput, " %s %s %s", num(b[0], 32, o[sys].samples_per_s.median, 1, "-"),
+                    num(b[1], 32, o[sys].samples_per_s.min, 1, "-"), num(b[2], 32, o[sys].samples_per_s.max, 1, "-"));
+        fputc('\n', throughput);
         fprintf(split, "%s %s %s %s %s\n", s[i].label, num(b[6], 32, o->compute_ms, 3, "0"),
                 num(b[7], 32, o->allreduce_ms, 3, "0"), num(b[8], 32, o->wait_ms, 3, "0"),
                 num(b[9], 32, o->other_ms, 3, "0"));
@@ -358,9 +368,6 @@ void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const s
                          const struct sweep_summary *sums, bool loss)
 {
     (void)runs;
-    bool torch = false;
-    for (int i = 0; i < ns; i++)
-        torch |= sums[i * SWEEP_NSYSTEMS + SWEEP_TORCH].samples_per_s.n > 0;
     fprintf(f, "# gnuplot script written by shmrun --sweep; run it in this directory: gnuplot plot.gp\n"
                "set terminal svg size 760,440 dynamic font 'sans,12' background '#ffffff'\n"
                "set datafile missing '-'\nset grid ytics lc '#dddddd'\nset border 3\nset tics nomirror\n"
@@ -372,8 +379,11 @@ void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const s
         fprintf(f, "%s'%s' %d", i ? ", " : "", s[i].label, s[i].instances);
     fprintf(f, ")\nset yrange [0:*]\nset offsets graph 0.05, graph 0.05, 0, 0\n");
     fprintf(f, "plot 'throughput.dat' using 1:4:5:6 with yerrorlines lw 2 pt 7 lc '#1f77b4' title 'shmtrain'");
-    if (torch)
-        fprintf(f, ", \\\n     '' using 1:7:8:9 with yerrorlines lw 2 pt 5 dt 2 lc '#d62728' title 'PyTorch DDP'");
+    static const char *const colour[SWEEP_NSYSTEMS] = {"#1f77b4", "#d62728", "#9467bd"};
+    for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++)
+        if (sweep_system_ran(sums, ns, sys))
+            fprintf(f, ", \\\n     '' using 1:%d:%d:%d with yerrorlines lw 2 pt 5 dt %d lc '%s' title '%s'", 4 + 3 * sys,
+                    5 + 3 * sys, 6 + 3 * sys, sys + 1, colour[sys], sweep_system_label[sys]);
     fprintf(f, "\nunset logscale x\nunset xtics\nset xtics\nset offsets 0, 0, 0, 0\n");
     fprintf(f, "\nset output 'timesplit.svg'\nset title 'Where a step goes (shmtrain, instance 0, median)'\n"
                "set xlabel 'setting (instances x cores)'\nset ylabel 'ms per step'\n"
@@ -395,8 +405,7 @@ void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const s
                 continue;
             fprintf(f, "%s'accuracy.dat' index %d using 1:2 with linespoints lw 2 pt 7 ps 0.6 dt %d lc %d "
                        "title '%s %s'",
-                    drawn ? ", \\\n     " : "plot ", block, sys == SWEEP_TORCH ? 2 : 1, i + 1, s[i].label,
-                    sys == SWEEP_TORCH ? "PyTorch" : "shmtrain");
+                    drawn ? ", \\\n     " : "plot ", block, sys + 1, i + 1, s[i].label, sweep_system_label[sys]);
             block++;
             drawn++;
         }

@@ -19,15 +19,10 @@
 #include <unistd.h>
 
 #include "sweep.h"
+#include "sweep_peer.h"
 #include "shmtrain/cpuprobe.h"
 #include "shmtrain/env.h"
 
-#ifndef SHMTRAIN_TORCH_VENV_PYTHON
-#define SHMTRAIN_TORCH_VENV_PYTHON ""
-#endif
-#ifndef SHMTRAIN_TORCH_DDP_PATHS
-#define SHMTRAIN_TORCH_DDP_PATHS ""
-#endif
 
 static volatile sig_atomic_t interrupted;
 
@@ -73,31 +68,6 @@ static int make_dir(const char *path)
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* Run argv (searched in PATH) in `dir` (NULL: here) with its output in
- * `log` (relative to dir; NULL: /dev/null); returns its exit status or -1. */
-static int run_quietly(char *const argv[], const char *dir, const char *log)
-{
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        if (dir && chdir(dir) != 0)
-            _exit(126);
-        int fd = open(log ? log : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-        }
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 static bool has_flag(char **argv, const char *flag)
 {
     size_t n = strlen(flag);
@@ -125,39 +95,6 @@ static long flag_number(char **argv, const char *flag)
         }
     }
     return v;
-}
-
-static const char *find_torch_script(const char *asked)
-{
-    static char found[1024];
-    if (asked)
-        return access(asked, R_OK) == 0 ? asked : NULL;
-    const char *env = getenv(ST_ENV_TORCH_DDP);
-    if (env)
-        return access(env, R_OK) == 0 ? env : NULL;
-    char paths[2048];
-    snprintf(paths, sizeof paths, "%s", SHMTRAIN_TORCH_DDP_PATHS);
-    char *save = NULL;
-    for (char *p = strtok_r(paths, ":", &save); p; p = strtok_r(NULL, ":", &save))
-        if (access(p, R_OK) == 0) {
-            snprintf(found, sizeof found, "%s", p);
-            return found;
-        }
-    return NULL;
-}
-
-/* The peer's interpreter: the user's, else the venv with PyTorch 2.13 that
- * scripts/install-deps.sh --bench makes in this tree, else the system's
- * (Debian's python3-torch belongs to /usr/bin/python3, which a virtualenv
- * or /usr/local python3 earlier in PATH would hide). */
-static const char *python(void)
-{
-    const char *p = getenv(ST_ENV_PYTHON);
-    if (p && *p)
-        return p;
-    if (*SHMTRAIN_TORCH_VENV_PYTHON && access(SHMTRAIN_TORCH_VENV_PYTHON, X_OK) == 0)
-        return SHMTRAIN_TORCH_VENV_PYTHON;
-    return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
 }
 
 /* ------------------------------------------------------------ planning -- */
@@ -247,8 +184,7 @@ static int print_plans(const st_topo *t, const struct sweep_job *j, const struct
     int n = sweep_order(ns, nsystems, j->repeats, slots);
     printf("run order (%d runs):", n);
     for (int k = 0; k < n; k++)
-        printf("%s%s/%s", k ? ", " : " ", s[slots[k].setting].label,
-               slots[k].system == SWEEP_TORCH ? "pytorch" : "shmtrain");
+        printf("%s%s/%s", k ? ", " : " ", s[slots[k].setting].label, sweep_system_name[slots[k].system]);
     printf("\n");
     return 0;
 }
@@ -257,8 +193,9 @@ static int print_plans(const st_topo *t, const struct sweep_job *j, const struct
 
 struct run_paths { char dir[1024], job[96], report[1100], metrics[1300], checkpoint[1100]; };
 
-static void child_argv(const struct sweep_job *j, const struct sweep_setting *st, int system, const char *torch,
-                       const struct run_paths *rp, const char *self, char **out, char num[3][16])
+static void child_argv(const struct sweep_job *j, const struct sweep_setting *st, int system,
+                       const struct sweep_peers *peers, const struct run_paths *rp, const char *self, char **out,
+                       char num[3][16])
 {
     int k = 0;
     snprintf(num[0], 16, "%d", st->instances);
@@ -278,14 +215,14 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
     out[k++] = "--report";
     out[k++] = (char *)rp->report;
     out[k++] = "--";
-    if (system == SWEEP_TORCH) {
+    if (system != SWEEP_SHMTRAIN) {
         /* as its users run it: OpenBLAS on its own kernels (some machines
          * set these two, which hold it to older ones) */
         static char *const plain_blas[] = {"env", "-u", "OPENBLAS_CORETYPE", "-u", "OPENBLAS_L2_SIZE"};
         for (size_t i = 0; i < sizeof plain_blas / sizeof *plain_blas; i++)
             out[k++] = plain_blas[i];
-        out[k++] = (char *)python();
-        out[k++] = (char *)torch;
+        out[k++] = (char *)peers->python;
+        out[k++] = (char *)peers->script;
     } else {
         out[k++] = j->argv[0];
     }
@@ -299,6 +236,10 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
         snprintf(num[2], 16, "%d", st->grad_accum);
         out[k++] = "--grad-accum";
         out[k++] = num[2];
+    }
+    if (system == SWEEP_TORCH_SHM) {  /* the project's peer scripts take it (sweep_peer.h) */
+        out[k++] = "--backend";
+        out[k++] = "shm";
     }
     if (system == SWEEP_SHMTRAIN && !has_flag(j->argv, "--checkpoint")) {
         out[k++] = "--checkpoint";
@@ -334,13 +275,14 @@ static int run_child(char **argv)
 }
 
 static void run_one(const struct sweep_job *j, const struct sweep_setting *s, const struct sweep_slot *slot,
-                    int order, const char *torch, const char *self, struct sweep_run *r, struct sweep_versions *v)
+                    int order, const struct sweep_peers *peers, const char *self, struct sweep_run *r,
+                    struct sweep_versions *v)
 {
     const struct sweep_setting *st = &s[slot->setting];
     struct run_paths rp;
     sweep_run_reset(r, slot->setting, slot->system, slot->repeat, order);
     snprintf(rp.dir, sizeof rp.dir, "%s/runs/%02d-%s-%s-r%d", j->out_dir, order + 1, st->label,
-             slot->system == SWEEP_TORCH ? "pytorch" : "shmtrain", slot->repeat + 1);
+             sweep_system_name[slot->system], slot->repeat + 1);
     snprintf(rp.job, sizeof rp.job, "sweep%d-%d", (int)getpid(), order + 1);
     snprintf(rp.report, sizeof rp.report, "%s/report.json", rp.dir);
     snprintf(rp.metrics, sizeof rp.metrics, "%s/%s/attempt0/metrics.jsonl", rp.dir, rp.job);
@@ -350,7 +292,7 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
         return;
     }
     char *argv[256], num[3][16];
-    child_argv(j, st, slot->system, torch, &rp, self, argv, num);
+    child_argv(j, st, slot->system, peers, &rp, self, argv, num);
     int rc = run_child(argv);
     char *report = slurp_file(rp.report), *metrics = slurp_file(rp.metrics);
     bool launched = sweep_read_report(report, r) == 0;
@@ -440,11 +382,11 @@ static const char *draw_plots(const struct sweep_job *j, const struct sweep_sett
     if (bad)
         return "the plot data could not be written";
     char *probe[] = {"gnuplot", "--version", NULL};
-    if (run_quietly(probe, NULL, NULL) != 0)
+    if (sweep_run_quietly(probe, NULL, NULL) != 0)
         return "gnuplot is not installed (apt install gnuplot-nox), so the report is table-only; "
                "`gnuplot plot.gp` in this directory draws them later";
     char *draw[] = {"gnuplot", "plot.gp", NULL};
-    if (run_quietly(draw, j->out_dir, "plot.log") != 0)
+    if (sweep_run_quietly(draw, j->out_dir, "plot.log") != 0)
         return "gnuplot failed (see plot.log)";
     return NULL;
 }
@@ -500,49 +442,14 @@ static int check_job(const struct sweep_job *j)
     return 0;
 }
 
-/* A language model's job (it reads --text) is compared with the same GPT
- * in PyTorch, torch_gpt.py, which lives beside torch_ddp.py. */
-static const char *peer_for_job(const struct sweep_job *j, const char *ddp_script)
-{
-    static char gpt[1100];
-    if (j->torch_script || !has_flag(j->argv, "--text"))
-        return ddp_script;
-    const char *slash = strrchr(ddp_script, '/');
-    snprintf(gpt, sizeof gpt, "%.*storch_gpt.py", slash ? (int)(slash - ddp_script + 1) : 0, ddp_script);
-    return access(gpt, R_OK) == 0 ? gpt : NULL;
-}
-
-static const char *torch_if_usable(const struct sweep_job *j)
-{
-    if (!j->compare_torch)
-        return NULL;
-    const char *script = find_torch_script(j->torch_script);
-    if (script)
-        script = peer_for_job(j, script);
-    if (!script) {
-        fprintf(stderr, "shmrun: --compare-torch: %s; running shmtrain only\n",
-                j->torch_script ? "that script cannot be read" : "bench/torch_ddp.py (or torch_gpt.py) not found (set SHMTRAIN_TORCH_DDP)");
-        return NULL;
-    }
-    char *probe[] = {(char *)python(), "-c", "import torch", NULL};
-    if (run_quietly(probe, NULL, NULL) != 0) {
-        fprintf(stderr, "shmrun: --compare-torch: %s cannot import torch (scripts/install-deps.sh --bench installs it); "
-                        "running shmtrain only\n", python());
-        return NULL;
-    }
-    return script;
-}
-
 int sweep_main(const st_topo *t, const struct sweep_job *j)
 {
     struct sweep_setting s[SWEEP_MAX_SETTINGS];
     int ns = 0, all_cores = 0;
     if (check_job(j) != 0 || plan_settings(t, j, s, &ns, &all_cores) != 0)
         return 2;
-    const char *torch = j->dry_run ? (j->compare_torch ? "torch_ddp.py" : NULL) : torch_if_usable(j);
-    int nsystems = torch ? 2 : 1;
-    if (j->dry_run)
-        return print_plans(t, j, s, ns, nsystems);
+    if (j->dry_run)  /* what would run with every peer there */
+        return print_plans(t, j, s, ns, j->compare_torch ? SWEEP_NSYSTEMS : 1);
     char self[1024];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
@@ -550,6 +457,9 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
         return 1;
     }
     self[len] = '\0';
+    struct sweep_peers peers;
+    sweep_find_peers(j, self, &peers);
+    const int nsystems = peers.nsystems;
     char runs_dir[1100];
     snprintf(runs_dir, sizeof runs_dir, "%s/runs", j->out_dir);
     if (make_dir(runs_dir) != 0) {
@@ -565,7 +475,7 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
         return 1;
     }
     int n = sweep_order(ns, nsystems, j->repeats, slots), done = 0, failed = 0;
-    struct sweep_report rep = {.torch_asked = j->compare_torch, .torch_available = torch != NULL};
+    struct sweep_report rep = {.torch_asked = j->compare_torch, .torch_available = nsystems > 1};
     describe_machine(&rep, t, j);
     probe_machine(t, j, &rep);
     char command[2048] = "";
@@ -575,12 +485,13 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
                                  a == j->argv ? basename(*a) : *a);
     rep.command = command;
     fprintf(stderr, "shmrun: sweep of %d setting%s x %d repeat%s%s = %d runs, results in %s/\n", ns,
-            ns == 1 ? "" : "s", j->repeats, j->repeats == 1 ? "" : "s", torch ? " x 2 systems" : "", n, j->out_dir);
+            ns == 1 ? "" : "s", j->repeats, j->repeats == 1 ? "" : "s",
+            nsystems == 3 ? " x 3 systems" : nsystems == 2 ? " x 2 systems" : "", n, j->out_dir);
     struct sigaction sa = {.sa_handler = on_interrupt}, old_int, old_term;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     for (; done < n && !interrupted; done++) {
-        run_one(j, s, &slots[done], done, torch, self, &runs[done], &rep.versions);
+        run_one(j, s, &slots[done], done, &peers, self, &runs[done], &rep.versions);
         failed += !runs[done].ok;
         print_progress(s, &runs[done], done, n, j->target.loss);
     }

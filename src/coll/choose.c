@@ -13,7 +13,6 @@
  * st_group_config.algorithm (SHMTRAIN_ALLREDUCE_ALGORITHM) forces one
  * algorithm at every size it can run.
  */
-#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -145,7 +144,7 @@ enum coll_algo coll_choose(const st_group *g, const struct coll_call *c)
         return g->forced;
     const size_t bytes = c->count * coll_esize(c->wire);
     const struct thresholds t = thresholds_for(g, c->zero_copy);
-    if (bytes <= t.inline_max)
+    if (bytes <= t.inline_max && coll_inline_takes(g, c))
         return COLL_INLINE;
     if (bytes <= t.direct_max && coll_direct_takes(g, c))
         return COLL_DIRECT;
@@ -172,14 +171,15 @@ const char *coll_algo_name(enum coll_algo a) { return ALGORITHMS[a].name; }
 enum coll_algo coll_choose_again(st_group *g, const struct coll_call *c)
 {
     const size_t bytes = c->count * coll_esize(c->wire);
-    const int pool = bytes < 2 * g->cfg.thread_bytes || g->threads == 1 ? 0 : omp_get_max_threads();
-    if (g->last.count == c->count && g->last.user == c->user && g->last.wire == c->wire &&
+    const int pool = bytes < 2 * g->cfg.thread_bytes || g->threads == 1 ? 0 : coll_pool_size();
+    if (g->last.count == c->count && g->last.user == c->user && g->last.wire == c->wire && g->last.op == c->op &&
         g->last.zero_copy == c->zero_copy && g->last.pool == pool && g->last.count)
         return g->last.algo;
     const enum coll_algo a = coll_choose(g, c);
     g->last.count = c->count;
     g->last.user = c->user;
     g->last.wire = c->wire;
+    g->last.op = c->op;
     g->last.zero_copy = c->zero_copy;
     g->last.pool = pool;
     g->last.algo = a;

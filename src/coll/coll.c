@@ -77,28 +77,44 @@ static bool in_zero_copy(const st_group *g, const void *buf, size_t bytes, size_
 }
 
 /* The call, its buffer's path decided: a payload of the wire's own type in
- * the zero-copy region is reduced in place there (bf16 at a 4-byte offset,
- * so its slices' fp32 sums line up). */
+ * the zero-copy region is reduced in place there (at an offset of whole
+ * elements, bf16's of 4 bytes, so its slices' fp32 sums line up). */
 static struct coll_call describe(const st_group *g, void *buf, size_t count, st_dtype user, st_dtype wire,
                                  st_reduce_op op, const struct coll_stage *sg)
 {
     struct coll_call c = {buf, count, user, wire, op, sg, false, 0};
     size_t off;
     if (user == wire && in_zero_copy(g, buf, count * coll_esize(wire), &off) &&
-        (wire == ST_DTYPE_F32 || off % sizeof(float) == 0)) {
+        off % (wire == ST_DTYPE_BF16 ? sizeof(float) : coll_esize(wire)) == 0) {
         c.zero_copy = true;
         c.zc_off = off;
     }
     return c;
 }
 
-static st_status check_allreduce(const st_group *g, const void *buf, size_t count, st_reduce_op op)
+static bool floating(st_dtype t)
+{
+    return t == ST_DTYPE_F32 || t == ST_DTYPE_BF16 || t == ST_DTYPE_F16 || t == ST_DTYPE_F64;
+}
+
+st_status coll_check_payload(st_dtype t, st_reduce_op op)
+{
+    if (op != ST_SUM && op != ST_AVG && op != ST_MAX && op != ST_MIN)
+        return st_fail(ST_ERR_INVALID, "coll: allreduce: unknown reduce op %d", (int)op);
+    if (!floating(t) && t != ST_DTYPE_I32 && t != ST_DTYPE_I64)
+        return st_fail(ST_ERR_INVALID, "coll: allreduce: element type %d is not fp32, bf16, fp16, fp64, i32 or i64",
+                       (int)t);
+    if (op == ST_AVG && !floating(t))
+        return st_fail(ST_ERR_INVALID, "coll: allreduce: an average of %s (integers): use SUM and divide",
+                       st_dtype_name(t));
+    return ST_OK;
+}
+
+static st_status check_allreduce(const st_group *g, const void *buf, size_t count)
 {
     st_status st = coll_check_usable(g);
     if (st != ST_OK)
         return st;
-    if (op != ST_SUM && op != ST_AVG)
-        return st_fail(ST_ERR_INVALID, "coll: allreduce: unknown reduce op %d", (int)op);
     if (count && !buf)
         return st_fail(ST_ERR_INVALID, "coll: allreduce: NULL buffer with count %zu", count);
     return ST_OK;
@@ -108,6 +124,8 @@ static st_status check_allreduce(const st_group *g, const void *buf, size_t coun
  * and a stage (other nodes' sums) still runs. */
 static st_status alone(st_group *g, const struct coll_call *c)
 {
+    if (!coll_fast_payload(c->wire, c->op) && !c->sg)
+        return ST_OK;  /* a reduction of one value is the value */
     if (c->wire == ST_DTYPE_F32)
         return c->sg ? coll_run_stage(c->sg, c->buf, c->count, c->op) : ST_OK;
     float *f = c->user == ST_DTYPE_F32 ? c->buf : NULL;
@@ -134,14 +152,16 @@ static st_status alone(st_group *g, const struct coll_call *c)
 static st_status allreduce(st_group *g, void *buf, size_t count, st_dtype user, st_dtype wire, st_reduce_op op,
                            const struct coll_stage *sg)
 {
-    st_status st = check_allreduce(g, buf, count, op);
+    st_status st = check_allreduce(g, buf, count);
+    if (st == ST_OK)
+        st = coll_check_payload(wire, op);
     if (st != ST_OK)
         return st;
     if (count == 0)
         return ST_OK;
     g->ctr.calls++;
-    if (user == wire && count <= g->inline_upto[wire == ST_DTYPE_BF16])  /* coll_choose's answer, kept */
-        return coll_inline_piece(g, buf, count, wire, op, sg);
+    if (user == wire && coll_fast_payload(wire, op) && count <= g->inline_upto[wire == ST_DTYPE_BF16])
+        return coll_inline_piece(g, buf, count, wire, op, sg);  /* coll_choose's answer, kept */
     const struct coll_call c = describe(g, buf, count, user, wire, op, sg);
     if (g->world == 1)
         return alone(g, &c);
@@ -236,7 +256,7 @@ static st_status barrier(st_group *g)
 /* ------------------------------------------------- the public collectives -- */
 
 /* A collective that completed is progress the launcher can see. */
-static st_status progressed(st_group *g, st_status st)
+st_status coll_progressed(st_group *g, st_status st)
 {
     if (st == ST_OK)
         st_heartbeat_beat(&g->hb, coll_coarse_now_s());
@@ -253,12 +273,12 @@ static st_status make_stage(st_shard_fn between, void *ctx, int divisor, struct 
 
 st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op)
 {
-    return progressed(g, allreduce(g, buf, count, ST_DTYPE_F32, ST_DTYPE_F32, op, NULL));
+    return coll_progressed(g, allreduce(g, buf, count, ST_DTYPE_F32, ST_DTYPE_F32, op, NULL));
 }
 
 st_status st_allreduce_bf16(st_group *g, uint16_t *buf, size_t count, st_reduce_op op)
 {
-    return progressed(g, allreduce(g, buf, count, ST_DTYPE_BF16, ST_DTYPE_BF16, op, NULL));
+    return coll_progressed(g, allreduce(g, buf, count, ST_DTYPE_BF16, ST_DTYPE_BF16, op, NULL));
 }
 
 st_status st_allreduce_bf16_staged(st_group *g, uint16_t *buf, size_t count, st_reduce_op op, st_shard_fn between,
@@ -266,22 +286,18 @@ st_status st_allreduce_bf16_staged(st_group *g, uint16_t *buf, size_t count, st_
 {
     struct coll_stage sg;
     st_status st = make_stage(between, ctx, divisor, &sg);
-    return st != ST_OK ? st : progressed(g, allreduce(g, buf, count, ST_DTYPE_BF16, ST_DTYPE_BF16, op, &sg));
+    return st != ST_OK ? st : coll_progressed(g, allreduce(g, buf, count, ST_DTYPE_BF16, ST_DTYPE_BF16, op, &sg));
 }
 
 st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op)
 {
-    switch (dtype) {
-    case ST_DTYPE_F32: return st_allreduce_f32(g, buf, count, op);
-    case ST_DTYPE_BF16: return st_allreduce_bf16(g, buf, count, op);
-    default: return st_fail(ST_ERR_INVALID, "coll: allreduce: element type %d is not f32 or bf16", (int)dtype);
-    }
+    return coll_progressed(g, allreduce(g, buf, count, dtype, dtype, op, NULL));
 }
 
 st_status st_allreduce_as(st_group *g, float *buf, size_t count, st_dtype wire, st_reduce_op op)
 {
     st_status st = wire_type(wire);
-    return st != ST_OK ? st : progressed(g, allreduce(g, buf, count, ST_DTYPE_F32, wire, op, NULL));
+    return st != ST_OK ? st : coll_progressed(g, allreduce(g, buf, count, ST_DTYPE_F32, wire, op, NULL));
 }
 
 st_status st_allreduce_as_staged(st_group *g, float *buf, size_t count, st_dtype wire, st_reduce_op op,
@@ -291,7 +307,7 @@ st_status st_allreduce_as_staged(st_group *g, float *buf, size_t count, st_dtype
     st_status st = wire_type(wire);
     if (st == ST_OK)
         st = make_stage(between, ctx, divisor, &sg);
-    return st != ST_OK ? st : progressed(g, allreduce(g, buf, count, ST_DTYPE_F32, wire, op, &sg));
+    return st != ST_OK ? st : coll_progressed(g, allreduce(g, buf, count, ST_DTYPE_F32, wire, op, &sg));
 }
 
 st_status st_allreduce_f32_staged(st_group *g, float *buf, size_t count, st_reduce_op op, st_shard_fn between,
@@ -299,17 +315,17 @@ st_status st_allreduce_f32_staged(st_group *g, float *buf, size_t count, st_redu
 {
     struct coll_stage sg;
     st_status st = make_stage(between, ctx, divisor, &sg);
-    return st != ST_OK ? st : progressed(g, allreduce(g, buf, count, ST_DTYPE_F32, ST_DTYPE_F32, op, &sg));
+    return st != ST_OK ? st : coll_progressed(g, allreduce(g, buf, count, ST_DTYPE_F32, ST_DTYPE_F32, op, &sg));
 }
 
 st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root)
 {
-    return progressed(g, broadcast(g, buf, bytes, root));
+    return coll_progressed(g, broadcast(g, buf, bytes, root));
 }
 
 st_status st_barrier(st_group *g)
 {
-    return progressed(g, barrier(g));
+    return coll_progressed(g, barrier(g));
 }
 
 void st_group_heartbeat(st_group *g)

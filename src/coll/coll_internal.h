@@ -91,6 +91,7 @@ struct st_group {
     struct {                      /* choose.c's last answer: calls repeat */
         size_t count;
         st_dtype user, wire;
+        st_reduce_op op;
         bool zero_copy;
         int pool;                 /* the caller's OpenMP pool then, or 0 when the size uses one thread */
         enum coll_algo algo;
@@ -183,6 +184,10 @@ enum coll_algo coll_algo_parse(const char *name);  /* COLL_TABLE if unknown */
  * direct slots are sized for it). */
 size_t coll_table_max_bytes(enum coll_algo a);
 
+/* coll.c: can an all-reduce take this payload and op?  (ST_OK, or why not) */
+st_status coll_check_payload(st_dtype t, st_reduce_op op);
+/* st: a collective's outcome; a success beats the launcher's heartbeat. */
+st_status coll_progressed(st_group *g, st_status st);
 /* coll.c: the stage (if any) on n fp32 sums, and the average's division. */
 st_status coll_run_stage(const struct coll_stage *sg, float *part, size_t n, st_reduce_op op);
 /* Round fp32 sums into bf16 after the stage (if any) and the average. */
@@ -195,7 +200,15 @@ void coll_part(size_t n, int parts, int part, size_t *lo, size_t *hi);
 /* The address of offset off in rank q's segment. */
 char *coll_seg_at(const st_group *g, int q, size_t off);
 /* The caller's element i (of type t) and rank q's zero-copy element i. */
-static inline size_t coll_esize(st_dtype t) { return t == ST_DTYPE_BF16 ? 2 : 4; }
+static inline size_t coll_esize(st_dtype t)
+{
+    return t == ST_DTYPE_BF16 || t == ST_DTYPE_F16 ? 2 : t == ST_DTYPE_I64 || t == ST_DTYPE_F64 ? 8 : 4;
+}
+/* The payloads of the table's fast paths: fp32 and bf16 sums and averages. */
+static inline bool coll_fast_payload(st_dtype wire, st_reduce_op op)
+{
+    return (wire == ST_DTYPE_F32 || wire == ST_DTYPE_BF16) && (op == ST_SUM || op == ST_AVG);
+}
 static inline void *coll_elem(void *base, st_dtype t, size_t i) { return (char *)base + i * coll_esize(t); }
 
 /* ------------------------------------------------------------ counters -- */
@@ -221,6 +234,19 @@ static inline void coll_count_read_all(st_group *g, size_t bytes)
 }
 
 /* ------------------------------------------------------------- threads -- */
+
+/* The OpenMP pool a call splits over; built without OpenMP (the PyTorch
+ * binding, whose process brings its own runtime), one thread. */
+#ifdef _OPENMP
+#include <omp.h>
+static inline int coll_pool_size(void) { return omp_get_max_threads(); }
+static inline int coll_team_size(void) { return omp_get_num_threads(); }
+static inline int coll_team_member(void) { return omp_get_thread_num(); }
+#else
+static inline int coll_pool_size(void) { return 1; }
+static inline int coll_team_size(void) { return 1; }
+static inline int coll_team_member(void) { return 0; }
+#endif
 
 /* par.c: how many threads a phase that moves `bytes` is split over (1
  * below a few hundred KiB: a fork and join would cost more than it saves). */
@@ -250,6 +276,7 @@ struct coll_sum {
     int nsrc;
     st_dtype from, to;
     float div;
+    st_reduce_op op;  /* SUM (AVG: div), MAX or MIN; beyond fp32/bf16 sums, from == to */
 };
 void coll_par_sum(st_group *g, const struct coll_sum *s, void *out, size_t n);
 

@@ -47,7 +47,7 @@ static st_status direct(st_group *g, float *buf, size_t n, const struct coll_cal
 
 bool coll_direct_takes(const st_group *g, const struct coll_call *c)
 {
-    return g->world >= 2 && c->user == ST_DTYPE_F32 && c->wire == ST_DTYPE_F32;
+    return g->world >= 2 && c->user == ST_DTYPE_F32 && c->wire == ST_DTYPE_F32 && coll_fast_payload(c->wire, c->op);
 }
 
 st_status coll_direct_run(st_group *g, const struct coll_call *c)

@@ -20,7 +20,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
-#include <omp.h>
 #include <unistd.h>
 
 #include "coll_internal.h"
@@ -53,7 +52,7 @@ static int one_numa_node(const char *list)
 static int default_threads(int world)
 {
     const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int t = omp_get_max_threads();
+    int t = coll_pool_size();
     const long cap = ncpu > 0 ? ncpu / world : 1;
     if (t > cap)
         t = (int)cap;

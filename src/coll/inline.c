@@ -154,7 +154,7 @@ st_status coll_inline_piece(st_group *g, void *buf, size_t count, st_dtype dtype
 
 bool coll_inline_takes(const st_group *g, const struct coll_call *c)
 {
-    return g->world >= 2 && (c->wire == ST_DTYPE_F32 || c->wire == ST_DTYPE_BF16);
+    return g->world >= 2 && coll_fast_payload(c->wire, c->op);
 }
 
 /* Any count, in pieces of the lines' capacity (one, unless forced); fp32

@@ -9,11 +9,11 @@
  * with one, so the bits do not depend on the thread count.  Bytes are
  * counted here, once per call, before the split.
  */
-#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "coll_internal.h"
+#include "shmtrain/fp16.h"
 
 /* A thread's share of n elements, cut at multiples of 32 (a 64-byte line
  * of bf16, two of fp32), so no two threads write the same line. */
@@ -33,7 +33,7 @@ int coll_threads_for(const st_group *g, size_t bytes)
     if (bytes < 2 * g->cfg.thread_bytes || g->threads == 1)
         return 1;
     int most = g->threads;
-    const int pool = omp_get_max_threads();  /* the calling thread's: 1 where the caller said so */
+    const int pool = coll_pool_size();  /* the calling thread's: 1 where the caller said so */
     if (pool < most)
         most = pool;
     const size_t by_size = bytes / g->cfg.thread_bytes;
@@ -90,7 +90,7 @@ void coll_par_gather(st_group *g, const struct coll_span *spans, int nspans, st_
 #pragma omp parallel num_threads(threads)
     {
         size_t lo, hi;
-        share(total, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        share(total, coll_team_size(), coll_team_member(), &lo, &hi);
         gather_range(spans, nspans, to, from, to_user, lo, hi);
     }
 }
@@ -140,11 +140,91 @@ static void sum_bf16_to_f32(float *out, const void *const *src, int nsrc, size_t
             out[i] /= div;
 }
 
+/* ---------------------------------------------------- any type, any op -- */
+
+/* a combined with b by op: MAX and MIN keep the first NaN (rank order). */
+static inline float combine_f(float a, float b, st_reduce_op op)
+{
+    if (op == ST_SUM)
+        return a + b;
+    if (a != a || b != b)
+        return a != a ? a : b;
+    return op == ST_MAX ? (b > a ? b : a) : (b < a ? b : a);
+}
+
+static inline float load_f(const void *p, st_dtype t, size_t i)
+{
+    return t == ST_DTYPE_F32 ? ((const float *)p)[i]
+         : t == ST_DTYPE_BF16 ? st_bf16_to_f32(((const st_bf16 *)p)[i])
+                              : st_f16_to_f32(((const st_f16 *)p)[i]);
+}
+
+static inline void store_f(void *p, st_dtype t, size_t i, float v)
+{
+    if (t == ST_DTYPE_F32)
+        ((float *)p)[i] = v;
+    else if (t == ST_DTYPE_BF16)
+        ((st_bf16 *)p)[i] = st_bf16_from_f32(v);
+    else
+        ((st_f16 *)p)[i] = st_f16_from_f32(v);
+}
+
+/* Integers in two's complement: sums wrap (as unsigned arithmetic does,
+ * where a signed overflow would be undefined). */
+#define COMBINE_INT(T, U)                                                                                    \
+    static void combine_##T(void *out, const void *const *src, int nsrc, st_reduce_op op, size_t lo, size_t hi) \
+    {                                                                                                        \
+        for (size_t i = lo; i < hi; i++) {                                                                   \
+            T v = ((const T *)src[0])[i];                                                                    \
+            for (int q = 1; q < nsrc; q++) {                                                                 \
+                const T x = ((const T *)src[q])[i];                                                          \
+                v = op == ST_SUM ? (T)((U)v + (U)x) : op == ST_MAX ? (x > v ? x : v) : (x < v ? x : v);      \
+            }                                                                                                \
+            ((T *)out)[i] = v;                                                                               \
+        }                                                                                                    \
+    }
+COMBINE_INT(int32_t, uint32_t)
+COMBINE_INT(int64_t, uint64_t)
+
+/* fp64: in fp64, rank order, as fp32's in fp32. */
+static void combine_f64(const struct coll_sum *s, void *out, size_t lo, size_t hi)
+{
+    for (size_t i = lo; i < hi; i++) {
+        double v = ((const double *)s->src[0])[i];
+        for (int q = 1; q < s->nsrc; q++) {
+            const double x = ((const double *)s->src[q])[i];
+            if (s->op == ST_SUM)
+                v += x;
+            else if (v == v && (x != x || (s->op == ST_MAX ? x > v : x < v)))
+                v = x;  /* MAX and MIN keep the first NaN, as combine_f */
+        }
+        ((double *)out)[i] = s->div != 1.0f ? v / s->div : v;
+    }
+}
+
+/* Floating types other than the fast paths' (fp16 sums, any MAX or MIN):
+ * fp32 in rank order, divided, rounded once into `to`. */
+static void combine_float(const struct coll_sum *s, void *out, size_t lo, size_t hi)
+{
+    for (size_t i = lo; i < hi; i++) {
+        float v = load_f(s->src[0], s->from, i);
+        for (int q = 1; q < s->nsrc; q++)
+            v = combine_f(v, load_f(s->src[q], s->from, i), s->op);
+        store_f(out, s->to, i, s->div != 1.0f ? v / s->div : v);
+    }
+}
+
 static void sum_range(const struct coll_sum *s, void *out, size_t lo, size_t hi)
 {
     if (lo >= hi)
         return;
-    if (s->from == ST_DTYPE_F32)
+    if (s->from == ST_DTYPE_I32 || s->from == ST_DTYPE_I64)
+        (s->from == ST_DTYPE_I32 ? combine_int32_t : combine_int64_t)(out, s->src, s->nsrc, s->op, lo, hi);
+    else if (s->from == ST_DTYPE_F64)
+        combine_f64(s, out, lo, hi);
+    else if (s->op != ST_SUM || s->from == ST_DTYPE_F16 || s->to == ST_DTYPE_F16)
+        combine_float(s, out, lo, hi);
+    else if (s->from == ST_DTYPE_F32)
         sum_f32(out, s->to, (const float *const *)s->src, s->nsrc, lo, hi, s->div);
     else if (s->to == ST_DTYPE_F32)
         sum_bf16_to_f32(out, s->src, s->nsrc, lo, hi, s->div);
@@ -166,7 +246,7 @@ void coll_par_sum(st_group *g, const struct coll_sum *s, void *out, size_t n)
 #pragma omp parallel num_threads(threads)
     {
         size_t lo, hi;
-        share(n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        share(n, coll_team_size(), coll_team_member(), &lo, &hi);
         sum_range(s, out, lo, hi);
     }
 }

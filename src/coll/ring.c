@@ -97,7 +97,7 @@ static st_status ring(st_group *g, float *const *bufs, size_t n, const struct co
 
 bool coll_ring_takes(const st_group *g, const struct coll_call *c)
 {
-    return g->world >= 2 && c->user == ST_DTYPE_F32 && c->wire == ST_DTYPE_F32;
+    return g->world >= 2 && c->user == ST_DTYPE_F32 && c->wire == ST_DTYPE_F32 && coll_fast_payload(c->wire, c->op);
 }
 
 st_status coll_ring_run(st_group *g, const struct coll_call *c)

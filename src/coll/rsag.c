@@ -28,7 +28,8 @@
 
 bool coll_rsag_takes(const st_group *g, const struct coll_call *c)
 {
-    return g->world >= 2 && (c->wire == ST_DTYPE_F32 || c->wire == ST_DTYPE_BF16);
+    (void)c;  /* every payload and op */
+    return g->world >= 2;
 }
 
 /* Elements per piece: all of a zero-copy buffer; staging's worth of an
@@ -47,7 +48,7 @@ static st_status reduce_slice(st_group *g, const struct coll_call *c, size_t lo,
         g->srcs[q] = g->bases[q] + lo * es;
     void *mine = g->bases[g->rank] + lo * es;
     struct coll_sum s = {g->srcs, g->owners, g->world, c->wire, c->wire,
-                         c->op == ST_AVG && !c->sg ? (float)g->world : 1.0f};
+                         c->op == ST_AVG && !c->sg ? (float)g->world : 1.0f, c->op == ST_AVG ? ST_SUM : c->op};
     if (!c->sg || c->wire == ST_DTYPE_F32) {
         coll_par_sum(g, &s, mine, n);
         return c->sg ? coll_run_stage(c->sg, mine, n, c->op) : ST_OK;

@@ -26,7 +26,7 @@
 
 bool coll_two_level_takes(const st_group *g, const struct coll_call *c)
 {
-    return g->lv.levels == 2 && (c->wire == ST_DTYPE_F32 || c->wire == ST_DTYPE_BF16);
+    return g->lv.levels == 2 && coll_fast_payload(c->wire, c->op);
 }
 
 static int rank_at(const st_group *g, int node, int local) { return g->lv.rank_at[node * g->lv.per_node + local]; }
@@ -75,7 +75,7 @@ static void node_sum(st_group *g, const struct coll_call *c, size_t a_off, size_
     within(g, g->owners);
     for (int i = 0; i < g->lv.per_node; i++)
         g->srcs[i] = g->bases[g->owners[i]] + pl * es;
-    const struct coll_sum s = {g->srcs, g->owners, g->lv.per_node, c->wire, ST_DTYPE_F32, 1.0f};
+    const struct coll_sum s = {g->srcs, g->owners, g->lv.per_node, c->wire, ST_DTYPE_F32, 1.0f, ST_SUM};
     coll_par_sum(g, &s, coll_seg_at(g, g->rank, g->staging_off + a_off), ph - pl);
 }
 
@@ -88,7 +88,7 @@ static st_status cross_sum(st_group *g, const struct coll_call *c, size_t a_off,
         g->srcs[m] = coll_seg_at(g, g->owners[m], g->staging_off + a_off) + sl * sizeof(float);
     char *out = coll_seg_at(g, g->rank, g->results_off) + sl * coll_esize(c->wire);
     struct coll_sum s = {g->srcs, g->owners, g->lv.nodes, ST_DTYPE_F32, c->wire,
-                         c->op == ST_AVG && !c->sg ? (float)g->world : 1.0f};
+                         c->op == ST_AVG && !c->sg ? (float)g->world : 1.0f, ST_SUM};
     const size_t n = sh - sl;
     if (!c->sg || c->wire == ST_DTYPE_F32) {
         coll_par_sum(g, &s, out, n);

@@ -3,10 +3,12 @@
 #include <string.h>
 
 #include "shmtrain/bf16.h"
+#include "shmtrain/fp16.h"
 
 const char *st_dtype_name(st_dtype t)
 {
-    static const char *const names[] = {[ST_DTYPE_F32] = "fp32", [ST_DTYPE_BF16] = "bf16", [ST_DTYPE_I32] = "i32"};
+    static const char *const names[] = {[ST_DTYPE_F32] = "fp32", [ST_DTYPE_BF16] = "bf16", [ST_DTYPE_I32] = "i32",
+                                        [ST_DTYPE_F16] = "fp16", [ST_DTYPE_I64] = "i64", [ST_DTYPE_F64] = "fp64"};
     return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
 }
 
@@ -21,7 +23,10 @@ bool st_dtype_parse(const char *name, st_dtype *out)
     return true;
 }
 
-size_t st_dtype_size(st_dtype t) { return t == ST_DTYPE_BF16 ? 2 : 4; }
+size_t st_dtype_size(st_dtype t)
+{
+    return t == ST_DTYPE_BF16 || t == ST_DTYPE_F16 ? 2 : t == ST_DTYPE_I64 || t == ST_DTYPE_F64 ? 8 : 4;
+}
 
 /* The array conversions: the integer operations of bf16.h without a
  * branch, so GCC vectorises them, built for several ISAs and picked at
@@ -88,4 +93,19 @@ void st_bf16_to_f32_n(float *restrict out, const st_bf16 *restrict in, size_t n)
         const uint32_t u = (uint32_t)in[i] << 16;
         memcpy(&out[i], &u, sizeof u);
     }
+}
+
+/* fp16 arrays (fp16.h): the element conversions, vectorised by the compiler. */
+ST_MULTIVERSION
+void st_f16_from_f32_n(st_f16 *restrict out, const float *restrict in, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = st_f16_from_f32(in[i]);
+}
+
+ST_MULTIVERSION
+void st_f16_to_f32_n(float *restrict out, const st_f16 *restrict in, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = st_f16_to_f32(in[i]);
 }

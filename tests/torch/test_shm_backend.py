@@ -1,0 +1,362 @@
+"""The torch.distributed backend "shm" (python/shmtrain_torch) against gloo.
+
+    python tests/torch/test_shm_backend.py ops|ddp|fault|launch   (ctest runs each)
+
+ops     every collective on the same inputs over shm and over gloo in the same
+        processes, at 2, 3 and 4 ranks: every dtype and op the backend takes,
+        sizes from one element to past a staging area, non-contiguous tensors,
+        a sub-group (new_group) beside the default group; gloo's results and
+        shm's equal to the bit (inputs small integers: every order exact)
+ddp     DistributedDataParallel training of the peers' resnet and gpt-mini for
+        20 steps over shm and over gloo at 2 ranks (the same sums, so the same
+        bits) and 2 x b against 1 x 2b (another order: close)
+fault   a rank killed, then a rank stopped, mid all_reduce: the others raise
+        DistBackendError within the group's timeout, naming it; nothing left
+        in /dev/shm
+launch  under shmrun (which sets torchrun's variables and MASTER_ADDR/PORT)
+        and under torchrun: the default group over shm from the environment,
+        send/recv refused by name, torch.distributed.checkpoint save + load
+
+Exits 77 (skipped) where torch or the built extension cannot be imported.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    import shmtrain_torch  # noqa: F401  registers "shm"
+except ImportError as e:
+    print(f"skipped: {e}")
+    sys.exit(77)
+
+def store_without_libuv():
+    """PyTorch asks for a libuv TCPStore by default; builds without libuv
+    (Debian's python3-torch) refuse it: then the older store, as USE_LIBUV=0 says."""
+    try:
+        dist.TCPStore("127.0.0.1", 0, is_master=True, use_libuv=True)
+    except (RuntimeError, TypeError) as e:
+        if "libuv" in str(e):
+            os.environ.setdefault("USE_LIBUV", "0")
+
+
+store_without_libuv()
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32, torch.int64]
+OPS = [dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN]
+SIZES = [1, 7, 1003, (5 << 20) // 4 + 3]  # the last past the 4 MiB staging area in float32
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def inputs(rank, n, dtype, salt):
+    """Small integers, each rank's own: every sum of them exact in every dtype."""
+    v = (torch.arange(n, dtype=torch.int64) * 7 + rank * 13 + salt) % 17 - 8
+    return v.to(dtype)
+
+
+def same(a, b, what):
+    if not torch.equal(a, b):
+        bad = (a != b).nonzero()[:3].flatten().tolist()
+        raise AssertionError(f"{what}: shm and gloo differ at {bad}: {a.flatten()[:6]} vs {b.flatten()[:6]}")
+
+
+def check_allreduce(shm, gloo, rank, world):
+    for n in SIZES:
+        for dtype in DTYPES:
+            for op in OPS:
+                a, b = inputs(rank, n, dtype, int(op)), inputs(rank, n, dtype, int(op))
+                dist.all_reduce(a, op=op, group=shm)
+                dist.all_reduce(b, op=op, group=gloo)
+                same(a, b, f"all_reduce {dtype} {op} n={n}")
+            if dtype.is_floating_point:  # gloo has no AVG: its SUM, divided, is the definition here
+                a = inputs(rank, n, dtype, 5)
+                b = inputs(rank, n, torch.float64 if dtype == torch.float64 else torch.float32, 5)
+                dist.all_reduce(a, op=dist.ReduceOp.AVG, group=shm)
+                dist.all_reduce(b, group=gloo)
+                same(a, (b / world).to(dtype), f"all_reduce {dtype} AVG n={n}")
+    # non-contiguous: a transposed view reduces as its values, written back in place
+    a = inputs(rank, 12 * 5, torch.float32, 3).view(12, 5).t()
+    b = a.clone()
+    dist.all_reduce(a, group=shm)
+    dist.all_reduce(b, group=gloo)
+    same(a, b, "all_reduce of a transposed view")
+    try:  # refused by name, never approximated
+        dist.all_reduce(torch.ones(3, dtype=torch.uint8), group=shm)
+        raise AssertionError("uint8 accepted")
+    except RuntimeError as e:
+        assert "Byte" in str(e), e
+    try:
+        dist.all_reduce(torch.ones(3), op=dist.ReduceOp.PRODUCT, group=shm)
+        raise AssertionError("PRODUCT accepted")
+    except RuntimeError as e:
+        assert "reduce op" in str(e), e
+
+
+def check_others(shm, gloo, rank, world):
+    for n in (1, 1003, (5 << 20) // 4 + 3):
+        for root in range(world):
+            a, b = inputs(rank, n, torch.float32, root), inputs(rank, n, torch.float32, root)
+            dist.broadcast(a, root, group=shm)
+            dist.broadcast(b, root, group=gloo)
+            same(a, b, f"broadcast from {root}")
+        x = inputs(rank, n, torch.int64, 1)
+        outs_a = [torch.empty_like(x) for _ in range(world)]
+        outs_b = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(outs_a, x, group=shm)
+        dist.all_gather(outs_b, x, group=gloo)
+        for q in range(world):
+            same(outs_a[q], outs_b[q], f"all_gather n={n} from {q}")
+        flat = torch.empty(world * n, dtype=torch.int64)
+        dist.all_gather_into_tensor(flat, x, group=shm)
+        same(flat, torch.cat(outs_b), "all_gather_into_tensor")
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX):
+            ins = [inputs(rank * world + q, n, torch.float32, 2) for q in range(world)]
+            out_a = torch.empty(n)
+            dist.reduce_scatter(out_a, ins, op=op, group=shm)
+            whole = torch.cat(ins)  # gloo's all_reduce, this rank's part: gloo's reduce_scatter is 2.6+ only
+            dist.all_reduce(whole, op=op, group=gloo)
+            out_b = whole[rank * n:(rank + 1) * n]
+            same(out_a, out_b, f"reduce_scatter {op} n={n}")
+            out_c = torch.empty(n)
+            dist.reduce_scatter_tensor(out_c, torch.cat(ins), op=op, group=shm)
+            same(out_c, out_b, f"reduce_scatter_tensor {op} n={n}")
+    for root in range(world):
+        x = inputs(rank, 33, torch.float32, root)
+        a, b = x.clone(), x.clone()
+        dist.reduce(a, root, group=shm)
+        dist.reduce(b, root, group=gloo)
+        if rank == root:
+            same(a, b, f"reduce to {root}")
+        else:
+            same(a, x, f"reduce to {root}: a non-root's tensor untouched")
+        got = [torch.empty(33) for _ in range(world)] if rank == root else None
+        dist.gather(x, got, dst=root, group=shm)
+        if rank == root:
+            for q in range(world):
+                same(got[q], inputs(q, 33, torch.float32, root), f"gather to {root} from {q}")
+        out = torch.empty(5)
+        dist.scatter(out, [torch.full((5,), float(q * 10 + root)) for q in range(world)] if rank == root else None,
+                     src=root, group=shm)
+        same(out, torch.full((5,), float(rank * 10 + root)), f"scatter from {root}")
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank, "w": [rank] * 3}, group=shm)
+    assert objs == [{"rank": q, "w": [q] * 3} for q in range(world)], objs
+    dist.barrier(group=shm)
+
+
+def ops_rank(rank, world, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    shm = dist.new_group(backend="shm")
+    gloo = dist.new_group(backend="gloo")
+    check_allreduce(shm, gloo, rank, world)
+    check_others(shm, gloo, rank, world)
+    if world >= 3:  # a sub-group of the first two ranks: only they reduce, among themselves
+        pair = dist.new_group(ranks=[0, 1], backend="shm")
+        if rank < 2:
+            x = torch.full((4,), float(rank + 1))
+            dist.all_reduce(x, group=pair)
+            same(x, torch.full((4,), 3.0), "a sub-group's all_reduce")
+    dist.destroy_process_group()
+
+
+def ops():
+    for world in (2, 3, 4):
+        t0 = time.time()
+        mp.spawn(ops_rank, args=(world, free_port()), nprocs=world)
+        print(f"ops: {world} ranks: every collective equal to gloo's ({time.time() - t0:.1f} s)", flush=True)
+
+
+# ---------------------------------------------------------------- DDP --
+
+def resnet_batch(step, rank, world, b):
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(world * b, 3, 32, 32, generator=g)
+    y = torch.randint(0, 10, (world * b,), generator=g)
+    return x[rank * b:(rank + 1) * b], y[rank * b:(rank + 1) * b]
+
+
+def gpt_batch(step, rank, world, b, context=64):
+    g = torch.Generator().manual_seed(2000 + step)
+    ids = torch.randint(0, 96, (world * b, context + 1), generator=g)
+    ids = ids[rank * b:(rank + 1) * b]
+    return ids[:, :-1], ids[:, 1:]
+
+
+def build(name):
+    torch.manual_seed(7)
+    if name == "resnet":
+        import torch_models
+        return torch_models.build("resnet"), resnet_batch
+    import torch_gpt
+    torch_gpt.VOCAB = 96
+    return torch_gpt.GPT(2, 4, 64, 64), gpt_batch
+
+
+def ddp_rank(rank, world, port, backend, name, b, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    model, batch = build(name)
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    for step in range(20):
+        x, y = batch(step, rank, world, b)
+        logits = net(x)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if rank == 0:
+        torch.save([p.detach().clone() for p in model.parameters()], out)
+    dist.destroy_process_group()
+
+
+def train(world, backend, name, b, out):
+    mp.spawn(ddp_rank, args=(world, free_port(), backend, name, b, out), nprocs=world)
+    return torch.load(out)
+
+
+def ddp():
+    import tempfile
+    d = tempfile.mkdtemp()
+    for name in ("resnet", "gpt-mini"):
+        t0 = time.time()
+        shm = train(2, "shm", name, 4, os.path.join(d, "shm.pt"))
+        gloo = train(2, "gloo", name, 4, os.path.join(d, "gloo.pt"))
+        for k, (a, b) in enumerate(zip(shm, gloo)):
+            same(a, b, f"{name}: parameter {k} after 20 DDP steps")  # two ranks: a + b either way
+        note = ""
+        if name == "gpt-mini":  # resnet's batch norm takes its statistics over each rank's batch: b is not 2b
+            one = train(1, "shm", name, 8, os.path.join(d, "one.pt"))
+            worst = max(float((a - c).abs().max() / (c.abs().max() + 1e-12)) for a, c in zip(shm, one))
+            assert worst < 1e-4, f"{name}: 2 x 4 and 1 x 8 differ by {worst:.2e} of a parameter's scale"
+            note = f"; 2 x 4 vs 1 x 8 within {worst:.1e} of a parameter's scale"
+        print(f"ddp: {name}: shm equal to gloo to the bit after 20 steps{note} ({time.time() - t0:.1f} s)",
+              flush=True)
+
+
+# -------------------------------------------------------------- faults --
+
+def fault_rank(rank, world, port, how, job_file):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    timeout = 20 if how == "killed" else 4  # a stopped peer is only seen as silence: the timeout is the test
+    dist.init_process_group("shm", rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
+    x = torch.ones(1 << 18)
+    dist.all_reduce(x)
+    if rank == world - 1:
+        os.kill(os.getpid(), signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+    t0 = time.time()
+    try:
+        for _ in range(100000):
+            dist.all_reduce(x)
+        raise AssertionError("the survivors never noticed")
+    except dist.DistBackendError as e:
+        took = time.time() - t0
+        assert f"rank {world - 1}" in str(e), str(e)
+        assert took < timeout + 2, took
+        with open(f"{job_file}.{rank}", "w") as f:
+            f.write(f"{took:.2f}")
+
+
+def fault_run(how):
+    """Ranks as separate processes (torch.multiprocessing would stop the
+    others itself when one dies)."""
+    import glob
+    import tempfile
+    d = tempfile.mkdtemp()
+    before = set(os.listdir("/dev/shm"))
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, __file__, "fault-rank", str(r), "3", str(port), how,
+                               os.path.join(d, "out")]) for r in range(3)]
+    codes = [p.wait(timeout=120) for p in procs[:2]]
+    if how == "stopped":  # the survivors are done: the stopped rank goes now
+        procs[2].kill()
+    codes.append(procs[2].wait(timeout=60))
+    took = sorted(float(open(p).read()) for p in glob.glob(os.path.join(d, "out.*")))
+    assert codes[:2] == [0, 0] and codes[2] == -signal.SIGKILL, codes
+    assert len(took) == 2, f"{len(took)} survivors raised"
+    left = [n for n in set(os.listdir("/dev/shm")) - before if n.startswith(f"shmtrain.{os.getuid()}.")]
+    assert not left, left
+    print(f"fault: a {how} rank 2: both survivors raised DistBackendError naming it after {took} s; "
+          "/dev/shm clean", flush=True)
+
+
+def fault():
+    fault_run("killed")
+    fault_run("stopped")
+
+
+LAUNCHED = """
+import os, sys, tempfile, torch, torch.distributed as dist, shmtrain_torch
+dist.init_process_group("shm")
+rank, world = dist.get_rank(), dist.get_world_size()
+x = torch.full((3,), float(rank + 1)); dist.all_reduce(x)
+assert x.tolist() == [world * (world + 1) / 2] * 3, x
+assert os.environ["LOCAL_WORLD_SIZE"] == str(world) and os.environ["LOCAL_RANK"] == str(rank)
+try:  # what the library does not do is refused by name
+    dist.send(torch.ones(1), dst=(rank + 1) % world) if rank == 0 else dist.recv(torch.ones(1), src=0)
+    raise SystemExit("send accepted")
+except RuntimeError as e:
+    assert "does not support send" in str(e) or "does not support recv" in str(e), e
+# torch.distributed.checkpoint: a sharded save and a load, coordinated over shm
+import torch.distributed.checkpoint as dcp
+where = sys.argv[1]
+state = {"w": torch.arange(6.0) * (1 + 0 * rank), "step": torch.tensor(7)}
+dcp.save(state, checkpoint_id=where)
+back = {"w": torch.zeros(6), "step": torch.tensor(0)}
+dcp.load(back, checkpoint_id=where)
+assert torch.equal(back["w"], torch.arange(6.0)) and int(back["step"]) == 7, back
+dist.destroy_process_group()
+open(f"{where}.ok{rank}", "w").close()
+"""
+
+
+def launch():
+    """Under shmrun (which sets torchrun's variables) and under torchrun:
+    init_process_group("shm") from the environment alone, an unsupported op
+    refused by name, torch.distributed.checkpoint's save and load."""
+    import tempfile
+    shmrun = os.environ.get("SHMRUN")
+    if not shmrun:
+        print("skipped: SHMRUN not set (ctest sets it)")
+        sys.exit(77)
+    d = tempfile.mkdtemp()
+    script = os.path.join(d, "launched.py")
+    with open(script, "w") as f:
+        f.write(LAUNCHED)
+    runs = {"shmrun": [shmrun, "-n", "2", "--oversubscribe", "--quiet", "--", sys.executable],
+            "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]}
+    for name, launcher in runs.items():
+        before = set(os.listdir("/dev/shm"))
+        r = subprocess.run(launcher + [script, os.path.join(d, name + ".ckpt")],
+                           capture_output=True, text=True, timeout=180)
+        done = [os.path.exists(os.path.join(d, f"{name}.ckpt.ok{q}")) for q in range(2)]
+        assert r.returncode == 0 and all(done), (name, r.returncode, done, r.stdout[-2000:], r.stderr[-2000:])
+        left = [n for n in set(os.listdir("/dev/shm")) - before if n.startswith(f"shmtrain.{os.getuid()}.")]
+        assert not left, (name, left)
+        print(f"launch: {name} -n 2: init_process_group('shm') from its variables, send refused by name, "
+              "a distributed checkpoint saved and loaded", flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "fault-rank":
+        fault_rank(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
+    else:
+        {"ops": ops, "ddp": ddp, "fault": fault, "launch": launch}[sys.argv[1]]()
