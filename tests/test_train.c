@@ -327,7 +327,8 @@ static void test_evaluation_scores_the_test_set_once(void **state)
         const char *batch, *subset;
         unsigned long long want;
     } cases[] = {{2, "64", "512", 512}, {2, "64", "500", 500}, {1, "7", "300", 300}, {2, "5", "33", 33},
-                 {2, "16", "40", 40}};
+                 {2, "16", "40", 40}, {2, "64", "10", 10}, {2, "16", "3", 3}};  /* the last two: less than a
+                                                                        global batch, rank 1 scoring none */
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char metrics[512];
         path_of(metrics, sizeof metrics, "metrics.jsonl");

@@ -34,10 +34,61 @@ static void test_nan_stops_and_keeps_the_checkpoint(void **state)
     assert_int_equal(boom.code, 1);
     assert_non_null(strstr(boom.err, "not finite"));
     assert_non_null(strstr(boom.err, "root cause"));
+    assert_non_null(strstr(boom.err, "keep.ckpt, from before this run, is untouched"));  /* not "this run's" */
     char *after = slurp_or_empty(path);
     assert_string_equal(before, after);
     free(before), free(after);
-    child_run_free(&good), child_run_free(&boom);
+    /* With nothing on disk, the message says so (it said "the last good checkpoint is kept"). */
+    struct child_run none = train(1, "never.ckpt", (char *[]){"--lr", "100", "--momentum", "0.99", "--epochs", "1", NULL}, 0);
+    assert_int_equal(none.code, 1);
+    assert_non_null(strstr(none.err, "no checkpoint was written (none was due yet)"));
+    /* After this run's own periodic checkpoint, that one is named. */
+    struct child_run late = train(1, "late.ckpt", (char *[]){"--lr", "2", "--momentum", "0.99", "--epochs", "1",
+                                                              "--checkpoint-every", "1", NULL}, 0);
+    if (late.code == 1)  /* diverged after a step or more: the last good one is this run's */
+        assert_non_null(strstr(late.err, "the last good checkpoint ("));
+    child_run_free(&good), child_run_free(&boom), child_run_free(&none), child_run_free(&late);
+}
+
+/* A --checkpoint-every save that fails (here a file-size limit below the
+ * checkpoint's size, as a full disk would) is a warning and training goes
+ * on; the end's save failing fails the run, and says no earlier file exists. */
+static void test_failed_periodic_checkpoint_goes_on(void **state)
+{
+    (void)state;
+    struct data_files d = synthetic_files();
+    char ckpt[512], metrics[512];
+    path_of(ckpt, sizeof ckpt, "full.ckpt");
+    path_of(metrics, sizeof metrics, "full.jsonl");
+    unlink(ckpt);
+    /* A wide perceptron under AdamW: 1.63 M parameters make a 6.5 MB
+     * gradient (the group's segment, 13 MB with its staging) and a 19.5 MB
+     * checkpoint (weights and two moments); a 16 MiB limit (32768 of POSIX
+     * sh's 512-byte blocks) lets the first be
+     * and not the second. */
+    const char wide[] = "input 1 28 28\nlinear 2048\nrelu\nlinear 10\n";
+    char model[512];
+    write_bytes("wide.model", wide, sizeof wide - 1);
+    path_of(model, sizeof model, "wide.model");
+    struct child_run r = run_argv(
+        (char *const[]){"/bin/sh", "-c", "ulimit -f 32768; exec \"$@\"", "sh", (char *)tr_shmtrain, "--model", model,
+                        "--optimizer", "adamw", "--lr", "1e-3",
+                        "--train-images", d.tri, "--train-labels", d.trl, "--test-images", d.tei, "--test-labels",
+                        d.tel, "--checkpoint", ckpt, "--metrics", metrics, "--max-steps", "6",
+                        "--checkpoint-every", "2", "--log-every", "2", "--quiet", NULL},
+        0);
+    if (r.code != 1)
+        fail_msg("exit %d (want 1, the final save failing): %s", r.code, r.err);
+    const char *warn = strstr(r.err, "warning: step 2: checkpoint");
+    if (!warn || !strstr(warn, "training goes on (the next checkpoint at step 4)") ||
+        !strstr(r.err, "warning: step 4: checkpoint"))
+        fail_msg("no warning for the failed periodic saves: %s", r.err);
+    assert_non_null(strstr(r.err, "there is none before it"));
+    char *m = slurp_or_empty(metrics);
+    assert_non_null(strstr(m, "\"step\":6,"));  /* it trained to the end */
+    free(m);
+    assert_int_equal(access(ckpt, F_OK), -1);
+    child_run_free(&r);
 }
 
 static void test_ctrl_c_checkpoints_and_exits(void **state)
@@ -259,6 +310,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nan_stops_and_keeps_the_checkpoint),
+        cmocka_unit_test(test_failed_periodic_checkpoint_goes_on),
         cmocka_unit_test(test_ctrl_c_checkpoints_and_exits),
         cmocka_unit_test(test_no_thread_runs_a_signal_handler),
         cmocka_unit_test(test_bad_inputs_name_their_file),

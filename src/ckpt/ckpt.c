@@ -183,8 +183,8 @@ static st_status write_file(const char *path, const char *tmp, const st_ckpt *c)
     }
     if (!ok) {
         unlink(tmp);
-        return st_fail(ST_ERR_IO, "checkpoint %s: writing failed (%s); the previous checkpoint is kept", path,
-                       strerror(saved));
+        return st_fail(ST_ERR_IO, "checkpoint %s: writing failed (%s); %s", path, strerror(saved),
+                       access(path, F_OK) == 0 ? "the previous checkpoint is kept" : "there is none before it");
     }
     if (rename_unless_abandoned(tmp, path) != 0) {
         saved = errno;

@@ -66,7 +66,37 @@ static st_status save(struct trainer *t)
                  .nalphabet = t->text ? (uint32_t)st_text_alphabet_len(t->text) : 0};
     c.nbuffers = nb;
     c.noptim = no;
-    return st_ckpt_write(t->o->checkpoint, &c);
+    st_status st = st_ckpt_write(t->o->checkpoint, &c);
+    t->saved |= st == ST_OK;
+    return st;
+}
+
+/* A --checkpoint-every save that fails (a full disk, a quota) costs that
+ * checkpoint, not the run: a three-day run goes on and the next one tries
+ * again; the previous file is whole (st_ckpt_write writes aside, then
+ * renames).  The end's save, and a stop's, still fail the run. */
+static st_status save_periodic(struct trainer *t)
+{
+    st_status st = save(t);
+    if (st != ST_ERR_IO)
+        return st;
+    fprintf(stderr, "shmtrain: warning: step %llu: %s; training goes on (the next checkpoint at step %llu)\n",
+            (unsigned long long)t->step, st_last_error(),
+            (unsigned long long)t->step + (unsigned long long)t->o->checkpoint_every);
+    return ST_OK;
+}
+
+/* What a stop on a bad loss leaves, as it is: this run's last checkpoint,
+ * an older file it never wrote, or nothing. */
+static const char *kept(const struct trainer *t, char *buf, size_t len)
+{
+    if (t->saved)
+        snprintf(buf, len, "the last good checkpoint (%s) is kept", t->o->checkpoint);
+    else if (access(t->o->checkpoint, F_OK) == 0)
+        snprintf(buf, len, "%s, from before this run, is untouched", t->o->checkpoint);
+    else
+        snprintf(buf, len, "no checkpoint was written (none was due yet)");
+    return buf;
 }
 
 static st_status restore(struct trainer *t, const char *path)
@@ -200,14 +230,14 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
      * here; only the part inside the exchange is the step's waiting. */
     const double waited = comm_wait_seconds(&t->comm) - w0;
     t->t_wait += waited < t2 - t1 ? waited : t2 - t1;
+    char why[300];
     if (tail[3] > 0 || !isfinite(tail[0]))
-        return st_fail(ST_ERR_FORMAT, "step %llu: the loss is not finite (NaN/Inf); stopping, the last good "
-                                      "checkpoint (%s) is kept; lower --lr or set --clip-norm",
-                       (unsigned long long)t->step, o->checkpoint);
+        return st_fail(ST_ERR_FORMAT, "step %llu: the loss is not finite (NaN/Inf); stopping, %s; lower --lr or "
+                                      "set --clip-norm", (unsigned long long)t->step, kept(t, why, sizeof why));
     float norm = st_clip_grad_norm(t->grads, t->P, o->clip_norm);
     if (!isfinite(norm))
-        return st_fail(ST_ERR_FORMAT, "step %llu: the gradients are not finite (NaN/Inf); stopping, the last "
-                                      "good checkpoint (%s) is kept", (unsigned long long)t->step, o->checkpoint);
+        return st_fail(ST_ERR_FORMAT, "step %llu: the gradients are not finite (NaN/Inf); stopping, %s",
+                       (unsigned long long)t->step, kept(t, why, sizeof why));
     float lr = st_schedule_lr(&t->sched, t->step) * (o->scale_lr ? (float)t->world : 1.0f);
     st_optim_step(t->opt, t->params, t->grads, lr);
     const double t3 = st_now_s();
@@ -344,6 +374,7 @@ static st_status maybe_resume(struct trainer *t)
     if (!path && restarts && atoi(restarts) > 0 && stat(t->o->checkpoint, &sb) == 0)
         path = t->o->checkpoint;  /* a restarted gang continues where it stopped */
     st_status st = path ? restore(t, path) : ST_OK;
+    t->saved = st == ST_OK && path && st_same_file(path, t->o->checkpoint);  /* what a bad loss would leave */
     if (!path && st == ST_OK && t->o->init_from)
         st = st_import_safetensors(t->o->init_from, t->model, st_net_params(t->net, NULL), st_net_buffers(t->net, NULL));
     /* Every rank must agree before going on: one bad read stops all. */
@@ -417,7 +448,7 @@ static st_status loop(struct trainer *t, st_train_result *r)
                 break;
             if (o->eval_every && (long)t->step % o->eval_every == 0 && (st = train_eval_and_report(t)) != ST_OK)
                 break;
-            if (o->checkpoint_every && (long)t->step % o->checkpoint_every == 0 && (st = save(t)) != ST_OK)
+            if (o->checkpoint_every && (long)t->step % o->checkpoint_every == 0 && (st = save_periodic(t)) != ST_OK)
                 break;
             if (stop) {
                 train_say(t, "\nstopping on request after step %llu\n", (unsigned long long)t->step);

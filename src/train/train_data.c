@@ -82,7 +82,10 @@ static st_status load_splits(const struct trainer *t, st_dataset **train, st_dat
     return st_dataset_split(*train, held, HOLD_OUT_SEED, test);
 }
 
-static st_status check_fits(const struct trainer *t, const st_dataset *d)
+/* A training set must fill one global batch (a step is a whole batch); a
+ * test set need only hold a sample: evaluation pads its last batch, and a
+ * rank past the end scores nothing (report.c counts the predictions). */
+static st_status check_fits(const struct trainer *t, const st_dataset *d, bool training)
 {
     int c, h, w;
     st_dataset_shape(d, &c, &h, &w);
@@ -100,9 +103,11 @@ static st_status check_fits(const struct trainer *t, const st_dataset *d)
     if (st_dataset_max_label(d) >= st_model_classes(t->model))
         return st_fail(ST_ERR_FORMAT, "%s: has label %d but model '%s' has %d classes", st_dataset_label_source(d),
                        st_dataset_max_label(d), t->o->model, st_model_classes(t->model));
-    if (st_dataset_size(d) < (size_t)t->world * (size_t)t->o->batch)
-        return st_fail(ST_ERR_FORMAT, "%s: %zu samples are fewer than one global batch (%d x %d)",
+    if (training && st_dataset_size(d) < (size_t)t->world * (size_t)t->o->batch)
+        return st_fail(ST_ERR_FORMAT, "%s: %zu training samples are fewer than one global batch (%d x %d)",
                        st_dataset_source(d), st_dataset_size(d), t->world, t->o->batch);
+    if (st_dataset_size(d) == 0)
+        return st_fail(ST_ERR_FORMAT, "%s: no %s samples", st_dataset_source(d), training ? "training" : "test");
     return ST_OK;
 }
 
@@ -231,7 +236,7 @@ static st_status decode_images(struct trainer *t, bool publish)
     st_status st = load_splits(t, ds[0], ds[1]);
     for (int s = 0; s < 2 && st == ST_OK; s++) {
         st_dataset_truncate(*ds[s], (size_t)(s ? t->o->test_subset : t->o->train_subset));
-        st = check_fits(t, *ds[s]);
+        st = check_fits(t, *ds[s], s == 0);
     }
     return st == ST_OK && publish ? share_images(t, "") : st;
 }
@@ -279,7 +284,7 @@ st_status train_load_data(struct trainer *t)
     if (fs != ST_OK)
         return fs;
     if (streamed)  /* every rank its own batches: nothing to publish */
-        return (fs = check_fits(t, t->train)) == ST_OK ? check_fits(t, t->test) : fs;
+        return (fs = check_fits(t, t->train, true)) == ST_OK ? check_fits(t, t->test, false) : fs;
     st_status st = decode_and_publish(t, &IMAGES);
     if (st != ST_OK)
         return st;

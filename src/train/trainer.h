@@ -57,6 +57,7 @@ struct trainer {
     long epochs_total, steps_total; /* the run's budget (train.c, budget): what ends it */
     double start, elapsed_before, train_seconds, best_acc, last_acc, last_loss;
     long last_eval_step;
+    bool saved;                /* a checkpoint of this run (or the one it resumed) is at --checkpoint */
     double reached_at[NTHRESH];
     long reached_step[NTHRESH];
     /* accumulated over the current log interval */
