@@ -187,6 +187,47 @@ static void test_every_type_and_op(void **state)
     }
 }
 
+/* MAX and MIN keep a NaN whichever rank holds it (PyTorch's maximum and
+ * minimum do; fmax would drop it): element i of 3k elements holds a NaN on
+ * rank i % world for k = 0 and on no rank for k = 1, 2. */
+static int nans_win(st_group *g, int rank, void *arg)
+{
+    (void)arg;
+    const int world = st_group_size(g);
+    const st_dtype floats[] = {ST_DTYPE_F32, ST_DTYPE_BF16, ST_DTYPE_F16, ST_DTYPE_F64};
+    const size_t n = 3 * (size_t)world;
+    char buf[3 * 8 * 8];
+    for (size_t k = 0; k < sizeof floats / sizeof *floats; k++)
+        for (int op = ST_MAX; op <= ST_MIN; op++) {
+            for (size_t i = 0; i < n; i++)
+                put(buf, floats[k], i, i < (size_t)world && (int)i == rank ? NAN : (double)(rank + (int)i));
+            CHILD_CHECK(st_allreduce(g, buf, n, floats[k], (st_reduce_op)op) == ST_OK);
+            for (size_t i = 0; i < n; i++) {
+                const double want = i < (size_t)world ? NAN : op == ST_MAX ? (double)(world - 1 + (int)i) : (double)i;
+                const double got = get(buf, floats[k], i);
+                if (isnan(want) ? !isnan(got) : got != want) {
+                    fprintf(stderr, "rank %d %s op %d [%zu]: %g, want %g\n", rank, st_dtype_name(floats[k]), op, i,
+                            got, want);
+                    return 1;
+                }
+            }
+        }
+    return 0;
+}
+
+static void test_max_min_keep_nans(void **state)
+{
+    (void)state;
+    const int worlds[] = {2, 3, 8};
+    for (size_t w = 0; w < sizeof worlds / sizeof *worlds; w++) {
+        char job[64];
+        test_job_id(job, sizeof job, "nan");
+        st_group_config cfg = {.job_id = job, .staging_bytes = STAGING};
+        assert_int_equal(run_ranks(worlds[w], &cfg, nans_win, NULL), 0);
+        assert_int_equal(leftover_segments(job), 0);
+    }
+}
+
 /* ------------------------------------------- all-gather, reduce-scatter -- */
 
 static int gathers(st_group *g, int rank, void *arg)
@@ -267,6 +308,7 @@ int main(void)
         cmocka_unit_test(test_fp16_widening_is_exact),
         cmocka_unit_test(test_fp16_rounding_is_the_compilers),
         cmocka_unit_test(test_every_type_and_op),
+        cmocka_unit_test(test_max_min_keep_nans),
         cmocka_unit_test(test_allgather_and_reduce_scatter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
