@@ -128,7 +128,7 @@ torch_peer() {
     apt_install python3-dev
   [ -x "$torch_venv/bin/python" ] && "$torch_venv/bin/python" -c 'import torch' 2>/dev/null && return 0
   python3 -m venv --help >/dev/null 2>&1 || apt_install python3-venv
-  if python3 -m venv "$torch_venv" && pip_quietly "$torch_venv/bin/pip" install -q "torch==$torch_pin" numpy &&
+  if python3 -m venv "$torch_venv" && pip_quietly "$torch_venv/bin/pip" install -q "torch==$torch_pin" numpy setuptools &&
      "$torch_venv/bin/python" -c 'import torch' 2>/dev/null; then
     echo "install-deps.sh: PyTorch $("$torch_venv/bin/python" -c 'import torch; print(torch.__version__)') in $torch_venv"
     return 0

@@ -171,6 +171,7 @@ int main(int argc, char **argv)
     printf("RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s OMP_NUM_THREADS=%s OMP_PLACES=%s OMP_PROC_BIND=%s\n",
            env("RANK"), env("WORLD_SIZE"), env("LOCAL_RANK"), env("OMP_NUM_THREADS"),
            env("OMP_PLACES"), env("OMP_PROC_BIND"));
+    printf("MASTER_ADDR=%s MASTER_PORT=%s\n", env("MASTER_ADDR"), env("MASTER_PORT"));
     print_affinity();
     if (fds)
         print_inherited_fds();

@@ -8,12 +8,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -115,6 +118,58 @@ static void test_environment_and_binding(void **state)
     assert_non_null(strstr(launcher_log, "topology:"));
     free(launcher_log);
     assert_int_equal(leftover_segments("envtest"), 0);
+    result_free(&r);
+}
+
+/* torchrun's rendezvous: every instance gets MASTER_ADDR=127.0.0.1 and one
+ * MASTER_PORT that was free when the attempt began, whatever else holds
+ * torchrun's default 29500 (held here, when it can be, so a fixed port
+ * fails); a MASTER_PORT of the user's is kept. */
+static int port_of(const char *text)
+{
+    const char *at = strstr(text, "MASTER_ADDR=127.0.0.1 MASTER_PORT=");
+    return at ? atoi(at + strlen("MASTER_ADDR=127.0.0.1 MASTER_PORT=")) : -1;
+}
+
+static bool bindable(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+static void test_master_port_is_free(void **state)
+{
+    (void)state;
+    int held = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(29500), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    const bool holding = held >= 0 && bind(held, (struct sockaddr *)&a, sizeof a) == 0 && listen(held, 1) == 0;
+    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--oversubscribe", "--job-id", "port", "--log-dir",
+                                     "logs", "--", (char *)probe, NULL},
+                          "port");
+    assert_int_equal(exit_code(&r), 0);
+    const int port = port_of(r.out);
+    char *log1 = rank_log("port", 0, 1);
+    assert_non_null(log1);
+    if (port <= 0 || port_of(log1) != port)
+        fail_msg("MASTER_PORT %d on rank 0, %d on rank 1", port, port_of(log1));
+    if (holding)
+        assert_int_not_equal(port, 29500);
+    assert_true(bindable(port));  /* free: rank 0's store can listen there */
+    free(log1);
+    result_free(&r);
+    if (held >= 0)
+        close(held);
+    setenv("MASTER_PORT", "31234", 1);
+    r = run((char *[]){(char *)shmrun, "-n", "1", "--job-id", "port2", "--log-dir", "logs", "--", (char *)probe, NULL},
+            "port2");
+    unsetenv("MASTER_PORT");
+    assert_int_equal(exit_code(&r), 0);
+    assert_int_equal(port_of(r.out), 31234);
     result_free(&r);
 }
 
@@ -364,6 +419,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_plans),
         cmocka_unit_test(test_environment_and_binding),
+        cmocka_unit_test(test_master_port_is_free),
         cmocka_unit_test(test_user_settings_are_respected),
         cmocka_unit_test(test_tee_all_prefixes_ranks),
         cmocka_unit_test(test_ctrl_c_is_forwarded),

@@ -210,7 +210,11 @@ static st_status wait_joined(st_group *g, double deadline)
 {
     for (int q = 0; q < g->world; q++) {
         while (!atomic_load_explicit(&g->ctl[q]->joined, memory_order_acquire)) {
-            if (atomic_load(&g->ctl[q]->aborted) || !coll_pid_alive(g->pids[q]))
+            /* Gone now, but it may have joined since the loop's test, then
+             * left (a fast peer with nothing more to do): only a peer that
+             * never set its flag died while joining. */
+            if ((atomic_load(&g->ctl[q]->aborted) || !coll_pid_alive(g->pids[q])) &&
+                !atomic_load_explicit(&g->ctl[q]->joined, memory_order_acquire))
                 return st_fail(ST_ERR_PEER_DEAD, "coll: rank %d (pid %d) died while joining",
                                q, (int)g->pids[q]);
             if (st_now_s() > deadline)
