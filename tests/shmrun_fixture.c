@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -77,27 +78,25 @@ int exit_code(const struct result *r)
     return WIFEXITED(r->status) ? WEXITSTATUS(r->status) : 128 + WTERMSIG(r->status);
 }
 
+/* The log of `rank` (named rank<R>_cores_<list>.log); NULL while the
+ * attempt's folder or the file does not exist yet. */
 char *rank_log(const char *job, int attempt, int rank)
 {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s/logs/%s/attempt%d", workdir, job, attempt);
-    char prefix[32];
+    char dir_path[512], prefix[32];
+    snprintf(dir_path, sizeof dir_path, "%s/logs/%s/attempt%d", workdir, job, attempt);
     snprintf(prefix, sizeof prefix, "rank%d_cores_", rank);
-    FILE *ls = NULL;
-    char line[1024];
-    snprintf(line, sizeof line, "ls %s", cmd);
-    ls = popen(line, "r");
+    DIR *dir = opendir(dir_path);
+    if (!dir)
+        return NULL;
     char *found = NULL;
-    while (ls && fgets(line, sizeof line, ls)) {
-        line[strcspn(line, "\n")] = '\0';
-        if (!strncmp(line, prefix, strlen(prefix))) {
-            char path[2048];
-            snprintf(path, sizeof path, "%s/%s", cmd, line);
-            found = slurp(path);
-        }
+    for (struct dirent *e; !found && (e = readdir(dir));) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)))
+            continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir_path, e->d_name);
+        found = slurp(path);
     }
-    if (ls)
-        pclose(ls);
+    closedir(dir);
     return found;
 }
 

@@ -116,7 +116,7 @@
  *   "beats=<n> state=<run|wait> peer=<rank or -1>\n"  padded to 63 bytes + '\n'.
  * beats grows while the instance makes progress (collectives complete, or
  * the program calls st_group_heartbeat); state=wait says it has been blocked
- * for a second or more waiting for rank `peer`.  The launcher creates the
+ * for 0.1 s or more waiting for rank `peer`.  The launcher creates the
  * file empty and reads it; the instance only writes it. */
 #define ST_HEARTBEAT_RECORD 64
 

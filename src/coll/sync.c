@@ -130,14 +130,21 @@ static inline bool reached(st_group *g, int peer, uint32_t target)
     return ge(atomic_load_explicit(&g->ctl[peer]->progress, memory_order_acquire), target);
 }
 
+/* The stall watch warns at half its timeout (1 s at the shortest tried) and
+ * reads a record that may lag a rank's progress by the heartbeat's write
+ * interval (0.25 s): a rank blocked on a peer says so after 0.1 s, so the
+ * watch never describes a waiting rank as silent (it did, rarely, when both
+ * thresholds were 1 s).  One write per wait that long costs nothing. */
+#define WAIT_VISIBLE_S 0.1
+
 /* Between naps of a wait that began at `start`: has the peer failed or
- * died, or has the wait run out of time?  Tells the stall watch after 1 s. */
+ * died, or has the wait run out of time? */
 static st_status check_waiting(st_group *g, int peer, double start, double *next_check)
 {
     if (atomic_load(&g->ctl[peer]->aborted))
         return peer_failed(g, peer);
     double t = st_now_s();
-    if (t - start >= 1.0)
+    if (t - start >= WAIT_VISIBLE_S)
         st_heartbeat_waiting(&g->hb, peer);
     if (t >= *next_check) {
         if (!coll_pid_alive(g->pids[peer]))
