@@ -21,6 +21,7 @@
 #include "sweep_run.h"
 #include "shmtrain/coll.h"
 #include "shmtrain/env.h"
+#include "shmtrain/flags.h"
 #include "shmtrain/topo.h"
 
 #define SHMRUN_VERSION "0.1.0"
@@ -74,7 +75,7 @@ static void usage(FILE *f)
 "      --oversubscribe           allow more instances than cores (they share cores)\n"
 "      --bind core|numa|none     CPU binding granularity (default core)\n"
 "topology (default: this machine, limited to the CPUs this process may use):\n"
-"      --topology-xml FILE       an `lstopo --of xml` export\n"
+"      --topology-xml FILE       an XML export of lstopo (lstopo machine.xml)\n"
 "      --synthetic DESC          e.g. \"pack:2 numa:2 core:16 pu:2\"\n"
 "      --allowed-cpus LIST       pretend only these CPUs are allowed (cgroup)\n"
 "      --dry-run                 print the plan and exit\n"
@@ -90,7 +91,8 @@ static void usage(FILE *f)
 "      --max-restarts K          restart the whole gang up to K times after a failure\n"
 "      --grace SECONDS           SIGTERM to SIGKILL grace when stopping (default 10)\n"
 "      --stall-timeout SECONDS   stop the gang when a rank is stopped or makes no\n"
-"                                progress this long (default 60; 0 = never)\n"
+"                                progress this long (default 60; 0 = never)\n""      --report FILE             write one JSON object: each instance's PUs, exit status,\n"
+"                                peak resident memory and CPU seconds\n"
 "comparing partitionings (docs/partitioning.md):\n"
 "      --sweep LIST              run the job once per setting (NxC, all, numa, l3, core)\n"
 "      --repeats R               runs per setting, interleaved (default 3)\n"
@@ -98,8 +100,8 @@ static void usage(FILE *f)
 "      --target-accuracy A | --target-loss L   report the time to reach it\n"
 "      --compare-torch[=SCRIPT]  also run PyTorch DDP under the same plans\n"
 "      --sweep-precisions LIST   each setting once per precision (fp32,bf16), side by side\n"
-"      --sweep-global-batch G    every setting trains G samples a step: --grad-accum G / (N x\n"
-"                                the job's --batch-size), so settings differ in speed only\n"
+"      --sweep-global-batch G    every setting trains G samples a step (the job's gradient\n"
+"                                accumulation: G / N / its batch), so settings differ in speed only\n"
 "  -h, --help                    this text;  --version  the version\n"
 "\n"
 "Each instance gets " ST_ENV_RANK ", " ST_ENV_WORLD_SIZE ", " ST_ENV_LOCAL_RANK ",\n"
@@ -144,6 +146,26 @@ static double seconds(const char *flag, const char *v, double max)
     return x;
 }
 
+/* The names torchrun and mpirun give the same knobs. */
+static const st_flag_alias foreign_names[] = {
+    {"nproc-per-node", "-n"}, {"np", "-n"}, {"nnodes", "--hosts with --print-mpirun"},
+    {"map-by", "--bind, -c"}, {"bind-to", "--bind"}, {"cpu-set", "--cores-list"}, {"cpuset", "--cores-list"},
+    {"output-filename", "--log-dir"}, {"logs-dir", "--log-dir"}, {"tee", "--tee-all"},
+    {"report-bindings", "--dry-run"}, {"rankfile", "--print-mpirun"}, {"hostfile", "--hosts"},
+    {"max-restart", "--max-restarts"}, {NULL, NULL}};
+
+/* Every word before the command spelled in full (a prefix is refused: a
+ * later option could change what it means), with a suggestion when not. */
+static void check_spelling(int argc, char **argv, const struct option *longopts)
+{
+    for (int i = 1; i < argc && argv[i][0] == '-'; i++)
+        if (!strcmp(argv[i], "-np"))  /* getopt would read it as -n with the value "p" */
+            bad_flag("unknown option '-np' (mpirun's; shmrun's is -n N)");
+    char why[512];
+    if (st_flags_check(argc, argv, "n:c:h", longopts, foreign_names, true, why, sizeof why))
+        bad_flag("%s", why);
+}
+
 static struct options parse(int argc, char **argv)
 {
     enum { O_CORES = 256, O_NODES, O_LOGICAL, O_NOCROSS, O_BIND, O_XML, O_SYNTH, O_ALLOWED, O_DRY,
@@ -167,6 +189,7 @@ static struct options parse(int argc, char **argv)
         {"hosts", required_argument, 0, O_HOSTS}, {"print-mpirun", no_argument, 0, O_PRINT_MPIRUN},
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
     struct options o = {.log_dir = "shmrun-logs", .grace_s = 10, .stall_timeout_s = 60, .sweep = {.repeats = 3}};
+    check_spelling(argc, argv, longopts);
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "+:n:c:h", longopts, NULL)) != -1) {

@@ -256,5 +256,10 @@ void train_summary(struct trainer *t, st_train_result *r)
             s->reached_accuracy[s->nreached] = THRESHOLDS[i];
             s->reached_s[s->nreached++] = t->reached_at[i];
         }
+    if (t->replica_checks)
+        train_say(t, "      --check-replicas: all %d instances held identical parameters at each of %ld checks\n",
+                  t->world, t->replica_checks);
+    if (t->saved)
+        train_say(t, "      checkpoint: %s (step %ld)\n", t->o->checkpoint, r->steps);
     train_record(t, &rec);
 }

@@ -157,6 +157,7 @@ static st_status check_replicas(struct trainer *t)
     float differs = mine != root;
     if (st == ST_OK)
         st = comm_allreduce(&t->comm, &differs, 1, ST_DTYPE_F32, ST_SUM);
+    t->replica_checks += st == ST_OK && differs == 0;
     if (st == ST_OK && differs > 0)
         return st_fail(ST_ERR_MISMATCH, "step %llu: %s parameters differ from rank 0's (hash %016llx vs %016llx)",
                        (unsigned long long)t->step, mine != root ? "this rank's" : "another rank's",
@@ -453,6 +454,9 @@ static st_status loop(struct trainer *t, st_train_result *r)
             if (stop) {
                 train_say(t, "\nstopping on request after step %llu\n", (unsigned long long)t->step);
                 st = save(t);
+                if (st == ST_OK)
+                    train_say(t, "checkpoint: %s (step %llu); --resume %s continues from it\n", o->checkpoint,
+                              (unsigned long long)t->step, o->checkpoint);
                 r->interrupted = true;
                 return st == ST_OK ? ST_ERR_INTERRUPTED : st;
             }

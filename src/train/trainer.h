@@ -58,6 +58,7 @@ struct trainer {
     double start, elapsed_before, train_seconds, best_acc, last_acc, last_loss;
     long last_eval_step;
     bool saved;                /* a checkpoint of this run (or the one it resumed) is at --checkpoint */
+    long replica_checks;       /* --check-replicas checks passed, said at the end */
     double reached_at[NTHRESH];
     long reached_step[NTHRESH];
     /* accumulated over the current log interval */

@@ -1,0 +1,438 @@
+/* shmtrain's training flags (src/shmtrain_options.h): the help, the table,
+ * one reader per topic (the help's groups), the checks across flags. */
+#define _GNU_SOURCE
+#include "shmtrain_options.h"
+
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shmtrain/nn.h"
+#include "shmtrain/text.h"
+
+void shmtrain_usage(FILE *f)
+{
+    fprintf(f,
+"usage: shmtrain [options]                     train (under shmrun for several instances)\n"
+"       shmtrain sample --checkpoint FILE --prompt TEXT [options]   continue a text (sample --help)\n"
+"       shmtrain export --checkpoint FILE --out MODEL.safetensors   for PyTorch (export --help)\n"
+"       shmtrain --version | --help\n"
+"model:\n"
+"  --model NAME|FILE        mlp, lenet, cnn, resnet, gpt-mini, gpt, gpt2 or a model file (default lenet)\n"
+"  --summary                print the model's layers, output shapes and parameters, and exit\n"
+"  --init-from MODEL.safetensors    start from these weights (shmtrain export's, by PyTorch's names)\n"
+"data:\n"
+"  --data DIR               IDX directory (default /usr/share/datasets/fashion-mnist)\n"
+"  --train-images F --train-labels F --test-images F --test-labels F   IDX files\n"
+"  --cifar DIR              CIFAR-10 binary batches instead; --cifar100 DIR for CIFAR-100\n"
+"  --npy-images F --npy-labels F [--npy-test-images F --npy-test-labels F]   NumPy arrays (np.save):\n"
+"                           images uint8 or float32 in [0,1], NHWC or NCHW; labels integers\n"
+"  --image-folder ROOT      images (PNG, JPEG) in torchvision's ImageFolder layout: ROOT/train/CLASS/*\n"
+"                           and ROOT/val/CLASS/*, or ROOT/CLASS/* (then --val-fraction is held out)\n"
+"  --image-size S           resize the shorter side to S, then crop the model's input from the centre\n"
+"  --data-memory GB         a folder decoding to more is streamed batch by batch (a quarter of RAM)\n"
+"  --data-workers N         streaming: decoding threads per instance, a batch ahead (2)\n"
+"  --val-fraction F         held out for testing when the data has no test split (0.1)\n"
+"  --train-subset N --test-subset N   use only the first N samples\n"
+"  --augment                random crop (padding 4) and horizontal flip\n"
+"  --text PATH              a language model's text: a file or a directory of files; its last 10%%\n"
+"                           validates, or give --text twice (training, validation)\n"
+"  --tokens chars|bytes     token ids: the text's characters (default) or all 256 bytes\n"
+"  --tokens-bin F [--val-bin F] [--vocab N]   token ids from another tokenizer: nanoGPT's .bin\n"
+"                           (uint16) or llm.c's; without --val-bin the last 10%% validates; ids < N\n"
+"optimisation:\n"
+"  --epochs N (1; with --max-steps alone, as many as it takes)   --max-steps N (the step budget;\n"
+"                   with --epochs too, whichever ends first)   --batch-size B (64, per instance)\n"
+"  --grad-accum N (1)       micro-batches of B per optimizer step, their gradients averaged and\n"
+"                           exchanged once (nanoGPT's gradient_accumulation_steps)\n"
+"  --optimizer sgd|adamw (sgd)   --lr LR (0.05)   --momentum M (0.9)   --nesterov\n"
+"  --weight-decay W (0; language models: matrices only)   --beta2 B (AdamW, 0.999)\n"
+"  --clip-norm C (off)   --scale-lr (lr x instances)\n"
+"  --schedule constant|step|cosine   --warmup STEPS   --step-size STEPS --gamma G   --min-lr LR\n"
+"  --seed S (1)   --target-accuracy A (stop once the test accuracy reaches A)\n"
+"  --target-loss L          stop once the validation loss is at most L (language models)\n"
+"evaluation and outputs:\n"
+"  --eval-every K (0 = each epoch)   --eval-windows N (language models: 256; 0 = all)\n"
+"  --log-every K (50)   --metrics FILE   --quiet\n"
+"  --checkpoint FILE (shmtrain.ckpt)   --checkpoint-every K   --resume [FILE]\n"
+"several instances:\n"
+"  --allreduce-dtype fp32|bf16   the gradient exchange (bf16: half the bytes, summed in fp32)\n"
+"  --bucket-mb MB           all-reduce gradients in buckets of MB during backward (0: after it)\n"
+"  --check-replicas K       check every K steps that all instances hold identical parameters\n"
+"precision:\n"
+"  --precision fp32|bf16    compute: bf16 runs convolutions and linear layers in bf16 (native bf16\n"
+"                           CPUs: AVX512-BF16 or AMX), parameters and optimizer stay fp32\n"
+"  --no-flush-denormals     keep denormal floats (slower late in training)\n"
+"exit status: 0 done, 1 failed, 2 bad flag, 75 stopped because another instance failed,\n"
+"  130 stopped on request (checkpointed)\n");
+}
+
+void shmtrain_bad(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "shmtrain: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see shmtrain --help)\n");
+    va_end(ap);
+    exit(2);
+}
+
+/* strtol alone lets "4294967312" through, and an (int) cast would then
+ * train with batch 16. */
+long shmtrain_whole(const char *flag, const char *v, long min, long max)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end)
+        shmtrain_bad("%s '%s': not a whole number", flag, v);
+    if (errno == ERANGE || x > max || x < min)
+        shmtrain_bad("%s %s: out of range [%ld, %ld]", flag, v, min, max);
+    return x;
+}
+
+double shmtrain_number(const char *flag, const char *v, double min, double max)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end || isnan(x))
+        shmtrain_bad("%s '%s': not a number", flag, v);
+    /* ERANGE with a tiny result is underflow (1e-400 is 0 to a double): in range where 0 is */
+    if ((errno == ERANGE && fabs(x) > DBL_MIN) || !(x >= min && x <= max))
+        shmtrain_bad("%s %s: out of range [%g, %g]", flag, v, min, max);
+    return x;
+}
+
+/* The names torchrun, nanoGPT (configurator.py's keys) and Hugging Face's
+ * TrainingArguments give the same knobs. */
+static const st_flag_alias foreign_names[] = {
+    {"learning-rate", "--lr"}, {"max-iters", "--max-steps"}, {"num-train-epochs", "--epochs"},
+    {"per-device-train-batch-size", "--batch-size"}, {"train-batch-size", "--batch-size"},
+    {"gradient-accumulation-steps", "--grad-accum"}, {"warmup-iters", "--warmup"}, {"warmup-steps", "--warmup"},
+    {"lr-decay-iters", "--schedule cosine with --max-steps"}, {"decay-lr", "--schedule cosine"},
+    {"lr-scheduler-type", "--schedule"}, {"grad-clip", "--clip-norm"}, {"max-grad-norm", "--clip-norm"},
+    {"eval-interval", "--eval-every"}, {"eval-steps", "--eval-every"}, {"eval-iters", "--eval-windows"},
+    {"log-interval", "--log-every"}, {"logging-steps", "--log-every"}, {"save-steps", "--checkpoint-every"},
+    {"out-dir", "--checkpoint FILE and --metrics FILE"}, {"output-dir", "--checkpoint FILE and --metrics FILE"},
+    {"resume-from-checkpoint", "--resume"}, {"bf16", "--precision bf16"}, {"dtype", "--precision"},
+    {"optim", "--optimizer"}, {"adam-beta2", "--beta2"}, {"dataloader-num-workers", "--data-workers"},
+    {"num-workers", "--data-workers"}, {"dataset", "--data, --text or --image-folder"},
+    {"nproc-per-node", "shmrun -n N -- shmtrain ..."}, {"nnodes", "shmrun --hosts"},
+    {NULL, NULL}};
+
+void shmtrain_check_spelling(int argc, char **argv, const struct option *opts, const char *program)
+{
+    char why[512];
+    if (st_flags_check(argc, argv, "h", opts, foreign_names, false, why, sizeof why))
+        shmtrain_bad("%s%s", program, why);
+}
+
+/* The command line with a model's recipe in front (with_recipe), freed at
+ * exit. */
+static char *recipe_words, **recipe_args, *recipe_text;
+
+static void free_recipe(void)
+{
+    free(recipe_words);
+    free(recipe_args);
+    free(recipe_text);
+}
+
+static const char *model_named(int argc, char **argv)
+{
+    const char *model = "lenet";  /* st_train_defaults' */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc)
+            model = argv[i + 1];
+        else if (!strncmp(argv[i], "--model=", 8))
+            model = argv[i] + 8;
+    }
+    return model;
+}
+
+/* A model's recipe (its `train` line) as flags in front of the command
+ * line's: getopt reads them first, so every flag given overrides them.  A
+ * model that does not load is a bad --model: exit 2, before any work. */
+static char **with_recipe(int *argc, char **argv, const char **recipe)
+{
+    const char *model = model_named(*argc, argv);
+    st_model *m = NULL;
+    *recipe = NULL;
+    if (st_model_load(&m, model) != ST_OK)
+        shmtrain_bad("%s", st_last_error());
+    const char *r = st_model_recipe(m);
+    if (!r) {
+        st_model_destroy(m);
+        return argv;
+    }
+    const size_t n = strlen(r);
+    int pairs = 1;
+    for (const char *p = r; *p; p++)
+        pairs += *p == ' ';
+    pairs /= 2;
+    recipe_words = malloc(n + 1 + (size_t)pairs * 3);
+    recipe_args = malloc(((size_t)*argc + (size_t)pairs + 1) * sizeof *recipe_args);
+    if (!recipe_words || !recipe_args)
+        shmtrain_bad("out of memory");
+    char **args = recipe_args;
+    atexit(free_recipe);
+    args[0] = argv[0];
+    int k = 1;
+    char *w = recipe_words;
+    for (const char *p = r; *p;) {  /* "key value key value" -> "--key=value" ... */
+        const size_t key = strcspn(p, " "), value = strcspn(p + key + 1, " ");
+        args[k++] = w;
+        w += sprintf(w, "--%.*s=%.*s", (int)key, p, (int)value, p + key + 1) + 1;
+        p += key + 1 + value;
+        p += *p == ' ';
+    }
+    for (int i = 1; i < *argc; i++)
+        args[k++] = argv[i];
+    args[k] = NULL;
+    *argc = k;
+    *recipe = recipe_text = strdup(r);
+    st_model_destroy(m);
+    return args;
+}
+
+enum {
+    O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
+    O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ, O_GAMMA,
+    O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE, O_RESUME, O_CHECK,
+    O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY, O_INIT,
+    O_TOKBIN, O_VALBIN, O_VOCAB, O_NPYI, O_NPYL, O_NPYTI, O_NPYTL, O_VALFRAC, O_IMGDIR, O_IMGSIZE, O_DATAMEM,
+    O_DATAWORK, O_VERSION
+};
+
+static const struct option training_flags[] = {
+    {"model", 1, 0, O_MODEL}, {"summary", 0, 0, O_SUMMARY}, {"init-from", 1, 0, O_INIT},
+    {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI}, {"train-labels", 1, 0, O_TRL},
+    {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL}, {"cifar", 1, 0, O_CIFAR},
+    {"cifar100", 1, 0, O_CIFAR100}, {"npy-images", 1, 0, O_NPYI}, {"npy-labels", 1, 0, O_NPYL},
+    {"npy-test-images", 1, 0, O_NPYTI}, {"npy-test-labels", 1, 0, O_NPYTL}, {"image-folder", 1, 0, O_IMGDIR},
+    {"image-size", 1, 0, O_IMGSIZE}, {"data-memory", 1, 0, O_DATAMEM}, {"data-workers", 1, 0, O_DATAWORK},
+    {"val-fraction", 1, 0, O_VALFRAC}, {"train-subset", 1, 0, O_TRS}, {"test-subset", 1, 0, O_TES},
+    {"augment", 0, 0, O_AUG}, {"text", 1, 0, O_TEXT}, {"tokens", 1, 0, O_TOKENS}, {"tokens-bin", 1, 0, O_TOKBIN},
+    {"val-bin", 1, 0, O_VALBIN}, {"vocab", 1, 0, O_VOCAB}, {"epochs", 1, 0, O_EPOCHS},
+    {"max-steps", 1, 0, O_MAXSTEPS}, {"batch-size", 1, 0, O_BATCH}, {"grad-accum", 1, 0, O_ACCUM},
+    {"optimizer", 1, 0, O_OPT}, {"lr", 1, 0, O_LR}, {"momentum", 1, 0, O_MOM}, {"nesterov", 0, 0, O_NEST},
+    {"weight-decay", 1, 0, O_WD}, {"beta2", 1, 0, O_BETA2}, {"clip-norm", 1, 0, O_CLIP},
+    {"scale-lr", 0, 0, O_SCALE}, {"schedule", 1, 0, O_SCHED}, {"warmup", 1, 0, O_WARM},
+    {"step-size", 1, 0, O_STEPSZ}, {"gamma", 1, 0, O_GAMMA}, {"min-lr", 1, 0, O_MINLR}, {"seed", 1, 0, O_SEED},
+    {"target-accuracy", 1, 0, O_TARGET}, {"target-loss", 1, 0, O_TLOSS}, {"eval-every", 1, 0, O_EVAL},
+    {"eval-windows", 1, 0, O_EVALWIN}, {"log-every", 1, 0, O_LOG}, {"metrics", 1, 0, O_METRICS},
+    {"quiet", 0, 0, O_QUIET}, {"checkpoint", 1, 0, O_CKPT}, {"checkpoint-every", 1, 0, O_CKPTE},
+    {"resume", 2, 0, O_RESUME}, {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"bucket-mb", 1, 0, O_BUCKET},
+    {"check-replicas", 1, 0, O_CHECK}, {"precision", 1, 0, O_PRECISION},
+    {"no-flush-denormals", 0, 0, O_NOFLUSH}, {"version", 0, 0, O_VERSION}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+
+static st_dtype dtype_flag(const char *flag, const char *v)
+{
+    st_dtype t;
+    if (!st_dtype_parse(v, &t))
+        shmtrain_bad("%s '%s': use fp32 or bf16", flag, v);
+    return t;
+}
+
+/* One reader per group of the help; each says whether the flag was its. */
+static bool model_or_data_flag(int c, char *v, st_train_options *o)
+{
+    switch (c) {
+    case O_MODEL: o->model = v; break;
+    case O_INIT: o->init_from = v; break;
+    case O_DATA: o->data_dir = v; break;
+    case O_TRI: o->train_images = v; break;
+    case O_TRL: o->train_labels = v; break;
+    case O_TEI: o->test_images = v; break;
+    case O_TEL: o->test_labels = v; break;
+    case O_CIFAR: o->cifar_dir = v; break;
+    case O_CIFAR100: o->cifar_dir = v; o->cifar100 = true; break;
+    case O_NPYI: o->npy_images = v; break;
+    case O_NPYL: o->npy_labels = v; break;
+    case O_NPYTI: o->npy_test_images = v; break;
+    case O_NPYTL: o->npy_test_labels = v; break;
+    case O_IMGDIR: o->image_folder = v; break;
+    case O_IMGSIZE: o->image_size = (int)shmtrain_whole("--image-size", v, 1, 16384); break;
+    case O_DATAMEM: o->data_memory_gb = shmtrain_number("--data-memory", v, 1e-9, 1e6); break;
+    case O_DATAWORK: o->data_workers = (int)shmtrain_whole("--data-workers", v, 0, 256); break;
+    case O_VALFRAC: o->val_fraction = shmtrain_number("--val-fraction", v, 0, 0.9f); break;
+    case O_TRS: o->train_subset = shmtrain_whole("--train-subset", v, 1, ONE_BILLION); break;
+    case O_TES: o->test_subset = shmtrain_whole("--test-subset", v, 1, ONE_BILLION); break;
+    case O_AUG: o->augment = true; break;
+    case O_TEXT:
+        if (o->ntext == 2)
+            shmtrain_bad("--text: at most two (training, then validation)");
+        o->text[o->ntext++] = v;
+        break;
+    case O_TOKENS:
+        if (!strcmp(v, "chars")) o->text_tokens = ST_TEXT_CHARS;
+        else if (!strcmp(v, "bytes")) o->text_tokens = ST_TEXT_BYTES;
+        else shmtrain_bad("--tokens '%s': use chars or bytes", v);
+        break;
+    case O_TOKBIN: o->tokens_bin = v; break;
+    case O_VALBIN: o->val_bin = v; break;
+    case O_VOCAB: o->vocab = shmtrain_whole("--vocab", v, 1, 65536); break;
+    default: return false;
+    }
+    return true;
+}
+
+static bool optimisation_flag(int c, char *v, st_train_options *o, bool *momentum_set)
+{
+    switch (c) {
+    case O_EPOCHS: o->epochs = (int)shmtrain_whole("--epochs", v, 1, 1000000); break;
+    case O_MAXSTEPS: o->max_steps = shmtrain_whole("--max-steps", v, 1, LONG_MAX); break;
+    case O_BATCH: o->batch = (int)shmtrain_whole("--batch-size", v, 1, 1 << 20); break;
+    case O_ACCUM: o->grad_accum = (int)shmtrain_whole("--grad-accum", v, 1, 4096); break;
+    case O_OPT:
+        if (!strcmp(v, "sgd")) o->optim.kind = ST_OPTIM_SGD;
+        else if (!strcmp(v, "adamw")) o->optim.kind = ST_OPTIM_ADAMW;
+        else shmtrain_bad("--optimizer '%s': use sgd or adamw", v);
+        break;
+    case O_LR: o->schedule.lr = shmtrain_number("--lr", v, 0, 100); break;
+    case O_MOM: o->optim.momentum = shmtrain_number("--momentum", v, 0, 0.999f); *momentum_set = true; break;
+    case O_NEST: o->optim.nesterov = true; break;
+    case O_WD: o->optim.weight_decay = shmtrain_number("--weight-decay", v, 0, 1); break;
+    case O_BETA2: o->optim.beta2 = shmtrain_number("--beta2", v, 0, 0.99999f); break;
+    case O_CLIP: o->clip_norm = shmtrain_number("--clip-norm", v, 0, 1e6); break;
+    case O_SCALE: o->scale_lr = true; break;
+    case O_SCHED:
+        if (!strcmp(v, "constant")) o->schedule.kind = ST_SCHED_CONSTANT;
+        else if (!strcmp(v, "step")) o->schedule.kind = ST_SCHED_STEP;
+        else if (!strcmp(v, "cosine")) o->schedule.kind = ST_SCHED_COSINE;
+        else shmtrain_bad("--schedule '%s': use constant, step or cosine", v);
+        break;
+    case O_WARM: o->schedule.warmup = (uint64_t)shmtrain_whole("--warmup", v, 0, LONG_MAX); break;
+    case O_STEPSZ: o->schedule.step_size = (uint64_t)shmtrain_whole("--step-size", v, 1, LONG_MAX); break;
+    case O_GAMMA: o->schedule.gamma = shmtrain_number("--gamma", v, 0, 1); break;
+    case O_MINLR: o->schedule.min_lr = shmtrain_number("--min-lr", v, 0, 100); break;
+    case O_SEED: o->seed = (uint64_t)shmtrain_whole("--seed", v, 0, LONG_MAX); break;
+    case O_TARGET: o->target_accuracy = shmtrain_number("--target-accuracy", v, 0, 1); break;
+    case O_TLOSS: o->target_loss = shmtrain_number("--target-loss", v, 0, 1e6); break;
+    default: return false;
+    }
+    return true;
+}
+
+static bool output_or_run_flag(int c, char *v, st_train_options *o)
+{
+    switch (c) {
+    case O_EVAL: o->eval_every = shmtrain_whole("--eval-every", v, 0, LONG_MAX); break;
+    case O_EVALWIN: o->eval_windows = shmtrain_whole("--eval-windows", v, 0, ONE_BILLION); break;
+    case O_LOG: o->log_every = shmtrain_whole("--log-every", v, 1, LONG_MAX); break;
+    case O_METRICS: o->metrics = v; break;
+    case O_QUIET: o->quiet = true; break;
+    case O_CKPT: o->checkpoint = v; break;
+    case O_CKPTE: o->checkpoint_every = shmtrain_whole("--checkpoint-every", v, 0, LONG_MAX); break;
+    case O_RESUME: o->resume = v ? v : ""; break;  /* "" = the --checkpoint file */
+    case O_ARDTYPE: o->allreduce_dtype = dtype_flag("--allreduce-dtype", v); break;
+    case O_BUCKET: o->bucket_mb = shmtrain_number("--bucket-mb", v, 0, 1024); break;
+    case O_CHECK: o->check_replicas = shmtrain_whole("--check-replicas", v, 1, LONG_MAX); break;
+    case O_PRECISION:
+        o->precision = dtype_flag("--precision", v);
+        if (st_nn_precision_check(o->precision, ST_BACKEND_ONEDNN, &o->tuning) != ST_OK)
+            shmtrain_bad("--%s", st_last_error());
+        break;
+    case O_NOFLUSH: o->flush_denormals = false; break;
+    default: return false;
+    }
+    return true;
+}
+
+/* An output the run could not write is found now, not after training: the
+ * folder exists and takes new files, and the name is not a folder. */
+static void check_output_path(const char *flag, const char *path)
+{
+    if (!path)
+        return;
+    char folder[4096];
+    const char *slash = strrchr(path, '/');
+    if (strlen(path) >= sizeof folder)
+        shmtrain_bad("%s: the name is too long", flag);
+    snprintf(folder, sizeof folder, "%.*s", slash ? (int)(slash - path + (slash == path)) : 1, slash ? path : ".");
+    struct stat sb;
+    if (stat(folder, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        shmtrain_bad("%s %s: the folder %s does not exist", flag, path, folder);
+    if (access(folder, W_OK | X_OK) != 0)
+        shmtrain_bad("%s %s: cannot create files in %s: %s", flag, path, folder, strerror(errno));
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        shmtrain_bad("%s %s: a folder; give a file name", flag, path);
+}
+
+/* Flags that only mean something together, checked before any work. */
+static void check_combinations(st_train_options *o, bool momentum_set)
+{
+    if (o->resume && !*o->resume)
+        o->resume = o->checkpoint;
+    if (o->optim.kind == ST_OPTIM_ADAMW && !momentum_set)
+        o->optim.momentum = 0;
+    if (o->optim.nesterov && o->optim.momentum <= 0)
+        shmtrain_bad("--nesterov needs --momentum > 0");
+    if (o->tokens_bin && o->ntext)
+        shmtrain_bad("--tokens-bin and --text: give the language model one of them");
+    if ((o->val_bin || o->vocab) && !o->tokens_bin)
+        shmtrain_bad("%s belongs to --tokens-bin FILE", o->val_bin ? "--val-bin" : "--vocab");
+    if (!o->npy_images != !o->npy_labels)
+        shmtrain_bad("--npy-images and --npy-labels come together");
+    if (!o->npy_test_images != !o->npy_test_labels)
+        shmtrain_bad("--npy-test-images and --npy-test-labels come together");
+    if (!!o->image_folder + !!o->npy_images + !!o->cifar_dir + !!(o->train_images || o->test_images) > 1)
+        shmtrain_bad("give one image source: --image-folder, --npy-images, --cifar or the IDX files");
+    if ((o->image_size || o->data_memory_gb > 0) && !o->image_folder)
+        shmtrain_bad("%s belongs to --image-folder ROOT", o->image_size ? "--image-size" : "--data-memory");
+    if (o->npy_test_images && !o->npy_images)
+        shmtrain_bad("--npy-test-images: give the training arrays too (--npy-images, --npy-labels)");
+    check_output_path("--checkpoint", o->checkpoint);
+    check_output_path("--metrics", o->metrics);
+}
+
+static bool asks_for(int argc, char **argv, const char *a, const char *b)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], a) || (b && !strcmp(argv[i], b)))
+            return true;
+    return false;
+}
+
+enum shmtrain_action shmtrain_parse(int argc, char **argv, st_train_options *o)
+{
+    shmtrain_check_spelling(argc, argv, training_flags, "");
+    /* --help and --version answer whatever else the line holds (a model
+     * that does not load included), as git's and gcc's do. */
+    if (asks_for(argc, argv, "--help", "-h"))
+        return ACTION_HELP;
+    if (asks_for(argc, argv, "--version", NULL))
+        return ACTION_VERSION;
+    argv = with_recipe(&argc, argv, &o->model_recipe);
+    bool momentum_set = false, summary = false;
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", training_flags, NULL)) != -1) {
+        if (c == O_RESUME && !optarg && optind < argc && argv[optind][0] != '-')
+            optarg = argv[optind++];  /* "--resume FILE" as users type it: shmtrain has no operands */
+        if (model_or_data_flag(c, optarg, o) || optimisation_flag(c, optarg, o, &momentum_set) ||
+            output_or_run_flag(c, optarg, o))
+            continue;
+        if (c == O_SUMMARY)
+            summary = true;
+        else if (c == ':')
+            shmtrain_bad("%s needs a value", argv[optind - 1]);
+        else
+            shmtrain_bad("unknown option '%s'", argv[optind - 1]);
+    }
+    if (optind < argc)
+        shmtrain_bad("unexpected argument '%s'", argv[optind]);
+    if (summary)
+        return ACTION_SUMMARY;
+    check_combinations(o, momentum_set);
+    return ACTION_TRAIN;
+}

@@ -1,0 +1,36 @@
+/* shmtrain's command line: the training flags read into st_train_options,
+ * and the parsing helpers the subcommands share.  A bad flag ends the
+ * program with exit status 2 and one line naming it (the program's
+ * contract, docs/training.md), so these functions exit rather than return. */
+#ifndef SHMTRAIN_OPTIONS_H
+#define SHMTRAIN_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "shmtrain/flags.h"
+#include "shmtrain/train.h"
+
+#define ONE_BILLION 1000000000L
+
+void shmtrain_bad(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* A whole number / a number in [min, max], or exit 2 naming `flag`. */
+long shmtrain_whole(const char *flag, const char *v, long min, long max);
+double shmtrain_number(const char *flag, const char *v, double min, double max);
+
+/* Exit 2 unless every word of argv is one of `opts` spelled in full. */
+void shmtrain_check_spelling(int argc, char **argv, const struct option *opts, const char *program);
+
+/* What main does after reading the flags. */
+enum shmtrain_action { ACTION_TRAIN, ACTION_SUMMARY, ACTION_HELP, ACTION_VERSION };
+
+/* Reads the training flags (after the model's recipe, which they
+ * override) into `o` (st_train_defaults first); every combination and the
+ * model checked.  `o` points into argv and the recipe's words, which live
+ * until exit. */
+enum shmtrain_action shmtrain_parse(int argc, char **argv, st_train_options *o);
+
+void shmtrain_usage(FILE *f);
+
+#endif
