@@ -77,8 +77,8 @@ bench: deps
 	bench/run-gpt.sh $(BUILD)
 
 run: build
-	$(BUILD)/shmrun --log-dir runs -- $(BUILD)/shmtrain --model lenet --epochs 8 --schedule cosine \
-	  --lr 0.05 --momentum 0.9 --weight-decay 5e-4 --log-every 100 --checkpoint runs/lenet.ckpt $(RUN_ARGS)
+	$(BUILD)/shmrun -- $(BUILD)/shmtrain --model lenet --epochs 8 --schedule cosine \
+	  --lr 0.05 --momentum 0.9 --weight-decay 5e-4 --log-every 100 $(RUN_ARGS)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

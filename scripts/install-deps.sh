@@ -4,7 +4,8 @@
 #   scripts/install-deps.sh            install anything missing (build + tests + data)
 #   scripts/install-deps.sh --bench    also the benchmark peer: PyTorch 2.13 (CPU) in
 #                                      .deps/torch-venv, else the distribution's python3-torch,
-#                                      and what the "shm" backend (python/) builds with
+#                                      and what the "shm" backend (python/) builds with, and
+#                                      tensorboard (a test reads run folders' events with it)
 #   scripts/install-deps.sh --fuzz     also clang with libFuzzer (`make fuzz`)
 #   scripts/install-deps.sh --check    list what is missing; exit 1 if anything is
 #
@@ -27,6 +28,7 @@ onednn_wheels=("onednn-cpu-gomp==2023.2.0 --hash=sha256:2f22a54d6a890ed14bfa185d
                "onednn-devel-cpu-gomp==2023.2.0 --hash=sha256:9763c69e8c907e119056bd52ad918ca84ac9ba939d130a99dfa95ccca3e5e284")
 torch_venv=$root/.deps/torch-venv
 torch_pin=2.13.0+cpu   # a CPU build: a bare `torch` from PyPI brings gigabytes of CUDA
+tensorboard_pin=2.20.0
 
 mode=install; bench=0; fuzz=0
 for arg in "$@"; do
@@ -119,6 +121,14 @@ PY
        "$onednn_prefix/include/oneapi/dnnl/dnnl_version.h" | paste -sd.) in $onednn_prefix (runtime: $omp)"
 }
 
+# TensorBoard's own reader, for the test that reads a run's event files with
+# it (tensorboard_reader); without it that test skips, nothing else needs it.
+tensorboard_reader() {
+  "$torch_venv/bin/python" -c 'import tensorboard' 2>/dev/null && return 0
+  pip_quietly "$torch_venv/bin/pip" install -q "tensorboard==$tensorboard_pin" ||
+    echo "install-deps.sh: no tensorboard $tensorboard_pin from pip here; its reader's test skips" >&2
+}
+
 # The benchmarks' peer as its users run it today: PyTorch 2.13's CPU build in
 # a venv; where pip cannot get that build, the distribution's python3-torch.
 torch_peer() {
@@ -126,11 +136,15 @@ torch_peer() {
   installed g++ || apt_install g++
   python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' ||
     apt_install python3-dev
-  [ -x "$torch_venv/bin/python" ] && "$torch_venv/bin/python" -c 'import torch' 2>/dev/null && return 0
+  if [ -x "$torch_venv/bin/python" ] && "$torch_venv/bin/python" -c 'import torch' 2>/dev/null; then
+    tensorboard_reader
+    return 0
+  fi
   python3 -m venv --help >/dev/null 2>&1 || apt_install python3-venv
   if python3 -m venv "$torch_venv" && pip_quietly "$torch_venv/bin/pip" install -q "torch==$torch_pin" numpy setuptools &&
      "$torch_venv/bin/python" -c 'import torch' 2>/dev/null; then
     echo "install-deps.sh: PyTorch $("$torch_venv/bin/python" -c 'import torch; print(torch.__version__)') in $torch_venv"
+    tensorboard_reader
     return 0
   fi
   rm -rf "$torch_venv"

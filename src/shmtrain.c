@@ -217,12 +217,19 @@ int main(int argc, char **argv)
     st_train_options o;
     st_train_defaults(&o);
     st_nn_tuning_from_env(&o.tuning);  /* the engine's switches: main() reads them, the library does not */
-    switch (shmtrain_parse(argc, argv, &o)) {
+    struct run_dir_request rq = {0};
+    switch (shmtrain_parse(argc, argv, &o, &rq)) {
     case ACTION_HELP: shmtrain_usage(stdout); return 0;
     case ACTION_VERSION: return print_version();
     case ACTION_SUMMARY: return print_summary(&o);
     case ACTION_TRAIN: break;
     }
+    struct run_dir rd;
+    char why[4096];
+    const int prepared = run_dir_prepare(&rq, &o, &rd, why, sizeof why);
+    free((char *)rq.config_text);
+    if (prepared != 0)
+        shmtrain_bad("%s", why);
     take_signals_in_a_thread();
     st_train_result r;
     st_status st = st_train_run(&o, &r);

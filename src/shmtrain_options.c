@@ -15,6 +15,8 @@
 
 #include "shmtrain/nn.h"
 #include "shmtrain/text.h"
+#include "shmtrain_line.h"
+#include "shmtrain_run_dir.h"
 
 void shmtrain_usage(FILE *f)
 {
@@ -59,8 +61,16 @@ void shmtrain_usage(FILE *f)
 "  --target-loss L          stop once the validation loss is at most L (language models)\n"
 "evaluation and outputs:\n"
 "  --eval-every K (0 = each epoch)   --eval-windows N (language models: 256; 0 = all)\n"
-"  --log-every K (50)   --metrics FILE   --quiet\n"
-"  --checkpoint FILE (shmtrain.ckpt)   --checkpoint-every K   --resume [FILE]\n"
+"  --log-every K (50)   --quiet\n"
+"  --out DIR                the run's folder: shmtrain.ckpt, metrics.jsonl, TensorBoard's events,\n"
+"                           scalars.csv, config.txt (default runs/MODEL-JOB or runs/MODEL-UTC TIME;\n"
+"                           runs/latest is the newest); one holding a run is refused unless --resume\n"
+"                           or --overwrite\n"
+"  --resume [DIR|FILE]      go on from a run's folder (alone: runs/latest) or a checkpoint file\n"
+"  --checkpoint FILE --metrics FILE   outputs here instead of a run folder   --no-checkpoint\n"
+"  --checkpoint-every K     also every K steps (a failed one is a warning)   --overwrite\n"
+"  --config FILE            flags as 'key value' lines (a run's config.txt repeats it); flags given\n"
+"                           after override it\n"
 "several instances:\n"
 "  --allreduce-dtype fp32|bf16   the gradient exchange (bf16: half the bytes, summed in fp32)\n"
 "  --bucket-mb MB           all-reduce gradients in buckets of MB during backward (0: after it)\n"
@@ -135,81 +145,13 @@ void shmtrain_check_spelling(int argc, char **argv, const struct option *opts, c
         shmtrain_bad("%s%s", program, why);
 }
 
-/* The command line with a model's recipe in front (with_recipe), freed at
- * exit. */
-static char *recipe_words, **recipe_args, *recipe_text;
-
-static void free_recipe(void)
-{
-    free(recipe_words);
-    free(recipe_args);
-    free(recipe_text);
-}
-
-static const char *model_named(int argc, char **argv)
-{
-    const char *model = "lenet";  /* st_train_defaults' */
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--model") && i + 1 < argc)
-            model = argv[i + 1];
-        else if (!strncmp(argv[i], "--model=", 8))
-            model = argv[i] + 8;
-    }
-    return model;
-}
-
-/* A model's recipe (its `train` line) as flags in front of the command
- * line's: getopt reads them first, so every flag given overrides them.  A
- * model that does not load is a bad --model: exit 2, before any work. */
-static char **with_recipe(int *argc, char **argv, const char **recipe)
-{
-    const char *model = model_named(*argc, argv);
-    st_model *m = NULL;
-    *recipe = NULL;
-    if (st_model_load(&m, model) != ST_OK)
-        shmtrain_bad("%s", st_last_error());
-    const char *r = st_model_recipe(m);
-    if (!r) {
-        st_model_destroy(m);
-        return argv;
-    }
-    const size_t n = strlen(r);
-    int pairs = 1;
-    for (const char *p = r; *p; p++)
-        pairs += *p == ' ';
-    pairs /= 2;
-    recipe_words = malloc(n + 1 + (size_t)pairs * 3);
-    recipe_args = malloc(((size_t)*argc + (size_t)pairs + 1) * sizeof *recipe_args);
-    if (!recipe_words || !recipe_args)
-        shmtrain_bad("out of memory");
-    char **args = recipe_args;
-    atexit(free_recipe);
-    args[0] = argv[0];
-    int k = 1;
-    char *w = recipe_words;
-    for (const char *p = r; *p;) {  /* "key value key value" -> "--key=value" ... */
-        const size_t key = strcspn(p, " "), value = strcspn(p + key + 1, " ");
-        args[k++] = w;
-        w += sprintf(w, "--%.*s=%.*s", (int)key, p, (int)value, p + key + 1) + 1;
-        p += key + 1 + value;
-        p += *p == ' ';
-    }
-    for (int i = 1; i < *argc; i++)
-        args[k++] = argv[i];
-    args[k] = NULL;
-    *argc = k;
-    *recipe = recipe_text = strdup(r);
-    st_model_destroy(m);
-    return args;
-}
-
 enum {
     O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
     O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ, O_GAMMA,
     O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE, O_RESUME, O_CHECK,
     O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY, O_INIT,
     O_TOKBIN, O_VALBIN, O_VOCAB, O_NPYI, O_NPYL, O_NPYTI, O_NPYTL, O_VALFRAC, O_IMGDIR, O_IMGSIZE, O_DATAMEM,
-    O_DATAWORK, O_VERSION
+    O_DATAWORK, O_VERSION, O_OUT, O_OVERWRITE, O_CONFIG, O_NOCKPT
 };
 
 static const struct option training_flags[] = {
@@ -230,7 +172,8 @@ static const struct option training_flags[] = {
     {"target-accuracy", 1, 0, O_TARGET}, {"target-loss", 1, 0, O_TLOSS}, {"eval-every", 1, 0, O_EVAL},
     {"eval-windows", 1, 0, O_EVALWIN}, {"log-every", 1, 0, O_LOG}, {"metrics", 1, 0, O_METRICS},
     {"quiet", 0, 0, O_QUIET}, {"checkpoint", 1, 0, O_CKPT}, {"checkpoint-every", 1, 0, O_CKPTE},
-    {"resume", 2, 0, O_RESUME}, {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"bucket-mb", 1, 0, O_BUCKET},
+    {"resume", 2, 0, O_RESUME}, {"out", 1, 0, O_OUT}, {"overwrite", 0, 0, O_OVERWRITE}, {"config", 1, 0, O_CONFIG},
+    {"no-checkpoint", 0, 0, O_NOCKPT}, {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"bucket-mb", 1, 0, O_BUCKET},
     {"check-replicas", 1, 0, O_CHECK}, {"precision", 1, 0, O_PRECISION},
     {"no-flush-denormals", 0, 0, O_NOFLUSH}, {"version", 0, 0, O_VERSION}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
 
@@ -332,7 +275,7 @@ static bool output_or_run_flag(int c, char *v, st_train_options *o)
     case O_QUIET: o->quiet = true; break;
     case O_CKPT: o->checkpoint = v; break;
     case O_CKPTE: o->checkpoint_every = shmtrain_whole("--checkpoint-every", v, 0, LONG_MAX); break;
-    case O_RESUME: o->resume = v ? v : ""; break;  /* "" = the --checkpoint file */
+    case O_RESUME: o->resume = v ? v : ""; break;  /* "": run_dir_prepare says which */
     case O_ARDTYPE: o->allreduce_dtype = dtype_flag("--allreduce-dtype", v); break;
     case O_BUCKET: o->bucket_mb = shmtrain_number("--bucket-mb", v, 0, 1024); break;
     case O_CHECK: o->check_replicas = shmtrain_whole("--check-replicas", v, 1, LONG_MAX); break;
@@ -368,10 +311,12 @@ static void check_output_path(const char *flag, const char *path)
 }
 
 /* Flags that only mean something together, checked before any work. */
-static void check_combinations(st_train_options *o, bool momentum_set)
+static void check_combinations(st_train_options *o, const struct run_dir_request *rq, bool momentum_set)
 {
-    if (o->resume && !*o->resume)
-        o->resume = o->checkpoint;
+    if (rq->no_checkpoint && (rq->checkpoint_named || o->checkpoint_every))
+        shmtrain_bad("--no-checkpoint and %s: give one", rq->checkpoint_named ? "--checkpoint" : "--checkpoint-every");
+    if (rq->overwrite && !rq->out)
+        shmtrain_bad("--overwrite goes with --out DIR (a default run folder is always new)");
     if (o->optim.kind == ST_OPTIM_ADAMW && !momentum_set)
         o->optim.momentum = 0;
     if (o->optim.nesterov && o->optim.momentum <= 0)
@@ -402,7 +347,22 @@ static bool asks_for(int argc, char **argv, const char *a, const char *b)
     return false;
 }
 
-enum shmtrain_action shmtrain_parse(int argc, char **argv, st_train_options *o)
+/* The flags that say where a run's outputs go, for run_dir_prepare. */
+static bool run_dir_flag(int c, char *v, struct run_dir_request *rq)
+{
+    switch (c) {
+    case O_OUT: rq->out = v; break;
+    case O_OVERWRITE: rq->overwrite = true; break;
+    case O_NOCKPT: rq->no_checkpoint = true; break;
+    case O_CONFIG: break;  /* read by merge_line */
+    case O_CKPT: rq->checkpoint_named = true; return false;
+    case O_METRICS: rq->metrics_named = true; return false;
+    default: return false;
+    }
+    return true;
+}
+
+enum shmtrain_action shmtrain_parse(int argc, char **argv, st_train_options *o, struct run_dir_request *rq)
 {
     shmtrain_check_spelling(argc, argv, training_flags, "");
     /* --help and --version answer whatever else the line holds (a model
@@ -411,28 +371,30 @@ enum shmtrain_action shmtrain_parse(int argc, char **argv, st_train_options *o)
         return ACTION_HELP;
     if (asks_for(argc, argv, "--version", NULL))
         return ACTION_VERSION;
-    argv = with_recipe(&argc, argv, &o->model_recipe);
+    int n;
+    char **words = shmtrain_merge_line(argc, argv, training_flags, o, &n);
     bool momentum_set = false, summary = false;
     opterr = 0;
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, ":h", training_flags, NULL)) != -1) {
-        if (c == O_RESUME && !optarg && optind < argc && argv[optind][0] != '-')
-            optarg = argv[optind++];  /* "--resume FILE" as users type it: shmtrain has no operands */
-        if (model_or_data_flag(c, optarg, o) || optimisation_flag(c, optarg, o, &momentum_set) ||
-            output_or_run_flag(c, optarg, o))
+    while ((c = getopt_long(n, words, ":h", training_flags, NULL)) != -1) {
+        if (c == O_RESUME && !optarg && optind < n && words[optind][0] != '-')
+            optarg = words[optind++];  /* "--resume FILE" as users type it: shmtrain has no operands */
+        if (run_dir_flag(c, optarg, rq) || model_or_data_flag(c, optarg, o) ||
+            optimisation_flag(c, optarg, o, &momentum_set) || output_or_run_flag(c, optarg, o))
             continue;
         if (c == O_SUMMARY)
             summary = true;
         else if (c == ':')
-            shmtrain_bad("%s needs a value", argv[optind - 1]);
+            shmtrain_bad("%s needs a value", words[optind - 1]);
         else
-            shmtrain_bad("unknown option '%s'", argv[optind - 1]);
+            shmtrain_bad("unknown option '%s'", words[optind - 1]);
     }
-    if (optind < argc)
-        shmtrain_bad("unexpected argument '%s'", argv[optind]);
+    if (optind < n)
+        shmtrain_bad("unexpected argument '%s'", words[optind]);
     if (summary)
         return ACTION_SUMMARY;
-    check_combinations(o, momentum_set);
+    check_combinations(o, rq, momentum_set);
+    rq->config_text = shmtrain_effective_config(training_flags);
     return ACTION_TRAIN;
 }

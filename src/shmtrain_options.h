@@ -10,6 +10,7 @@
 
 #include "shmtrain/flags.h"
 #include "shmtrain/train.h"
+#include "shmtrain_run_dir.h"
 
 #define ONE_BILLION 1000000000L
 
@@ -25,11 +26,12 @@ void shmtrain_check_spelling(int argc, char **argv, const struct option *opts, c
 /* What main does after reading the flags. */
 enum shmtrain_action { ACTION_TRAIN, ACTION_SUMMARY, ACTION_HELP, ACTION_VERSION };
 
-/* Reads the training flags (after the model's recipe, which they
- * override) into `o` (st_train_defaults first); every combination and the
- * model checked.  `o` points into argv and the recipe's words, which live
- * until exit. */
-enum shmtrain_action shmtrain_parse(int argc, char **argv, st_train_options *o);
+/* Reads the training flags (after the model's recipe and --config's file,
+ * which they override) into `o` (st_train_defaults first) and where the
+ * outputs go into `rq` (its config_text owned by the caller); every
+ * combination and the model checked.  `o` points into argv and the merged
+ * words, which live until exit. */
+enum shmtrain_action shmtrain_parse(int argc, char **argv, st_train_options *o, struct run_dir_request *rq);
 
 void shmtrain_usage(FILE *f);
 

@@ -3,9 +3,9 @@
 # typos answered with the flag meant, prefixes refused, --version anywhere,
 # a bad --model or out-of-range value exit 2, a bad output path refused
 # before step 1, and success that says what it wrote and checked.
-# Usage: cli_flags.sh SHMTRAIN SHMRUN
+# Usage: cli_flags.sh SHMTRAIN SHMRUN SOURCE_DIR
 set -u
-shmtrain=$1 shmrun=$2
+shmtrain=$1 shmrun=$2 source_dir=$3
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 failed=0
@@ -57,5 +57,18 @@ expect says-replicas 0 "all 2 instances held identical parameters at each of 2 c
   --train-subset 256 --test-subset 64 --check-replicas 1 --checkpoint "$tmp/r.ckpt"
 expect says-export 0 "wrote $tmp/m.safetensors (0.9 MB, safetensors) from $tmp/m.ckpt" -- \
   "$shmtrain" export --checkpoint "$tmp/m.ckpt" --out "$tmp/m.safetensors"
+
+# the docs' examples that need no data run here as printed (issue 43, item 7):
+# each line is taken from README.md or docs/partitioning.md, build/ mapped to
+# the programs under test, and run with its comment removed
+for example in "README.md:--print-mpirun" "README.md:--dry-run --synthetic" "docs/partitioning.md:--sweep all,numa,l3,core,8x8 --dry-run"; do
+  file=${example%%:*} key=${example#*:}
+  line=$(grep -m1 -F -- "$key" "$source_dir/$file" | sed 's/ *#.*//')
+  [ -n "$line" ] || { echo "FAIL example: no line with '$key' in $file"; failed=1; continue; }
+  cmd=$(printf '%s' "$line" | sed "s#build/shmrun#$shmrun#; s#build/shmtrain#$shmtrain#")
+  expect "example $key" 0 "" -- sh -c "$cmd"
+done
+expect sweep-left-out 0 "setting '8x8' left out: --ninstances 8" -- "$shmrun" --sweep 1x1,8x8 --dry-run
+expect sweep-none-fits 2 "setting '9x9': --ninstances 9" -- "$shmrun" --sweep 9x9,8x8 -- true
 
 exit $failed

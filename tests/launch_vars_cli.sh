@@ -9,19 +9,23 @@ tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 failed=0
 . "$(dirname "$0")/cli_expect.sh"
+cd "$tmp" || exit 1  # a run without --checkpoint makes its folder in runs/ here
 run="--model mlp --max-steps 1 --quiet"
 
 # Open MPI's variables outside mpirun: MPI starts a world of one, which
 # trained alone as if it were the whole job.
 if [ "$have_mpi" = 1 ]; then
   expect ompi-by-hand 1 "rank 0 of 2, but MPI started rank 0 of 1" -- \
-    env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 "$shmtrain" $run
+    env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 "$shmtrain" $run --out "$tmp/ompi"
 fi
 # torchrun's names beside shmrun's that disagree: which did it obey?
 expect shmrun-and-torchrun-disagree 1 "SHMTRAIN_RANK=0 SHMTRAIN_WORLD_SIZE=1 (shmrun) but RANK=1 WORLD_SIZE=2" -- \
   env SHMTRAIN_RANK=0 SHMTRAIN_WORLD_SIZE=1 RANK=1 WORLD_SIZE=2 "$shmtrain" $run
-# A world of two with no way to reach the other: no job id to meet under.
-expect torchrun-names-no-job 1 "SHMTRAIN_JOB_ID is not set" -- env RANK=0 WORLD_SIZE=2 "$shmtrain" $run
+# A world of two with no way to reach the other: no job id to meet under
+# (nor to name a run folder by: that is found first, a bad flag).
+expect torchrun-names-no-job 2 "share no job id" -- env RANK=0 WORLD_SIZE=2 "$shmtrain" $run
+expect torchrun-names-no-job-out 1 "SHMTRAIN_JOB_ID is not set" -- \
+  env RANK=0 WORLD_SIZE=2 "$shmtrain" $run --out "$tmp/two"
 # shmrun inside another launcher's world of two: two gangs under one name.
 expect shmrun-inside-mpirun 2 "started by mpirun as rank 0 of 2" -- \
   env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 "$shmrun" -n 2 --quiet --log-dir "$tmp/logs" -- /bin/true

@@ -64,11 +64,12 @@ typedef struct st_train_options {
     st_dtype precision;           /* compute: fp32 (default) or bf16 mixed precision (docs/engine.md) */
     st_dtype allreduce_dtype;     /* the gradient exchange: fp32 (default) or bf16, half the bytes */
     double bucket_mb;             /* > 0: all-reduce buckets of this size during backward (overlap) */
-    const char *checkpoint;       /* path (default shmtrain.ckpt) */
+    const char *checkpoint;       /* path (default shmtrain.ckpt); NULL: none written (--no-checkpoint) */
     const char *resume;           /* checkpoint to resume from, or NULL */
     const char *init_from;        /* a safetensors file to start from (shmtrain export's, or
                                      PyTorch's names), or NULL; a resume takes precedence */
     const char *metrics;          /* JSON-lines file (default: in the log dir) */
+    const char *events_dir;       /* TensorBoard event files and scalars.csv go here (the run folder), or NULL */
     long train_subset, test_subset;
     bool augment, quiet, flush_denormals;
     float target_accuracy;        /* stop once test accuracy reaches it (0 = off) */

@@ -143,14 +143,29 @@ static int plan_settings(const st_topo *t, const struct sweep_job *j, struct swe
         fprintf(stderr, "shmrun: %s\n", err);
         return -1;
     }
+    /* A setting this machine cannot plan (8x8 on a 16-core box) is left out
+     * with a line saying why, not the whole sweep: a list copied from the
+     * docs still compares what fits.  None fitting is the error. */
+    int kept = 0, fitting = 0;
     for (int i = 0; i < n; i++) {
-        st_plan *p = plan_for(t, j, s[i].req_instances, s[i].req_cores, s[i].asked, false);
-        if (!p)
-            return -1;
-        s[i].instances = p->ninstances;
-        s[i].cores = p->inst[0].ncores;
+        st_plan *p = plan_for(t, j, s[i].req_instances, s[i].req_cores, s[i].asked, true);
+        fitting += p != NULL;
         st_plan_destroy(p);
     }
+    if (!fitting && n > 0)  /* the first one's reason, as the error */
+        return plan_for(t, j, s[0].req_instances, s[0].req_cores, s[0].asked, false) ? 0 : -1;
+    for (int i = 0; i < n; i++) {
+        st_plan *p = plan_for(t, j, s[i].req_instances, s[i].req_cores, s[i].asked, true);
+        if (!p) {
+            fprintf(stderr, "shmrun: --sweep setting '%s' left out: %s\n", s[i].asked, st_last_error());
+            continue;
+        }
+        s[kept] = s[i];
+        s[kept].instances = p->ninstances;
+        s[kept++].cores = p->inst[0].ncores;
+        st_plan_destroy(p);
+    }
+    n = kept;
     st_plan *all = plan_for(t, j, 1, 0, "all", true);  /* no baseline when it cannot be planned */
     *all_cores = all ? all->inst[0].ncores : 0;
     st_plan_destroy(all);

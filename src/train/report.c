@@ -33,6 +33,11 @@ void train_record(struct trainer *t, const st_record *r)
 {
     if (t->metrics)
         st_metrics_write(t->metrics, r);
+    if (t->tb) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        st_tfevents_record(t->tb, r, (double)now.tv_sec + 1e-9 * (double)now.tv_nsec);
+    }
 }
 
 void train_say(const struct trainer *t, const char *fmt, ...)
@@ -188,6 +193,8 @@ void train_open_metrics(struct trainer *t)
     t->metrics = fopen(path, t->step ? "a" : "w");
     if (!t->metrics)
         fprintf(stderr, "shmtrain: --metrics %s: cannot open: %s (continuing without)\n", path, strerror(errno));
+    if (t->o->events_dir && st_tfevents_create(&t->tb, t->o->events_dir) != ST_OK)
+        fprintf(stderr, "shmtrain: warning: %s (no TensorBoard events)\n", st_last_error());
 }
 
 void train_recipe(const st_train_options *o, char *buf, size_t len)

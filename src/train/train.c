@@ -50,7 +50,7 @@ void st_train_defaults(st_train_options *o)
 
 static st_status save(struct trainer *t)
 {
-    if (t->rank != 0)
+    if (t->rank != 0 || !t->o->checkpoint)  /* --no-checkpoint */
         return ST_OK;
     size_t nb, no;
     st_ckpt c = {.model_text = (char *)st_model_text(t->model),
@@ -90,7 +90,9 @@ static st_status save_periodic(struct trainer *t)
  * an older file it never wrote, or nothing. */
 static const char *kept(const struct trainer *t, char *buf, size_t len)
 {
-    if (t->saved)
+    if (!t->o->checkpoint)
+        snprintf(buf, len, "no checkpoint is written (--no-checkpoint)");
+    else if (t->saved)
         snprintf(buf, len, "the last good checkpoint (%s) is kept", t->o->checkpoint);
     else if (access(t->o->checkpoint, F_OK) == 0)
         snprintf(buf, len, "%s, from before this run, is untouched", t->o->checkpoint);
@@ -372,7 +374,7 @@ static st_status maybe_resume(struct trainer *t)
     const char *path = t->o->resume;
     const char *restarts = getenv(ST_ENV_RESTART_COUNT);
     struct stat sb;
-    if (!path && restarts && atoi(restarts) > 0 && stat(t->o->checkpoint, &sb) == 0)
+    if (!path && restarts && atoi(restarts) > 0 && t->o->checkpoint && stat(t->o->checkpoint, &sb) == 0)
         path = t->o->checkpoint;  /* a restarted gang continues where it stopped */
     st_status st = path ? restore(t, path) : ST_OK;
     t->saved = st == ST_OK && path && st_same_file(path, t->o->checkpoint);  /* what a bad loss would leave */
@@ -399,6 +401,7 @@ static void teardown(struct trainer *t, bool failed)
 {
     if (t->metrics)
         fclose(t->metrics);
+    st_tfevents_destroy(t->tb);
     free(t->x);
     free(t->y);
     free(t->order);
@@ -454,7 +457,7 @@ static st_status loop(struct trainer *t, st_train_result *r)
             if (stop) {
                 train_say(t, "\nstopping on request after step %llu\n", (unsigned long long)t->step);
                 st = save(t);
-                if (st == ST_OK)
+                if (st == ST_OK && o->checkpoint)
                     train_say(t, "checkpoint: %s (step %llu); --resume %s continues from it\n", o->checkpoint,
                               (unsigned long long)t->step, o->checkpoint);
                 r->interrupted = true;

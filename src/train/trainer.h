@@ -14,6 +14,7 @@
 #include "shmtrain/bf16.h"
 #include "shmtrain/data.h"
 #include "shmtrain/metrics.h"
+#include "shmtrain/tfevents.h"
 #include "shmtrain/nn.h"
 #include "shmtrain/optim.h"
 #include "shmtrain/text.h"
@@ -50,6 +51,7 @@ struct trainer {
     size_t global_batch;       /* samples per optimizer step: instances x batch x micro-batches */
     size_t P;
     FILE *metrics;
+    st_tfevents *tb;           /* TensorBoard events and scalars.csv in the run folder, or NULL */
     st_schedule sched;         /* the options' schedule, its length filled in */
     bool tty;
     uint64_t epoch, epoch_pos, step, first_step;
