@@ -69,6 +69,8 @@ void shmtrain_usage(FILE *f)
 "  --resume [DIR|FILE]      go on from a run's folder (alone: runs/latest) or a checkpoint file\n"
 "  --checkpoint FILE --metrics FILE   outputs here instead of a run folder   --no-checkpoint\n"
 "  --checkpoint-every K     also every K steps (a failed one is a warning)   --overwrite\n"
+"  --keep K                 keep the last K of those as FILE-stepN.ckpt   --keep-best  best.ckpt:\n"
+"                           the best evaluation's (validation loss, or test accuracy)\n"
 "  --config FILE            flags as 'key value' lines (a run's config.txt repeats it); flags given\n"
 "                           after override it\n"
 "several instances:\n"
@@ -151,7 +153,7 @@ enum {
     O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE, O_RESUME, O_CHECK,
     O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY, O_INIT,
     O_TOKBIN, O_VALBIN, O_VOCAB, O_NPYI, O_NPYL, O_NPYTI, O_NPYTL, O_VALFRAC, O_IMGDIR, O_IMGSIZE, O_DATAMEM,
-    O_DATAWORK, O_VERSION, O_OUT, O_OVERWRITE, O_CONFIG, O_NOCKPT
+    O_DATAWORK, O_VERSION, O_OUT, O_OVERWRITE, O_CONFIG, O_NOCKPT, O_KEEP, O_KEEPBEST
 };
 
 static const struct option training_flags[] = {
@@ -173,7 +175,7 @@ static const struct option training_flags[] = {
     {"eval-windows", 1, 0, O_EVALWIN}, {"log-every", 1, 0, O_LOG}, {"metrics", 1, 0, O_METRICS},
     {"quiet", 0, 0, O_QUIET}, {"checkpoint", 1, 0, O_CKPT}, {"checkpoint-every", 1, 0, O_CKPTE},
     {"resume", 2, 0, O_RESUME}, {"out", 1, 0, O_OUT}, {"overwrite", 0, 0, O_OVERWRITE}, {"config", 1, 0, O_CONFIG},
-    {"no-checkpoint", 0, 0, O_NOCKPT}, {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"bucket-mb", 1, 0, O_BUCKET},
+    {"no-checkpoint", 0, 0, O_NOCKPT}, {"keep", 1, 0, O_KEEP}, {"keep-best", 0, 0, O_KEEPBEST}, {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"bucket-mb", 1, 0, O_BUCKET},
     {"check-replicas", 1, 0, O_CHECK}, {"precision", 1, 0, O_PRECISION},
     {"no-flush-denormals", 0, 0, O_NOFLUSH}, {"version", 0, 0, O_VERSION}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
 
@@ -275,6 +277,8 @@ static bool output_or_run_flag(int c, char *v, st_train_options *o)
     case O_QUIET: o->quiet = true; break;
     case O_CKPT: o->checkpoint = v; break;
     case O_CKPTE: o->checkpoint_every = shmtrain_whole("--checkpoint-every", v, 0, LONG_MAX); break;
+    case O_KEEP: o->keep_last = (int)shmtrain_whole("--keep", v, 1, 1000000); break;
+    case O_KEEPBEST: o->keep_best = true; break;
     case O_RESUME: o->resume = v ? v : ""; break;  /* "": run_dir_prepare says which */
     case O_ARDTYPE: o->allreduce_dtype = dtype_flag("--allreduce-dtype", v); break;
     case O_BUCKET: o->bucket_mb = shmtrain_number("--bucket-mb", v, 0, 1024); break;
@@ -313,8 +317,11 @@ static void check_output_path(const char *flag, const char *path)
 /* Flags that only mean something together, checked before any work. */
 static void check_combinations(st_train_options *o, const struct run_dir_request *rq, bool momentum_set)
 {
-    if (rq->no_checkpoint && (rq->checkpoint_named || o->checkpoint_every))
-        shmtrain_bad("--no-checkpoint and %s: give one", rq->checkpoint_named ? "--checkpoint" : "--checkpoint-every");
+    if (rq->no_checkpoint && (rq->checkpoint_named || o->checkpoint_every || o->keep_last || o->keep_best))
+        shmtrain_bad("--no-checkpoint and %s: give one", rq->checkpoint_named ? "--checkpoint"
+                     : o->checkpoint_every ? "--checkpoint-every" : o->keep_last ? "--keep" : "--keep-best");
+    if (o->keep_last && !o->checkpoint_every)
+        shmtrain_bad("--keep %d: keeps --checkpoint-every's checkpoints; give that too", o->keep_last);
     if (rq->overwrite && !rq->out)
         shmtrain_bad("--overwrite goes with --out DIR (a default run folder is always new)");
     if (o->optim.kind == ST_OPTIM_ADAMW && !momentum_set)

@@ -51,6 +51,17 @@ grep -q '"type":"eval","step":5' "runs/$first/metrics.jsonl" || fail "resume-dir
 expect resume-latest 0 "run folder runs/$second, resumed" -- "$shmtrain" --resume --max-steps 4
 expect resume-empty 2 "--resume rep2: no shmtrain.ckpt in it" -- sh -c "mkdir rep2; exec '$shmtrain' --resume rep2"
 
+# --keep K: the last K periodic checkpoints; --keep-best: the best evaluation's
+expect keep 0 "checkpoint: keep/shmtrain.ckpt (step 40)" -- "$shmtrain" $small --train-subset 2048 --max-steps 40 \
+  --checkpoint-every 10 --keep 2 --keep-best --eval-every 5 --lr 0.3 --out keep  # lr 0.3: accuracy falls late
+[ "$(ls keep | grep -- '-step' | tr '\n' ' ')" = "shmtrain-step30.ckpt shmtrain-step40.ckpt " ] ||
+  fail "keep: $(ls keep | tr '\n' ' ')"
+best_step=$(grep '"type":"eval"' keep/metrics.jsonl | sed 's/.*"step":\([0-9]*\).*"test_accuracy":\([0-9.]*\).*/\2 \1/' |
+  sort -k1,1gr -k2,2n | head -1 | cut -d' ' -f2)
+grep "best so far" "$tmp/out" | tail -1 | grep -q "(step $best_step," || fail "keep-best: best at step $best_step, said: $(grep 'best so far' "$tmp/out" | tail -1)"
+expect keep-best-loads 0 "wrote keep/best.safetensors" -- "$shmtrain" export --checkpoint keep/best.ckpt --out keep/best.safetensors
+expect keep-needs-every 2 "--keep 2: keeps --checkpoint-every's checkpoints" -- "$shmtrain" --keep 2
+
 # --no-checkpoint; named outputs go where named, no folder
 expect no-checkpoint 0 "run folder" -- "$shmtrain" $small --max-steps 1 --no-checkpoint --out nock
 [ ! -e nock/shmtrain.ckpt ] && [ -s nock/metrics.jsonl ] || fail "no-checkpoint: $(ls nock)"

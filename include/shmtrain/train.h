@@ -60,6 +60,8 @@ typedef struct st_train_options {
     long eval_every;              /* steps; 0 = at the end of each epoch */
     long log_every;               /* steps (default 50) */
     long checkpoint_every;        /* steps; 0 = only at the end */
+    int keep_last;                /* with checkpoint_every: keep FILE-stepN.ckpt of the last K saves (0: none) */
+    bool keep_best;               /* keep best.ckpt beside the checkpoint: the best evaluation's */
     long check_replicas;          /* compare parameter hashes every K steps */
     st_dtype precision;           /* compute: fp32 (default) or bf16 mixed precision (docs/engine.md) */
     st_dtype allreduce_dtype;     /* the gradient exchange: fp32 (default) or bf16, half the bytes */

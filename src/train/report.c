@@ -174,6 +174,7 @@ st_status train_eval_and_report(struct trainer *t)
         train_say(t, "eval  epoch %llu step %llu: test loss %.4f, test accuracy %.2f%% (best %.2f%%)\n",
             (unsigned long long)t->epoch + (t->epoch_pos ? 1 : 0), (unsigned long long)t->step, loss, 100 * acc,
             100 * t->best_acc);
+    train_keep_best(t, acc, loss);
     t->interval_start += st_now_s() - t0;  /* evaluation is not training time */
     return ST_OK;
 }

@@ -48,10 +48,8 @@ void st_train_defaults(st_train_options *o)
 
 /* --------------------------------------------------------- checkpoints -- */
 
-static st_status save(struct trainer *t)
+st_status train_save_to(struct trainer *t, const char *path)
 {
-    if (t->rank != 0 || !t->o->checkpoint)  /* --no-checkpoint */
-        return ST_OK;
     size_t nb, no;
     st_ckpt c = {.model_text = (char *)st_model_text(t->model),
                  .params = st_net_params(t->net, &c.nparams),
@@ -66,7 +64,14 @@ static st_status save(struct trainer *t)
                  .nalphabet = t->text ? (uint32_t)st_text_alphabet_len(t->text) : 0};
     c.nbuffers = nb;
     c.noptim = no;
-    st_status st = st_ckpt_write(t->o->checkpoint, &c);
+    return st_ckpt_write(path, &c);
+}
+
+static st_status save(struct trainer *t)
+{
+    if (t->rank != 0 || !t->o->checkpoint)  /* --no-checkpoint */
+        return ST_OK;
+    st_status st = train_save_to(t, t->o->checkpoint);
     t->saved |= st == ST_OK;
     return st;
 }
@@ -78,6 +83,8 @@ static st_status save(struct trainer *t)
 static st_status save_periodic(struct trainer *t)
 {
     st_status st = save(t);
+    if (st == ST_OK)
+        train_keep_last(t);
     if (st != ST_ERR_IO)
         return st;
     fprintf(stderr, "shmtrain: warning: step %llu: %s; training goes on (the next checkpoint at step %llu)\n",
@@ -492,7 +499,7 @@ static st_status loop(struct trainer *t, st_train_result *r)
 
 st_status st_train_run(const st_train_options *o, st_train_result *r)
 {
-    struct trainer t = {.o = o, .last_eval_step = -1};
+    struct trainer t = {.o = o, .last_eval_step = -1, .kept_best = -INFINITY};
     memset(r, 0, sizeof *r);
     for (size_t i = 0; i < NTHRESH; i++)
         t.reached_at[i] = -1;

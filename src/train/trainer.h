@@ -58,6 +58,7 @@ struct trainer {
     long steps_per_epoch;
     long epochs_total, steps_total; /* the run's budget (train.c, budget): what ends it */
     double start, elapsed_before, train_seconds, best_acc, last_acc, last_loss;
+    double kept_best;          /* --keep-best: best.ckpt's score (accuracy, or minus the loss); -inf: none yet */
     long last_eval_step;
     bool saved;                /* a checkpoint of this run (or the one it resumed) is at --checkpoint */
     long replica_checks;       /* --check-replicas checks passed, said at the end */
@@ -101,6 +102,17 @@ st_status train_fill_eval_batch(struct trainer *t, size_t first, int *valid);
 /* report.c: a progress line (rank 0, unless --quiet); a metrics record
  * (rank 0's --metrics file, if open). */
 void train_say(const struct trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A checkpoint of the run as it is now, at `path` (rank 0's to call). */
+st_status train_save_to(struct trainer *t, const char *path);
+
+/* src/train/keep.c: which checkpoints a run keeps beside --checkpoint's.
+ * After a periodic save, with --keep K: FILE-stepN.ckpt for the last K.
+ * After an evaluation, with --keep-best: best.ckpt beside FILE when this
+ * one is the best so far (validation loss for a language model, test
+ * accuracy otherwise).  A failed write is a warning: the run goes on. */
+void train_keep_last(struct trainer *t);
+void train_keep_best(struct trainer *t, double accuracy, double loss);
 void train_record(struct trainer *t, const st_record *r);
 /* The interval's train record and progress line; the next interval begins. */
 void train_log_interval(struct trainer *t, float lr);

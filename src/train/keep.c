@@ -1,0 +1,64 @@
+/* Which checkpoints a run keeps (trainer.h): the last K of --checkpoint-every
+ * as FILE-stepN.ckpt, and the best evaluation's as best.ckpt, the policies
+ * Hugging Face's Trainer calls save_total_limit and load_best_model_at_end.
+ *
+ * A kept step is a hard link to the file just written: st_ckpt_write
+ * renames a new file over FILE each time, so the link keeps that one whole
+ * and costs no second copy. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer.h"
+
+#define PATH_LEN 4096
+
+/* "runs/x/shmtrain.ckpt", 300 -> "runs/x/shmtrain-step300.ckpt". */
+static void step_name(const char *checkpoint, unsigned long long step, char *out, size_t len)
+{
+    const char *dot = strrchr(checkpoint, '.'), *slash = strrchr(checkpoint, '/');
+    const int stem = dot && (!slash || dot > slash) ? (int)(dot - checkpoint) : (int)strlen(checkpoint);
+    snprintf(out, len, "%.*s-step%llu%s", stem, checkpoint, step, stem < (int)strlen(checkpoint) ? dot : "");
+}
+
+void train_keep_last(struct trainer *t)
+{
+    const st_train_options *o = t->o;
+    if (t->rank != 0 || !o->checkpoint || o->keep_last < 1 || o->checkpoint_every < 1)
+        return;
+    char kept[PATH_LEN], old[PATH_LEN];
+    step_name(o->checkpoint, t->step, kept, sizeof kept);
+    unlink(kept);  /* a resumed run saving this step again */
+    if (link(o->checkpoint, kept) != 0) {
+        fprintf(stderr, "shmtrain: warning: --keep: %s: %s\n", kept, strerror(errno));
+        return;
+    }
+    const unsigned long long window = (unsigned long long)o->keep_last * (unsigned long long)o->checkpoint_every;
+    if (t->step > window) {
+        step_name(o->checkpoint, t->step - window, old, sizeof old);
+        if (unlink(old) != 0 && errno != ENOENT)
+            fprintf(stderr, "shmtrain: warning: --keep: %s: %s\n", old, strerror(errno));
+    }
+}
+
+void train_keep_best(struct trainer *t, double accuracy, double loss)
+{
+    const st_train_options *o = t->o;
+    const double score = t->text ? -loss : accuracy;
+    if (t->rank != 0 || !o->keep_best || !o->checkpoint || !(score > t->kept_best))
+        return;
+    char best[PATH_LEN];
+    const char *slash = strrchr(o->checkpoint, '/');
+    snprintf(best, sizeof best, "%.*sbest.ckpt", slash ? (int)(slash - o->checkpoint + 1) : 0, o->checkpoint);
+    if (train_save_to(t, best) != ST_OK) {
+        fprintf(stderr, "shmtrain: warning: step %llu: --keep-best: %s; training goes on\n",
+                (unsigned long long)t->step, st_last_error());
+        return;
+    }
+    t->kept_best = score;
+    train_say(t, "      best so far: %s (step %llu, %s %.4f)\n", best, (unsigned long long)t->step,
+              t->text ? "validation loss" : "test accuracy", t->text ? loss : accuracy);
+}
