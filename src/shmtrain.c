@@ -233,6 +233,8 @@ int main(int argc, char **argv)
     take_signals_in_a_thread();
     st_train_result r;
     st_status st = st_train_run(&o, &r);
+    if (st == ST_OK || st == ST_ERR_INTERRUPTED)
+        run_dir_draw(&rd);
     if (st == ST_ERR_INTERRUPTED)
         return 130;
     if (st != ST_OK) {

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "shmtrain/env.h"
@@ -266,9 +268,54 @@ int run_dir_prepare(const struct run_dir_request *rq, st_train_options *o, struc
         point_latest(rd->path);
     if (p.rank == 0 && !rq->metrics_named)
         link_metrics_into_log_dir(rd->metrics);
+    rd->rank0 = p.rank == 0;
+    rd->events = o->events_dir != NULL;
     if (p.rank == 0 && !o->quiet)
         printf("shmtrain: run folder %s%s (%s%s)\n", rd->path, resuming ? ", resumed" : "",
                o->checkpoint == rd->checkpoint ? CHECKPOINT_NAME ", " : "",
                o->metrics == rd->metrics ? "metrics.jsonl, config.txt" : "config.txt");
     return 0;
+}
+
+/* The curves, read by gnuplot straight from scalars.csv (a static script:
+ * `gnuplot curves.gp` in the folder redraws them after a resume). */
+static const char curves_script[] =
+    "# written by shmtrain; in this folder, `gnuplot curves.gp` draws curves.svg again\n"
+    "set terminal svg size 1200,340 dynamic font 'sans,11' background '#ffffff'\n"
+    "set output 'curves.svg'\nset datafile separator ','\nset grid\nset xlabel 'step'\n"
+    "series(tag) = sprintf(\"< grep -F ',%s,' scalars.csv\", tag)\n"
+    "set multiplot layout 1,3\n"
+    "set key top right\nset title 'loss'\nplot series('train/loss') using 1:3 with lines lw 2 title 'training', \\\n"
+    "     series('eval/loss') using 1:3 with linespoints lw 2 pt 7 title 'validation'\n"
+    "set key bottom right\nset title 'accuracy'\nplot series('train/accuracy') using 1:3 with lines lw 2 title 'training', \\\n"
+    "     series('eval/accuracy') using 1:3 with linespoints lw 2 pt 7 title 'validation'\n"
+    "set title 'samples/s (all instances)'\n"
+    "plot series('train/samples_per_s') using 1:3 with lines lw 2 notitle\n"
+    "unset multiplot\n";
+
+void run_dir_draw(const struct run_dir *rd)
+{
+    if (!rd->used || !rd->rank0 || !rd->events)
+        return;
+    char path[RUN_DIR_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/curves.gp", rd->path);
+    FILE *f = fopen(path, "w");
+    const bool written = f && fputs(curves_script, f) >= 0;
+    if (!f || fclose(f) != 0 || !written) {
+        fprintf(stderr, "shmtrain: warning: %s: %s (no curves)\n", path, strerror(errno));
+        return;
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const int null = open("/dev/null", O_WRONLY);
+        if (null >= 0 && (dup2(null, STDOUT_FILENO) < 0 || dup2(null, STDERR_FILENO) < 0))
+            _exit(127);
+        if (chdir(rd->path) == 0)
+            execlp("gnuplot", "gnuplot", "curves.gp", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fprintf(stderr, "shmtrain: %s/curves.svg not drawn (%s); `gnuplot curves.gp` there draws it\n", rd->path,
+                pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 127 ? "no gnuplot here" : "gnuplot failed");
 }

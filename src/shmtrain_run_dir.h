@@ -23,7 +23,7 @@ struct run_dir_request {
 
 /* Where the outputs went; o->checkpoint and o->metrics point into it. */
 struct run_dir {
-    bool used;
+    bool used, rank0, events;
     char path[RUN_DIR_PATH_MAX];
     char checkpoint[RUN_DIR_PATH_MAX + 32], metrics[RUN_DIR_PATH_MAX + 32], resume[RUN_DIR_PATH_MAX + 32];
 };
@@ -40,5 +40,11 @@ const char *run_dir_resumed(const char *value, const char *out, bool checkpoint_
  * caller exits 2). */
 int run_dir_prepare(const struct run_dir_request *rq, st_train_options *o, struct run_dir *rd, char *why,
                     size_t len);
+
+/* At the end of a run: curves.svg in the folder (loss, accuracy and
+ * throughput against the step, by gnuplot from scalars.csv; curves.gp
+ * redraws it).  Rank 0's, where the folder holds the scalars; a warning
+ * when gnuplot is missing or fails. */
+void run_dir_draw(const struct run_dir *rd);
 
 #endif

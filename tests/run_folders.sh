@@ -27,6 +27,11 @@ for f in "$first" "$second"; do
   done
 done
 [ "$(readlink runs/latest)" = "$second" ] || fail "latest: $(readlink runs/latest), want $second"
+grep -q "^done: 3 steps" "runs/$first/console.log" || fail "console.log: $(cat "runs/$first/console.log")"
+if command -v gnuplot >/dev/null; then  # install-deps installs it (the sweep's plots)
+  grep -q "<svg" "runs/$first/curves.svg" && [ "$(grep -c '<path' "runs/$first/curves.svg")" -gt 20 ] ||
+    fail "curves.svg: $(ls "runs/$first")"
+fi
 grep -qx "lr 0.01" "runs/$second/config.txt" || fail "config: $(cat "runs/$second/config.txt")"
 
 # config.txt repeats the run: the same final loss, to the digit

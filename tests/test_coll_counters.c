@@ -282,6 +282,48 @@ static void test_the_table_decides(void **state)
     check_table(4, 1, true, four_two_nodes, 3);
 }
 
+/* A call's choice is remembered for the next of the same shape, and the
+ * path is part of the shape: at 4 ranks x 1 thread, 64 Ki floats take the
+ * ring from the zero-copy region and rsag through the staging area (the
+ * table above), so an ordinary buffer after a zero-copy call of the same
+ * count must run rsag-copy, with rsag's counters. */
+static int zero_copy_then_ordinary(st_group *g, int rank, void *varg)
+{
+    struct counter_arg *a = varg;
+    float *zc = st_group_buffer(g, NULL), *priv = calloc(a->count, sizeof(float));
+    CHILD_CHECK(zc && priv);
+    CHILD_CHECK(st_allreduce_f32(g, zc, a->count, ST_SUM) == ST_OK);
+    st_group_counters_reset(g);
+    CHILD_CHECK(st_allreduce_f32(g, priv, a->count, ST_SUM) == ST_OK);
+    st_coll_counters got;
+    st_group_counters(g, &got);
+    const struct expect x = expected(a, st_group_size(g), rank);
+    if (got.syncs != x.syncs || got.bytes_read != x.read) {
+        fprintf(stderr, "rank %d: the ordinary call after a zero-copy one: syncs %llu (rsag-copy: %llu), read %llu "
+                "(%llu)\n", rank, (unsigned long long)got.syncs, (unsigned long long)x.syncs,
+                (unsigned long long)got.bytes_read, (unsigned long long)x.read);
+        __atomic_add_fetch(&a->failures, 1, __ATOMIC_SEQ_CST);
+    }
+    CHILD_CHECK(st_barrier(g) == ST_OK);
+    free(priv);
+    return 0;
+}
+
+static void test_the_choice_is_kept_per_path(void **state)
+{
+    (void)state;
+    char job[64];
+    test_job_id(job, sizeof job, "perpath");
+    struct counter_arg *a = shared_alloc(sizeof *a);
+    assert_non_null(a);
+    *a = (struct counter_arg){"rsag", false, false, 64u << 10, 0, 0};
+    st_group_config cfg = {.job_id = job, .zero_copy_bytes = 8u << 20, .thread_bytes = 64, .threads = 1};
+    assert_int_equal(run_ranks_tweaked(4, &cfg, place, zero_copy_then_ordinary, a), 0);
+    assert_int_equal(a->failures, 0);
+    shared_free(a, sizeof *a);
+    assert_int_equal(leftover_segments(job), 0);
+}
+
 /* Two-level needs every node to hold the same number (two or more) of
  * ranks: three ranks on two nodes are one level, and forcing it fails by
  * name. */
@@ -320,6 +362,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_table_decides),
+        cmocka_unit_test(test_the_choice_is_kept_per_path),
         cmocka_unit_test(test_uneven_nodes_are_one_level),
         cmocka_unit_test(test_rsag_counters),
         cmocka_unit_test(test_ring_and_direct_counters),

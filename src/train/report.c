@@ -42,11 +42,20 @@ void train_record(struct trainer *t, const st_record *r)
 
 void train_say(const struct trainer *t, const char *fmt, ...)
 {
-    if (t->rank != 0 || t->o->quiet)
+    if (t->rank != 0)
+        return;
+    va_list ap;
+    const size_t n = strlen(fmt);
+    if (t->console && n && fmt[n - 1] == '\n') {  /* a terminal's progress bar is no line to keep */
+        va_start(ap, fmt);
+        vfprintf(t->console, fmt, ap);
+        va_end(ap);
+        fflush(t->console);
+    }
+    if (t->o->quiet)
         return;
     if (t->tty)
         fputs("\r\033[K", stdout);
-    va_list ap;
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
@@ -196,6 +205,11 @@ void train_open_metrics(struct trainer *t)
         fprintf(stderr, "shmtrain: --metrics %s: cannot open: %s (continuing without)\n", path, strerror(errno));
     if (t->o->events_dir && st_tfevents_create(&t->tb, t->o->events_dir) != ST_OK)
         fprintf(stderr, "shmtrain: warning: %s (no TensorBoard events)\n", st_last_error());
+    if (t->o->events_dir) {
+        snprintf(path, sizeof path, "%s/console.log", t->o->events_dir);
+        if (!(t->console = fopen(path, "a")))
+            fprintf(stderr, "shmtrain: warning: %s: %s (no console log)\n", path, strerror(errno));
+    }
 }
 
 void train_recipe(const st_train_options *o, char *buf, size_t len)

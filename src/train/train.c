@@ -409,6 +409,8 @@ static void teardown(struct trainer *t, bool failed)
     if (t->metrics)
         fclose(t->metrics);
     st_tfevents_destroy(t->tb);
+    if (t->console)
+        fclose(t->console);
     free(t->x);
     free(t->y);
     free(t->order);
