@@ -7,7 +7,7 @@
 set -u
 shmtrain=$1 shmrun=$2
 tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
+trap 'umount "$tmp/small" 2>/dev/null; rm -rf "$tmp"' EXIT
 failed=0
 . "$(dirname "$0")/cli_expect.sh"
 cd "$tmp" || exit 1
@@ -74,6 +74,16 @@ expect no-checkpoint-every 2 "--no-checkpoint and --checkpoint-every" -- "$shmtr
 before=$(ls runs | wc -l)
 expect named 0 "checkpoint: mine.ckpt" -- "$shmtrain" $small --max-steps 1 --checkpoint mine.ckpt --metrics mine.jsonl
 [ "$(ls runs | wc -l)" = "$before" ] && [ -s mine.jsonl ] || fail "named: a run folder was made"
+
+# room for one checkpoint, found before step 1 (a 1 MB tmpfs, where this
+# user may mount one: root, as CI runs)
+if mkdir small && mount -t tmpfs -o size=1m tmpfs small 2>/dev/null; then
+  expect no-room 1 "small has 1.0 MB free; make room" -- "$shmtrain" $small --max-steps 1 --checkpoint small/x.ckpt
+  grep -q "step 1" "$tmp/out" && fail "no-room: it trained first"
+  umount small
+else
+  echo "skip no-room: cannot mount a 1 MB tmpfs here (not root)"
+fi
 
 # under shmrun: one folder for the gang, named by the job; its metrics
 # linked where shmrun's logs have always held them

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "trainer.h"
@@ -61,4 +62,26 @@ void train_keep_best(struct trainer *t, double accuracy, double loss)
     t->kept_best = score;
     train_say(t, "      best so far: %s (step %llu, %s %.4f)\n", best, (unsigned long long)t->step,
               t->text ? "validation loss" : "test accuracy", t->text ? loss : accuracy);
+}
+
+st_status train_check_room(const struct trainer *t)
+{
+    const char *ckpt = t->o->checkpoint;
+    if (t->rank != 0 || !ckpt)
+        return ST_OK;
+    size_t nb, no;
+    st_net_buffers(t->net, &nb);
+    st_optim_state(t->opt, &no);
+    const double need = (double)(t->P + nb + no) * sizeof(float) + (double)strlen(st_model_text(t->model)) + 65536;
+    char dir[PATH_LEN];
+    const char *slash = strrchr(ckpt, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - ckpt + (slash == ckpt)) : 1, slash ? ckpt : ".");
+    struct statvfs fs;
+    if (statvfs(dir, &fs) != 0)
+        return ST_OK;  /* nothing to say: the save itself reports what is wrong */
+    const double free_bytes = (double)fs.f_bavail * (double)fs.f_frsize;
+    if (free_bytes >= need)
+        return ST_OK;
+    return st_fail(ST_ERR_IO, "checkpoint %s: one takes about %.1f MB and %s has %.1f MB free; make room, give "
+                   "--checkpoint on another disk, or --no-checkpoint", ckpt, need / 1e6, dir, free_bytes / 1e6);
 }

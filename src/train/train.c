@@ -383,7 +383,9 @@ static st_status maybe_resume(struct trainer *t)
     struct stat sb;
     if (!path && restarts && atoi(restarts) > 0 && t->o->checkpoint && stat(t->o->checkpoint, &sb) == 0)
         path = t->o->checkpoint;  /* a restarted gang continues where it stopped */
-    st_status st = path ? restore(t, path) : ST_OK;
+    st_status st = train_check_room(t);  /* a full disk is found now, not at the first save */
+    if (st == ST_OK && path)
+        st = restore(t, path);
     t->saved = st == ST_OK && path && st_same_file(path, t->o->checkpoint);  /* what a bad loss would leave */
     if (!path && st == ST_OK && t->o->init_from)
         st = st_import_safetensors(t->o->init_from, t->model, st_net_params(t->net, NULL), st_net_buffers(t->net, NULL));
@@ -395,7 +397,7 @@ static st_status maybe_resume(struct trainer *t)
     if (rs != ST_OK)
         return rs;
     if (bad > 0)
-        return st != ST_OK ? st_error_again(&kept, st) : st_fail(ST_ERR_PEER_DEAD, "another rank could not resume");
+        return st != ST_OK ? st_error_again(&kept, st) : st_fail(ST_ERR_PEER_DEAD, "another rank could not start (its message says why)");
     /* Identical replicas from the start (and after a resume). */
     size_t P, B;
     float *p = st_net_params(t->net, &P), *b = st_net_buffers(t->net, &B);

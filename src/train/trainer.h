@@ -112,6 +112,10 @@ st_status train_save_to(struct trainer *t, const char *path);
  * After an evaluation, with --keep-best: best.ckpt beside FILE when this
  * one is the best so far (validation loss for a language model, test
  * accuracy otherwise).  A failed write is a warning: the run goes on. */
+/* Rank 0: is there room on --checkpoint's disk for one checkpoint (written
+ * aside before it replaces the last)?  ST_ERR_IO saying how much is needed
+ * and free; others ST_OK. */
+st_status train_check_room(const struct trainer *t);
 void train_keep_last(struct trainer *t);
 void train_keep_best(struct trainer *t, double accuracy, double loss);
 void train_record(struct trainer *t, const st_record *r);
