@@ -412,6 +412,60 @@ static void supervise(struct supervision *sv, int sfd)
     free(fds);
 }
 
+/* Rank r's process, its output on a pipe and its log open; -1 (said on
+ * stderr) when a pipe or the fork fails. */
+static int start_instance(const st_topo *t, const st_plan *p, int r, const struct gang_options *o, struct attempt *a,
+                          struct live *lv, const sigset_t *orig)
+{
+    int pipefd[2];
+    lv[r].out_fd = lv[r].log_fd = -1;
+    lv[r].line_start = true;
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        fprintf(stderr, "shmrun: pipe failed: %s\n", strerror(errno));
+        return -1;
+    }
+    lv[r].log_fd = open_rank_log(p, r, o, &a->ranks[r]);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[0]);
+        exec_instance(t, p, r, o, pipefd[1], orig);
+    }
+    close(pipefd[1]);
+    if (pid < 0) {
+        fprintf(stderr, "shmrun: fork failed: %s\n", strerror(errno));
+        close(pipefd[0]);
+        return -1;
+    }
+    setpgid(pid, pid);  /* also in the child: whichever runs first */
+    fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+    lv[r].out_fd = pipefd[0];
+    lv[r].running = true;
+    a->ranks[r].pid = pid;
+    fprintf(o->launcher_log, "rank %d: pid %d, PUs %s, log %s\n", r, (int)pid, p->inst[r].pu_list,
+            a->ranks[r].log_path);
+    return 0;
+}
+
+/* SIGCHLD and the stop signals arrive on a descriptor the supervisor polls
+ * (blocked first, `orig` kept for the children and for after); -1 when
+ * signalfd fails. */
+static int take_signals(sigset_t *orig)
+{
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGHUP);
+    sigprocmask(SIG_BLOCK, &mask, orig);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0) {
+        fprintf(stderr, "shmrun: signalfd failed: %s\n", strerror(errno));
+        sigprocmask(SIG_SETMASK, orig, NULL);
+    }
+    return sfd;
+}
+
 int gang_run(const st_topo *t, const st_plan *p, const struct gang_options *o, struct attempt *a)
 {
     memset(a, 0, sizeof *a);
@@ -422,88 +476,46 @@ int gang_run(const st_topo *t, const st_plan *p, const struct gang_options *o, s
     struct supervision sv = {.a = a, .lv = lv, .o = o, .peer_failed_first = -1,
                              .pids = calloc((size_t)a->world, sizeof(pid_t)),
                              .running = calloc((size_t)a->world, sizeof(bool))};
+    int rc = -1, sfd = -1;
+    bool watching = false;
+    sigset_t orig;
     if (!a->ranks || !lv || !sv.pids || !sv.running) {
-        free(lv);
-        free(sv.pids);
-        free(sv.running);
         fprintf(stderr, "shmrun: out of memory\n");
-        return -1;
+        goto out;
     }
-    if (watch_init(&sv.watch, a->world, o->stall_timeout_s, o->attempt_dir, o->launcher_log, st_now_s()) != 0) {
-        free(lv);
-        free(sv.pids);
-        free(sv.running);
-        return -1;
-    }
+    if (watch_init(&sv.watch, a->world, o->stall_timeout_s, o->attempt_dir, o->launcher_log, st_now_s()) != 0)
+        goto out;
+    watching = true;
     log_environment(p, o);
     fflush(NULL);
-
-    sigset_t mask, orig;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGHUP);
-    sigprocmask(SIG_BLOCK, &mask, &orig);
-    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sfd < 0) {
-        fprintf(stderr, "shmrun: signalfd failed: %s\n", strerror(errno));
-        sigprocmask(SIG_SETMASK, &orig, NULL);
-        watch_free(&sv.watch);
-        free(lv);
-        free(sv.pids);
-        free(sv.running);
-        return -1;
-    }
-    double t0 = st_now_s();
+    if ((sfd = take_signals(&orig)) < 0)
+        goto out;
+    sv.t0 = st_now_s();
     for (int r = 0; r < a->world; r++) {
-        int pipefd[2];
-        lv[r].out_fd = lv[r].log_fd = -1;
-        lv[r].line_start = true;
-        if (pipe2(pipefd, O_CLOEXEC) != 0) {
-            fprintf(stderr, "shmrun: pipe failed: %s\n", strerror(errno));
+        if (start_instance(t, p, r, o, a, lv, &orig) != 0) {
             a->world = r;  /* stop what did start */
             signal_all(a, lv, SIGKILL, true);
             break;
         }
-        lv[r].log_fd = open_rank_log(p, r, o, &a->ranks[r]);
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(pipefd[0]);
-            exec_instance(t, p, r, o, pipefd[1], &orig);
-        }
-        close(pipefd[1]);
-        if (pid < 0) {
-            fprintf(stderr, "shmrun: fork failed: %s\n", strerror(errno));
-            close(pipefd[0]);
-            a->world = r;  /* stop what did start */
-            signal_all(a, lv, SIGKILL, true);
-            break;
-        }
-        setpgid(pid, pid);  /* also in the child: whichever runs first */
-        fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
-        lv[r].out_fd = pipefd[0];
-        lv[r].running = true;
-        a->ranks[r].pid = pid;
-        fprintf(o->launcher_log, "rank %d: pid %d, PUs %s, log %s\n", r, (int)pid,
-                p->inst[r].pu_list, a->ranks[r].log_path);
     }
     fflush(o->launcher_log);
-    sv.t0 = t0;
     sv.alive = a->world;
     sv.next_tick = st_now_s() + WATCH_TICK_S;
     supervise(&sv, sfd);
-    a->seconds = st_now_s() - t0;
+    a->seconds = st_now_s() - sv.t0;
     for (int r = 0; r < a->world; r++)
         if (lv[r].log_fd >= 0)
             close(lv[r].log_fd);
     close(sfd);
     sigprocmask(SIG_SETMASK, &orig, NULL);
-    watch_free(&sv.watch);
+    rc = 0;
+out:
+    if (watching)
+        watch_free(&sv.watch);
     free(lv);
     free(sv.pids);
     free(sv.running);
-    return 0;
+    return rc;
 }
 
 static void describe_end(const struct rank_result *r, char *buf, size_t len)

@@ -166,132 +166,179 @@ static void check_spelling(int argc, char **argv, const struct option *longopts)
         bad_flag("%s", why);
 }
 
+enum {
+    O_CORES = 256, O_NODES, O_LOGICAL, O_NOCROSS, O_BIND, O_XML, O_SYNTH, O_ALLOWED, O_DRY, O_JSON, O_JOB, O_LOGDIR,
+    O_TEE, O_QUIET, O_RESTARTS, O_GRACE, O_VERSION, O_REPORT, O_SWEEP, O_REPEATS, O_PRECISIONS, O_GLOBAL_BATCH,
+    O_SWEEPOUT, O_TARGET, O_TARGET_LOSS, O_TORCH, O_OVERSUB, O_STALL, O_HOSTS, O_PRINT_MPIRUN
+};
+
+static const struct option longopts[] = {
+    {"ninstances", required_argument, 0, 'n'}, {"ncores-per-instance", required_argument, 0, 'c'},
+    {"cores-list", required_argument, 0, O_CORES}, {"nodes-list", required_argument, 0, O_NODES},
+    {"use-logical-cores", no_argument, 0, O_LOGICAL}, {"no-cross-numa", no_argument, 0, O_NOCROSS},
+    {"bind", required_argument, 0, O_BIND}, {"topology-xml", required_argument, 0, O_XML},
+    {"synthetic", required_argument, 0, O_SYNTH}, {"allowed-cpus", required_argument, 0, O_ALLOWED},
+    {"dry-run", no_argument, 0, O_DRY}, {"json", no_argument, 0, O_JSON},
+    {"job-id", required_argument, 0, O_JOB}, {"log-dir", required_argument, 0, O_LOGDIR},
+    {"tee-all", no_argument, 0, O_TEE}, {"quiet", no_argument, 0, O_QUIET},
+    {"max-restarts", required_argument, 0, O_RESTARTS}, {"grace", required_argument, 0, O_GRACE},
+    {"report", required_argument, 0, O_REPORT}, {"sweep", required_argument, 0, O_SWEEP},
+    {"repeats", required_argument, 0, O_REPEATS}, {"sweep-precisions", required_argument, 0, O_PRECISIONS},
+    {"sweep-global-batch", required_argument, 0, O_GLOBAL_BATCH}, {"sweep-out", required_argument, 0, O_SWEEPOUT},
+    {"target-accuracy", required_argument, 0, O_TARGET}, {"target-loss", required_argument, 0, O_TARGET_LOSS},
+    {"compare-torch", optional_argument, 0, O_TORCH},
+    {"oversubscribe", no_argument, 0, O_OVERSUB}, {"stall-timeout", required_argument, 0, O_STALL},
+    {"hosts", required_argument, 0, O_HOSTS}, {"print-mpirun", no_argument, 0, O_PRINT_MPIRUN},
+    {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
+
+/* One reader per group of the help; each says whether the flag was its. */
+static bool partitioning_flag(int c, char *v, struct options *o)
+{
+    switch (c) {
+    case 'n': o->req.ninstances = whole_number("--ninstances", v, 1); break;
+    case 'c': o->req.cores_per_instance = whole_number("--ncores-per-instance", v, 1); break;
+    case O_CORES: o->req.cpu_list = v; break;
+    case O_NODES: o->req.node_list = v; break;
+    case O_LOGICAL: o->req.use_logical_cores = true; break;
+    case O_NOCROSS: o->req.refuse_cross_numa = true; break;
+    case O_OVERSUB: o->req.oversubscribe = true; break;
+    case O_BIND:
+        if (!strcmp(v, "core")) o->req.bind = ST_BIND_CORE;
+        else if (!strcmp(v, "numa")) o->req.bind = ST_BIND_NUMA;
+        else if (!strcmp(v, "none")) o->req.bind = ST_BIND_NONE;
+        else bad_flag("--bind '%s': use core, numa or none", v);
+        o->bind_arg = v;
+        break;
+    default: return false;
+    }
+    return true;
+}
+
+static bool topology_flag(int c, char *v, struct options *o)
+{
+    switch (c) {
+    case O_XML: o->topo_kind = ST_TOPO_XML; o->topo_arg = v; break;
+    case O_SYNTH: o->topo_kind = ST_TOPO_SYNTHETIC; o->topo_arg = v; break;
+    case O_ALLOWED: o->req.allowed_cpus = v; break;
+    case O_DRY: o->dry_run = true; break;
+    case O_JSON: o->json = true; break;
+    case O_PRINT_MPIRUN: o->print_mpirun = true; break;
+    case O_HOSTS:
+        if (!mpirun_hosts_count(v))
+            bad_flag("--hosts '%s': not a list of host names like node1,node2", v);
+        o->hosts = v;
+        break;
+    default: return false;
+    }
+    return true;
+}
+
+static bool running_flag(int c, char *v, struct options *o)
+{
+    switch (c) {
+    case O_JOB:
+        if (st_segment_name((char[160]){0}, 160, v, 0) != ST_OK)
+            bad_flag("--job-id '%s': use 1-64 of [A-Za-z0-9_.-]", v);
+        o->job_id = v;
+        break;
+    case O_LOGDIR: o->log_dir = v; break;
+    case O_TEE: o->tee_all = true; break;
+    case O_QUIET: o->quiet = true; break;
+    case O_RESTARTS: o->max_restarts = whole_number("--max-restarts", v, 0); break;
+    case O_GRACE: o->grace_s = seconds("--grace", v, 3600), o->grace_arg = v; break;
+    case O_STALL: o->stall_timeout_s = seconds("--stall-timeout", v, 86400), o->stall_arg = v; break;
+    case O_REPORT: o->report = v; break;
+    default: return false;
+    }
+    return true;
+}
+
+/* --target-accuracy A or --target-loss L: one of them, a positive number. */
+static void target_flag(bool loss, const char *v, struct options *o)
+{
+    char *end;
+    if (o->sweep.target.value > 0 && o->sweep.target.loss != loss)
+        bad_flag("--target-accuracy and --target-loss: give one (accuracy for classifiers, loss for "
+                 "language models)");
+    o->sweep.target = (struct sweep_target){.loss = loss, .value = strtod(v, &end)};
+    if (*end || end == v || !(o->sweep.target.value > 0))
+        bad_flag("--target-%s '%s': not a positive number", loss ? "loss" : "accuracy", v);
+    if (!loss && o->sweep.target.value > 1)
+        bad_flag("--target-accuracy '%s': not a fraction in (0, 1]", v);
+}
+
+static bool sweep_flag(int c, char *v, struct options *o)
+{
+    switch (c) {
+    case O_SWEEP: o->sweep.spec = v; o->sweeping = true; break;
+    case O_REPEATS: o->sweep.repeats = whole_number("--repeats", v, 1); break;
+    case O_PRECISIONS: o->sweep.precisions = v; break;
+    case O_GLOBAL_BATCH: o->sweep.global_batch = whole_number("--sweep-global-batch", v, 1); break;
+    case O_SWEEPOUT: o->sweep.out_dir = v; break;
+    case O_TARGET: target_flag(false, v, o); break;
+    case O_TARGET_LOSS: target_flag(true, v, o); break;
+    case O_TORCH: o->sweep.compare_torch = true; o->sweep.torch_script = v; break;
+    default: return false;
+    }
+    return true;
+}
+
+/* Flags that only mean something together. */
+static void check_combinations(struct options *o)
+{
+    if (o->print_mpirun && !o->hosts)
+        bad_flag("--print-mpirun needs --hosts: the nodes to run on (node1,node2,...)");
+    if (o->hosts && !o->print_mpirun)
+        bad_flag("--hosts goes with --print-mpirun (shmrun itself runs on this machine)");
+    if (o->print_mpirun && (o->sweeping || o->json))
+        bad_flag("--print-mpirun does not go with --sweep or --json");
+    if (o->print_mpirun)
+        o->dry_run = true;  /* it prints; it runs nothing */
+    if (o->json && !o->dry_run)
+        bad_flag("--json goes with --dry-run");
+    if (o->sweeping && !o->argv && !o->dry_run)
+        bad_flag("--sweep needs the job to run: shmrun --sweep 1x2,2x1 -- shmtrain [args...]");
+    if (!o->argv && !o->dry_run)
+        bad_flag("no program given: shmrun [options] -- program [args...]");
+    if (o->topo_kind != ST_TOPO_MACHINE && !o->dry_run)
+        bad_flag("--topology-xml/--synthetic describe another machine: add --dry-run");
+    if (!o->sweeping && (o->sweep.out_dir || o->sweep.target.value > 0 || o->sweep.compare_torch ||
+                         o->sweep.repeats != 3 || o->sweep.precisions || o->sweep.global_batch))
+        bad_flag("--repeats, --sweep-out, --target-accuracy, --target-loss, --compare-torch, --sweep-precisions "
+                 "and --sweep-global-batch go with --sweep");
+    if (o->sweeping && (o->req.ninstances || o->req.cores_per_instance))
+        bad_flag("--sweep names the settings itself: drop -n/-c");
+    if (o->sweeping && (o->json || o->report || o->max_restarts || o->job_id || o->tee_all))
+        bad_flag("--json, --report, --max-restarts, --job-id and --tee-all do not go with --sweep");
+}
+
 static struct options parse(int argc, char **argv)
 {
-    enum { O_CORES = 256, O_NODES, O_LOGICAL, O_NOCROSS, O_BIND, O_XML, O_SYNTH, O_ALLOWED, O_DRY,
-           O_JSON, O_JOB, O_LOGDIR, O_TEE, O_QUIET, O_RESTARTS, O_GRACE, O_VERSION, O_REPORT, O_SWEEP,
-           O_REPEATS, O_PRECISIONS, O_GLOBAL_BATCH, O_SWEEPOUT, O_TARGET, O_TARGET_LOSS, O_TORCH, O_OVERSUB, O_STALL, O_HOSTS, O_PRINT_MPIRUN };
-    static const struct option longopts[] = {
-        {"ninstances", required_argument, 0, 'n'}, {"ncores-per-instance", required_argument, 0, 'c'},
-        {"cores-list", required_argument, 0, O_CORES}, {"nodes-list", required_argument, 0, O_NODES},
-        {"use-logical-cores", no_argument, 0, O_LOGICAL}, {"no-cross-numa", no_argument, 0, O_NOCROSS},
-        {"bind", required_argument, 0, O_BIND}, {"topology-xml", required_argument, 0, O_XML},
-        {"synthetic", required_argument, 0, O_SYNTH}, {"allowed-cpus", required_argument, 0, O_ALLOWED},
-        {"dry-run", no_argument, 0, O_DRY}, {"json", no_argument, 0, O_JSON},
-        {"job-id", required_argument, 0, O_JOB}, {"log-dir", required_argument, 0, O_LOGDIR},
-        {"tee-all", no_argument, 0, O_TEE}, {"quiet", no_argument, 0, O_QUIET},
-        {"max-restarts", required_argument, 0, O_RESTARTS}, {"grace", required_argument, 0, O_GRACE},
-        {"report", required_argument, 0, O_REPORT}, {"sweep", required_argument, 0, O_SWEEP},
-        {"repeats", required_argument, 0, O_REPEATS}, {"sweep-precisions", required_argument, 0, O_PRECISIONS}, {"sweep-global-batch", required_argument, 0, O_GLOBAL_BATCH}, {"sweep-out", required_argument, 0, O_SWEEPOUT},
-        {"target-accuracy", required_argument, 0, O_TARGET}, {"target-loss", required_argument, 0, O_TARGET_LOSS},
-        {"compare-torch", optional_argument, 0, O_TORCH},
-        {"oversubscribe", no_argument, 0, O_OVERSUB}, {"stall-timeout", required_argument, 0, O_STALL},
-        {"hosts", required_argument, 0, O_HOSTS}, {"print-mpirun", no_argument, 0, O_PRINT_MPIRUN},
-        {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
     struct options o = {.log_dir = "shmrun-logs", .grace_s = 10, .stall_timeout_s = 60, .sweep = {.repeats = 3}};
     check_spelling(argc, argv, longopts);
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "+:n:c:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'n': o.req.ninstances = whole_number("--ninstances", optarg, 1); break;
-        case 'c': o.req.cores_per_instance = whole_number("--ncores-per-instance", optarg, 1); break;
-        case O_CORES: o.req.cpu_list = optarg; break;
-        case O_NODES: o.req.node_list = optarg; break;
-        case O_LOGICAL: o.req.use_logical_cores = true; break;
-        case O_NOCROSS: o.req.refuse_cross_numa = true; break;
-        case O_BIND:
-            if (!strcmp(optarg, "core")) o.req.bind = ST_BIND_CORE;
-            else if (!strcmp(optarg, "numa")) o.req.bind = ST_BIND_NUMA;
-            else if (!strcmp(optarg, "none")) o.req.bind = ST_BIND_NONE;
-            else bad_flag("--bind '%s': use core, numa or none", optarg);
-            o.bind_arg = optarg;
-            break;
-        case O_XML: o.topo_kind = ST_TOPO_XML; o.topo_arg = optarg; break;
-        case O_SYNTH: o.topo_kind = ST_TOPO_SYNTHETIC; o.topo_arg = optarg; break;
-        case O_ALLOWED: o.req.allowed_cpus = optarg; break;
-        case O_DRY: o.dry_run = true; break;
-        case O_JSON: o.json = true; break;
-        case O_JOB:
-            if (st_segment_name((char[160]){0}, 160, optarg, 0) != ST_OK)
-                bad_flag("--job-id '%s': use 1-64 of [A-Za-z0-9_.-]", optarg);
-            o.job_id = optarg;
-            break;
-        case O_LOGDIR: o.log_dir = optarg; break;
-        case O_TEE: o.tee_all = true; break;
-        case O_QUIET: o.quiet = true; break;
-        case O_RESTARTS: o.max_restarts = whole_number("--max-restarts", optarg, 0); break;
-        case O_GRACE:
-            o.grace_s = seconds("--grace", optarg, 3600);
-            o.grace_arg = optarg;
-            break;
-        case O_STALL:
-            o.stall_timeout_s = seconds("--stall-timeout", optarg, 86400);
-            o.stall_arg = optarg;
-            break;
-        case O_OVERSUB: o.req.oversubscribe = true; break;
-        case O_HOSTS:
-            if (!mpirun_hosts_count(optarg))
-                bad_flag("--hosts '%s': not a list of host names like node1,node2", optarg);
-            o.hosts = optarg;
-            break;
-        case O_PRINT_MPIRUN: o.print_mpirun = true; break;
-        case O_REPORT: o.report = optarg; break;
-        case O_SWEEP: o.sweep.spec = optarg; o.sweeping = true; break;
-        case O_REPEATS: o.sweep.repeats = whole_number("--repeats", optarg, 1); break;
-        case O_PRECISIONS: o.sweep.precisions = optarg; break;
-        case O_GLOBAL_BATCH: o.sweep.global_batch = whole_number("--sweep-global-batch", optarg, 1); break;
-        case O_SWEEPOUT: o.sweep.out_dir = optarg; break;
-        case O_TARGET:
-        case O_TARGET_LOSS: {
-            char *end;
-            const bool loss = c == O_TARGET_LOSS;
-            if (o.sweep.target.value > 0 && o.sweep.target.loss != loss)
-                bad_flag("--target-accuracy and --target-loss: give one (accuracy for classifiers, loss for "
-                         "language models)");
-            o.sweep.target = (struct sweep_target){.loss = loss, .value = strtod(optarg, &end)};
-            if (*end || end == optarg || !(o.sweep.target.value > 0))
-                bad_flag("--target-%s '%s': not a positive number", loss ? "loss" : "accuracy", optarg);
-            if (!loss && o.sweep.target.value > 1)
-                bad_flag("--target-accuracy '%s': not a fraction in (0, 1]", optarg);
-            break;
+        if (partitioning_flag(c, optarg, &o) || topology_flag(c, optarg, &o) || running_flag(c, optarg, &o) ||
+            sweep_flag(c, optarg, &o))
+            continue;
+        if (c == 'h') {
+            usage(stdout);
+            exit(0);
         }
-        case O_TORCH: o.sweep.compare_torch = true; o.sweep.torch_script = optarg; break;
-        case 'h': usage(stdout); exit(0);
-        case O_VERSION: printf("shmrun %s\n", SHMRUN_VERSION); exit(0);
-        case ':': bad_flag("%s needs a value", argv[optind - 1]);
-        default:
-            if (optopt)
-                bad_flag("unknown option '-%c'", optopt);
-            bad_flag("unknown option '%s'", argv[optind - 1]);
+        if (c == O_VERSION) {
+            printf("shmrun %s\n", SHMRUN_VERSION);
+            exit(0);
         }
+        if (c == ':')
+            bad_flag("%s needs a value", argv[optind - 1]);
+        if (optopt)
+            bad_flag("unknown option '-%c'", optopt);
+        bad_flag("unknown option '%s'", argv[optind - 1]);
     }
-    if (o.print_mpirun && !o.hosts)
-        bad_flag("--print-mpirun needs --hosts: the nodes to run on (node1,node2,...)");
-    if (o.hosts && !o.print_mpirun)
-        bad_flag("--hosts goes with --print-mpirun (shmrun itself runs on this machine)");
-    if (o.print_mpirun && (o.sweeping || o.json))
-        bad_flag("--print-mpirun does not go with --sweep or --json");
-    if (o.print_mpirun)
-        o.dry_run = true;  /* it prints; it runs nothing */
-    if (o.json && !o.dry_run)
-        bad_flag("--json goes with --dry-run");
     if (optind < argc)
         o.argv = argv + optind;
-    if (o.sweeping && !o.argv && !o.dry_run)
-        bad_flag("--sweep needs the job to run: shmrun --sweep 1x2,2x1 -- shmtrain [args...]");
-    if (!o.argv && !o.dry_run)
-        bad_flag("no program given: shmrun [options] -- program [args...]");
-    if (o.topo_kind != ST_TOPO_MACHINE && !o.dry_run)
-        bad_flag("--topology-xml/--synthetic describe another machine: add --dry-run");
-    if (!o.sweeping && (o.sweep.out_dir || o.sweep.target.value > 0 || o.sweep.compare_torch || o.sweep.repeats != 3 ||
-                        o.sweep.precisions || o.sweep.global_batch))
-        bad_flag("--repeats, --sweep-out, --target-accuracy, --target-loss, --compare-torch, --sweep-precisions "
-                 "and --sweep-global-batch go with --sweep");
-    if (o.sweeping && (o.req.ninstances || o.req.cores_per_instance))
-        bad_flag("--sweep names the settings itself: drop -n/-c");
-    if (o.sweeping && (o.json || o.report || o.max_restarts || o.job_id || o.tee_all))
-        bad_flag("--json, --report, --max-restarts, --job-id and --tee-all do not go with --sweep");
+    check_combinations(&o);
     return o;
 }
 

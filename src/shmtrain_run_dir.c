@@ -39,32 +39,19 @@ static void model_base(const char *model, char *out, size_t len)
     snprintf(out, len, "%.*s", n > 64 ? 64 : n, name);
 }
 
-/* The job id every instance of this launch sees, or NULL. */
-static const char *shared_job_id(void)
-{
-    static const char *const names[] = {ST_ENV_JOB_ID, "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE",
-                                        "OMPI_MCA_ess_base_jobid"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        const char *v = getenv(names[i]);
-        if (v && *v && !strchr(v, '/'))
-            return v;
-    }
-    return NULL;
-}
-
 static int default_name(const st_train_options *o, const st_placement *p, char *dir, size_t len, char *why,
                         size_t wlen)
 {
     char base[80];
     model_base(o->model, base, sizeof base);
-    const char *job = shared_job_id();
+    const char *job = st_env_shared_job_id();
     if (job) {
         snprintf(dir, len, RUNS "/%s-%s", base, job);
         return 0;
     }
     if (p->world > 1) {
-        snprintf(why, wlen, "%d instances started by %s share no job id (" ST_ENV_JOB_ID ", TORCHELASTIC_RUN_ID, "
-                 "SLURM_JOB_ID) to name a run folder by: give --out DIR (or --checkpoint FILE and --metrics FILE)",
+        snprintf(why, wlen, "%d instances started by %s share no job id (" ST_ENV_JOB_ID ", " ST_ENV_TORCH_JOB ", "
+                 ST_ENV_SLURM_JOB ") to name a run folder by: give --out DIR (or --checkpoint FILE and --metrics FILE)",
                  p->world, p->launcher);
         return -1;
     }

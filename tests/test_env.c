@@ -19,7 +19,8 @@ static const char *const ALL[] = {
     ST_ENV_OMPI_WORLD_SIZE, ST_ENV_OMPI_LOCAL_RANK, ST_ENV_OMPI_LOCAL_SIZE, ST_ENV_SLURM_RANK,
     ST_ENV_SLURM_WORLD_SIZE, ST_ENV_SLURM_LOCAL_RANK, ST_ENV_SLURM_NODE, ST_ENV_SLURM_NODES,
     ST_ENV_SLURM_TASKS_PER_NODE, ST_ENV_GENERIC_RANK, ST_ENV_GENERIC_WORLD_SIZE, ST_ENV_GENERIC_LOCAL_RANK,
-    ST_ENV_GENERIC_LOCAL_WORLD_SIZE, ST_ENV_TORCH_NODE, ST_ENV_NODE_SIZE, ST_ENV_JOB_ID};
+    ST_ENV_GENERIC_LOCAL_WORLD_SIZE, ST_ENV_TORCH_NODE, ST_ENV_NODE_SIZE, ST_ENV_JOB_ID, ST_ENV_TORCH_JOB,
+    ST_ENV_SLURM_JOB, ST_ENV_PMIX_JOB, ST_ENV_OMPI_JOB};
 
 /* Clear every variable, then set the NULL-terminated name/value pairs. */
 static void env(const char *first, ...)
@@ -91,6 +92,26 @@ static void test_each_launcher(void **state)
     env(ST_ENV_RANK, "3", ST_ENV_WORLD_SIZE, "4", ST_ENV_SLURM_RANK, "0", ST_ENV_SLURM_WORLD_SIZE, "1", NULL);
     p = placed();
     expect(&p, "shmrun", 3, 4, 3, 4, 0, 1);
+}
+
+/* The lifeline's "started by another launcher" and the run folder's job id
+ * come from the same lists as the placement. */
+static void test_other_launcher_and_job_id(void **state)
+{
+    (void)state;
+    env(NULL);
+    assert_null(st_env_other_launcher());
+    assert_null(st_env_shared_job_id());
+    env(ST_ENV_RANK, "0", ST_ENV_WORLD_SIZE, "2", NULL);  /* shmrun is not another launcher */
+    assert_null(st_env_other_launcher());
+    env(ST_ENV_SLURM_RANK, "1", ST_ENV_SLURM_JOB, "4242", NULL);
+    assert_string_equal(st_env_other_launcher(), "srun");
+    assert_string_equal(st_env_shared_job_id(), "4242");
+    env(ST_ENV_GENERIC_RANK, "0", ST_ENV_TORCH_JOB, "none/of/this", ST_ENV_OMPI_JOB, "77", NULL);
+    assert_string_equal(st_env_other_launcher(), "torchrun");
+    assert_string_equal(st_env_shared_job_id(), "77");  /* a value with '/' cannot name a folder */
+    env(ST_ENV_JOB_ID, "mine", ST_ENV_SLURM_JOB, "4242", NULL);
+    assert_string_equal(st_env_shared_job_id(), "mine");  /* shmrun's first */
 }
 
 static void test_simulated_nodes(void **state)
@@ -168,6 +189,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_launcher),
+        cmocka_unit_test(test_other_launcher_and_job_id),
         cmocka_unit_test(test_simulated_nodes),
         cmocka_unit_test(test_incomplete_or_contradictory),
     };

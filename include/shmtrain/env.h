@@ -75,6 +75,12 @@
 #define ST_ENV_SLURM_NODES "SLURM_NNODES"
 #define ST_ENV_SLURM_TASKS_PER_NODE "SLURM_TASKS_PER_NODE"  /* "4(x2),3": per node, run-length */
 #define ST_ENV_TORCH_NODE "GROUP_RANK"
+/* What each launcher names its job by, the same on every process of it:
+ * a run folder's name (shmtrain's run folders) where shmrun gives none. */
+#define ST_ENV_TORCH_JOB "TORCHELASTIC_RUN_ID"
+#define ST_ENV_SLURM_JOB "SLURM_JOB_ID"
+#define ST_ENV_PMIX_JOB "PMIX_NAMESPACE"
+#define ST_ENV_OMPI_JOB "OMPI_MCA_ess_base_jobid"
 
 /* The user's choice of the Python that runs shmrun --compare-torch's PyTorch
  * peer (and the bench scripts', bench/peer.sh): an interpreter path. */
@@ -144,6 +150,14 @@ typedef struct st_placement {
  * Fails with ST_ERR_INVALID and one line naming the variables when they are
  * incomplete, out of range or disagree. */
 st_status st_placement_from_env(st_placement *out);
+
+/* The first launcher other than shmrun whose rank variable is set
+ * ("mpirun", "srun", "torchrun"), or NULL: the placement's own list. */
+const char *st_env_other_launcher(void);
+
+/* The job id every process of this launch sees (shmrun's, then torchrun's,
+ * Slurm's, PMIx's, Open MPI's), or NULL. */
+const char *st_env_shared_job_id(void);
 
 struct st_group_config;
 

@@ -198,6 +198,26 @@ static st_status simulate_nodes(st_placement *pl)
     return ST_OK;
 }
 
+const char *st_env_other_launcher(void)
+{
+    for (int k = SHMRUN + 1; k < NSOURCES; k++)
+        if (set(SOURCES[k].rank))
+            return SOURCES[k].launcher;
+    return NULL;
+}
+
+const char *st_env_shared_job_id(void)
+{
+    static const char *const names[] = {ST_ENV_JOB_ID, ST_ENV_TORCH_JOB, ST_ENV_SLURM_JOB, ST_ENV_PMIX_JOB,
+                                        ST_ENV_OMPI_JOB};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v && !strchr(v, '/'))  /* it names a folder */
+            return v;
+    }
+    return NULL;
+}
+
 st_status st_placement_from_env(st_placement *out)
 {
     *out = (st_placement){.rank = 0, .world = 1, .local_rank = 0, .local_world = 1, .node = 0, .nodes = 1,

@@ -15,17 +15,6 @@
 #include "shmtrain/env.h"
 #include "shmtrain/shmname.h"
 
-static bool launched_by_another(void)
-{
-    static const char *const RANK_NAMES[] = {ST_ENV_OMPI_RANK, ST_ENV_SLURM_RANK, ST_ENV_GENERIC_RANK};
-    for (size_t i = 0; i < sizeof RANK_NAMES / sizeof *RANK_NAMES; i++) {
-        const char *v = getenv(RANK_NAMES[i]);
-        if (v && *v)
-            return true;
-    }
-    return false;
-}
-
 pid_t st_lifeline_launcher(void)
 {
     const char *v = getenv(ST_ENV_LAUNCHER_PID);
@@ -37,7 +26,7 @@ pid_t st_lifeline_launcher(void)
          * launcher is shmrun, whose death signal still comes. */
         return !errno && !*end && pid > 1 && pid <= INT_MAX ? (pid_t)pid : 0;
     }
-    return launched_by_another() ? getppid() : 0;
+    return st_env_other_launcher() ? getppid() : 0;
 }
 
 bool st_lifeline_broken(pid_t launcher) { return launcher > 0 && getppid() != launcher; }
