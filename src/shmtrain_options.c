@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "shmtrain/nn.h"
+#include "shmtrain/paths.h"
 #include "shmtrain/text.h"
 #include "shmtrain_line.h"
 #include "shmtrain_run_dir.h"
@@ -301,10 +302,9 @@ static void check_output_path(const char *flag, const char *path)
     if (!path)
         return;
     char folder[4096];
-    const char *slash = strrchr(path, '/');
     if (strlen(path) >= sizeof folder)
         shmtrain_bad("%s: the name is too long", flag);
-    snprintf(folder, sizeof folder, "%.*s", slash ? (int)(slash - path + (slash == path)) : 1, slash ? path : ".");
+    st_path_folder(path, folder, sizeof folder);
     struct stat sb;
     if (stat(folder, &sb) != 0 || !S_ISDIR(sb.st_mode))
         shmtrain_bad("%s %s: the folder %s does not exist", flag, path, folder);

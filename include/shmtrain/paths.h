@@ -5,6 +5,7 @@
 #define SHMTRAIN_PATHS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -13,6 +14,10 @@ extern "C" {
 /* Do both name one existing file (the same device and inode)?  False when
  * either does not exist. */
 bool st_same_file(const char *a, const char *b);
+
+/* The folder a file named `path` lies in, as given ("runs/x" for
+ * "runs/x/a.ckpt", "/" for "/a", "." for "a"), into buf; returns buf. */
+char *st_path_folder(const char *path, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

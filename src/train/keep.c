@@ -13,6 +13,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "shmtrain/paths.h"
 #include "trainer.h"
 
 #define PATH_LEN 4096
@@ -51,9 +52,12 @@ void train_keep_best(struct trainer *t, double accuracy, double loss)
     const double score = t->text ? -loss : accuracy;
     if (t->rank != 0 || !o->keep_best || !o->checkpoint || !(score > t->kept_best))
         return;
-    char best[PATH_LEN];
-    const char *slash = strrchr(o->checkpoint, '/');
-    snprintf(best, sizeof best, "%.*sbest.ckpt", slash ? (int)(slash - o->checkpoint + 1) : 0, o->checkpoint);
+    char folder[PATH_LEN], best[PATH_LEN + 16];
+    st_path_folder(o->checkpoint, folder, sizeof folder);
+    if (!strchr(o->checkpoint, '/'))
+        snprintf(best, sizeof best, "best.ckpt");  /* beside a bare name, as it was given */
+    else
+        snprintf(best, sizeof best, "%s%sbest.ckpt", folder, folder[strlen(folder) - 1] == '/' ? "" : "/");
     if (train_save_to(t, best) != ST_OK) {
         fprintf(stderr, "shmtrain: warning: step %llu: --keep-best: %s; training goes on\n",
                 (unsigned long long)t->step, st_last_error());
@@ -74,8 +78,7 @@ st_status train_check_room(const struct trainer *t)
     st_optim_state(t->opt, &no);
     const double need = (double)(t->P + nb + no) * sizeof(float) + (double)strlen(st_model_text(t->model)) + 65536;
     char dir[PATH_LEN];
-    const char *slash = strrchr(ckpt, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - ckpt + (slash == ckpt)) : 1, slash ? ckpt : ".");
+    st_path_folder(ckpt, dir, sizeof dir);
     struct statvfs fs;
     if (statvfs(dir, &fs) != 0)
         return ST_OK;  /* nothing to say: the save itself reports what is wrong */
