@@ -30,6 +30,7 @@ import contextlib
 import json
 import math
 import os
+import resource
 import sys
 import time
 
@@ -40,8 +41,9 @@ import torch.nn.functional as F
 from torch_comm import InFlight, init as init_group, timed_allreduce_hook
 
 PRESETS = {"gpt-mini": dict(layers=4, heads=4, dim=128, context=64),
-           "gpt": dict(layers=6, heads=6, dim=384, context=256)}
-VOCAB = 256
+           "gpt": dict(layers=6, heads=6, dim=384, context=256),
+           # nanoGPT's train_gpt2 model: GPT-2 small on token files, vocabulary padded to 50304
+           "gpt2": dict(layers=12, heads=12, dim=768, context=1024, vocab=50304)}
 MASK64 = (1 << 64) - 1
 
 
@@ -72,9 +74,9 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, layers, heads, dim, context):
+    def __init__(self, layers, heads, dim, context, vocab=256):
         super().__init__()
-        self.wte, self.wpe = nn.Embedding(VOCAB, dim), nn.Embedding(context, dim)
+        self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(context, dim)
         self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(dim)
         for name, p in self.named_parameters():
@@ -133,6 +135,40 @@ def windows(ids, seed, step, world, rank, batch, context):
     return x, y
 
 
+def text_ids(a):
+    """shmtrain's text path: character (or byte) ids; the validation text, or the last 10%."""
+    text = read_text(a.text[0])
+    if not text:
+        fail(f"--text {a.text[0]}: empty")
+    held = text + (read_text(a.text[1]) if len(a.text) == 2 else b"")
+    alphabet = list(range(256)) if a.tokens == "bytes" else sorted(set(text if len(a.text) == 2 else held))
+    table = bytes.maketrans(bytes(alphabet), bytes(range(len(alphabet))))
+    if len(a.text) == 2:
+        extra = set(read_text(a.text[1])) - set(alphabet)
+        if extra:
+            fail(f"--text {a.text[1]}: byte 0x{min(extra):02x} does not occur in the training text {a.text[0]}")
+        ids = torch.frombuffer(bytearray(text.translate(table)), dtype=torch.uint8).long()
+        val = torch.frombuffer(bytearray(read_text(a.text[1]).translate(table)), dtype=torch.uint8).long()
+    else:
+        all_ids = torch.frombuffer(bytearray(text.translate(table)), dtype=torch.uint8).long()
+        cut = len(all_ids) - len(all_ids) // 10
+        ids, val = all_ids[:cut], all_ids[cut:]  # shmtrain's split: the last 10% validates
+    return ids, val
+
+
+def token_file(path):
+    """nanoGPT's token files: uint16 ids; the last 10% validates."""
+    try:
+        raw = open(path, "rb").read()
+    except OSError as e:
+        fail(f"--tokens-bin {path}: {e.strerror}")
+    if len(raw) % 2 or not raw:
+        fail(f"--tokens-bin {path}: not a whole number of uint16 token ids")
+    all_ids = torch.frombuffer(bytearray(raw), dtype=torch.int16).long() & 0xFFFF
+    cut = len(all_ids) - len(all_ids) // 10
+    return all_ids[:cut], all_ids[cut:]
+
+
 def lr_at(a, step, total):
     if a.warmup and step < a.warmup:
         return a.lr * (step + 1) / a.warmup
@@ -153,7 +189,8 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add = ap.add_argument
     add("--model", default="gpt-mini")
-    add("--text", action="append", required=True)
+    add("--text", action="append")
+    add("--tokens-bin", help="token ids as nanoGPT's train.bin (uint16), for gpt2; the last 10%% validates")
     add("--tokens", choices=("chars", "bytes"), default="chars")
     add("--batch-size", type=int, default=12)
     add("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (shmtrain's --grad-accum)")
@@ -183,7 +220,9 @@ def parse_args():
     a = ap.parse_args()
     if a.model not in PRESETS:
         fail(f"--model {a.model}: only the presets {', '.join(sorted(PRESETS))} are built here")
-    if len(a.text) > 2:
+    if bool(a.text) == bool(a.tokens_bin):
+        fail("one of --text or --tokens-bin")
+    if a.text and len(a.text) > 2:
         fail("--text: at most two (training, validation)")
     if a.grad_accum < 1:
         fail(f"--grad-accum {a.grad_accum}: need at least 1")
@@ -213,23 +252,11 @@ def main():
         init = "file://" + os.path.join(os.path.abspath(log_dir), "torch-gpt-store") if log_dir else \
             "tcp://127.0.0.1:29511"
         init_group(a.backend, init, rank, world)
-    text = read_text(a.text[0])
-    if not text:
-        fail(f"--text {a.text[0]}: empty")
-    held = text + (read_text(a.text[1]) if len(a.text) == 2 else b"")
-    alphabet = list(range(256)) if a.tokens == "bytes" else sorted(set(text if len(a.text) == 2 else held))
-    table = bytes.maketrans(bytes(alphabet), bytes(range(len(alphabet))))
-    if len(a.text) == 2:
-        extra = set(read_text(a.text[1])) - set(alphabet)
-        if extra:
-            fail(f"--text {a.text[1]}: byte 0x{min(extra):02x} does not occur in the training text {a.text[0]}")
-        ids = torch.frombuffer(bytearray(text.translate(table)), dtype=torch.uint8).long()
-        val = torch.frombuffer(bytearray(read_text(a.text[1]).translate(table)), dtype=torch.uint8).long()
-    else:
-        all_ids = torch.frombuffer(bytearray(text.translate(table)), dtype=torch.uint8).long()
-        cut = len(all_ids) - len(all_ids) // 10
-        ids, val = all_ids[:cut], all_ids[cut:]  # shmtrain's split: the last 10% validates
+    ids, val = token_file(a.tokens_bin) if a.tokens_bin else text_ids(a)
     cfg = PRESETS[a.model]
+    vocab = cfg.get("vocab", 256)
+    if int(ids.max()) >= vocab or (len(val) and int(val.max()) >= vocab):
+        fail(f"--tokens-bin {a.tokens_bin}: a token id past the vocabulary (0..{vocab - 1})")
     t = cfg["context"]
     torch.manual_seed(a.seed)
     model = GPT(**cfg)
@@ -265,7 +292,7 @@ def main():
             with (contextlib.nullcontext() if last or world == 1 else net.no_sync()):
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
                     logits = net(x)
-                loss = F.cross_entropy(logits.float().view(-1, VOCAB), y.reshape(-1))
+                loss = F.cross_entropy(logits.float().view(-1, vocab), y.reshape(-1))
                 (loss / a.grad_accum).backward()
             losses += loss.item() / a.grad_accum
             accs += (logits.argmax(-1) == y).float().mean().item() / a.grad_accum
@@ -285,7 +312,7 @@ def main():
                 x = torch.stack([val[k * t:k * t + t] for k in ks])
                 y = torch.stack([val[k * t + 1:k * t + t + 1] for k in ks])
                 z = model(x).float()
-                total_loss += F.cross_entropy(z.view(-1, VOCAB), y.reshape(-1), reduction="sum").item()
+                total_loss += F.cross_entropy(z.view(-1, vocab), y.reshape(-1), reduction="sum").item()
                 right += (z.argmax(-1) == y).sum().item()
         model.train()
         return total_loss / (n * t), right / (n * t)
@@ -338,7 +365,8 @@ def main():
     emit({"type": "summary", "steps": done, "instances": world, "batch_per_instance": a.batch_size,
           "total_s": round(time.perf_counter() - start, 3), "train_s": round(train_s, 3),
           "samples_per_s": round(sps, 1), "tokens_per_s": round(sps * t, 1), "precision": a.precision,
-          "final_test_accuracy": round(last_acc, 5), "best_test_accuracy": round(best_acc, 5)})
+          "final_test_accuracy": round(last_acc, 5), "best_test_accuracy": round(best_acc, 5),
+          "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)})
     if world > 1:
         # Everyone is done once all pass this barrier.  Exit without tearing
         # the group down: PyTorch 1.13's ProcessGroupGloo destructor can

@@ -34,7 +34,8 @@ root = os.path.dirname(here)
 
 
 coll = sorted(glob.glob(os.path.join(root, "src", "coll", "*.c")))
-common = [os.path.join(root, "src", "common", f) for f in ("status.c", "clock.c", "shmname.c", "dtype.c")]
+common = [os.path.join(root, "src", "common", f) for f in (
+    "status.c", "clock.c", "shmname.c", "dtype.c", "env.c")]  # env.c: coll_env.c reads through it
 include = os.path.join(root, "include")
 
 

@@ -23,7 +23,8 @@
 #include "shmtrain_options.h"
 
 /* --summary: the model's layers, shapes and parameters; with --precision
- * bf16, what each layer of the net built at --batch computes in and keeps. */
+ * bf16, what each layer computes in and keeps, from the net's plan alone
+ * (gpt2's whole net at its recipe's batch took 24 GB to print this). */
 static int print_summary(const st_train_options *o)
 {
     st_model *m = NULL;
@@ -32,7 +33,8 @@ static int print_summary(const st_train_options *o)
         goto fail;
     st_model_summary(m, stdout);
     if (o->precision != ST_DTYPE_F32) {
-        const st_net_config nc = {.batch = o->batch, .precision = o->precision, .tuning = o->tuning};
+        const st_net_config nc = {.batch = o->batch, .precision = o->precision, .tuning = o->tuning,
+                                  .plan_only = true};
         if (st_net_create(&n, m, &nc) != ST_OK)
             goto fail;
         printf("\n");

@@ -251,6 +251,57 @@ static void test_causal_mask(void **state)
     st_model_destroy(m);
 }
 
+/* The output gradients of a model of sequence layers share a few buffers
+ * by liveness (onednn_diffs.c): gpt-mini's 40-odd gradients (and the adds'
+ * second ones) in at most 8 buffers of at most its widest activation each,
+ * where lenet keeps one per gradient; and buffers reused from the step
+ * before change nothing: two steps on one batch give the same gradients,
+ * bit for bit (the reference check above says they are right). */
+static void test_gradients_share_buffers(void **state)
+{
+    (void)state;
+    omp_set_num_threads(2);
+    st_model *m = NULL;
+    assert_int_equal(st_model_load(&m, "gpt-mini"), ST_OK);
+    st_net *n = make_net(m, 2, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
+    st_net_gradient_memory g;
+    st_net_gradient_memory_get(n, &g);
+    const size_t widest = 2 * 64 * 512 * sizeof(float);  /* rows x the MLP's 4C */
+    print_message("gpt-mini: %d gradients in %d buffers, %.2f MB (widest %.2f MB)\n", g.gradients, g.buffers,
+                  g.bytes / 1e6, widest / 1e6);
+    assert_true(g.gradients >= 40);
+    assert_true(g.buffers >= 2 && g.buffers <= 8);
+    assert_true(g.bytes <= 8 * widest);
+    int32_t ids[128];
+    int labels[128];
+    tokens(ids, 128, 256, 8);
+    tokens((int32_t *)labels, 128, 256, 9);
+    size_t P;
+    float *first = malloc(st_model_param_count(m) * sizeof(float));
+    for (int step = 0; step < 2; step++) {
+        float loss;
+        assert_int_equal(st_net_forward(n, ids), ST_OK);
+        assert_int_equal(st_net_loss(n, labels, &loss, NULL), ST_OK);
+        assert_int_equal(st_net_backward(n), ST_OK);
+        const float *grads = st_net_grads(n, &P);
+        if (step == 0)
+            memcpy(first, grads, P * sizeof(float));
+        else
+            assert_memory_equal(first, grads, P * sizeof(float));
+    }
+    free(first);
+    st_net_destroy(n);
+    st_model_destroy(m);
+    assert_int_equal(st_model_load(&m, "lenet"), ST_OK);
+    n = make_net(m, 2, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
+    st_net_gradient_memory_get(n, &g);
+    print_message("lenet: %d gradients in %d buffers\n", g.gradients, g.buffers);
+    assert_true(g.gradients >= 8);
+    assert_int_equal(g.buffers, g.gradients);
+    st_net_destroy(n);
+    st_model_destroy(m);
+}
+
 /* A token that never occurs in the input still gets a gradient in the
  * shared table: through the head only. */
 static void test_tied_head_gradient_reaches_embedding(void **state)
@@ -398,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_gelu_bf16_kernels),
         cmocka_unit_test(test_transpose_and_column_sums),
         cmocka_unit_test(test_tied_head_gradient_reaches_embedding),
+        cmocka_unit_test(test_gradients_share_buffers),
         cmocka_unit_test(test_model_text_errors),
         cmocka_unit_test(test_token_out_of_vocabulary_is_an_error),
     };

@@ -32,6 +32,7 @@ static const struct {
     {"SHMTRAIN_ONEDNN_POOL", "lenet", 16},
     {"SHMTRAIN_ONEDNN_SEQ_TN", "gpt-mini", 2},
     {"SHMTRAIN_ONEDNN_LAYERNORM", "gpt-mini", 2},
+    {"SHMTRAIN_ONEDNN_UNFUSED_LOSS", "gpt-mini", 2},  /* one chunk: the same products, the same bits */
 };
 
 /* Forward, loss, backward of `n` with these parameters on this batch. */

@@ -9,10 +9,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include "forkranks.h"
 #include "trainrun.h"
 #include "shmtrain/ckpt.h"
+#include "shmtrain/data.h"
 #include "shmtrain/text.h"
 
 /* A tiny GPT: one block, context 16, vocabulary 32. */
@@ -328,6 +331,62 @@ static void test_reader(void **state)
     st_text_destroy(t);
 }
 
+/* A text published once per machine is attached only when it is one: a
+ * segment of the right owner and size whose magic is not written (a
+ * publisher killed half way) or is another kind's (a dataset) is refused,
+ * and nothing stays mapped. */
+static void test_attach_checks_the_magic(void **state)
+{
+    (void)state;
+    write_bytes("pub.txt", "abcabcabcabcabcabcabc", 21);
+    char path[512], name[96], blank[96];
+    path_of(path, sizeof path, "pub.txt");
+    const char *paths[] = {path};
+    st_text *t, *back = NULL;
+    st_dataset *wrong = NULL;
+    assert_int_equal(st_text_load(&t, paths, 1, ST_TEXT_CHARS), ST_OK);
+    snprintf(name, sizeof name, "/st-test-text-%d", (int)getpid());
+    snprintf(blank, sizeof blank, "/st-test-blank-%d", (int)getpid());
+    assert_int_equal(st_text_share(t, name), ST_OK);
+    assert_int_equal(st_text_attach(&back, name), ST_OK);
+    assert_int_equal(st_text_tokens_in(back, ST_TEXT_TRAIN), st_text_tokens_in(t, ST_TEXT_TRAIN));
+    st_text_destroy(back);
+    assert_int_equal(st_dataset_attach(&wrong, name), ST_ERR_FORMAT);  /* a text is not a dataset */
+    assert_null(wrong);
+    int fd = shm_open(blank, O_CREAT | O_EXCL | O_RDWR, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 1 << 16), 0);  /* zeros: no magic */
+    close(fd);
+    back = NULL;
+    assert_int_equal(st_text_attach(&back, blank), ST_ERR_FORMAT);
+    assert_non_null(strstr(st_last_error(), "not a complete published text"));
+    assert_null(back);
+    shm_unlink(blank);
+    shm_unlink(name);
+    st_text_destroy(t);
+}
+
+/* The evaluation scores each validation window once: 5 windows at batch 4
+ * (a last batch of one window, padded with copies of it) give the loss the
+ * same 5 at batch 5 give, from the same parameters (a learning rate too
+ * small to move them). */
+static void test_short_last_eval_batch(void **state)
+{
+    (void)state;
+    double loss[2];
+    for (int k = 0; k < 2; k++) {
+        struct child_run r = lm(0, k ? "e5.ckpt" : "e4.ckpt",
+                                (char *[]){"--max-steps", "1", "--lr", "1e-9", "--eval-windows", "5", "--batch-size",
+                                           k ? "5" : "4", NULL});
+        if (r.code != 0)
+            fail_msg("training failed: %s", r.err);
+        loss[k] = final_loss(&r);
+        child_run_free(&r);
+    }
+    print_message("validation loss over 5 windows: %.4f at batch 4, %.4f at batch 5\n", loss[0], loss[1]);
+    assert_true(fabs(loss[0] - loss[1]) <= 2e-4);
+}
+
 /* W ranks x b windows are 1 rank x W b's, dealt round-robin, all distinct,
  * and the next step draws others. */
 static void test_windows_are_dealt_not_shared(void **state)
@@ -567,6 +626,8 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reader),
+        cmocka_unit_test(test_attach_checks_the_magic),
+        cmocka_unit_test(test_short_last_eval_batch),
         cmocka_unit_test(test_windows_are_dealt_not_shared),
         cmocka_unit_test(test_bad_inputs_name_their_file),
         cmocka_unit_test(test_learns_below_the_unigram_entropy),

@@ -247,6 +247,22 @@ int st_segment_cleanup(const char *job_id, int world_size);
  * it with max(600 s, 2 x the join timeout).  Returns how many it removed. */
 int st_segment_reap_stale(double older_than_s);
 
+/* The collectives' tuning from the environment (SHMTRAIN_STAGING_BYTES ...
+ * SHMTRAIN_SPIN, SHMTRAIN_COLL_THREADS, SHMTRAIN_ALLREDUCE_ALGORITHM; "0"
+ * means "never" for the three algorithm thresholds; names in env.h), the
+ * launcher's heartbeat file and this instance's NUMA node(s)
+ * (SHMTRAIN_NUMA_NODES) into the fields of *c the program left 0: its own
+ * choices win.  ST_ERR_INVALID naming the variable when a value is not a
+ * positive number.  For main()s (src/coll/coll_env.c). */
+st_status st_group_tuning_from_env(st_group_config *c);
+
+/* A whole shared-memory group's config from the environment: rank and world
+ * from st_placement_from_env (env.h; one node only), the job id
+ * (SHMTRAIN_JOB_ID; "local-<pid>", kept in job_id[ST_JOB_ID_MAX + 1], for a
+ * world of one without it) and the tuning above.  What a program started by
+ * shmrun passes to st_group_create. */
+st_status st_group_config_from_env(st_group_config *c, char *job_id);
+
 #ifdef __cplusplus
 }
 #endif

@@ -93,7 +93,7 @@
 #define ST_ENV_NODE_SIZE "SHMTRAIN_NODE_SIZE"
 
 /* The collectives' tuning (st_group_config's fields, read by
- * st_group_tuning_from_env for a main(); docs/collectives.md). */
+ * st_group_tuning_from_env, coll.h, for a main(); docs/collectives.md). */
 #define ST_ENV_STAGING_BYTES "SHMTRAIN_STAGING_BYTES"
 #define ST_ENV_CHUNK_BYTES "SHMTRAIN_CHUNK_BYTES"
 #define ST_ENV_SMALL_BYTES "SHMTRAIN_SMALL_BYTES"    /* "0": never the direct algorithm */
@@ -114,6 +114,7 @@
 #define ST_ENV_ONEDNN_POOL "SHMTRAIN_ONEDNN_POOL"
 #define ST_ENV_ONEDNN_SEQ_TN "SHMTRAIN_ONEDNN_SEQ_TN"
 #define ST_ENV_ONEDNN_LAYERNORM "SHMTRAIN_ONEDNN_LAYERNORM"
+#define ST_ENV_ONEDNN_UNFUSED_LOSS "SHMTRAIN_ONEDNN_UNFUSED_LOSS"
 #define ST_ENV_ONEDNN_STEM "SHMTRAIN_ONEDNN_STEM"
 #define ST_ENV_NN_VERBOSE "SHMTRAIN_NN_VERBOSE"
 #define ST_ENV_BF16_ANY_ISA "SHMTRAIN_BF16_ANY_ISA"
@@ -125,6 +126,9 @@
  * for 0.1 s or more waiting for rank `peer`.  The launcher creates the
  * file empty and reads it; the instance only writes it. */
 #define ST_HEARTBEAT_RECORD 64
+
+#include <stdbool.h>
+#include <stddef.h>
 
 #include "shmtrain/shmname.h"
 #include "shmtrain/status.h"
@@ -159,22 +163,17 @@ const char *st_env_other_launcher(void);
  * Slurm's, PMIx's, Open MPI's), or NULL. */
 const char *st_env_shared_job_id(void);
 
-struct st_group_config;
-
-/* The collectives' tuning (SHMTRAIN_STAGING_BYTES ... SHMTRAIN_SPIN,
- * SHMTRAIN_COLL_THREADS, SHMTRAIN_ALLREDUCE_ALGORITHM; "0" means "never"
- * for the three algorithm thresholds), the launcher's heartbeat file and
- * this instance's NUMA node(s) (SHMTRAIN_NUMA_NODES) into the fields of *c
- * the program left 0: its own choices win.  ST_ERR_INVALID naming the variable when a value is not a positive
- * number. */
-st_status st_group_tuning_from_env(struct st_group_config *c);
-
-/* A whole shared-memory group's config from the environment: rank and world
- * from st_placement_from_env (one node only), the job id (SHMTRAIN_JOB_ID;
- * "local-<pid>", kept in job_id[ST_JOB_ID_MAX + 1], for a world of one
- * without it) and the tuning above.  What a program started by shmrun passes
- * to st_group_create. */
-st_status st_group_config_from_env(struct st_group_config *c, char *job_id);
+/* Readers for the modules that own what the variables configure (the
+ * collectives' coll_env.c, the engine's tuning.c): env.c knows how a value
+ * is written, not the structs.  Each leaves *field alone when the variable
+ * is unset or empty (and st_env_bytes and st_env_seconds when the program
+ * set the field already), and returns false with a message naming the
+ * variable when its value is not what it should be. */
+bool st_env_set(const char *name);   /* set and not empty */
+bool st_env_flag(const char *name);  /* set to anything but "" or "0" */
+bool st_env_int(const char *name, int min, int *field);                /* a whole number >= min */
+bool st_env_bytes(const char *name, size_t never, size_t *field);      /* > 0; "0" is `never` if not 0 */
+bool st_env_seconds(const char *name, double *field);                  /* > 0 */
 
 #ifdef __cplusplus
 }

@@ -69,6 +69,8 @@ typedef struct st_summary_record {
     int instances, batch_per_instance;
     double total_s, train_s, samples_per_s, final_test_accuracy, best_test_accuracy;
     double tokens_per_s;             /* language models; else 0, not written */
+    double peak_rss_mb;              /* the writing instance's peak resident memory (getrusage's
+                                        ru_maxrss), MiB; 0: not said */
     int nreached;                    /* test-accuracy thresholds reached, and when */
     double reached_accuracy[ST_METRICS_MAX_TARGETS], reached_s[ST_METRICS_MAX_TARGETS];
 } st_summary_record;

@@ -168,6 +168,10 @@ typedef struct st_net_config {
     st_dtype precision;      /* ST_DTYPE_F32 (default) or ST_DTYPE_BF16: mixed precision
                                 on the oneDNN backend (docs/engine.md, "bf16") */
     st_nn_tuning tuning;     /* the engine's choices (tuning.h); zero: as built */
+    bool plan_only;          /* the plan alone: what each layer computes in and keeps
+                                (st_net_describe_precision, st_net_bf16_layers), with no
+                                parameters, gradients or activations behind it (gpt2's
+                                --summary in a few MB); nothing runs on such a net */
 } st_net_config;
 
 st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cfg);
@@ -204,6 +208,13 @@ st_status st_net_forward(st_net *n, const void *input);
  * range are an error. */
 st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct);
 
+/* The same for evaluation, without gradients: the summed loss and the
+ * count correct of the batch's first `rows` rows (samples x positions; a
+ * last batch may be short).  A model ending in a tied head is scored in
+ * chunks of rows on the oneDNN backend, never holding the batch's whole
+ * logits; st_net_output still gives them in full to whoever asks. */
+st_status st_net_score(st_net *n, const int *labels, int rows, double *loss_sum, int *correct);
+
 /* Backward from the loss: writes (overwrites) the gradient buffer. */
 st_status st_net_backward(st_net *n);
 
@@ -221,6 +232,17 @@ st_status st_net_output(st_net *n, float *out);
 st_status st_net_backward_from(st_net *n, const float *d_output);
 /* d(loss)/d(input) of the last backward, plain NCHW (needs input_grad). */
 st_status st_net_input_grad(st_net *n, float *d_input);
+
+/* The layers' output gradients: how many there are, in how many buffers,
+ * and those buffers' bytes.  A model of sequence layers on the oneDNN
+ * backend shares buffers among gradients never alive at the same time
+ * (gpt2: 148 gradients in a handful); otherwise each has its own.  Zeros
+ * from the reference backend, which keeps its own per layer. */
+typedef struct st_net_gradient_memory {
+    int gradients, buffers;
+    size_t bytes;
+} st_net_gradient_memory;
+void st_net_gradient_memory_get(const st_net *n, st_net_gradient_memory *m);
 
 /* Which implementation each layer got, e.g. "conv:jit:avx512_core fused-relu". */
 void st_net_describe(const st_net *n, FILE *f);

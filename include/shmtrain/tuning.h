@@ -10,8 +10,8 @@
  * chunking and the sequence inner product).
  *
  * Only main()s fill it from the environment, with st_nn_tuning_from_env
- * (src/common/env.c, which owns the names, env.h); the library never reads
- * the environment for it. */
+ * (src/nn/tuning.c; the names are env.h's); the library never reads the
+ * environment for it. */
 #ifndef SHMTRAIN_TUNING_H
 #define SHMTRAIN_TUNING_H
 
@@ -26,6 +26,8 @@ typedef struct st_nn_tuning {
     bool seq_tn;           /* their weight gradients from untransposed operands */
     bool onednn_layernorm; /* oneDNN's layer norm instead of the C rows */
     bool onednn_stem;      /* oneDNN's convolution for a one-channel stem instead of stem.c */
+    bool unfused_loss;     /* a tied head's whole logits, then the loss over them, instead of the
+                              two fused in chunks of rows (onednn_head.c) */
     bool verbose;          /* print every reorder, fallback and kernel the build chooses */
     bool bf16_any_isa;     /* bf16 layers take whatever kernel oneDNN has (its reference
                               ones without native bf16: tests/bf16_any_isa.c) */

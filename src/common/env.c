@@ -1,9 +1,7 @@
 /* Reading where this process sits (include/shmtrain/env.h), whichever
  * launcher started it. */
 #include "shmtrain/env.h"
-#include "shmtrain/coll.h"
 #include "shmtrain/shmname.h"
-#include "shmtrain/tuning.h"
 
 #include <stddef.h>
 
@@ -33,15 +31,21 @@ static const struct source SOURCES[] = {
 };
 enum { SHMRUN = 0, MPIRUN = 1, SRUN = 2, NSOURCES = sizeof SOURCES / sizeof *SOURCES };
 
-static bool set(const char *name)
+bool st_env_set(const char *name)
 {
     const char *v = name ? getenv(name) : NULL;
     return v && *v;
 }
 
-/* The integer in `name` into *out (>= min); false with a message if it is
- * not one.  An unset name leaves *out alone and returns true. */
-static bool read_int(const char *name, int min, int *out)
+static bool set(const char *name) { return st_env_set(name); }
+
+bool st_env_flag(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+bool st_env_int(const char *name, int min, int *out)
 {
     if (!set(name))
         return true;
@@ -110,15 +114,15 @@ static st_status read_source(int k, st_placement *pl)
                        set(s->rank) ? s->rank : s->world, set(s->rank) ? s->world : s->rank);
     *pl = (st_placement){.node = -1, .nodes = -1};
     snprintf(pl->launcher, sizeof pl->launcher, "%s", s->launcher);
-    if (!read_int(s->rank, 0, &pl->rank) || !read_int(s->world, 1, &pl->world))
+    if (!st_env_int(s->rank, 0, &pl->rank) || !st_env_int(s->world, 1, &pl->world))
         return ST_ERR_INVALID;
     if (pl->rank >= pl->world)
         return st_fail(ST_ERR_INVALID, "environment (%s): %s=%d is not below %s=%d", s->launcher, s->rank,
                        pl->rank, s->world, pl->world);
     pl->local_rank = pl->rank;  /* one node unless the launcher says otherwise */
     pl->local_world = pl->world;
-    if (!read_int(s->local_rank, 0, &pl->local_rank) || !read_int(s->local_world, 1, &pl->local_world) ||
-        !read_int(s->node, 0, &pl->node) || !read_int(s->nodes, 1, &pl->nodes))
+    if (!st_env_int(s->local_rank, 0, &pl->local_rank) || !st_env_int(s->local_world, 1, &pl->local_world) ||
+        !st_env_int(s->node, 0, &pl->node) || !st_env_int(s->nodes, 1, &pl->nodes))
         return ST_ERR_INVALID;
     if (pl->nodes > 0 && pl->node >= pl->nodes)
         return st_fail(ST_ERR_INVALID, "environment (%s): %s=%d is not below %s=%d", s->launcher, s->node, pl->node,
@@ -186,7 +190,7 @@ static st_status simulate_nodes(st_placement *pl)
     int k = 0;
     if (!set(ST_ENV_NODE_SIZE))
         return ST_OK;
-    if (!read_int(ST_ENV_NODE_SIZE, 1, &k))
+    if (!st_env_int(ST_ENV_NODE_SIZE, 1, &k))
         return ST_ERR_INVALID;
     if (pl->world % k != 0)
         return st_fail(ST_ERR_INVALID, "environment: %s=%d does not divide the world of %d ranks", ST_ENV_NODE_SIZE,
@@ -240,11 +244,9 @@ st_status st_placement_from_env(st_placement *out)
     return simulate_nodes(out);
 }
 
-/* ------------------------------------------------ collectives' tuning -- */
+/* ------------------------------------------- readers for the modules -- */
 
-/* A positive byte count in `name` into *field, unless the program set the
- * field; "0" is `never` where the field has such a sentinel. */
-static bool read_bytes(const char *name, size_t never, size_t *field)
+bool st_env_bytes(const char *name, size_t never, size_t *field)
 {
     if (*field || !set(name))
         return true;
@@ -265,7 +267,7 @@ static bool read_bytes(const char *name, size_t never, size_t *field)
     return true;
 }
 
-static bool read_seconds(const char *name, double *field)
+bool st_env_seconds(const char *name, double *field)
 {
     if (*field > 0 || !set(name))
         return true;
@@ -278,96 +280,4 @@ static bool read_seconds(const char *name, double *field)
     }
     *field = x;
     return true;
-}
-
-st_status st_group_tuning_from_env(st_group_config *c)
-{
-    const struct {
-        const char *name;
-        size_t never, *field;
-    } sizes[] = {
-        {ST_ENV_STAGING_BYTES, 0, &c->staging_bytes},
-        {ST_ENV_CHUNK_BYTES, 0, &c->chunk_bytes},
-        {ST_ENV_SMALL_BYTES, ST_SMALL_NEVER, &c->small_bytes},
-        {ST_ENV_SMALL_ZERO_COPY_BYTES, ST_SMALL_NEVER, &c->small_zero_copy_bytes},
-        {ST_ENV_INLINE_BYTES, ST_INLINE_NEVER, &c->inline_bytes},
-        {ST_ENV_COLL_THREAD_BYTES, 0, &c->thread_bytes},
-    };
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-        if (!read_bytes(sizes[i].name, sizes[i].never, sizes[i].field))
-            return ST_ERR_INVALID;
-    if (!read_seconds(ST_ENV_TIMEOUT, &c->timeout_s) || !read_seconds(ST_ENV_JOIN_TIMEOUT, &c->join_timeout_s))
-        return ST_ERR_INVALID;
-    if ((c->spin <= 0 && !read_int(ST_ENV_SPIN, 1, &c->spin)) ||
-        (c->threads <= 0 && !read_int(ST_ENV_COLL_THREADS, 1, &c->threads)))
-        return ST_ERR_INVALID;
-    if (!c->heartbeat_path && set(ST_ENV_HEARTBEAT_FILE))
-        c->heartbeat_path = getenv(ST_ENV_HEARTBEAT_FILE);
-    if (!c->numa_nodes && set(ST_ENV_NUMA_NODES))
-        c->numa_nodes = getenv(ST_ENV_NUMA_NODES);
-    if (!c->algorithm && set(ST_ENV_ALLREDUCE_ALGORITHM))
-        c->algorithm = getenv(ST_ENV_ALLREDUCE_ALGORITHM);
-    return ST_OK;
-}
-
-st_status st_group_config_from_env(st_group_config *c, char *job_id)
-{
-    st_placement pl;
-    st_status st = st_placement_from_env(&pl);
-    if (st != ST_OK)
-        return st;
-    if (pl.local_world != pl.world)
-        return st_fail(ST_ERR_INVALID,
-                       "coll: rank %d is one of %d on node %d of a %d-rank job (%s): a shared-memory group "
-                       "spans one node; join through the MPI stage for more", pl.rank, pl.local_world, pl.node,
-                       pl.world, pl.launcher);
-    c->world_size = pl.world;
-    c->rank = pl.rank;
-    const char *env_job = getenv(ST_ENV_JOB_ID);
-    if (env_job && *env_job)
-        snprintf(job_id, ST_JOB_ID_MAX + 1, "%s", env_job);
-    else if (pl.world > 1)
-        return st_fail(ST_ERR_INVALID, "coll: %s is not set (shmrun sets it; ranks of one job must share it)",
-                       ST_ENV_JOB_ID);
-    else
-        snprintf(job_id, ST_JOB_ID_MAX + 1, "local-%d", (int)getpid());
-    c->job_id = job_id;
-    return st_group_tuning_from_env(c);
-}
-
-/* ---------------------------------------------------- engine switches -- */
-
-#define SWITCH(NAME, field) {ST_ENV_##NAME, offsetof(st_nn_tuning, field)}
-static const st_nn_switch SWITCHES[] = {
-    SWITCH(ONEDNN_NO_CHUNKS, no_chunks),
-    SWITCH(ONEDNN_BRGCONV, brgconv),     SWITCH(ONEDNN_IP_ANY, ip_any),
-    SWITCH(ONEDNN_POOL, onednn_pool),       SWITCH(ONEDNN_STEM, onednn_stem),
-    SWITCH(ONEDNN_SEQ_TN, seq_tn),       SWITCH(ONEDNN_LAYERNORM, onednn_layernorm),
-    SWITCH(NN_VERBOSE, verbose),         SWITCH(BF16_ANY_ISA, bf16_any_isa),
-};
-#undef SWITCH
-
-const st_nn_switch *st_nn_switches(int *count)
-{
-    *count = (int)(sizeof SWITCHES / sizeof *SWITCHES);
-    return SWITCHES;
-}
-
-void st_nn_tuning_from_env(st_nn_tuning *t)
-{
-    *t = (st_nn_tuning){0};
-    for (size_t i = 0; i < sizeof SWITCHES / sizeof *SWITCHES; i++) {
-        const char *v = getenv(SWITCHES[i].env);
-        *(bool *)((char *)t + SWITCHES[i].offset) = v && *v && strcmp(v, "0") != 0;
-    }
-}
-
-bool st_nn_tuning_set(st_nn_tuning *t, const char *env, bool on)
-{
-    for (size_t i = 0; i < sizeof SWITCHES / sizeof *SWITCHES; i++)
-        if (!strcmp(SWITCHES[i].env, env)) {
-            *(bool *)((char *)t + SWITCHES[i].offset) = on;
-            return true;
-        }
-    return false;
 }

@@ -366,12 +366,8 @@ st_status st_dataset_share(st_dataset *d, const char *name)
     snprintf(hd->label_source, sizeof hd->label_source, "%s", d->label_source);
     memcpy((uint8_t *)map + sizeof *hd, d->images, d->n * (size_t)d->c * d->h * d->w);
     memcpy((uint8_t *)map + sizeof *hd + d->n * (size_t)d->c * d->h * d->w, d->labels, d->n);
-    __atomic_store_n(&hd->magic, SHARED_MAGIC, __ATOMIC_RELEASE);  /* last: attachers check it */
-    if ((st = published_seal(name, map, bytes)) != ST_OK) {
-        munmap(map, bytes);
-        shm_unlink(name);
+    if ((st = published_seal(name, map, bytes, SHARED_MAGIC)) != ST_OK)
         return st;
-    }
     if (d->map) {  /* shared already (attached): this copy replaces that mapping */
         munmap(d->map, d->map_bytes);
     } else {
@@ -387,15 +383,14 @@ st_status st_dataset_attach(st_dataset **out, const char *name)
     *out = NULL;
     void *map;
     size_t size;
-    st_status st = published_attach(name, sizeof(struct shared_header), "dataset", &map, &size);
+    st_status st = published_attach(name, sizeof(struct shared_header), "dataset", SHARED_MAGIC, &map, &size);
     if (st != ST_OK)
         return st;
     const struct shared_header *hd = map;
     st_dataset *d = calloc(1, sizeof *d);
-    if (!d || __atomic_load_n(&hd->magic, __ATOMIC_ACQUIRE) != SHARED_MAGIC) {
-        free(d);
+    if (!d) {
         munmap(map, size);
-        return st_fail(ST_ERR_FORMAT, "data: %s is not a published dataset", name);
+        return st_fail(ST_ERR_NOMEM, "data: out of memory");
     }
     d->n = hd->n;
     d->c = hd->c;

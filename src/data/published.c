@@ -41,14 +41,19 @@ st_status published_create(const char *name, size_t bytes, const char *what, voi
     return ST_OK;
 }
 
-st_status published_seal(const char *name, void *map, size_t bytes)
+st_status published_seal(const char *name, void *map, size_t bytes, uint64_t magic)
 {
-    if (mprotect(map, bytes, PROT_READ) != 0)
-        return st_fail(ST_ERR_SYS, "mprotect(%s) failed: %s", name, strerror(errno));
-    return ST_OK;
+    __atomic_store_n((uint64_t *)map, magic, __ATOMIC_RELEASE);  /* last: attachers check it */
+    if (mprotect(map, bytes, PROT_READ) == 0)
+        return ST_OK;
+    st_status st = st_fail(ST_ERR_SYS, "mprotect(%s) failed: %s", name, strerror(errno));
+    munmap(map, bytes);
+    shm_unlink(name);
+    return st;
 }
 
-st_status published_attach(const char *name, size_t min_bytes, const char *what, void **map, size_t *bytes)
+st_status published_attach(const char *name, size_t min_bytes, const char *what, uint64_t magic, void **map,
+                           size_t *bytes)
 {
     *map = NULL;
     int fd = shm_open(name, O_RDONLY, 0);
@@ -62,6 +67,10 @@ st_status published_attach(const char *name, size_t min_bytes, const char *what,
         return st_fail(ST_ERR_SYS, "%s: cannot map the shared %s %s", what, what, name);
     }
     close(fd);
+    if ((size_t)sb.st_size < sizeof magic || __atomic_load_n((const uint64_t *)m, __ATOMIC_ACQUIRE) != magic) {
+        munmap(m, (size_t)sb.st_size);
+        return st_fail(ST_ERR_FORMAT, "%s: %s is not a complete published %s", what, name, what);
+    }
     *map = m;
     *bytes = (size_t)sb.st_size;
     return ST_OK;

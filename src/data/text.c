@@ -292,12 +292,8 @@ st_status st_text_share(st_text *t, const char *name)
     uint16_t *ids = (uint16_t *)((uint8_t *)map + sizeof *h);
     memcpy(ids, t->ids[0], t->n[0] * sizeof *ids);
     memcpy(ids + t->n[0], t->ids[1], t->n[1] * sizeof *ids);
-    __atomic_store_n(&h->magic, SHARED_MAGIC, __ATOMIC_RELEASE);  /* last: attachers check it */
-    if ((st = published_seal(name, map, bytes)) != ST_OK) {
-        munmap(map, bytes);
-        shm_unlink(name);
+    if ((st = published_seal(name, map, bytes, SHARED_MAGIC)) != ST_OK)
         return st;
-    }
     free(t->own);
     t->own = NULL;
     if (t->map)  /* shared already (attached): this copy replaces that mapping */
@@ -311,13 +307,12 @@ st_status st_text_attach(st_text **out, const char *name)
     *out = NULL;
     void *map;
     size_t size;
-    st_status st = published_attach(name, sizeof(struct shared_text), "text", &map, &size);
+    st_status st = published_attach(name, sizeof(struct shared_text), "text", SHARED_MAGIC, &map, &size);
     if (st != ST_OK)
         return st;
     const struct shared_text *h = map;
     st_text *t = calloc(1, sizeof *t);
-    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHARED_MAGIC ||
-        sizeof *h + (h->n[0] + h->n[1]) * sizeof(uint16_t) != size || !t) {
+    if (sizeof *h + (h->n[0] + h->n[1]) * sizeof(uint16_t) != size || !t) {
         munmap(map, size);
         free(t);
         return st_fail(ST_ERR_FORMAT, "text: %s is not a complete shared text", name);

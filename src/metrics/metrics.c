@@ -84,6 +84,8 @@ static void write_summary(st_json *j, const st_summary_record *r)
         st_json_number(j, "tokens_per_s", r->tokens_per_s, "%.1f");
     st_json_number(j, "final_test_accuracy", r->final_test_accuracy, "%.5f");
     st_json_number(j, "best_test_accuracy", r->best_test_accuracy, "%.5f");
+    if (r->peak_rss_mb > 0)
+        st_json_number(j, "peak_rss_mb", r->peak_rss_mb, "%.1f");
     st_json_object_begin(j, "time_to_accuracy_s");
     for (int i = 0; i < r->nreached && i < ST_METRICS_MAX_TARGETS; i++) {
         char key[16];
@@ -134,6 +136,7 @@ static void parse_summary(const char *line, st_summary_record *r)
     r->tokens_per_s = num(line, "tokens_per_s");
     r->final_test_accuracy = num(line, "final_test_accuracy");
     r->best_test_accuracy = num(line, "best_test_accuracy");
+    r->peak_rss_mb = num(line, "peak_rss_mb");
     const char *p = st_json_find(line, "time_to_accuracy_s");
     if (!p || *p != '{')
         return;

@@ -40,7 +40,7 @@
   X(LAYERNORM,  "layernorm",  parse_layernorm,    init_ln,       scratch_ln_stats,  ln_ref_forward,       ln_ref_backward,       dn_build_ln,         bf16_never,    summary_keyword  )     \
   X(ATTENTION,  "attention",  parse_attention,    init_nothing,  scratch_att,       att_ref_forward,      att_ref_backward,      dn_build_attention,  bf16_never,    summary_attention)     \
   X(GELU,       "gelu",       parse_elementwise,  init_nothing,  scratch_none,      gelu_ref_forward,     gelu_ref_backward,     dn_build_gelu,       bf16_carries,  summary_keyword  )     \
-  X(HEAD,       "head",       parse_head,         init_nothing,  scratch_none,      head_ref_forward,     head_ref_backward,     dn_build_head,       bf16_never,    summary_head     )
+  X(HEAD,       "head",       parse_head,         init_nothing,  scratch_none,      head_ref_forward,     head_ref_backward,     dn_build_head,       bf16_weights,  summary_head     )
 /* clang-format on */
 
 /* A test build appends a row whose functions exist nowhere: it must fail. */

@@ -132,6 +132,60 @@ static const struct nn_backend *const nn_backends[] = {
 _Static_assert(sizeof nn_backends / sizeof *nn_backends == ST_BACKEND_REFERENCE + 1,
                "every st_backend has an entry in nn_backends");
 
+/* The one place the loss is chosen: fused with the head where the backend
+ * can (no [rows, vocabulary] logits held: 2.5 GB a copy for gpt2 at its
+ * recipe's batch), whole logits otherwise and under tuning.unfused_loss. */
+static bool fuses_loss(const st_net *n)
+{
+    const st_model *m = n->model;
+    return n->backend->loss && m->n > 0 && m->nodes[m->n - 1].kind == NODE_HEAD && !n->cfg.tuning.unfused_loss;
+}
+
+/* The net's data: parameters, buffers, gradients (unless the caller's),
+ * each row's loss, the logits and their gradient (unless the loss is
+ * fused), and the input's gradient where asked. */
+static st_status allocate_data(st_net *n)
+{
+    const st_model *m = n->model;
+    const size_t P = m->params ? m->params : 1, B = m->buffers ? m->buffers : 1;
+    const size_t rows = (size_t)n->batch * (size_t)st_model_positions(m), outs = rows * (size_t)st_model_classes(m);
+    n->params = aligned_alloc(64, (P * sizeof(float) + 63) / 64 * 64);
+    n->buffers = calloc(B, sizeof(float));
+    if (!n->fused_loss) {
+        n->logits = calloc(outs, sizeof(float));
+        n->dlogits = calloc(outs, sizeof(float));
+    }
+    n->loss_rows = calloc(rows, sizeof(double));
+    n->grads = n->cfg.grad_buffer;
+    n->own_grads = !n->cfg.grad_buffer;
+    if (n->own_grads)
+        n->grads = calloc(P, sizeof(float));
+    if (!n->params || !n->buffers || !n->grads || (!n->fused_loss && (!n->logits || !n->dlogits)) || !n->loss_rows)
+        return st_fail(ST_ERR_NOMEM, "net: out of memory for %zu parameters", m->params);
+    memset(n->params, 0, P * sizeof(float));
+    if (n->cfg.input_grad && !(n->input_grad = calloc(nn_node_size(n, &m->nodes[0]), sizeof(float))))
+        return st_fail(ST_ERR_NOMEM, "net: out of memory");
+    return ST_OK;
+}
+
+/* st_net_config.plan_only: what each layer computes in and keeps, from
+ * the backend's plan (the reference computes everything in fp32), with no
+ * data behind it. */
+static st_status plan_only(st_net *n)
+{
+    if (n->backend->plan)
+        return n->backend->plan(n);
+    for (int j = 0; j < n->nx; j++)
+        n->x[j].compute = n->x[j].stored = ST_DTYPE_F32;
+    return ST_OK;
+}
+
+st_status nn_runnable(const st_net *n)
+{
+    return n->params ? ST_OK : st_fail(ST_ERR_INVALID, "net: built as a plan only (st_net_config.plan_only): "
+                                                       "nothing runs on it");
+}
+
 st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cfg)
 {
     *out = NULL;
@@ -161,30 +215,16 @@ st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cf
     n->backend = nn_backends[cfg->backend];
     n->batch = cfg->batch;
     n->training = true;
-    const size_t P = m->params ? m->params : 1, B = m->buffers ? m->buffers : 1;
-    const size_t outs = (size_t)n->batch * (size_t)st_model_positions(m) * (size_t)st_model_classes(m);
-    n->params = aligned_alloc(64, (P * sizeof(float) + 63) / 64 * 64);
-    n->buffers = calloc(B, sizeof(float));
-    n->logits = calloc(outs, sizeof(float));
-    n->dlogits = calloc(outs, sizeof(float));
-    n->loss_rows = calloc((size_t)n->batch * (size_t)st_model_positions(m), sizeof(double));
-    n->grads = cfg->grad_buffer;
-    n->own_grads = !cfg->grad_buffer;
-    if (n->own_grads)
-        n->grads = calloc(P, sizeof(float));
-    st = ST_OK;
-    if (!n->params || !n->buffers || !n->grads || !n->logits || !n->dlogits || !n->loss_rows) {
-        st = st_fail(ST_ERR_NOMEM, "net: out of memory for %zu parameters", m->params);
-        goto fail;
-    }
-    memset(n->params, 0, P * sizeof(float));
-    if (cfg->input_grad && !(n->input_grad = calloc(nn_node_size(n, &m->nodes[0]), sizeof(float)))) {
-        st = st_fail(ST_ERR_NOMEM, "net: out of memory");
-        goto fail;
-    }
+    n->fused_loss = fuses_loss(n);
     if ((st = build_graph(n)) != ST_OK)
         goto fail;
-    if ((st = n->backend->build(n)) != ST_OK)
+    if (cfg->plan_only) {
+        if ((st = plan_only(n)) != ST_OK)
+            goto fail;
+        *out = n;
+        return ST_OK;
+    }
+    if ((st = allocate_data(n)) != ST_OK || (st = n->backend->build(n)) != ST_OK)
         goto fail;
     if (n->cfg.tuning.verbose)
         st_net_describe(n, stderr);
@@ -375,6 +415,8 @@ st_status st_net_forward(st_net *n, const void *input)
 {
     if (!input)
         return st_fail(ST_ERR_INVALID, "net: forward: NULL input");
+    if (nn_runnable(n) != ST_OK)
+        return ST_ERR_INVALID;
     if (n->model->nodes[0].tokens) {
         st_status st = check_tokens(n, input);
         if (st != ST_OK)
@@ -391,82 +433,41 @@ size_t st_net_output_size(const st_net *n)
 
 st_status st_net_output(st_net *n, float *out)
 {
+    if (nn_runnable(n) != ST_OK)
+        return ST_ERR_INVALID;
+    if (n->fused_loss)
+        return n->backend->output(n, out);
     memcpy(out, n->logits, st_net_output_size(n) * sizeof(float));
-    return ST_OK;
-}
-
-/* One row's softmax cross-entropy: its loss, and d(mean loss)/d(logits)
- * into dz; returns whether the top logit is the label. */
-ST_MULTIVERSION static bool loss_row(const float *restrict z, float *restrict dz, int k, int label, int rows,
-                                     double *row_loss)
-{
-    float zmax = z[0];
-#pragma omp simd reduction(max : zmax)
-    for (int j = 1; j < k; j++)
-        zmax = z[j] > zmax ? z[j] : zmax;
-    int best = 0;  /* the first logit at the maximum, as a scan would find it */
-    while (z[best] != zmax && best < k - 1)
-        best++;
-    /* One exp per logit, vectorised (libm's double exp was 3% of a GPT's
-     * step: batch x context x vocabulary of them): the softmax is e_j / sum,
-     * and e_j waits in dz; the sum runs in double, in order. */
-#pragma omp simd
-    for (int j = 0; j < k; j++)
-        dz[j] = nn_expf(z[j] - zmax);
-    double sum = 0;
-    for (int j = 0; j < k; j++)
-        sum += dz[j];
-    *row_loss = zmax + log(sum) - z[label];
-    /* d(mean loss)/dz = (softmax - onehot) / rows: one double multiply per
-     * logit (two double divisions each were most of the loss's time). */
-    const double scale = 1.0 / (sum * rows), e_label = dz[label];
-#pragma omp simd
-    for (int j = 0; j < k; j++)
-        dz[j] = (float)((double)dz[j] * scale);
-    dz[label] = (float)((e_label / sum - 1.0) / rows);
-    return best == label;
-}
-
-st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct)
-{
-    const double t0 = n->profiling ? st_now_s() : 0;
-    const int k = st_model_classes(n->model), rows = n->batch * st_model_positions(n->model);
-    for (int i = 0; i < rows; i++)
-        if (labels[i] < 0 || labels[i] >= k)
-            return st_fail(ST_ERR_INVALID, "loss: label %d of sample %d is not a class of this model "
-                                           "(0..%d)", labels[i], i, k - 1);
-    /* Rows in parallel (a language model scores batch x context of them),
-     * their losses summed afterwards in row order: the same bits at any
-     * thread count. */
-    double *row_loss = n->loss_rows;
-    int right = 0;
-#pragma omp parallel for schedule(static) reduction(+ : right) if (rows >= 64)
-    for (int i = 0; i < rows; i++)
-        right += loss_row(n->logits + (size_t)i * k, n->dlogits + (size_t)i * k, k, labels[i], rows, &row_loss[i]);
-    double total = 0;
-    for (int i = 0; i < rows; i++)
-        total += row_loss[i];
-    if (loss)
-        *loss = (float)(total / rows);
-    if (correct)
-        *correct = right;
-    if (n->profiling)
-        n->prof[NODE_KINDS + 1] += st_now_s() - t0;
     return ST_OK;
 }
 
 st_status st_net_backward_from(st_net *n, const float *d_output)
 {
+    if (!d_output)
+        return st_fail(ST_ERR_INVALID, "net: backward from a NULL gradient");
+    if (nn_runnable(n) != ST_OK)
+        return ST_ERR_INVALID;
     return n->backend->backward_from(n, d_output);
 }
 
-st_status st_net_backward(st_net *n) { return st_net_backward_from(n, n->dlogits); }
+/* NULL to a fused loss's backend: the loss has made the head's gradients. */
+st_status st_net_backward(st_net *n)
+{
+    return nn_runnable(n) == ST_OK ? n->backend->backward_from(n, n->dlogits) : ST_ERR_INVALID;
+}
 
 st_status st_net_input_grad(st_net *n, float *d_input)
 {
     if (!n->cfg.input_grad)
         return st_fail(ST_ERR_INVALID, "net: created without input_grad");
     return n->backend->input_grad(n, d_input);
+}
+
+void st_net_gradient_memory_get(const st_net *n, st_net_gradient_memory *m)
+{
+    *m = (st_net_gradient_memory){0};
+    if (n->backend->gradient_memory && n->params)
+        n->backend->gradient_memory(n, m);
 }
 
 void st_net_describe(const st_net *n, FILE *f)

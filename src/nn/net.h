@@ -54,8 +54,11 @@ struct st_net {
     bool own_grads;
     bool training;
     uint64_t dropout_seed;
-    float *logits;           /* plain (batch, classes) of the last forward */
-    float *dlogits;          /* gradient of the loss w.r.t. the logits */
+    float *logits;           /* plain (batch, classes) of the last forward; NULL when fused_loss */
+    float *dlogits;          /* gradient of the loss w.r.t. the logits; NULL when fused_loss */
+    bool fused_loss;         /* the backend computes the loss from the tied head's input, in
+                                chunks of rows (struct nn_backend's loss), never holding the
+                                whole logits: chosen in st_net_create */
     double *loss_rows;       /* st_net_loss: each row's loss, summed in order */
     float *input_grad;       /* plain, when cfg.input_grad */
     const void *input;       /* the last forward's input (reference backend) */
@@ -129,11 +132,30 @@ void nn_copies_free(st_net *n);
 struct nn_backend {
     const char *name;
     st_status (*build)(st_net *n);                     /* after the graph; fills x[].impl */
+    st_status (*plan)(st_net *n);                      /* optional: x[].compute and stored alone, with
+                                                          no data (st_net_config.plan_only) */
     st_status (*forward)(st_net *n, const void *input);
     st_status (*backward_from)(st_net *n, const float *d_output);  /* plain gradient of the output */
     st_status (*input_grad)(st_net *n, float *out);    /* plain, when cfg.input_grad */
     void (*destroy)(st_net *n);                        /* safe after a failed build */
+    /* Optional, for a net ending in a tied head (n->fused_loss): the
+     * softmax cross-entropy of the first `rows` rows, each row's loss into
+     * row_loss and the count whose top logit is the label into *correct,
+     * and with `gradient` the head's parameter and input gradients as
+     * well, for d(mean over rows)/d(logits); and the logits themselves, in
+     * full, for those who ask (sampling, tests). */
+    st_status (*loss)(st_net *n, const int *labels, int rows, bool gradient, double *row_loss, int *correct);
+    st_status (*output)(st_net *n, float *out);
+    void (*gradient_memory)(const st_net *n, st_net_gradient_memory *m);  /* optional */
 };
+
+/* ST_OK, or why nothing runs on this net (a plan-only one). */
+st_status nn_runnable(const st_net *n);
+
+/* loss.c: one row's softmax cross-entropy: its loss into *row_loss and
+ * d(loss)/d(z) / rows into dz (which may be z itself); whether the top
+ * logit is the label.  The definition both the loss and a fused head use. */
+bool nn_loss_row(const float *z, float *dz, int k, int label, int rows, double *row_loss);
 
 extern const struct nn_backend nn_reference_backend, nn_onednn_backend;
 

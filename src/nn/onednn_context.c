@@ -64,6 +64,12 @@ st_status dn_mem_new(st_net *n, dnnl_memory_t *out, const_dnnl_memory_desc_t md,
     return ST_OK;
 }
 
+st_status dn_mem_unbacked(st_net *n, dnnl_memory_t *out, const_dnnl_memory_desc_t md)
+{
+    TRY(dnnl_memory_create(out, md, n->dnet->eng, DNNL_MEMORY_NONE));
+    return keep_mem(n, *out);
+}
+
 void *dn_mem_ptr(dnnl_memory_t m)
 {
     void *p = NULL;
@@ -357,7 +363,14 @@ void dn_impl_name(struct xnode *x, const_dnnl_primitive_desc_t pd)
 /* The node's output (and gradient) memories, in layout `md`. */
 st_status dn_set_dst(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md)
 {
-    return dn_set_dst_diff_in(n, x, md, NULL);
+    return dn_set_dst_diff_in(n, x, md, -1);
+}
+
+/* A gradient's memory: its own buffer, or, where the net shares gradient
+ * buffers (onednn_diffs.c), none until the plan is finished. */
+static st_status diff_mem_new(st_net *n, const struct xnode *x, dnnl_memory_t *mem, const_dnnl_memory_desc_t md)
+{
+    return x->dn->diff_deferred ? dn_mem_unbacked(n, mem, md) : dn_mem_new(n, mem, md, NULL);
 }
 
 /* Where a second consumer's gradient waits to be added to the first's. */
@@ -365,19 +378,24 @@ st_status dn_accum_new(st_net *n, struct xnode *x)
 {
     const_dnnl_memory_desc_t md = x->dn->diff.md;
     dnnl_primitive_desc_t pd;
-    OK(dn_mem_new(n, &x->dn->diff_tmp.mem, md, NULL));
+    OK(diff_mem_new(n, x, &x->dn->diff_tmp.mem, md));
     x->dn->diff_tmp.md = dn_mem_md(x->dn->diff_tmp.mem);
     OK(DN_PD(n, pd, NULL, dnnl_binary_primitive_desc_create(&pd, n->dnet->eng, dnnl_binary_add, md, md, md, NULL)));
     return dn_prim_new(n, &x->dn->accum, pd);
 }
 
-/* The same, the gradient kept in `diff_buffer` (someone else's, same
- * layout) when not NULL. */
-st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md, void *diff_buffer)
+/* The same, the gradient kept in node `home`'s gradient buffer (same
+ * layout) when home >= 0. */
+st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md, int home)
 {
     OK(dn_mem_new(n, &x->dn->dst.mem, md, NULL));
     x->dn->dst.md = dn_mem_md(x->dn->dst.mem);
-    OK(dn_mem_new(n, &x->dn->diff.mem, md, diff_buffer));
+    x->dn->diff_home = home;
+    x->dn->diff_deferred = n->dnet->diffs_shared;
+    if (home >= 0 && !x->dn->diff_deferred)
+        OK(dn_mem_new(n, &x->dn->diff.mem, md, dn_mem_ptr(n->x[home].dn->diff.mem)));
+    else
+        OK(diff_mem_new(n, x, &x->dn->diff.mem, md));
     x->dn->diff.md = dn_mem_md(x->dn->diff.mem);
     if (x->consumers > 1)
         OK(dn_accum_new(n, x));
@@ -403,7 +421,7 @@ st_status dn_deliver(st_net *n, int j, int p, const_dnnl_memory_desc_t md, dnnl_
         return ST_OK;
     bool first = px->first_writer == j;
     dnnl_memory_t dest = first ? px->dn->diff.mem : px->dn->diff_tmp.mem;
-    if (computed && first && dn_mem_ptr(computed) == dn_mem_ptr(dest))
+    if (computed && first && computed == n->x[j].dn->diff.mem && n->x[j].dn->diff_home == p)
         return ST_OK;  /* it is already there: the two share a buffer (add's) */
     if (!computed && dn_same(md, px->dn->dst.md)) {
         *target = dest;

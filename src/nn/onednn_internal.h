@@ -15,9 +15,11 @@
  *   onednn_layers.c   the small ones: input, ReLU, batch norm, dropout,
  *                     flatten, add
  *   onednn_seq.c      the sequence layers: embeddings, layer norm,
- *                     attention, GELU, the tied head (C steps over plain
- *                     [rows, C] tensors, matrix products through dnnl_sgemm;
- *                     the row kernels in seq_kernels.c)
+ *                     attention, GELU (C steps over plain [rows, C]
+ *                     tensors, matrix products through dnnl_sgemm; the row
+ *                     kernels in seq_kernels.c)
+ *   onednn_head.c     the tied head, and the loss fused with it in chunks
+ *                     of rows (the backend's loss and output)
  *   onednn_precision.c  the bf16 plan: each kind's role, each edge's type
  *   onednn_plan.c     the build (one builder per layer kind), the executor,
  *                     teardown, and the backend's function table
@@ -162,8 +164,26 @@ struct dn_seq_state {
     dnnl_memory_t target;                /* where the input's gradient goes; NULL if unwanted */
     float *stats;                        /* layer norm: each row's mean and 1 / std */
     float *partial;                      /* layer norm: per-thread dgamma, dbeta */
-    float *att, *scratch;                /* attention: softmax weights; per thread, K or V transposed and dP */
+    float *scratch;                      /* attention: per thread, P, dS and K or V transposed */
     float *tanh_u;                       /* GELU: tanh of its argument, kept for the backward */
+};
+
+/* The tied head's bf16 products for chunks of one size (onednn_head.c),
+ * and the memories they read and write, their buffers set at each call. */
+struct dn_head_matmuls {
+    dnnl_primitive_t logits, dx, dtable, dtable_add;  /* dtable_add: the table's gradient added to */
+    dnnl_memory_t rows, out, dz, dz_t, dx_out;
+};
+
+/* The tied head (onednn_head.c): chunks of rows, the fused loss's state. */
+struct dn_head_state {
+    long chunk;                          /* rows a chunk */
+    float *logits;                       /* fused: a chunk's logits, then in place their gradient */
+    const float *dy;                     /* fused: a caller's gradient of the whole logits, for one backward */
+    bool grads_done;                     /* fused: the loss has made this step's head gradients */
+    dnnl_memory_t table, table_t, dtable; /* bf16: the optimizer's copy of the token table, transposed view */
+    st_bf16 *rows, *dz;                  /* bf16: a chunk's input rows and its logits' gradient */
+    struct dn_head_matmuls full, tail;   /* bf16: for a whole chunk and the last, shorter one */
 };
 
 /* How a sequence linear layer's weight gradient dW = dY^T X reaches
@@ -206,6 +226,8 @@ struct onednn_node {
     struct oplist fwd, fwd_infer, bwd;   /* fwd_infer: batch norm in evaluation mode */
     dnnl_memory_t src;                   /* what the forward reads */
     dnnl_primitive_t accum;              /* diff += diff_tmp, when 2+ consumers */
+    int diff_home;                       /* >= 0: diff lives in that node's gradient buffer (an add's) */
+    bool diff_deferred;                  /* diff (and diff_tmp) get their buffer from dn_share_diffs */
     size_t elems;                        /* floats in dst's buffer (padding included) */
     bool bf16;                           /* computes in bf16 (the layer table's rule said so) */
     enum bf16_role bf16_role;            /* the rule's verdict in a bf16 net (BF16_NO in an fp32 one) */
@@ -215,6 +237,7 @@ struct onednn_node {
     struct dn_chunk_state chunk;
     struct dn_seq_state seq;
     struct dn_stem_state stem;
+    struct dn_head_state head;
 };
 
 struct onednn_net {
@@ -231,6 +254,10 @@ struct onednn_net {
     int cur;                             /* node being built, for messages */
     st_nn_tuning opt;                    /* the net config's switches (tuning.h) */
     float *transposed;                   /* the sequence linear layers' operands transposed, one layer at a time */
+    bool diffs_shared;                   /* gradient buffers shared by liveness (onednn_diffs.c) */
+    void **diff_buffers;                 /* ... those buffers, */
+    int ndiff_buffers;                   /* ... how many, */
+    size_t diff_bytes;                   /* ... and their bytes together */
     size_t transposed_floats;            /* its size: the largest layer's need */
 };
 
@@ -252,6 +279,9 @@ struct onednn_net {
 
 st_status dn_dnnl_error(const st_net *n, const char *call, dnnl_status_t s);
 st_status dn_mem_new(st_net *n, dnnl_memory_t *out, const_dnnl_memory_desc_t md, void *handle);
+/* A memory with no buffer yet (its handle set before each use), or only a
+ * descriptor's carrier (a fused head's logits). */
+st_status dn_mem_unbacked(st_net *n, dnnl_memory_t *out, const_dnnl_memory_desc_t md);
 void *dn_mem_ptr(dnnl_memory_t m);
 const_dnnl_memory_desc_t dn_mem_md(dnnl_memory_t m);
 
@@ -299,7 +329,7 @@ st_status dn_add_step(st_net *n, struct oplist *l, st_status (*step)(st_net *, i
 void dn_md_str(char *buf, size_t len, const_dnnl_memory_desc_t md);
 void dn_impl_name(struct xnode *x, const_dnnl_primitive_desc_t pd);
 st_status dn_set_dst(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md);
-st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md, void *diff_buffer);
+st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md, int home);
 st_status dn_deliver(st_net *n, int j, int p, const_dnnl_memory_desc_t md, dnnl_memory_t computed, dnnl_memory_t *target);
 st_status dn_input_as(st_net *n, struct xnode *x, const_dnnl_memory_desc_t want, dnnl_memory_t *out);
 st_status dn_accum_new(st_net *n, struct xnode *x);
@@ -360,6 +390,8 @@ enum bf16_role bf16_carries(const st_net *n, const struct xnode *x);
 bool dn_output_bf16(const st_net *n, int j);
 /* The type node j's output is kept in, once built. */
 dnnl_data_type_t dn_dst_type(const st_net *n, int j);
+/* Every node's compute and stored type from the roles alone (a plan-only net). */
+void dn_plan_precision(st_net *n);
 
 /* ----------------------------------- the other layer families' builders -- */
 
@@ -371,6 +403,13 @@ bool dn_is_c_maxpool(const st_net *n, int j);
 
 /* The chunking pass over a finished plan (see onednn_chunk.c). */
 st_status dn_chunk_pass(st_net *n);
+/* onednn_diffs.c: whether this net's gradients share buffers (a model of
+ * sequence layers), and the pass over the built plan that gives each
+ * deferred gradient its buffer; the buffers' release. */
+bool dn_diffs_shared(const st_net *n);
+st_status dn_share_diffs(st_net *n);
+void dn_diffs_free(struct onednn_net *d);
+void dn_gradient_memory(const st_net *n, st_net_gradient_memory *m);
 st_status dn_build_relu(st_net *n, int j);
 /* An element-wise layer on oneDNN (its forward in training mode, its
  * backward from the source), in its input's layout and type. */
@@ -391,5 +430,12 @@ st_status dn_build_head(st_net *n, int j);
 bool dn_seq_linear_fits(const st_net *n, const struct xnode *x);
 st_status dn_build_seq_linear(st_net *n, int j);
 void dn_seq_free(struct dn_seq_state *s);
+/* onednn_head.c: the backend's fused loss and full output (struct
+ * nn_backend's loss and output), a caller's gradient of the logits for the
+ * next backward pass (NULL: the loss made it), and the head's buffers. */
+st_status dn_head_loss(st_net *n, const int *labels, int rows, bool gradient, double *row_loss, int *correct);
+st_status dn_head_output(st_net *n, float *out);
+void dn_head_take_gradient(st_net *n, const float *dy);
+void dn_head_free(struct dn_head_state *h);
 
 #endif

@@ -233,16 +233,16 @@ st_status dn_build_flatten(st_net *n, int j)
 /* Where the add keeps its gradient: in an input's own gradient buffer when
  * the add is that input's only consumer (a transformer's or a residual
  * block's branch), since that input's gradient is exactly the add's and
- * nothing else writes it; so the copy to it goes.  NULL: its own buffer. */
-static void *add_diff_home(const st_net *n, const struct xnode *x, const_dnnl_memory_desc_t md)
+ * nothing else writes it; so the copy to it goes.  -1: its own buffer. */
+static int add_diff_home(const st_net *n, const struct xnode *x, const_dnnl_memory_desc_t md)
 {
     const int ins[2] = {x->in2, x->in};
     for (int k = 0; k < 2; k++) {
         const struct xnode *p = &n->x[ins[k]];
         if (p->wants_diff && p->consumers == 1 && dn_same(p->dn->diff.md, md))
-            return dn_mem_ptr(p->dn->diff.mem);
+            return ins[k];
     }
-    return NULL;
+    return -1;
 }
 
 st_status dn_build_add(st_net *n, int j)

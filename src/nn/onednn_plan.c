@@ -7,6 +7,8 @@
 /* The last node's output as plain (batch, outputs) logits, and back. */
 static st_status build_loss_io(st_net *n)
 {
+    if (n->fused_loss)  /* no logits to copy out: the head and loss make them a chunk at a time */
+        return ST_OK;
     struct xnode *last = &n->x[n->nx - 1];
     const struct node *nd = last->nd;
     struct onednn_net *d = n->dnet;
@@ -69,6 +71,31 @@ static void record_precision(st_net *n)
     }
 }
 
+/* Every node's role first: a layer's output type depends on its
+ * consumers' (dn_output_bf16). */
+static st_status assign_roles(st_net *n)
+{
+    for (int j = 0; j < n->nx; j++) {
+        struct xnode *x = &n->x[j];
+        if (!(x->dn = calloc(1, sizeof *x->dn)))
+            return st_fail(ST_ERR_NOMEM, "net: out of memory");
+        x->dn->diff_home = -1;
+        x->dn->bf16_role = n->cfg.precision == ST_DTYPE_BF16 ? bf16_rules[x->kind](n, x) : BF16_NO;
+        x->dn->bf16 = x->dn->bf16_role == BF16_COMPUTES;
+    }
+    return ST_OK;
+}
+
+/* st_net_config.plan_only: the roles and the edge types they decide, no
+ * primitive and no memory (a builder's fallback to fp32, where oneDNN has
+ * no bf16 kernel, shows only in a built net). */
+static st_status onednn_plan(st_net *n)
+{
+    OK(assign_roles(n));
+    dn_plan_precision(n);
+    return ST_OK;
+}
+
 static st_status onednn_build(st_net *n)
 {
     n->dnet = calloc(1, sizeof *n->dnet);
@@ -78,21 +105,15 @@ static st_status onednn_build(st_net *n)
     n->dnet->opt = n->cfg.tuning;
     TRY(dnnl_engine_create(&n->dnet->eng, dnnl_cpu, 0));
     TRY(dnnl_stream_create(&n->dnet->strm, n->dnet->eng, dnnl_stream_default_flags));
-    /* Every node's role first: a layer's output type depends on its
-     * consumers' (dn_output_bf16). */
-    for (int j = 0; j < n->nx; j++) {
-        struct xnode *x = &n->x[j];
-        if (!(x->dn = calloc(1, sizeof *x->dn)))
-            return st_fail(ST_ERR_NOMEM, "net: out of memory");
-        x->dn->bf16_role = n->cfg.precision == ST_DTYPE_BF16 ? bf16_rules[x->kind](n, x) : BF16_NO;
-        x->dn->bf16 = x->dn->bf16_role == BF16_COMPUTES;
-    }
+    OK(assign_roles(n));
+    n->dnet->diffs_shared = dn_diffs_shared(n);
     for (int j = 0; j < n->nx; j++) {
         n->dnet->cur = j;
         OK(builders[n->x[j].kind](n, j));
     }
     n->dnet->cur = -1;
     OK(dn_chunk_pass(n));
+    OK(dn_share_diffs(n));
     record_precision(n);
     return build_loss_io(n);
 }
@@ -179,6 +200,7 @@ static void onednn_destroy(st_net *n)
         free(dn->dropout.mask_scale);
         free(dn->pool.arg);
         dn_seq_free(&dn->seq);
+        dn_head_free(&dn->head);
         free(dn);
     }
     if (!d)
@@ -202,22 +224,30 @@ static void onednn_destroy(st_net *n)
     free(d->to_logits.v);
     free(d->from_dlast.v);
     free(d->transposed);
+    dn_diffs_free(d);
     free(d);
 }
 
 static st_status onednn_backward_from(st_net *n, const float *d_output)
 {
-    OK(onednn_set_last_diff(n, d_output));
+    if (n->fused_loss)
+        dn_head_take_gradient(n, d_output);
+    else
+        OK(onednn_set_last_diff(n, d_output));
     return onednn_backward(n);
 }
 
 const struct nn_backend nn_onednn_backend = {
     .name = "onednn",
     .build = onednn_build,
+    .plan = onednn_plan,
     .forward = onednn_forward,
     .backward_from = onednn_backward_from,
     .input_grad = onednn_input_grad,
     .destroy = onednn_destroy,
+    .loss = dn_head_loss,
+    .output = dn_head_output,
+    .gradient_memory = dn_gradient_memory,
 };
 
 /* -------------------------------------------------------------- report -- */

@@ -80,3 +80,20 @@ dnnl_data_type_t dn_dst_type(const st_net *n, int j)
         dnnl_memory_desc_query(md, dnnl_query_data_type, &dt);
     return dt;
 }
+
+/* Each node's output and compute type from the roles alone, in order (a
+ * carrier's input is planned before it): what the builders would make,
+ * for a plan that builds nothing. */
+void dn_plan_precision(st_net *n)
+{
+    for (int j = 0; j < n->nx; j++) {
+        struct xnode *x = &n->x[j];
+        bool out = false;
+        if (x->dn->bf16_role == BF16_CARRIES)
+            out = n->x[x->in].stored == ST_DTYPE_BF16 && (x->in2 < 0 || n->x[x->in2].stored == ST_DTYPE_BF16);
+        else if (j > 0)
+            out = dn_output_bf16(n, j);
+        x->stored = out ? ST_DTYPE_BF16 : ST_DTYPE_F32;
+        x->compute = x->dn->bf16 || (x->dn->bf16_role == BF16_CARRIES && out) ? ST_DTYPE_BF16 : ST_DTYPE_F32;
+    }
+}

@@ -1,5 +1,5 @@
 /* The sequence layers on the oneDNN backend: token and position embeddings,
- * layer norm, causal attention, GELU and the tied head, over plain
+ * layer norm, causal attention and GELU, over plain
  * [rows, C] tensors (rows = samples x positions).
  *
  * Matrix products: the linear layers' and the head's through dnnl_sgemm,
@@ -73,7 +73,6 @@ void dn_seq_free(struct dn_seq_state *s)
 {
     free(s->stats);
     free(s->partial);
-    free(s->att);
     free(s->scratch);
     free(s->tanh_u);
 }
@@ -230,41 +229,56 @@ st_status dn_build_ln(st_net *n, int j)
 
 /* -------------------------------------------------------- attention -- */
 
-/* One head's scratch per thread: K or V transposed for causal_scores, then
- * (backward) dS. */
+/* Attention keeps no T x T matrix between its passes: the forward pass
+ * writes P for one sample and head into its thread's scratch and drops it,
+ * and the backward pass computes it again, with the same kernels in the
+ * same order, so the same bits.  Kept for the whole batch, P was
+ * batch x heads x T x T floats a layer (604 MB in each of gpt2's 12 blocks
+ * at its recipe's batch 12); computed twice, it costs one more scores
+ * product and softmax per head, a sixth of attention's products.
+ * A thread's scratch: P, then dS, then K or V transposed for
+ * causal_scores. */
+static size_t head_scratch_floats(long t, long hs) { return (size_t)(2 * t * t + t * hs); }
+
 static float *head_scratch(const struct xnode *x, long t, long hs)
 {
-    return x->dn->seq.scratch + (size_t)omp_get_thread_num() * (size_t)(t * t + t * hs);
+    return x->dn->seq.scratch + (size_t)omp_get_thread_num() * head_scratch_floats(t, hs);
 }
 
-/* One sample's one head: P = causal softmax(Q K^T / sqrt(hs)), Y = P V. */
+/* P = causal softmax(Q K^T / sqrt(hs)) of one sample's one head, into p. */
+static void head_weights(float *p, const float *q, long t, long c, long hs, float *kt)
+{
+    causal_scores(p, t, hs, 1.0f / sqrtf((float)hs), q, 3 * c, q + c, 3 * c, kt);
+    seq_causal_softmax(p, t);
+}
+
+/* One sample's one head: Y = P V. */
 static st_status att_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     const long t = nd->t, c = nd->c, heads = nd->heads, hs = c / heads, row = 3 * c;
-    const float *qkv = src_of(x), scale = 1.0f / sqrtf((float)hs);
-    float *y = dn_mem_ptr(x->dn->dst.mem), *att = x->dn->seq.att;
+    const float *qkv = src_of(x);
+    float *y = dn_mem_ptr(x->dn->dst.mem);
 #pragma omp parallel for schedule(static)
     for (long bh = 0; bh < n->batch * heads; bh++) {
         const long b = bh / heads, h = bh % heads;
         const float *q = qkv + b * t * row + h * hs;
-        float *p = att + bh * t * t;
-        causal_scores(p, t, hs, scale, q, row, q + c, row, head_scratch(x, t, hs));
-        seq_causal_softmax(p, t);
+        float *p = head_scratch(x, t, hs);
+        head_weights(p, q, t, c, hs, p + 2 * t * t);
         causal_mix(y + b * t * c + h * hs, c, p, t, hs, q + 2 * c, row);
     }
     return ST_OK;
 }
 
-/* dP = dY V^T; dS = P (dP - rowsum(P dP)) / sqrt(hs); dQ = dS K, dK = dS^T Q,
- * dV = P^T dY, each head writing its own columns of dqkv. */
+/* P again; dP = dY V^T; dS = P (dP - rowsum(P dP)) / sqrt(hs); dQ = dS K,
+ * dK = dS^T Q, dV = P^T dY, each head writing its own columns of dqkv. */
 static st_status att_bwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     const long t = nd->t, c = nd->c, heads = nd->heads, hs = c / heads, row = 3 * c;
-    const float *qkv = src_of(x), *dy = dn_mem_ptr(x->dn->diff.mem), *att = x->dn->seq.att;
+    const float *qkv = src_of(x), *dy = dn_mem_ptr(x->dn->diff.mem);
     const float scale = 1.0f / sqrtf((float)hs);
     float *dqkv = target_of(x);
     if (!dqkv)
@@ -272,9 +286,10 @@ static st_status att_bwd(st_net *n, int j)
 #pragma omp parallel for schedule(static)
     for (long bh = 0; bh < n->batch * heads; bh++) {
         const long b = bh / heads, h = bh % heads;
-        const float *q = qkv + b * t * row + h * hs, *p = att + bh * t * t, *g = dy + b * t * c + h * hs;
-        float *scratch = head_scratch(x, t, hs), *ds = scratch + t * hs, *dq = dqkv + b * t * row + h * hs;
-        causal_scores(ds, t, hs, 1.0f, g, c, q + 2 * c, row, scratch);
+        const float *q = qkv + b * t * row + h * hs, *g = dy + b * t * c + h * hs;
+        float *p = head_scratch(x, t, hs), *ds = p + t * t, *kt = ds + t * t, *dq = dqkv + b * t * row + h * hs;
+        head_weights(p, q, t, c, hs, kt);
+        causal_scores(ds, t, hs, 1.0f, g, c, q + 2 * c, row, kt);
         seq_causal_softmax_bwd(ds, p, t, scale);
         causal_mix(dq, row, ds, t, hs, q + c, row);
         causal_mix_t(dq + c, row, ds, t, hs, q, row);
@@ -287,13 +302,11 @@ st_status dn_build_attention(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    const size_t tt = (size_t)nd->t * nd->t;
-    snprintf(x->impl, sizeof x->impl, "causal tiles per sample and head, C softmax");
-    x->dn->seq.att = calloc((size_t)n->batch * nd->heads * tt, sizeof(float));
-    const size_t per_thread = tt + (size_t)nd->t * (nd->c / nd->heads);  /* dS, and K or V transposed */
+    snprintf(x->impl, sizeof x->impl, "causal tiles per sample and head, C softmax, P computed again in backward");
+    const size_t per_thread = head_scratch_floats(nd->t, nd->c / nd->heads);
     x->dn->seq.scratch = calloc((size_t)omp_get_max_threads() * per_thread, sizeof(float));
-    if (!x->dn->seq.att || !x->dn->seq.scratch)
-        return st_fail(ST_ERR_NOMEM, "net: out of memory for attention weights");
+    if (!x->dn->seq.scratch)
+        return st_fail(ST_ERR_NOMEM, "net: out of memory for attention's scratch");
     OK(seq_io(n, j, att_bwd));
     return dn_add_step(n, &x->dn->fwd, att_fwd, NODE_ATTENTION);
 }
@@ -474,37 +487,4 @@ st_status dn_build_seq_linear(st_net *n, int j)
     snprintf(x->impl, sizeof x->impl, "sgemm, dW from %s", dw_from[form]);
     OK(seq_io(n, j, seq_linear_bwd));
     return dn_add_step(n, &x->dn->fwd, seq_linear_fwd, NODE_LINEAR);
-}
-
-/* ------------------------------------------------------ tied head -- */
-
-/* logits = x E^T, E the embed's [vocab, c] token table. */
-static st_status head_fwd(st_net *n, int j)
-{
-    const struct xnode *x = &n->x[j];
-    const struct node *e = &n->model->nodes[x->nd->embed];
-    return sgemm('N', 'T', (dnnl_dim_t)nn_rows(n, x->nd), e->vocab, e->c, 1.0f, src_of(x), e->c,
-                 n->params + e->w_off, e->c, 0.0f, dn_mem_ptr(x->dn->dst.mem), e->vocab);
-}
-
-/* dx = dlogits E; dE = dlogits^T x, written here (the embed adds later). */
-static st_status head_bwd(st_net *n, int j)
-{
-    const struct xnode *x = &n->x[j];
-    const struct node *e = &n->model->nodes[x->nd->embed];
-    const dnnl_dim_t rows = (dnnl_dim_t)nn_rows(n, x->nd);
-    const float *dy = dn_mem_ptr(x->dn->diff.mem);
-    float *dx = target_of(x);
-    if (dx)
-        OK(sgemm('N', 'N', rows, e->c, e->vocab, 1.0f, dy, e->vocab, n->params + e->w_off, e->c, 0.0f, dx, e->c));
-    return sgemm('T', 'N', e->vocab, e->c, rows, 1.0f, dy, e->vocab, src_of(x), e->c, 0.0f, n->grads + e->w_off,
-                 e->c);
-}
-
-st_status dn_build_head(st_net *n, int j)
-{
-    struct xnode *x = &n->x[j];
-    snprintf(x->impl, sizeof x->impl, "sgemm through the embed's table");
-    OK(seq_io(n, j, head_bwd));
-    return dn_add_step(n, &x->dn->fwd, head_fwd, NODE_HEAD);
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "trainer.h"
@@ -111,37 +112,25 @@ void train_log_interval(struct trainer *t, float lr)
 
 static st_status evaluate(struct trainer *t, double *acc_out, double *loss_out, unsigned long long *predictions)
 {
-    const int b = t->o->batch, k = st_model_classes(t->model), positions = st_model_positions(t->model);
+    const int b = t->o->batch, positions = st_model_positions(t->model);
     const size_t n = train_eval_samples(t), global = (size_t)t->world * b;
-    float *logits = malloc((size_t)b * positions * k * sizeof(float));
     float sums[3] = {0, 0, 0};  /* loss, correct, count */
-    st_status st = logits ? ST_OK : st_fail(ST_ERR_NOMEM, "eval: out of memory");
+    st_status st = ST_OK;
     st_net_set_training(t->net, false);
     for (size_t first = 0; first < n && st == ST_OK; first += global) {
-        int valid;
+        int valid, correct;
+        double loss_sum;
         if ((st = train_fill_eval_batch(t, first, &valid)) != ST_OK)
             break;
         comm_heartbeat(&t->comm);  /* no collective until the end: tell the launcher we progress */
-        if ((st = st_net_forward(t->net, t->x)) != ST_OK)
+        if ((st = st_net_forward(t->net, t->x)) != ST_OK ||
+            (st = st_net_score(t->net, t->y, valid * positions, &loss_sum, &correct)) != ST_OK)
             break;
-        st_net_output(t->net, logits);
-        for (int i = 0; i < valid * positions; i++) {
-            const float *z = logits + (size_t)i * k;
-            int best = 0;
-            double zmax = z[0], sum = 0;
-            for (int j = 1; j < k; j++)
-                if (z[j] > z[best])
-                    best = j;
-            zmax = z[best];
-            for (int j = 0; j < k; j++)
-                sum += exp(z[j] - zmax);
-            sums[0] += (float)(zmax + log(sum) - z[t->y[i]]);
-            sums[1] += best == t->y[i];
-            sums[2] += 1;
-        }
+        sums[0] += (float)loss_sum;
+        sums[1] += (float)correct;
+        sums[2] += (float)(valid * positions);
     }
     st_net_set_training(t->net, true);
-    free(logits);
     if (st == ST_OK)
         st = comm_allreduce(&t->comm, sums, 3, ST_DTYPE_F32, ST_SUM);
     if (st == ST_OK) {
@@ -255,6 +244,13 @@ void train_run_record(struct trainer *t)
     train_record(t, &r);
 }
 
+/* This process's peak resident memory so far, MiB (Linux counts KiB). */
+static double peak_rss_mb(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) == 0 ? (double)u.ru_maxrss / 1024.0 : 0;
+}
+
 void train_summary(struct trainer *t, st_train_result *r)
 {
     const double total = st_now_s() - t->start + t->elapsed_before;
@@ -269,7 +265,8 @@ void train_summary(struct trainer *t, st_train_result *r)
                      .u.summary = {.steps = r->steps, .instances = t->world, .batch_per_instance = t->o->batch,
                                    .total_s = total, .train_s = t->train_seconds, .samples_per_s = sps,
                                    .tokens_per_s = t->text ? sps * t->context : 0,
-                                   .final_test_accuracy = t->last_acc, .best_test_accuracy = t->best_acc}};
+                                   .final_test_accuracy = t->last_acc, .best_test_accuracy = t->best_acc,
+                                   .peak_rss_mb = peak_rss_mb()}};
     for (size_t i = 0; i < NTHRESH; i++)
         if (t->reached_at[i] >= 0) {
             train_say(t, "      reached %.0f%% test accuracy after %.1f s (step %ld)\n", 100 * THRESHOLDS[i],
@@ -281,6 +278,8 @@ void train_summary(struct trainer *t, st_train_result *r)
     if (t->replica_checks)
         train_say(t, "      --check-replicas: all %d instances held identical parameters at each of %ld checks\n",
                   t->world, t->replica_checks);
+    if (rec.u.summary.peak_rss_mb > 0)
+        train_say(t, "      peak memory: %.0f MiB resident in this instance\n", rec.u.summary.peak_rss_mb);
     if (t->saved)
         train_say(t, "      checkpoint: %s (step %ld)\n", t->o->checkpoint, r->steps);
     train_record(t, &rec);

@@ -17,7 +17,8 @@ launch  under shmrun (which sets torchrun's variables and MASTER_ADDR/PORT)
         and under torchrun: the default group over shm from the environment,
         send/recv refused by name, torch.distributed.checkpoint save + load
 
-Exits 77 (skipped) where torch or the built extension cannot be imported.
+Exits 77 (skipped) where torch or the built extension cannot be imported, 1
+where the extension is there but does not load (an undefined symbol).
 """
 import os
 import signal
@@ -30,8 +31,16 @@ try:
     import torch
     import torch.distributed as dist
     import torch.multiprocessing as mp
+except ImportError as e:
+    print(f"skipped: {e}")
+    sys.exit(77)
+try:
     import shmtrain_torch  # noqa: F401  registers "shm"
 except ImportError as e:
+    # not built is a skip; built and not loading (an undefined symbol) is a failure
+    if "undefined symbol" in str(e) or getattr(e, "name", None) != "shmtrain_torch":
+        print(f"FAIL: the built extension does not load: {e}")
+        sys.exit(1)
     print(f"skipped: {e}")
     sys.exit(77)
 

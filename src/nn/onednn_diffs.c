@@ -1,0 +1,171 @@
+/* The activation gradients' memory in a sequence model: buffers shared by
+ * liveness rather than one per layer.
+ *
+ * A node's output gradient (its `diff`) is alive only from the backward
+ * step of its first writer (its highest-numbered consumer) down to its own
+ * backward step; in a GPT most live for one step.  Kept one per layer, the
+ * gradients were as large as the activations themselves: 10 GB of gpt2 at
+ * its recipe's batch 12 x 1024, where a handful of buffers serve.  So in a
+ * model of sequence layers the builders make the gradients' memories
+ * without buffers (dn_diff_deferred), and this pass, over the finished
+ * plan, gives each a buffer no other gradient alive at the same time uses
+ * (interval partitioning, largest first), the buffers allocated here and
+ * owned by the net.  A gradient that shares its producer's buffer (an
+ * add's, dn_build_add) is one interval with it.
+ *
+ * Image models keep one buffer per gradient: their layers take raw
+ * pointers to gradients while building (flatten's view, the max-pool's
+ * chunks) and keep zeroed padding in blocked layouts, which shared buffers
+ * would not honour. */
+#define _GNU_SOURCE
+#include "onednn_internal.h"
+
+/* The layer kinds whose builders reach gradients only through their memory
+ * objects at run time. */
+static bool defers(node_kind k)
+{
+    switch (k) {
+    case NODE_INPUT: case NODE_EMBED: case NODE_LAYERNORM: case NODE_ATTENTION: case NODE_GELU:
+    case NODE_LINEAR: case NODE_ADD: case NODE_HEAD: case NODE_RELU: case NODE_DROPOUT:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool dn_diffs_shared(const st_net *n)
+{
+    if (!n->model->nodes[0].tokens)
+        return false;
+    for (int j = 0; j < n->nx; j++)
+        if (!defers(n->x[j].kind))
+            return false;
+    return true;
+}
+
+/* One gradient buffer's claim: [lo, hi] in node indices (backward runs hi
+ * first), and the memories it serves. */
+struct claim {
+    size_t bytes;
+    int lo, hi;
+    dnnl_memory_t mem[8];  /* a node's diff and the adds' sharing it, in a chain */
+    int nmem;
+    int buffer;
+};
+
+static int by_size(const void *a, const void *b)
+{
+    const struct claim *x = a, *y = b;
+    return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : y->hi - x->hi;
+}
+
+/* Node j's gradient lives from its first writer's step to its own; with
+ * no consumer, from before the backward pass (the loss's gradient). */
+static int last_step(const st_net *n, int j)
+{
+    return n->x[j].first_writer >= 0 ? n->x[j].first_writer : n->nx;
+}
+
+/* The claims: each deferred diff (joined with the add that shares it) and
+ * each deferred diff_tmp (a second consumer's gradient, alive as long). */
+static int gather_claims(const st_net *n, struct claim *c)
+{
+    int k = 0;
+    for (int j = 0; j < n->nx; j++) {
+        const struct onednn_node *dn = n->x[j].dn;
+        if (dn->diff_deferred && dn->diff_home < 0)
+            c[k++] = (struct claim){.bytes = dnnl_memory_desc_get_size(dn->diff.md), .lo = j, .hi = last_step(n, j),
+                                    .mem = {dn->diff.mem}, .nmem = 1, .buffer = -1};
+        if (dn->diff_tmp.mem && dn->diff_deferred)
+            c[k++] = (struct claim){.bytes = dnnl_memory_desc_get_size(dn->diff_tmp.md), .lo = j,
+                                    .hi = last_step(n, j), .mem = {dn->diff_tmp.mem}, .nmem = 1, .buffer = -1};
+    }
+    for (int j = 0; j < n->nx; j++) {  /* an add sharing its input's buffer joins that input's claim */
+        const struct onednn_node *dn = n->x[j].dn;
+        if (!dn->diff_deferred || dn->diff_home < 0)
+            continue;
+        for (int i = 0; i < k; i++)
+            for (int m = 0; m < c[i].nmem; m++)
+                if (c[i].mem[m] == n->x[dn->diff_home].dn->diff.mem && c[i].nmem < 8) {
+                    c[i].mem[c[i].nmem++] = dn->diff.mem;
+                    c[i].hi = c[i].hi > last_step(n, j) ? c[i].hi : last_step(n, j);
+                    break;
+                }
+    }
+    return k;
+}
+
+/* Claim i takes a buffer none of whose claims so far overlaps it. */
+static int place(struct claim *c, int i, int buffers)
+{
+    for (int b = 0; b < buffers; b++) {
+        bool free = true;
+        for (int q = 0; q < i && free; q++)
+            free = c[q].buffer != b || c[q].lo > c[i].hi || c[q].hi < c[i].lo;
+        if (free)
+            return b;
+    }
+    return buffers;
+}
+
+st_status dn_share_diffs(st_net *n)
+{
+    struct onednn_net *d = n->dnet;
+    if (!d->diffs_shared)
+        return ST_OK;
+    struct claim *c = calloc((size_t)(2 * n->nx), sizeof *c);
+    size_t *sizes = calloc((size_t)(2 * n->nx), sizeof *sizes);
+    st_status st = c && sizes ? ST_OK : st_fail(ST_ERR_NOMEM, "net: out of memory");
+    const int k = st == ST_OK ? gather_claims(n, c) : 0;
+    qsort(c, (size_t)k, sizeof *c, by_size);
+    int buffers = 0;
+    for (int i = 0; i < k; i++) {
+        c[i].buffer = place(c, i, buffers);
+        buffers += c[i].buffer == buffers;
+        sizes[c[i].buffer] = sizes[c[i].buffer] > c[i].bytes ? sizes[c[i].buffer] : c[i].bytes;
+    }
+    if (st == ST_OK && !(d->diff_buffers = calloc((size_t)buffers ? (size_t)buffers : 1, sizeof *d->diff_buffers)))
+        st = st_fail(ST_ERR_NOMEM, "net: out of memory");
+    for (int b = 0; st == ST_OK && b < buffers; b++, d->ndiff_buffers++)
+        if (!(d->diff_buffers[b] = calloc(1, sizes[b])))
+            st = st_fail(ST_ERR_NOMEM, "net: out of memory for %.1f MB of gradients", sizes[b] / 1e6);
+    for (int i = 0; st == ST_OK && i < k; i++)
+        for (int m = 0; m < c[i].nmem; m++)
+            if (dnnl_memory_set_data_handle(c[i].mem[m], d->diff_buffers[c[i].buffer]) != dnnl_success)
+                st = st_fail(ST_ERR_BACKEND, "oneDNN: cannot place a gradient in its buffer");
+    for (int b = 0; b < buffers; b++)
+        d->diff_bytes += sizes[b];
+    free(c);
+    free(sizes);
+    return st;
+}
+
+void dn_diffs_free(struct onednn_net *d)
+{
+    for (int b = 0; b < d->ndiff_buffers; b++)
+        free(d->diff_buffers[b]);
+    free(d->diff_buffers);
+}
+
+/* Every output gradient the plan holds (diff, and diff_tmp where a second
+ * consumer adds in), and the buffers behind them. */
+void dn_gradient_memory(const st_net *n, st_net_gradient_memory *m)
+{
+    const struct onednn_net *d = n->dnet;
+    *m = (st_net_gradient_memory){0};
+    for (int j = 0; j < n->nx; j++) {
+        const struct onednn_node *dn = n->x[j].dn;
+        const dnnl_memory_t mems[2] = {dn->diff.mem, dn->diff_tmp.mem};
+        for (int k = 0; k < 2; k++) {
+            if (!mems[k] || !dn_mem_ptr(mems[k]))
+                continue;  /* a fused head's: never held */
+            m->gradients++;
+            if (!dn->diff_deferred && !(k == 0 && dn->diff_home >= 0)) {
+                m->buffers++;
+                m->bytes += dnnl_memory_desc_get_size(dn_mem_md(mems[k]));
+            }
+        }
+    }
+    m->buffers += d->ndiff_buffers;
+    m->bytes += d->diff_bytes;
+}

@@ -1,0 +1,321 @@
+/* The tied head on the oneDNN backend: logits = x E^T through the embed's
+ * token table E [vocab, c], and, where net.c chose it (n->fused_loss), the
+ * softmax cross-entropy fused with it, in chunks of rows.
+ *
+ * Fused, no [rows, vocabulary] tensor exists: each chunk's logits are
+ * computed, turned in place into their gradient by the loss, and spent at
+ * once on the chunk's input gradient (dz E) and on the table's gradient
+ * (dz^T x, summed over chunks).  For gpt2 at its recipe's batch 12 x 1024
+ * the logits, their gradient and the loss's copy were three 2.5 GB
+ * tensors; a chunk is HEAD_CHUNK_BYTES.  The logits in full are still
+ * computed, chunk by chunk, for whoever asks (st_net_output: sampling).
+ *
+ * In a bf16 net the head computes in bf16 (the layer table's bf16 column):
+ * the three products are oneDNN matmuls on a bf16 copy of the table that
+ * the optimizer writes in its update pass, as for the linear layers, with
+ * each chunk's input rows and logits' gradient converted to bf16 (counted
+ * as conversions) and everything accumulated in fp32: the table's gradient
+ * lands in fp32 in the embed's own, where the embed then adds its part.
+ * In fp32 the products are dnnl_sgemm's, as before the fusion, and a fused
+ * and an unfused net agree bit for bit (test_head_loss): both run the same
+ * chunks, only where the logits wait differs. */
+#define _GNU_SOURCE
+#include <omp.h>
+
+#include "onednn_internal.h"
+
+/* A chunk's logits take at most this much.  Each chunk's weight-gradient
+ * product adds into the whole table gradient (154 MB for gpt2), so fewer,
+ * larger chunks move less: gpt2's 50304 words make 333 rows a chunk, 37
+ * passes over it at batch 12 x 1024 (~11 GB of traffic, ~2% of the step on
+ * a 2-vCPU Zen 4), and gpt-mini's batch fits one chunk. */
+#define HEAD_CHUNK_BYTES (64L << 20)
+
+static long chunk_rows(long rows, long vocab)
+{
+    const long c = HEAD_CHUNK_BYTES / (vocab * (long)sizeof(float));
+    return c < 1 ? 1 : c > rows ? rows : c;
+}
+
+static const struct node *table_of(const st_net *n, const struct xnode *x)
+{
+    return &n->model->nodes[x->nd->embed];
+}
+
+static st_status sgemm(st_net *n, char ta, char tb, long m, long nn, long k, const float *a, long lda, const float *b,
+                       long ldb, float beta, float *c, long ldc)
+{
+    dnnl_status_t s = dnnl_sgemm(ta, tb, m, nn, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    return s == dnnl_success ? ST_OK : dn_dnnl_error(n, "dnnl_sgemm", s);
+}
+
+/* src[m, cols] to bf16, rows in parallel; counted as one conversion. */
+static void to_bf16(st_net *n, st_bf16 *dst, const float *src, long m, long cols)
+{
+#pragma omp parallel for schedule(static) if (m * cols >= 65536)
+    for (long r = 0; r < m; r++)
+        st_bf16_from_f32_n(dst + r * cols, src + r * cols, (size_t)cols);
+    n->counters.conversions++;
+    n->counters.converted_bytes += (size_t)(m * cols) * sizeof(float);
+}
+
+static st_status matmul(st_net *n, dnnl_primitive_t p, dnnl_memory_t src, void *src_ptr, dnnl_memory_t wei,
+                        void *wei_ptr, dnnl_memory_t dst, void *dst_ptr)
+{
+    TRY(dnnl_memory_set_data_handle(src, src_ptr));
+    TRY(dnnl_memory_set_data_handle(wei, wei_ptr));
+    TRY(dnnl_memory_set_data_handle(dst, dst_ptr));
+    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+    TRY(dnnl_primitive_execute(p, n->dnet->strm, 3, args));
+    return ST_OK;
+}
+
+static const struct dn_head_matmuls *matmuls_for(const struct dn_head_state *h, long m)
+{
+    return m == h->chunk ? &h->full : &h->tail;
+}
+
+/* The logits of rows [r0, r0 + m) into out [m, vocab]. */
+static st_status chunk_logits(st_net *n, const struct xnode *x, long r0, long m, float *out)
+{
+    const struct node *e = table_of(n, x);
+    const struct dn_head_state *h = &x->dn->head;
+    const float *src = (const float *)dn_mem_ptr(x->dn->seq.src) + r0 * e->c;
+    if (!x->dn->bf16)
+        return sgemm(n, 'N', 'T', m, e->vocab, e->c, src, e->c, n->params + e->w_off, e->c, 0.0f, out, e->vocab);
+    const struct dn_head_matmuls *mm = matmuls_for(h, m);
+    to_bf16(n, h->rows, src, m, e->c);
+    return matmul(n, mm->logits, mm->rows, h->rows, h->table_t, dn_mem_ptr(h->table), mm->out, out);
+}
+
+/* From dz [m, vocab], the gradient of rows [r0, r0 + m)'s logits: their
+ * input's gradient, and the table's, written by the first chunk and added
+ * to by the others.  rows_ready: chunk_logits has just converted this
+ * chunk's rows (a fused loss). */
+static st_status chunk_grads(st_net *n, const struct xnode *x, long r0, long m, const float *dz, bool rows_ready)
+{
+    const struct node *e = table_of(n, x);
+    const struct dn_head_state *h = &x->dn->head;
+    const float *src = (const float *)dn_mem_ptr(x->dn->seq.src) + r0 * e->c;
+    float *dx = x->dn->seq.target ? (float *)dn_mem_ptr(x->dn->seq.target) + r0 * e->c : NULL;
+    float *dtable = n->grads + e->w_off;
+    if (!x->dn->bf16) {
+        if (dx)
+            OK(sgemm(n, 'N', 'N', m, e->c, e->vocab, dz, e->vocab, n->params + e->w_off, e->c, 0.0f, dx, e->c));
+        return sgemm(n, 'T', 'N', e->vocab, e->c, m, dz, e->vocab, src, e->c, r0 ? 1.0f : 0.0f, dtable, e->c);
+    }
+    const struct dn_head_matmuls *mm = matmuls_for(h, m);
+    if (!rows_ready)
+        to_bf16(n, h->rows, src, m, e->c);
+    to_bf16(n, h->dz, dz, m, e->vocab);
+    if (dx)
+        OK(matmul(n, mm->dx, mm->dz, h->dz, h->table, dn_mem_ptr(h->table), mm->dx_out, dx));
+    return matmul(n, r0 ? mm->dtable_add : mm->dtable, mm->dz_t, h->dz, mm->rows, h->rows, h->dtable, dtable);
+}
+
+static double head_clock(const st_net *n) { return n->profiling ? st_now_s() : 0; }
+
+static void head_time(st_net *n, double t0)
+{
+    if (n->profiling)
+        n->prof[NODE_HEAD] += st_now_s() - t0;
+}
+
+st_status dn_head_loss(st_net *n, const int *labels, int rows, bool gradient, double *row_loss, int *correct)
+{
+    const struct xnode *x = &n->x[n->nx - 1];
+    struct dn_head_state *h = &x->dn->head;
+    const int vocab = table_of(n, x)->vocab, all = (int)nn_rows(n, x->nd);
+    int right = 0;
+    h->grads_done = false;
+    for (long r0 = 0; r0 < rows; r0 += h->chunk) {
+        /* the chunk's rows as the products were built for; the first m scored
+         * (an evaluation's short last batch leaves padding rows unscored) */
+        const long built = all - r0 < h->chunk ? all - r0 : h->chunk, m = rows - r0 < built ? rows - r0 : built;
+        double t0 = head_clock(n);
+        OK(chunk_logits(n, x, r0, built, h->logits));
+        head_time(n, t0);
+#pragma omp parallel for schedule(static) reduction(+ : right) if (m >= 64)
+        for (long i = 0; i < m; i++) {
+            float *z = h->logits + i * vocab;
+            right += nn_loss_row(z, z, vocab, labels[r0 + i], all, &row_loss[r0 + i]);
+        }
+        t0 = head_clock(n);
+        if (gradient)
+            OK(chunk_grads(n, x, r0, m, h->logits, true));
+        head_time(n, t0);
+    }
+    TRY(dnnl_stream_wait(n->dnet->strm));
+    h->grads_done = gradient && rows == all;
+    *correct = right;
+    return ST_OK;
+}
+
+st_status dn_head_output(st_net *n, float *out)
+{
+    const struct xnode *x = &n->x[n->nx - 1];
+    const long rows = (long)nn_rows(n, x->nd), vocab = table_of(n, x)->vocab, chunk = x->dn->head.chunk;
+    for (long r0 = 0; r0 < rows; r0 += chunk)
+        OK(chunk_logits(n, x, r0, rows - r0 < chunk ? rows - r0 : chunk, out + r0 * vocab));
+    TRY(dnnl_stream_wait(n->dnet->strm));
+    return ST_OK;
+}
+
+void dn_head_take_gradient(st_net *n, const float *dy) { n->x[n->nx - 1].dn->head.dy = dy; }
+
+static st_status head_fwd(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    x->dn->head.grads_done = false;
+    if (n->fused_loss)  /* the loss computes the logits, a chunk at a time */
+        return ST_OK;
+    const long rows = (long)nn_rows(n, x->nd), vocab = table_of(n, x)->vocab, chunk = x->dn->head.chunk;
+    float *logits = dn_mem_ptr(x->dn->dst.mem);
+    for (long r0 = 0; r0 < rows; r0 += chunk)
+        OK(chunk_logits(n, x, r0, rows - r0 < chunk ? rows - r0 : chunk, logits + r0 * vocab));
+    return ST_OK;
+}
+
+/* From the whole logits' gradient (unfused, or a caller's through
+ * st_net_backward_from), or nothing left to do after a fused loss. */
+static st_status head_bwd(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    struct dn_head_state *h = &x->dn->head;
+    const float *dy = n->fused_loss ? h->dy : dn_mem_ptr(x->dn->diff.mem);
+    h->dy = NULL;
+    if (!dy) {
+        if (!h->grads_done)
+            return st_fail(ST_ERR_INVALID, "net: backward without a loss or a gradient of the output");
+        h->grads_done = false;
+        return ST_OK;
+    }
+    const long rows = (long)nn_rows(n, x->nd), vocab = table_of(n, x)->vocab;
+    for (long r0 = 0; r0 < rows; r0 += h->chunk)
+        OK(chunk_grads(n, x, r0, rows - r0 < h->chunk ? rows - r0 : h->chunk, dy + r0 * vocab, false));
+    return ST_OK;
+}
+
+/* ----------------------------------------------------------- build -- */
+
+static st_status matmul_pd(st_net *n, dnnl_primitive_t *p, const_dnnl_memory_desc_t src,
+                           const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t dst, bool add)
+{
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    if (add) {
+        TRY(dnnl_post_ops_create(&po));
+        dnnl_status_t s = dnnl_post_ops_append_sum(po, 1.0f, 0, dnnl_data_type_undef);
+        if (s == dnnl_success)
+            s = dnnl_primitive_attr_create(&attr);
+        if (s == dnnl_success)
+            s = dnnl_primitive_attr_set_post_ops(attr, po);
+        dnnl_post_ops_destroy(po);
+        if (s != dnnl_success) {
+            dnnl_primitive_attr_destroy(attr);
+            return dn_dnnl_error(n, "the head's sum post-op", s);
+        }
+    }
+    dnnl_primitive_desc_t pd;
+    st_status st = DN_PD(n, pd, NULL, dnnl_matmul_primitive_desc_create(&pd, n->dnet->eng, src, wei, NULL, dst, attr));
+    dnnl_primitive_attr_destroy(attr);
+    return st == ST_OK ? dn_prim_new(n, p, pd) : st;
+}
+
+static st_status md2(st_net *n, const_dnnl_memory_desc_t *md, long a, long b, dnnl_data_type_t dt,
+                     dnnl_format_tag_t tag)
+{
+    const dnnl_dims_t d = {a, b};
+    return dn_md_tag(n, md, 2, d, dt, tag);
+}
+
+/* The three products for chunks of m rows, and the memories they read
+ * through (their buffers set at each call). */
+static st_status build_matmuls(st_net *n, const struct xnode *x, struct dn_head_matmuls *mm, long m)
+{
+    const struct node *e = table_of(n, x);
+    const long v = e->vocab, c = e->c;
+    const struct dn_head_state *h = &x->dn->head;
+    const_dnnl_memory_desc_t rows, out, dz, dz_t, dx_out;
+    OK(md2(n, &rows, m, c, dnnl_bf16, dnnl_ab));
+    OK(md2(n, &out, m, v, dnnl_f32, dnnl_ab));
+    OK(md2(n, &dz, m, v, dnnl_bf16, dnnl_ab));
+    OK(md2(n, &dz_t, v, m, dnnl_bf16, dnnl_ba));  /* dz read transposed */
+    OK(md2(n, &dx_out, m, c, dnnl_f32, dnnl_ab));
+    OK(dn_mem_unbacked(n, &mm->rows, rows));
+    OK(dn_mem_unbacked(n, &mm->out, out));
+    OK(dn_mem_unbacked(n, &mm->dz, dz));
+    OK(dn_mem_unbacked(n, &mm->dz_t, dz_t));
+    OK(dn_mem_unbacked(n, &mm->dx_out, dx_out));
+    OK(matmul_pd(n, &mm->logits, rows, dn_mem_md(h->table_t), out, false));
+    OK(matmul_pd(n, &mm->dx, dz, dn_mem_md(h->table), dx_out, false));
+    OK(matmul_pd(n, &mm->dtable, dz_t, rows, dn_mem_md(h->dtable), false));
+    return matmul_pd(n, &mm->dtable_add, dz_t, rows, dn_mem_md(h->dtable), true);
+}
+
+/* The bf16 table (the optimizer's copy), its transposed view, the chunk
+ * buffers and the products for a whole chunk and for the last, shorter
+ * one. */
+static st_status build_bf16(st_net *n, struct xnode *x, long rows)
+{
+    const struct node *e = table_of(n, x);
+    struct dn_head_state *h = &x->dn->head;
+    const long v = e->vocab, c = e->c;
+    const_dnnl_memory_desc_t table, table_t, dtable;
+    OK(md2(n, &table, v, c, dnnl_bf16, dnnl_ab));
+    OK(md2(n, &table_t, c, v, dnnl_bf16, dnnl_ba));
+    OK(md2(n, &dtable, v, c, dnnl_f32, dnnl_ab));
+    OK(dn_mem_new(n, &h->table, table, NULL));
+    OK(dn_mem_new(n, &h->table_t, table_t, dn_mem_ptr(h->table)));
+    OK(dn_mem_unbacked(n, &h->dtable, dtable));
+    OK(nn_copy_add(n, e->w_off, e->w_count, dn_mem_ptr(h->table), NULL));
+    h->rows = malloc((size_t)(h->chunk * c) * sizeof(st_bf16));
+    h->dz = malloc((size_t)(h->chunk * v) * sizeof(st_bf16));
+    if (!h->rows || !h->dz)
+        return st_fail(ST_ERR_NOMEM, "net: out of memory for the head's bf16 rows");
+    OK(build_matmuls(n, x, &h->full, h->chunk));
+    return rows % h->chunk ? build_matmuls(n, x, &h->tail, rows % h->chunk) : ST_OK;
+}
+
+/* The output and its gradient: real memories unfused; fused, descriptors
+ * only (nothing holds the logits). */
+static st_status build_output(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md)
+{
+    if (!n->fused_loss)
+        return dn_set_dst(n, x, md);
+    OK(dn_mem_unbacked(n, &x->dn->dst.mem, md));
+    x->dn->dst.md = dn_mem_md(x->dn->dst.mem);
+    OK(dn_mem_unbacked(n, &x->dn->diff.mem, md));
+    x->dn->diff.md = dn_mem_md(x->dn->diff.mem);
+    return ST_OK;
+}
+
+st_status dn_build_head(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    struct dn_head_state *h = &x->dn->head;
+    const struct node *e = table_of(n, x);
+    const long rows = (long)nn_rows(n, x->nd);
+    h->chunk = chunk_rows(rows, e->vocab);
+    snprintf(x->impl, sizeof x->impl, "%s through the embed's table, %ld rows a chunk%s",
+             x->dn->bf16 ? "bf16 matmul" : "sgemm", h->chunk, n->fused_loss ? ", fused with the loss" : "");
+    const_dnnl_memory_desc_t out, in;
+    OK(md2(n, &out, rows, e->vocab, dnnl_f32, dnnl_ab));
+    OK(md2(n, &in, rows, e->c, dnnl_f32, dnnl_ab));
+    OK(build_output(n, x, out));
+    OK(dn_input_as(n, x, in, &x->dn->seq.src));
+    if (n->fused_loss && !(h->logits = malloc((size_t)(h->chunk * e->vocab) * sizeof(float))))
+        return st_fail(ST_ERR_NOMEM, "net: out of memory for the head's chunk of logits");
+    if (x->dn->bf16)
+        OK(build_bf16(n, x, rows));
+    OK(dn_add_step(n, &x->dn->bwd, head_bwd, NODE_HEAD));
+    OK(dn_deliver(n, j, x->in, in, NULL, &x->dn->seq.target));
+    return dn_add_step(n, &x->dn->fwd, head_fwd, NODE_HEAD);
+}
+
+void dn_head_free(struct dn_head_state *h)
+{
+    free(h->logits);
+    free(h->rows);
+    free(h->dz);
+}
