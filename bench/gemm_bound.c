@@ -32,9 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "causal.h"
-#include "model.h"
-#include "onednn_internal.h"
+#include "kernels/causal.h"
+#include "model/model.h"
+#include "onednn/onednn_internal.h"
 #include "step_rig.h"
 
 /* Attention's products, by the causal.c kernel that computes them. */

@@ -1,5 +1,5 @@
 /* Every oneDNN kernel that can run one layer, timed: what the engine's
- * kernel and layout choices rest on (src/nn/onednn_weights.c and onednn_context.c: dn_conv_avoid,
+ * kernel and layout choices rest on (src/nn/onednn/onednn_weights.c and onednn_context.c: dn_conv_avoid,
  * plain_weights).  For each pass (forward, backward-data, backward-weights)
  * it walks oneDNN's candidate list in order (the first is what oneDNN would
  * pick), skips the reference kernels, and prints the median of 15 runs and

@@ -30,9 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 #include "net.h"
-#include "onednn_internal.h"
+#include "onednn/onednn_internal.h"
 #include "shmtrain/dtype.h"
 #include "step_rig.h"
 

@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "seq_kernels.h"
+#include "kernels/seq_kernels.h"
 #include "shmtrain/nn.h"
 
 enum { RUNS = 15, COLD_FLOATS = 2 << 20 };

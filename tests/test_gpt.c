@@ -28,9 +28,9 @@
 #include <string.h>
 
 #include "nettest.h"
-#include "ref.h"
-#include "seq_kernels.h"
-#include "transpose.h"
+#include "ref/ref.h"
+#include "kernels/seq_kernels.h"
+#include "kernels/transpose.h"
 #include "shmtrain/nn.h"
 
 static void tokens(int32_t *ids, size_t count, int vocab, uint64_t seed)

@@ -1,4 +1,4 @@
-/* The tied head fused with its loss (src/nn/onednn_head.c): against the
+/* The tied head fused with its loss (src/nn/onednn/onednn_head.c): against the
  * same net holding whole logits (tuning.unfused_loss) bit for bit in fp32,
  * against the reference backend within fp32 round-off, in bf16 against
  * fp32 within bf16's rounding, at gpt-mini's vocabulary (256, one chunk)

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "maxpool2.h"
+#include "kernels/maxpool2.h"
 
 enum { N = 3, H = 7, W = 6, OH = 3, OW = 3 };  /* odd H: the last row drops out */
 static const float UNTOUCHED = 7.0f;

@@ -19,7 +19,7 @@
 #include <dnnl_debug.h>
 
 #include "nettest.h"
-#include "onednn_internal.h"
+#include "onednn/onednn_internal.h"
 
 /* Any small net: its engine and stream are what the helpers need. */
 static st_net *small_net(st_model **m)

@@ -235,82 +235,90 @@ static void markdown_hardware(FILE *f, const struct sweep_report *rep)
     fprintf(f, "| date | %s |\n", rep->date);
 }
 
-void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct sweep_setting *s, int ns,
-                          const struct sweep_summary *sums)
-{
-    bool by_target;
-    int best = sweep_best(sums, ns, rep->target.value > 0, &by_target);
-    int base = sweep_baseline(s, ns, rep->topo.cores);
-    const struct sweep_summary *bsum = base >= 0 ? &sums[base * SWEEP_NSYSTEMS] : NULL;
-    const bool torch = sweep_system_ran(sums, ns, SWEEP_TORCH) || sweep_system_ran(sums, ns, SWEEP_TORCH_SHM);
-    char tgt[32] = "";
-    const bool lm = rep->target.loss;  /* a language model: loss, not accuracy */
-    if (rep->target.value > 0)
-        snprintf(tgt, sizeof tgt, lm ? "loss %g" : "%g%%", lm ? rep->target.value : 100 * rep->target.value);
+/* What one markdown table of a sweep needs besides the rows: the baseline
+ * setting, the target's words, and whether it is a language model's. */
+struct md_table {
+    const struct sweep_setting *s;
+    const struct sweep_summary *sums, *bsum;
+    int ns, base, best;
+    bool lm;
+    char tgt[32];
+};
 
-    fprintf(f, "# Partitioning sweep\n\n`%s`\n\n", rep->command);
-    fprintf(f, "%d repeat%s per setting, interleaved; medians with the range over repeats in brackets. "
-               "Throughput is the steady state (after the first log interval), summed over instances.\n\n",
-            rep->repeats, rep->repeats == 1 ? "" : "s");
+static void markdown_header(FILE *f, const struct md_table *t)
+{
     fprintf(f, "| setting | asked | precision | samples/s | vs %s | step ms | compute / all-reduce / wait / other ms |%s%s%s "
                "%s | peak RSS MiB per instance / total |",
-            base >= 0 ? s[base].label : "1 x all", *tgt ? " time to " : "", *tgt ? tgt : "", *tgt ? " (s) |" : "",
-            lm ? "final validation loss" : "final test acc. %");
+            t->base >= 0 ? t->s[t->base].label : "1 x all", *t->tgt ? " time to " : "", *t->tgt ? t->tgt : "",
+            *t->tgt ? " (s) |" : "", t->lm ? "final validation loss" : "final test acc. %");
     for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++)
-        if (sweep_system_ran(sums, ns, sys))
+        if (sweep_system_ran(t->sums, t->ns, sys))
             fprintf(f, " %s samples/s | shmtrain / %s |", sweep_system_label[sys], sweep_system_label[sys]);
-    fprintf(f, "\n|---|---|---|---|---|---|---|%s---|---|", *tgt ? "---|" : "");
+    fprintf(f, "\n|---|---|---|---|---|---|---|%s---|---|", *t->tgt ? "---|" : "");
     for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++)
-        if (sweep_system_ran(sums, ns, sys))
+        if (sweep_system_ran(t->sums, t->ns, sys))
             fprintf(f, "---|---|");
     fputc('\n', f);
-    for (int i = 0; i < ns; i++) {
-        const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS + SWEEP_SHMTRAIN];
-        char b[10][64];
-        char failed[48] = "";
-        if (o->failed)
-            snprintf(failed, sizeof failed, " (%d of %d runs FAILED)", o->failed, o->runs);
-        fprintf(f, "| %s%s%s%s | %s | %s | %s | ", i == best ? "**" : "", s[i].label, i == best ? "**" : "", failed,
-                s[i].asked, o->precision[0] ? o->precision : "-", spread(b[0], 64, o->samples_per_s, 0));
-        if (bsum && bsum->samples_per_s.n && o->samples_per_s.n)
-            fprintf(f, "%.2fx", o->samples_per_s.median / bsum->samples_per_s.median);
+}
+
+/* The peers' columns of setting i: their throughput and shmtrain's over it. */
+static void markdown_peers(FILE *f, const struct md_table *t, int i, const struct sweep_summary *o)
+{
+    char b[64];
+    for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++) {
+        const struct sweep_summary *pt = &t->sums[i * SWEEP_NSYSTEMS + sys];
+        if (!sweep_system_ran(t->sums, t->ns, sys))
+            continue;
+        fprintf(f, " %s | ", spread(b, 64, pt->samples_per_s, 0));
+        if (pt->samples_per_s.n && o->samples_per_s.n)
+            fprintf(f, "%.2fx |", o->samples_per_s.median / pt->samples_per_s.median);
         else
-            fprintf(f, "-");
-        fprintf(f, " | %s | %s / %s / %s / %s |", spread(b[1], 64, o->step_ms, 2), num(b[2], 64, o->compute_ms, 2, "-"),
-                num(b[3], 64, o->allreduce_ms, 2, "-"), num(b[4], 64, o->wait_ms, 2, "-"),
-                num(b[5], 64, o->other_ms, 2, "-"));
-        if (*tgt) {
-            if (o->reached < o->runs || o->runs == 0)
-                fprintf(f, " %s (%d of %d) |", spread(b[6], 64, o->time_to_target_s, 1), o->reached, o->runs);
-            else
-                fprintf(f, " %s |", spread(b[6], 64, o->time_to_target_s, 1));
-        }
-        if (lm)
-            fprintf(f, " %s |", num(b[7], 64, o->final_loss, 4, "-"));
-        else
-            fprintf(f, " %s |", isnan(o->final_accuracy) ? "-" : num(b[7], 64, 100 * o->final_accuracy, 2, "-"));
-        fprintf(f, " %s / %s |",
-                num(b[8], 64, o->rss_max_mb, 0, "-"), num(b[9], 64, o->rss_total_mb, 0, "-"));
-        for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++) {
-            const struct sweep_summary *pt = &sums[i * SWEEP_NSYSTEMS + sys];
-            if (!sweep_system_ran(sums, ns, sys))
-                continue;
-            fprintf(f, " %s | ", spread(b[0], 64, pt->samples_per_s, 0));
-            if (pt->samples_per_s.n && o->samples_per_s.n)
-                fprintf(f, "%.2fx |", o->samples_per_s.median / pt->samples_per_s.median);
-            else
-                fprintf(f, "- |");
-        }
-        fputc('\n', f);
+            fprintf(f, "- |");
     }
+}
+
+static void markdown_row(FILE *f, const struct md_table *t, int i)
+{
+    const struct sweep_summary *o = &t->sums[i * SWEEP_NSYSTEMS + SWEEP_SHMTRAIN];
+    char b[10][64];
+    char failed[48] = "";
+    if (o->failed)
+        snprintf(failed, sizeof failed, " (%d of %d runs FAILED)", o->failed, o->runs);
+    fprintf(f, "| %s%s%s%s | %s | %s | %s | ", i == t->best ? "**" : "", t->s[i].label, i == t->best ? "**" : "",
+            failed, t->s[i].asked, o->precision[0] ? o->precision : "-", spread(b[0], 64, o->samples_per_s, 0));
+    if (t->bsum && t->bsum->samples_per_s.n && o->samples_per_s.n)
+        fprintf(f, "%.2fx", o->samples_per_s.median / t->bsum->samples_per_s.median);
+    else
+        fprintf(f, "-");
+    fprintf(f, " | %s | %s / %s / %s / %s |", spread(b[1], 64, o->step_ms, 2), num(b[2], 64, o->compute_ms, 2, "-"),
+            num(b[3], 64, o->allreduce_ms, 2, "-"), num(b[4], 64, o->wait_ms, 2, "-"),
+            num(b[5], 64, o->other_ms, 2, "-"));
+    if (*t->tgt) {
+        if (o->reached < o->runs || o->runs == 0)
+            fprintf(f, " %s (%d of %d) |", spread(b[6], 64, o->time_to_target_s, 1), o->reached, o->runs);
+        else
+            fprintf(f, " %s |", spread(b[6], 64, o->time_to_target_s, 1));
+    }
+    if (t->lm)
+        fprintf(f, " %s |", num(b[7], 64, o->final_loss, 4, "-"));
+    else
+        fprintf(f, " %s |", isnan(o->final_accuracy) ? "-" : num(b[7], 64, 100 * o->final_accuracy, 2, "-"));
+    fprintf(f, " %s / %s |", num(b[8], 64, o->rss_max_mb, 0, "-"), num(b[9], 64, o->rss_total_mb, 0, "-"));
+    markdown_peers(f, t, i, o);
     fputc('\n', f);
-    if (best >= 0) {
-        fprintf(f, "**Best: %s**, by %s", s[best].label,
-                by_target ? (lm ? "median time to the target loss" : "median time to the target accuracy")
+}
+
+/* The best setting and by what, and how to read the table. */
+static void markdown_verdict(FILE *f, const struct md_table *t, bool by_target, bool torch)
+{
+    if (t->best >= 0) {
+        fprintf(f, "**Best: %s**, by %s", t->s[t->best].label,
+                by_target ? (t->lm ? "median time to the target loss" : "median time to the target accuracy")
                           : "median throughput");
-        if (bsum && bsum->samples_per_s.n && best != base)
+        if (t->bsum && t->bsum->samples_per_s.n && t->best != t->base)
             fprintf(f, " (%.2fx the throughput of %s)",
-                    sums[best * SWEEP_NSYSTEMS].samples_per_s.median / bsum->samples_per_s.median, s[base].label);
+                    t->sums[t->best * SWEEP_NSYSTEMS].samples_per_s.median / t->bsum->samples_per_s.median,
+                    t->s[t->base].label);
         fprintf(f, ".\n\n");
     } else {
         fprintf(f, "**No setting completed a run.**\n\n");
@@ -324,6 +332,28 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
                    "shm the call completes before backward goes on), so its split is not comparable "
                    "and is left out of the table (it is in the CSV).");
     fprintf(f, "\n\n");
+}
+
+void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct sweep_setting *s, int ns,
+                          const struct sweep_summary *sums)
+{
+    bool by_target;
+    struct md_table t = {.s = s, .sums = sums, .ns = ns, .lm = rep->target.loss,
+                         .best = sweep_best(sums, ns, rep->target.value > 0, &by_target),
+                         .base = sweep_baseline(s, ns, rep->topo.cores)};
+    t.bsum = t.base >= 0 ? &sums[t.base * SWEEP_NSYSTEMS] : NULL;
+    const bool torch = sweep_system_ran(sums, ns, SWEEP_TORCH) || sweep_system_ran(sums, ns, SWEEP_TORCH_SHM);
+    if (rep->target.value > 0)
+        snprintf(t.tgt, sizeof t.tgt, t.lm ? "loss %g" : "%g%%", t.lm ? rep->target.value : 100 * rep->target.value);
+    fprintf(f, "# Partitioning sweep\n\n`%s`\n\n", rep->command);
+    fprintf(f, "%d repeat%s per setting, interleaved; medians with the range over repeats in brackets. "
+               "Throughput is the steady state (after the first log interval), summed over instances.\n\n",
+            rep->repeats, rep->repeats == 1 ? "" : "s");
+    markdown_header(f, &t);
+    for (int i = 0; i < ns; i++)
+        markdown_row(f, &t, i);
+    fputc('\n', f);
+    markdown_verdict(f, &t, by_target, torch);
     if (rep->plots_note)
         fprintf(f, "Plots: %s\n\n", rep->plots_note);
     else

@@ -5,7 +5,7 @@
  * computes the same rows, a chunk at a time, with the same nn_loss_row. */
 #define _GNU_SOURCE
 #include "net.h"
-#include "simd.h"
+#include "kernels/simd.h"
 
 #include <math.h>
 #include <omp.h>

@@ -3,7 +3,7 @@
  * runs the graph behind struct nn_backend. */
 #define _GNU_SOURCE
 #include "net.h"
-#include "simd.h"
+#include "kernels/simd.h"
 
 #include <math.h>
 #include <omp.h>

@@ -19,10 +19,10 @@
 #include <time.h>
 
 #include "shmtrain/clock.h"
-#include "model.h"
+#include "model/model.h"
 #include "shmtrain/bf16.h"
 #include "shmtrain/optim.h"
-#include "ref.h"
+#include "ref/ref.h"
 
 /* One exec node: graph facts both backends share.  Each backend keeps its
  * own state behind its pointer (NULL for the other backend). */

@@ -59,7 +59,7 @@ void st_optim_destroy(st_optim *o)
  * compiled for baseline x86-64), and split over the OpenMP threads when the
  * model is large enough to pay for the fork.  Element-wise, so the result
  * does not depend on the thread count. */
-#include "simd.h"
+#include "kernels/simd.h"
 #define CHUNK 16384
 
 ST_MULTIVERSION

@@ -80,10 +80,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "maxpool2.h"
+#include "kernels/maxpool2.h"
 #include "shmtrain/bf16.h"
 #include "net.h"
-#include "stem.h"
+#include "kernels/stem.h"
 
 #if DNNL_VERSION_MAJOR < 3 || (DNNL_VERSION_MAJOR == 3 && DNNL_VERSION_MINOR < 1)
 #error "the engine is written against oneDNN 3.1 or newer (scripts/install-deps.sh installs it)"

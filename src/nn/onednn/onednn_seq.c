@@ -14,11 +14,11 @@
 #include <math.h>
 #include <omp.h>
 
-#include "causal.h"
+#include "kernels/causal.h"
 #include "onednn_internal.h"
-#include "seq_kernels.h"
-#include "simd.h"
-#include "transpose.h"
+#include "kernels/seq_kernels.h"
+#include "kernels/simd.h"
+#include "kernels/transpose.h"
 
 /* The `omp simd` reductions below sum in vector lanes: a fixed order for a
  * given build and CPU, so runs repeat bitwise; within fp32 round-off of the
