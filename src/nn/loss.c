@@ -82,16 +82,25 @@ static st_status score_rows(st_net *n, const int *labels, int rows, bool gradien
     return ST_OK;
 }
 
+/* The rows' losses summed, and their count right, with or without the
+ * gradient: what st_net_loss averages and st_net_score reports. */
+static st_status score_sum(st_net *n, const int *labels, int rows, bool gradient, double *sum, int *correct)
+{
+    st_status st = score_rows(n, labels, rows, gradient, correct);
+    *sum = 0;
+    for (int i = 0; st == ST_OK && i < rows; i++)
+        *sum += n->loss_rows[i];
+    return st;
+}
+
 st_status st_net_loss(st_net *n, const int *labels, float *loss, int *correct)
 {
     const int rows = n->batch * st_model_positions(n->model);
     int right = 0;
-    st_status st = score_rows(n, labels, rows, true, &right);
+    double total;
+    st_status st = score_sum(n, labels, rows, true, &total, &right);
     if (st != ST_OK)
         return st;
-    double total = 0;
-    for (int i = 0; i < rows; i++)
-        total += n->loss_rows[i];
     if (loss)
         *loss = (float)(total / rows);
     if (correct)
@@ -104,14 +113,5 @@ st_status st_net_score(st_net *n, const int *labels, int rows, double *loss_sum,
     if (rows < 0 || rows > n->batch * st_model_positions(n->model))
         return st_fail(ST_ERR_INVALID, "score: %d rows, the batch holds %d", rows,
                        n->batch * st_model_positions(n->model));
-    int right = 0;
-    st_status st = score_rows(n, labels, rows, false, &right);
-    if (st != ST_OK)
-        return st;
-    double total = 0;
-    for (int i = 0; i < rows; i++)
-        total += n->loss_rows[i];
-    *loss_sum = total;
-    *correct = right;
-    return ST_OK;
+    return score_sum(n, labels, rows, false, loss_sum, correct);
 }
