@@ -211,7 +211,7 @@ typedef int (*reduce_fn)(struct rank_ctx *c, void *buf, size_t n);
 
 static int shm_reduce(struct rank_ctx *c, void *buf, size_t n)
 {
-    return st_allreduce(c->g, buf, n, c->dtype, ST_SUM) == ST_OK ? 0 : -1;
+    return st_allreduce(c->g, buf, n, c->dtype, c->dtype, ST_SUM) == ST_OK ? 0 : -1;
 }
 
 #ifdef WITH_MPI
@@ -240,7 +240,7 @@ static struct timing summarise(struct rank_ctx *c, double *t, int iters)
         sum += t[i];
     qsort(t, (size_t)iters, sizeof *t, by_value);
     float v[3] = {(float)t[iters / 2], (float)t[(iters * 99 + 99) / 100 - 1], (float)(sum / iters)};
-    if (st_allreduce_f32(c->g, v, 3, ST_AVG) != ST_OK)
+    if (st_allreduce(c->g, v, 3, ST_DTYPE_F32, ST_DTYPE_F32, ST_AVG) != ST_OK)
         die("reduce timings");
     return (struct timing){v[0], v[1], v[2]};
 }
@@ -360,7 +360,7 @@ static double copy_probe(struct rank_ctx *c, size_t per_thread, bool alone)
     float gbs = active ? (float)(2.0 * (double)(bytes / threads * threads) * reps / (now_s() - t0) / 1e9) : 0;
     free(a);
     free(b);
-    if (st_allreduce_f32(c->g, &gbs, 1, ST_SUM) != ST_OK)
+    if (st_allreduce(c->g, &gbs, 1, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) != ST_OK)
         die("reduce bandwidth");
     return gbs;
 }
@@ -375,7 +375,7 @@ static struct structure structure_of(struct rank_ctx *c)
 {
     const st_coll_counters *k = &c->one_call;
     float v[3] = {(float)(k->bytes_read + k->bytes_written), (float)k->syncs, (float)k->remote_numa_bytes_read};
-    if (st_allreduce_f32(c->g, v, 3, ST_SUM) != ST_OK)
+    if (st_allreduce(c->g, v, 3, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) != ST_OK)
         die("reduce counters");
     return (struct structure){v[0], v[1] / c->world, v[0] / c->world / 1e6, v[2] / c->world / 1e6};
 }
@@ -411,7 +411,7 @@ static double cross_read_probe(struct rank_ctx *c, size_t bytes)
         best = gbs > best ? gbs : best;
     }
     float v = (float)best;
-    if (st_allreduce_f32(c->g, &v, 1, ST_AVG) != ST_OK)
+    if (st_allreduce(c->g, &v, 1, ST_DTYPE_F32, ST_DTYPE_F32, ST_AVG) != ST_OK)
         die("reduce bandwidth");
     return v;
 }

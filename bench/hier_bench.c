@@ -1,7 +1,7 @@
 /* The all-reduce across (simulated) nodes, three ways in the same
  * processes, size by size:
  *
- *   hier       st_hallreduce_f32: shared memory in the node, MPI across
+ *   hier       st_hallreduce:     shared memory in the node, MPI across
  *   flat-shm   one shared-memory group of every rank (possible here, where
  *              the "nodes" share a machine; the reference for what the
  *              MPI stage costs)
@@ -39,8 +39,8 @@ static const char *const NAMES[NWAYS] = {"hier", "flat-shm", "flat-mpi"};
 static int reduce(struct ways *w, int way, float *buf, size_t n)
 {
     switch (way) {
-    case HIER: return st_hallreduce_f32(w->h, buf, n, ST_SUM) == ST_OK ? 0 : -1;
-    case FLAT_SHM: return st_allreduce_f32(w->flat, buf, n, ST_SUM) == ST_OK ? 0 : -1;
+    case HIER: return st_hallreduce(w->h, buf, n, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) == ST_OK ? 0 : -1;
+    case FLAT_SHM: return st_allreduce(w->flat, buf, n, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) == ST_OK ? 0 : -1;
     default: return MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : -1;
     }
 }

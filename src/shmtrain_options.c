@@ -75,7 +75,7 @@ void shmtrain_usage(FILE *f)
 "  --config FILE            flags as 'key value' lines (a run's config.txt repeats it); flags given\n"
 "                           after override it\n"
 "several instances:\n"
-"  --allreduce-dtype fp32|bf16   the gradient exchange (bf16: half the bytes, summed in fp32)\n"
+"  --allreduce-dtype fp32|bf16|fp16   the gradient exchange (bf16, fp16: half the bytes, summed in fp32)\n"
 "  --bucket-mb MB           all-reduce gradients in buckets of MB during backward (0: after it)\n"
 "  --check-replicas K       check every K steps that all instances hold identical parameters\n"
 "precision:\n"
@@ -184,7 +184,7 @@ static st_dtype dtype_flag(const char *flag, const char *v)
 {
     st_dtype t;
     if (!st_dtype_parse(v, &t))
-        shmtrain_bad("%s '%s': use fp32 or bf16", flag, v);
+        shmtrain_bad("%s '%s': use fp32, bf16 or fp16", flag, v);
     return t;
 }
 

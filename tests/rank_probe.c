@@ -74,7 +74,7 @@ static int reduce_in_a_loop(st_group *g, const struct loop *l)
         float x[64];
         for (int i = 0; i < 64; i++)
             x[i] = (float)(me + i + it);
-        st_status st = st_allreduce_f32(g, x, 64, ST_SUM);
+        st_status st = st_allreduce(g, x, 64, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM);
         if (st != ST_OK)
             return failed_collective("all-reduce", st);
         if (x[0] != (float)(w * (w - 1) / 2 + w * it)) {
@@ -121,7 +121,7 @@ static int join_and_reduce(const struct loop *l)
     float x[1000];
     for (int i = 0; i < 1000; i++)
         x[i] = (float)(st_group_rank(g) + i);
-    st_status st = st_allreduce_f32(g, x, 1000, ST_SUM);
+    st_status st = st_allreduce(g, x, 1000, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM);
     int rc = st == ST_OK ? 0 : failed_collective("all-reduce", st);
     int w = st_group_size(g);
     float want0 = (float)(w * (w - 1) / 2);

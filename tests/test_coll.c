@@ -76,7 +76,7 @@ static int reduce_cases(st_group *g, int rank, void *varg)
             CHILD_CHECK(buf != NULL);
             for (size_t i = 0; i < n; i++)
                 buf[i] = input_value(rank, i, (unsigned)c);
-            CHILD_CHECK(st_allreduce_f32(g, buf, n, (st_reduce_op)op) == ST_OK);
+            CHILD_CHECK(st_allreduce(g, buf, n, ST_DTYPE_F32, ST_DTYPE_F32, (st_reduce_op)op) == ST_OK);
             for (size_t i = 0; i < n; i++) {
                 if (buf[i] != reference_value(world, i, (unsigned)c, (st_reduce_op)op)) {
                     fprintf(stderr, "rank %d n=%zu op=%d: [%zu] = %g, want %g\n", rank, n, op, i,
@@ -186,7 +186,7 @@ static int bf16_cases(st_group *g, int rank, void *varg)
                                           : n * sizeof *buf <= ST_INLINE_DEFAULT ? "inline"
                                           : zc                                   ? "rsag"
                                                                                  : "rsag-copy"));
-                CHILD_CHECK(st_allreduce(g, buf, n, ST_DTYPE_BF16, (st_reduce_op)op) == ST_OK);
+                CHILD_CHECK(st_allreduce(g, buf, n, ST_DTYPE_BF16, ST_DTYPE_BF16, (st_reduce_op)op) == ST_OK);
                 for (size_t i = 0; i < n; i++)
                     if (buf[i] != bf16_reference(world, i, c, (st_reduce_op)op)) {
                         fprintf(stderr, "rank %d n=%zu zc=%d op=%d: [%zu] = %#x, want %#x\n", rank, n, zc, op, i,
@@ -206,7 +206,7 @@ static int bf16_cases(st_group *g, int rank, void *varg)
             CHILD_CHECK(buf != NULL);
             for (size_t i = 0; i < n; i++)
                 buf[i] = special_input(rank, i);
-            CHILD_CHECK(st_allreduce(g, buf, n, ST_DTYPE_BF16, (st_reduce_op)op) == ST_OK);
+            CHILD_CHECK(st_allreduce(g, buf, n, ST_DTYPE_BF16, ST_DTYPE_BF16, (st_reduce_op)op) == ST_OK);
             for (size_t i = 0; i < n; i++)
                 if (buf[i] != bf16_reference(world, i, SPECIAL_ROUND, (st_reduce_op)op)) {
                     fprintf(stderr, "rank %d special zc=%d op=%d: [%zu] = %#x, want %#x\n", rank, zc, op, i, buf[i],
@@ -227,7 +227,7 @@ static int bf16_cases(st_group *g, int rank, void *varg)
             for (size_t i = 0; i < n; i++)
                 buf[i] = bf16_input(rank, i, 100 + op);
             struct stage_log log = {0};
-            CHILD_CHECK(st_allreduce_bf16_staged(g, buf, n, (st_reduce_op)op, times_nodes, &log, NODES * world) ==
+            CHILD_CHECK(st_allreduce_staged(g, buf, n, ST_DTYPE_BF16, ST_DTYPE_BF16, (st_reduce_op)op, times_nodes, &log, NODES * world) ==
                         ST_OK);
             for (size_t i = 0; i < n; i++) {
                 float sum = st_bf16_to_f32(bf16_input(0, i, 100 + op));
@@ -320,7 +320,7 @@ static int staged_cases(st_group *g, int rank, void *varg)
             for (size_t i = 0; i < n; i++)
                 buf[i] = input_value(rank, i, (unsigned)c);
             struct stage_log log = {0};
-            CHILD_CHECK(st_allreduce_f32_staged(g, buf, n, (st_reduce_op)op, times_nodes, &log, NODES * world) ==
+            CHILD_CHECK(st_allreduce_staged(g, buf, n, ST_DTYPE_F32, ST_DTYPE_F32, (st_reduce_op)op, times_nodes, &log, NODES * world) ==
                         ST_OK);
             for (size_t i = 0; i < n; i++) {
                 float want = NODES * reference_value(world, i, (unsigned)c, ST_SUM);
@@ -342,7 +342,7 @@ static int staged_cases(st_group *g, int rank, void *varg)
     /* A stage that fails fails the collective on every rank (the ring: the
      * others wait for the part it never publishes), and breaks the group. */
     static float x[20000];
-    st_status st = st_allreduce_f32_staged(g, x, 20000, ST_SUM, rank == world - 1 ? failing_stage : times_nodes,
+    st_status st = st_allreduce_staged(g, x, 20000, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM, rank == world - 1 ? failing_stage : times_nodes,
                                            &(struct stage_log){0}, world);
     CHILD_CHECK(world == 1 ? st == ST_ERR_BACKEND : st != ST_OK);
     return 0;
@@ -427,7 +427,7 @@ static int random_floats(st_group *g, int rank, void *varg)
             uint64_t x = (i * 2654435761u + (uint64_t)rank * 40503u) % 100003;
             buf[i] = (float)x / 7919.0f - 6.0f;
         }
-        CHILD_CHECK(st_allreduce_f32(g, buf, n, ST_AVG) == ST_OK);
+        CHILD_CHECK(st_allreduce(g, buf, n, ST_DTYPE_F32, ST_DTYPE_F32, ST_AVG) == ST_OK);
         a->hash[rank][run] = fnv1a(buf, n * sizeof(float));
     }
     double worst = 0;
@@ -551,7 +551,7 @@ static int mixed_sequence(st_group *g, int rank, void *arg)
             float *buf = kind == 0 ? zc : priv;
             for (size_t i = 0; i < n; i++)
                 buf[i] = input_value(rank, i, it);
-            CHILD_CHECK(st_allreduce_f32(g, buf, n, ST_SUM) == ST_OK);
+            CHILD_CHECK(st_allreduce(g, buf, n, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) == ST_OK);
             for (size_t i = 0; i < n; i++)
                 CHILD_CHECK(buf[i] == reference_value(world, i, it, ST_SUM));
         } else if (kind == 2) {

@@ -64,16 +64,16 @@ static void test_world_of_one(void **state)
     for (int i = 0; i < 250; i++)
         assert_true(zc[i] == 0.0f);
     float x[3] = {1, 2, 3};
-    assert_int_equal(st_allreduce_f32(g, x, 3, ST_AVG), ST_OK);
+    assert_int_equal(st_allreduce(g, x, 3, ST_DTYPE_F32, ST_DTYPE_F32, ST_AVG), ST_OK);
     assert_true(x[0] == 1 && x[1] == 2 && x[2] == 3);
     assert_int_equal(st_broadcast(g, x, sizeof x, 0), ST_OK);
     assert_int_equal(st_barrier(g), ST_OK);
     /* Bad calls are refused, and do not break the group. */
     assert_int_equal(st_broadcast(g, x, sizeof x, 1), ST_ERR_INVALID);
     assert_non_null(strstr(st_last_error(), "root 1"));
-    assert_int_equal(st_allreduce_f32(g, NULL, 3, ST_SUM), ST_ERR_INVALID);
-    assert_int_equal(st_allreduce_f32(g, x, 3, (st_reduce_op)7), ST_ERR_INVALID);
-    assert_int_equal(st_allreduce_f32(g, x, 0, ST_SUM), ST_OK);
+    assert_int_equal(st_allreduce(g, NULL, 3, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM), ST_ERR_INVALID);
+    assert_int_equal(st_allreduce(g, x, 3, ST_DTYPE_F32, ST_DTYPE_F32, (st_reduce_op)7), ST_ERR_INVALID);
+    assert_int_equal(st_allreduce(g, x, 0, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM), ST_OK);
     st_group_destroy(g);
     st_group_destroy(NULL);
 }
@@ -211,8 +211,8 @@ static void test_tuning_from_env(void **state)
     unset_tuning();
 }
 
-/* st_allreduce_as: floats that travel as bf16 end with st_allreduce_bf16's
- * bits of the rounded values (and fp32 as st_allreduce_f32's), for every
+/* fp32 on a rounding wire: floats that travel as bf16 or fp16 end with the
+ * bits of the rounded payload's own all-reduce (and fp32 as fp32's), for every
  * size class: inline (64 B), the slices in one piece, in several pieces of a
  * 16 KiB staging area with a short last piece, one rank alone. */
 struct wire_case {
@@ -229,29 +229,34 @@ static int wire_rank(st_group *g, int rank, void *arg)
     float *x = malloc(c->count * sizeof(float)), *want = malloc(c->count * sizeof(float));
     uint16_t *b = malloc(c->count * sizeof(uint16_t));
     CHILD_CHECK(x && want && b);
-    for (size_t i = 0; i < c->count; i++) {
+    for (size_t i = 0; i < c->count; i++)
         x[i] = want[i] = wire_value(rank, i);
-        b[i] = st_bf16_from_f32(x[i]);
-    }
-    if (c->wire == ST_DTYPE_BF16) {
-        CHILD_CHECK(st_allreduce_bf16(g, b, c->count, c->op) == ST_OK);
-        for (size_t i = 0; i < c->count; i++)
-            want[i] = st_bf16_to_f32(b[i]);
+    if (c->wire != ST_DTYPE_F32) {
+        CHILD_CHECK(st_dtype_convert_n(b, c->wire, x, ST_DTYPE_F32, c->count));
+        CHILD_CHECK(st_allreduce(g, b, c->count, c->wire, c->wire, c->op) == ST_OK);
+        CHILD_CHECK(st_dtype_convert_n(want, ST_DTYPE_F32, b, c->wire, c->count));
     } else {
-        CHILD_CHECK(st_allreduce_f32(g, want, c->count, c->op) == ST_OK);
+        CHILD_CHECK(st_allreduce(g, want, c->count, ST_DTYPE_F32, ST_DTYPE_F32, c->op) == ST_OK);
     }
-    CHILD_CHECK(st_allreduce_as(g, x, c->count, c->wire, c->op) == ST_OK);
+    CHILD_CHECK(st_allreduce(g, x, c->count, ST_DTYPE_F32, c->wire, c->op) == ST_OK);
     CHILD_CHECK(memcmp(x, want, c->count * sizeof(float)) == 0);
     free(x), free(want), free(b);
     return 0;
 }
 
-static void test_allreduce_as(void **state)
+static st_status no_stage(void *ctx, float *part, size_t count)
+{
+    (void)ctx, (void)part, (void)count;
+    return ST_OK;
+}
+
+static void test_allreduce_wire(void **state)
 {
     (void)state;
     const struct wire_case cases[] = {
         {16, ST_AVG, ST_DTYPE_BF16},    {3000, ST_SUM, ST_DTYPE_BF16}, {20000, ST_AVG, ST_DTYPE_BF16},
-        {20000, ST_SUM, ST_DTYPE_F32},  {1, ST_AVG, ST_DTYPE_BF16},
+        {20000, ST_SUM, ST_DTYPE_F32},  {1, ST_AVG, ST_DTYPE_BF16},   {16, ST_AVG, ST_DTYPE_F16},
+        {3000, ST_SUM, ST_DTYPE_F16},   {20000, ST_AVG, ST_DTYPE_F16}, {1, ST_SUM, ST_DTYPE_F16},
     };
     for (int world = 1; world <= 3; world++)
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -262,12 +267,19 @@ static void test_allreduce_as(void **state)
                 fail_msg("%d ranks, %zu values as %s: not the typed all-reduce's bits", world, cases[i].count,
                          st_dtype_name(cases[i].wire));
         }
-    /* A wire type that is neither. */
+    /* Pairs that are not a payload as itself or fp32 on a rounding wire, and a
+     * stage on a type a sum cannot round into: refused by name. */
     st_group *g = NULL;
     st_group_config one = {.rank = 0, .world_size = 1, .job_id = "wire-bad"};
     assert_int_equal(st_group_create(&g, &one), ST_OK);
     float v = 1;
-    assert_int_equal(st_allreduce_as(g, &v, 1, ST_DTYPE_I32, ST_SUM), ST_ERR_INVALID);
+    assert_int_equal(st_allreduce(g, &v, 1, ST_DTYPE_F32, ST_DTYPE_I32, ST_SUM), ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "fp32 values cannot travel as i32"));
+    assert_int_equal(st_allreduce(g, &v, 1, ST_DTYPE_BF16, ST_DTYPE_F16, ST_SUM), ST_ERR_INVALID);
+    assert_int_equal(st_allreduce(g, &v, 1, ST_DTYPE_F16, ST_DTYPE_F32, ST_SUM), ST_ERR_INVALID);
+    assert_int_equal(st_allreduce_staged(g, &v, 1, ST_DTYPE_I32, ST_DTYPE_I32, ST_SUM, no_stage, NULL, 1),
+                     ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "i32 payloads take no stage"));
     st_group_destroy(g);
 }
 
@@ -351,7 +363,7 @@ int main(void)
         cmocka_unit_test(test_stale_names_are_reaped),
         cmocka_unit_test(test_from_env),
         cmocka_unit_test(test_tuning_from_env),
-        cmocka_unit_test(test_allreduce_as),
+        cmocka_unit_test(test_allreduce_wire),
         cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_bf16_conversion),
         cmocka_unit_test(test_bf16_array_conversion),

@@ -119,7 +119,7 @@ static int one_call(st_group *g, int rank, void *varg)
     float *buf = a->zero_copy ? st_group_buffer(g, NULL) : calloc(a->count, sizeof(float));
     CHILD_CHECK(buf != NULL);
     st_group_counters_reset(g);
-    CHILD_CHECK(st_allreduce_f32(g, buf, a->count, ST_SUM) == ST_OK);
+    CHILD_CHECK(st_allreduce(g, buf, a->count, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) == ST_OK);
     st_coll_counters got;
     st_group_counters(g, &got);
     const struct expect x = expected(a, N, rank);
@@ -292,9 +292,9 @@ static int zero_copy_then_ordinary(st_group *g, int rank, void *varg)
     struct counter_arg *a = varg;
     float *zc = st_group_buffer(g, NULL), *priv = calloc(a->count, sizeof(float));
     CHILD_CHECK(zc && priv);
-    CHILD_CHECK(st_allreduce_f32(g, zc, a->count, ST_SUM) == ST_OK);
+    CHILD_CHECK(st_allreduce(g, zc, a->count, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) == ST_OK);
     st_group_counters_reset(g);
-    CHILD_CHECK(st_allreduce_f32(g, priv, a->count, ST_SUM) == ST_OK);
+    CHILD_CHECK(st_allreduce(g, priv, a->count, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) == ST_OK);
     st_coll_counters got;
     st_group_counters(g, &got);
     const struct expect x = expected(a, st_group_size(g), rank);

@@ -62,10 +62,10 @@ static int reduce_until_failure(st_group *g, int rank, void *varg)
      * before the killer strikes. */
     const double t0 = mono_now();
     while (st == ST_OK && mono_now() - t0 < 30.0)
-        st = st_allreduce_f32(g, buf, n, ST_SUM);
+        st = st_allreduce(g, buf, n, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM);
     record(a->out, rank, st);
     /* The group stays broken: a second call fails the same way at once. */
-    CHILD_CHECK(st_allreduce_f32(g, buf, 4, ST_SUM) == st);
+    CHILD_CHECK(st_allreduce(g, buf, 4, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) == st);
     free(buf);
     return 0;
 }
@@ -143,7 +143,7 @@ static int one_rank_stalls(st_group *g, int rank, void *varg)
         return 0;
     }
     double t0 = mono_now();
-    st_status st = st_allreduce_f32(g, x, a->count, ST_SUM);
+    st_status st = st_allreduce(g, x, a->count, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM);
     record(o, rank, st);
     o->returned_at[rank] -= t0;
     return 0;
@@ -178,7 +178,7 @@ static int one_rank_stops(st_group *g, int rank, void *varg)
     CHILD_CHECK(buf != NULL);
     st_status st = st_barrier(g);
     for (int i = 0; st == ST_OK && i < 3; i++)
-        st = st_allreduce_f32(g, buf, a->count, ST_SUM);
+        st = st_allreduce(g, buf, a->count, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM);
     CHILD_CHECK(st == ST_OK);
     if (rank == 5) {
         a->out->victim_pid = getpid();
@@ -187,7 +187,7 @@ static int one_rank_stops(st_group *g, int rank, void *varg)
         return 0;
     }
     const double t0 = mono_now();
-    st = st_allreduce_f32(g, buf, a->count, ST_SUM);
+    st = st_allreduce(g, buf, a->count, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM);
     record(a->out, rank, st);
     a->out->returned_at[rank] -= t0;
     free(buf);

@@ -60,7 +60,7 @@ static int one_call(st_group *g, int rank, size_t count, st_dtype dtype, st_redu
         else
             f[i] = input(rank, i, call);
     CHILD_CHECK(!strcmp(st_allreduce_algorithm(g, buf, count, dtype), "inline"));
-    CHILD_CHECK(st_allreduce(g, buf, count, dtype, op) == ST_OK);
+    CHILD_CHECK(st_allreduce(g, buf, count, dtype, dtype, op) == ST_OK);
     for (size_t i = 0; i < count; i++) {
         bool same = dtype == ST_DTYPE_BF16 ? h[i] == bf16_reference(world, i, call, op)
                                            : f[i] == f32_reference(world, i, call, op);

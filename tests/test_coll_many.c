@@ -77,9 +77,9 @@ static void fill(void *buf, enum kind k, size_t n, int rank, bool exact)
 static st_status reduce(st_group *g, void *buf, enum kind k, size_t n, st_reduce_op op)
 {
     switch (k) {
-    case F32: return st_allreduce_f32(g, buf, n, op);
-    case AS_BF16: return st_allreduce_as(g, buf, n, ST_DTYPE_BF16, op);
-    default: return st_allreduce_bf16(g, buf, n, op);
+    case F32: return st_allreduce(g, buf, n, ST_DTYPE_F32, ST_DTYPE_F32, op);
+    case AS_BF16: return st_allreduce(g, buf, n, ST_DTYPE_F32, ST_DTYPE_BF16, op);
+    default: return st_allreduce(g, buf, n, ST_DTYPE_BF16, ST_DTYPE_BF16, op);
     }
 }
 

@@ -45,7 +45,7 @@ static int reduce_case(st_hgroup *h, float *buf, size_t n, st_reduce_op op, int 
     const int rank = st_hgroup_rank(h), world = st_hgroup_size(h);
     for (size_t i = 0; i < n; i++)
         buf[i] = input_value(rank, i, round);
-    if (st_hallreduce_f32(h, buf, n, op) != ST_OK) {
+    if (st_hallreduce(h, buf, n, ST_DTYPE_F32, ST_DTYPE_F32, op) != ST_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, st_last_error());
         return 0;
     }
@@ -105,7 +105,7 @@ int main(int argc, char **argv)
             const int world = st_hgroup_size(h);
             for (size_t i = 0; i < n; i++)
                 hb[i] = st_bf16_from_f32(input_value(rank, i, 50 + op));
-            int ok = st_hallreduce_bf16(h, hb, n, (st_reduce_op)op) == ST_OK;
+            int ok = st_hallreduce(h, hb, n, ST_DTYPE_BF16, ST_DTYPE_BF16, (st_reduce_op)op) == ST_OK;
             for (size_t i = 0; ok && i < n; i++) {
                 float sum = 0;
                 for (int q = 0; q < world; q++)

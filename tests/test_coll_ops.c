@@ -140,7 +140,7 @@ static int check_one(st_group *g, void *buf, st_dtype t, st_reduce_op op, size_t
     const int rank = st_group_rank(g), world = st_group_size(g);
     for (size_t i = 0; i < n; i++)
         put(buf, t, i, value(t, rank, i));
-    const st_status st = st_allreduce(g, buf, n, t, op);
+    const st_status st = st_allreduce(g, buf, n, t, t, op);
     if (op == ST_AVG && (t == ST_DTYPE_I32 || t == ST_DTYPE_I64)) {
         CHILD_CHECK(st == ST_ERR_INVALID && strstr(st_last_error(), "use SUM and divide"));
         return 0;
@@ -201,7 +201,7 @@ static int nans_win(st_group *g, int rank, void *arg)
         for (int op = ST_MAX; op <= ST_MIN; op++) {
             for (size_t i = 0; i < n; i++)
                 put(buf, floats[k], i, i < (size_t)world && (int)i == rank ? NAN : (double)(rank + (int)i));
-            CHILD_CHECK(st_allreduce(g, buf, n, floats[k], (st_reduce_op)op) == ST_OK);
+            CHILD_CHECK(st_allreduce(g, buf, n, floats[k], floats[k], (st_reduce_op)op) == ST_OK);
             for (size_t i = 0; i < n; i++) {
                 const double want = i < (size_t)world ? NAN : op == ST_MAX ? (double)(world - 1 + (int)i) : (double)i;
                 const double got = get(buf, floats[k], i);

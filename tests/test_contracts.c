@@ -279,7 +279,7 @@ static int at_the_threshold(st_group *g, int rank, void *arg)
         }
         for (size_t i = 0; i < count; i++)
             buf[i] = (float)(rank + 1) * (float)(i % 97);
-        if (st_allreduce_f32(g, buf, count, ST_SUM) != ST_OK)
+        if (st_allreduce(g, buf, count, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) != ST_OK)
             return 2;
         for (size_t i = 0; i < count; i++)
             if (buf[i] != 3.0f * (float)(i % 97))  /* ranks 1 + 2: exact in float */
@@ -316,7 +316,7 @@ static int at_the_region_edge(st_group *g, int rank, void *arg)
     for (size_t i = 0; i < count; i++)
         own[i] = (float)(rank + 1) * (float)(i % 31);
     memcpy(inside, own, count * sizeof *own);
-    if (st_allreduce_f32(g, inside, count, ST_SUM) != ST_OK)
+    if (st_allreduce(g, inside, count, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) != ST_OK)
         return 2;
     for (size_t i = 0; i < count; i++)
         if (inside[i] != 3.0f * (float)(i % 31))

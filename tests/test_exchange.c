@@ -1,4 +1,4 @@
-/* The trainer's gradient exchange end to end: bf16 on the wire
+/* The trainer's gradient exchange end to end: bf16 and fp16 on the wire
  * (--allreduce-dtype), buckets overlapped with the backward pass
  * (--bucket-mb), and the hierarchical all-reduce over simulated nodes under
  * mpirun (the same bits as one node; a killed rank stops every node). */
@@ -72,6 +72,41 @@ static void test_bf16_gradient_exchange(void **state)
     st_ckpt_free(&cf);
     child_run_free(&b);
     child_run_free(&f);
+}
+
+/* --allreduce-dtype fp16: the second rounding wire, by the same path as
+ * bf16's (its bits against numpy's float16 are tests/fp16_numpy.py's): in
+ * buckets the same parameters to the bit, recorded as fp16, still learning,
+ * and nearer fp32's than bf16's run is (fp16 keeps 11 bits to bf16's 8, and
+ * a gradient of this mlp never comes near fp16's 65504). */
+static void test_fp16_gradient_exchange(void **state)
+{
+    (void)state;
+    char *args[] = {"--batch-size", "32", "--max-steps", "200", "--check-replicas", "20", "--log-every", "50",
+                    "--allreduce-dtype", "fp16", NULL, NULL, NULL};
+    struct child_run h = train(2, "fp16.ckpt", args, 0);
+    if (h.code != 0)
+        fail_msg("fp16 exchange failed: %s", h.err);
+    char path[512];
+    path_of(path, sizeof path, "metrics.jsonl");
+    char *m = slurp_or_empty(path);
+    assert_non_null(strstr(m, "\"allreduce_dtype\":\"fp16\""));
+    free(m);
+    args[10] = "--bucket-mb", args[11] = "0.05";
+    struct child_run hb = train(2, "fp16-buckets.ckpt", args, 0);
+    if (hb.code != 0)
+        fail_msg("fp16 exchange in buckets failed: %s", hb.err);
+    st_ckpt c = read_ckpt("fp16.ckpt"), cb = read_ckpt("fp16-buckets.ckpt"), cf = read_ckpt("fp32.ckpt"),
+            c16 = read_ckpt("bf16.ckpt");
+    if (memcmp(c.params, cb.params, c.nparams * sizeof(float)) != 0)
+        fail_msg("fp16 in buckets: the parameters differ from the unbucketed fp16 run's");
+    double scale, from_fp32 = ckpt_max_abs_diff(&c, &cf, &scale), bf16_from_fp32 = ckpt_max_abs_diff(&c16, &cf, &scale);
+    if (!(from_fp32 > 0 && from_fp32 < bf16_from_fp32))
+        fail_msg("fp16 vs fp32 parameters differ by %.3g, bf16's by %.3g", from_fp32, bf16_from_fp32);
+    if (!(c.best_accuracy > 0.8))
+        fail_msg("fp16 exchange reached only %.3f test accuracy", c.best_accuracy);
+    st_ckpt_free(&c), st_ckpt_free(&cb), st_ckpt_free(&cf), st_ckpt_free(&c16);
+    child_run_free(&h), child_run_free(&hb);
 }
 
 /* --bucket-mb: the gradients go in buckets during backward, on a progress
@@ -307,6 +342,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_gradient_exchange),
+        cmocka_unit_test(test_fp16_gradient_exchange),  /* after bf16's: reads its and fp32's checkpoints */
         cmocka_unit_test(test_bucketed_overlap),
         cmocka_unit_test(test_two_nodes_equal_one_node_of_two),
         cmocka_unit_test(test_killed_rank_stops_every_node),

@@ -112,24 +112,24 @@ void *st_group_buffer(st_group *g, size_t *bytes);
  * inter-node transport).  For custom zero-copy exchanges and benchmarks. */
 const void *st_group_peer_buffer(const st_group *g, int peer);
 
-/* In-place all-reduce of `count` floats.  All ranks end with bitwise
- * identical values; the same inputs give the same bits on every run. */
-st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op);
-
-/* In-place all-reduce of `count` bfloat16 values (shmtrain/bf16.h): every
- * element is summed over the ranks in fp32, in rank order, and rounded once,
- * so all ranks end with the same bits, and half the bytes of f32 move.
- * ST_AVG divides in fp32 before the rounding. */
-st_status st_allreduce_bf16(st_group *g, uint16_t *buf, size_t count, st_reduce_op op);
-
-/* The same by element type: ST_DTYPE_F32 (float *), ST_DTYPE_BF16 and
- * ST_DTYPE_F16 (summed in fp32 in rank order, rounded once), ST_DTYPE_F64
- * (in fp64), ST_DTYPE_I32 and ST_DTYPE_I64 (two's complement: a sum wraps
- * as the hardware's does);
- * any op, AVG for the floating types only.  Every rank ends with the same
- * bits.  fp32 and bf16 sums take the measured table of algorithms; the
- * rest go by rsag. */
-st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op);
+/* In-place all-reduce of `count` elements of `dtype` at buf, travelling as
+ * `wire`.  All ranks end with bitwise identical values; the same inputs give
+ * the same bits on every run.
+ *   wire == dtype: the payload reduced as its own type.  ST_DTYPE_F32
+ *     (float *) in fp32; ST_DTYPE_BF16 and ST_DTYPE_F16 (uint16_t *:
+ *     shmtrain/bf16.h, fp16.h) summed in fp32 in rank order and rounded
+ *     once; ST_DTYPE_F64 in fp64; ST_DTYPE_I32 and ST_DTYPE_I64 in two's
+ *     complement (a sum wraps as the hardware's does).
+ *   dtype ST_DTYPE_F32, wire ST_DTYPE_BF16 or ST_DTYPE_F16: each rank's
+ *     floats are rounded to the wire's type as they enter the segment
+ *     (staging, in pieces), reduced as that payload is, and widened as
+ *     they leave: buf ends with the bits of the rounded payload's
+ *     reduction, half the bytes moving (what a trainer calls with fp32
+ *     gradients and --allreduce-dtype).
+ * Any op; ST_AVG for the floating types only (divided in fp32 before the
+ * rounding).  fp32 and bf16 payloads take the measured table of
+ * algorithms; the rest go by rsag.  Any other pair is refused by name. */
+st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_dtype wire, st_reduce_op op);
 
 /* Every rank's `bytes` at `send`, in rank order, into `recv` (world x
  * bytes; it may hold send at rank x bytes, MPI_IN_PLACE's layout). */
@@ -141,37 +141,21 @@ st_status st_allgather(st_group *g, const void *send, void *recv, size_t bytes);
 st_status st_reduce_scatter(st_group *g, const void *send, void *recv, size_t count, st_dtype dtype,
                             st_reduce_op op);
 
-/* In-place all-reduce of `count` floats that travel as `wire`: ST_DTYPE_F32
- * is st_allreduce_f32; with ST_DTYPE_BF16 each rank's values are rounded to
- * bf16 as they enter the segment (staging, in pieces), reduced as
- * st_allreduce_bf16 reduces, and widened as they leave, so buf ends with
- * st_allreduce_bf16's bits of the rounded values, half the bytes moving.
- * What a trainer calls with fp32 gradients and --allreduce-dtype. */
-st_status st_allreduce_as(st_group *g, float *buf, size_t count, st_dtype wire, st_reduce_op op);
-
 /* An all-reduce with a stage between its two halves, for a transport
  * beyond this machine (the hierarchical all-reduce of shmtrain-coll-mpi):
  * after the in-group reduce-scatter, `between(ctx, part, n)` runs on the
- * part of buf this rank owns, summed over the group (with the direct
- * algorithm of small messages, on all of it, on every rank); an average is
- * then divided by `divisor` (the whole job's rank count) there; the
- * all-gather spreads the result.  Whatever `between` leaves in the part is
- * what every rank of the group ends with, bit for bit.  A failing `between`
- * fails the collective with its status. */
+ * part of buf this rank owns as fp32 sums over the group (a rounding
+ * wire's before the rounding; with the direct algorithm of small messages,
+ * on all of it, on every rank), and may add other nodes' sums to them; an
+ * average is then divided by `divisor` (the whole job's rank count) there,
+ * a rounding wire rounds once, and the all-gather spreads the result.
+ * Whatever `between` leaves in the part is what every rank of the group
+ * ends with, bit for bit.  A failing `between` fails the collective with
+ * its status.  Types as st_allreduce, for the payloads a sum in fp32 can
+ * become: fp32, bf16 and fp16. */
 typedef st_status (*st_shard_fn)(void *ctx, float *part, size_t count);
-st_status st_allreduce_f32_staged(st_group *g, float *buf, size_t count, st_reduce_op op, st_shard_fn between,
-                                  void *ctx, int divisor);
-
-/* The bf16 all-reduce with a stage: `between` gets this rank's slice as
- * fp32 sums over the group (before rounding), may add other nodes' sums to
- * them, and the average (by `divisor`) and the one rounding follow. */
-st_status st_allreduce_bf16_staged(st_group *g, uint16_t *buf, size_t count, st_reduce_op op, st_shard_fn between,
-                                   void *ctx, int divisor);
-
-/* st_allreduce_as with the stage above (for either wire type: `between`
- * always gets fp32 sums). */
-st_status st_allreduce_as_staged(st_group *g, float *buf, size_t count, st_dtype wire, st_reduce_op op,
-                                 st_shard_fn between, void *ctx, int divisor);
+st_status st_allreduce_staged(st_group *g, void *buf, size_t count, st_dtype dtype, st_dtype wire, st_reduce_op op,
+                              st_shard_fn between, void *ctx, int divisor);
 
 /* Copy `bytes` from `root`'s buf into every other rank's buf. */
 st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root);
@@ -193,7 +177,7 @@ double st_group_wait_seconds(const st_group *g);
  * peers' segments, then all-gather) or "two-level" (the same within each
  * NUMA node, then across), with "-copy" appended where an ordinary buffer
  * is staged through the segment; "none" for nothing to do (for benchmarks
- * and logs).  st_allreduce_as with a bf16 wire is the bf16 choice. */
+ * and logs).  `dtype` is the wire's: fp32 on a bf16 wire makes the bf16 choice. */
 const char *st_allreduce_algorithm(const st_group *g, const void *buf, size_t count, st_dtype dtype);
 
 /* The algorithms st_group_config.algorithm may force, NULL-terminated. */

@@ -40,14 +40,11 @@ int st_hgroup_size(const st_hgroup *h);
 int st_hgroup_nodes(const st_hgroup *h);
 st_group *st_hgroup_local(st_hgroup *h);       /* this node's group (its zero-copy buffer) */
 
-st_status st_hallreduce_f32(st_hgroup *h, float *buf, size_t count, st_reduce_op op);
-/* bf16 payloads: summed in fp32 in the node, the slices' fp32 sums across
- * nodes, rounded once; half the bytes inside the node. */
-st_status st_hallreduce_bf16(st_hgroup *h, uint16_t *buf, size_t count, st_reduce_op op);
-/* The same by element type: ST_DTYPE_F32 (float *) or ST_DTYPE_BF16. */
-st_status st_hallreduce(st_hgroup *h, void *buf, size_t count, st_dtype dtype, st_reduce_op op);
-/* Floats travelling as `wire` (st_allreduce_as, over every node). */
-st_status st_hallreduce_as(st_hgroup *h, float *buf, size_t count, st_dtype wire, st_reduce_op op);
+/* st_allreduce over every node, for the types a stage takes (fp32, bf16,
+ * fp16, and fp32 on a bf16 or fp16 wire): summed in fp32 in the node, the
+ * slices' fp32 sums across nodes over MPI, a rounding wire rounded once;
+ * half the bytes inside the node on a rounding wire. */
+st_status st_hallreduce(st_hgroup *h, void *buf, size_t count, st_dtype dtype, st_dtype wire, st_reduce_op op);
 st_status st_hbroadcast(st_hgroup *h, void *buf, size_t bytes, int root);   /* root: a world rank */
 st_status st_hbarrier(st_hgroup *h);
 

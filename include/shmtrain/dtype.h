@@ -24,9 +24,24 @@ typedef enum st_dtype {
 } st_dtype;
 /* The one spelling users type and read: "fp32", "bf16" ("i32", "fp16", "i64", "fp64", "?"). */
 const char *st_dtype_name(st_dtype t);
-/* A precision as a user types it ("fp32" or "bf16"); false for anything else. */
+/* A floating type as a user types it ("fp32", "bf16" or "fp16"); false for anything else. */
 bool st_dtype_parse(const char *name, st_dtype *out);
 size_t st_dtype_size(st_dtype t);        /* bytes per element */
+
+/* The rounding types: fp32 values may be carried as bf16 or fp16 (the
+ * collectives' wire, the engine's low-precision copies). */
+bool st_dtype_is_rounding(st_dtype t);
+
+/* n elements of `from` at src as `to` at dst: a copy when the types are
+ * the same, else fp32 to a rounding type (round to nearest even, shmtrain/
+ * bf16.h's and fp16.h's definitions) or back (exact).  Every conversion
+ * the collectives and the engine make goes through here or the element
+ * functions of bf16.h and fp16.h.  Returns false for any other pair. */
+bool st_dtype_convert_n(void *dst, st_dtype to, const void *src, st_dtype from, size_t n);
+
+/* x[i] = x[i] as a rounding type `t` carries it (rounded, widened back), in
+ * place; fp32 is left as it is. */
+void st_dtype_round_n(float *x, st_dtype t, size_t n);
 
 #ifdef __cplusplus
 }

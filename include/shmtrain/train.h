@@ -64,7 +64,7 @@ typedef struct st_train_options {
     bool keep_best;               /* keep best.ckpt beside the checkpoint: the best evaluation's */
     long check_replicas;          /* compare parameter hashes every K steps */
     st_dtype precision;           /* compute: fp32 (default) or bf16 mixed precision (docs/engine.md) */
-    st_dtype allreduce_dtype;     /* the gradient exchange: fp32 (default) or bf16, half the bytes */
+    st_dtype allreduce_dtype;     /* the gradient exchange: fp32 (default), bf16 or fp16 (half the bytes) */
     double bucket_mb;             /* > 0: all-reduce buckets of this size during backward (overlap) */
     const char *checkpoint;       /* path (default shmtrain.ckpt); NULL: none written (--no-checkpoint) */
     const char *resume;           /* checkpoint to resume from, or NULL */

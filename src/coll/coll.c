@@ -44,7 +44,8 @@ float *coll_scratch_f32(st_group *g, size_t n)
     return g->stage_f32;
 }
 
-st_status coll_finish_bf16(st_group *g, float *sums, st_bf16 *out, size_t n, st_reduce_op op, const struct coll_stage *sg)
+st_status coll_finish_rounded(st_group *g, float *sums, void *out, st_dtype wire, size_t n, st_reduce_op op,
+                              const struct coll_stage *sg)
 {
     if (sg) {
         st_status st = coll_run_stage(sg, sums, n, op);
@@ -54,7 +55,7 @@ st_status coll_finish_bf16(st_group *g, float *sums, st_bf16 *out, size_t n, st_
         for (size_t i = 0; i < n; i++)
             sums[i] /= (float)g->world;
     }
-    st_bf16_from_f32_n(out, sums, n);
+    st_dtype_convert_n(out, wire, sums, ST_DTYPE_F32, n);
     return ST_OK;
 }
 
@@ -120,32 +121,26 @@ static st_status check_allreduce(const st_group *g, const void *buf, size_t coun
     return ST_OK;
 }
 
-/* A world of one: nothing to exchange, but a bf16 wire still rounds once
- * and a stage (other nodes' sums) still runs. */
+/* A world of one: nothing to exchange, but fp32 values on a rounding wire
+ * still round once and a stage (other nodes' sums) still runs. */
 static st_status alone(st_group *g, const struct coll_call *c)
 {
-    if (!coll_fast_payload(c->wire, c->op) && !c->sg)
-        return ST_OK;  /* a reduction of one value is the value */
-    if (c->wire == ST_DTYPE_F32)
+    if (!st_dtype_is_rounding(c->wire))
         return c->sg ? coll_run_stage(c->sg, c->buf, c->count, c->op) : ST_OK;
-    float *f = c->user == ST_DTYPE_F32 ? c->buf : NULL;
-    st_bf16 *b = c->user == ST_DTYPE_BF16 ? c->buf : NULL;
-    if (!c->sg) {
-        for (size_t i = 0; f && i < c->count; i++)  /* a sum of one, rounded once */
-            f[i] = st_bf16_to_f32(st_bf16_from_f32(f[i]));
-        return ST_OK;
-    }
-    float *sums = coll_scratch_f32(g, c->count);
+    if (c->user == c->wire && !c->sg)
+        return ST_OK;  /* a reduction of one value is the value */
+    float *sums = c->user == ST_DTYPE_F32 ? c->buf : coll_scratch_f32(g, c->count);
     if (!sums)
-        return st_fail(ST_ERR_NOMEM, "coll: out of memory for a bf16 stage");
-    for (size_t i = 0; i < c->count; i++)
-        sums[i] = b ? st_bf16_to_f32(b[i]) : st_bf16_to_f32(st_bf16_from_f32(f[i]));
-    st_status st = coll_run_stage(c->sg, sums, c->count, c->op);
-    for (size_t i = 0; st == ST_OK && i < c->count; i++)
-        if (b)
-            b[i] = st_bf16_from_f32(sums[i]);
-        else
-            f[i] = st_bf16_to_f32(st_bf16_from_f32(sums[i]));
+        return st_fail(ST_ERR_NOMEM, "coll: out of memory for a %s stage", st_dtype_name(c->wire));
+    if (c->user == ST_DTYPE_F32)
+        st_dtype_round_n(sums, c->wire, c->count);  /* the value as it enters the wire */
+    else
+        st_dtype_convert_n(sums, ST_DTYPE_F32, c->buf, c->user, c->count);
+    st_status st = c->sg ? coll_run_stage(c->sg, sums, c->count, c->op) : ST_OK;
+    if (c->user == ST_DTYPE_F32)
+        st_dtype_round_n(sums, c->wire, c->count);  /* rounded once, as the sum of many */
+    else
+        st_dtype_convert_n(c->buf, c->user, sums, ST_DTYPE_F32, c->count);
     return st;
 }
 
@@ -184,11 +179,18 @@ const char *st_allreduce_algorithm(const st_group *g, const void *buf, size_t co
     return PATH_NAMES[coll_choose(g, &c)][c.zero_copy];
 }
 
-static st_status wire_type(st_dtype wire)
+/* The pairs a call may name: a payload reduced as its own type, or fp32
+ * values carried as a rounding type; a stage takes fp32 sums, so only the
+ * floating types a sum can round into. */
+static st_status check_types(st_dtype dtype, st_dtype wire, bool staged)
 {
-    if (wire == ST_DTYPE_F32 || wire == ST_DTYPE_BF16)
-        return ST_OK;
-    return st_fail(ST_ERR_INVALID, "coll: allreduce: wire type %s is not fp32 or bf16", st_dtype_name(wire));
+    if (wire != dtype && !(dtype == ST_DTYPE_F32 && st_dtype_is_rounding(wire)))
+        return st_fail(ST_ERR_INVALID, "coll: allreduce: %s values cannot travel as %s (fp32 may travel as bf16 or fp16)",
+                       st_dtype_name(dtype), st_dtype_name(wire));
+    if (staged && wire != ST_DTYPE_F32 && !st_dtype_is_rounding(wire))
+        return st_fail(ST_ERR_INVALID, "coll: staged allreduce: %s payloads take no stage (fp32, bf16 and fp16 do)",
+                       st_dtype_name(wire));
+    return ST_OK;
 }
 
 /* ----------------------------------------------------- broadcast, barrier -- */
@@ -271,51 +273,20 @@ static st_status make_stage(st_shard_fn between, void *ctx, int divisor, struct 
     return ST_OK;
 }
 
-st_status st_allreduce_f32(st_group *g, float *buf, size_t count, st_reduce_op op)
+st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_dtype wire, st_reduce_op op)
 {
-    return coll_progressed(g, allreduce(g, buf, count, ST_DTYPE_F32, ST_DTYPE_F32, op, NULL));
+    st_status st = check_types(dtype, wire, false);
+    return st != ST_OK ? st : coll_progressed(g, allreduce(g, buf, count, dtype, wire, op, NULL));
 }
 
-st_status st_allreduce_bf16(st_group *g, uint16_t *buf, size_t count, st_reduce_op op)
-{
-    return coll_progressed(g, allreduce(g, buf, count, ST_DTYPE_BF16, ST_DTYPE_BF16, op, NULL));
-}
-
-st_status st_allreduce_bf16_staged(st_group *g, uint16_t *buf, size_t count, st_reduce_op op, st_shard_fn between,
-                                   void *ctx, int divisor)
+st_status st_allreduce_staged(st_group *g, void *buf, size_t count, st_dtype dtype, st_dtype wire, st_reduce_op op,
+                              st_shard_fn between, void *ctx, int divisor)
 {
     struct coll_stage sg;
-    st_status st = make_stage(between, ctx, divisor, &sg);
-    return st != ST_OK ? st : coll_progressed(g, allreduce(g, buf, count, ST_DTYPE_BF16, ST_DTYPE_BF16, op, &sg));
-}
-
-st_status st_allreduce(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op)
-{
-    return coll_progressed(g, allreduce(g, buf, count, dtype, dtype, op, NULL));
-}
-
-st_status st_allreduce_as(st_group *g, float *buf, size_t count, st_dtype wire, st_reduce_op op)
-{
-    st_status st = wire_type(wire);
-    return st != ST_OK ? st : coll_progressed(g, allreduce(g, buf, count, ST_DTYPE_F32, wire, op, NULL));
-}
-
-st_status st_allreduce_as_staged(st_group *g, float *buf, size_t count, st_dtype wire, st_reduce_op op,
-                                 st_shard_fn between, void *ctx, int divisor)
-{
-    struct coll_stage sg;
-    st_status st = wire_type(wire);
+    st_status st = check_types(dtype, wire, true);
     if (st == ST_OK)
         st = make_stage(between, ctx, divisor, &sg);
-    return st != ST_OK ? st : coll_progressed(g, allreduce(g, buf, count, ST_DTYPE_F32, wire, op, &sg));
-}
-
-st_status st_allreduce_f32_staged(st_group *g, float *buf, size_t count, st_reduce_op op, st_shard_fn between,
-                                  void *ctx, int divisor)
-{
-    struct coll_stage sg;
-    st_status st = make_stage(between, ctx, divisor, &sg);
-    return st != ST_OK ? st : coll_progressed(g, allreduce(g, buf, count, ST_DTYPE_F32, ST_DTYPE_F32, op, &sg));
+    return st != ST_OK ? st : coll_progressed(g, allreduce(g, buf, count, dtype, wire, op, &sg));
 }
 
 st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root)

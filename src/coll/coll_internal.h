@@ -133,7 +133,7 @@ struct st_group {
 };
 
 /* What runs between the reduce-scatter and the all-gather halves of a
- * staged all-reduce (st_allreduce_f32_staged): `fn` on the part this rank
+ * staged all-reduce (st_allreduce_staged): `fn` on the part this rank
  * owns, summed over the group, then the division of an average by
  * `divisor` (the whole job's rank count), so the all-gather spreads final
  * values and every rank ends with the same bits. */
@@ -190,9 +190,10 @@ st_status coll_check_payload(st_dtype t, st_reduce_op op);
 st_status coll_progressed(st_group *g, st_status st);
 /* coll.c: the stage (if any) on n fp32 sums, and the average's division. */
 st_status coll_run_stage(const struct coll_stage *sg, float *part, size_t n, st_reduce_op op);
-/* Round fp32 sums into bf16 after the stage (if any) and the average. */
-st_status coll_finish_bf16(st_group *g, float *sums, uint16_t *out, size_t n, st_reduce_op op,
-                           const struct coll_stage *sg);
+/* Round fp32 sums into the wire's type (bf16 or fp16) after the stage (if
+ * any) and the average. */
+st_status coll_finish_rounded(st_group *g, float *sums, void *out, st_dtype wire, size_t n, st_reduce_op op,
+                              const struct coll_stage *sg);
 /* n floats of room the group keeps (a bf16 slice's fp32 sums), or NULL. */
 float *coll_scratch_f32(st_group *g, size_t n);
 /* Elements [lo, hi) of part `part` of `parts` of n (n * part / parts). */

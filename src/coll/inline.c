@@ -139,7 +139,7 @@ st_status coll_inline_piece(st_group *g, void *buf, size_t count, st_dtype dtype
     g->inline_parity = parity ^ 1;
     float *sums = g->inline_sums;
     if (dtype == ST_DTYPE_BF16)
-        st = coll_finish_bf16(g, sums, buf, count, op, sg);
+        st = coll_finish_rounded(g, sums, buf, ST_DTYPE_BF16, count, op, sg);
     else if (sg)
         st = coll_run_stage(sg, sums, count, op);
     else if (op == ST_AVG)

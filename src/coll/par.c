@@ -51,10 +51,8 @@ static void convert(void *dst, st_dtype to, const void *src, st_dtype from, size
             coll_copy_to_user(dst, src, n * coll_esize(to));
         else
             memcpy(dst, src, n * coll_esize(to));
-    } else if (to == ST_DTYPE_F32) {
-        st_bf16_to_f32_n(dst, src, n);
     } else {
-        st_bf16_from_f32_n(dst, src, n);
+        st_dtype_convert_n(dst, to, src, from, n);
     }
 }
 
@@ -127,7 +125,7 @@ static void sum_f32(void *out, st_dtype to, const float *const *src, int nsrc, s
         if (to == ST_DTYPE_F32)
             memcpy((float *)out + b, acc, m * sizeof *acc);
         else
-            st_bf16_from_f32_n((st_bf16 *)out + b, acc, m);
+            st_dtype_convert_n((char *)out + b * st_dtype_size(to), to, acc, ST_DTYPE_F32, m);
     }
 }
 
@@ -222,7 +220,7 @@ static void sum_range(const struct coll_sum *s, void *out, size_t lo, size_t hi)
         (s->from == ST_DTYPE_I32 ? combine_int32_t : combine_int64_t)(out, s->src, s->nsrc, s->op, lo, hi);
     else if (s->from == ST_DTYPE_F64)
         combine_f64(s, out, lo, hi);
-    else if (s->op != ST_SUM || s->from == ST_DTYPE_F16 || s->to == ST_DTYPE_F16)
+    else if (s->op != ST_SUM || s->from == ST_DTYPE_F16)
         combine_float(s, out, lo, hi);
     else if (s->from == ST_DTYPE_F32)
         sum_f32(out, s->to, (const float *const *)s->src, s->nsrc, lo, hi, s->div);

@@ -55,10 +55,10 @@ static st_status reduce_slice(st_group *g, const struct coll_call *c, size_t lo,
     }
     float *sums = coll_scratch_f32(g, n);  /* the stage takes fp32 sums, rounded after it */
     if (!sums)
-        return st_fail(ST_ERR_NOMEM, "coll: out of memory for a bf16 slice's sums");
+        return st_fail(ST_ERR_NOMEM, "coll: out of memory for a rounded slice's sums");
     s.to = ST_DTYPE_F32;
     coll_par_sum(g, &s, sums, n);
-    return coll_finish_bf16(g, sums, mine, n, c->op, c->sg);
+    return coll_finish_rounded(g, sums, mine, c->wire, n, c->op, c->sg);
 }
 
 /* Every slice of the piece from its owner's input into the caller's

@@ -99,7 +99,7 @@ static st_status cross_sum(st_group *g, const struct coll_call *c, size_t a_off,
         return st_fail(ST_ERR_NOMEM, "coll: out of memory for a bf16 slice's sums");
     s.to = ST_DTYPE_F32;
     coll_par_sum(g, &s, sums, n);
-    return coll_finish_bf16(g, sums, (st_bf16 *)out, n, c->op, c->sg);
+    return coll_finish_rounded(g, sums, out, c->wire, n, c->op, c->sg);
 }
 
 /* Phase C1: the other nodes' final sub-slices of part i (of length len) into our C area. */

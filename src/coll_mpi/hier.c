@@ -151,35 +151,11 @@ static st_status across_nodes(void *ctx, float *part, size_t count)
     return ST_OK;
 }
 
-st_status st_hallreduce_f32(st_hgroup *h, float *buf, size_t count, st_reduce_op op)
+st_status st_hallreduce(st_hgroup *h, void *buf, size_t count, st_dtype dtype, st_dtype wire, st_reduce_op op)
 {
     if (h->nodes == 1)
-        return st_allreduce_f32(h->local, buf, count, op);
-    return st_allreduce_f32_staged(h->local, buf, count, op, across_nodes, h, h->world);
-}
-
-st_status st_hallreduce_bf16(st_hgroup *h, uint16_t *buf, size_t count, st_reduce_op op)
-{
-    if (h->nodes == 1)
-        return st_allreduce_bf16(h->local, buf, count, op);
-    return st_allreduce_bf16_staged(h->local, buf, count, op, across_nodes, h, h->world);
-}
-
-st_status st_hallreduce(st_hgroup *h, void *buf, size_t count, st_dtype dtype, st_reduce_op op)
-{
-    switch (dtype) {
-    case ST_DTYPE_F32: return st_hallreduce_f32(h, buf, count, op);
-    case ST_DTYPE_BF16: return st_hallreduce_bf16(h, buf, count, op);
-    default:
-        return st_fail(ST_ERR_INVALID, "hier: allreduce: element type %s is not fp32 or bf16", st_dtype_name(dtype));
-    }
-}
-
-st_status st_hallreduce_as(st_hgroup *h, float *buf, size_t count, st_dtype wire, st_reduce_op op)
-{
-    if (h->nodes == 1)
-        return st_allreduce_as(h->local, buf, count, wire, op);
-    return st_allreduce_as_staged(h->local, buf, count, wire, op, across_nodes, h, h->world);
+        return st_allreduce(h->local, buf, count, dtype, wire, op);
+    return st_allreduce_staged(h->local, buf, count, dtype, wire, op, across_nodes, h, h->world);
 }
 
 /* Broadcasts are rare (the start, a resume): MPI's over the world. */

@@ -18,6 +18,8 @@ bool st_dtype_parse(const char *name, st_dtype *out)
         *out = ST_DTYPE_F32;
     else if (!strcmp(name, "bf16"))
         *out = ST_DTYPE_BF16;
+    else if (!strcmp(name, "fp16"))
+        *out = ST_DTYPE_F16;
     else
         return false;
     return true;
@@ -26,6 +28,33 @@ bool st_dtype_parse(const char *name, st_dtype *out)
 size_t st_dtype_size(st_dtype t)
 {
     return t == ST_DTYPE_BF16 || t == ST_DTYPE_F16 ? 2 : t == ST_DTYPE_I64 || t == ST_DTYPE_F64 ? 8 : 4;
+}
+
+bool st_dtype_is_rounding(st_dtype t) { return t == ST_DTYPE_BF16 || t == ST_DTYPE_F16; }
+
+bool st_dtype_convert_n(void *restrict dst, st_dtype to, const void *restrict src, st_dtype from, size_t n)
+{
+    if (to == from)
+        memcpy(dst, src, n ? n * st_dtype_size(to) : 0);
+    else if (from == ST_DTYPE_F32 && to == ST_DTYPE_BF16)
+        st_bf16_from_f32_n(dst, src, n);
+    else if (from == ST_DTYPE_F32 && to == ST_DTYPE_F16)
+        st_f16_from_f32_n(dst, src, n);
+    else if (from == ST_DTYPE_BF16 && to == ST_DTYPE_F32)
+        st_bf16_to_f32_n(dst, src, n);
+    else if (from == ST_DTYPE_F16 && to == ST_DTYPE_F32)
+        st_f16_to_f32_n(dst, src, n);
+    else
+        return false;
+    return true;
+}
+
+void st_dtype_round_n(float *x, st_dtype t, size_t n)
+{
+    for (size_t i = 0; t == ST_DTYPE_BF16 && i < n; i++)
+        x[i] = st_bf16_to_f32(st_bf16_from_f32(x[i]));
+    for (size_t i = 0; t == ST_DTYPE_F16 && i < n; i++)
+        x[i] = st_f16_to_f32(st_f16_from_f32(x[i]));
 }
 
 /* The array conversions: the integer operations of bf16.h without a

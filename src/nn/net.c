@@ -507,7 +507,8 @@ st_status st_nn_precision_check(st_dtype precision, st_backend backend, const st
 {
     if (precision != ST_DTYPE_F32 && (precision != ST_DTYPE_BF16 || backend != ST_BACKEND_ONEDNN))
         return st_fail(ST_ERR_INVALID, "precision %s: the oneDNN backend computes in fp32 or bf16, the reference "
-                                       "in fp32 (it is the definition)", st_dtype_name(precision));
+                                       "in fp32 (it is the definition)%s", st_dtype_name(precision),
+                       precision == ST_DTYPE_F16 ? "; fp16 is a gradient exchange's type (--allreduce-dtype fp16)" : "");
     /* No emulated crawl: oneDNN runs bf16 on AVX-512 without BF16 by
      * emulation, and not at all below it. */
     if (precision == ST_DTYPE_BF16 && !st_nn_bf16_supported(t))

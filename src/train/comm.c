@@ -97,9 +97,9 @@ st_status comm_allreduce(struct train_comm *c, float *buf, size_t count, st_dtyp
 {
 #ifdef SHMTRAIN_HAVE_MPI
     if (c->h)
-        return st_hallreduce_as(c->h, buf, count, wire, op);
+        return st_hallreduce(c->h, buf, count, ST_DTYPE_F32, wire, op);
 #endif
-    return st_allreduce_as(c->local, buf, count, wire, op);
+    return st_allreduce(c->local, buf, count, ST_DTYPE_F32, wire, op);
 }
 
 st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root)
@@ -126,7 +126,7 @@ int comm_numa_node(const struct train_comm *c, int local_rank) { return st_group
 st_status comm_node_any(struct train_comm *c, bool mine, bool *any)
 {
     float v = mine ? 1.0f : 0.0f;
-    st_status st = st_allreduce_f32(c->local, &v, 1, ST_SUM);
+    st_status st = st_allreduce(c->local, &v, 1, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM);
     *any = v > 0;
     return st;
 }

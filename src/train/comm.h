@@ -35,7 +35,7 @@ void comm_leave(struct train_comm *c, bool failed);
 
 /* Over the whole job. */
 /* `count` floats, travelling as `wire` (fp32, or bf16: rounded, summed in
- * fp32, rounded once: st_allreduce_as). */
+ * fp32, rounded once: st_allreduce). */
 st_status comm_allreduce(struct train_comm *c, float *buf, size_t count, st_dtype wire, st_reduce_op op);
 st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root);
 

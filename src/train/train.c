@@ -174,8 +174,8 @@ static st_status check_replicas(struct trainer *t)
     return st;
 }
 
-/* The gradient average over every rank.  With --allreduce-dtype bf16 the
- * gradients travel rounded (the collectives round, sum in fp32, round once
+/* The gradient average over every rank.  With --allreduce-dtype bf16 or fp16
+ * the gradients travel rounded (the collectives round, sum in fp32, round once
  * and widen); the tail (loss, accuracy, the stop and non-finite flags)
  * always travels fp32. */
 static st_status exchange(struct trainer *t)

@@ -290,7 +290,8 @@ class ShmBackend : public c10d::Backend {
     {
         check_cpu(t, what);
         at::Tensor d = dense(t);
-        check(st_allreduce(g_, d.data_ptr(), (size_t)d.numel(), dtype_of(d, what), op), what);
+        const st_dtype type = dtype_of(d, what);
+        check(st_allreduce(g_, d.data_ptr(), (size_t)d.numel(), type, type, op), what);
         give_back(t, d);
     }
 
