@@ -6,7 +6,7 @@
  * separate runs cannot.
  *
  *   st-step-ab VAR=VALUE [--models mlp,lenet,cnn] [--threads 1,2] [--blocks 20]
- *              [--block-seconds 0.1] [--batch 64]
+ *              [--block-seconds 0.1] [--batch 64] [--precision fp32|bf16]
  *
  * Prints per model and thread count the median step time of A and of B over
  * the blocks, B/A, and in how many blocks B was the faster. */
@@ -37,12 +37,20 @@ static double median(double *v, int n)
     return v[n / 2];
 }
 
-static void ab(const char *model, int threads, const st_nn_tuning *ta_cfg, const st_nn_tuning *tb_cfg, int blocks,
-               double seconds, int batch)
+struct ab_run {
+    int blocks, batch;
+    double seconds;
+    st_dtype precision;
+};
+
+static void ab(const char *model, int threads, const st_nn_tuning *ta_cfg, const st_nn_tuning *tb_cfg,
+               const struct ab_run *run)
 {
+    const int blocks = run->blocks;
+    const double seconds = run->seconds;
     struct step_rig a, b;
-    rig_create_tuned(&a, "st-step-ab", model, batch, threads, ST_DTYPE_F32, ta_cfg);
-    rig_create_tuned(&b, "st-step-ab", model, batch, threads, ST_DTYPE_F32, tb_cfg);
+    rig_create_tuned(&a, "st-step-ab", model, run->batch, threads, run->precision, ta_cfg);
+    rig_create_tuned(&b, "st-step-ab", model, run->batch, threads, run->precision, tb_cfg);
     double ta[MAX_BLOCKS], tb[MAX_BLOCKS];
     int b_faster = 0;
     block(&a, seconds), block(&b, seconds);  /* warm-up */
@@ -66,7 +74,7 @@ static void ab(const char *model, int threads, const st_nn_tuning *ta_cfg, const
 static void usage(void)
 {
     fprintf(stderr, "usage: st-step-ab VAR=VALUE [--models a,b] [--threads 1,2] [--blocks N] "
-                    "[--block-seconds S] [--batch B]\n");
+                    "[--block-seconds S] [--batch B] [--precision fp32|bf16]\n");
     exit(2);
 }
 
@@ -77,21 +85,20 @@ int main(int argc, char **argv)
     char var[128], models[256] = "mlp,lenet,cnn", threads[64] = "1,2";
     const char *value = strchr(argv[1], '=') + 1;
     snprintf(var, sizeof var, "%.*s", (int)(value - 1 - argv[1]), argv[1]);
-    int blocks = 20, batch = 64;
-    double seconds = 0.1;
+    struct ab_run run = {.blocks = 20, .batch = 64, .seconds = 0.1, .precision = ST_DTYPE_F32};
     for (int i = 2; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
             usage();
         if (!strcmp(argv[i], "--models")) snprintf(models, sizeof models, "%s", v);
         else if (!strcmp(argv[i], "--threads")) snprintf(threads, sizeof threads, "%s", v);
-        else if (!strcmp(argv[i], "--blocks")) blocks = atoi(v);
-        else if (!strcmp(argv[i], "--block-seconds")) seconds = atof(v);
-        else if (!strcmp(argv[i], "--batch")) batch = atoi(v);
-        else usage();
+        else if (!strcmp(argv[i], "--blocks")) run.blocks = atoi(v);
+        else if (!strcmp(argv[i], "--block-seconds")) run.seconds = atof(v);
+        else if (!strcmp(argv[i], "--batch")) run.batch = atoi(v);
+        else if (strcmp(argv[i], "--precision") || !st_dtype_parse(v, &run.precision)) usage();
         i++;
     }
-    if (blocks < 1 || blocks > MAX_BLOCKS || seconds <= 0 || batch < 1) {
+    if (run.blocks < 1 || run.blocks > MAX_BLOCKS || run.seconds <= 0 || run.batch < 1) {
         fprintf(stderr, "st-step-ab: need 1 <= --blocks <= %d, --block-seconds > 0, --batch >= 1\n", MAX_BLOCKS);
         return 2;
     }
@@ -108,7 +115,7 @@ int main(int argc, char **argv)
         return 2;
     }
     st_nn_flush_denormals(true);
-    printf("# A: the environment's switches; B: %s=%s too; medians over %d blocks\n", var, value, blocks);
+    printf("# A: the environment's switches; B: %s=%s too; medians over %d blocks, %s\n", var, value, run.blocks, st_dtype_name(run.precision));
     printf("%-7s %7s %10s %10s %7s %8s\n", "model", "threads", "A ms", "B ms", "B/A", "B faster");
     char *ms = NULL, *ts = NULL;
     for (char *m = strtok_r(models, ",", &ms); m; m = strtok_r(NULL, ",", &ms)) {
@@ -120,7 +127,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "st-step-ab: --threads: '%s' is not a thread count\n", t);
                 return 2;
             }
-            ab(m, nt, &ta, &tb, blocks, seconds, batch);
+            ab(m, nt, &ta, &tb, &run);
         }
     }
     return 0;

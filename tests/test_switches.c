@@ -23,16 +23,18 @@ static const struct {
     const char *env;
     const char *model;
     int batch;
+    st_dtype precision;  /* fp32 unless the switch acts in a bf16 net */
 } CASES[] = {
     /* cnn's first convolution: 64 x 32 x 26 x 26 outputs do not fit L2, so it runs in its max-pool's chunks */
-    {"SHMTRAIN_ONEDNN_NO_CHUNKS", "cnn", 64},
-    {"SHMTRAIN_ONEDNN_BRGCONV", "lenet", 16},   /* its second convolution reads 6 channels, nhwc */
-    {"SHMTRAIN_ONEDNN_STEM", "lenet", 16},      /* one channel into 6: stem.c */
-    {"SHMTRAIN_ONEDNN_IP_ANY", "mlp", 16},
-    {"SHMTRAIN_ONEDNN_POOL", "lenet", 16},
-    {"SHMTRAIN_ONEDNN_SEQ_TN", "gpt-mini", 2},
-    {"SHMTRAIN_ONEDNN_LAYERNORM", "gpt-mini", 2},
-    {"SHMTRAIN_ONEDNN_UNFUSED_LOSS", "gpt-mini", 2},  /* one chunk: the same products, the same bits */
+    {"SHMTRAIN_ONEDNN_NO_CHUNKS", "cnn", 64, ST_DTYPE_F32},
+    {"SHMTRAIN_ONEDNN_BRGCONV", "lenet", 16, ST_DTYPE_F32},   /* its second convolution reads 6 channels, nhwc */
+    {"SHMTRAIN_ONEDNN_STEM", "lenet", 16, ST_DTYPE_F32},      /* one channel into 6: stem.c */
+    {"SHMTRAIN_ONEDNN_IP_ANY", "mlp", 16, ST_DTYPE_F32},
+    {"SHMTRAIN_ONEDNN_POOL", "lenet", 16, ST_DTYPE_F32},
+    {"SHMTRAIN_ONEDNN_SEQ_TN", "gpt-mini", 2, ST_DTYPE_F32},
+    {"SHMTRAIN_ONEDNN_LAYERNORM", "gpt-mini", 2, ST_DTYPE_F32},
+    {"SHMTRAIN_ONEDNN_UNFUSED_LOSS", "gpt-mini", 2, ST_DTYPE_F32},  /* one chunk: the same products, the same bits */
+    {"SHMTRAIN_ATTENTION_FP32", "gpt-mini", 2, ST_DTYPE_BF16},  /* where the CPU has AVX512-BF16 */
 };
 
 /* Forward, loss, backward of `n` with these parameters on this batch. */
@@ -57,9 +59,18 @@ static float run(st_net *n, const float *params, const void *x, const int *label
  * transposed weight gradient, a layer norm without its epsilon) is off by
  * 1e-2 and more. */
 #define TOL 1e-4
+/* A switch in a bf16 net between bf16 and fp32 arithmetic (attention's
+ * products): each rounded operand is off by up to u = 2^-8 of itself, and
+ * between the loss and a gradient a few such products chain (attention's
+ * two forward, three backward), so 4u of the largest. */
+#define BF16_TOL (4.0 / 256)
 
 static void check_switch(int k)
 {
+    if (CASES[k].precision == ST_DTYPE_BF16 && !__builtin_cpu_supports("avx512bf16")) {
+        print_message("    %-30s skipped: no AVX512-BF16, nothing in bf16 to switch\n", CASES[k].env);
+        return;
+    }
     st_model *m = NULL;
     assert_int_equal(st_model_load(&m, CASES[k].model), ST_OK);
     const int batch = CASES[k].batch, vocab = st_model_vocab(m);
@@ -74,7 +85,8 @@ static void check_switch(int k)
     }
     for (size_t i = 0; i < rows; i++)
         labels[i] = (int)(i * 3 % (size_t)st_model_classes(m));
-    st_net_config base = {.batch = batch}, switched = base;
+    st_net_config base = {.batch = batch, .precision = CASES[k].precision}, switched = base;
+    const double tol = CASES[k].precision == ST_DTYPE_BF16 ? BF16_TOL : TOL;
     assert_true(st_nn_tuning_set(&switched.tuning, CASES[k].env, true));
     st_net *a = NULL, *b = NULL;
     assert_int_equal(st_net_create(&a, m, &base), ST_OK);
@@ -84,13 +96,13 @@ static void check_switch(int k)
     float *params = malloc(P * sizeof *params);
     memcpy(params, init, P * sizeof *params);
     const float la = run(a, params, x, labels), lb = run(b, params, x, labels);
-    if (!(fabs(la - lb) <= TOL * fmax(1.0, fabs(la))))
+    if (!(fabs(la - lb) <= tol * fmax(1.0, fabs(la))))
         fail_msg("%s on %s: loss %.7g, without %.7g", CASES[k].env, CASES[k].model, lb, la);
     size_t at;
     double scale;
     const float *ga = st_net_grads(a, NULL), *gb = st_net_grads(b, NULL);
     const double worst = max_diff(gb, ga, P, 0, &at, &scale);
-    if (!(worst <= TOL * scale))
+    if (!(worst <= tol * scale))
         fail_msg("%s on %s: gradient %zu is %g, without %g (scale %g)", CASES[k].env, CASES[k].model, at,
                  (double)gb[at], (double)ga[at], scale);
     char *da = net_description(a), *db = net_description(b);

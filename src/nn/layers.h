@@ -10,9 +10,12 @@
  *   ref_*     ref_backend.c: the reference (plain C) forward and backward,
  *             over the kernels of ref.c, and the scratch they need
  *   onednn    onednn_*.c: builds its primitives and ops for the oneDNN backend
- *   bf16      onednn_precision.c: what a layer of this kind does in a bf16
- *             net: computes in bf16 (bf16_weights), carries whatever
- *             type its input has (bf16_carries), or stays fp32 (bf16_never)
+ *   lowp      onednn_precision.c: what a layer of this kind does in a net of
+ *             a low precision (st_dtype: bf16 today): computes in it
+ *             (lowp_computes), computes in it between fp32 edges
+ *             (lowp_inside), carries whatever type its input has
+ *             (lowp_carries), or stays fp32 (lowp_never); each rule is asked
+ *             with the precision, so fp16 is an answer per rule, not a column
  *
  * Each of those files expands the table with the columns it owns, so the
  * enum, the parser's keywords and every backend's dispatch come from these
@@ -25,22 +28,22 @@
 
 /* clang-format off */
 #define NN_LAYER_TABLE_ROWS(X)                                                                                                                                                              \
-  /* KIND        keyword       parse               init           ref_scratch        ref_forward           ref_backward           onednn               bf16           summary           */  \
-  X(INPUT,      "input",      parse_input,        init_nothing,  scratch_none,      input_ref_forward,    input_ref_backward,    dn_build_input,      bf16_never,    summary_input    )     \
-  X(CONV,       "conv",       parse_conv,         init_kaiming,  scratch_none,      conv_ref_forward,     conv_ref_backward,     dn_build_conv,       bf16_weights,  summary_conv     )     \
-  X(LINEAR,     "linear",     parse_linear,       init_linear,   scratch_none,      linear_ref_forward,   linear_ref_backward,   dn_build_linear,     bf16_weights,  summary_linear   )     \
-  X(RELU,       "relu",       parse_elementwise,  init_nothing,  scratch_none,      relu_ref_forward,     relu_ref_backward,     dn_build_relu,       bf16_carries,  summary_keyword  )     \
-  X(MAXPOOL,    "maxpool",    parse_pool,         init_nothing,  scratch_argmax,    maxpool_ref_forward,  maxpool_ref_backward,  dn_build_pool,       bf16_carries,  summary_pool     )     \
-  X(AVGPOOL,    "avgpool",    parse_pool,         init_nothing,  scratch_none,      avgpool_ref_forward,  avgpool_ref_backward,  dn_build_pool,       bf16_carries,  summary_pool     )     \
-  X(BATCHNORM,  "batchnorm",  parse_batchnorm,    init_bn,       scratch_bn_stats,  bn_ref_forward,       bn_ref_backward,       dn_build_bn,         bf16_carries,  summary_keyword  )     \
-  X(DROPOUT,    "dropout",    parse_dropout,      init_nothing,  scratch_mask,      dropout_ref_forward,  dropout_ref_backward,  dn_build_dropout,    bf16_carries,  summary_dropout  )     \
-  X(FLATTEN,    "flatten",    parse_flatten,      init_nothing,  scratch_none,      flatten_ref_forward,  flatten_ref_backward,  dn_build_flatten,    bf16_carries,  summary_keyword  )     \
-  X(ADD,        "add",        parse_add,          init_nothing,  scratch_none,      add_ref_forward,      add_ref_backward,      dn_build_add,        bf16_carries,  summary_add      )     \
-  X(EMBED,      "embed",      parse_embed,        init_embed,    scratch_none,      embed_ref_forward,    embed_ref_backward,    dn_build_embed,      bf16_never,    summary_embed    )     \
-  X(LAYERNORM,  "layernorm",  parse_layernorm,    init_ln,       scratch_ln_stats,  ln_ref_forward,       ln_ref_backward,       dn_build_ln,         bf16_never,    summary_keyword  )     \
-  X(ATTENTION,  "attention",  parse_attention,    init_nothing,  scratch_att,       att_ref_forward,      att_ref_backward,      dn_build_attention,  bf16_never,    summary_attention)     \
-  X(GELU,       "gelu",       parse_elementwise,  init_nothing,  scratch_none,      gelu_ref_forward,     gelu_ref_backward,     dn_build_gelu,       bf16_carries,  summary_keyword  )     \
-  X(HEAD,       "head",       parse_head,         init_nothing,  scratch_none,      head_ref_forward,     head_ref_backward,     dn_build_head,       bf16_weights,  summary_head     )
+  /* KIND        keyword       parse               init           ref_scratch        ref_forward           ref_backward           onednn               lowp           summary           */  \
+  X(INPUT,      "input",      parse_input,        init_nothing,  scratch_none,      input_ref_forward,    input_ref_backward,    dn_build_input,      lowp_never,    summary_input    )     \
+  X(CONV,       "conv",       parse_conv,         init_kaiming,  scratch_none,      conv_ref_forward,     conv_ref_backward,     dn_build_conv,       lowp_computes, summary_conv     )     \
+  X(LINEAR,     "linear",     parse_linear,       init_linear,   scratch_none,      linear_ref_forward,   linear_ref_backward,   dn_build_linear,     lowp_computes, summary_linear   )     \
+  X(RELU,       "relu",       parse_elementwise,  init_nothing,  scratch_none,      relu_ref_forward,     relu_ref_backward,     dn_build_relu,       lowp_carries,  summary_keyword  )     \
+  X(MAXPOOL,    "maxpool",    parse_pool,         init_nothing,  scratch_argmax,    maxpool_ref_forward,  maxpool_ref_backward,  dn_build_pool,       lowp_carries,  summary_pool     )     \
+  X(AVGPOOL,    "avgpool",    parse_pool,         init_nothing,  scratch_none,      avgpool_ref_forward,  avgpool_ref_backward,  dn_build_pool,       lowp_carries,  summary_pool     )     \
+  X(BATCHNORM,  "batchnorm",  parse_batchnorm,    init_bn,       scratch_bn_stats,  bn_ref_forward,       bn_ref_backward,       dn_build_bn,         lowp_carries,  summary_keyword  )     \
+  X(DROPOUT,    "dropout",    parse_dropout,      init_nothing,  scratch_mask,      dropout_ref_forward,  dropout_ref_backward,  dn_build_dropout,    lowp_carries,  summary_dropout  )     \
+  X(FLATTEN,    "flatten",    parse_flatten,      init_nothing,  scratch_none,      flatten_ref_forward,  flatten_ref_backward,  dn_build_flatten,    lowp_carries,  summary_keyword  )     \
+  X(ADD,        "add",        parse_add,          init_nothing,  scratch_none,      add_ref_forward,      add_ref_backward,      dn_build_add,        lowp_carries,  summary_add      )     \
+  X(EMBED,      "embed",      parse_embed,        init_embed,    scratch_none,      embed_ref_forward,    embed_ref_backward,    dn_build_embed,      lowp_never,    summary_embed    )     \
+  X(LAYERNORM,  "layernorm",  parse_layernorm,    init_ln,       scratch_ln_stats,  ln_ref_forward,       ln_ref_backward,       dn_build_ln,         lowp_never,    summary_keyword  )     \
+  X(ATTENTION,  "attention",  parse_attention,    init_nothing,  scratch_att,       att_ref_forward,      att_ref_backward,      dn_build_attention,  lowp_inside,   summary_attention)     \
+  X(GELU,       "gelu",       parse_elementwise,  init_nothing,  scratch_none,      gelu_ref_forward,     gelu_ref_backward,     dn_build_gelu,       lowp_carries,  summary_keyword  )     \
+  X(HEAD,       "head",       parse_head,         init_nothing,  scratch_none,      head_ref_forward,     head_ref_backward,     dn_build_head,       lowp_computes, summary_head     )
 /* clang-format on */
 
 /* A test build appends a row whose functions exist nowhere: it must fail. */
@@ -48,7 +51,7 @@
 #define NN_LAYER_TABLE(X)                                                                                  \
     NN_LAYER_TABLE_ROWS(X)                                                                                 \
     X(UNFINISHED, "unfinished", parse_unfinished, init_unfinished, scratch_unfinished,                    \
-      unfinished_ref_forward, unfinished_ref_backward, dn_build_unfinished, bf16_unfinished, summary_unfinished)
+      unfinished_ref_forward, unfinished_ref_backward, dn_build_unfinished, lowp_unfinished, summary_unfinished)
 #else
 #define NN_LAYER_TABLE(X) NN_LAYER_TABLE_ROWS(X)
 #endif

@@ -14,7 +14,7 @@ static const st_nn_switch SWITCHES[] = {
     SWITCH(ONEDNN_BRGCONV, brgconv),     SWITCH(ONEDNN_IP_ANY, ip_any),
     SWITCH(ONEDNN_POOL, onednn_pool),       SWITCH(ONEDNN_STEM, onednn_stem),
     SWITCH(ONEDNN_SEQ_TN, seq_tn),       SWITCH(ONEDNN_LAYERNORM, onednn_layernorm),
-    SWITCH(ONEDNN_UNFUSED_LOSS, unfused_loss),
+    SWITCH(ONEDNN_UNFUSED_LOSS, unfused_loss), SWITCH(ATTENTION_FP32, attention_fp32),
     SWITCH(NN_VERBOSE, verbose),         SWITCH(BF16_ANY_ISA, bf16_any_isa),
 };
 #undef SWITCH

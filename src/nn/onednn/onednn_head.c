@@ -10,7 +10,7 @@
  * tensors; a chunk is HEAD_CHUNK_BYTES.  The logits in full are still
  * computed, chunk by chunk, for whoever asks (st_net_output: sampling).
  *
- * In a bf16 net the head computes in bf16 (the layer table's bf16 column):
+ * In a bf16 net the head computes in bf16 (the layer table's lowp column):
  * the three products are oneDNN matmuls on a bf16 copy of the table that
  * the optimizer writes in its update pass, as for the linear layers, with
  * each chunk's input rows and logits' gradient converted to bf16 (counted

@@ -202,13 +202,15 @@ static inline enum dn_wgrad_form dn_wgrad_form(long rows, long in, long out, boo
     return in <= out ? DN_WGRAD_NN : DN_WGRAD_NT;
 }
 
-/* The layer table's bf16 column: what a layer of a kind does with bf16 in a
- * bf16 net.  Data types are decided per tensor edge at plan time from it
- * (dn_output_bf16) and nothing downstream decides again. */
-enum bf16_role {
-    BF16_NO = 0,      /* fp32 only: a bf16 input is converted on the way in */
-    BF16_COMPUTES,    /* its kernels compute in bf16 (convolution, linear) */
-    BF16_CARRIES      /* runs in whatever type its input has (ReLU, pooling, batch norm, ...) */
+/* The layer table's lowp column: what a layer of a kind does in a net of a
+ * low precision (bf16; fp16 where a rule says so).  Data types are decided
+ * per tensor edge at plan time from it (dn_output_bf16) and nothing
+ * downstream decides again. */
+enum lowp_role {
+    LOWP_NO = 0,      /* fp32 only: a low-precision input is converted on the way in */
+    LOWP_COMPUTES,    /* its kernels compute in the low precision (convolution, linear) */
+    LOWP_CARRIES,     /* runs in whatever type its input has (ReLU, pooling, batch norm, ...) */
+    LOWP_INSIDE       /* computes in it between fp32 edges (attention: its products, on AVX512-BF16) */
 };
 
 /* One exec node's oneDNN state: what every node has, then each layer
@@ -230,7 +232,7 @@ struct onednn_node {
     bool diff_deferred;                  /* diff (and diff_tmp) get their buffer from dn_share_diffs */
     size_t elems;                        /* floats in dst's buffer (padding included) */
     bool bf16;                           /* computes in bf16 (the layer table's rule said so) */
-    enum bf16_role bf16_role;            /* the rule's verdict in a bf16 net (BF16_NO in an fp32 one) */
+    enum lowp_role lowp_role;            /* the rule's verdict in a low-precision net (LOWP_NO in fp32) */
     struct dn_bn_state bn;
     struct dn_dropout_state dropout;
     struct dn_pool_state pool;
@@ -376,12 +378,13 @@ st_status dn_build_stem(st_net *n, int j);
 
 /* ----------------------------------------------- onednn_precision.c -- */
 
-/* The layer table's bf16 column.  bf16_weights: convolutions and inner
- * products compute in bf16, but not a convolution of a few input channels
- * (it loses, measured). */
-enum bf16_role bf16_never(const st_net *n, const struct xnode *x);
-enum bf16_role bf16_weights(const st_net *n, const struct xnode *x);
-enum bf16_role bf16_carries(const st_net *n, const struct xnode *x);
+/* The layer table's lowp column, asked with the net's low precision.
+ * lowp_computes: convolutions and inner products compute in bf16, but not a
+ * convolution of a few input channels (it loses, measured). */
+enum lowp_role lowp_never(const st_net *n, const struct xnode *x, st_dtype low);
+enum lowp_role lowp_computes(const st_net *n, const struct xnode *x, st_dtype low);
+enum lowp_role lowp_carries(const st_net *n, const struct xnode *x, st_dtype low);
+enum lowp_role lowp_inside(const st_net *n, const struct xnode *x, st_dtype low);
 /* Does node j keep its output (and the output's gradient) in bf16?  A
  * layer computing in bf16 does when every consumer takes bf16 (computes in
  * it, or carries it on; an add only when its other input is bf16 too: a

@@ -34,13 +34,13 @@ static st_status (*const builders[])(st_net *n, int j) = {
 };
 _Static_assert(sizeof builders / sizeof *builders == NODE_KINDS, "a oneDNN builder per layer kind");
 
-/* Each layer kind's bf16 rule, from the layer table's bf16 column. */
-static enum bf16_role (*const bf16_rules[])(const st_net *n, const struct xnode *x) = {
-#define BF16_RULE(KIND, keyword, parse, init, scratch, fwd, bwd, build, bf16, ...) [NODE_##KIND] = bf16,
-    NN_LAYER_TABLE(BF16_RULE)
-#undef BF16_RULE
+/* Each layer kind's low-precision rule, from the layer table's lowp column. */
+static enum lowp_role (*const lowp_rules[])(const st_net *n, const struct xnode *x, st_dtype low) = {
+#define LOWP_RULE(KIND, keyword, parse, init, scratch, fwd, bwd, build, lowp, ...) [NODE_##KIND] = lowp,
+    NN_LAYER_TABLE(LOWP_RULE)
+#undef LOWP_RULE
 };
-_Static_assert(sizeof bf16_rules / sizeof *bf16_rules == NODE_KINDS, "a bf16 rule per layer kind");
+_Static_assert(sizeof lowp_rules / sizeof *lowp_rules == NODE_KINDS, "a low-precision rule per layer kind");
 
 /* oneDNN 3's ISA values are bit sets, each containing the ones below it:
  * AVX512-BF16, AMX, AVX10 and whatever follows all contain the bf16 bits. */
@@ -66,7 +66,7 @@ static void record_precision(st_net *n)
         struct xnode *x = &n->x[j];
         x->stored = dtype_of(x->dn->dst.md);
         /* a carrying layer computes in what it carries */
-        const bool carried = x->dn->bf16_role == BF16_CARRIES && x->stored == ST_DTYPE_BF16;
+        const bool carried = x->dn->lowp_role == LOWP_CARRIES && x->stored == ST_DTYPE_BF16;
         x->compute = x->dn->bf16 || carried ? ST_DTYPE_BF16 : ST_DTYPE_F32;
     }
 }
@@ -80,8 +80,8 @@ static st_status assign_roles(st_net *n)
         if (!(x->dn = calloc(1, sizeof *x->dn)))
             return st_fail(ST_ERR_NOMEM, "net: out of memory");
         x->dn->diff_home = -1;
-        x->dn->bf16_role = n->cfg.precision == ST_DTYPE_BF16 ? bf16_rules[x->kind](n, x) : BF16_NO;
-        x->dn->bf16 = x->dn->bf16_role == BF16_COMPUTES;
+        x->dn->lowp_role = n->cfg.precision != ST_DTYPE_F32 ? lowp_rules[x->kind](n, x, n->cfg.precision) : LOWP_NO;
+        x->dn->bf16 = x->dn->lowp_role == LOWP_COMPUTES || x->dn->lowp_role == LOWP_INSIDE;
     }
     return ST_OK;
 }

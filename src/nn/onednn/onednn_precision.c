@@ -1,9 +1,11 @@
-/* The bf16 plan: what each layer kind does with bf16 (the layer table's
- * bf16 column) and, from that, the type of every tensor edge, decided once
+/* The low-precision plan: what each layer kind does in a bf16 net (the
+ * layer table's lowp column, each rule asked with the precision) and, from that, the type of every tensor edge, decided once
  * at plan time.  Builders read the verdicts (dn_output_bf16 for what they
  * write, their producer's memory for what they read) and decide nothing. */
 #define _GNU_SOURCE
 #include "onednn_internal.h"
+
+#include "kernels/causal_bf16.h"
 
 /* A convolution reading fewer channels than this stays fp32 in a bf16 net:
  * with one input channel oneDNN's bf16 kernels lose to its fp32 ones, on
@@ -11,21 +13,33 @@
  * then carrying bf16 (docs/benchmarks.md, section 0c). */
 #define BF16_MIN_CONV_CHANNELS 3
 
-enum bf16_role bf16_never(const st_net *n, const struct xnode *x)
+enum lowp_role lowp_never(const st_net *n, const struct xnode *x, st_dtype low)
 {
-    (void)n, (void)x;
-    return BF16_NO;
+    (void)n, (void)x, (void)low;
+    return LOWP_NO;
 }
 
-enum bf16_role bf16_weights(const st_net *n, const struct xnode *x)
+/* oneDNN's kernels here compute in bf16; its fp16 ones (AVX512-FP16,
+ * AMX-FP16) are not wired: an fp16 net would keep these layers fp32. */
+enum lowp_role lowp_computes(const st_net *n, const struct xnode *x, st_dtype low)
 {
-    return x->kind != NODE_CONV || n->x[x->in].nd->c >= BF16_MIN_CONV_CHANNELS ? BF16_COMPUTES : BF16_NO;
+    if (low != ST_DTYPE_BF16)
+        return LOWP_NO;
+    return x->kind != NODE_CONV || n->x[x->in].nd->c >= BF16_MIN_CONV_CHANNELS ? LOWP_COMPUTES : LOWP_NO;
 }
 
-enum bf16_role bf16_carries(const st_net *n, const struct xnode *x)
+enum lowp_role lowp_carries(const st_net *n, const struct xnode *x, st_dtype low)
 {
-    (void)n, (void)x;
-    return BF16_CARRIES;
+    (void)n, (void)x, (void)low;
+    return LOWP_CARRIES;
+}
+
+/* Attention's products in bf16 need the instruction itself: oneDNN's
+ * emulation (bf16_any_isa) does not reach a C kernel. */
+enum lowp_role lowp_inside(const st_net *n, const struct xnode *x, st_dtype low)
+{
+    (void)x;
+    return low == ST_DTYPE_BF16 && causal_bf16_available() && !n->cfg.tuning.attention_fp32 ? LOWP_INSIDE : LOWP_NO;
 }
 
 /* Will node j's output be bf16, judged by the roles alone (not by its
@@ -34,9 +48,9 @@ enum bf16_role bf16_carries(const st_net *n, const struct xnode *x)
 static bool could_be_bf16(const st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    switch (x->dn->bf16_role) {
-    case BF16_COMPUTES: return x->dn->bf16;
-    case BF16_CARRIES:
+    switch (x->dn->lowp_role) {
+    case LOWP_COMPUTES: return x->dn->bf16;
+    case LOWP_CARRIES:
         return could_be_bf16(n, x->in) && (x->in2 < 0 || could_be_bf16(n, x->in2));
     default: return false;
     }
@@ -45,9 +59,9 @@ static bool could_be_bf16(const st_net *n, int j)
 /* Does consumer c take node j's output in bf16 as it is? */
 static bool takes_bf16(const st_net *n, const struct xnode *c, int j)
 {
-    switch (c->dn->bf16_role) {
-    case BF16_COMPUTES: return c->dn->bf16;
-    case BF16_CARRIES:
+    switch (c->dn->lowp_role) {
+    case LOWP_COMPUTES: return c->dn->bf16;
+    case LOWP_CARRIES:
         if (c->in2 < 0)
             return true;
         return could_be_bf16(n, c->in == j ? c->in2 : c->in);
@@ -58,15 +72,15 @@ static bool takes_bf16(const st_net *n, const struct xnode *c, int j)
 bool dn_output_bf16(const st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    switch (x->dn->bf16_role) {
-    case BF16_COMPUTES:
+    switch (x->dn->lowp_role) {
+    case LOWP_COMPUTES:
         if (!x->dn->bf16 || x->consumers == 0)
             return false;
         for (int c = j + 1; c < n->nx; c++)
             if ((n->x[c].in == j || n->x[c].in2 == j) && !takes_bf16(n, &n->x[c], j))
                 return false;
         return true;
-    case BF16_CARRIES:
+    case LOWP_CARRIES:
         return dn_dst_type(n, x->in) == dnnl_bf16 && (x->in2 < 0 || dn_dst_type(n, x->in2) == dnnl_bf16);
     default: return false;
     }
@@ -89,11 +103,11 @@ void dn_plan_precision(st_net *n)
     for (int j = 0; j < n->nx; j++) {
         struct xnode *x = &n->x[j];
         bool out = false;
-        if (x->dn->bf16_role == BF16_CARRIES)
+        if (x->dn->lowp_role == LOWP_CARRIES)
             out = n->x[x->in].stored == ST_DTYPE_BF16 && (x->in2 < 0 || n->x[x->in2].stored == ST_DTYPE_BF16);
         else if (j > 0)
             out = dn_output_bf16(n, j);
         x->stored = out ? ST_DTYPE_BF16 : ST_DTYPE_F32;
-        x->compute = x->dn->bf16 || (x->dn->bf16_role == BF16_CARRIES && out) ? ST_DTYPE_BF16 : ST_DTYPE_F32;
+        x->compute = x->dn->bf16 || (x->dn->lowp_role == LOWP_CARRIES && out) ? ST_DTYPE_BF16 : ST_DTYPE_F32;
     }
 }

@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include "kernels/causal.h"
+#include "kernels/causal_bf16.h"
 #include "onednn_internal.h"
 #include "kernels/seq_kernels.h"
 #include "kernels/simd.h"
@@ -237,12 +238,17 @@ st_status dn_build_ln(st_net *n, int j)
  * at its recipe's batch 12); computed twice, it costs one more scores
  * product and softmax per head, a sixth of attention's products.
  * A thread's scratch: P, then dS, then K or V transposed for
- * causal_scores. */
-static size_t head_scratch_floats(long t, long hs) { return (size_t)(2 * t * t + t * hs); }
+ * causal_scores, or in a bf16 net the packed operands of causal_bf16.c.
+ * (A whole number of cache lines, so no two threads share one.) */
+static size_t head_scratch_floats(long t, long hs, bool bf16)
+{
+    const size_t floats = (size_t)(2 * t * t) + (bf16 ? causal_bf16_scratch_bytes(t, hs) / 4 : (size_t)(t * hs));
+    return (floats + 15) / 16 * 16;
+}
 
 static float *head_scratch(const struct xnode *x, long t, long hs)
 {
-    return x->dn->seq.scratch + (size_t)omp_get_thread_num() * head_scratch_floats(t, hs);
+    return x->dn->seq.scratch + (size_t)omp_get_thread_num() * head_scratch_floats(t, hs, x->dn->bf16);
 }
 
 /* P = causal softmax(Q K^T / sqrt(hs)) of one sample's one head, into p. */
@@ -265,6 +271,10 @@ static st_status att_fwd(st_net *n, int j)
         const long b = bh / heads, h = bh % heads;
         const float *q = qkv + b * t * row + h * hs;
         float *p = head_scratch(x, t, hs);
+        if (x->dn->bf16) {
+            causal_bf16_forward(y + b * t * c + h * hs, c, p, q, row, t, hs, p + 2 * t * t);
+            continue;
+        }
         head_weights(p, q, t, c, hs, p + 2 * t * t);
         causal_mix(y + b * t * c + h * hs, c, p, t, hs, q + 2 * c, row);
     }
@@ -288,6 +298,10 @@ static st_status att_bwd(st_net *n, int j)
         const long b = bh / heads, h = bh % heads;
         const float *q = qkv + b * t * row + h * hs, *g = dy + b * t * c + h * hs;
         float *p = head_scratch(x, t, hs), *ds = p + t * t, *kt = ds + t * t, *dq = dqkv + b * t * row + h * hs;
+        if (x->dn->bf16) {
+            causal_bf16_backward(dq, p, ds, g, c, q, row, t, hs, kt);
+            continue;
+        }
         head_weights(p, q, t, c, hs, kt);
         causal_scores(ds, t, hs, 1.0f, g, c, q + 2 * c, row, kt);
         seq_causal_softmax_bwd(ds, p, t, scale);
@@ -302,8 +316,9 @@ st_status dn_build_attention(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    snprintf(x->impl, sizeof x->impl, "causal tiles per sample and head, C softmax, P computed again in backward");
-    const size_t per_thread = head_scratch_floats(nd->t, nd->c / nd->heads);
+    snprintf(x->impl, sizeof x->impl, "causal %s tiles per sample and head, C softmax, P computed again in backward",
+             x->dn->bf16 ? "bf16" : "fp32");
+    const size_t per_thread = head_scratch_floats(nd->t, nd->c / nd->heads, x->dn->bf16);
     x->dn->seq.scratch = calloc((size_t)omp_get_max_threads() * per_thread, sizeof(float));
     if (!x->dn->seq.scratch)
         return st_fail(ST_ERR_NOMEM, "net: out of memory for attention's scratch");

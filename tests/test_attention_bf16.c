@@ -1,0 +1,221 @@
+/* Attention's products in bf16 (src/nn/kernels/causal_bf16.c) against the
+ * reference backend's attention (ref_seq.c), forward and backward, on
+ * shapes that cut every tile: T of 1, 7, 9, 33, 40 and 70 (tiles are 8 rows
+ * by 32 columns, pairs of k), head sizes 1, 3, 5, 7, 17 and 64, one head
+ * and several.
+ *
+ * Tolerance, per element, stated.  Q, K, V and dY are bf16 values (exact in
+ * fp32), so the kernel rounds only what it computes: P before P V and
+ * P^T dY, dS before dS K and dS^T Q.  A rounding to bf16 is off by at most
+ * u = 2^-8 of the value (8 significant bits, to nearest), the products of
+ * pairs are exact in fp32, so a result sum_k R_k X_k with R rounded is off
+ * by at most u sum_k |R_k X_k|, computed here in double from the
+ * reference's P and dS (Y: u sum_j P_ij |V_jd|; dQ: u sum_j |dS_ij K_jd|;
+ * dK: u sum_i |dS_ij Q_id|; dV: u sum_i P_ij |dY_id|), plus the fp32
+ * engine's allowance against the reference, e = 1e-5 + 1e-4 max|reference|
+ * (test_nn.c's, for the sums' order and the fp32 softmax).  And P must be
+ * the same bits in the backward pass as in the forward. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/causal_bf16.h"
+#include "ref/ref.h"
+#include "shmtrain/bf16.h"
+#include "shmtrain/nn.h"
+
+static const double U = 1.0 / 256;
+
+static float bf16_value(uint64_t *s, float scale)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    const float v = (float)((double)(*s >> 11) / 9007199254740992.0 * 2 - 1) * scale;
+    return st_bf16_to_f32(st_bf16_from_f32(v));
+}
+
+struct shape {
+    int t, hs, heads;
+};
+
+struct head_case {
+    int t, hs, c;
+    const float *qkv, *dy, *att;  /* att: the reference's P of this head */
+    int h;
+};
+
+static double max_abs(const float *v, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fabs(v[i]) > m ? fabs(v[i]) : m;
+    return m;
+}
+
+/* Q, K, V, dY of head h at (row, dim); dS of the reference in double. */
+static double at(const struct head_case *k, int which, int i, int d)
+{
+    return which < 3 ? k->qkv[(size_t)i * 3 * k->c + (size_t)which * k->c + (size_t)k->h * k->hs + d]
+                     : k->dy[(size_t)i * k->c + (size_t)k->h * k->hs + d];
+}
+
+static double ds_of(const struct head_case *k, int i, int j)
+{
+    const float *p = k->att + (size_t)i * k->t;
+    double inner = 0, dp_j = 0;
+    for (int l = 0; l <= i; l++) {
+        double dp = 0;
+        for (int d = 0; d < k->hs; d++)
+            dp += at(k, 3, i, d) * at(k, 2, l, d);
+        inner += dp * p[l];
+        if (l == j)
+            dp_j = dp;
+    }
+    return j <= i ? p[j] * (dp_j - inner) / sqrt((double)k->hs) : 0;
+}
+
+/* |got - want| <= u * bound + e, element by element (bound in double). */
+static void check(const char *what, const struct shape *sh, const float *got, const float *want, const double *bound,
+                  size_t n)
+{
+    const double e = 1e-5 + 1e-4 * max_abs(want, n);
+    for (size_t i = 0; i < n; i++)
+        if (!(fabs((double)got[i] - want[i]) <= U * bound[i] + e))
+            fail_msg("T %d, head size %d, %d heads: %s[%zu] = %.7g, reference %.7g, allowed %.3g", sh->t, sh->hs,
+                     sh->heads, what, i, got[i], want[i], U * bound[i] + e);
+}
+
+static void bounds(const struct head_case *k, double *by, double *bdq)
+{
+    const int t = k->t, hs = k->hs, c = k->c, row = 3 * c, col = k->h * hs;
+    double *ds = malloc((size_t)t * t * sizeof *ds);
+    for (int i = 0; i < t; i++)
+        for (int j = 0; j < t; j++)
+            ds[(size_t)i * t + j] = ds_of(k, i, j);
+    for (int i = 0; i < t; i++)
+        for (int d = 0; d < hs; d++) {
+            double y = 0, dq = 0, dk = 0, dv = 0;
+            for (int j = 0; j < t; j++) {
+                y += k->att[(size_t)i * t + j] * fabs(at(k, 2, j, d));
+                dq += fabs(ds[(size_t)i * t + j] * at(k, 1, j, d));
+                dk += fabs(ds[(size_t)j * t + i] * at(k, 0, j, d));   /* i as the key */
+                dv += k->att[(size_t)j * t + i] * fabs(at(k, 3, j, d));
+            }
+            by[(size_t)i * c + col + d] = y;
+            bdq[(size_t)i * row + col + d] = dq;
+            bdq[(size_t)i * row + c + col + d] = dk;
+            bdq[(size_t)i * row + 2 * c + col + d] = dv;
+        }
+    free(ds);
+}
+
+static void run_shape(const struct shape *sh, uint64_t seed)
+{
+    const int t = sh->t, hs = sh->hs, c = hs * sh->heads, row = 3 * c;
+    const size_t nq = (size_t)t * row, ny = (size_t)t * c;
+    float *qkv = malloc(nq * sizeof *qkv), *dy = malloc(ny * sizeof *dy), *att = malloc((size_t)sh->heads * t * t * 4);
+    float *y = calloc(ny, 4), *ry = calloc(ny, 4), *dq = calloc(nq, 4), *rdq = calloc(nq, 4);
+    float *p = malloc((size_t)t * t * 4), *p2 = malloc((size_t)t * t * 4), *ds = malloc((size_t)t * t * 4);
+    double *by = calloc(ny, sizeof *by), *bdq = calloc(nq, sizeof *bdq);
+    void *scratch = malloc(causal_bf16_scratch_bytes(t, hs));
+    assert_true(qkv && dy && att && y && ry && dq && rdq && p && p2 && ds && by && bdq && scratch);
+    uint64_t s = seed;
+    for (size_t i = 0; i < nq; i++)
+        qkv[i] = bf16_value(&s, 2.0f);  /* scores of a few units: a softmax far from uniform */
+    for (size_t i = 0; i < ny; i++)
+        dy[i] = bf16_value(&s, 1.0f);
+    ref_attention_fwd(ry, att, qkv, 1, t, c, sh->heads);
+    ref_attention_bwd(rdq, dy, qkv, att, 1, t, c, sh->heads);
+    for (int h = 0; h < sh->heads; h++) {
+        causal_bf16_forward(y + h * hs, c, p, qkv + h * hs, row, t, hs, scratch);
+        causal_bf16_backward(dq + h * hs, p2, ds, dy + h * hs, c, qkv + h * hs, row, t, hs, scratch);
+        if (memcmp(p, p2, (size_t)t * t * sizeof *p) != 0)
+            fail_msg("T %d, head size %d: P in backward is not forward's bits", t, hs);
+        const struct head_case k = {t, hs, c, qkv, dy, att + (size_t)h * t * t, h};
+        bounds(&k, by, bdq);
+    }
+    check("Y", sh, y, ry, by, ny);
+    check("dQKV", sh, dq, rdq, bdq, nq);
+    /* and it did round: some output off by more than fp32's allowance (past one position) */
+    const double e = 1e-5 + 1e-4 * max_abs(ry, ny);
+    bool rounded = t == 1;
+    for (size_t i = 0; i < ny && !rounded; i++)
+        rounded = fabs((double)y[i] - ry[i]) > e;
+    if (!rounded)
+        fail_msg("T %d, head size %d: Y within fp32's allowance everywhere: were P and V rounded to bf16?", t, hs);
+    free(qkv), free(dy), free(att), free(y), free(ry), free(dq), free(rdq), free(p), free(p2), free(ds);
+    free(by), free(bdq), free(scratch);
+}
+
+static void test_attention_bf16_against_reference(void **state)
+{
+    (void)state;
+    if (!causal_bf16_available()) {
+        print_message("this CPU has no AVX512-BF16: attention stays fp32 in a bf16 net, nothing to check\n");
+        skip();
+    }
+    const struct shape shapes[] = {{1, 1, 1}, {7, 3, 1}, {9, 5, 2}, {33, 17, 1}, {40, 64, 2}, {70, 7, 3}, {64, 64, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        run_shape(&shapes[i], 1000 + i);
+}
+
+/* In a bf16 net the attention layer runs the bf16 kernel in both passes:
+ * its output and every gradient differ (bit for bit) from the same net with
+ * SHMTRAIN_ATTENTION_FP32, and the layer says bf16. */
+static void test_the_net_runs_it_both_ways(void **state)
+{
+    (void)state;
+    if (!causal_bf16_available())
+        skip();
+    st_model *m = NULL;
+    assert_int_equal(st_model_parse(&m, "input tokens 40\nembed 13 64\nlinear 192\nattention heads 2\nhead tied\n",
+                                    "test"), ST_OK);
+    st_net_config cfg = {.batch = 2, .precision = ST_DTYPE_BF16};
+    st_net *nets[2];
+    for (int k = 0; k < 2; k++) {
+        cfg.tuning.attention_fp32 = k;
+        assert_int_equal(st_net_create(&nets[k], m, &cfg), ST_OK);
+    }
+    assert_int_equal(st_net_layer_compute(nets[0], 2), ST_DTYPE_BF16);
+    assert_int_equal(st_net_layer_compute(nets[1], 2), ST_DTYPE_F32);
+    size_t P;
+    st_net_init(nets[0], 3);
+    float *params = st_net_params(nets[1], &P);
+    memcpy(params, st_net_params(nets[0], NULL), P * sizeof(float));
+    int32_t ids[80];
+    int labels[80], correct;
+    for (int i = 0; i < 80; i++)
+        ids[i] = (i * 7) % 13, labels[i] = (i * 5) % 13;
+    const size_t out = st_net_output_size(nets[0]);
+    float *y[2] = {malloc(out * sizeof(float)), malloc(out * sizeof(float))}, loss;
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(st_net_forward(nets[k], ids), ST_OK);
+        st_net_output(nets[k], y[k]);
+        assert_int_equal(st_net_loss(nets[k], labels, &loss, &correct), ST_OK);
+        assert_int_equal(st_net_backward(nets[k]), ST_OK);
+    }
+    if (!memcmp(y[0], y[1], out * sizeof(float)))
+        fail_msg("the forward pass is fp32's bits: attention did not run in bf16");
+    if (!memcmp(st_net_grads(nets[0], NULL), st_net_grads(nets[1], NULL), P * sizeof(float)))
+        fail_msg("the gradients are fp32's bits: attention's backward did not run in bf16");
+    free(y[0]), free(y[1]);
+    st_net_destroy(nets[0]), st_net_destroy(nets[1]);
+    st_model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_attention_bf16_against_reference),
+        cmocka_unit_test(test_the_net_runs_it_both_ways),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
