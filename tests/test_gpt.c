@@ -257,6 +257,52 @@ static void test_causal_mask(void **state)
  * where lenet keeps one per gradient; and buffers reused from the step
  * before change nothing: two steps on one batch give the same gradients,
  * bit for bit (the reference check above says they are right). */
+/* In bf16 the copies a linear layer's backward converts (its fp32 output
+ * gradient in bf16) share one buffer across layers: gpt-mini's 16 linear
+ * layers' in at most one per purpose, a step repeated giving the same bits,
+ * and the gradients within the bf16 bound of fp32's (test_bf16.c's
+ * derivation; here only that no layer read another's copy: 2^-4 of the
+ * largest, where a copy from the wrong layer is off by the gradient itself). */
+static void bf16_conversions_share_buffers(void)
+{
+    if (!__builtin_cpu_supports("avx512bf16"))
+        return;
+    st_model *m = NULL;
+    assert_int_equal(st_model_load(&m, "gpt-mini"), ST_OK);
+    st_net *n = make_net(m, 2, ST_BACKEND_ONEDNN, ST_DTYPE_BF16, false),
+           *f = make_net(m, 2, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
+    st_net_gradient_memory g;
+    st_net_gradient_memory_get(n, &g);
+    print_message("gpt-mini bf16: backward's conversions in %d buffers, %.2f MB\n", g.conversion_buffers,
+                  g.conversion_bytes / 1e6);
+    assert_true(g.conversion_buffers >= 1 && g.conversion_buffers <= 4);
+    size_t P;
+    st_net_init(n, 4);
+    memcpy(st_net_params(f, &P), st_net_params(n, NULL), st_model_param_count(m) * sizeof(float));
+    int32_t ids[128];
+    int labels[128];
+    tokens(ids, 128, 256, 8);
+    tokens((int32_t *)labels, 128, 256, 9);
+    float *first = malloc(st_model_param_count(m) * sizeof(float)), loss;
+    for (int step = 0; step < 2; step++) {
+        assert_int_equal(st_net_forward(n, ids), ST_OK);
+        assert_int_equal(st_net_loss(n, labels, &loss, NULL), ST_OK);
+        assert_int_equal(st_net_backward(n), ST_OK);
+        const float *grads = st_net_grads(n, &P);
+        if (step == 0)
+            memcpy(first, grads, P * sizeof(float));
+        else
+            assert_memory_equal(first, grads, P * sizeof(float));
+    }
+    assert_int_equal(st_net_forward(f, ids), ST_OK);
+    assert_int_equal(st_net_loss(f, labels, &loss, NULL), ST_OK);
+    assert_int_equal(st_net_backward(f), ST_OK);
+    assert_close_over(first, st_net_grads(f, NULL), P, 1.0 / 16, 0.0, "bf16 gradients against fp32's");
+    free(first);
+    st_net_destroy(n), st_net_destroy(f);
+    st_model_destroy(m);
+}
+
 static void test_gradients_share_buffers(void **state)
 {
     (void)state;
@@ -298,8 +344,10 @@ static void test_gradients_share_buffers(void **state)
     print_message("lenet: %d gradients in %d buffers\n", g.gradients, g.buffers);
     assert_true(g.gradients >= 8);
     assert_int_equal(g.buffers, g.gradients);
+    assert_int_equal(g.conversion_buffers, 0);
     st_net_destroy(n);
     st_model_destroy(m);
+    bf16_conversions_share_buffers();
 }
 
 /* A token that never occurs in the input still gets a gradient in the

@@ -241,6 +241,8 @@ st_status st_net_input_grad(st_net *n, float *d_input);
 typedef struct st_net_gradient_memory {
     int gradients, buffers;
     size_t bytes;
+    int conversion_buffers;   /* backward's converted copies (bf16 ones of fp32 gradients), shared */
+    size_t conversion_bytes;
 } st_net_gradient_memory;
 void st_net_gradient_memory_get(const st_net *n, st_net_gradient_memory *m);
 

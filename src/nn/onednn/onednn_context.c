@@ -427,7 +427,7 @@ st_status dn_deliver(st_net *n, int j, int p, const_dnnl_memory_desc_t md, dnnl_
         *target = dest;
     } else {
         if (!computed)
-            OK(dn_mem_new(n, &computed, md, NULL));
+            OK(dn_bwd_temp(n, DN_TEMP_DIFF_SRC, md, &computed));
         *target = computed;
         OK(dn_add_reorder(n, bwd, computed, dest));
     }

@@ -213,6 +213,10 @@ enum lowp_role {
     LOWP_INSIDE       /* computes in it between fp32 edges (attention: its products, on AVX512-BF16) */
 };
 
+/* What a layer's backward converts for its kernels (onednn_diffs.c,
+ * dn_bwd_temp): each copy lives only while that layer's backward runs. */
+enum dn_temp { DN_TEMP_SRC, DN_TEMP_DIFF_DST, DN_TEMP_DIFF_DST_DATA, DN_TEMP_DIFF_SRC, DN_TEMP_SLOTS };
+
 /* One exec node's oneDNN state: what every node has, then each layer
  * family's own. */
 /* A one-channel stem (onednn_stem.c): its shape, and each thread's spread
@@ -261,6 +265,12 @@ struct onednn_net {
     int ndiff_buffers;                   /* ... how many, */
     size_t diff_bytes;                   /* ... and their bytes together */
     size_t transposed_floats;            /* its size: the largest layer's need */
+    struct dn_bwd_temps {                /* backward's converted copies, one buffer per purpose */
+        dnnl_memory_t *mems;
+        int *slot, n, cap;
+        size_t bytes[DN_TEMP_SLOTS];
+        void *buffers[DN_TEMP_SLOTS];
+    } temps;
 };
 
 #define TRY(call)                                                                        \
@@ -413,6 +423,11 @@ bool dn_diffs_shared(const st_net *n);
 st_status dn_share_diffs(st_net *n);
 void dn_diffs_free(struct onednn_net *d);
 void dn_gradient_memory(const st_net *n, st_net_gradient_memory *m);
+/* A memory for a conversion one layer's backward makes (`purpose`): where
+ * gradients are shared (a sequence model), unbacked until dn_share_diffs
+ * gives every copy of a purpose one buffer, the largest's size; else a
+ * buffer of its own. */
+st_status dn_bwd_temp(st_net *n, enum dn_temp purpose, const_dnnl_memory_desc_t md, dnnl_memory_t *out);
 st_status dn_build_relu(st_net *n, int j);
 /* An element-wise layer on oneDNN (its forward in training mode, its
  * backward from the source), in its input's layout and type. */

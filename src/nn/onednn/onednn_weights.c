@@ -134,13 +134,13 @@ out:
 /* The backward pass's own view of a tensor: `have` if its layout is what the
  * primitive wants, else a scratch memory refreshed by a reorder before it. */
 static st_status bwd_input(st_net *n, struct oplist *bwd, dnnl_memory_t have, const_dnnl_memory_desc_t want,
-                           dnnl_memory_t *out)
+                           enum dn_temp purpose, dnnl_memory_t *out)
 {
     if (dn_same(want, dn_mem_md(have))) {
         *out = have;
         return ST_OK;
     }
-    OK(dn_mem_new(n, out, want, NULL));
+    OK(dn_bwd_temp(n, purpose, want, out));
     return dn_add_reorder(n, bwd, have, *out);
 }
 
@@ -366,8 +366,8 @@ static st_status build_weights_bwd_w(st_net *n, int j, struct weights_build *b)
     dnnl_memory_t src, ddst, dw_user, dw, db_user = NULL;
     OK(bwd_pd(n, x, &b->w, true, b->dt, fwd_src_md(b), nd->bias ? b->bias_md : NULL, b->fwd_pd, &pd));
     dn_impl_name(x, pd);
-    OK(bwd_input(n, &dn->bwd, dn->src, dn_query(pd, dnnl_query_src_md, 0), &src));
-    OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), &ddst));
+    OK(bwd_input(n, &dn->bwd, dn->src, dn_query(pd, dnnl_query_src_md, 0), DN_TEMP_SRC, &src));
+    OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), DN_TEMP_DIFF_DST, &ddst));
     b->ddst = ddst;
     OK(dn_mem_new(n, &dw_user, b->wei_plain, n->grads + nd->w_off));
     if (nd->bias)
@@ -400,7 +400,7 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
     if (dn_same(want, dn_mem_md(b->ddst)))
         ddst = b->ddst;  /* converted (or reordered) once for both passes, before either runs */
     else
-        OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, want, &ddst));
+        OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, want, DN_TEMP_DIFF_DST_DATA, &ddst));
     dn_impl_name(x, pd);
     /* The weights change every step: fp32 ones are reordered into this
      * layout every backward pass (after the optimizer ran); bf16 ones are
