@@ -487,6 +487,43 @@ static void test_gelu_bf16_kernels(void **state)
     free(x), free(y), free(dy), free(dx), free(xf), free(dyf), free(ry), free(rdx), free(th);
 }
 
+/* Layer norm writing bf16 (a bf16 net's, for its linear layers) is the fp32
+ * kernel's rows rounded once, bit for bit; its backward from a bf16
+ * gradient is the fp32 backward from that gradient widened, bit for bit
+ * (dx, dgamma, dbeta: the same rows, the same partials, the same order).
+ * The fp32 kernels are tested against the reference above. */
+static void test_ln_bf16_is_fp32_rounded(void **state)
+{
+    (void)state;
+    omp_set_num_threads(2);
+    enum { ROWS = 37, C = 96 };
+    float x[ROWS * C], g[C], b[C], y[ROWS * C], stats[2 * ROWS], stats2[2 * ROWS], dyf[ROWS * C];
+    float dx[ROWS * C], dx2[ROWS * C], dg[C], dg2[C], db[C], db2[C];
+    st_bf16 yb[ROWS * C], dyb[ROWS * C];
+    float *partial = malloc(seq_ln_partial_floats(C) * sizeof(float)), *rowbuf = malloc(2 * C * sizeof(float));
+    uint64_t s = 21;
+    for (int i = 0; i < ROWS * C; i++) {
+        x[i] = 3 * frand(&s) + (float)(i % 7);
+        dyb[i] = st_bf16_from_f32(frand(&s));
+        dyf[i] = st_bf16_to_f32(dyb[i]);
+    }
+    for (int i = 0; i < C; i++)
+        g[i] = 1 + frand(&s) / 4, b[i] = frand(&s) / 4;
+    seq_ln_fwd(y, stats, x, g, b, ROWS, C);
+    seq_ln_fwd_bf16(yb, stats2, x, g, b, ROWS, C, rowbuf);
+    assert_memory_equal(stats, stats2, sizeof stats);
+    for (int i = 0; i < ROWS * C; i++)
+        if (yb[i] != st_bf16_from_f32(y[i]))
+            fail_msg("layer norm in bf16: element %d is %04x, fp32's %g rounds to %04x", i, yb[i], y[i],
+                     st_bf16_from_f32(y[i]));
+    seq_ln_bwd(dx, dg, db, partial, x, dyf, g, stats, ROWS, C);
+    seq_ln_bwd_bf16(dx2, dg2, db2, partial, x, dyb, g, stats, ROWS, C, rowbuf);
+    assert_memory_equal(dx, dx2, sizeof dx);
+    assert_memory_equal(dg, dg2, sizeof dg);
+    assert_memory_equal(db, db2, sizeof db);
+    free(partial), free(rowbuf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -498,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_transpose_and_column_sums),
         cmocka_unit_test(test_tied_head_gradient_reaches_embedding),
         cmocka_unit_test(test_gradients_share_buffers),
+        cmocka_unit_test(test_ln_bf16_is_fp32_rounded),
         cmocka_unit_test(test_model_text_errors),
         cmocka_unit_test(test_token_out_of_vocabulary_is_an_error),
     };

@@ -30,33 +30,6 @@ size_t st_dtype_size(st_dtype t)
     return t == ST_DTYPE_BF16 || t == ST_DTYPE_F16 ? 2 : t == ST_DTYPE_I64 || t == ST_DTYPE_F64 ? 8 : 4;
 }
 
-bool st_dtype_is_rounding(st_dtype t) { return t == ST_DTYPE_BF16 || t == ST_DTYPE_F16; }
-
-bool st_dtype_convert_n(void *restrict dst, st_dtype to, const void *restrict src, st_dtype from, size_t n)
-{
-    if (to == from)
-        memcpy(dst, src, n ? n * st_dtype_size(to) : 0);
-    else if (from == ST_DTYPE_F32 && to == ST_DTYPE_BF16)
-        st_bf16_from_f32_n(dst, src, n);
-    else if (from == ST_DTYPE_F32 && to == ST_DTYPE_F16)
-        st_f16_from_f32_n(dst, src, n);
-    else if (from == ST_DTYPE_BF16 && to == ST_DTYPE_F32)
-        st_bf16_to_f32_n(dst, src, n);
-    else if (from == ST_DTYPE_F16 && to == ST_DTYPE_F32)
-        st_f16_to_f32_n(dst, src, n);
-    else
-        return false;
-    return true;
-}
-
-void st_dtype_round_n(float *x, st_dtype t, size_t n)
-{
-    for (size_t i = 0; t == ST_DTYPE_BF16 && i < n; i++)
-        x[i] = st_bf16_to_f32(st_bf16_from_f32(x[i]));
-    for (size_t i = 0; t == ST_DTYPE_F16 && i < n; i++)
-        x[i] = st_f16_to_f32(st_f16_from_f32(x[i]));
-}
-
 /* The array conversions: the integer operations of bf16.h without a
  * branch, so GCC vectorises them, built for several ISAs and picked at
  * load time.  A step's gradients (millions) cross them twice when they are
@@ -137,4 +110,33 @@ void st_f16_to_f32_n(float *restrict out, const st_f16 *restrict in, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         out[i] = st_f16_to_f32(in[i]);
+}
+
+/* By type: after the multiversioned array conversions above (clang will not
+ * make a function multiversioned after a use of it). */
+bool st_dtype_is_rounding(st_dtype t) { return t == ST_DTYPE_BF16 || t == ST_DTYPE_F16; }
+
+bool st_dtype_convert_n(void *restrict dst, st_dtype to, const void *restrict src, st_dtype from, size_t n)
+{
+    if (to == from)
+        memcpy(dst, src, n ? n * st_dtype_size(to) : 0);
+    else if (from == ST_DTYPE_F32 && to == ST_DTYPE_BF16)
+        st_bf16_from_f32_n(dst, src, n);
+    else if (from == ST_DTYPE_F32 && to == ST_DTYPE_F16)
+        st_f16_from_f32_n(dst, src, n);
+    else if (from == ST_DTYPE_BF16 && to == ST_DTYPE_F32)
+        st_bf16_to_f32_n(dst, src, n);
+    else if (from == ST_DTYPE_F16 && to == ST_DTYPE_F32)
+        st_f16_to_f32_n(dst, src, n);
+    else
+        return false;
+    return true;
+}
+
+void st_dtype_round_n(float *x, st_dtype t, size_t n)
+{
+    for (size_t i = 0; t == ST_DTYPE_BF16 && i < n; i++)
+        x[i] = st_bf16_to_f32(st_bf16_from_f32(x[i]));
+    for (size_t i = 0; t == ST_DTYPE_F16 && i < n; i++)
+        x[i] = st_f16_to_f32(st_f16_from_f32(x[i]));
 }

@@ -13,8 +13,9 @@
  *   lowp      onednn_precision.c: what a layer of this kind does in a net of
  *             a low precision (st_dtype: bf16 today): computes in it
  *             (lowp_computes), computes in it between fp32 edges
- *             (lowp_inside), carries whatever type its input has
- *             (lowp_carries), or stays fp32 (lowp_never); each rule is asked
+ *             (lowp_inside), computes in fp32 and writes it for
+ *             consumers that take it (lowp_writes), carries whatever type
+ *             its input has (lowp_carries), or stays fp32 (lowp_never); each rule is asked
  *             with the precision, so fp16 is an answer per rule, not a column
  *
  * Each of those files expands the table with the columns it owns, so the
@@ -40,7 +41,7 @@
   X(FLATTEN,    "flatten",    parse_flatten,      init_nothing,  scratch_none,      flatten_ref_forward,  flatten_ref_backward,  dn_build_flatten,    lowp_carries,  summary_keyword  )     \
   X(ADD,        "add",        parse_add,          init_nothing,  scratch_none,      add_ref_forward,      add_ref_backward,      dn_build_add,        lowp_carries,  summary_add      )     \
   X(EMBED,      "embed",      parse_embed,        init_embed,    scratch_none,      embed_ref_forward,    embed_ref_backward,    dn_build_embed,      lowp_never,    summary_embed    )     \
-  X(LAYERNORM,  "layernorm",  parse_layernorm,    init_ln,       scratch_ln_stats,  ln_ref_forward,       ln_ref_backward,       dn_build_ln,         lowp_never,    summary_keyword  )     \
+  X(LAYERNORM,  "layernorm",  parse_layernorm,    init_ln,       scratch_ln_stats,  ln_ref_forward,       ln_ref_backward,       dn_build_ln,         lowp_writes,   summary_keyword  )     \
   X(ATTENTION,  "attention",  parse_attention,    init_nothing,  scratch_att,       att_ref_forward,      att_ref_backward,      dn_build_attention,  lowp_inside,   summary_attention)     \
   X(GELU,       "gelu",       parse_elementwise,  init_nothing,  scratch_none,      gelu_ref_forward,     gelu_ref_backward,     dn_build_gelu,       lowp_carries,  summary_keyword  )     \
   X(HEAD,       "head",       parse_head,         init_nothing,  scratch_none,      head_ref_forward,     head_ref_backward,     dn_build_head,       lowp_computes, summary_head     )

@@ -73,9 +73,36 @@ void seq_ln_fwd(float *y, float *stats, const float *x, const float *g, const fl
         ln_row_fwd(y + r * c, x + r * c, g, b, c, stats + 2 * r);
 }
 
+void seq_ln_fwd_bf16(st_bf16 *y, float *stats, const float *x, const float *g, const float *b, long rows, long c,
+                     float *rowbuf)
+{
+#pragma omp parallel
+    {
+        float *row = rowbuf + (size_t)omp_get_thread_num() * (size_t)c;
+#pragma omp for schedule(static)
+        for (long r = 0; r < rows; r++) {
+            ln_row_fwd(row, x + r * c, g, b, c, stats + 2 * r);
+            st_bf16_from_f32_n(y + r * c, row, (size_t)c);
+        }
+    }
+}
+
 size_t seq_ln_partial_floats(long c)
 {
     return (size_t)omp_get_max_threads() * 2 * (size_t)c;
+}
+
+/* dg, db: the threads' partials summed in thread order (called by every
+ * thread of the backward's parallel region, after its barrier). */
+static void sum_partials(float *dg, float *db, const float *partial, int nt, long c)
+{
+#pragma omp for schedule(static)
+    for (long i = 0; i < 2 * c; i++) {
+        float s = 0;
+        for (int k = 0; k < nt; k++)
+            s += partial[(size_t)k * 2 * c + i];
+        (i < c ? dg : db - c)[i] = s;
+    }
 }
 
 void seq_ln_bwd(float *dx, float *dg, float *db, float *partial, const float *x, const float *dy, const float *g,
@@ -91,13 +118,26 @@ void seq_ln_bwd(float *dx, float *dg, float *db, float *partial, const float *x,
         for (long r = first; r < last; r++)
             ln_row_bwd(dx ? dx + r * c : NULL, pg, pb, x + r * c, dy + r * c, g, c, stats[2 * r], stats[2 * r + 1]);
 #pragma omp barrier
-#pragma omp for schedule(static)
-        for (long i = 0; i < 2 * c; i++) {  /* the partials summed in thread order */
-            float s = 0;
-            for (int k = 0; k < nt; k++)
-                s += partial[(size_t)k * 2 * c + i];
-            (i < c ? dg : db - c)[i] = s;
+        sum_partials(dg, db, partial, nt, c);
+    }
+}
+
+void seq_ln_bwd_bf16(float *dx, float *dg, float *db, float *partial, const float *x, const st_bf16 *dy,
+                     const float *g, const float *stats, long rows, long c, float *rowbuf)
+{
+    const int threads = omp_get_max_threads();
+#pragma omp parallel num_threads(threads)
+    {
+        const int me = omp_get_thread_num(), nt = omp_get_num_threads();
+        float *pg = partial + (size_t)me * 2 * c, *pb = pg + c, *row = rowbuf + (size_t)me * (size_t)c;
+        memset(pg, 0, 2 * (size_t)c * sizeof(float));
+        const long first = rows * me / nt, last = rows * (me + 1) / nt;
+        for (long r = first; r < last; r++) {
+            st_bf16_to_f32_n(row, dy + r * c, (size_t)c);
+            ln_row_bwd(dx ? dx + r * c : NULL, pg, pb, x + r * c, row, g, c, stats[2 * r], stats[2 * r + 1]);
         }
+#pragma omp barrier
+        sum_partials(dg, db, partial, nt, c);
     }
 }
 

@@ -25,6 +25,15 @@ void seq_ln_bwd(float *dx, float *dg, float *db, float *partial, const float *x,
                 const float *stats, long rows, long c);
 size_t seq_ln_partial_floats(long c);
 
+/* The same with the output and its gradient in bf16 (statistics, the
+ * arithmetic and the parameter gradients in fp32): each output row computed
+ * in fp32 and rounded once; each dy row widened before the fp32 backward.
+ * `rowbuf` holds omp_get_max_threads() x c floats. */
+void seq_ln_fwd_bf16(st_bf16 *y, float *stats, const float *x, const float *g, const float *b, long rows, long c,
+                     float *rowbuf);
+void seq_ln_bwd_bf16(float *dx, float *dg, float *db, float *partial, const float *x, const st_bf16 *dy,
+                     const float *g, const float *stats, long rows, long c, float *rowbuf);
+
 /* GELU, tanh form: y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); tanh
  * is kept (count floats) for the backward, which reads it instead of
  * computing it again. */

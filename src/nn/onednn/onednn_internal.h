@@ -164,7 +164,8 @@ struct dn_seq_state {
     dnnl_memory_t target;                /* where the input's gradient goes; NULL if unwanted */
     float *stats;                        /* layer norm: each row's mean and 1 / std */
     float *partial;                      /* layer norm: per-thread dgamma, dbeta */
-    float *scratch;                      /* attention: per thread, P, dS and K or V transposed */
+    float *scratch;                      /* attention: per thread, P, dS and K or V transposed;
+                                            layer norm writing bf16: a row per thread */
     float *tanh_u;                       /* GELU: tanh of its argument, kept for the backward */
 };
 
@@ -210,7 +211,8 @@ enum lowp_role {
     LOWP_NO = 0,      /* fp32 only: a low-precision input is converted on the way in */
     LOWP_COMPUTES,    /* its kernels compute in the low precision (convolution, linear) */
     LOWP_CARRIES,     /* runs in whatever type its input has (ReLU, pooling, batch norm, ...) */
-    LOWP_INSIDE       /* computes in it between fp32 edges (attention: its products, on AVX512-BF16) */
+    LOWP_INSIDE,      /* computes in it between fp32 edges (attention: its products, on AVX512-BF16) */
+    LOWP_WRITES       /* computes in fp32, writes its output in it where every consumer takes it (layer norm) */
 };
 
 /* What a layer's backward converts for its kernels (onednn_diffs.c,
@@ -395,6 +397,7 @@ enum lowp_role lowp_never(const st_net *n, const struct xnode *x, st_dtype low);
 enum lowp_role lowp_computes(const st_net *n, const struct xnode *x, st_dtype low);
 enum lowp_role lowp_carries(const st_net *n, const struct xnode *x, st_dtype low);
 enum lowp_role lowp_inside(const st_net *n, const struct xnode *x, st_dtype low);
+enum lowp_role lowp_writes(const st_net *n, const struct xnode *x, st_dtype low);
 /* Does node j keep its output (and the output's gradient) in bf16?  A
  * layer computing in bf16 does when every consumer takes bf16 (computes in
  * it, or carries it on; an add only when its other input is bf16 too: a

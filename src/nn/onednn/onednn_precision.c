@@ -34,6 +34,17 @@ enum lowp_role lowp_carries(const st_net *n, const struct xnode *x, st_dtype low
     return LOWP_CARRIES;
 }
 
+/* Layer norm computes in fp32 (its statistics need it) and writes bf16 for
+ * bf16 consumers, as PyTorch's autocast keeps only the bf16 copy its linear
+ * layer casts: the fp32 output and the conversion pass go (905 MB of gpt2
+ * at batch 12).  Its output gradient is then bf16 too, as autocast's is.
+ * oneDNN's layer norm (tuning.onednn_layernorm) stays fp32. */
+enum lowp_role lowp_writes(const st_net *n, const struct xnode *x, st_dtype low)
+{
+    (void)x;
+    return low == ST_DTYPE_BF16 && !n->cfg.tuning.onednn_layernorm ? LOWP_WRITES : LOWP_NO;
+}
+
 /* Attention's products in bf16 need the instruction itself: oneDNN's
  * emulation (bf16_any_isa) does not reach a C kernel. */
 enum lowp_role lowp_inside(const st_net *n, const struct xnode *x, st_dtype low)
@@ -60,7 +71,7 @@ static bool could_be_bf16(const st_net *n, int j)
 static bool takes_bf16(const st_net *n, const struct xnode *c, int j)
 {
     switch (c->dn->lowp_role) {
-    case LOWP_COMPUTES: return c->dn->bf16;
+    case LOWP_COMPUTES: return c->dn->bf16 && c->kind != NODE_HEAD;  /* the head rounds its rows per chunk */
     case LOWP_CARRIES:
         if (c->in2 < 0)
             return true;
@@ -74,7 +85,8 @@ bool dn_output_bf16(const st_net *n, int j)
     const struct xnode *x = &n->x[j];
     switch (x->dn->lowp_role) {
     case LOWP_COMPUTES:
-        if (!x->dn->bf16 || x->consumers == 0)
+    case LOWP_WRITES:
+        if ((!x->dn->bf16 && x->dn->lowp_role == LOWP_COMPUTES) || x->consumers == 0)
             return false;
         for (int c = j + 1; c < n->nx; c++)
             if ((n->x[c].in == j || n->x[c].in2 == j) && !takes_bf16(n, &n->x[c], j))

@@ -44,22 +44,28 @@ static st_status plain_rows(st_net *n, const struct node *nd, const_dnnl_memory_
     return plain_rows_of(n, nd, dnnl_f32, md);
 }
 
-/* Output and input plain rows of type `dt` (the input reordered if its
- * producer chose otherwise); and, when the input wants a gradient, where
- * it goes, after step `bwd`. */
-static st_status seq_io_of(st_net *n, int j, dnnl_data_type_t dt, st_status (*bwd)(st_net *, int))
+/* Output plain rows of type `out_dt` and input rows of `in_dt` (the input
+ * reordered if its producer chose otherwise); and, when the input wants a
+ * gradient, where it goes (in `in_dt`), after step `bwd`. */
+static st_status seq_io_types(st_net *n, int j, dnnl_data_type_t out_dt, dnnl_data_type_t in_dt,
+                              st_status (*bwd)(st_net *, int))
 {
     struct xnode *x = &n->x[j];
     const_dnnl_memory_desc_t out, in;
-    OK(plain_rows_of(n, x->nd, dt, &out));
+    OK(plain_rows_of(n, x->nd, out_dt, &out));
     OK(dn_set_dst(n, x, out));
     if (x->in < 0 || x->kind == NODE_EMBED)
         return bwd ? dn_add_step(n, &x->dn->bwd, bwd, x->kind) : ST_OK;
-    OK(plain_rows_of(n, n->x[x->in].nd, dt, &in));
+    OK(plain_rows_of(n, n->x[x->in].nd, in_dt, &in));
     OK(dn_input_as(n, x, in, &x->dn->seq.src));
     if (bwd)
         OK(dn_add_step(n, &x->dn->bwd, bwd, x->kind));
     return dn_deliver(n, j, x->in, in, NULL, &x->dn->seq.target);
+}
+
+static st_status seq_io_of(st_net *n, int j, dnnl_data_type_t dt, st_status (*bwd)(st_net *, int))
+{
+    return seq_io_types(n, j, dt, dt, bwd);
 }
 
 static st_status seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int))
@@ -152,18 +158,41 @@ static st_status ln_bwd(st_net *n, int j)
     return ST_OK;
 }
 
+/* Written in bf16 for bf16 consumers (lowp_writes): fp32 rows rounded once,
+ * the bf16 gradient widened a row at a time. */
+static st_status ln_fwd_bf16(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    seq_ln_fwd_bf16(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.stats, src_of(x), n->params + nd->w_off,
+                    n->params + nd->b_off, (long)nn_rows(n, nd), nd->c, x->dn->seq.scratch);
+    return ST_OK;
+}
+
+static st_status ln_bwd_bf16(st_net *n, int j)
+{
+    const struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    seq_ln_bwd_bf16(target_of(x), n->grads + nd->w_off, n->grads + nd->b_off, x->dn->seq.partial, src_of(x),
+                    dn_mem_ptr(x->dn->diff.mem), n->params + nd->w_off, x->dn->seq.stats, (long)nn_rows(n, nd),
+                    nd->c, x->dn->seq.scratch);
+    return ST_OK;
+}
+
 static st_status build_ln_c(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const size_t rows = nn_rows(n, x->nd);
-    snprintf(x->impl, sizeof x->impl, "C rows");
+    const bool bf16 = dn_output_bf16(n, j);
+    snprintf(x->impl, sizeof x->impl, bf16 ? "C rows, written in bf16" : "C rows");
     struct dn_seq_state *s = &x->dn->seq;
     s->stats = calloc(2 * rows, sizeof(float));
     s->partial = calloc(seq_ln_partial_floats(x->nd->c), sizeof(float));
-    if (!s->stats || !s->partial)
+    s->scratch = bf16 ? calloc((size_t)omp_get_max_threads() * (size_t)x->nd->c, sizeof(float)) : NULL;
+    if (!s->stats || !s->partial || (bf16 && !s->scratch))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
-    OK(seq_io(n, j, ln_bwd));
-    return dn_add_step(n, &x->dn->fwd, ln_fwd, NODE_LAYERNORM);
+    OK(seq_io_types(n, j, bf16 ? dnnl_bf16 : dnnl_f32, dnnl_f32, bf16 ? ln_bwd_bf16 : ln_bwd));
+    return dn_add_step(n, &x->dn->fwd, bf16 ? ln_fwd_bf16 : ln_fwd, NODE_LAYERNORM);
 }
 
 /* oneDNN 3's layer normalisation (its jit kernel came in 2.7), under
