@@ -251,12 +251,29 @@ static void test_causal_mask(void **state)
     st_model_destroy(m);
 }
 
-/* The output gradients of a model of sequence layers share a few buffers
- * by liveness (onednn_diffs.c): gpt-mini's 40-odd gradients (and the adds'
- * second ones) in at most 8 buffers of at most its widest activation each,
- * where lenet keeps one per gradient; and buffers reused from the step
- * before change nothing: two steps on one batch give the same gradients,
- * bit for bit (the reference check above says they are right). */
+/* Two steps on one batch: the gradients of the first in `first`, and the
+ * second's must be the same bits (a buffer reused from the step before
+ * carries nothing over). */
+static void two_steps_same_bits(st_net *n, float *first)
+{
+    int32_t ids[128];
+    int labels[128];
+    tokens(ids, 128, 256, 8);
+    tokens((int32_t *)labels, 128, 256, 9);
+    size_t P;
+    for (int step = 0; step < 2; step++) {
+        float loss;
+        assert_int_equal(st_net_forward(n, ids), ST_OK);
+        assert_int_equal(st_net_loss(n, labels, &loss, NULL), ST_OK);
+        assert_int_equal(st_net_backward(n), ST_OK);
+        const float *grads = st_net_grads(n, &P);
+        if (step == 0)
+            memcpy(first, grads, P * sizeof(float));
+        else
+            assert_memory_equal(first, grads, P * sizeof(float));
+    }
+}
+
 /* In bf16 the copies a linear layer's backward converts (its fp32 output
  * gradient in bf16) share one buffer across layers: gpt-mini's 16 linear
  * layers' in at most one per purpose, a step repeated giving the same bits,
@@ -276,33 +293,25 @@ static void bf16_conversions_share_buffers(void)
     print_message("gpt-mini bf16: backward's conversions in %d buffers, %.2f MB\n", g.conversion_buffers,
                   g.conversion_bytes / 1e6);
     assert_true(g.conversion_buffers >= 1 && g.conversion_buffers <= 4);
-    size_t P;
+    const size_t P = st_model_param_count(m);
     st_net_init(n, 4);
-    memcpy(st_net_params(f, &P), st_net_params(n, NULL), st_model_param_count(m) * sizeof(float));
-    int32_t ids[128];
-    int labels[128];
-    tokens(ids, 128, 256, 8);
-    tokens((int32_t *)labels, 128, 256, 9);
-    float *first = malloc(st_model_param_count(m) * sizeof(float)), loss;
-    for (int step = 0; step < 2; step++) {
-        assert_int_equal(st_net_forward(n, ids), ST_OK);
-        assert_int_equal(st_net_loss(n, labels, &loss, NULL), ST_OK);
-        assert_int_equal(st_net_backward(n), ST_OK);
-        const float *grads = st_net_grads(n, &P);
-        if (step == 0)
-            memcpy(first, grads, P * sizeof(float));
-        else
-            assert_memory_equal(first, grads, P * sizeof(float));
-    }
-    assert_int_equal(st_net_forward(f, ids), ST_OK);
-    assert_int_equal(st_net_loss(f, labels, &loss, NULL), ST_OK);
-    assert_int_equal(st_net_backward(f), ST_OK);
-    assert_close_over(first, st_net_grads(f, NULL), P, 1.0 / 16, 0.0, "bf16 gradients against fp32's");
+    memcpy(st_net_params(f, NULL), st_net_params(n, NULL), P * sizeof(float));
+    float *first = malloc(P * sizeof(float)), *fp32 = malloc(P * sizeof(float));
+    two_steps_same_bits(n, first);
+    two_steps_same_bits(f, fp32);
+    assert_close_over(first, fp32, P, 1.0 / 16, 0.0, "bf16 gradients against fp32's");
+    free(fp32);
     free(first);
     st_net_destroy(n), st_net_destroy(f);
     st_model_destroy(m);
 }
 
+/* The output gradients of a model of sequence layers share a few buffers
+ * by liveness (onednn_diffs.c): gpt-mini's 40-odd gradients (and the adds'
+ * second ones) in at most 8 buffers of at most its widest activation each,
+ * where lenet keeps one per gradient; and buffers reused from the step
+ * before change nothing: two steps on one batch give the same gradients,
+ * bit for bit (the reference check above says they are right). */
 static void test_gradients_share_buffers(void **state)
 {
     (void)state;
@@ -318,23 +327,8 @@ static void test_gradients_share_buffers(void **state)
     assert_true(g.gradients >= 40);
     assert_true(g.buffers >= 2 && g.buffers <= 8);
     assert_true(g.bytes <= 8 * widest);
-    int32_t ids[128];
-    int labels[128];
-    tokens(ids, 128, 256, 8);
-    tokens((int32_t *)labels, 128, 256, 9);
-    size_t P;
     float *first = malloc(st_model_param_count(m) * sizeof(float));
-    for (int step = 0; step < 2; step++) {
-        float loss;
-        assert_int_equal(st_net_forward(n, ids), ST_OK);
-        assert_int_equal(st_net_loss(n, labels, &loss, NULL), ST_OK);
-        assert_int_equal(st_net_backward(n), ST_OK);
-        const float *grads = st_net_grads(n, &P);
-        if (step == 0)
-            memcpy(first, grads, P * sizeof(float));
-        else
-            assert_memory_equal(first, grads, P * sizeof(float));
-    }
+    two_steps_same_bits(n, first);
     free(first);
     st_net_destroy(n);
     st_model_destroy(m);
