@@ -17,7 +17,10 @@
  * kernels (a bf16 linear layer's fp32 output gradient in bf16: 57 MB for
  * gpt2's qkv at batch 12, in each of 12 blocks): alive only while that
  * layer's backward runs, so every layer's copy of one purpose shares one
- * buffer (dn_bwd_temp).
+ * buffer (dn_bwd_temp).  So does the scratchpad of an inner product's
+ * backward: oneDNN's own kept one per primitive (2.7 GB of bf16 gpt2's 96
+ * at batch 12: the transposed copies its bf16 kernels make); made with a
+ * user scratchpad, all of them share the largest's.
  *
  * Image models keep one buffer per gradient: their layers take raw
  * pointers to gradients while building (flatten's view, the max-pool's
@@ -136,6 +139,30 @@ st_status dn_bwd_temp(st_net *n, enum dn_temp purpose, const_dnnl_memory_desc_t 
     return ST_OK;
 }
 
+st_status dn_user_scratchpad(st_net *n, const_dnnl_primitive_attr_t *out)
+{
+    struct onednn_net *d = n->dnet;
+    if (!d->user_scratchpad) {
+        TRY(dnnl_primitive_attr_create(&d->user_scratchpad));
+        TRY(dnnl_primitive_attr_set_scratchpad_mode(d->user_scratchpad, dnnl_scratchpad_mode_user));
+    }
+    *out = d->user_scratchpad;
+    return ST_OK;
+}
+
+st_status dn_op_scratchpad(st_net *n, struct op *o, const_dnnl_primitive_desc_t pd)
+{
+    const_dnnl_memory_desc_t md = dn_query(pd, dnnl_query_scratchpad_md, 0);
+    if (!md || dnnl_memory_desc_get_size(md) == 0)
+        return ST_OK;
+    if (o->nargs >= (int)(sizeof o->args / sizeof *o->args))
+        return st_fail(ST_ERR_BACKEND, "net: an op with too many arguments for its scratchpad");
+    dnnl_memory_t m;
+    OK(dn_bwd_temp(n, DN_TEMP_SCRATCHPAD, md, &m));
+    o->args[o->nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m};
+    return ST_OK;
+}
+
 static st_status place_temps(struct onednn_net *d)
 {
     struct dn_bwd_temps *t = &d->temps;
@@ -183,6 +210,8 @@ st_status dn_share_diffs(st_net *n)
 
 void dn_diffs_free(struct onednn_net *d)
 {
+    if (d->user_scratchpad)
+        dnnl_primitive_attr_destroy(d->user_scratchpad);
     for (int s = 0; s < DN_TEMP_SLOTS; s++)
         free(d->temps.buffers[s]);
     free(d->temps.mems);

@@ -217,7 +217,7 @@ enum lowp_role {
 
 /* What a layer's backward converts for its kernels (onednn_diffs.c,
  * dn_bwd_temp): each copy lives only while that layer's backward runs. */
-enum dn_temp { DN_TEMP_SRC, DN_TEMP_DIFF_DST, DN_TEMP_DIFF_DST_DATA, DN_TEMP_DIFF_SRC, DN_TEMP_SLOTS };
+enum dn_temp { DN_TEMP_SRC, DN_TEMP_DIFF_DST, DN_TEMP_DIFF_DST_DATA, DN_TEMP_DIFF_SRC, DN_TEMP_SCRATCHPAD, DN_TEMP_SLOTS };
 
 /* One exec node's oneDNN state: what every node has, then each layer
  * family's own. */
@@ -267,6 +267,7 @@ struct onednn_net {
     int ndiff_buffers;                   /* ... how many, */
     size_t diff_bytes;                   /* ... and their bytes together */
     size_t transposed_floats;            /* its size: the largest layer's need */
+    dnnl_primitive_attr_t user_scratchpad; /* inner products' backward: scratchpads we place (dn_op_scratchpad) */
     struct dn_bwd_temps {                /* backward's converted copies, one buffer per purpose */
         dnnl_memory_t *mems;
         int *slot, n, cap;
@@ -431,6 +432,11 @@ void dn_gradient_memory(const st_net *n, st_net_gradient_memory *m);
  * gives every copy of a purpose one buffer, the largest's size; else a
  * buffer of its own. */
 st_status dn_bwd_temp(st_net *n, enum dn_temp purpose, const_dnnl_memory_desc_t md, dnnl_memory_t *out);
+/* The attribute that makes a primitive's scratchpad ours to give (made once
+ * per net), and the op's scratchpad argument for a pd made with it: a
+ * DN_TEMP_SCRATCHPAD memory, shared by every layer's backward. */
+st_status dn_user_scratchpad(st_net *n, const_dnnl_primitive_attr_t *out);
+st_status dn_op_scratchpad(st_net *n, struct op *o, const_dnnl_primitive_desc_t pd);
 st_status dn_build_relu(st_net *n, int j);
 /* An element-wise layer on oneDNN (its forward in training mode, its
  * backward from the source), in its input's layout and type. */

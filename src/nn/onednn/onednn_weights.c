@@ -161,12 +161,14 @@ st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct we
                      dnnl_convolution_backward_data_primitive_desc_create(pd, eng, dnnl_convolution_direct, src, wei,
                                                                           dst, w->strides, no_dilation, w->pad,
                                                                           w->pad, hint, NULL));
+    const_dnnl_primitive_attr_t ours;  /* the scratchpad shared across layers (dn_op_scratchpad) */
+    OK(dn_user_scratchpad(n, &ours));
     if (weights_pass)
         return DN_PD(n, *pd, NULL,
                      dnnl_inner_product_backward_weights_primitive_desc_create(pd, eng, src, wei, bias, dst, hint,
-                                                                               NULL));
+                                                                               ours));
     return DN_PD(n, *pd, NULL,
-                 dnnl_inner_product_backward_data_primitive_desc_create(pd, eng, src, wei, dst, hint, NULL));
+                 dnnl_inner_product_backward_data_primitive_desc_create(pd, eng, src, wei, dst, hint, ours));
 }
 
 /* A backward pd that shares the forward's activation layouts when a real
@@ -380,6 +382,7 @@ static st_status build_weights_bwd_w(st_net *n, int j, struct weights_build *b)
     OK(dn_prim_new(n, &bw, pd));
     OK(dn_add_op(n, &dn->bwd, bw, x->kind, DNNL_ARG_SRC, src, DNNL_ARG_DIFF_DST, ddst, DNNL_ARG_DIFF_WEIGHTS, dw,
               DNNL_ARG_DIFF_BIAS, db_user, -1));
+    OK(dn_op_scratchpad(n, &dn->bwd.v[dn->bwd.n - 1], pd));
     return dw != dw_user ? dn_add_reorder(n, &dn->bwd, dw, dw_user) : ST_OK;
 }
 
@@ -424,7 +427,7 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
     o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, w_bwd};
     o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, diff_src};
     o->nargs = 3;
-    return ST_OK;
+    return dn_op_scratchpad(n, o, pd);
 }
 
 /* Says in the node's description that it computes in bf16: read back from
