@@ -7,7 +7,8 @@
 # build the old commit with `git worktree add /tmp/old <commit>` and cmake.
 #
 #   bench/same-bits.sh OLD_BUILD NEW_BUILD [presets...]
-#   (default presets: lenet cnn resnet gpt-mini; TEXT=... for gpt-mini's text)
+#   (default presets: lenet cnn resnet gpt-mini; TEXT=... for gpt-mini's text;
+#   ARGS=... more trainer flags for both builds, e.g. ARGS="--precision bf16")
 set -eu
 [ $# -ge 2 ] || { echo "usage: $0 OLD_BUILD NEW_BUILD [presets...]" >&2; exit 2; }
 old=$1 new=$2
@@ -36,7 +37,7 @@ for m in $presets; do
   for b in old new; do
     eval dir=\$$b
     # shellcheck disable=SC2086
-    "$dir/shmtrain" --model "$m" $data --max-steps "$steps" --seed 1 --log-every 1000 \
+    "$dir/shmtrain" --model "$m" $data ${ARGS:-} --max-steps "$steps" --seed 1 --log-every 1000 \
       --checkpoint "$tmp/$b.ckpt" > "$tmp/$b.log" 2>&1 &&
       "$new/shmtrain" export --checkpoint "$tmp/$b.ckpt" --out "$tmp/$b.safetensors" >> "$tmp/$b.log" 2>&1 ||
       { cat "$tmp/$b.log" >&2; exit 1; }

@@ -167,27 +167,27 @@ ST_MULTIVERSION static void gelu_rows_bwd(float *restrict dx, const float *restr
     }
 }
 
-/* Split in cache-sized pieces over the threads. */
+/* Runs `call` on each cache-sized piece, split over the threads: `at` is
+ * the piece's first element, `n` its length (the last piece's is short). */
 #define GELU_PIECE 4096L
+#define FOR_GELU_PIECES(count, call)                                                                     \
+    do {                                                                                                 \
+        const long pieces_ = ((count) + GELU_PIECE - 1) / GELU_PIECE;                                    \
+        _Pragma("omp parallel for schedule(static)") for (long k_ = 0; k_ < pieces_; k_++)               \
+        {                                                                                                \
+            const long at = k_ * GELU_PIECE, n = (count) - at < GELU_PIECE ? (count) - at : GELU_PIECE; \
+            call;                                                                                        \
+        }                                                                                                \
+    } while (0)
 
 void seq_gelu_fwd(float *y, float *tanh_u, const float *x, long count)
 {
-    const long pieces = (count + GELU_PIECE - 1) / GELU_PIECE;
-#pragma omp parallel for schedule(static)
-    for (long k = 0; k < pieces; k++) {
-        const long at = k * GELU_PIECE;
-        gelu_rows(y + at, tanh_u + at, x + at, count - at < GELU_PIECE ? count - at : GELU_PIECE);
-    }
+    FOR_GELU_PIECES(count, gelu_rows(y + at, tanh_u + at, x + at, n));
 }
 
 void seq_gelu_bwd(float *dx, const float *dy, const float *x, const float *tanh_u, long count)
 {
-    const long pieces = (count + GELU_PIECE - 1) / GELU_PIECE;
-#pragma omp parallel for schedule(static)
-    for (long k = 0; k < pieces; k++) {
-        const long at = k * GELU_PIECE;
-        gelu_rows_bwd(dx + at, dy + at, x + at, tanh_u + at, count - at < GELU_PIECE ? count - at : GELU_PIECE);
-    }
+    FOR_GELU_PIECES(count, gelu_rows_bwd(dx + at, dy + at, x + at, tanh_u + at, n));
 }
 
 /* bf16 in and out, fused: each element widened (exact) and its result
@@ -218,22 +218,12 @@ ST_MULTIVERSION static void gelu_rows_bwd_bf16(st_bf16 *restrict dx, const st_bf
 
 void seq_gelu_fwd_bf16(st_bf16 *y, float *tanh_u, const st_bf16 *x, long count)
 {
-    const long pieces = (count + GELU_PIECE - 1) / GELU_PIECE;
-#pragma omp parallel for schedule(static)
-    for (long k = 0; k < pieces; k++) {
-        const long at = k * GELU_PIECE;
-        gelu_rows_bf16(y + at, tanh_u + at, x + at, count - at < GELU_PIECE ? count - at : GELU_PIECE);
-    }
+    FOR_GELU_PIECES(count, gelu_rows_bf16(y + at, tanh_u + at, x + at, n));
 }
 
 void seq_gelu_bwd_bf16(st_bf16 *dx, const st_bf16 *dy, const st_bf16 *x, const float *tanh_u, long count)
 {
-    const long pieces = (count + GELU_PIECE - 1) / GELU_PIECE;
-#pragma omp parallel for schedule(static)
-    for (long k = 0; k < pieces; k++) {
-        const long at = k * GELU_PIECE;
-        gelu_rows_bwd_bf16(dx + at, dy + at, x + at, tanh_u + at, count - at < GELU_PIECE ? count - at : GELU_PIECE);
-    }
+    FOR_GELU_PIECES(count, gelu_rows_bwd_bf16(dx + at, dy + at, x + at, tanh_u + at, n));
 }
 
 /* -------------------------------------------------- causal softmax -- */
