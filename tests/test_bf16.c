@@ -78,10 +78,11 @@ static void test_gate(void **state)
     (void)state;
     st_model *m = parse("input 8\nlinear 4\n");
     st_net *n = NULL;
-    st_net_config ref = {.batch = 2, .backend = ST_BACKEND_REFERENCE, .precision = ST_DTYPE_BF16,
-                         .tuning = env_tuning()};
-    assert_int_equal(st_net_create(&n, m, &ref), ST_ERR_INVALID);
-    assert_non_null(strstr(st_last_error(), "definition"));
+    st_net_config half = {.batch = 2, .precision = ST_DTYPE_F16, .tuning = env_tuning()};
+    assert_int_equal(st_net_create(&n, m, &half), ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "precision fp16"));
+    assert_non_null(strstr(st_last_error(), "reference"));
+    assert_null(n);
     st_net_config odd = {.batch = 2, .precision = ST_DTYPE_I32, .tuning = env_tuning()};
     assert_int_equal(st_net_create(&n, m, &odd), ST_ERR_INVALID);
     st_net_config bf = {.batch = 2, .precision = ST_DTYPE_BF16, .tuning = env_tuning()};

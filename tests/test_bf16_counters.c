@@ -70,14 +70,19 @@ static void step(st_net *n, const st_model *m, int batch, uint64_t seed)
     free(input);
 }
 
-static st_net *preset_net(const char *name, st_model **m, int batch, st_dtype precision)
+static st_net *preset_net_on(const char *name, st_model **m, int batch, st_dtype precision, st_backend backend)
 {
     assert_int_equal(st_model_load(m, name), ST_OK);
     st_net *n = NULL;
-    const st_net_config c = {.batch = batch, .precision = precision, .tuning = env_tuning()};
+    const st_net_config c = {.batch = batch, .backend = backend, .precision = precision, .tuning = env_tuning()};
     if (st_net_create(&n, *m, &c) != ST_OK)
         fail_msg("%s: %s", name, st_last_error());
     return n;
+}
+
+static st_net *preset_net(const char *name, st_model **m, int batch, st_dtype precision)
+{
+    return preset_net_on(name, m, batch, precision, ST_BACKEND_ONEDNN);
 }
 
 static void test_fp32_converts_nothing(void **state)
@@ -91,7 +96,7 @@ static void test_fp32_converts_nothing(void **state)
         st_net_counters_get(n, &c);
         if (c.conversions || c.converted_bytes)
             fail_msg("%s in fp32: %llu conversions, %llu bytes", presets[p], c.conversions, c.converted_bytes);
-        assert_int_equal(st_net_bf16_layers(n), 0);
+        assert_int_equal(st_net_lowp_layers(n), 0);
         st_net_destroy(n);
         st_model_destroy(m);
     }
@@ -165,14 +170,14 @@ static void test_bf16_counts_per_preset(void **state)
         step(n, m, 2, 3);
         st_net_counters_get(n, &third);
         print_message("%-9s bf16 layers %d of %d; per step %llu conversions (%llu bytes), %llu weight reorders; "
-                      "%d weight copies\n", name, st_net_bf16_layers(n), st_net_layers(n), second.conversions,
+                      "%d weight copies\n", name, st_net_lowp_layers(n), st_net_layers(n), second.conversions,
                       second.converted_bytes, second.weight_reorders, ncopies);
         /* a conversion is a fixed part of the plan, not a first-step cost;
          * the first step writes each weight copy once */
         assert_memory_equal(&second, &third, sizeof second);
         assert_int_equal(first.conversions, second.conversions);
         assert_int_equal(first.weight_reorders, second.weight_reorders + (unsigned)ncopies);
-        assert_int_equal(st_net_bf16_layers(n), per_preset[p].bf16_layers + (__builtin_cpu_supports("avx512bf16")
+        assert_int_equal(st_net_lowp_layers(n), per_preset[p].bf16_layers + (__builtin_cpu_supports("avx512bf16")
                                                                                   ? per_preset[p].attention_layers
                                                                                   : 0));
         assert_int_equal(second.conversions,
@@ -277,6 +282,62 @@ static void test_optimizer_keeps_the_copies(void **state)
         }
 }
 
+/* The reference backend defines a low-precision net (bf16 or fp16) on any
+ * CPU, and plans it as oneDNN does: per preset, the same layers compute
+ * low (attention too: the reference rounds its operands without the
+ * instruction), and a step converts at the same edges as oneDNN's
+ * reference bf16 kernels (reference_conversions above: the reference has
+ * no kernel that writes a type it was not asked for), the same count every
+ * step; its weights are copies in that type, written once before the
+ * first step, then only by the optimizer.  Where oneDNN runs bf16 here,
+ * its plan is the reference's, layer by layer. */
+static void test_reference_counts_per_preset(void **state)
+{
+    (void)state;
+    const st_dtype lows[] = {ST_DTYPE_BF16, ST_DTYPE_F16};
+    for (size_t q = 0; q < 2; q++)
+        for (size_t p = 0; p < sizeof per_preset / sizeof *per_preset; p++) {
+            const char *name = per_preset[p].preset;
+            st_model *m;
+            st_net *n = preset_net_on(name, &m, 2, lows[q], ST_BACKEND_REFERENCE);
+            st_net_counters first, second, third;
+            int ncopies;
+            st_net_weight_copies(n, &ncopies);
+            step(n, m, 2, 1);
+            st_net_counters_get(n, &first);
+            st_net_counters_reset(n);
+            step(n, m, 2, 2);
+            st_net_counters_get(n, &second);
+            st_net_counters_reset(n);
+            step(n, m, 2, 3);
+            st_net_counters_get(n, &third);
+            print_message("%-9s reference %s: %d of %d layers; per step %llu conversions (%llu bytes), %d weight "
+                          "copies\n", name, st_dtype_name(lows[q]), st_net_lowp_layers(n), st_net_layers(n),
+                          second.conversions, second.converted_bytes, ncopies);
+            assert_int_equal(st_net_lowp_layers(n), per_preset[p].bf16_layers + per_preset[p].attention_layers);
+            assert_int_equal(second.conversions, per_preset[p].reference_conversions);
+            assert_memory_equal(&second, &third, sizeof second);
+            assert_int_equal(first.conversions, second.conversions);
+            assert_int_equal(first.weight_reorders, (unsigned)ncopies);
+            assert_int_equal(second.weight_reorders, 0);
+            assert_true(ncopies > 0);
+            if (lows[q] == ST_DTYPE_BF16 && bf16_here()) {
+                st_model *m2;
+                st_net *fast = preset_net(name, &m2, 2, ST_DTYPE_BF16);
+                const bool attention_low = st_net_lowp_layers(fast) == st_net_lowp_layers(n);
+                for (int i = 0; i < st_net_layers(n) && attention_low; i++)
+                    if (st_net_layer_compute(fast, i) != st_net_layer_compute(n, i))
+                        fail_msg("%s layer %d: oneDNN computes in %s, the reference in %s", name, i,
+                                 st_dtype_name(st_net_layer_compute(fast, i)),
+                                 st_dtype_name(st_net_layer_compute(n, i)));
+                st_net_destroy(fast);
+                st_model_destroy(m2);
+            }
+            st_net_destroy(n);
+            st_model_destroy(m);
+        }
+}
+
 /* A precision request is checked in one place, with one spelling. */
 static void test_precision_request(void **state)
 {
@@ -288,9 +349,15 @@ static void test_precision_request(void **state)
     assert_false(st_dtype_parse("BF16", &t));
     assert_string_equal(st_dtype_name(ST_DTYPE_F32), "fp32");
     assert_int_equal(st_nn_precision_check(ST_DTYPE_F32, ST_BACKEND_REFERENCE, NULL), ST_OK);
-    assert_int_equal(st_nn_precision_check(ST_DTYPE_BF16, ST_BACKEND_REFERENCE, NULL), ST_ERR_INVALID);
-    assert_non_null(strstr(st_last_error(), "precision bf16"));
+    assert_true(st_dtype_parse("fp16", &t) && t == ST_DTYPE_F16);
+    /* the reference defines both low precisions, on any CPU */
+    assert_int_equal(st_nn_precision_check(ST_DTYPE_BF16, ST_BACKEND_REFERENCE, NULL), ST_OK);
+    assert_int_equal(st_nn_precision_check(ST_DTYPE_F16, ST_BACKEND_REFERENCE, NULL), ST_OK);
+    assert_int_equal(st_nn_precision_check(ST_DTYPE_F16, ST_BACKEND_ONEDNN, NULL), ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "precision fp16"));
     assert_int_equal(st_nn_precision_check(ST_DTYPE_I32, ST_BACKEND_ONEDNN, NULL), ST_ERR_INVALID);
+    assert_non_null(strstr(st_last_error(), "precision i32"));
+    assert_int_equal(st_nn_precision_check(ST_DTYPE_I64, ST_BACKEND_REFERENCE, NULL), ST_ERR_INVALID);
     const st_nn_tuning tuning = env_tuning();
     assert_int_equal(st_nn_precision_check(ST_DTYPE_BF16, ST_BACKEND_ONEDNN, &tuning),
                      bf16_here() ? ST_OK : ST_ERR_INVALID);
@@ -349,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_optimizer_keeps_the_copies),
         cmocka_unit_test(test_bf16_counts_per_preset),
         cmocka_unit_test(test_the_plan_is_the_build),
+        cmocka_unit_test(test_reference_counts_per_preset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

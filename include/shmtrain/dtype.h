@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +40,9 @@ bool st_dtype_is_rounding(st_dtype t);
  * functions of bf16.h and fp16.h.  Returns false for any other pair. */
 bool st_dtype_convert_n(void *dst, st_dtype to, const void *src, st_dtype from, size_t n);
 
+/* n fp32 values rounded to a rounding type `to`, value i at dst[index[i]]
+ * (a kernel's layout); nothing for any other type. */
+void st_dtype_scatter_n(uint16_t *dst, const uint32_t *index, st_dtype to, const float *src, size_t n);
 /* x[i] = x[i] as a rounding type `t` carries it (rounded, widened back), in
  * place; fp32 is left as it is. */
 void st_dtype_round_n(float *x, st_dtype t, size_t n);

@@ -154,8 +154,10 @@ typedef enum st_backend {
     ST_BACKEND_REFERENCE = 1 /* plain C on NCHW, for tests and as the definition */
 } st_backend;
 
-/* The one check of a precision request: fp32 anywhere, bf16 on the oneDNN
- * backend where st_nn_bf16_supported().  ST_ERR_INVALID with a message
+/* The one check of a precision request: fp32 anywhere; bf16 on the oneDNN
+ * backend where st_nn_bf16_supported(); bf16 and fp16 on the reference
+ * backend, which defines them (it rounds values where the plan keeps them
+ * low; docs/engine.md, "Low precision").  ST_ERR_INVALID with a message
  * (starting "precision ...") otherwise. */
 st_status st_nn_precision_check(st_dtype precision, st_backend backend, const st_nn_tuning *t);
 
@@ -165,11 +167,11 @@ typedef struct st_net_config {
     float *grad_buffer;      /* optional: param_count floats the caller owns (e.g.
                                 the collectives' zero-copy region); else allocated */
     bool input_grad;         /* also compute d(loss)/d(input) (tests) */
-    st_dtype precision;      /* ST_DTYPE_F32 (default) or ST_DTYPE_BF16: mixed precision
-                                on the oneDNN backend (docs/engine.md, "bf16") */
+    st_dtype precision;      /* ST_DTYPE_F32 (default), ST_DTYPE_BF16 or ST_DTYPE_F16 (the
+                                reference backend only): mixed precision (docs/engine.md) */
     st_nn_tuning tuning;     /* the engine's choices (tuning.h); zero: as built */
     bool plan_only;          /* the plan alone: what each layer computes in and keeps
-                                (st_net_describe_precision, st_net_bf16_layers), with no
+                                (st_net_describe_precision, st_net_lowp_layers), with no
                                 parameters, gradients or activations behind it (gpt2's
                                 --summary in a few MB); nothing runs on such a net */
 } st_net_config;
@@ -263,18 +265,20 @@ void st_net_profile_get(const st_net *n, st_net_profile *p);
 
 /* What the net moves between precisions and layouts, counted as it runs
  * (since the net was made or the counters last reset), on every path: the
- * reference kernels of SHMTRAIN_BF16_ANY_ISA count as native ones do, so
- * the bf16 dataflow is checked on any machine. */
+ * reference kernels of SHMTRAIN_BF16_ANY_ISA count as native ones do, and
+ * the reference backend counts the same edges in bf16 and fp16, so the
+ * low-precision dataflow is checked on any machine. */
 typedef struct st_net_counters {
-    unsigned long long conversions;      /* an activation or its gradient converted between fp32 and bf16 */
+    unsigned long long conversions;      /* an activation or its gradient converted between fp32 and the low precision */
     unsigned long long converted_bytes;  /* bytes those conversions read */
     unsigned long long weight_reorders;  /* a parameter or its gradient reordered or converted */
 } st_net_counters;
 void st_net_counters_get(const st_net *n, st_net_counters *c);
 void st_net_counters_reset(st_net *n);
 
-/* The bf16 copies of the parameters a bf16 net's kernels read, each in the
- * layout its kernel wants (none in an fp32 net).  Hand them to the
+/* The low-precision copies (bf16, fp16) of the parameters a low-precision
+ * net's kernels read, each in the layout its kernel wants (none in an fp32
+ * net).  Hand them to the
  * optimizer (st_optim_set_copies): each step then writes them in the pass
  * that updates the fp32 masters, and no step converts a weight.  Any other
  * change to the parameters must go through a pointer st_net_params()
@@ -282,19 +286,20 @@ void st_net_counters_reset(st_net *n);
  * pass write the copies again (a resume, a broadcast, a test's values).
  * Owned by the net. */
 const st_weight_copy *st_net_weight_copies(const st_net *n, int *count);
-/* Elements of the copies that differ from st_bf16_from_f32 of their
- * master now (tests: 0 after every optimizer step). */
+/* Elements of the copies that differ from their master now, rounded to
+ * the copy's type (tests: 0 after every optimizer step). */
 size_t st_net_weight_copies_differing(const st_net *n);
 
 /* What each layer computes in and keeps its output in, as built: the
  * request (st_net_config.precision), the layer table's rule and the
- * kernels this CPU has decide it, so a bf16 net may run some layers in
- * fp32.  `layer` counts the net's layers (st_net_layers) in order. */
+ * kernels this CPU has (or the reference's emulation) decide it, so a
+ * bf16 net may run some layers in fp32.  `layer` counts the net's layers (st_net_layers) in order. */
 int st_net_layers(const st_net *n);
 st_dtype st_net_layer_compute(const st_net *n, int layer);
-int st_net_bf16_layers(const st_net *n);
+/* The layers computing in the net's low precision (bf16, fp16). */
+int st_net_lowp_layers(const st_net *n);
 /* One line per layer (kind, model line, compute and output types), then
- * the count of layers computing in bf16. */
+ * the count of layers computing in the low precision (bf16 in an fp32 net). */
 void st_net_describe_precision(const st_net *n, FILE *f);
 
 #ifdef __cplusplus

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "shmtrain/bf16.h"
+#include "shmtrain/dtype.h"
 #include "shmtrain/status.h"
 
 #ifdef __cplusplus
@@ -39,18 +40,20 @@ void st_optim_destroy(st_optim *o);
 /* One update with learning rate `lr`: params -= f(grads, state). */
 void st_optim_step(st_optim *o, float *params, const float *grads, float lr);
 
-/* A bf16 copy of `count` parameters from `offset`, in the layout a kernel
- * reads: element i goes to dst[index[i]] (dst[i] where index is NULL).
- * A bf16 net hands its copies over (st_net_weight_copies). */
+/* A copy of `count` parameters from `offset` in a rounding type (bf16 or
+ * fp16: 16-bit words), in the layout a kernel reads: element i goes to
+ * dst[index[i]] (dst[i] where index is NULL).  A low-precision net hands
+ * its copies over (st_net_weight_copies). */
 typedef struct st_weight_copy {
     size_t offset, count;
-    st_bf16 *dst;
+    uint16_t *dst;
+    st_dtype type;
     const uint32_t *index;
 } st_weight_copy;
 
 /* From the next step on, each step also writes these copies of the
- * parameters it updates, in the same pass over them (st_bf16_from_f32 of the
- * new value): the kernels then read weights no reorder converted.  The array
+ * parameters it updates, in the same pass over them (the new value rounded
+ * to the copy's type): the kernels then read weights no reorder converted.  The array
  * and what it points to are borrowed; NULL, 0 stops it. */
 void st_optim_set_copies(st_optim *o, const st_weight_copy *copies, int count);
 

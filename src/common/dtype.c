@@ -133,6 +133,15 @@ bool st_dtype_convert_n(void *restrict dst, st_dtype to, const void *restrict sr
     return true;
 }
 
+void st_dtype_scatter_n(uint16_t *restrict dst, const uint32_t *restrict index, st_dtype to,
+                        const float *restrict src, size_t n)
+{
+    for (size_t i = 0; to == ST_DTYPE_BF16 && i < n; i++)
+        dst[index[i]] = st_bf16_from_f32(src[i]);
+    for (size_t i = 0; to == ST_DTYPE_F16 && i < n; i++)
+        dst[index[i]] = st_f16_from_f32(src[i]);
+}
+
 void st_dtype_round_n(float *x, st_dtype t, size_t n)
 {
     for (size_t i = 0; t == ST_DTYPE_BF16 && i < n; i++)

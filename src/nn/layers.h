@@ -10,13 +10,14 @@
  *   ref_*     ref_backend.c: the reference (plain C) forward and backward,
  *             over the kernels of ref.c, and the scratch they need
  *   onednn    onednn_*.c: builds its primitives and ops for the oneDNN backend
- *   lowp      onednn_precision.c: what a layer of this kind does in a net of
- *             a low precision (st_dtype: bf16 today): computes in it
+ *   lowp      precision.c: what a layer of this kind does in a net of a low
+ *             precision (bf16, fp16), for both backends: computes in it
  *             (lowp_computes), computes in it between fp32 edges
- *             (lowp_inside), computes in fp32 and writes it for
- *             consumers that take it (lowp_writes), carries whatever type
- *             its input has (lowp_carries), or stays fp32 (lowp_never); each rule is asked
- *             with the precision, so fp16 is an answer per rule, not a column
+ *             (lowp_inside), computes in fp32 and writes it for consumers
+ *             that take it (lowp_writes), carries whatever type its input
+ *             has (lowp_carries), or stays fp32 (lowp_never); each rule is
+ *             asked with the precision and answers per backend, so fp16 is
+ *             an answer per rule, not a column
  *
  * Each of those files expands the table with the columns it owns, so the
  * enum, the parser's keywords and every backend's dispatch come from these

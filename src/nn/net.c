@@ -169,16 +169,8 @@ static st_status allocate_data(st_net *n)
 }
 
 /* st_net_config.plan_only: what each layer computes in and keeps, from
- * the backend's plan (the reference computes everything in fp32), with no
- * data behind it. */
-static st_status plan_only(st_net *n)
-{
-    if (n->backend->plan)
-        return n->backend->plan(n);
-    for (int j = 0; j < n->nx; j++)
-        n->x[j].compute = n->x[j].stored = ST_DTYPE_F32;
-    return ST_OK;
-}
+ * the backend's plan, with no data behind it. */
+static st_status plan_only(st_net *n) { return n->backend->plan(n); }
 
 st_status nn_runnable(const st_net *n)
 {
@@ -505,13 +497,19 @@ void st_net_profile_get(const st_net *n, st_net_profile *p)
 
 st_status st_nn_precision_check(st_dtype precision, st_backend backend, const st_nn_tuning *t)
 {
-    if (precision != ST_DTYPE_F32 && (precision != ST_DTYPE_BF16 || backend != ST_BACKEND_ONEDNN))
-        return st_fail(ST_ERR_INVALID, "precision %s: the oneDNN backend computes in fp32 or bf16, the reference "
-                                       "in fp32 (it is the definition)%s", st_dtype_name(precision),
-                       precision == ST_DTYPE_F16 ? "; fp16 is a gradient exchange's type (--allreduce-dtype fp16)" : "");
+    if (precision == ST_DTYPE_F32)
+        return ST_OK;
+    if (!st_dtype_is_rounding(precision))
+        return st_fail(ST_ERR_INVALID, "precision %s: a net computes in fp32, bf16 or fp16", st_dtype_name(precision));
+    if (backend == ST_BACKEND_REFERENCE)  /* it rounds where the plan says: no kernel needed */
+        return ST_OK;
+    if (precision == ST_DTYPE_F16)
+        return st_fail(ST_ERR_INVALID, "precision fp16: oneDNN's fp16 kernels are not wired here (the reference "
+                                       "backend defines fp16 nets); fp16 travels as a gradient exchange's type "
+                                       "(--allreduce-dtype fp16)");
     /* No emulated crawl: oneDNN runs bf16 on AVX-512 without BF16 by
      * emulation, and not at all below it. */
-    if (precision == ST_DTYPE_BF16 && !st_nn_bf16_supported(t))
+    if (!st_nn_bf16_supported(t))
         return st_fail(ST_ERR_INVALID, "precision bf16: this CPU has no native bf16 in oneDNN (its ISA: %s; bf16 "
                                        "needs AVX512-BF16 or AMX)", st_nn_onednn_isa());
     return ST_OK;
@@ -529,11 +527,11 @@ st_dtype st_net_layer_compute(const st_net *n, int layer)
     return layer >= 0 && layer < n->nx - 1 ? n->x[layer + 1].compute : ST_DTYPE_F32;
 }
 
-int st_net_bf16_layers(const st_net *n)
+int st_net_lowp_layers(const st_net *n)
 {
     int k = 0;
     for (int i = 0; i < st_net_layers(n); i++)
-        k += st_net_layer_compute(n, i) == ST_DTYPE_BF16;
+        k += st_net_layer_compute(n, i) != ST_DTYPE_F32;
     return k;
 }
 
@@ -545,5 +543,6 @@ void st_net_describe_precision(const st_net *n, FILE *f)
         fprintf(f, "%-5d %-10s %-5d %-8s %s%s\n", j, node_kind_name(x->kind), x->nd->line, st_dtype_name(x->compute),
                 st_dtype_name(x->stored), x->fuse_relu ? " (relu fused)" : "");
     }
-    fprintf(f, "%d of %d layers compute in bf16\n", st_net_bf16_layers(n), st_net_layers(n));
+    fprintf(f, "%d of %d layers compute in %s\n", st_net_lowp_layers(n), st_net_layers(n),
+            st_dtype_name(n->cfg.precision != ST_DTYPE_F32 ? n->cfg.precision : ST_DTYPE_BF16));
 }

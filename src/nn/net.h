@@ -29,6 +29,16 @@
 struct ref_node;     /* ref_backend.c */
 struct onednn_node;  /* onednn_internal.h */
 
+/* What a layer does in a net of a low precision (bf16, fp16): the layer
+ * table's lowp column answers per layer (precision.c). */
+enum lowp_role {
+    LOWP_NO = 0,      /* fp32 only: a low-precision input is converted on the way in */
+    LOWP_COMPUTES,    /* its kernels compute in the low precision (convolution, linear) */
+    LOWP_CARRIES,     /* runs in whatever type its input has (ReLU, pooling, batch norm, ...) */
+    LOWP_INSIDE,      /* computes in it between fp32 edges (attention's products) */
+    LOWP_WRITES       /* computes in fp32, writes its output in it where every consumer takes it (layer norm) */
+};
+
 struct xnode {
     const struct node *nd;   /* the model node (shapes, parameter offsets) */
     node_kind kind;
@@ -38,7 +48,9 @@ struct xnode {
     int consumers;
     bool wants_diff;         /* some consumer delivers a gradient here */
     char impl[96];           /* what runs it, for st_net_describe */
-    st_dtype compute;        /* what it computes in, as built (the reference: fp32) */
+    enum lowp_role lowp_role;  /* the rule's verdict in a low-precision net (LOWP_NO in fp32) */
+    bool lowp;               /* computes in the net's low precision (COMPUTES or INSIDE) */
+    st_dtype compute;        /* what it computes in, as built */
     st_dtype stored;         /* the type its output is kept in */
     struct ref_node *ref;    /* reference backend state */
     struct onednn_node *dn;  /* oneDNN backend state */
@@ -65,7 +77,7 @@ struct st_net {
     bool profiling;
     double prof[NODE_KINDS + 2];
     st_net_counters counters;          /* conversions and weight reorders run (st_net_counters_get) */
-    st_weight_copy *copies;            /* the bf16 weights the kernels read (weight_copies.c) */
+    st_weight_copy *copies;            /* the low-precision weights the kernels read (weight_copies.c) */
     int ncopies, cap_copies;
     bool copies_stale;                 /* the parameters may have changed since the copies were written */
     struct onednn_net *dnet; /* engine, stream, loss reorders; NULL for the reference */
@@ -113,12 +125,36 @@ static inline void nn_grads_ready(st_net *n, int j)
     n->grads_ready(n->grads_ready_ctx, nd->w_off, end - nd->w_off);
 }
 
+/* -------------------------------------------------------- precision.c -- */
+
+/* The layer table's lowp column, asked with the net's low precision.
+ * lowp_computes: convolutions and inner products compute in it, but not a
+ * convolution of a few input channels (it loses, measured). */
+enum lowp_role lowp_never(const st_net *n, const struct xnode *x, st_dtype low);
+enum lowp_role lowp_computes(const st_net *n, const struct xnode *x, st_dtype low);
+enum lowp_role lowp_carries(const st_net *n, const struct xnode *x, st_dtype low);
+enum lowp_role lowp_inside(const st_net *n, const struct xnode *x, st_dtype low);
+enum lowp_role lowp_writes(const st_net *n, const struct xnode *x, st_dtype low);
+/* Every node's lowp_role and lowp, before anything is built: a layer's
+ * output type depends on its consumers' roles. */
+void nn_assign_roles(st_net *n);
+/* Does node j, a layer computing in the low precision or writing it, keep
+ * its output (and the output's gradient) low?  When every consumer takes
+ * it: computes in it, or carries it on (an add only when its other input
+ * can be low too: a residual stream in fp32 stays fp32); the last layer
+ * never (the loss reads fp32). */
+bool nn_consumers_take_lowp(const st_net *n, int j);
+/* Every node's compute and stored type from the roles alone, in order (a
+ * carrier's input is planned before it). */
+void nn_plan_precision(st_net *n);
+
 /* ---------------------------------------------------- weight_copies.c -- */
 
-/* Adds a bf16 copy of `count` parameters from `offset` at dst (owned by the
- * backend), element i at dst[index[i]]; the net takes `index` (malloc'd;
- * NULL: in order).  The copy is written before the next forward pass. */
-st_status nn_copy_add(st_net *n, size_t offset, size_t count, st_bf16 *dst, uint32_t *index);
+/* Adds a copy in `type` (bf16, fp16) of `count` parameters from `offset`
+ * at dst (owned by the backend), element i at dst[index[i]]; the net takes
+ * `index` (malloc'd; NULL: in order).  The copy is written before the next
+ * forward pass. */
+st_status nn_copy_add(st_net *n, size_t offset, size_t count, uint16_t *dst, st_dtype type, uint32_t *index);
 /* Writes every copy from the parameters if they may have changed (each
  * counted as a weight reorder). */
 void nn_copies_refresh(st_net *n);

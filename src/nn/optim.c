@@ -105,10 +105,9 @@ static void write_copies(const st_optim *o, const float *restrict p, size_t lo, 
         if (from >= to)
             continue;
         if (c->index)
-            for (size_t i = from; i < to; i++)
-                c->dst[c->index[i - c->offset]] = st_bf16_from_f32(p[i]);
+            st_dtype_scatter_n(c->dst, c->index + (from - c->offset), c->type, p + from, to - from);
         else
-            st_bf16_from_f32_n(c->dst + (from - c->offset), p + from, to - from);
+            st_dtype_convert_n(c->dst + (from - c->offset), c->type, p + from, ST_DTYPE_F32, to - from);
     }
 }
 

@@ -1,4 +1,5 @@
-/* The bf16 copies of the weights a bf16 net's kernels read.  The backend
+/* The low-precision copies (bf16, fp16) of the weights a low-precision
+ * net's kernels read.  The backend
  * registers them as it builds (where each lives, and where each element
  * goes in its kernel's layout); the optimizer writes them in its update
  * pass (st_optim_set_copies), so no step converts a weight; the net writes
@@ -9,7 +10,7 @@
 
 #include "net.h"
 
-st_status nn_copy_add(st_net *n, size_t offset, size_t count, st_bf16 *dst, uint32_t *index)
+st_status nn_copy_add(st_net *n, size_t offset, size_t count, uint16_t *dst, st_dtype type, uint32_t *index)
 {
     if (n->ncopies == n->cap_copies) {
         const int cap = n->cap_copies ? 2 * n->cap_copies : 8;
@@ -21,7 +22,7 @@ st_status nn_copy_add(st_net *n, size_t offset, size_t count, st_bf16 *dst, uint
         n->copies = grown;
         n->cap_copies = cap;
     }
-    n->copies[n->ncopies++] = (st_weight_copy){.offset = offset, .count = count, .dst = dst, .index = index};
+    n->copies[n->ncopies++] = (st_weight_copy){.offset = offset, .count = count, .dst = dst, .type = type, .index = index};
     n->copies_stale = true;
     return ST_OK;
 }
@@ -34,10 +35,9 @@ void nn_copies_refresh(st_net *n)
         const st_weight_copy *c = &n->copies[k];
         const float *p = n->params + c->offset;
         if (c->index)
-            for (size_t i = 0; i < c->count; i++)
-                c->dst[c->index[i]] = st_bf16_from_f32(p[i]);
+            st_dtype_scatter_n(c->dst, c->index, c->type, p, c->count);
         else
-            st_bf16_from_f32_n(c->dst, p, c->count);
+            st_dtype_convert_n(c->dst, c->type, p, ST_DTYPE_F32, c->count);
         n->counters.weight_reorders++;
     }
     n->copies_stale = false;
@@ -63,8 +63,11 @@ size_t st_net_weight_copies_differing(const st_net *n)
     size_t differing = 0;
     for (int k = 0; k < n->ncopies; k++) {
         const st_weight_copy *c = &n->copies[k];
-        for (size_t i = 0; i < c->count; i++)
-            differing += c->dst[c->index ? c->index[i] : i] != st_bf16_from_f32(n->params[c->offset + i]);
+        for (size_t i = 0; i < c->count; i++) {
+            uint16_t want;
+            st_dtype_convert_n(&want, c->type, &n->params[c->offset + i], ST_DTYPE_F32, 1);
+            differing += c->dst[c->index ? c->index[i] : i] != want;
+        }
     }
     return differing;
 }

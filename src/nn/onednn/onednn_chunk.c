@@ -134,7 +134,7 @@ static st_status chunk_the_conv(st_net *n, int j, int *chunk)
     struct onednn_node *dn = x->dn;
     struct oplist *pf = &px->dn->fwd;
     *chunk = 0;
-    if (px->kind != NODE_CONV || px->dn->bf16 || px->consumers != 1 || px->fuse_relu || !pf->n || pf->v[pf->n - 1].step ||
+    if (px->kind != NODE_CONV || px->lowp || px->consumers != 1 || px->fuse_relu || !pf->n || pf->v[pf->n - 1].step ||
         pf->v[pf->n - 1].prof != NODE_CONV)
         return ST_OK;
     const size_t image = dnnl_memory_desc_get_size(px->dn->dst.md) / (size_t)n->batch;

@@ -81,7 +81,7 @@ static st_status chunk_logits(st_net *n, const struct xnode *x, long r0, long m,
     const struct node *e = table_of(n, x);
     const struct dn_head_state *h = &x->dn->head;
     const float *src = (const float *)dn_mem_ptr(x->dn->seq.src) + r0 * e->c;
-    if (!x->dn->bf16)
+    if (!x->lowp)
         return sgemm(n, 'N', 'T', m, e->vocab, e->c, src, e->c, n->params + e->w_off, e->c, 0.0f, out, e->vocab);
     const struct dn_head_matmuls *mm = matmuls_for(h, m);
     to_bf16(n, h->rows, src, m, e->c);
@@ -99,7 +99,7 @@ static st_status chunk_grads(st_net *n, const struct xnode *x, long r0, long m, 
     const float *src = (const float *)dn_mem_ptr(x->dn->seq.src) + r0 * e->c;
     float *dx = x->dn->seq.target ? (float *)dn_mem_ptr(x->dn->seq.target) + r0 * e->c : NULL;
     float *dtable = n->grads + e->w_off;
-    if (!x->dn->bf16) {
+    if (!x->lowp) {
         if (dx)
             OK(sgemm(n, 'N', 'N', m, e->c, e->vocab, dz, e->vocab, n->params + e->w_off, e->c, 0.0f, dx, e->c));
         return sgemm(n, 'T', 'N', e->vocab, e->c, m, dz, e->vocab, src, e->c, r0 ? 1.0f : 0.0f, dtable, e->c);
@@ -268,7 +268,7 @@ static st_status build_bf16(st_net *n, struct xnode *x, long rows)
     OK(dn_mem_new(n, &h->table, table, NULL));
     OK(dn_mem_new(n, &h->table_t, table_t, dn_mem_ptr(h->table)));
     OK(dn_mem_unbacked(n, &h->dtable, dtable));
-    OK(nn_copy_add(n, e->w_off, e->w_count, dn_mem_ptr(h->table), NULL));
+    OK(nn_copy_add(n, e->w_off, e->w_count, dn_mem_ptr(h->table), ST_DTYPE_BF16, NULL));
     h->rows = malloc((size_t)(h->chunk * c) * sizeof(st_bf16));
     h->dz = malloc((size_t)(h->chunk * v) * sizeof(st_bf16));
     if (!h->rows || !h->dz)
@@ -298,7 +298,7 @@ st_status dn_build_head(st_net *n, int j)
     const long rows = (long)nn_rows(n, x->nd);
     h->chunk = chunk_rows(rows, e->vocab);
     snprintf(x->impl, sizeof x->impl, "%s through the embed's table, %ld rows a chunk%s",
-             x->dn->bf16 ? "bf16 matmul" : "sgemm", h->chunk, n->fused_loss ? ", fused with the loss" : "");
+             x->lowp ? "bf16 matmul" : "sgemm", h->chunk, n->fused_loss ? ", fused with the loss" : "");
     const_dnnl_memory_desc_t out, in;
     OK(md2(n, &out, rows, e->vocab, dnnl_f32, dnnl_ab));
     OK(md2(n, &in, rows, e->c, dnnl_f32, dnnl_ab));
@@ -306,7 +306,7 @@ st_status dn_build_head(st_net *n, int j)
     OK(dn_input_as(n, x, in, &x->dn->seq.src));
     if (n->fused_loss && !(h->logits = malloc((size_t)(h->chunk * e->vocab) * sizeof(float))))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for the head's chunk of logits");
-    if (x->dn->bf16)
+    if (x->lowp)
         OK(build_bf16(n, x, rows));
     OK(dn_add_step(n, &x->dn->bwd, head_bwd, NODE_HEAD));
     OK(dn_deliver(n, j, x->in, in, NULL, &x->dn->seq.target));

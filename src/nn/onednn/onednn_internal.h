@@ -20,7 +20,7 @@
  *                     kernels in seq_kernels.c)
  *   onednn_head.c     the tied head, and the loss fused with it in chunks
  *                     of rows (the backend's loss and output)
- *   onednn_precision.c  the bf16 plan: each kind's role, each edge's type
+ *   onednn_precision.c  each edge's type as built, from precision.c's roles
  *   onednn_plan.c     the build (one builder per layer kind), the executor,
  *                     teardown, and the backend's function table
  *
@@ -53,7 +53,7 @@
  *
  * Precision bf16 (st_net_config.precision): each layer kind's role in the
  * layer table (computes in bf16, carries bf16, or stays fp32) decides every
- * tensor edge's type once, at plan time (onednn_precision.c); builders make
+ * tensor edge's type once, at plan time (precision.c, dn_output_lowp); builders make
  * their outputs in the decided type and read their inputs as their
  * producers left them, a reorder converting only at an edge between an
  * fp32-only layer and a bf16 one.  Weight gradients come out of oneDNN in
@@ -203,17 +203,6 @@ static inline enum dn_wgrad_form dn_wgrad_form(long rows, long in, long out, boo
     return in <= out ? DN_WGRAD_NN : DN_WGRAD_NT;
 }
 
-/* The layer table's lowp column: what a layer of a kind does in a net of a
- * low precision (bf16; fp16 where a rule says so).  Data types are decided
- * per tensor edge at plan time from it (dn_output_bf16) and nothing
- * downstream decides again. */
-enum lowp_role {
-    LOWP_NO = 0,      /* fp32 only: a low-precision input is converted on the way in */
-    LOWP_COMPUTES,    /* its kernels compute in the low precision (convolution, linear) */
-    LOWP_CARRIES,     /* runs in whatever type its input has (ReLU, pooling, batch norm, ...) */
-    LOWP_INSIDE,      /* computes in it between fp32 edges (attention: its products, on AVX512-BF16) */
-    LOWP_WRITES       /* computes in fp32, writes its output in it where every consumer takes it (layer norm) */
-};
 
 /* What a layer's backward converts for its kernels (onednn_diffs.c,
  * dn_bwd_temp): each copy lives only while that layer's backward runs. */
@@ -237,8 +226,6 @@ struct onednn_node {
     int diff_home;                       /* >= 0: diff lives in that node's gradient buffer (an add's) */
     bool diff_deferred;                  /* diff (and diff_tmp) get their buffer from dn_share_diffs */
     size_t elems;                        /* floats in dst's buffer (padding included) */
-    bool bf16;                           /* computes in bf16 (the layer table's rule said so) */
-    enum lowp_role lowp_role;            /* the rule's verdict in a low-precision net (LOWP_NO in fp32) */
     struct dn_bn_state bn;
     struct dn_dropout_state dropout;
     struct dn_pool_state pool;
@@ -391,24 +378,13 @@ st_status dn_build_stem(st_net *n, int j);
 
 /* ----------------------------------------------- onednn_precision.c -- */
 
-/* The layer table's lowp column, asked with the net's low precision.
- * lowp_computes: convolutions and inner products compute in bf16, but not a
- * convolution of a few input channels (it loses, measured). */
-enum lowp_role lowp_never(const st_net *n, const struct xnode *x, st_dtype low);
-enum lowp_role lowp_computes(const st_net *n, const struct xnode *x, st_dtype low);
-enum lowp_role lowp_carries(const st_net *n, const struct xnode *x, st_dtype low);
-enum lowp_role lowp_inside(const st_net *n, const struct xnode *x, st_dtype low);
-enum lowp_role lowp_writes(const st_net *n, const struct xnode *x, st_dtype low);
-/* Does node j keep its output (and the output's gradient) in bf16?  A
- * layer computing in bf16 does when every consumer takes bf16 (computes in
- * it, or carries it on; an add only when its other input is bf16 too: a
- * residual stream in fp32 stays fp32); a carrying layer when its inputs
- * are bf16; the last layer never (the loss reads fp32). */
-bool dn_output_bf16(const st_net *n, int j);
+/* Does node j keep its output (and the output's gradient) in bf16, as
+ * built?  A layer computing in bf16 or writing it when every consumer takes
+ * it (nn_consumers_take_lowp), a carrying layer when its inputs were built
+ * bf16. */
+bool dn_output_lowp(const st_net *n, int j);
 /* The type node j's output is kept in, once built. */
 dnnl_data_type_t dn_dst_type(const st_net *n, int j);
-/* Every node's compute and stored type from the roles alone (a plan-only net). */
-void dn_plan_precision(st_net *n);
 
 /* ----------------------------------- the other layer families' builders -- */
 

@@ -34,14 +34,6 @@ static st_status (*const builders[])(st_net *n, int j) = {
 };
 _Static_assert(sizeof builders / sizeof *builders == NODE_KINDS, "a oneDNN builder per layer kind");
 
-/* Each layer kind's low-precision rule, from the layer table's lowp column. */
-static enum lowp_role (*const lowp_rules[])(const st_net *n, const struct xnode *x, st_dtype low) = {
-#define LOWP_RULE(KIND, keyword, parse, init, scratch, fwd, bwd, build, lowp, ...) [NODE_##KIND] = lowp,
-    NN_LAYER_TABLE(LOWP_RULE)
-#undef LOWP_RULE
-};
-_Static_assert(sizeof lowp_rules / sizeof *lowp_rules == NODE_KINDS, "a low-precision rule per layer kind");
-
 /* oneDNN 3's ISA values are bit sets, each containing the ones below it:
  * AVX512-BF16, AMX, AVX10 and whatever follows all contain the bf16 bits. */
 bool st_nn_bf16_supported(const st_nn_tuning *t)
@@ -66,13 +58,13 @@ static void record_precision(st_net *n)
         struct xnode *x = &n->x[j];
         x->stored = dtype_of(x->dn->dst.md);
         /* a carrying layer computes in what it carries */
-        const bool carried = x->dn->lowp_role == LOWP_CARRIES && x->stored == ST_DTYPE_BF16;
-        x->compute = x->dn->bf16 || carried ? ST_DTYPE_BF16 : ST_DTYPE_F32;
+        const bool carried = x->lowp_role == LOWP_CARRIES && x->stored == ST_DTYPE_BF16;
+        x->compute = x->lowp || carried ? ST_DTYPE_BF16 : ST_DTYPE_F32;
     }
 }
 
 /* Every node's role first: a layer's output type depends on its
- * consumers' (dn_output_bf16). */
+ * consumers' (dn_output_lowp). */
 static st_status assign_roles(st_net *n)
 {
     for (int j = 0; j < n->nx; j++) {
@@ -80,9 +72,8 @@ static st_status assign_roles(st_net *n)
         if (!(x->dn = calloc(1, sizeof *x->dn)))
             return st_fail(ST_ERR_NOMEM, "net: out of memory");
         x->dn->diff_home = -1;
-        x->dn->lowp_role = n->cfg.precision != ST_DTYPE_F32 ? lowp_rules[x->kind](n, x, n->cfg.precision) : LOWP_NO;
-        x->dn->bf16 = x->dn->lowp_role == LOWP_COMPUTES || x->dn->lowp_role == LOWP_INSIDE;
     }
+    nn_assign_roles(n);
     return ST_OK;
 }
 
@@ -92,7 +83,7 @@ static st_status assign_roles(st_net *n)
 static st_status onednn_plan(st_net *n)
 {
     OK(assign_roles(n));
-    dn_plan_precision(n);
+    nn_plan_precision(n);
     return ST_OK;
 }
 

@@ -183,7 +183,7 @@ static st_status build_ln_c(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const size_t rows = nn_rows(n, x->nd);
-    const bool bf16 = dn_output_bf16(n, j);
+    const bool bf16 = dn_output_lowp(n, j);
     snprintf(x->impl, sizeof x->impl, bf16 ? "C rows, written in bf16" : "C rows");
     struct dn_seq_state *s = &x->dn->seq;
     s->stats = calloc(2 * rows, sizeof(float));
@@ -277,7 +277,7 @@ static size_t head_scratch_floats(long t, long hs, bool bf16)
 
 static float *head_scratch(const struct xnode *x, long t, long hs)
 {
-    return x->dn->seq.scratch + (size_t)omp_get_thread_num() * head_scratch_floats(t, hs, x->dn->bf16);
+    return x->dn->seq.scratch + (size_t)omp_get_thread_num() * head_scratch_floats(t, hs, x->lowp);
 }
 
 /* P = causal softmax(Q K^T / sqrt(hs)) of one sample's one head, into p. */
@@ -300,7 +300,7 @@ static st_status att_fwd(st_net *n, int j)
         const long b = bh / heads, h = bh % heads;
         const float *q = qkv + b * t * row + h * hs;
         float *p = head_scratch(x, t, hs);
-        if (x->dn->bf16) {
+        if (x->lowp) {
             causal_bf16_forward(y + b * t * c + h * hs, c, p, q, row, t, hs, p + 2 * t * t);
             continue;
         }
@@ -327,7 +327,7 @@ static st_status att_bwd(st_net *n, int j)
         const long b = bh / heads, h = bh % heads;
         const float *q = qkv + b * t * row + h * hs, *g = dy + b * t * c + h * hs;
         float *p = head_scratch(x, t, hs), *ds = p + t * t, *kt = ds + t * t, *dq = dqkv + b * t * row + h * hs;
-        if (x->dn->bf16) {
+        if (x->lowp) {
             causal_bf16_backward(dq, p, ds, g, c, q, row, t, hs, kt);
             continue;
         }
@@ -346,8 +346,8 @@ st_status dn_build_attention(st_net *n, int j)
     struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     snprintf(x->impl, sizeof x->impl, "causal %s tiles per sample and head, C softmax, P computed again in backward",
-             x->dn->bf16 ? "bf16" : "fp32");
-    const size_t per_thread = head_scratch_floats(nd->t, nd->c / nd->heads, x->dn->bf16);
+             x->lowp ? "bf16" : "fp32");
+    const size_t per_thread = head_scratch_floats(nd->t, nd->c / nd->heads, x->lowp);
     x->dn->seq.scratch = calloc((size_t)omp_get_max_threads() * per_thread, sizeof(float));
     if (!x->dn->seq.scratch)
         return st_fail(ST_ERR_NOMEM, "net: out of memory for attention's scratch");
@@ -399,7 +399,7 @@ static st_status gelu_bwd_bf16(st_net *n, int j)
 st_status dn_build_gelu(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    const bool bf16 = dn_output_bf16(n, j);
+    const bool bf16 = dn_output_lowp(n, j);
     snprintf(x->impl, sizeof x->impl, bf16 ? "C, vectorised tanh, bf16 in and out" : "C, vectorised tanh");
     if (!(x->dn->seq.tanh_u = malloc(nn_node_size(n, x->nd) * sizeof(float))))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for GELU");
@@ -417,7 +417,7 @@ st_status dn_build_gelu(st_net *n, int j)
  * are the parameter buffer's [out, in]. */
 bool dn_seq_linear_fits(const st_net *n, const struct xnode *x)
 {
-    return x->kind == NODE_LINEAR && x->nd->t > 0 && n->x[x->in].nd->t > 0 && !x->dn->bf16 && !x->fuse_relu;
+    return x->kind == NODE_LINEAR && x->nd->t > 0 && n->x[x->in].nd->t > 0 && !x->lowp && !x->fuse_relu;
 }
 
 /* sum[c] = sum over rows of m[r][c], rows in order (the same bits at any

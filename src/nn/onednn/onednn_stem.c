@@ -14,7 +14,7 @@ bool dn_stem_fits(const st_net *n, const struct xnode *x)
     const struct xnode *in = &n->x[x->in];
     const struct node *nd = x->nd;
     return x->kind == NODE_CONV && in->kind == NODE_INPUT && !in->nd->tokens && in->nd->c == 1 && !in->wants_diff &&
-           nd->c <= STEM_MAX_CHANNELS && nd->s == 1 && nd->k <= STEM_MAX_KERNEL && !x->dn->bf16 &&
+           nd->c <= STEM_MAX_CHANNELS && nd->s == 1 && nd->k <= STEM_MAX_KERNEL && !x->lowp &&
            !n->dnet->opt.onednn_stem;
 }
 

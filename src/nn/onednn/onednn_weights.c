@@ -75,7 +75,7 @@ out:
  * kernels are worth the (small) weight reorders. */
 static bool plain_weights(const st_net *n, const struct xnode *x)
 {
-    return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && !x->dn->bf16;  /* bf16 reads converted weights */
+    return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && !x->lowp;  /* bf16 reads converted weights */
 }
 
 /* A bf16 inner product reads the optimizer's bf16 copy of its weights in
@@ -84,7 +84,7 @@ static bool plain_weights(const st_net *n, const struct xnode *x)
  * than the reorder it replaced). */
 static bool bf16_plain_weights(const st_net *n, const struct xnode *x)
 {
-    return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && x->dn->bf16;
+    return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && x->lowp;
 }
 
 /* Small channel counts waste most of a 16-wide block; nhwc avoids that
@@ -93,7 +93,7 @@ static bool bf16_plain_weights(const st_net *n, const struct xnode *x)
  * its reference implementation, a thousand times slower. */
 static bool use_nhwc(st_net *n, const struct xnode *x, const struct weights_layer *w)
 {
-    if (x->kind != NODE_CONV || x->nd->c > 16 || n->x[x->in].nd->c >= 16 || x->dn->bf16)
+    if (x->kind != NODE_CONV || x->nd->c > 16 || n->x[x->in].nd->c >= 16 || x->lowp)
         return false;
     dnnl_engine_t eng = n->dnet->eng;
     const dnnl_dims_t no_dilation = {0};
@@ -187,17 +187,17 @@ static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_l
     OK(dn_any_md_of(n, &wei_any, w->ndims, w->wei, weights_pass ? dnnl_f32 : dt));
     /* A bf16 layer's weight gradient straight into the flat buffer where a
      * real kernel writes it there: no reorder of it each step. */
-    const bool plain_dw = weights_pass && x->dn->bf16;
+    const bool plain_dw = weights_pass && x->lowp;
     if (plain_weights(n, x) || plain_dw || bf16_plain_weights(n, x)) {
         OK(dn_plain_md(n, &wei_plain, w->ndims, w->wei));
         if (!weights_pass && dt == dnnl_bf16)
             OK(dn_md_like(n, &wei_plain, wei_plain, 0, dnnl_bf16));
         OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, wei_plain, bias, dst, hint, pd));
-        if (!dn_is_reference_impl(*pd) || (x->dn->bf16 && n->dnet->opt.bf16_any_isa))
+        if (!dn_is_reference_impl(*pd) || (x->lowp && n->dnet->opt.bf16_any_isa))
             return ST_OK;
     }
     OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, wei_any, bias, dst, hint, pd));
-    if (!dn_is_reference_impl(*pd) || (x->dn->bf16 && n->dnet->opt.bf16_any_isa))
+    if (!dn_is_reference_impl(*pd) || (x->lowp && n->dnet->opt.bf16_any_isa))
         return ST_OK;
     if (n->dnet->opt.verbose) {
         char a[256], b[256];
@@ -215,7 +215,7 @@ static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_l
  * build_weights makes them. */
 struct weights_build {
     struct weights_layer w;
-    dnnl_data_type_t dt;                     /* compute type: f32, or bf16 (x->dn->bf16) */
+    dnnl_data_type_t dt;                     /* compute type: f32, or bf16 (x->lowp) */
     const_dnnl_memory_desc_t wei_plain, bias_md;  /* the parameter buffer's layouts */
     const_dnnl_primitive_desc_t fwd_pd;      /* owned by the net's pd list */
     dnnl_memory_t w_user, w_fwd;             /* the weights where they live, and as the forward reads them */
@@ -223,7 +223,7 @@ struct weights_build {
 };
 
 /* The forward pd: source and weights in the compute type, the output in
- * bf16 where the plan says its consumers take it (dn_output_bf16), else fp32. */
+ * bf16 where the plan says its consumers take it (dn_output_lowp), else fp32. */
 static st_status weights_fwd_pd(st_net *n, const struct xnode *x, const struct weights_build *b,
                                 dnnl_primitive_desc_t *pd)
 {
@@ -233,7 +233,7 @@ static st_status weights_fwd_pd(st_net *n, const struct xnode *x, const struct w
         OK(dn_md_tag(n, &src_any, 4, w->src, dnnl_f32, dnnl_nhwc));
         OK(dn_md_tag(n, &dst_any, 4, w->dst, dnnl_f32, dnnl_nhwc));
     } else {
-        const bool bf16_out = b->dt == dnnl_bf16 && dn_output_bf16(n, (int)(x - n->x));
+        const bool bf16_out = b->dt == dnnl_bf16 && dn_output_lowp(n, (int)(x - n->x));
         OK(dn_any_md_of(n, &src_any, w->ndims, w->src, b->dt));
         OK(dn_any_md_of(n, &dst_any, w->ndims, w->dst, bf16_out ? dnnl_bf16 : dnnl_f32));
     }
@@ -284,7 +284,7 @@ static st_status add_weight_copy(st_net *n, const struct xnode *x, dnnl_memory_t
         free(index);
         index = NULL;
     }
-    return nn_copy_add(n, x->nd->w_off, count, dn_mem_ptr(mem), index);
+    return nn_copy_add(n, x->nd->w_off, count, dn_mem_ptr(mem), ST_DTYPE_BF16, index);
 }
 
 /* The weights in the layout `mem` has: the flat buffer's fp32 reordered each
@@ -304,11 +304,11 @@ static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
     const struct node *nd = x->nd;
     dnnl_primitive_desc_t pd;
     OK(weights_fwd_pd(n, x, b, &pd));
-    if (dn->bf16 && dn_is_reference_impl(pd) && !n->dnet->opt.bf16_any_isa) {
+    if (x->lowp && dn_is_reference_impl(pd) && !n->dnet->opt.bf16_any_isa) {
         /* a bf16 reference kernel would crawl: this layer computes in fp32 */
         if (n->dnet->opt.verbose)
             fprintf(stderr, "shmtrain: node %d: no bf16 kernel but oneDNN's reference: fp32\n", j);
-        dn->bf16 = false;
+        x->lowp = false;
         b->dt = dnnl_f32;
         OK(weights_fwd_pd(n, x, b, &pd));
     }
@@ -466,7 +466,7 @@ st_status dn_build_conv(st_net *n, int j)
 st_status dn_build_weights(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    struct weights_build b = {.dt = x->dn->bf16 ? dnnl_bf16 : dnnl_f32};
+    struct weights_build b = {.dt = x->lowp ? dnnl_bf16 : dnnl_f32};
     dn_weights_dims(n, x, &b.w);
     OK(dn_plain_md(n, &b.bias_md, 1, b.w.bias));
     OK(dn_plain_md(n, &b.wei_plain, b.w.ndims, b.w.wei));

@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include "shmtrain/dtype.h"
+
 struct conv_shape {
     int n, c, h, w;      /* input */
     int o, oh, ow;       /* output channels and size */
@@ -59,9 +61,13 @@ void ref_embed_bwd(float *dwte, float *dwpe, const float *dy, const int *ids, in
 
 /* Causal multi-head self-attention.  qkv: [n, t, 3c] (q, k, v; head h is
  * columns h*c/heads .. of each), y: [n, t, c], att: [n, heads, t, t] the
- * softmax weights (zero above the diagonal), kept for the backward. */
-void ref_attention_fwd(float *y, float *att, const float *qkv, int n, int t, int c, int heads);
+ * softmax weights (zero above the diagonal), kept for the backward.  With
+ * `low` a rounding type, every product's operands are taken as that type
+ * carries them (Q, K, V, dY, the weights P and the scaled scores'
+ * gradient dS), the softmax and every sum as in fp32: what
+ * a fast kernel computing in bf16 between fp32 edges computes. */
+void ref_attention_fwd(float *y, float *att, const float *qkv, int n, int t, int c, int heads, st_dtype low);
 void ref_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, int n, int t, int c,
-                       int heads);
+                       int heads, st_dtype low);
 
 #endif

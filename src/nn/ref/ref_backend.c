@@ -1,6 +1,15 @@
 /* The reference backend: every layer in plain C on NCHW / (N, C) arrays,
  * through the kernels of ref.c.  It is the definition every fast path is
- * tested against, and it runs the same exec graph as oneDNN does. */
+ * tested against, and it runs the same exec graph as oneDNN does.
+ *
+ * In a net of a low precision (bf16, fp16) it runs the plan precision.c
+ * makes for every backend and defines what it computes: values are floats
+ * holding the low type's values exactly.  A layer computing low reads its
+ * weights from a low copy the optimizer writes, its input and its output's
+ * gradient rounded (a conversion, counted, where that edge is kept in
+ * fp32), and sums in double as in fp32; attention rounds its products'
+ * operands (ref_seq.c); an edge kept low is rounded once when written, and
+ * its gradient once every consumer has delivered. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdlib.h>
@@ -42,6 +51,10 @@ struct ref_node {
     uint8_t *mask;           /* dropout: kept or not */
     float *rstd;             /* layer norm: per row, with mean */
     float *att;              /* attention: the softmax weights */
+    uint16_t *low_weights;   /* a layer computing low: its weights in that type (a weight copy) */
+    float *wide;             /* those widened, what its kernels read */
+    float *src_low;          /* its input rounded, when the input is kept in fp32 */
+    float *dy_low;           /* its output's gradient rounded, when the output is kept in fp32 */
 };
 
 /* What one layer's reference step reads and writes. */
@@ -51,6 +64,8 @@ struct ref_step {
     int j;                       /* its exec index */
     const struct node *nd, *s;   /* this node; its input's (NULL for the input) */
     const float *src;            /* its input's activation */
+    const float *w;              /* the weights its kernels read (a low copy widened, in a layer computing low) */
+    st_dtype low;                /* what it computes in: fp32, or the net's low precision */
     float *y;                    /* forward: its output */
     float *dy, *dx;              /* backward: its output's gradient; its input's, or NULL if unwanted */
     size_t sz;                   /* floats in its output */
@@ -96,13 +111,13 @@ static void conv_ref_forward(const struct ref_step *t)
 {
     struct conv_shape cs = window_shape(t->n, t->x, t->s);
     const float *p = t->n->params;
-    ref_conv_fwd(t->y, t->src, p + t->nd->w_off, t->nd->bias ? p + t->nd->b_off : NULL, &cs);
+    ref_conv_fwd(t->y, t->src, t->w, t->nd->bias ? p + t->nd->b_off : NULL, &cs);
 }
 
 static void linear_ref_forward(const struct ref_step *t)
 {
     const float *p = t->n->params;
-    ref_linear_fwd(t->y, t->src, p + t->nd->w_off, t->nd->bias ? p + t->nd->b_off : NULL, (int)nn_rows(t->n, t->nd),
+    ref_linear_fwd(t->y, t->src, t->w, t->nd->bias ? p + t->nd->b_off : NULL, (int)nn_rows(t->n, t->nd),
                    t->s->c * t->s->h * t->s->w, t->nd->c);
 }
 
@@ -168,7 +183,7 @@ static void ln_ref_forward(const struct ref_step *t)
 
 static void att_ref_forward(const struct ref_step *t)
 {
-    ref_attention_fwd(t->y, t->x->ref->att, t->src, t->n->batch, t->nd->t, t->nd->c, t->nd->heads);
+    ref_attention_fwd(t->y, t->x->ref->att, t->src, t->n->batch, t->nd->t, t->nd->c, t->nd->heads, t->low);
 }
 
 static void gelu_ref_forward(const struct ref_step *t) { ref_gelu_fwd(t->y, t->src, t->sz); }
@@ -177,7 +192,7 @@ static void gelu_ref_forward(const struct ref_step *t) { ref_gelu_fwd(t->y, t->s
 static void head_ref_forward(const struct ref_step *t)
 {
     const struct node *e = &t->n->model->nodes[t->nd->embed];
-    ref_linear_fwd(t->y, t->src, t->n->params + e->w_off, NULL, (int)nn_rows(t->n, t->nd), e->c, e->vocab);
+    ref_linear_fwd(t->y, t->src, t->w, NULL, (int)nn_rows(t->n, t->nd), e->c, e->vocab);
 }
 
 /* ------------------------------------------------------ backward steps -- */
@@ -209,16 +224,16 @@ static bool conv_ref_backward(const struct ref_step *t)
 {
     st_net *n = t->n;
     struct conv_shape cs = window_shape(n, t->x, t->s);
-    ref_conv_bwd(t->dx, n->grads + t->nd->w_off, t->nd->bias ? n->grads + t->nd->b_off : NULL, t->dy, t->src,
-                 n->params + t->nd->w_off, &cs);
+    ref_conv_bwd(t->dx, n->grads + t->nd->w_off, t->nd->bias ? n->grads + t->nd->b_off : NULL, t->dy, t->src, t->w,
+                 &cs);
     return t->dx != NULL;
 }
 
 static bool linear_ref_backward(const struct ref_step *t)
 {
     st_net *n = t->n;
-    ref_linear_bwd(t->dx, n->grads + t->nd->w_off, t->nd->bias ? n->grads + t->nd->b_off : NULL, t->dy, t->src,
-                   n->params + t->nd->w_off, (int)nn_rows(n, t->nd), t->s->c * t->s->h * t->s->w, t->nd->c);
+    ref_linear_bwd(t->dx, n->grads + t->nd->w_off, t->nd->bias ? n->grads + t->nd->b_off : NULL, t->dy, t->src, t->w,
+                   (int)nn_rows(n, t->nd), t->s->c * t->s->h * t->s->w, t->nd->c);
     return t->dx != NULL;
 }
 
@@ -292,7 +307,8 @@ static bool ln_ref_backward(const struct ref_step *t)
 static bool att_ref_backward(const struct ref_step *t)
 {
     if (t->dx)
-        ref_attention_bwd(t->dx, t->dy, t->src, t->x->ref->att, t->n->batch, t->nd->t, t->nd->c, t->nd->heads);
+        ref_attention_bwd(t->dx, t->dy, t->src, t->x->ref->att, t->n->batch, t->nd->t, t->nd->c, t->nd->heads,
+                          t->low);
     return t->dx != NULL;
 }
 
@@ -308,8 +324,7 @@ static bool head_ref_backward(const struct ref_step *t)
 {
     st_net *n = t->n;
     const struct node *e = &n->model->nodes[t->nd->embed];
-    ref_linear_bwd(t->dx, n->grads + e->w_off, NULL, t->dy, t->src, n->params + e->w_off, (int)nn_rows(n, t->nd),
-                   e->c, e->vocab);
+    ref_linear_bwd(t->dx, n->grads + e->w_off, NULL, t->dy, t->src, t->w, (int)nn_rows(n, t->nd), e->c, e->vocab);
     return t->dx != NULL;
 }
 
@@ -336,13 +351,49 @@ _Static_assert(sizeof ref_layers / sizeof *ref_layers == NODE_KINDS, "a referenc
 
 /* -------------------------------------------------------------- backend -- */
 
+/* The weights a layer computing low reads: a conv's or linear layer's own,
+ * the tied head's token table.  Their bias stays fp32. */
+static const struct node *weights_of(const st_net *n, const struct xnode *x)
+{
+    return x->kind == NODE_HEAD ? &n->model->nodes[x->nd->embed] : x->nd;
+}
+
+static bool computes_low(const struct xnode *x) { return x->lowp && x->lowp_role == LOWP_COMPUTES; }
+
+/* The plan, as for every backend: the reference has a kernel for each. */
+static st_status ref_plan(st_net *n)
+{
+    nn_assign_roles(n);
+    nn_plan_precision(n);
+    return ST_OK;
+}
+
+/* A layer computing low: its weight copy (the net registers it with the
+ * optimizer), the widened floats, and the rounded input and gradient where
+ * those edges are kept in fp32. */
+static st_status low_buffers(st_net *n, struct xnode *x, size_t sz, size_t in_sz)
+{
+    const struct node *w = weights_of(n, x);
+    struct ref_node *r = x->ref;
+    r->low_weights = malloc(w->w_count * sizeof(uint16_t));
+    r->wide = malloc(w->w_count * sizeof(float));
+    r->src_low = n->x[x->in].stored == ST_DTYPE_F32 ? malloc(in_sz * sizeof(float)) : NULL;
+    r->dy_low = x->stored == ST_DTYPE_F32 ? malloc(sz * sizeof(float)) : NULL;
+    if (!r->low_weights || !r->wide || (n->x[x->in].stored == ST_DTYPE_F32 && !r->src_low) ||
+        (x->stored == ST_DTYPE_F32 && !r->dy_low))
+        return st_fail(ST_ERR_NOMEM, "net: out of memory");
+    return nn_copy_add(n, w->w_off, w->w_count, r->low_weights, n->cfg.precision, NULL);
+}
+
 static st_status ref_build(st_net *n)
 {
+    ref_plan(n);
     for (int j = 0; j < n->nx; j++) {
         struct xnode *x = &n->x[j];
         const size_t sz = nn_node_size(n, x->nd);
         const size_t in_sz = x->in >= 0 ? nn_node_size(n, n->x[x->in].nd) : 0;
-        snprintf(x->impl, sizeof x->impl, "reference");
+        snprintf(x->impl, sizeof x->impl, x->compute == ST_DTYPE_F32 ? "reference" : "reference, %s",
+                 st_dtype_name(x->compute));
         if (!(x->ref = calloc(1, sizeof *x->ref)))
             return st_fail(ST_ERR_NOMEM, "net: out of memory for layer %d", j);
         x->ref->dst = calloc(sz, sizeof(float));
@@ -351,6 +402,9 @@ static st_status ref_build(st_net *n)
         bool ok = x->ref->dst && x->ref->diff && (!in_sz || x->ref->diff_src);
         if (!ok || !ref_layers[x->kind].scratch(x, sz))
             return st_fail(ST_ERR_NOMEM, "net: out of memory for layer %d", j);
+        st_status st = computes_low(x) ? low_buffers(n, x, sz, in_sz) : ST_OK;
+        if (st != ST_OK)
+            return st;
     }
     return ST_OK;
 }
@@ -361,15 +415,11 @@ static void ref_destroy(st_net *n)
         struct xnode *x = &n->x[j];
         if (!x->ref)
             continue;
-        free(x->ref->dst);
-        free(x->ref->diff);
-        free(x->ref->diff_src);
-        free(x->ref->argmax);
-        free(x->ref->mean);
-        free(x->ref->var);
-        free(x->ref->mask);
-        free(x->ref->rstd);
-        free(x->ref->att);
+        void *owned[] = {x->ref->dst, x->ref->diff, x->ref->diff_src, x->ref->argmax, x->ref->mean, x->ref->var,
+                         x->ref->mask, x->ref->rstd, x->ref->att, x->ref->low_weights, x->ref->wide,
+                         x->ref->src_low, x->ref->dy_low};
+        for (size_t k = 0; k < sizeof owned / sizeof *owned; k++)
+            free(owned[k]);
         free(x->ref);
         x->ref = NULL;
     }
@@ -379,9 +429,36 @@ static struct ref_step step_of(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const struct xnode *px = x->in >= 0 ? &n->x[x->in] : NULL;
-    return (struct ref_step){.n = n, .x = x, .j = j, .nd = x->nd, .s = px ? px->nd : NULL,
-                             .src = px ? px->ref->dst : NULL, .y = x->ref->dst, .dy = x->ref->diff,
-                             .dx = px && px->wants_diff ? x->ref->diff_src : NULL, .sz = nn_node_size(n, x->nd)};
+    struct ref_step t = {.n = n, .x = x, .j = j, .nd = x->nd, .s = px ? px->nd : NULL,
+                         .src = px ? px->ref->dst : NULL, .y = x->ref->dst, .dy = x->ref->diff,
+                         .dx = px && px->wants_diff ? x->ref->diff_src : NULL, .sz = nn_node_size(n, x->nd),
+                         .low = x->lowp ? n->cfg.precision : ST_DTYPE_F32};
+    t.w = n->params + weights_of(n, x)->w_off;
+    if (computes_low(x)) {
+        t.w = x->ref->wide;
+        t.src = x->ref->src_low ? x->ref->src_low : t.src;
+        t.dy = x->ref->dy_low ? x->ref->dy_low : t.dy;
+    }
+    return t;
+}
+
+/* An fp32 edge rounded for a layer computing low, as a fast backend's
+ * conversion of it: counted. */
+static void convert(st_net *n, float *dst, const float *src, size_t count)
+{
+    memcpy(dst, src, count * sizeof(float));
+    st_dtype_round_n(dst, n->cfg.precision, count);
+    n->counters.conversions++;
+    n->counters.converted_bytes += count * sizeof(float);
+}
+
+/* A layer computing low reads its weight copy and its input in that type. */
+static void forward_inputs_low(st_net *n, const struct xnode *x)
+{
+    const struct node *w = weights_of(n, x);
+    st_dtype_convert_n(x->ref->wide, ST_DTYPE_F32, x->ref->low_weights, n->cfg.precision, w->w_count);
+    if (x->ref->src_low)
+        convert(n, x->ref->src_low, n->x[x->in].ref->dst, nn_node_size(n, n->x[x->in].nd));
 }
 
 static st_status ref_forward(st_net *n, const void *input)
@@ -389,15 +466,29 @@ static st_status ref_forward(st_net *n, const void *input)
     n->input = input;
     for (int j = 0; j < n->nx; j++) {
         double t0 = n->profiling ? st_now_s() : 0;
+        if (computes_low(&n->x[j]))
+            forward_inputs_low(n, &n->x[j]);
         struct ref_step t = step_of(n, j);
         ref_layers[t.x->kind].forward(&t);
         if (t.x->fuse_relu)
             ref_relu_fwd(t.y, t.y, t.sz);
+        st_dtype_round_n(t.y, t.x->stored, t.sz);  /* an edge kept low */
         if (n->profiling)
             n->prof[n->x[j].kind] += st_now_s() - t0;
     }
     memcpy(n->logits, n->x[n->nx - 1].ref->dst, st_net_output_size(n) * sizeof(float));
     return ST_OK;
+}
+
+/* Node j's output gradient, every consumer's delivered: in the type its
+ * output is kept in, and rounded (counted) for a layer computing low whose
+ * output is kept in fp32. */
+static void output_gradient_low(st_net *n, const struct xnode *x)
+{
+    const size_t sz = nn_node_size(n, x->nd);
+    st_dtype_round_n(x->ref->diff, x->stored, sz);
+    if (computes_low(x) && x->ref->dy_low)
+        convert(n, x->ref->dy_low, x->ref->diff, sz);
 }
 
 static st_status ref_backward(st_net *n)
@@ -407,7 +498,8 @@ static st_status ref_backward(st_net *n)
         struct ref_step t = step_of(n, j);
         if (t.x->in >= 0) {  /* the input node has nothing to pass back */
             if (t.x->fuse_relu)
-                ref_relu_bwd(t.dy, t.dy, t.y, t.sz);
+                ref_relu_bwd(t.x->ref->diff, t.x->ref->diff, t.y, t.sz);
+            output_gradient_low(n, t.x);
             if (ref_layers[t.x->kind].backward(&t))
                 ref_deliver(n, t.x->in, j, t.dx);
             nn_grads_ready(n, j);
@@ -435,6 +527,7 @@ static st_status ref_input_grad(st_net *n, float *out)
 const struct nn_backend nn_reference_backend = {
     .name = "reference",
     .build = ref_build,
+    .plan = ref_plan,
     .forward = ref_forward,
     .backward_from = ref_backward_from,
     .input_grad = ref_input_grad,

@@ -104,15 +104,30 @@ void ref_embed_bwd(float *dwte, float *dwpe, const float *dy, const int *ids, in
         }
 }
 
-static double dot(const float *a, const float *b, int len)
+/* v as a rounding type `low` carries it (fp32: itself). */
+static inline double as_low(double v, st_dtype low)
+{
+    if (low == ST_DTYPE_F32)
+        return v;
+    float f = (float)v;
+    st_dtype_round_n(&f, low, 1);
+    return f;
+}
+
+/* The dot product of len values of a and b, each as `low` carries it. */
+static double dot(const float *a, const float *b, int len, st_dtype low)
 {
     double s = 0;
-    for (int i = 0; i < len; i++)
-        s += (double)a[i] * b[i];
+    if (low == ST_DTYPE_F32)
+        for (int i = 0; i < len; i++)
+            s += (double)a[i] * b[i];
+    else
+        for (int i = 0; i < len; i++)
+            s += as_low(a[i], low) * as_low(b[i], low);
     return s;
 }
 
-void ref_attention_fwd(float *y, float *att, const float *qkv, int n, int t, int c, int heads)
+void ref_attention_fwd(float *y, float *att, const float *qkv, int n, int t, int c, int heads, st_dtype low)
 {
     const int hs = c / heads;
     const double scale = 1.0 / sqrt((double)hs);
@@ -125,7 +140,7 @@ void ref_attention_fwd(float *y, float *att, const float *qkv, int n, int t, int
                 double mx = -INFINITY, sum = 0;
                 double s[t];
                 for (int j = 0; j <= i; j++) {
-                    s[j] = dot(q, qkv + ((size_t)b * t + j) * row + c + (size_t)h * hs, hs) * scale;
+                    s[j] = dot(q, qkv + ((size_t)b * t + j) * row + c + (size_t)h * hs, hs, low) * scale;
                     mx = s[j] > mx ? s[j] : mx;
                 }
                 for (int j = 0; j <= i; j++)
@@ -136,14 +151,17 @@ void ref_attention_fwd(float *y, float *att, const float *qkv, int n, int t, int
                 for (int d = 0; d < hs; d++) {
                     double acc = 0;
                     for (int j = 0; j <= i; j++)
-                        acc += (double)a[j] * qkv[((size_t)b * t + j) * row + 2 * (size_t)c + (size_t)h * hs + d];
+                        acc += as_low(a[j], low) *
+                               as_low(qkv[((size_t)b * t + j) * row + 2 * (size_t)c + (size_t)h * hs + d], low);
                     out[d] = (float)acc;
                 }
             }
 }
 
+/* Per query row: dV += P^T dY, through the softmax to the scores' gradient
+ * dS (scaled, then taken as `low` carries it), dQ += dS K, dK += dS^T Q. */
 void ref_attention_bwd(float *dqkv, const float *dy, const float *qkv, const float *att, int n, int t, int c,
-                       int heads)
+                       int heads, st_dtype low)
 {
     const int hs = c / heads;
     const double scale = 1.0 / sqrt((double)hs);
@@ -159,17 +177,17 @@ void ref_attention_bwd(float *dqkv, const float *dy, const float *qkv, const flo
                 double da[t], inner = 0;
                 for (int j = 0; j <= i; j++) {  /* d(loss)/d(weight j), and through v */
                     const size_t vj = ((size_t)b * t + j) * row + 2 * (size_t)c + (size_t)h * hs;
-                    da[j] = dot(g, qkv + vj, hs);
+                    da[j] = dot(g, qkv + vj, hs, low);
                     inner += da[j] * a[j];
                     for (int d = 0; d < hs; d++)
-                        dqkv[vj + d] += a[j] * g[d];
+                        dqkv[vj + d] += (float)(as_low(a[j], low) * as_low(g[d], low));
                 }
                 for (int j = 0; j <= i; j++) {  /* through the softmax to the scores, then q and k */
-                    const double ds = a[j] * (da[j] - inner) * scale;
+                    const double ds = as_low(a[j] * (da[j] - inner) * scale, low);
                     const size_t kj = ((size_t)b * t + j) * row + c + (size_t)h * hs;
                     for (int d = 0; d < hs; d++) {
-                        dq[d] += (float)(ds * qkv[kj + d]);
-                        dqkv[kj + d] += (float)(ds * q[d]);
+                        dq[d] += (float)(ds * as_low(qkv[kj + d], low));
+                        dqkv[kj + d] += (float)(ds * as_low(q[d], low));
                     }
                 }
             }
