@@ -31,10 +31,15 @@
  * a 2-vCPU Zen 4), and gpt-mini's batch fits one chunk. */
 #define HEAD_CHUNK_BYTES (64L << 20)
 
+/* As many chunks as HEAD_CHUNK_BYTES asks for, of equal rows: a short last
+ * chunk would cost a whole pass over the table's gradient for a few rows. */
 static long chunk_rows(long rows, long vocab)
 {
-    const long c = HEAD_CHUNK_BYTES / (vocab * (long)sizeof(float));
-    return c < 1 ? 1 : c > rows ? rows : c;
+    const long most = HEAD_CHUNK_BYTES / (vocab * (long)sizeof(float));
+    if (most < 1)
+        return 1;
+    const long chunks = (rows + most - 1) / most;
+    return (rows + chunks - 1) / chunks;
 }
 
 static const struct node *table_of(const st_net *n, const struct xnode *x)
