@@ -70,6 +70,18 @@ static void step(st_net *n, const st_model *m, int batch, uint64_t seed)
     free(input);
 }
 
+/* Three training steps on seeded batches of 2, each one's counters. */
+static void three_steps(st_net *n, const st_model *m, st_net_counters *first, st_net_counters *second,
+                        st_net_counters *third)
+{
+    st_net_counters *each[] = {first, second, third};
+    for (int k = 0; k < 3; k++) {
+        st_net_counters_reset(n);
+        step(n, m, 2, (uint64_t)k + 1);
+        st_net_counters_get(n, each[k]);
+    }
+}
+
 static st_net *preset_net_on(const char *name, st_model **m, int batch, st_dtype precision, st_backend backend)
 {
     assert_int_equal(st_model_load(m, name), ST_OK);
@@ -161,14 +173,7 @@ static void test_bf16_counts_per_preset(void **state)
         st_net_counters first, second, third;
         int ncopies;
         st_net_weight_copies(n, &ncopies);
-        step(n, m, 2, 1);
-        st_net_counters_get(n, &first);
-        st_net_counters_reset(n);
-        step(n, m, 2, 2);
-        st_net_counters_get(n, &second);
-        st_net_counters_reset(n);
-        step(n, m, 2, 3);
-        st_net_counters_get(n, &third);
+        three_steps(n, m, &first, &second, &third);
         print_message("%-9s bf16 layers %d of %d; per step %llu conversions (%llu bytes), %llu weight reorders; "
                       "%d weight copies\n", name, st_net_lowp_layers(n), st_net_layers(n), second.conversions,
                       second.converted_bytes, second.weight_reorders, ncopies);
@@ -303,14 +308,7 @@ static void test_reference_counts_per_preset(void **state)
             st_net_counters first, second, third;
             int ncopies;
             st_net_weight_copies(n, &ncopies);
-            step(n, m, 2, 1);
-            st_net_counters_get(n, &first);
-            st_net_counters_reset(n);
-            step(n, m, 2, 2);
-            st_net_counters_get(n, &second);
-            st_net_counters_reset(n);
-            step(n, m, 2, 3);
-            st_net_counters_get(n, &third);
+            three_steps(n, m, &first, &second, &third);
             print_message("%-9s reference %s: %d of %d layers; per step %llu conversions (%llu bytes), %d weight "
                           "copies\n", name, st_dtype_name(lows[q]), st_net_lowp_layers(n), st_net_layers(n),
                           second.conversions, second.converted_bytes, ncopies);
