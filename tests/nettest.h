@@ -124,4 +124,13 @@ static inline double max_diff(const float *a, const float *b, size_t n, double f
     return worst;
 }
 
+/* The root mean square of a - b over n values (0 for none). */
+static inline double rms_diff(const float *a, const float *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return sqrt(s / (double)(n ? n : 1));
+}
+
 #endif

@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nettest.h"
+
 #include "kernels/causal_bf16.h"
 #include "ref/ref.h"
 #include "shmtrain/bf16.h"
@@ -115,15 +117,6 @@ static void bounds(const struct head_case *k, double *by, double *bdq)
             bdq[(size_t)i * row + 2 * c + col + d] = dv;
         }
     free(ds);
-}
-
-/* The root mean square of a - b over n values. */
-static double rms_diff(const float *a, const float *b, size_t n)
-{
-    double s = 0;
-    for (size_t i = 0; i < n; i++)
-        s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    return sqrt(s / (double)(n ? n : 1));
 }
 
 /* The reference's bf16 attention (the same operands rounded, sums in

@@ -183,15 +183,6 @@ static void test_low_precisions_learn(void **state)
     assert_true(fabs(bf16 - fp32) < 0.02);
 }
 
-/* The root mean square of a - b over n values. */
-static double rms_diff(const float *a, const float *b, size_t n)
-{
-    double s = 0;
-    for (size_t i = 0; i < n; i++)
-        s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    return sqrt(s / (double)n);
-}
-
 /* A preset by name, or model text. */
 static st_model *load(const char *model)
 {
