@@ -127,8 +127,21 @@ static void doing(const struct watched_rank *r, char state, char *buf, size_t le
         snprintf(buf, len, "%s, not waiting for a peer", describe_state(state));
 }
 
+/* Is rank i waiting for a running peer that is not itself waiting (or is
+ * stopped)?  Then its silence is that peer's: the peer's last progress may
+ * be later than the waiter's, so the waiter passes the timeout first. */
+static bool waits_on_a_busy_peer(const struct stall_watch *w, const bool *running, int i)
+{
+    const int p = w->r[i].waiting_for;
+    if (!w->r[i].waiting || p < 0 || p >= w->world || p == i || !running[p])
+        return false;
+    const struct watched_rank *q = &w->r[p];
+    return q->stopped_since > 0 || (q->beating && !q->waiting);
+}
+
 /* Stopped ranks first (they hold everyone), then ranks without progress
- * that are not themselves waiting for a peer, then the longest silent. */
+ * that are not themselves waiting for a peer, then the longest silent; a
+ * rank waiting for a busy peer is never blamed before that peer. */
 static int culprit_rank(const struct stall_watch *w, const bool *running, double now)
 {
     int best = -1, best_class = 0;
@@ -139,7 +152,7 @@ static int culprit_rank(const struct stall_watch *w, const bool *running, double
             continue;
         double age = r->stopped_since > 0 ? now - r->stopped_since : now - r->last_progress;
         int cls = r->stopped_since > 0 ? 3 : (r->beating && !r->waiting) ? 2 : r->beating ? 1 : 0;
-        if (cls == 0 || age < w->timeout_s)
+        if (cls == 0 || age < w->timeout_s || (cls == 1 && waits_on_a_busy_peer(w, running, i)))
             continue;
         if (cls > best_class || (cls == best_class && age > best_age)) {
             best = i;
