@@ -1,8 +1,8 @@
 /* Attention's products in bf16 (src/nn/kernels/causal_bf16.c) against the
  * reference backend's attention (ref_seq.c), forward and backward, on
- * shapes that cut every tile: T of 1, 7, 9, 33, 40 and 70 (tiles are 8 rows
- * by 32 columns, pairs of k), head sizes 1, 3, 5, 7, 17 and 64, one head
- * and several.
+ * shapes that cut every tile and stripe: T of 1, 7, 9, 33, 40, 70, 97 and
+ * 130 (tiles are 8 rows by 32 columns, pairs of k; stripes 32 rows), head
+ * sizes 1, 3, 5, 7, 9, 16, 17 and 64, one head and several.
  *
  * Tolerance, per element, stated.  Q, K, V and dY are bf16 values (exact in
  * fp32), so the kernel rounds only what it computes: P before P V and
@@ -13,8 +13,11 @@
  * reference's P and dS (Y: u sum_j P_ij |V_jd|; dQ: u sum_j |dS_ij K_jd|;
  * dK: u sum_i |dS_ij Q_id|; dV: u sum_i P_ij |dY_id|), plus the fp32
  * engine's allowance against the reference, e = 1e-5 + 1e-4 max|reference|
- * (test_nn.c's, for the sums' order and the fp32 softmax).  And P must be
- * the same bits in the backward pass as in the forward. */
+ * (test_nn.c's, for the sums' order and the fp32 softmax).  And P, which
+ * the kernel makes a stripe of rows at a time and keeps where asked, must be
+ * the reference's within that fp32 allowance (its scores' operands are
+ * bf16 values: nothing rounds) and the same bits in the backward pass as
+ * in the forward. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,10 +151,11 @@ static void run_shape(const struct shape *sh, uint64_t seed)
     const size_t nq = (size_t)t * row, ny = (size_t)t * c;
     float *qkv = malloc(nq * sizeof *qkv), *dy = malloc(ny * sizeof *dy), *att = malloc((size_t)sh->heads * t * t * 4);
     float *y = calloc(ny, 4), *ry = calloc(ny, 4), *dq = calloc(nq, 4), *rdq = calloc(nq, 4);
-    float *p = malloc((size_t)t * t * 4), *p2 = malloc((size_t)t * t * 4), *ds = malloc((size_t)t * t * 4);
+    float *p = malloc((size_t)t * t * 4), *p2 = malloc((size_t)t * t * 4);
     double *by = calloc(ny, sizeof *by), *bdq = calloc(nq, sizeof *bdq);
+    double *no_rounding = calloc((size_t)t * t, sizeof *no_rounding);  /* P's operands are bf16 values */
     void *scratch = malloc(causal_bf16_scratch_bytes(t, hs));
-    assert_true(qkv && dy && att && y && ry && dq && rdq && p && p2 && ds && by && bdq && scratch);
+    assert_true(qkv && dy && att && y && ry && dq && rdq && p && p2 && by && bdq && no_rounding && scratch);
     uint64_t s = seed;
     for (size_t i = 0; i < nq; i++)
         qkv[i] = bf16_value(&s, 2.0f);  /* scores of a few units: a softmax far from uniform */
@@ -161,9 +165,10 @@ static void run_shape(const struct shape *sh, uint64_t seed)
     ref_attention_bwd(rdq, dy, qkv, att, 1, t, c, sh->heads, ST_DTYPE_F32);
     for (int h = 0; h < sh->heads; h++) {
         causal_bf16_forward(y + h * hs, c, p, qkv + h * hs, row, t, hs, scratch);
-        causal_bf16_backward(dq + h * hs, p2, ds, dy + h * hs, c, qkv + h * hs, row, t, hs, scratch);
+        causal_bf16_backward(dq + h * hs, p2, dy + h * hs, c, qkv + h * hs, row, t, hs, scratch);
         if (memcmp(p, p2, (size_t)t * t * sizeof *p) != 0)
             fail_msg("T %d, head size %d: P in backward is not forward's bits", t, hs);
+        check("P", sh, p, att + (size_t)h * t * t, no_rounding, (size_t)t * t);
         const struct head_case k = {t, hs, c, qkv, dy, att + (size_t)h * t * t, h};
         bounds(&k, by, bdq);
     }
@@ -177,8 +182,8 @@ static void run_shape(const struct shape *sh, uint64_t seed)
         rounded = fabs((double)y[i] - ry[i]) > e;
     if (!rounded)
         fail_msg("T %d, head size %d: Y within fp32's allowance everywhere: were P and V rounded to bf16?", t, hs);
-    free(qkv), free(dy), free(att), free(y), free(ry), free(dq), free(rdq), free(p), free(p2), free(ds);
-    free(by), free(bdq), free(scratch);
+    free(qkv), free(dy), free(att), free(y), free(ry), free(dq), free(rdq), free(p), free(p2);
+    free(by), free(bdq), free(no_rounding), free(scratch);
 }
 
 static void test_attention_bf16_against_reference(void **state)
@@ -188,7 +193,8 @@ static void test_attention_bf16_against_reference(void **state)
         print_message("this CPU has no AVX512-BF16: attention stays fp32 in a bf16 net, nothing to check\n");
         skip();
     }
-    const struct shape shapes[] = {{1, 1, 1}, {7, 3, 1}, {9, 5, 2}, {33, 17, 1}, {40, 64, 2}, {70, 7, 3}, {64, 64, 1}};
+    const struct shape shapes[] = {{1, 1, 1}, {7, 3, 1}, {9, 5, 2}, {33, 17, 1}, {40, 64, 2}, {70, 7, 3}, {64, 64, 1},
+                                   {97, 16, 1}, {130, 9, 2}};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         run_shape(&shapes[i], 1000 + i);
 }

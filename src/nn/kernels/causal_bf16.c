@@ -8,12 +8,26 @@
  *   rows   (pack_rows)   A from a row-major matrix whose k runs along a row
  *                        (Q, dY for the scores; P, dS for the mixes);
  *   pairs  (pack_pairs)  B from a row-major matrix whose k runs down the
- *                        rows: rows 2kp and 2kp + 1 interleaved (V, K; P, dS);
- *   transposed words     B of the scores (K, V: k along their rows) and A of
- *                        the transposed products (Q, dY), both small (t x hs).
+ *                        rows: rows 2kp and 2kp + 1 interleaved (V, K; P, dS
+ *                        in column tiles);
+ *   transposed words     B of the scores (K, V: k along their rows; in column
+ *                        tiles) and A of the transposed products (Q, dY),
+ *                        both small (t x hs).
  * The products with P or dS transposed (dK = dS^T Q, dV = P^T dY) are
  * computed transposed (dK^T = Q^T dS) so no t x t matrix is transposed: a
- * column tile of dS starting at j needs k (= i) from j only.  Packing pads
+ * column tile of dS starting at j needs k (= i) from j only.
+ *
+ * P and dS are made a stripe of STRIPE_ROWS rows at a time (scores, fp32
+ * softmax, packing, and the products whose rows they are), so no t x t
+ * fp32 matrix is written (8 MB of P and dS a thread at T 1024, which no
+ * cache holds for 16 threads).  The backward pass keeps P and dS only as
+ * bf16 pairs for the two transposed products, which sum over every row,
+ * and runs those a column tile at a time.  The B operands a product reads
+ * a tile at a time over many k (the scores' K or V transposed, the pairs
+ * of P and dS) lie in column tiles, a tile's k rows one after another: at
+ * a whole row's stride (4 KB at T 1024) a tile read one line per page.
+ * Each element's sum runs in the same order as the whole-head version's,
+ * so the same bits (docs/benchmarks.md, 0k, measures both).  Packing pads
  * with zeros (rows and columns to whole pairs and tiles), so tiles read no
  * more than their buffers and a padded pair adds nothing.  The conversions
  * round to nearest even (vcvtne2ps2bf16) and take denormals as zero. */
@@ -32,8 +46,13 @@
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define TILE_ROWS 8   /* 16 accumulators of 32: dot products in flight to hide their latency */
 #define TILE_COLS 32  /* two vectors of 16 floats */
+/* A multiple of TILE_ROWS and of TILE_COLS, so a stripe's blocks are the
+ * whole head's and its last diagonal tile ends on the stripe's edge; 32 rows
+ * of P and of dS at T 1024 are 256 KB, in L2 with the packed operands. */
+#define STRIPE_ROWS 32
 
 static long round_up(long x, long m) { return (x + m - 1) / m * m; }
+static long min_of(long a, long b) { return a < b ? a : b; }
 
 /* The first n of 16 lanes (none for n <= 0). */
 static __mmask16 lanes(long n) { return n <= 0 ? 0 : n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1); }
@@ -41,28 +60,40 @@ static __mmask16 lanes(long n) { return n <= 0 ? 0 : n >= 16 ? 0xffff : (__mmask
 /* The head's buffers, carved from the scratch (words of two bf16, then floats). */
 struct head_bufs {
     long t, hs, t32, half_t, hw, h32;  /* t32, h32: t, hs to whole tiles; half_t: pairs of t; hw: words of hs */
-    uint32_t *rows_a, *rows_b;         /* t x hw: Q or dY; K or V before their transpose */
-    uint32_t *scores_b;                /* hw x t32: K or V transposed, the scores' B */
-    uint32_t *mix_a;                   /* t x t32 / 2: P or dS as rows */
-    uint32_t *mix_b;                   /* half_t x h32: V or K as pairs */
-    uint32_t *sq_b;                    /* half_t x t32: P or dS as pairs */
+    uint32_t *rows_q, *rows_dy;        /* t x hw: Q; dY (backward) */
+    uint32_t *rows_tmp;                /* t x hw: K or V before their transpose */
+    uint32_t *kt, *vt;                 /* hw x t32: K, V (backward) transposed in column tiles, the scores' B */
+    uint32_t *mix_b;                   /* half_t x h32: V (forward) or K (backward) as pairs */
+    uint32_t *mix_a;                   /* STRIPE_ROWS x t32 / 2: a stripe of P or dS as rows */
+    uint32_t *pairs_ds, *pairs_p;      /* half_t x t32: dS and P as pairs in column tiles (backward) */
     uint32_t *sq_pairs, *sq_a;         /* half_t x h32 -> hs x half_t: Q or dY as pairs, transposed */
+    float *sp, *sds;                   /* STRIPE_ROWS x t32: a stripe of P; of dP, then dS */
     float *ct;                         /* hs x t: dK^T or dV^T */
 };
+
+/* Every buffer's words, in carve's order (one count for carve and the scratch's size). */
+#define HEAD_WORDS(t, hs, t32, half_t, hw, h32)                                                       \
+    (3 * (t) * (hw) + 2 * (hw) * (t32) + (half_t) * (h32) + STRIPE_ROWS * (t32) / 2 +                \
+     2 * (half_t) * (t32) + (half_t) * (h32) + (hs) * (half_t) + 2 * STRIPE_ROWS * (t32) + (hs) * (t))
 
 static struct head_bufs carve(void *scratch, long t, long hs)
 {
     struct head_bufs h = {.t = t, .hs = hs, .t32 = round_up(t, TILE_COLS), .half_t = (t + 1) / 2,
                           .hw = round_up(hs, 32) / 2, .h32 = round_up(hs, TILE_COLS)};
     uint32_t *w = scratch;
-    h.rows_a = w, w += t * h.hw;
-    h.rows_b = w, w += t * h.hw;
-    h.scores_b = w, w += h.hw * h.t32;
-    h.mix_a = w, w += t * h.t32 / 2;
+    h.rows_q = w, w += t * h.hw;
+    h.rows_dy = w, w += t * h.hw;
+    h.rows_tmp = w, w += t * h.hw;
+    h.kt = w, w += h.hw * h.t32;
+    h.vt = w, w += h.hw * h.t32;
     h.mix_b = w, w += h.half_t * h.h32;
-    h.sq_b = w, w += h.half_t * h.t32;
+    h.mix_a = w, w += STRIPE_ROWS * h.t32 / 2;
+    h.pairs_ds = w, w += h.half_t * h.t32;
+    h.pairs_p = w, w += h.half_t * h.t32;
     h.sq_pairs = w, w += h.half_t * h.h32;
     h.sq_a = w, w += hs * h.half_t;
+    h.sp = (float *)w, w += STRIPE_ROWS * h.t32;
+    h.sds = (float *)w, w += STRIPE_ROWS * h.t32;
     h.ct = (float *)w;
     return h;
 }
@@ -71,8 +102,7 @@ size_t causal_bf16_scratch_bytes(long t, long hs)
 {
     const long t32 = round_up(t, TILE_COLS), half_t = (t + 1) / 2, hw = round_up(hs, 32) / 2,
                h32 = round_up(hs, TILE_COLS);
-    const long words = 2 * t * hw + hw * t32 + t * t32 / 2 + 2 * half_t * h32 + half_t * t32 + hs * half_t;
-    return (size_t)(words + hs * t) * 4;
+    return (size_t)HEAD_WORDS(t, hs, t32, half_t, hw, h32) * 4;
 }
 
 /* ------------------------------------------------------------- packing -- */
@@ -95,13 +125,26 @@ TARGET static void pack_rows(uint32_t *dst, long ldw, const float *src, long lds
     pack_rows_to(dst, ldw, 2 * ldw, src, lds, rows, cols);
 }
 
-/* dst's row kp (ldw words, a multiple of 16) = src's rows 2kp and 2kp + 1
- * interleaved column by column, for kp < pairs; rows at or past krows and
- * columns past ncols zero.  lower: src is lower triangular and read by
- * mix_t, whose column tile at n reads pair rows from n / 2 on: a pair row
- * is packed only as far as the last tile that reads it. */
-TARGET static void pack_pairs(uint32_t *dst, long ldw, const float *src, long lds, long krows, long ncols, long pairs,
-                              bool lower)
+/* Where pack_pairs writes: pair row kp's columns n..n + 31 at
+ * w + kp * ldw + n / 32 * panel, as far as width columns (a multiple of 32).
+ * Row-major: ldw = width, panel = 32.  Column tiles (panels): ldw = 32,
+ * panel = 32 x the pair rows, so the rows one tile of a product reads lie
+ * one after another (a stride of the whole row, 4 KB at T 1024, left the
+ * hardware's prefetch a page per line). */
+struct pair_dst {
+    uint32_t *w;
+    long ldw, panel, width;
+};
+
+static struct pair_dst row_major(uint32_t *w, long width) { return (struct pair_dst){w, width, TILE_COLS, width}; }
+
+/* dst's row kp = src's rows 2kp and 2kp + 1 interleaved column by column,
+ * for kp < pairs; rows at or past krows and columns past ncols zero.
+ * lower: src is rows first.. (even) of a lower triangular matrix read by
+ * transposed_product, whose column tile at n reads pair rows from n / 2
+ * on: a pair row is packed only as far as the last tile that reads it. */
+TARGET static void pack_pairs(struct pair_dst d, const float *src, long lds, long krows, long ncols, long pairs,
+                              bool lower, long first)
 {
     static const uint16_t order[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -109,37 +152,38 @@ TARGET static void pack_pairs(uint32_t *dst, long ldw, const float *src, long ld
     for (long kp = 0; kp < pairs; kp++) {
         const float *even = src + 2 * kp * lds, *odd = even + lds;
         const long has_even = 2 * kp < krows, has_odd = 2 * kp + 1 < krows;
-        const long reach = lower && 2 * kp / TILE_COLS * TILE_COLS + TILE_COLS < ldw
-                               ? 2 * kp / TILE_COLS * TILE_COLS + TILE_COLS : ldw;
+        const long last_tile = (first + 2 * kp) / TILE_COLS * TILE_COLS + TILE_COLS;
+        const long reach = lower && last_tile < d.width ? last_tile : d.width;
         for (long n = 0; n < reach; n += 16) {
             const __m512 lo = _mm512_maskz_loadu_ps(has_even ? lanes(ncols - n) : 0, even + n);
             const __m512 hi = _mm512_maskz_loadu_ps(has_odd ? lanes(ncols - n) : 0, odd + n);
             const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-            _mm512_storeu_si512(dst + kp * ldw + n, _mm512_permutexvar_epi16(interleave, both));
+            _mm512_storeu_si512(d.w + kp * d.ldw + n / TILE_COLS * d.panel + n % TILE_COLS,
+                                _mm512_permutexvar_epi16(interleave, both));
         }
     }
 }
 
-/* A lower-triangular t x t matrix (P, dS: zeros right of the diagonal) as
- * pack_rows would pack it, each row only as far as a mix reads it: the
- * rows of a block of TILE_ROWS as far as the block's last row reaches. */
-TARGET static void pack_rows_lower(uint32_t *dst, long ldw, const float *src, long t)
+/* A stripe of a lower-triangular matrix (rows first.. of P or dS: zeros
+ * right of the diagonal; ld floats apart) as rows, each only as far as the
+ * products read it: a block of TILE_ROWS as far as its last row reaches. */
+TARGET static void pack_stripe_rows(uint32_t *dst, long ldw, const float *src, long ld, long t, long first, long rows)
 {
-    for (long i = 0; i < t; i += TILE_ROWS) {
-        const long rows = t - i < TILE_ROWS ? t - i : TILE_ROWS;
-        const long reach = round_up(i + rows, 32) < 2 * ldw ? round_up(i + rows, 32) : 2 * ldw;
-        pack_rows_to(dst + i * ldw, ldw, reach, src + i * t, t, rows, t);
+    for (long i = 0; i < rows; i += TILE_ROWS) {
+        const long r = min_of(rows - i, TILE_ROWS), reach = min_of(round_up(first + i + r, 32), 2 * ldw);
+        pack_rows_to(dst + i * ldw, ldw, reach, src + i * ld, ld, r, t);
     }
 }
 
-/* dst[c][r] = src[r][c] for rows x cols words, in blocks that stay in L1. */
-static void transpose_words(uint32_t *dst, long ldd, const uint32_t *src, long lds, long rows, long cols)
+/* dst[c][r] = src[r][c] for rows x cols words, in blocks that stay in L1;
+ * dst's columns r in tiles of 32, panel words apart (32: row-major). */
+static void transpose_words(uint32_t *dst, long ldd, long panel, const uint32_t *src, long lds, long rows, long cols)
 {
     for (long r0 = 0; r0 < rows; r0 += 16)
         for (long c0 = 0; c0 < cols; c0 += 16)
             for (long r = r0; r < r0 + 16 && r < rows; r++)
                 for (long c = c0; c < c0 + 16 && c < cols; c++)
-                    dst[c * ldd + r] = src[r * lds + c];
+                    dst[r / TILE_COLS * panel + c * ldd + r % TILE_COLS] = src[r * lds + c];
 }
 
 /* ------------------------------------------------------------ products -- */
@@ -169,125 +213,145 @@ TARGET static inline __attribute__((always_inline)) void tile(float *c, long ldc
 }
 
 /* One block of up to TILE_ROWS rows, columns [0, cols) in tiles, k pairs
- * [kp0, kp1); with from_column a tile's pairs start at its first column's
- * (the transposed products: no i < j term there). */
+ * [kp0, kp1); B's column tiles panel words apart (TILE_COLS: row-major). */
 struct product {
     const uint32_t *a, *b;
-    long lda, ldb, kp0, kp1;
+    long lda, ldb, panel, kp0, kp1;
     float alpha;
-    bool from_column;
 };
 
 TARGET static void row_block(float *c, long ldc, const struct product *p, long rows, long cols)
 {
     for (long n = 0; n < cols; n += TILE_COLS) {
         const __mmask16 m0 = lanes(cols - n), m1 = lanes(cols - n - 16);
-        const long kp0 = p->from_column && n / 2 > p->kp0 ? n / 2 : p->kp0;
-        const uint32_t *b = p->b + n;
+        const uint32_t *b = p->b + n / TILE_COLS * p->panel;
         switch (rows) {
-        case 8: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 8, kp0, p->kp1, p->alpha, m0, m1); break;
-        case 7: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 7, kp0, p->kp1, p->alpha, m0, m1); break;
-        case 6: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 6, kp0, p->kp1, p->alpha, m0, m1); break;
-        case 5: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 5, kp0, p->kp1, p->alpha, m0, m1); break;
-        case 4: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 4, kp0, p->kp1, p->alpha, m0, m1); break;
-        case 3: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 3, kp0, p->kp1, p->alpha, m0, m1); break;
-        case 2: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 2, kp0, p->kp1, p->alpha, m0, m1); break;
-        default: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 1, kp0, p->kp1, p->alpha, m0, m1); break;
+        case 8: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 8, p->kp0, p->kp1, p->alpha, m0, m1); break;
+        case 7: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 7, p->kp0, p->kp1, p->alpha, m0, m1); break;
+        case 6: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 6, p->kp0, p->kp1, p->alpha, m0, m1); break;
+        case 5: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 5, p->kp0, p->kp1, p->alpha, m0, m1); break;
+        case 4: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 4, p->kp0, p->kp1, p->alpha, m0, m1); break;
+        case 3: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 3, p->kp0, p->kp1, p->alpha, m0, m1); break;
+        case 2: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 2, p->kp0, p->kp1, p->alpha, m0, m1); break;
+        default: tile(c + n, ldc, p->a, p->lda, b, p->ldb, 1, p->kp0, p->kp1, p->alpha, m0, m1); break;
         }
     }
 }
 
-/* s (t x t) = alpha * A B^T over the head's dimensions, columns up to each
- * block's last diagonal tile (the rest is the softmax's to overwrite). */
-TARGET static void scores(float *s, const struct head_bufs *h, const uint32_t *a, float alpha)
+/* s (a stripe: rows first.., ld h->t32) = alpha * A B^T over the head's
+ * dimensions (A: rows, B: bt transposed), each block of rows as far as its
+ * last diagonal tile (the rest is the softmax's to overwrite). */
+TARGET static void stripe_scores(float *s, const struct head_bufs *h, const uint32_t *a, const uint32_t *bt,
+                                 long first, long rows, float alpha)
 {
-    const struct product p = {a, h->scores_b, h->hw, h->t32, 0, (h->hs + 1) / 2, alpha, false};
-    for (long i = 0; i < h->t; i += TILE_ROWS) {
-        const long rows = h->t - i < TILE_ROWS ? h->t - i : TILE_ROWS, reach = round_up(i + rows, TILE_COLS);
-        struct product pi = p;
-        pi.a = a + i * h->hw;
-        row_block(s + i * h->t, h->t, &pi, rows, reach < h->t ? reach : h->t);
+    for (long i = 0; i < rows; i += TILE_ROWS) {
+        const long r = min_of(rows - i, TILE_ROWS), reach = min_of(round_up(first + i + r, TILE_COLS), h->t);
+        const struct product p = {a + (first + i) * h->hw, bt, h->hw, TILE_COLS, h->hw * TILE_COLS, 0, (h->hs + 1) / 2,
+                                  alpha};
+        row_block(s + i * h->t32, h->t32, &p, r, reach);
     }
 }
 
-/* y (t x hs, ldy) = M X for lower-triangular M (h->mix_a) and X (h->mix_b):
- * row i sums over k <= i only. */
-TARGET static void mix(float *y, long ldy, const struct head_bufs *h)
+/* y's rows first.. (hs columns, ldy apart) = M X for the stripe of
+ * lower-triangular M in h->mix_a and X (h->mix_b): row i sums over k <= i. */
+TARGET static void stripe_mix(float *y, long ldy, const struct head_bufs *h, long first, long rows)
 {
-    for (long i = 0; i < h->t; i += TILE_ROWS) {
-        const long rows = h->t - i < TILE_ROWS ? h->t - i : TILE_ROWS;
-        const struct product p = {h->mix_a + i * (h->t32 / 2), h->mix_b, h->t32 / 2, h->h32, 0, (i + rows + 1) / 2,
-                                  1.0f, false};
-        row_block(y + i * ldy, ldy, &p, rows, h->hs);
+    for (long i = 0; i < rows; i += TILE_ROWS) {
+        const long r = min_of(rows - i, TILE_ROWS);
+        const struct product p = {h->mix_a + i * (h->t32 / 2), h->mix_b, h->t32 / 2, h->h32, TILE_COLS, 0,
+                                  (first + i + r + 1) / 2, 1.0f};
+        row_block(y + (first + i) * ldy, ldy, &p, r, h->hs);
     }
-}
-
-/* out (t x hs, ld) = M^T X for lower-triangular M (h->sq_b, pairs) and X
- * (h->sq_a, transposed): computed as X^T M into h->ct, then transposed. */
-TARGET static void mix_t(float *out, long ld, const struct head_bufs *h)
-{
-    for (long d = 0; d < h->hs; d += TILE_ROWS) {
-        const long rows = h->hs - d < TILE_ROWS ? h->hs - d : TILE_ROWS;
-        const struct product p = {h->sq_a + d * h->half_t, h->sq_b, h->half_t, h->t32, 0, h->half_t, 1.0f, true};
-        row_block(h->ct + d * h->t, h->t, &p, rows, h->t);
-    }
-    nn_transpose(out, ld, h->ct, h->t, h->hs, h->t, NULL);
 }
 
 /* -------------------------------------------------------------- a head -- */
 
-/* The scores' B: src's rows (K or V) as words, transposed.  Its columns
- * past t are never written: a score's column reads its own B column only,
- * and those past t are not stored. */
-TARGET static void pack_scores_b(const struct head_bufs *h, const float *src, long ld)
+/* The scores' B: src's rows (K or V) as words, transposed into dst in
+ * column tiles of hw x 32 words.  Its columns past t are never written: a score's column reads its own B column
+ * only, and those past t are not stored. */
+TARGET static void pack_scores_b(uint32_t *dst, const struct head_bufs *h, const float *src, long ld)
 {
-    pack_rows(h->rows_b, h->hw, src, ld, h->t, h->hs);
-    transpose_words(h->scores_b, h->t32, h->rows_b, h->hw, h->t, h->hw);
+    pack_rows(h->rows_tmp, h->hw, src, ld, h->t, h->hs);
+    transpose_words(dst, TILE_COLS, h->hw * TILE_COLS, h->rows_tmp, h->hw, h->t, h->hw);
 }
 
-/* P of the head into p: scores, then the fp32 softmax. */
-TARGET static void weights(float *p, const struct head_bufs *h, const float *q, long ld)
+/* A stripe of P into h->sp: scores, then the fp32 softmax; a copy into
+ * keep's rows (t floats, zeros right of the diagonal) where asked. */
+TARGET static void stripe_weights(const struct head_bufs *h, long first, long rows, float *keep)
 {
-    pack_rows(h->rows_a, h->hw, q, ld, h->t, h->hs);
-    pack_scores_b(h, q + ld / 3, ld);
-    scores(p, h, h->rows_a, 1.0f / sqrtf((float)h->hs));
-    seq_causal_softmax(p, h->t);
+    const long width = min_of(first + STRIPE_ROWS, h->t);
+    stripe_scores(h->sp, h, h->rows_q, h->kt, first, rows, 1.0f / sqrtf((float)h->hs));
+    seq_causal_softmax_rows(h->sp, h->t32, first, rows, width);
+    for (long r = 0; keep && r < rows; r++) {
+        memcpy(keep + (first + r) * h->t, h->sp + r * h->t32, (size_t)width * sizeof(float));
+        memset(keep + (first + r) * h->t + width, 0, (size_t)(h->t - width) * sizeof(float));
+    }
 }
 
 TARGET void causal_bf16_forward(float *y, long ldy, float *p, const float *q, long ld, long t, long hs, void *scratch)
 {
     const struct head_bufs h = carve(scratch, t, hs);
-    weights(p, &h, q, ld);
-    pack_rows_lower(h.mix_a, h.t32 / 2, p, t);
-    pack_pairs(h.mix_b, h.h32, q + 2 * (ld / 3), ld, t, hs, h.half_t, false);
-    mix(y, ldy, &h);
+    pack_rows(h.rows_q, h.hw, q, ld, t, hs);
+    pack_scores_b(h.kt, &h, q + ld / 3, ld);
+    pack_pairs(row_major(h.mix_b, h.h32), q + 2 * (ld / 3), ld, t, hs, h.half_t, false, 0);
+    for (long first = 0; first < t; first += STRIPE_ROWS) {
+        const long rows = min_of(t - first, STRIPE_ROWS);
+        stripe_weights(&h, first, rows, p);
+        pack_stripe_rows(h.mix_a, h.t32 / 2, h.sp, h.t32, t, first, rows);
+        stripe_mix(y, ldy, &h, first, rows);  /* Y = P V */
+    }
 }
 
-/* out = M^T X: M (t x t) as pairs, X's rows (t x hs) as pairs transposed. */
-TARGET static void transposed_product(float *out, long ld, const struct head_bufs *h, const float *m, const float *x,
-                                      long ldx)
+/* out = M^T X: M (t x t) as pairs in column tiles, X's rows (t x hs) as
+ * pairs transposed, computed as X^T M into h->ct a column tile at a time,
+ * so that tile of M's pairs stays in cache for every block of X^T's rows,
+ * then transposed. */
+TARGET static void transposed_product(float *out, long ld, const struct head_bufs *h, const uint32_t *m,
+                                      const float *x, long ldx)
 {
-    pack_pairs(h->sq_b, h->t32, m, h->t, h->t, h->t, h->half_t, true);
-    pack_pairs(h->sq_pairs, h->h32, x, ldx, h->t, h->hs, h->half_t, false);
-    transpose_words(h->sq_a, h->half_t, h->sq_pairs, h->h32, h->half_t, h->hs);
-    mix_t(out, ld, h);
+    pack_pairs(row_major(h->sq_pairs, h->h32), x, ldx, h->t, h->hs, h->half_t, false, 0);
+    transpose_words(h->sq_a, h->half_t, TILE_COLS, h->sq_pairs, h->h32, h->half_t, h->hs);
+    for (long n = 0; n < h->t; n += TILE_COLS)
+        for (long d = 0; d < h->hs; d += TILE_ROWS) {
+            /* column j = n.. has no term from rows i < j: its pairs start at n / 2 */
+            const struct product p = {h->sq_a + d * h->half_t, m + n / TILE_COLS * h->half_t * TILE_COLS, h->half_t,
+                                      TILE_COLS, TILE_COLS, n / 2, h->half_t, 1.0f};
+            row_block(h->ct + d * h->t + n, h->t, &p, min_of(h->hs - d, TILE_ROWS), min_of(h->t - n, TILE_COLS));
+        }
+    nn_transpose(out, ld, h->ct, h->t, h->hs, h->t, NULL);
 }
 
-TARGET void causal_bf16_backward(float *dq, float *p, float *ds, const float *dy, long ldy, const float *q, long ld,
-                                 long t, long hs, void *scratch)
+/* One stripe of the backward pass: P again, dP = dY V^T, dS, dQ = dS K, and
+ * dS and P kept as pairs for the transposed products. */
+TARGET static void backward_stripe(float *dq, long ld, const struct head_bufs *h, long first, long rows, float *keep)
+{
+    stripe_weights(h, first, rows, keep);
+    stripe_scores(h->sds, h, h->rows_dy, h->vt, first, rows, 1.0f);
+    seq_causal_softmax_bwd_rows(h->sds, h->sp, h->t32, first, rows, min_of(first + STRIPE_ROWS, h->t),
+                                1.0f / sqrtf((float)h->hs));
+    pack_stripe_rows(h->mix_a, h->t32 / 2, h->sds, h->t32, h->t, first, rows);
+    stripe_mix(dq, ld, h, first, rows);
+    const long at = first / 2 * TILE_COLS, pairs = (rows + 1) / 2, panel = h->half_t * TILE_COLS;
+    pack_pairs((struct pair_dst){h->pairs_ds + at, TILE_COLS, panel, h->t32}, h->sds, h->t32, rows, h->t, pairs, true,
+               first);
+    pack_pairs((struct pair_dst){h->pairs_p + at, TILE_COLS, panel, h->t32}, h->sp, h->t32, rows, h->t, pairs, true,
+               first);
+}
+
+TARGET void causal_bf16_backward(float *dq, float *p, const float *dy, long ldy, const float *q, long ld, long t,
+                                 long hs, void *scratch)
 {
     const struct head_bufs h = carve(scratch, t, hs);
     const long c = ld / 3;
-    weights(p, &h, q, ld);
-    pack_rows(h.rows_a, h.hw, dy, ldy, t, hs);
-    pack_scores_b(&h, q + 2 * c, ld);
-    scores(ds, &h, h.rows_a, 1.0f);                            /* dP = dY V^T */
-    seq_causal_softmax_bwd(ds, p, t, 1.0f / sqrtf((float)hs)); /* dS */
-    pack_rows_lower(h.mix_a, h.t32 / 2, ds, t);
-    pack_pairs(h.mix_b, h.h32, q + c, ld, t, hs, h.half_t, false);
-    mix(dq, ld, &h);                                           /* dQ = dS K */
-    transposed_product(dq + c, ld, &h, ds, q, ld);             /* dK = dS^T Q */
-    transposed_product(dq + 2 * c, ld, &h, p, dy, ldy);        /* dV = P^T dY */
+    pack_rows(h.rows_q, h.hw, q, ld, t, hs);
+    pack_rows(h.rows_dy, h.hw, dy, ldy, t, hs);
+    pack_scores_b(h.kt, &h, q + c, ld);
+    pack_scores_b(h.vt, &h, q + 2 * c, ld);
+    pack_pairs(row_major(h.mix_b, h.h32), q + c, ld, t, hs, h.half_t, false, 0);
+    for (long first = 0; first < t; first += STRIPE_ROWS)
+        backward_stripe(dq, ld, &h, first, min_of(t - first, STRIPE_ROWS), p);
+    transposed_product(dq + c, ld, &h, h.pairs_ds, q, ld);    /* dK = dS^T Q */
+    transposed_product(dq + 2 * c, ld, &h, h.pairs_p, dy, ldy); /* dV = P^T dY */
 }
 
 bool causal_bf16_available(void) { return __builtin_cpu_supports("avx512bf16"); }
@@ -300,9 +364,9 @@ void causal_bf16_forward(float *y, long ldy, float *p, const float *q, long ld, 
 {
     (void)y, (void)ldy, (void)p, (void)q, (void)ld, (void)t, (void)hs, (void)scratch;
 }
-void causal_bf16_backward(float *dq, float *p, float *ds, const float *dy, long ldy, const float *q, long ld,
-                          long t, long hs, void *scratch)
+void causal_bf16_backward(float *dq, float *p, const float *dy, long ldy, const float *q, long ld, long t, long hs,
+                          void *scratch)
 {
-    (void)dq, (void)p, (void)ds, (void)dy, (void)ldy, (void)q, (void)ld, (void)t, (void)hs, (void)scratch;
+    (void)dq, (void)p, (void)dy, (void)ldy, (void)q, (void)ld, (void)t, (void)hs, (void)scratch;
 }
 #endif

@@ -26,14 +26,15 @@ bool causal_bf16_available(void);
 /* Bytes of scratch one head needs (one per thread), 64-byte aligned by the caller. */
 size_t causal_bf16_scratch_bytes(long t, long hs);
 
-/* P = causal softmax(Q K^T / sqrt(hs)) into p (t x t floats; zeros right of
- * the diagonal), then y = P V (rows of hs floats, ldy apart). */
+/* y = P V (rows of hs floats, ldy apart), P = causal softmax(Q K^T / sqrt(hs)).
+ * p: NULL, or t x t floats to keep P in (zeros right of the diagonal; the
+ * kernel itself holds no more of P than a stripe of rows). */
 void causal_bf16_forward(float *y, long ldy, float *p, const float *q, long ld, long t, long hs, void *scratch);
 
-/* The backward pass given dy (ldy apart): P again into p, dS into ds (t x t
- * floats), and dQ, dK, dV into dq, dq + C, dq + 2C of the qkv gradient rows
- * (ld apart, C = ld / 3). */
-void causal_bf16_backward(float *dq, float *p, float *ds, const float *dy, long ldy, const float *q, long ld, long t,
-                          long hs, void *scratch);
+/* The backward pass given dy (ldy apart): P again (into p where not NULL,
+ * as the forward's), and dQ, dK, dV into dq, dq + C, dq + 2C of the qkv
+ * gradient rows (ld apart, C = ld / 3). */
+void causal_bf16_backward(float *dq, float *p, const float *dy, long ldy, const float *q, long ld, long t, long hs,
+                          void *scratch);
 
 #endif

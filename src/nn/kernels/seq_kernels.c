@@ -235,12 +235,13 @@ void seq_gelu_bwd_bf16(st_bf16 *dx, const st_bf16 *dy, const st_bf16 *x, const f
  * takes no mask; rows run over whole vectors with the mask as a select
  * measured no faster (docs/benchmarks-history.md, section 11). */
 
-/* Each row i of the t x t scores replaced by softmax over columns 0..i,
- * zeros right of the diagonal. */
-ST_MULTIVERSION void seq_causal_softmax(float *p, long t)
+/* Row r of the scores (the matrix's row i = first + r) replaced by the
+ * softmax over its columns 0..i, zeros right of the diagonal to width. */
+ST_MULTIVERSION void seq_causal_softmax_rows(float *p, long ld, long first, long rows, long width)
 {
-    for (long i = 0; i < t; i++) {
-        float *pr = p + i * t, mx = pr[0], sum = 0;
+    for (long r = 0; r < rows; r++) {
+        const long i = first + r;
+        float *pr = p + r * ld, mx = pr[0], sum = 0;
 #pragma omp simd reduction(max : mx)
         for (long k = 1; k <= i; k++)
             mx = pr[k] > mx ? pr[k] : mx;
@@ -248,23 +249,31 @@ ST_MULTIVERSION void seq_causal_softmax(float *p, long t)
         for (long k = 0; k <= i; k++)
             sum += (pr[k] = nn_expf(pr[k] - mx));
 #pragma omp simd
-        for (long k = 0; k < t; k++)
+        for (long k = 0; k < width; k++)
             pr[k] = k <= i ? pr[k] / sum : 0.0f;
     }
 }
 
-/* dS = P (dP - rowsum(P dP)) scale, in place of dP, zeros right of the
- * diagonal. */
-ST_MULTIVERSION void seq_causal_softmax_bwd(float *ds, const float *p, long t, float scale)
+void seq_causal_softmax(float *p, long t) { seq_causal_softmax_rows(p, t, 0, t, t); }
+
+/* dS = P (dP - rowsum(P dP)) scale, in place of dP, on the same rows. */
+ST_MULTIVERSION void seq_causal_softmax_bwd_rows(float *ds, const float *p, long ld, long first, long rows,
+                                                 long width, float scale)
 {
-    for (long i = 0; i < t; i++) {
-        const float *pr = p + i * t;
-        float *dr = ds + i * t, inner = 0;
+    for (long r = 0; r < rows; r++) {
+        const long i = first + r;
+        const float *pr = p + r * ld;
+        float *dr = ds + r * ld, inner = 0;
 #pragma omp simd reduction(+ : inner)
         for (long k = 0; k <= i; k++)
             inner += pr[k] * dr[k];
 #pragma omp simd
-        for (long k = 0; k < t; k++)
+        for (long k = 0; k < width; k++)
             dr[k] = k <= i ? pr[k] * (dr[k] - inner) * scale : 0.0f;
     }
+}
+
+void seq_causal_softmax_bwd(float *ds, const float *p, long t, float scale)
+{
+    seq_causal_softmax_bwd_rows(ds, p, t, 0, t, t, scale);
 }

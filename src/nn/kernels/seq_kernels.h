@@ -48,5 +48,11 @@ void seq_gelu_bwd_bf16(st_bf16 *dx, const st_bf16 *dy, const st_bf16 *x, const f
 void seq_causal_softmax(float *p, long t);
 /* dS = P (dP - rowsum(P dP)) scale, in place of dP, zeros right of the diagonal. */
 void seq_causal_softmax_bwd(float *ds, const float *p, long t, float scale);
+/* The same on a stripe of rows (causal attention in stripes, causal_bf16.c):
+ * row r of p (ld floats apart) is the matrix's row first + r; zeros as far
+ * as column width. */
+void seq_causal_softmax_rows(float *p, long ld, long first, long rows, long width);
+void seq_causal_softmax_bwd_rows(float *ds, const float *p, long ld, long first, long rows, long width,
+                                 float scale);
 
 #endif

@@ -266,12 +266,13 @@ st_status dn_build_ln(st_net *n, int j)
  * batch x heads x T x T floats a layer (604 MB in each of gpt2's 12 blocks
  * at its recipe's batch 12); computed twice, it costs one more scores
  * product and softmax per head, a sixth of attention's products.
- * A thread's scratch: P, then dS, then K or V transposed for
- * causal_scores, or in a bf16 net the packed operands of causal_bf16.c.
- * (A whole number of cache lines, so no two threads share one.) */
+ * A thread's scratch: in fp32, P, then dS, then K or V transposed for
+ * causal_scores; in a bf16 net the buffers of causal_bf16.c, which makes P
+ * and dS a stripe of rows at a time.  (A whole number of cache lines, so
+ * no two threads share one.) */
 static size_t head_scratch_floats(long t, long hs, bool bf16)
 {
-    const size_t floats = (size_t)(2 * t * t) + (bf16 ? causal_bf16_scratch_bytes(t, hs) / 4 : (size_t)(t * hs));
+    const size_t floats = bf16 ? causal_bf16_scratch_bytes(t, hs) / 4 : (size_t)(2 * t * t + t * hs);
     return (floats + 15) / 16 * 16;
 }
 
@@ -301,7 +302,7 @@ static st_status att_fwd(st_net *n, int j)
         const float *q = qkv + b * t * row + h * hs;
         float *p = head_scratch(x, t, hs);
         if (x->lowp) {
-            causal_bf16_forward(y + b * t * c + h * hs, c, p, q, row, t, hs, p + 2 * t * t);
+            causal_bf16_forward(y + b * t * c + h * hs, c, NULL, q, row, t, hs, p);
             continue;
         }
         head_weights(p, q, t, c, hs, p + 2 * t * t);
@@ -328,7 +329,7 @@ static st_status att_bwd(st_net *n, int j)
         const float *q = qkv + b * t * row + h * hs, *g = dy + b * t * c + h * hs;
         float *p = head_scratch(x, t, hs), *ds = p + t * t, *kt = ds + t * t, *dq = dqkv + b * t * row + h * hs;
         if (x->lowp) {
-            causal_bf16_backward(dq, p, ds, g, c, q, row, t, hs, kt);
+            causal_bf16_backward(dq, NULL, g, c, q, row, t, hs, p);
             continue;
         }
         head_weights(p, q, t, c, hs, kt);

@@ -1,0 +1,134 @@
+/* Causal attention's kernels alone, as the attention layer runs them: every
+ * sample's every head a task, the tasks shared over the threads, each thread
+ * with its own scratch.  Prints per pass the milliseconds a head takes on its
+ * thread and the products' rate over all threads (the seven causal products
+ * of t^2 hs / 2 multiply-adds a head: two forward, five backward with P
+ * made again), so a machine where one head runs slower with every thread
+ * busy than alone (shared caches, memory, a core's two hardware threads)
+ * shows it: run it at --threads 1 and at all of them.
+ *
+ *   st-attention-bench [--t 1024] [--hs 64] [--tasks 24] [--threads N] [--reps 5] [--fp32]
+ *
+ * --fp32: causal.c's fp32 tiles (as the layer runs them: P and dS whole in
+ * the thread's scratch) instead of causal_bf16.c's. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/causal.h"
+#include "kernels/causal_bf16.h"
+#include "kernels/seq_kernels.h"
+
+struct config {
+    long t, hs, tasks;
+    int threads, reps;
+    int fp32;
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int parse(struct config *c, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--fp32")) { c->fp32 = 1; continue; }
+        if (!v) return fprintf(stderr, "st-attention-bench: %s needs a value\n", a), -1;
+        long n = strtol(v, NULL, 10);
+        if (n < 1) return fprintf(stderr, "st-attention-bench: %s %s: not a positive number\n", a, v), -1;
+        if (!strcmp(a, "--t")) c->t = n;
+        else if (!strcmp(a, "--hs")) c->hs = n;
+        else if (!strcmp(a, "--tasks")) c->tasks = n;
+        else if (!strcmp(a, "--threads")) c->threads = (int)n;
+        else if (!strcmp(a, "--reps")) c->reps = (int)n;
+        else return fprintf(stderr, "st-attention-bench: unknown option %s\n", a), -1;
+        i++;
+    }
+    return 0;
+}
+
+/* The fp32 head as onednn_seq.c runs it (P, then dS, then K^T in scratch). */
+static void fp32_forward(float *y, long ldy, const float *q, long ld, long t, long hs, float *s)
+{
+    causal_scores(s, t, hs, 1.0f / sqrtf((float)hs), q, ld, q + ld / 3, ld, s + 2 * t * t);
+    seq_causal_softmax(s, t);
+    causal_mix(y, ldy, s, t, hs, q + 2 * (ld / 3), ld);
+}
+
+static void fp32_backward(float *dq, const float *dy, long ldy, const float *q, long ld, long t, long hs, float *s)
+{
+    const long c = ld / 3;
+    float *ds = s + t * t, *kt = ds + t * t;
+    causal_scores(s, t, hs, 1.0f / sqrtf((float)hs), q, ld, q + c, ld, kt);
+    seq_causal_softmax(s, t);
+    causal_scores(ds, t, hs, 1.0f, dy, ldy, q + 2 * c, ld, kt);
+    seq_causal_softmax_bwd(ds, s, t, 1.0f / sqrtf((float)hs));
+    causal_mix(dq, ld, ds, t, hs, q + c, ld);
+    causal_mix_t(dq + c, ld, ds, t, hs, q, ld);
+    causal_mix_t(dq + 2 * c, ld, s, t, hs, dy, ldy);
+}
+
+/* One pass over every task; returns seconds. */
+static double pass(const struct config *c, int backward, float *qkv, float *dy, float *out, char *scratch,
+                   size_t per_thread)
+{
+    const long t = c->t, hs = c->hs, ld = 3 * hs, ldy = hs;
+    const double t0 = now();
+#pragma omp parallel for schedule(static) num_threads(c->threads)
+    for (long k = 0; k < c->tasks; k++) {
+        void *s = scratch + (size_t)omp_get_thread_num() * per_thread;
+        const float *q = qkv + k * t * ld, *g = dy + k * t * ldy;
+        if (c->fp32 && backward)
+            fp32_backward(out + k * t * ld, g, ldy, q, ld, t, hs, s);
+        else if (c->fp32)
+            fp32_forward(out + k * t * ld, ldy, q, ld, t, hs, s);
+        else if (backward)
+            causal_bf16_backward(out + k * t * ld, NULL, g, ldy, q, ld, t, hs, s);
+        else
+            causal_bf16_forward(out + k * t * ld, ldy, NULL, q, ld, t, hs, s);
+    }
+    return now() - t0;
+}
+
+int main(int argc, char **argv)
+{
+    struct config c = {.t = 1024, .hs = 64, .tasks = 24, .threads = omp_get_max_threads(), .reps = 5};
+    if (parse(&c, argc, argv))
+        return 2;
+    if (!c.fp32 && !causal_bf16_available())
+        return fprintf(stderr, "st-attention-bench: this CPU has no AVX512-BF16 (try --fp32)\n"), 1;
+    const long t = c.t, hs = c.hs;
+    const size_t per_thread = ((c.fp32 ? (size_t)(2 * t * t + t * hs) * 4 : causal_bf16_scratch_bytes(t, hs)) + 63) / 64 * 64;
+    float *qkv = malloc((size_t)(c.tasks * t * 3 * hs) * 4), *dy = malloc((size_t)(c.tasks * t * hs) * 4);
+    float *out = calloc((size_t)(c.tasks * t * 3 * hs), 4);
+    char *scratch = aligned_alloc(64, per_thread * (size_t)c.threads);
+    if (!qkv || !dy || !out || !scratch)
+        return fprintf(stderr, "st-attention-bench: out of memory\n"), 1;
+    memset(scratch, 0, per_thread * (size_t)c.threads);
+    for (long i = 0; i < c.tasks * t * 3 * hs; i++)
+        qkv[i] = (float)((i * 7919) % 1000 - 500) / 2000.0f;
+    for (long i = 0; i < c.tasks * t * hs; i++)
+        dy[i] = (float)((i * 104729) % 1000 - 500) / 1e5f;
+    double best[2] = {1e30, 1e30};
+    for (int r = 0; r < c.reps + 1; r++)  /* the first pass warms the pages */
+        for (int b = 0; b < 2; b++) {
+            const double s = pass(&c, b, qkv, dy, out, scratch, per_thread);
+            if (r > 0 && s < best[b])
+                best[b] = s;
+        }
+    const double macs = (double)t * t * hs / 2, rounds = ceil((double)c.tasks / c.threads);
+    printf("# %s, T %ld, head size %ld, %ld heads on %d threads (%.0f heads a thread at most), best of %d\n",
+           c.fp32 ? "fp32" : "bf16", t, hs, c.tasks, c.threads, rounds, c.reps);
+    for (int b = 0; b < 2; b++)
+        printf("%-8s %8.3f ms a head on its thread  %8.1f GFLOP/s over all threads\n", b ? "backward" : "forward",
+               best[b] / rounds * 1e3, 2 * macs * (b ? 5 : 2) * c.tasks / best[b] / 1e9);
+    free(qkv), free(dy), free(out), free(scratch);
+    return 0;
+}
