@@ -164,8 +164,8 @@ struct dn_seq_state {
     dnnl_memory_t target;                /* where the input's gradient goes; NULL if unwanted */
     float *stats;                        /* layer norm: each row's mean and 1 / std */
     float *partial;                      /* layer norm: per-thread dgamma, dbeta */
-    float *scratch;                      /* attention: per thread, P, dS and K or V transposed;
-                                            layer norm writing bf16: a row per thread */
+    float *scratch;                      /* layer norm writing bf16: a row per thread (attention's
+                                            is the net's, head_scratch) */
     float *tanh_u;                       /* GELU: tanh of its argument, kept for the backward */
 };
 
@@ -254,6 +254,9 @@ struct onednn_net {
     int ndiff_buffers;                   /* ... how many, */
     size_t diff_bytes;                   /* ... and their bytes together */
     size_t transposed_floats;            /* its size: the largest layer's need */
+    float *head_scratch;                 /* attention's per-thread scratch, one for every attention
+                                            layer (they run one at a time) */
+    size_t head_scratch_floats;          /* its size: the largest layer's need */
     dnnl_primitive_attr_t user_scratchpad; /* inner products' backward: scratchpads we place (dn_op_scratchpad) */
     struct dn_bwd_temps {                /* backward's converted copies, one buffer per purpose */
         dnnl_memory_t *mems;

@@ -215,6 +215,7 @@ static void onednn_destroy(st_net *n)
     free(d->to_logits.v);
     free(d->from_dlast.v);
     free(d->transposed);
+    free(d->head_scratch);
     dn_diffs_free(d);
     free(d);
 }

@@ -257,6 +257,20 @@ st_status dn_build_ln(st_net *n, int j)
     return n->dnet->opt.onednn_layernorm ? build_ln_onednn(n, j) : build_ln_c(n, j);
 }
 
+/* One of the net's scratch buffers shared by layers that run one at a time,
+ * grown (zeroed) to the largest layer's need while the net is built. */
+static st_status reserve_shared(float **buf, size_t *have, size_t floats, const char *purpose)
+{
+    if (floats <= *have)
+        return ST_OK;
+    free(*buf);
+    *have = 0;
+    if (!(*buf = calloc(floats, sizeof(float))))
+        return st_fail(ST_ERR_NOMEM, "net: out of memory for %s (%.1f MB)", purpose, floats * 4 / 1e6);
+    *have = floats;
+    return ST_OK;
+}
+
 /* -------------------------------------------------------- attention -- */
 
 /* Attention keeps no T x T matrix between its passes: the forward pass
@@ -269,16 +283,17 @@ st_status dn_build_ln(st_net *n, int j)
  * A thread's scratch: in fp32, P, then dS, then K or V transposed for
  * causal_scores; in a bf16 net the buffers of causal_bf16.c, which makes P
  * and dS a stripe of rows at a time.  (A whole number of cache lines, so
- * no two threads share one.) */
+ * no two threads share one.)  One for all attention layers, which run one
+ * at a time: per layer it was 1 GB of gpt2's bf16 net on 16 threads. */
 static size_t head_scratch_floats(long t, long hs, bool bf16)
 {
     const size_t floats = bf16 ? causal_bf16_scratch_bytes(t, hs) / 4 : (size_t)(2 * t * t + t * hs);
     return (floats + 15) / 16 * 16;
 }
 
-static float *head_scratch(const struct xnode *x, long t, long hs)
+static float *head_scratch(const st_net *n, const struct xnode *x, long t, long hs)
 {
-    return x->dn->seq.scratch + (size_t)omp_get_thread_num() * head_scratch_floats(t, hs, x->lowp);
+    return n->dnet->head_scratch + (size_t)omp_get_thread_num() * head_scratch_floats(t, hs, x->lowp);
 }
 
 /* P = causal softmax(Q K^T / sqrt(hs)) of one sample's one head, into p. */
@@ -300,7 +315,7 @@ static st_status att_fwd(st_net *n, int j)
     for (long bh = 0; bh < n->batch * heads; bh++) {
         const long b = bh / heads, h = bh % heads;
         const float *q = qkv + b * t * row + h * hs;
-        float *p = head_scratch(x, t, hs);
+        float *p = head_scratch(n, x, t, hs);
         if (x->lowp) {
             causal_bf16_forward(y + b * t * c + h * hs, c, NULL, q, row, t, hs, p);
             continue;
@@ -327,7 +342,7 @@ static st_status att_bwd(st_net *n, int j)
     for (long bh = 0; bh < n->batch * heads; bh++) {
         const long b = bh / heads, h = bh % heads;
         const float *q = qkv + b * t * row + h * hs, *g = dy + b * t * c + h * hs;
-        float *p = head_scratch(x, t, hs), *ds = p + t * t, *kt = ds + t * t, *dq = dqkv + b * t * row + h * hs;
+        float *p = head_scratch(n, x, t, hs), *ds = p + t * t, *kt = ds + t * t, *dq = dqkv + b * t * row + h * hs;
         if (x->lowp) {
             causal_bf16_backward(dq, NULL, g, c, q, row, t, hs, p);
             continue;
@@ -349,9 +364,8 @@ st_status dn_build_attention(st_net *n, int j)
     snprintf(x->impl, sizeof x->impl, "causal %s tiles per sample and head, C softmax, P computed again in backward",
              x->lowp ? "bf16" : "fp32");
     const size_t per_thread = head_scratch_floats(nd->t, nd->c / nd->heads, x->lowp);
-    x->dn->seq.scratch = calloc((size_t)omp_get_max_threads() * per_thread, sizeof(float));
-    if (!x->dn->seq.scratch)
-        return st_fail(ST_ERR_NOMEM, "net: out of memory for attention's scratch");
+    OK(reserve_shared(&n->dnet->head_scratch, &n->dnet->head_scratch_floats,
+                      (size_t)omp_get_max_threads() * per_thread, "attention's scratch"));
     OK(seq_io(n, j, att_bwd));
     return dn_add_step(n, &x->dn->fwd, att_fwd, NODE_ATTENTION);
 }
@@ -507,26 +521,14 @@ static st_status seq_linear_bwd(st_net *n, int j)
     return dx ? sgemm('N', 'N', rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in) : ST_OK;
 }
 
-/* The net's one transposition scratch, grown to the largest layer's need. */
-static st_status reserve_transposed(st_net *n, size_t floats)
-{
-    struct onednn_net *d = n->dnet;
-    if (floats <= d->transposed_floats)
-        return ST_OK;
-    float *grown = realloc(d->transposed, floats * sizeof(float));
-    if (!grown)
-        return st_fail(ST_ERR_NOMEM, "net: out of memory for the linear layers' transposes");
-    d->transposed = grown, d->transposed_floats = floats;
-    return ST_OK;
-}
-
 st_status dn_build_seq_linear(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const long rows = (long)nn_rows(n, x->nd), out = x->nd->c, in = n->x[x->in].nd->c;
     const enum dn_wgrad_form form = dn_wgrad_form(rows, in, out, n->dnet->opt.seq_tn);
     if (form != DN_WGRAD_TN)  /* dY transposed, and X if it is too */
-        OK(reserve_transposed(n, (size_t)(rows * (out + (form == DN_WGRAD_NT ? in : 0)))));
+        OK(reserve_shared(&n->dnet->transposed, &n->dnet->transposed_floats,
+                          (size_t)(rows * (out + (form == DN_WGRAD_NT ? in : 0))), "the linear layers' transposes"));
     static const char *const dw_from[] = {[DN_WGRAD_TN] = "dY^T X", [DN_WGRAD_NN] = "dY^T, X transposed",
                                           [DN_WGRAD_NT] = "dY^T and X^T"};
     snprintf(x->impl, sizeof x->impl, "sgemm, dW from %s", dw_from[form]);
