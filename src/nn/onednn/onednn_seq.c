@@ -284,7 +284,7 @@ static st_status reserve_shared(float **buf, size_t *have, size_t floats, const 
  * causal_scores; in a bf16 net the buffers of causal_bf16.c, which makes P
  * and dS a stripe of rows at a time.  (A whole number of cache lines, so
  * no two threads share one.)  One for all attention layers, which run one
- * at a time: per layer it was 1 GB of gpt2's bf16 net on 16 threads. */
+ * at a time: one a layer was 1-2 GB of gpt2 on 16 threads. */
 static size_t head_scratch_floats(long t, long hs, bool bf16)
 {
     const size_t floats = bf16 ? causal_bf16_scratch_bytes(t, hs) / 4 : (size_t)(2 * t * t + t * hs);
