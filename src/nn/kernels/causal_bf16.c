@@ -71,11 +71,6 @@ struct head_bufs {
     float *ct;                         /* hs x t: dK^T or dV^T */
 };
 
-/* Every buffer's words, in carve's order (one count for carve and the scratch's size). */
-#define HEAD_WORDS(t, hs, t32, half_t, hw, h32)                                                       \
-    (3 * (t) * (hw) + 2 * (hw) * (t32) + (half_t) * (h32) + STRIPE_ROWS * (t32) / 2 +                \
-     2 * (half_t) * (t32) + (half_t) * (h32) + (hs) * (half_t) + 2 * STRIPE_ROWS * (t32) + (hs) * (t))
-
 static struct head_bufs carve(void *scratch, long t, long hs)
 {
     struct head_bufs h = {.t = t, .hs = hs, .t32 = round_up(t, TILE_COLS), .half_t = (t + 1) / 2,
@@ -102,7 +97,9 @@ size_t causal_bf16_scratch_bytes(long t, long hs)
 {
     const long t32 = round_up(t, TILE_COLS), half_t = (t + 1) / 2, hw = round_up(hs, 32) / 2,
                h32 = round_up(hs, TILE_COLS);
-    return (size_t)HEAD_WORDS(t, hs, t32, half_t, hw, h32) * 4;
+    const long words = 3 * t * hw + 2 * hw * t32 + half_t * h32 + STRIPE_ROWS * t32 / 2 + 2 * half_t * t32 +
+                       half_t * h32 + hs * half_t + 2 * STRIPE_ROWS * t32 + hs * t;  /* carve's, in its order */
+    return (size_t)words * 4;
 }
 
 /* ------------------------------------------------------------- packing -- */
