@@ -19,8 +19,8 @@
  *
  * P and dS are made a stripe of STRIPE_ROWS rows at a time (scores, fp32
  * softmax, packing, and the products whose rows they are), so no t x t
- * fp32 matrix is written (8 MB of P and dS a thread at T 1024, which no
- * cache holds for 16 threads).  The backward pass keeps P and dS only as
+ * fp32 matrix is written (8 MB of P and dS a thread at T 1024, four
+ * times a Sapphire Rapids core's L2).  The backward pass keeps P and dS only as
  * bf16 pairs for the two transposed products, which sum over every row,
  * and runs those a column tile at a time.  The B operands a product reads
  * a tile at a time over many k (the scores' K or V transposed, the pairs
