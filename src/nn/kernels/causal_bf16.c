@@ -19,8 +19,8 @@
  *
  * P and dS are made a stripe of STRIPE_ROWS rows at a time (scores, fp32
  * softmax, packing, and the products whose rows they are), so no t x t
- * fp32 matrix is written (8 MB of P and dS a thread at T 1024, four
- * times a Sapphire Rapids core's L2).  The backward pass keeps P and dS only as
+ * fp32 matrix is written (8 MB of P and dS a thread at T 1024, four times
+ * a Sapphire Rapids core's L2).  The backward pass keeps P and dS only as
  * bf16 pairs for the two transposed products, which sum over every row,
  * and runs those a column tile at a time.  The B operands a product reads
  * a tile at a time over many k (the scores' K or V transposed, the pairs
@@ -264,8 +264,9 @@ TARGET static void stripe_mix(float *y, long ldy, const struct head_bufs *h, lon
 /* -------------------------------------------------------------- a head -- */
 
 /* The scores' B: src's rows (K or V) as words, transposed into dst in
- * column tiles of hw x 32 words.  Its columns past t are never written: a score's column reads its own B column
- * only, and those past t are not stored. */
+ * column tiles of hw x 32 words.  Its columns past t are never written: a
+ * score's column reads its own B column only, and those past t are not
+ * stored. */
 TARGET static void pack_scores_b(uint32_t *dst, const struct head_bufs *h, const float *src, long ld)
 {
     pack_rows(h->rows_tmp, h->hw, src, ld, h->t, h->hs);
