@@ -105,7 +105,8 @@ int main(int argc, char **argv)
     if (!c.fp32 && !causal_bf16_available())
         return fprintf(stderr, "st-attention-bench: this CPU has no AVX512-BF16 (try --fp32)\n"), 1;
     const long t = c.t, hs = c.hs;
-    const size_t per_thread = ((c.fp32 ? (size_t)(2 * t * t + t * hs) * 4 : causal_bf16_scratch_bytes(t, hs)) + 63) / 64 * 64;
+    const size_t bytes = c.fp32 ? (size_t)(2 * t * t + t * hs) * 4 : causal_bf16_scratch_bytes(t, hs);
+    const size_t per_thread = (bytes + 63) / 64 * 64;
     float *qkv = malloc((size_t)(c.tasks * t * 3 * hs) * 4), *dy = malloc((size_t)(c.tasks * t * hs) * 4);
     float *out = calloc((size_t)(c.tasks * t * 3 * hs), 4);
     char *scratch = aligned_alloc(64, per_thread * (size_t)c.threads);
