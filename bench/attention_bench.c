@@ -7,10 +7,13 @@
  * busy than alone (shared caches, memory, a core's two hardware threads)
  * shows it: run it at --threads 1 and at all of them.
  *
- *   st-attention-bench [--t 1024] [--hs 64] [--tasks 24] [--threads N] [--reps 5] [--fp32]
+ *   st-attention-bench [--t 1024] [--hs 64] [--tasks 24] [--threads N] [--reps 5]
+ *                      [--fp32 | --matmul [--stripe 64]]
  *
- * --fp32: causal.c's fp32 tiles (as the layer runs them: P and dS whole in
- * the thread's scratch) instead of causal_bf16.c's. */
+ * By default causal_bf16.c's AVX512-BF16 dot products; --fp32: causal.c's
+ * fp32 tiles (as the layer runs them: P and dS whole in the thread's
+ * scratch); --matmul: onednn_causal.c's oneDNN matmul primitives (AMX where
+ * the CPU has it) in stripes of --stripe rows. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -21,11 +24,15 @@
 #include "kernels/causal.h"
 #include "kernels/causal_bf16.h"
 #include "kernels/seq_kernels.h"
+#include "onednn/onednn_causal.h"
+
+enum kernel { DOT, FP32, MATMUL };
 
 struct config {
-    long t, hs, tasks;
+    long t, hs, tasks, stripe;
     int threads, reps;
-    int fp32;
+    enum kernel kernel;
+    dn_causal *matmul;
 };
 
 static double now(void)
@@ -39,7 +46,10 @@ static int parse(struct config *c, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--fp32")) { c->fp32 = 1; continue; }
+        if (!strcmp(a, "--fp32") || !strcmp(a, "--matmul")) {
+            c->kernel = a[2] == 'f' ? FP32 : MATMUL;
+            continue;
+        }
         if (!v) return fprintf(stderr, "st-attention-bench: %s needs a value\n", a), -1;
         long n = strtol(v, NULL, 10);
         if (n < 1) return fprintf(stderr, "st-attention-bench: %s %s: not a positive number\n", a, v), -1;
@@ -48,6 +58,7 @@ static int parse(struct config *c, int argc, char **argv)
         else if (!strcmp(a, "--tasks")) c->tasks = n;
         else if (!strcmp(a, "--threads")) c->threads = (int)n;
         else if (!strcmp(a, "--reps")) c->reps = (int)n;
+        else if (!strcmp(a, "--stripe")) c->stripe = n;
         else return fprintf(stderr, "st-attention-bench: unknown option %s\n", a), -1;
         i++;
     }
@@ -81,31 +92,45 @@ static double pass(const struct config *c, int backward, float *qkv, float *dy, 
 {
     const long t = c->t, hs = c->hs, ld = 3 * hs, ldy = hs;
     const double t0 = now();
-#pragma omp parallel for schedule(static) num_threads(c->threads)
+    int failed = 0;
+#pragma omp parallel for schedule(static) num_threads(c->threads) reduction(| : failed)
     for (long k = 0; k < c->tasks; k++) {
         void *s = scratch + (size_t)omp_get_thread_num() * per_thread;
         const float *q = qkv + k * t * ld, *g = dy + k * t * ldy;
-        if (c->fp32 && backward)
+        const int th = omp_get_thread_num();
+        if (c->kernel == MATMUL && backward)
+            failed |= dn_causal_backward(c->matmul, th, out + k * t * ld, NULL, g, ldy, q, ld, s) != ST_OK;
+        else if (c->kernel == MATMUL)
+            failed |= dn_causal_forward(c->matmul, th, out + k * t * ld, ldy, NULL, q, ld, s) != ST_OK;
+        else if (c->kernel == FP32 && backward)
             fp32_backward(out + k * t * ld, g, ldy, q, ld, t, hs, s);
-        else if (c->fp32)
+        else if (c->kernel == FP32)
             fp32_forward(out + k * t * ld, ldy, q, ld, t, hs, s);
         else if (backward)
             causal_bf16_backward(out + k * t * ld, NULL, g, ldy, q, ld, t, hs, s);
         else
             causal_bf16_forward(out + k * t * ld, ldy, NULL, q, ld, t, hs, s);
     }
-    return now() - t0;
+    if (failed)
+        fprintf(stderr, "st-attention-bench: %s\n", st_last_error());
+    return failed ? -1 : now() - t0;
 }
 
 int main(int argc, char **argv)
 {
-    struct config c = {.t = 1024, .hs = 64, .tasks = 24, .threads = omp_get_max_threads(), .reps = 5};
+    struct config c = {.t = 1024, .hs = 64, .tasks = 24, .stripe = 64, .threads = omp_get_max_threads(), .reps = 5};
     if (parse(&c, argc, argv))
         return 2;
-    if (!c.fp32 && !causal_bf16_available())
-        return fprintf(stderr, "st-attention-bench: this CPU has no AVX512-BF16 (try --fp32)\n"), 1;
+    if (c.kernel == DOT && !causal_bf16_available())
+        return fprintf(stderr, "st-attention-bench: this CPU has no AVX512-BF16 (try --fp32 or --matmul)\n"), 1;
     const long t = c.t, hs = c.hs;
-    const size_t bytes = c.fp32 ? (size_t)(2 * t * t + t * hs) * 4 : causal_bf16_scratch_bytes(t, hs);
+    dnnl_engine_t engine = NULL;
+    if (c.kernel == MATMUL && (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
+                               dn_causal_create(&c.matmul, engine, t, hs, c.stripe, c.threads) != ST_OK))
+        return fprintf(stderr, "st-attention-bench: %s\n", st_last_error()), 1;
+    const size_t bytes = c.kernel == FP32     ? (size_t)(2 * t * t + t * hs) * 4
+                         : c.kernel == MATMUL ? dn_causal_scratch_bytes(c.matmul)
+                                              : causal_bf16_scratch_bytes(t, hs);
     const size_t per_thread = (bytes + 63) / 64 * 64;
     float *qkv = malloc((size_t)(c.tasks * t * 3 * hs) * 4), *dy = malloc((size_t)(c.tasks * t * hs) * 4);
     float *out = calloc((size_t)(c.tasks * t * 3 * hs), 4);
@@ -121,15 +146,26 @@ int main(int argc, char **argv)
     for (int r = 0; r < c.reps + 1; r++)  /* the first pass warms the pages */
         for (int b = 0; b < 2; b++) {
             const double s = pass(&c, b, qkv, dy, out, scratch, per_thread);
+            if (s < 0)
+                return 1;
             if (r > 0 && s < best[b])
                 best[b] = s;
         }
     const double macs = (double)t * t * hs / 2, rounds = ceil((double)c.tasks / c.threads);
-    printf("# %s, T %ld, head size %ld, %ld heads on %d threads (%.0f heads a thread at most), best of %d\n",
-           c.fp32 ? "fp32" : "bf16", t, hs, c.tasks, c.threads, rounds, c.reps);
+    char kernel[96] = "bf16 dot products (causal_bf16.c)";
+    if (c.kernel != DOT)
+        snprintf(kernel, sizeof kernel, "%s", c.kernel == FP32 ? "fp32 tiles (causal.c)" : "bf16 oneDNN matmul, ");
+    if (c.kernel == MATMUL)
+        snprintf(kernel + strlen(kernel), sizeof kernel - strlen(kernel), "%s, stripes of %ld",
+                 dn_causal_impl(c.matmul), c.stripe);
+    printf("# %s, T %ld, head size %ld, %ld heads on %d threads (%.0f heads a thread at most), best of %d\n", kernel,
+           t, hs, c.tasks, c.threads, rounds, c.reps);
     for (int b = 0; b < 2; b++)
         printf("%-8s %8.3f ms a head on its thread  %8.1f GFLOP/s over all threads\n", b ? "backward" : "forward",
                best[b] / rounds * 1e3, 2 * macs * (b ? 5 : 2) * c.tasks / best[b] / 1e9);
     free(qkv), free(dy), free(out), free(scratch);
+    dn_causal_destroy(c.matmul);
+    if (engine)
+        dnnl_engine_destroy(engine);
     return 0;
 }

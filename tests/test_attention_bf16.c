@@ -1,8 +1,10 @@
-/* Attention's products in bf16 (src/nn/kernels/causal_bf16.c) against the
- * reference backend's attention (ref_seq.c), forward and backward, on
- * shapes that cut every tile and stripe: T of 1, 7, 9, 33, 40, 70, 97 and
- * 130 (tiles are 8 rows by 32 columns, pairs of k; stripes 32 rows), head
- * sizes 1, 3, 5, 7, 9, 16, 17 and 64, one head and several.
+/* Attention's products in bf16 against the reference backend's attention
+ * (ref_seq.c), forward and backward: both kernels, causal_bf16.c's dot
+ * products and onednn_causal.c's oneDNN matmul primitives (in stripes of
+ * 32 and of 7 rows), on shapes that cut every tile and stripe: T of 1, 7,
+ * 9, 33, 40, 70, 97 and 130 (the dot products' tiles are 8 rows by 32
+ * columns, pairs of k, their stripes 32 rows), head sizes 1, 3, 5, 7, 9,
+ * 16, 17 and 64, one head and several.
  *
  * Tolerance, per element, stated.  Q, K, V and dY are bf16 values (exact in
  * fp32), so the kernel rounds only what it computes: P before P V and
@@ -34,6 +36,7 @@
 #include "nettest.h"
 
 #include "kernels/causal_bf16.h"
+#include "onednn/onednn_causal.h"
 #include "ref/ref.h"
 #include "shmtrain/bf16.h"
 #include "shmtrain/nn.h"
@@ -145,7 +148,41 @@ static void nearer_its_definition(const struct shape *sh, const float *qkv, cons
     free(att), free(ly), free(ldq);
 }
 
-static void run_shape(const struct shape *sh, uint64_t seed)
+/* The kernel under test: causal_bf16.c's (matmul NULL) or onednn_causal.c's. */
+struct kernel {
+    dn_causal *matmul;
+    void *scratch;
+};
+
+static struct kernel kernel_for(dnnl_engine_t engine, long stripe, long t, long hs)
+{
+    struct kernel k = {NULL, NULL};
+    if (stripe && dn_causal_create(&k.matmul, engine, t, hs, stripe, 1) != ST_OK)
+        fail_msg("%s", st_last_error());
+    k.scratch = aligned_alloc(64, (k.matmul ? dn_causal_scratch_bytes(k.matmul) : causal_bf16_scratch_bytes(t, hs)) /
+                                          64 * 64 + 64);
+    assert_non_null(k.scratch);
+    return k;
+}
+
+static void forward(const struct kernel *k, float *y, long ldy, float *p, const float *q, long ld, long t, long hs)
+{
+    if (k->matmul)
+        assert_int_equal(dn_causal_forward(k->matmul, 0, y, ldy, p, q, ld, k->scratch), ST_OK);
+    else
+        causal_bf16_forward(y, ldy, p, q, ld, t, hs, k->scratch);
+}
+
+static void backward(const struct kernel *k, float *dq, float *p, const float *dy, long ldy, const float *q, long ld,
+                     long t, long hs)
+{
+    if (k->matmul)
+        assert_int_equal(dn_causal_backward(k->matmul, 0, dq, p, dy, ldy, q, ld, k->scratch), ST_OK);
+    else
+        causal_bf16_backward(dq, p, dy, ldy, q, ld, t, hs, k->scratch);
+}
+
+static void run_shape(const struct shape *sh, uint64_t seed, dnnl_engine_t engine, long stripe)
 {
     const int t = sh->t, hs = sh->hs, c = hs * sh->heads, row = 3 * c;
     const size_t nq = (size_t)t * row, ny = (size_t)t * c;
@@ -154,8 +191,8 @@ static void run_shape(const struct shape *sh, uint64_t seed)
     float *p = malloc((size_t)t * t * 4), *p2 = malloc((size_t)t * t * 4);
     double *by = calloc(ny, sizeof *by), *bdq = calloc(nq, sizeof *bdq);
     double *no_rounding = calloc((size_t)t * t, sizeof *no_rounding);  /* P's operands are bf16 values */
-    void *scratch = malloc(causal_bf16_scratch_bytes(t, hs));
-    assert_true(qkv && dy && att && y && ry && dq && rdq && p && p2 && by && bdq && no_rounding && scratch);
+    const struct kernel kn = kernel_for(engine, stripe, t, hs);
+    assert_true(qkv && dy && att && y && ry && dq && rdq && p && p2 && by && bdq && no_rounding);
     uint64_t s = seed;
     for (size_t i = 0; i < nq; i++)
         qkv[i] = bf16_value(&s, 2.0f);  /* scores of a few units: a softmax far from uniform */
@@ -164,8 +201,8 @@ static void run_shape(const struct shape *sh, uint64_t seed)
     ref_attention_fwd(ry, att, qkv, 1, t, c, sh->heads, ST_DTYPE_F32);
     ref_attention_bwd(rdq, dy, qkv, att, 1, t, c, sh->heads, ST_DTYPE_F32);
     for (int h = 0; h < sh->heads; h++) {
-        causal_bf16_forward(y + h * hs, c, p, qkv + h * hs, row, t, hs, scratch);
-        causal_bf16_backward(dq + h * hs, p2, dy + h * hs, c, qkv + h * hs, row, t, hs, scratch);
+        forward(&kn, y + h * hs, c, p, qkv + h * hs, row, t, hs);
+        backward(&kn, dq + h * hs, p2, dy + h * hs, c, qkv + h * hs, row, t, hs);
         if (memcmp(p, p2, (size_t)t * t * sizeof *p) != 0)
             fail_msg("T %d, head size %d: P in backward is not forward's bits", t, hs);
         check("P", sh, p, att + (size_t)h * t * t, no_rounding, (size_t)t * t);
@@ -183,8 +220,12 @@ static void run_shape(const struct shape *sh, uint64_t seed)
     if (!rounded)
         fail_msg("T %d, head size %d: Y within fp32's allowance everywhere: were P and V rounded to bf16?", t, hs);
     free(qkv), free(dy), free(att), free(y), free(ry), free(dq), free(rdq), free(p), free(p2);
-    free(by), free(bdq), free(no_rounding), free(scratch);
+    free(by), free(bdq), free(no_rounding), free(kn.scratch);
+    dn_causal_destroy(kn.matmul);
 }
+
+static const struct shape SHAPES[] = {{1, 1, 1},  {7, 3, 1},  {9, 5, 2},  {33, 17, 1}, {40, 64, 2},
+                                      {70, 7, 3}, {64, 64, 1}, {97, 16, 1}, {130, 9, 2}};
 
 static void test_attention_bf16_against_reference(void **state)
 {
@@ -193,15 +234,28 @@ static void test_attention_bf16_against_reference(void **state)
         print_message("this CPU has no AVX512-BF16: attention stays fp32 in a bf16 net, nothing to check\n");
         skip();
     }
-    const struct shape shapes[] = {{1, 1, 1}, {7, 3, 1}, {9, 5, 2}, {33, 17, 1}, {40, 64, 2}, {70, 7, 3}, {64, 64, 1},
-                                   {97, 16, 1}, {130, 9, 2}};
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-        run_shape(&shapes[i], 1000 + i);
+    for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
+        run_shape(&SHAPES[i], 1000 + i, NULL, 0);
+}
+
+/* The products as oneDNN's matmul primitives, on whatever kernel oneDNN
+ * has for this CPU (AMX, AVX512-BF16; its reference ones elsewhere). */
+static void test_matmul_products_against_reference(void **state)
+{
+    (void)state;
+    dnnl_engine_t engine;
+    assert_int_equal(dnnl_engine_create(&engine, dnnl_cpu, 0), dnnl_success);
+    for (long stripe = 32; stripe > 0; stripe = stripe == 32 ? 7 : 0)
+        for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
+            run_shape(&SHAPES[i], 2000 + i, engine, stripe);
+    dnnl_engine_destroy(engine);
 }
 
 /* In a bf16 net the attention layer runs the bf16 kernel in both passes:
  * its output and every gradient differ (bit for bit) from the same net with
- * SHMTRAIN_ATTENTION_FP32, and the layer says bf16. */
+ * SHMTRAIN_ATTENTION_FP32, and the layer says bf16; under
+ * SHMTRAIN_ATTENTION_MATMUL it says oneDNN's matmul (test_switches compares
+ * what it computes with the default's). */
 static void test_the_net_runs_it_both_ways(void **state)
 {
     (void)state;
@@ -218,6 +272,14 @@ static void test_the_net_runs_it_both_ways(void **state)
     }
     assert_int_equal(st_net_layer_compute(nets[0], 2), ST_DTYPE_BF16);
     assert_int_equal(st_net_layer_compute(nets[1], 2), ST_DTYPE_F32);
+    cfg.tuning = (st_nn_tuning){.attention_matmul = true};
+    st_net *matmul;
+    assert_int_equal(st_net_create(&matmul, m, &cfg), ST_OK);
+    char *said[2] = {net_description(nets[0]), net_description(matmul)};
+    if (!strstr(said[0], "bf16 dot products") || !strstr(said[1], "bf16 oneDNN matmul"))
+        fail_msg("the attention layers said:\n%s\nand under SHMTRAIN_ATTENTION_MATMUL:\n%s", said[0], said[1]);
+    free(said[0]), free(said[1]);
+    st_net_destroy(matmul);
     size_t P;
     st_net_init(nets[0], 3);
     float *params = st_net_params(nets[1], &P);
@@ -243,11 +305,61 @@ static void test_the_net_runs_it_both_ways(void **state)
     st_model_destroy(m);
 }
 
+/* Two head shapes in one net (64 columns as 2 heads of 32, then as 4 of
+ * 16): under SHMTRAIN_ATTENTION_MATMUL each layer runs primitives made for
+ * its own shape.  Against the default (the dot products, the same bf16
+ * operands): loss and gradients within test_switches' bf16 allowance, 4u of
+ * the largest (each rounded operand off by u = 2^-8 of itself, a few
+ * products chained between the loss and a gradient); primitives of the
+ * other shape read past or short of a head and are off by far more. */
+static void test_two_head_shapes_in_one_net(void **state)
+{
+    (void)state;
+    if (!causal_bf16_available())
+        skip();
+    st_model *m = NULL;
+    assert_int_equal(st_model_parse(&m, "input tokens 40\nembed 13 64\nlinear 192\nattention heads 2\n"
+                                        "linear 192\nattention heads 4\nhead tied\n", "test"), ST_OK);
+    st_net_config cfg = {.batch = 2, .precision = ST_DTYPE_BF16};
+    st_net *nets[2];
+    float loss[2];
+    int32_t ids[80];
+    int labels[80], correct;
+    for (int i = 0; i < 80; i++)
+        ids[i] = (i * 7) % 13, labels[i] = (i * 5) % 13;
+    size_t P;
+    for (int k = 0; k < 2; k++) {
+        cfg.tuning.attention_matmul = k;
+        assert_int_equal(st_net_create(&nets[k], m, &cfg), ST_OK);
+        float *params = st_net_params(nets[k], &P);
+        if (k == 0)
+            st_net_init(nets[0], 5);
+        else
+            memcpy(params, st_net_params(nets[0], NULL), P * sizeof(float));
+        assert_int_equal(st_net_forward(nets[k], ids), ST_OK);
+        assert_int_equal(st_net_loss(nets[k], labels, &loss[k], &correct), ST_OK);
+        assert_int_equal(st_net_backward(nets[k]), ST_OK);
+    }
+    const double tol = 4.0 / 256;
+    size_t at;
+    double scale;
+    const double worst = max_diff(st_net_grads(nets[1], NULL), st_net_grads(nets[0], NULL), P, 0, &at, &scale);
+    print_message("two head shapes: loss %.7g / %.7g, gradients within %.2g of %.2g\n", loss[1], loss[0], worst,
+                  scale);
+    if (!(fabs(loss[1] - loss[0]) <= tol * fmax(1.0, fabs(loss[0]))) || !(worst <= tol * scale))
+        fail_msg("under SHMTRAIN_ATTENTION_MATMUL: loss %.7g (default %.7g), gradient %zu off by %g of %g", loss[1],
+                 loss[0], at, worst, scale);
+    st_net_destroy(nets[0]), st_net_destroy(nets[1]);
+    st_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_bf16_against_reference),
+        cmocka_unit_test(test_matmul_products_against_reference),
         cmocka_unit_test(test_the_net_runs_it_both_ways),
+        cmocka_unit_test(test_two_head_shapes_in_one_net),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

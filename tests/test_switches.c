@@ -35,6 +35,7 @@ static const struct {
     {"SHMTRAIN_ONEDNN_LAYERNORM", "gpt-mini", 2, ST_DTYPE_F32},
     {"SHMTRAIN_ONEDNN_UNFUSED_LOSS", "gpt-mini", 2, ST_DTYPE_F32},  /* one chunk: the same products, the same bits */
     {"SHMTRAIN_ATTENTION_FP32", "gpt-mini", 2, ST_DTYPE_BF16},  /* where the CPU has AVX512-BF16 */
+    {"SHMTRAIN_ATTENTION_MATMUL", "gpt-mini", 2, ST_DTYPE_BF16},
 };
 
 /* Forward, loss, backward of `n` with these parameters on this batch. */

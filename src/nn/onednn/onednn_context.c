@@ -465,3 +465,15 @@ dnnl_memory_t dn_arg_of(const struct op *o, int key)
             return o->args[i].memory;
     return NULL;
 }
+
+st_status dn_reserve_shared(float **buf, size_t *have, size_t floats, const char *purpose)
+{
+    if (floats <= *have)
+        return ST_OK;
+    free(*buf);
+    *have = 0;
+    if (!(*buf = calloc(floats, sizeof(float))))
+        return st_fail(ST_ERR_NOMEM, "net: out of memory for %s (%.1f MB)", purpose, floats * 4 / 1e6);
+    *have = floats;
+    return ST_OK;
+}

@@ -15,9 +15,13 @@
  *   onednn_layers.c   the small ones: input, ReLU, batch norm, dropout,
  *                     flatten, add
  *   onednn_seq.c      the sequence layers: embeddings, layer norm,
- *                     attention, GELU (C steps over plain [rows, C]
+ *                     linear, GELU (C steps over plain [rows, C]
  *                     tensors, matrix products through dnnl_sgemm; the row
  *                     kernels in seq_kernels.c)
+ *   onednn_attention.c  causal attention: every head a task over the
+ *                     threads, through the kernel it chooses (causal.c's,
+ *                     causal_bf16.c's, or onednn_causal.c's matmul
+ *                     primitives)
  *   onednn_head.c     the tied head, and the loss fused with it in chunks
  *                     of rows (the backend's loss and output)
  *   onednn_precision.c  each edge's type as built, from precision.c's roles
@@ -81,6 +85,7 @@
 #include <string.h>
 
 #include "kernels/maxpool2.h"
+#include "onednn_causal.h"
 #include "shmtrain/bf16.h"
 #include "net.h"
 #include "kernels/stem.h"
@@ -167,6 +172,8 @@ struct dn_seq_state {
     float *scratch;                      /* layer norm writing bf16: a row per thread (attention's
                                             is the net's, head_scratch) */
     float *tanh_u;                       /* GELU: tanh of its argument, kept for the backward */
+    int att_kernel;                      /* attention: its kernel (onednn_attention.c's table) */
+    dn_causal *causal;                   /* ... the matmul kernel's primitives (the net's, causal) */
 };
 
 /* The tied head's bf16 products for chunks of one size (onednn_head.c),
@@ -257,6 +264,8 @@ struct onednn_net {
     float *head_scratch;                 /* attention's per-thread scratch, one for every attention
                                             layer (they run one at a time) */
     size_t head_scratch_floats;          /* its size: the largest layer's need */
+    dn_causal **causal;                  /* attention's matmul primitives, one set a head shape */
+    int ncausal;
     dnnl_primitive_attr_t user_scratchpad; /* inner products' backward: scratchpads we place (dn_op_scratchpad) */
     struct dn_bwd_temps {                /* backward's converted copies, one buffer per purpose */
         dnnl_memory_t *mems;
@@ -283,6 +292,9 @@ struct onednn_net {
 /* ------------------------------------------------- onednn_context.c -- */
 
 st_status dn_dnnl_error(const st_net *n, const char *call, dnnl_status_t s);
+/* One of the net's scratch buffers shared by layers that run one at a time,
+ * grown (zeroed) to the largest layer's need while the net is built. */
+st_status dn_reserve_shared(float **buf, size_t *have, size_t floats, const char *purpose);
 st_status dn_mem_new(st_net *n, dnnl_memory_t *out, const_dnnl_memory_desc_t md, void *handle);
 /* A memory with no buffer yet (its handle set before each use), or only a
  * descriptor's carrier (a fused head's logits). */
@@ -430,12 +442,21 @@ st_status dn_build_input(st_net *n, int j);
 
 st_status dn_build_embed(st_net *n, int j);
 st_status dn_build_ln(st_net *n, int j);
-st_status dn_build_attention(st_net *n, int j);
 st_status dn_build_gelu(st_net *n, int j);
 st_status dn_build_head(st_net *n, int j);
 bool dn_seq_linear_fits(const st_net *n, const struct xnode *x);
 st_status dn_build_seq_linear(st_net *n, int j);
 void dn_seq_free(struct dn_seq_state *s);
+/* A sequence layer's plain fp32 rows in and out, and its backward step. */
+st_status dn_seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int));
+static inline float *dn_seq_src(const struct xnode *x) { return dn_mem_ptr(x->dn->seq.src); }
+static inline float *dn_seq_target(const struct xnode *x)
+{
+    return x->dn->seq.target ? dn_mem_ptr(x->dn->seq.target) : NULL;
+}
+/* onednn_attention.c: the attention layer and the choice of its kernel. */
+st_status dn_build_attention(st_net *n, int j);
+void dn_attention_free(struct onednn_net *d);
 /* onednn_head.c: the backend's fused loss and full output (struct
  * nn_backend's loss and output), a caller's gradient of the logits for the
  * next backward pass (NULL: the loss made it), and the head's buffers. */

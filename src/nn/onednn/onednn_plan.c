@@ -216,6 +216,7 @@ static void onednn_destroy(st_net *n)
     free(d->from_dlast.v);
     free(d->transposed);
     free(d->head_scratch);
+    dn_attention_free(d);
     dn_diffs_free(d);
     free(d);
 }

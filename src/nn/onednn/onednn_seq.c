@@ -1,10 +1,9 @@
 /* The sequence layers on the oneDNN backend: token and position embeddings,
- * layer norm, causal attention and GELU, over plain
+ * layer norm, linear layers and GELU, over plain
  * [rows, C] tensors (rows = samples x positions).
  *
- * Matrix products: the linear layers' and the head's through dnnl_sgemm,
- * attention's per sample and head through causal.c's kernels, which skip
- * what the causal mask discards (half of each product).  Layer norm, GELU
+ * Matrix products: the linear layers' through dnnl_sgemm (attention's are
+ * onednn_attention.c's, the head's onednn_head.c's).  Layer norm, GELU
  * and the softmax are seq_kernels.c's C kernels (it says why not oneDNN's),
  * the embeddings C gathers.  Every sum over rows that becomes a parameter
  * gradient is reduced in a fixed order for a fixed thread count, so a run
@@ -14,8 +13,6 @@
 #include <math.h>
 #include <omp.h>
 
-#include "kernels/causal.h"
-#include "kernels/causal_bf16.h"
 #include "onednn_internal.h"
 #include "kernels/seq_kernels.h"
 #include "kernels/simd.h"
@@ -68,13 +65,11 @@ static st_status seq_io_of(st_net *n, int j, dnnl_data_type_t dt, st_status (*bw
     return seq_io_types(n, j, dt, dt, bwd);
 }
 
-static st_status seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int))
+st_status dn_seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int))
 {
     return seq_io_of(n, j, dnnl_f32, bwd);
 }
 
-static float *src_of(const struct xnode *x) { return dn_mem_ptr(x->dn->seq.src); }
-static float *target_of(const struct xnode *x) { return x->dn->seq.target ? dn_mem_ptr(x->dn->seq.target) : NULL; }
 
 void dn_seq_free(struct dn_seq_state *s)
 {
@@ -134,7 +129,7 @@ st_status dn_build_embed(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     snprintf(x->impl, sizeof x->impl, "C gather");
-    OK(seq_io(n, j, embed_bwd));
+    OK(dn_seq_io(n, j, embed_bwd));
     return dn_add_step(n, &x->dn->fwd, embed_fwd, NODE_EMBED);
 }
 
@@ -144,7 +139,7 @@ static st_status ln_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    seq_ln_fwd(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.stats, src_of(x), n->params + nd->w_off,
+    seq_ln_fwd(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.stats, dn_seq_src(x), n->params + nd->w_off,
                n->params + nd->b_off, (long)nn_rows(n, nd), nd->c);
     return ST_OK;
 }
@@ -153,7 +148,7 @@ static st_status ln_bwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    seq_ln_bwd(target_of(x), n->grads + nd->w_off, n->grads + nd->b_off, x->dn->seq.partial, src_of(x),
+    seq_ln_bwd(dn_seq_target(x), n->grads + nd->w_off, n->grads + nd->b_off, x->dn->seq.partial, dn_seq_src(x),
                dn_mem_ptr(x->dn->diff.mem), n->params + nd->w_off, x->dn->seq.stats, (long)nn_rows(n, nd), nd->c);
     return ST_OK;
 }
@@ -164,7 +159,7 @@ static st_status ln_fwd_bf16(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    seq_ln_fwd_bf16(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.stats, src_of(x), n->params + nd->w_off,
+    seq_ln_fwd_bf16(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.stats, dn_seq_src(x), n->params + nd->w_off,
                     n->params + nd->b_off, (long)nn_rows(n, nd), nd->c, x->dn->seq.scratch);
     return ST_OK;
 }
@@ -173,7 +168,7 @@ static st_status ln_bwd_bf16(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    seq_ln_bwd_bf16(target_of(x), n->grads + nd->w_off, n->grads + nd->b_off, x->dn->seq.partial, src_of(x),
+    seq_ln_bwd_bf16(dn_seq_target(x), n->grads + nd->w_off, n->grads + nd->b_off, x->dn->seq.partial, dn_seq_src(x),
                     dn_mem_ptr(x->dn->diff.mem), n->params + nd->w_off, x->dn->seq.stats, (long)nn_rows(n, nd),
                     nd->c, x->dn->seq.scratch);
     return ST_OK;
@@ -257,119 +252,6 @@ st_status dn_build_ln(st_net *n, int j)
     return n->dnet->opt.onednn_layernorm ? build_ln_onednn(n, j) : build_ln_c(n, j);
 }
 
-/* One of the net's scratch buffers shared by layers that run one at a time,
- * grown (zeroed) to the largest layer's need while the net is built. */
-static st_status reserve_shared(float **buf, size_t *have, size_t floats, const char *purpose)
-{
-    if (floats <= *have)
-        return ST_OK;
-    free(*buf);
-    *have = 0;
-    if (!(*buf = calloc(floats, sizeof(float))))
-        return st_fail(ST_ERR_NOMEM, "net: out of memory for %s (%.1f MB)", purpose, floats * 4 / 1e6);
-    *have = floats;
-    return ST_OK;
-}
-
-/* -------------------------------------------------------- attention -- */
-
-/* Attention keeps no T x T matrix between its passes: the forward pass
- * writes P for one sample and head into its thread's scratch and drops it,
- * and the backward pass computes it again, with the same kernels in the
- * same order, so the same bits.  Kept for the whole batch, P was
- * batch x heads x T x T floats a layer (604 MB in each of gpt2's 12 blocks
- * at its recipe's batch 12); computed twice, it costs one more scores
- * product and softmax per head, a sixth of attention's products.
- * A thread's scratch: in fp32, P, then dS, then K or V transposed for
- * causal_scores; in a bf16 net the buffers of causal_bf16.c, which makes P
- * and dS a stripe of rows at a time.  (A whole number of cache lines, so
- * no two threads share one.)  One for all attention layers, which run one
- * at a time: one a layer was 1-2 GB of gpt2 on 16 threads. */
-static size_t head_scratch_floats(long t, long hs, bool bf16)
-{
-    const size_t floats = bf16 ? causal_bf16_scratch_bytes(t, hs) / 4 : (size_t)(2 * t * t + t * hs);
-    return (floats + 15) / 16 * 16;
-}
-
-static float *head_scratch(const st_net *n, const struct xnode *x, long t, long hs)
-{
-    return n->dnet->head_scratch + (size_t)omp_get_thread_num() * head_scratch_floats(t, hs, x->lowp);
-}
-
-/* P = causal softmax(Q K^T / sqrt(hs)) of one sample's one head, into p. */
-static void head_weights(float *p, const float *q, long t, long c, long hs, float *kt)
-{
-    causal_scores(p, t, hs, 1.0f / sqrtf((float)hs), q, 3 * c, q + c, 3 * c, kt);
-    seq_causal_softmax(p, t);
-}
-
-/* One sample's one head: Y = P V. */
-static st_status att_fwd(st_net *n, int j)
-{
-    const struct xnode *x = &n->x[j];
-    const struct node *nd = x->nd;
-    const long t = nd->t, c = nd->c, heads = nd->heads, hs = c / heads, row = 3 * c;
-    const float *qkv = src_of(x);
-    float *y = dn_mem_ptr(x->dn->dst.mem);
-#pragma omp parallel for schedule(static)
-    for (long bh = 0; bh < n->batch * heads; bh++) {
-        const long b = bh / heads, h = bh % heads;
-        const float *q = qkv + b * t * row + h * hs;
-        float *p = head_scratch(n, x, t, hs);
-        if (x->lowp) {
-            causal_bf16_forward(y + b * t * c + h * hs, c, NULL, q, row, t, hs, p);
-            continue;
-        }
-        head_weights(p, q, t, c, hs, p + 2 * t * t);
-        causal_mix(y + b * t * c + h * hs, c, p, t, hs, q + 2 * c, row);
-    }
-    return ST_OK;
-}
-
-/* P again; dP = dY V^T; dS = P (dP - rowsum(P dP)) / sqrt(hs); dQ = dS K,
- * dK = dS^T Q, dV = P^T dY, each head writing its own columns of dqkv. */
-static st_status att_bwd(st_net *n, int j)
-{
-    const struct xnode *x = &n->x[j];
-    const struct node *nd = x->nd;
-    const long t = nd->t, c = nd->c, heads = nd->heads, hs = c / heads, row = 3 * c;
-    const float *qkv = src_of(x), *dy = dn_mem_ptr(x->dn->diff.mem);
-    const float scale = 1.0f / sqrtf((float)hs);
-    float *dqkv = target_of(x);
-    if (!dqkv)
-        return ST_OK;
-#pragma omp parallel for schedule(static)
-    for (long bh = 0; bh < n->batch * heads; bh++) {
-        const long b = bh / heads, h = bh % heads;
-        const float *q = qkv + b * t * row + h * hs, *g = dy + b * t * c + h * hs;
-        float *p = head_scratch(n, x, t, hs), *ds = p + t * t, *kt = ds + t * t, *dq = dqkv + b * t * row + h * hs;
-        if (x->lowp) {
-            causal_bf16_backward(dq, NULL, g, c, q, row, t, hs, p);
-            continue;
-        }
-        head_weights(p, q, t, c, hs, kt);
-        causal_scores(ds, t, hs, 1.0f, g, c, q + 2 * c, row, kt);
-        seq_causal_softmax_bwd(ds, p, t, scale);
-        causal_mix(dq, row, ds, t, hs, q + c, row);
-        causal_mix_t(dq + c, row, ds, t, hs, q, row);
-        causal_mix_t(dq + 2 * c, row, p, t, hs, g, c);
-    }
-    return ST_OK;
-}
-
-st_status dn_build_attention(st_net *n, int j)
-{
-    struct xnode *x = &n->x[j];
-    const struct node *nd = x->nd;
-    snprintf(x->impl, sizeof x->impl, "causal %s tiles per sample and head, C softmax, P computed again in backward",
-             x->lowp ? "bf16" : "fp32");
-    const size_t per_thread = head_scratch_floats(nd->t, nd->c / nd->heads, x->lowp);
-    OK(reserve_shared(&n->dnet->head_scratch, &n->dnet->head_scratch_floats,
-                      (size_t)omp_get_max_threads() * per_thread, "attention's scratch"));
-    OK(seq_io(n, j, att_bwd));
-    return dn_add_step(n, &x->dn->fwd, att_fwd, NODE_ATTENTION);
-}
-
 /* ------------------------------------------------------------- GELU -- */
 
 /* GELU, tanh form, in C (seq_kernels.c says why). */
@@ -377,16 +259,16 @@ st_status dn_build_attention(st_net *n, int j)
 static st_status gelu_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    seq_gelu_fwd(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.tanh_u, src_of(x), (long)nn_node_size(n, x->nd));
+    seq_gelu_fwd(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.tanh_u, dn_seq_src(x), (long)nn_node_size(n, x->nd));
     return ST_OK;
 }
 
 static st_status gelu_bwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    float *dx = target_of(x);
+    float *dx = dn_seq_target(x);
     if (dx)
-        seq_gelu_bwd(dx, dn_mem_ptr(x->dn->diff.mem), src_of(x), x->dn->seq.tanh_u, (long)nn_node_size(n, x->nd));
+        seq_gelu_bwd(dx, dn_mem_ptr(x->dn->diff.mem), dn_seq_src(x), x->dn->seq.tanh_u, (long)nn_node_size(n, x->nd));
     return ST_OK;
 }
 
@@ -465,7 +347,7 @@ static st_status seq_linear_fwd(st_net *n, int j)
         for (long r = 0; r < rows; r++)
             memcpy(y + r * out, b, (size_t)out * sizeof(float));
     }
-    return sgemm('N', 'T', rows, out, in, 1.0f, src_of(x), in, n->params + nd->w_off, in, nd->bias ? 1.0f : 0.0f,
+    return sgemm('N', 'T', rows, out, in, 1.0f, dn_seq_src(x), in, n->params + nd->w_off, in, nd->bias ? 1.0f : 0.0f,
                  y, out);
 }
 
@@ -505,13 +387,13 @@ static st_status seq_linear_bwd(st_net *n, int j)
     const struct node *nd = x->nd;
     const long rows = (long)nn_rows(n, nd), out = nd->c, in = n->x[x->in].nd->c;
     const float *dy = dn_mem_ptr(x->dn->diff.mem), *w = n->params + nd->w_off;
-    float *dx = target_of(x);
+    float *dx = dn_seq_target(x);
     const enum dn_wgrad_form form = dn_wgrad_form(rows, in, out, n->dnet->opt.seq_tn);
     if (form != DN_WGRAD_TN)
-        OK(wgrad_from_transposed(n, form, dy, src_of(x), rows, in, out, n->grads + nd->w_off,
+        OK(wgrad_from_transposed(n, form, dy, dn_seq_src(x), rows, in, out, n->grads + nd->w_off,
                                  nd->bias ? n->grads + nd->b_off : NULL));
     else
-        OK(sgemm('T', 'N', out, in, rows, 1.0f, dy, out, src_of(x), in, 0.0f, n->grads + nd->w_off, in));
+        OK(sgemm('T', 'N', out, in, rows, 1.0f, dy, out, dn_seq_src(x), in, 0.0f, n->grads + nd->w_off, in));
     if (nd->bias && form == DN_WGRAD_TN) {
         float *db = n->grads + nd->b_off;
 #pragma omp parallel for schedule(static)
@@ -527,11 +409,11 @@ st_status dn_build_seq_linear(st_net *n, int j)
     const long rows = (long)nn_rows(n, x->nd), out = x->nd->c, in = n->x[x->in].nd->c;
     const enum dn_wgrad_form form = dn_wgrad_form(rows, in, out, n->dnet->opt.seq_tn);
     if (form != DN_WGRAD_TN)  /* dY transposed, and X if it is too */
-        OK(reserve_shared(&n->dnet->transposed, &n->dnet->transposed_floats,
+        OK(dn_reserve_shared(&n->dnet->transposed, &n->dnet->transposed_floats,
                           (size_t)(rows * (out + (form == DN_WGRAD_NT ? in : 0))), "the linear layers' transposes"));
     static const char *const dw_from[] = {[DN_WGRAD_TN] = "dY^T X", [DN_WGRAD_NN] = "dY^T, X transposed",
                                           [DN_WGRAD_NT] = "dY^T and X^T"};
     snprintf(x->impl, sizeof x->impl, "sgemm, dW from %s", dw_from[form]);
-    OK(seq_io(n, j, seq_linear_bwd));
+    OK(dn_seq_io(n, j, seq_linear_bwd));
     return dn_add_step(n, &x->dn->fwd, seq_linear_fwd, NODE_LINEAR);
 }

@@ -1,0 +1,210 @@
+/* Causal attention, the layer: every sample's every head a task over the
+ * threads, each thread with its own scratch, through one of three kernels
+ * chosen in one place (choose_kernel):
+ *   fp32    causal.c's tiles, P and dS whole in the thread's scratch;
+ *   dot     causal_bf16.c's AVX512-BF16 dot products in stripes of rows (a
+ *           bf16 net's);
+ *   matmul  onednn_causal.c's oneDNN matmul primitives in stripes, which
+ *           run on AMX's tiles where the CPU has them: under
+ *           SHMTRAIN_ATTENTION_MATMUL until measured on such a CPU
+ *           (docs/benchmarks.md, 0l).
+ *
+ * Attention keeps no T x T matrix between its passes: the forward pass
+ * makes P for one sample and head in its thread's scratch and drops it,
+ * and the backward pass computes it again, with the same kernels in the
+ * same order, so the same bits.  Kept for the whole batch, P was
+ * batch x heads x T x T floats a layer (604 MB in each of gpt2's 12 blocks
+ * at its recipe's batch 12); computed twice, it costs one more scores
+ * product and softmax per head, a sixth of attention's products.  One
+ * scratch serves every attention layer, since they run one at a time (one a
+ * layer was 1-2 GB of gpt2 on 16 threads), a whole number of cache lines a
+ * thread so no two threads share one. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <omp.h>
+
+#include "kernels/causal.h"
+#include "kernels/causal_bf16.h"
+#include "kernels/seq_kernels.h"
+#include "onednn_internal.h"
+
+/* The rows of a stripe of the matmul kernel: the measured best of 32, 64
+ * and 128 on AVX512-BF16 (docs/benchmarks.md, 0l). */
+#define MATMUL_STRIPE_ROWS 64
+
+enum { KERNEL_FP32, KERNEL_DOT, KERNEL_MATMUL };
+
+/* One layer's pass: Q, K and V of sample b's head h are qkv's rows from
+ * b * t, columns h * hs (and C, 2C further) of 3C; y, dy rows of C. */
+struct head_job {
+    const struct xnode *x;
+    long t, c, hs;
+    const float *qkv, *dy;
+    float *out;  /* forward: y; backward: the qkv gradient */
+};
+
+static const float *q_of(const struct head_job *j, long b, long h) { return j->qkv + (b * j->t * 3 * j->c + h * j->hs); }
+static long rows_at(const struct head_job *j, long b, long h) { return b * j->t * j->c + h * j->hs; }
+
+/* fp32: P, then dS, then K or V transposed (causal_scores) in the scratch. */
+static size_t fp32_scratch(const struct xnode *x, long t, long hs) { return (void)x, (size_t)(2 * t * t + t * hs) * 4; }
+
+static void fp32_weights(float *p, const float *q, long t, long c, long hs, float *kt)
+{
+    causal_scores(p, t, hs, 1.0f / sqrtf((float)hs), q, 3 * c, q + c, 3 * c, kt);
+    seq_causal_softmax(p, t);
+}
+
+static st_status fp32_fwd(const struct head_job *j, long b, long h, float *p)
+{
+    const float *q = q_of(j, b, h);
+    fp32_weights(p, q, j->t, j->c, j->hs, p + 2 * j->t * j->t);
+    causal_mix(j->out + rows_at(j, b, h), j->c, p, j->t, j->hs, q + 2 * j->c, 3 * j->c);
+    return ST_OK;
+}
+
+/* P again; dP = dY V^T; dS = P (dP - rowsum(P dP)) / sqrt(hs); dQ = dS K,
+ * dK = dS^T Q, dV = P^T dY, each head writing its own columns of dqkv. */
+static st_status fp32_bwd(const struct head_job *j, long b, long h, float *p)
+{
+    const long t = j->t, c = j->c, hs = j->hs, row = 3 * c;
+    const float *q = q_of(j, b, h), *g = j->dy + rows_at(j, b, h);
+    float *ds = p + t * t, *kt = ds + t * t, *dq = j->out + (q - j->qkv);
+    fp32_weights(p, q, t, c, hs, kt);
+    causal_scores(ds, t, hs, 1.0f, g, c, q + 2 * c, row, kt);
+    seq_causal_softmax_bwd(ds, p, t, 1.0f / sqrtf((float)hs));
+    causal_mix(dq, row, ds, t, hs, q + c, row);
+    causal_mix_t(dq + c, row, ds, t, hs, q, row);
+    causal_mix_t(dq + 2 * c, row, p, t, hs, g, c);
+    return ST_OK;
+}
+
+static size_t dot_scratch(const struct xnode *x, long t, long hs) { return (void)x, causal_bf16_scratch_bytes(t, hs); }
+
+static st_status dot_fwd(const struct head_job *j, long b, long h, float *scratch)
+{
+    causal_bf16_forward(j->out + rows_at(j, b, h), j->c, NULL, q_of(j, b, h), 3 * j->c, j->t, j->hs, scratch);
+    return ST_OK;
+}
+
+static st_status dot_bwd(const struct head_job *j, long b, long h, float *scratch)
+{
+    const float *q = q_of(j, b, h);
+    causal_bf16_backward(j->out + (q - j->qkv), NULL, j->dy + rows_at(j, b, h), j->c, q, 3 * j->c, j->t, j->hs,
+                         scratch);
+    return ST_OK;
+}
+
+static size_t matmul_scratch(const struct xnode *x, long t, long hs)
+{
+    return (void)t, (void)hs, dn_causal_scratch_bytes(x->dn->seq.causal);
+}
+
+static st_status matmul_fwd(const struct head_job *j, long b, long h, float *scratch)
+{
+    return dn_causal_forward(j->x->dn->seq.causal, omp_get_thread_num(), j->out + rows_at(j, b, h), j->c, NULL,
+                             q_of(j, b, h), 3 * j->c, scratch);
+}
+
+static st_status matmul_bwd(const struct head_job *j, long b, long h, float *scratch)
+{
+    const float *q = q_of(j, b, h);
+    return dn_causal_backward(j->x->dn->seq.causal, omp_get_thread_num(), j->out + (q - j->qkv), NULL,
+                              j->dy + rows_at(j, b, h), j->c, q, 3 * j->c, scratch);
+}
+
+static const struct attention_kernel {
+    const char *name;  /* the layer's description */
+    size_t (*scratch_bytes)(const struct xnode *x, long t, long hs);
+    st_status (*forward)(const struct head_job *j, long b, long h, float *scratch);
+    st_status (*backward)(const struct head_job *j, long b, long h, float *scratch);
+} KERNELS[] = {
+    [KERNEL_FP32] = {"causal fp32 tiles", fp32_scratch, fp32_fwd, fp32_bwd},
+    [KERNEL_DOT] = {"causal bf16 dot products in stripes", dot_scratch, dot_fwd, dot_bwd},
+    [KERNEL_MATMUL] = {"causal bf16 oneDNN matmul in stripes", matmul_scratch, matmul_fwd, matmul_bwd},
+};
+
+/* Every head of the layer; a failure on any thread is the pass's, with its message. */
+static st_status run_heads(st_net *n, int j, bool backward)
+{
+    const struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    const struct attention_kernel *k = &KERNELS[x->dn->seq.att_kernel];
+    const struct head_job job = {x, nd->t, nd->c, nd->c / nd->heads, dn_seq_src(x),
+                                 backward ? dn_mem_ptr(x->dn->diff.mem) : NULL,
+                                 backward ? dn_seq_target(x) : dn_mem_ptr(x->dn->dst.mem)};
+    if (!job.out)
+        return ST_OK;
+    const size_t per_thread = (k->scratch_bytes(x, job.t, job.hs) + 63) / 64 * 16;
+    st_status failed = ST_OK;
+    st_kept_error kept;
+#pragma omp parallel for schedule(static)
+    for (long bh = 0; bh < n->batch * nd->heads; bh++) {
+        float *scratch = n->dnet->head_scratch + (size_t)omp_get_thread_num() * per_thread;
+        const st_status s = (backward ? k->backward : k->forward)(&job, bh / nd->heads, bh % nd->heads, scratch);
+        if (s != ST_OK)
+#pragma omp critical(attention_failure)
+            if (failed == ST_OK)
+                st_error_keep(&kept), failed = s;
+    }
+    return failed == ST_OK ? ST_OK : st_error_again(&kept, failed);
+}
+
+static st_status att_fwd(st_net *n, int j) { return run_heads(n, j, false); }
+static st_status att_bwd(st_net *n, int j) { return run_heads(n, j, true); }
+
+/* The fp32 tiles in an fp32 net, or where the CPU has no AVX512-BF16
+ * (precision.c: the layer is then fp32) or SHMTRAIN_ATTENTION_FP32 asks;
+ * the dot products in a bf16 net; oneDNN's matmul under
+ * SHMTRAIN_ATTENTION_MATMUL unless oneDNN has only its reference kernels. */
+static int choose_kernel(const st_net *n, const struct xnode *x)
+{
+    if (!x->lowp)
+        return KERNEL_FP32;
+    return n->dnet->opt.attention_matmul && !dn_causal_is_reference(x->dn->seq.causal) ? KERNEL_MATMUL : KERNEL_DOT;
+}
+
+/* The net's matmul primitives for this head shape: made once, shared by
+ * every attention layer of the shape. */
+static st_status net_causal(st_net *n, long t, long hs, dn_causal **out)
+{
+    struct onednn_net *d = n->dnet;
+    for (int i = 0; i < d->ncausal; i++)
+        if (dn_causal_shape_is(d->causal[i], t, hs)) {
+            *out = d->causal[i];
+            return ST_OK;
+        }
+    dn_causal **grown = realloc(d->causal, (size_t)(d->ncausal + 1) * sizeof *grown);
+    if (!grown)
+        return st_fail(ST_ERR_NOMEM, "net: out of memory for attention's primitives");
+    d->causal = grown;
+    OK(dn_causal_create(&d->causal[d->ncausal], d->eng, t, hs, MATMUL_STRIPE_ROWS, omp_get_max_threads()));
+    *out = d->causal[d->ncausal++];
+    return ST_OK;
+}
+
+void dn_attention_free(struct onednn_net *d)
+{
+    for (int i = 0; i < d->ncausal; i++)
+        dn_causal_destroy(d->causal[i]);
+    free(d->causal);
+}
+
+st_status dn_build_attention(st_net *n, int j)
+{
+    struct xnode *x = &n->x[j];
+    const struct node *nd = x->nd;
+    const long hs = nd->c / nd->heads;
+    if (x->lowp && n->dnet->opt.attention_matmul)
+        OK(net_causal(n, nd->t, hs, &x->dn->seq.causal));
+    x->dn->seq.att_kernel = choose_kernel(n, x);
+    const struct attention_kernel *k = &KERNELS[x->dn->seq.att_kernel];
+    snprintf(x->impl, sizeof x->impl, "%s%s%s per sample and head, C softmax, P computed again in backward",
+             k->name, x->dn->seq.att_kernel == KERNEL_MATMUL ? " " : "",
+             x->dn->seq.att_kernel == KERNEL_MATMUL ? dn_causal_impl(x->dn->seq.causal) : "");
+    const size_t per_thread = (k->scratch_bytes(x, nd->t, hs) + 63) / 64 * 16;
+    OK(dn_reserve_shared(&n->dnet->head_scratch, &n->dnet->head_scratch_floats,
+                         (size_t)omp_get_max_threads() * per_thread, "attention's scratch"));
+    OK(dn_seq_io(n, j, att_bwd));
+    return dn_add_step(n, &x->dn->fwd, att_fwd, NODE_ATTENTION);
+}

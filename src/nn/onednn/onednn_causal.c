@@ -1,0 +1,372 @@
+/* Causal attention's products as oneDNN matmul primitives (onednn_causal.h).
+ *
+ * A stripe s holds rows f = s * rows .. f + n - 1 (n = rows, fewer in the
+ * last) and reaches column w = f + n.  Its primitives, one set per stripe
+ * (oneDNN 3.2 takes no runtime dimensions in brgemm matmul: its
+ * gemm:jit fallback packs both operands each call):
+ *   SCORES_SCALED  S = Q_f K_w^T / sqrt(hs)  n x hs . (w x hs)^T -> n x w
+ *   SCORES         dP = dY_f V_w^T           the same shapes, no scale
+ *   MIX            Y_f = P V_w, dQ_f = dS K_w   n x w . w x hs -> n x hs
+ *   COLUMNS        dK_f = dS[f.., f..f+n]^T Q_f.., dV_f likewise with P and dY:
+ *                  a column block stored (t - f) x n, read transposed
+ * K_w^T and the column blocks are read through strides, so no operand is
+ * transposed by hand.  Each is made with one OpenMP thread (its blocking,
+ * and the primitive cache's key, for one) and a user scratchpad, so any
+ * thread may run it on its own scratch; the thread's memory objects get the
+ * operands' addresses at each call. */
+#include "onednn_causal.h"
+
+#include <dnnl_debug.h>
+
+#include <math.h>
+#include <omp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/seq_kernels.h"
+#include "shmtrain/bf16.h"
+
+enum { SCORES_SCALED, SCORES, MIX, COLUMNS, KINDS };
+enum { SRC, WEIGHTS, DST, PAD, ARGS };
+
+struct dn_causal {
+    long t, hs, rows, stripes;
+    int threads;
+    long *col_at;              /* stripes + 1: where column block s starts, in elements */
+    dnnl_primitive_t *prim;    /* stripes x KINDS */
+    dnnl_memory_t *mem;        /* threads x stripes x KINDS x ARGS (PAD NULL where none is needed) */
+    dnnl_stream_t *streams;    /* threads */
+    size_t pad_bytes, scratch_bytes;
+    bool reference;
+    char impl[64];
+};
+
+static long min_of(long a, long b) { return a < b ? a : b; }
+static size_t lines(size_t bytes) { return (bytes + 63) / 64 * 64; }
+static long rows_of(const dn_causal *c, long s) { return min_of(c->rows, c->t - s * c->rows); }
+
+static st_status failed(const char *call, dnnl_status_t s)
+{
+    return st_fail(ST_ERR_BACKEND, "oneDNN: %s failed in attention's products: %s", call, dnnl_status2str(s));
+}
+
+#define TRY(call)                                                                                                      \
+    do {                                                                                                               \
+        const dnnl_status_t s_ = (call);                                                                               \
+        if (s_ != dnnl_success) {                                                                                      \
+            st = failed(#call, s_);                                                                                    \
+            goto done;                                                                                                 \
+        }                                                                                                              \
+    } while (0)
+
+/* The thread's buffers, carved from its scratch. */
+struct head_bufs {
+    st_bf16 *q, *k, *v, *dy;   /* t x hs each, dense */
+    st_bf16 *stripe;           /* n x w: a stripe's P or dS, the mix's A */
+    float *s, *ds;             /* n x w: scores, then P; dP, then dS */
+    float *out;                /* n x hs: a product's rows before their place in y or dq */
+    st_bf16 *cols_p, *cols_ds; /* the column blocks (col_at) */
+    void *pad;
+};
+
+static size_t carve(const dn_causal *c, char *base, struct head_bufs *h)
+{
+    const size_t head = lines((size_t)(c->t * c->hs) * 2), stripe = (size_t)(c->rows * c->t);
+    const size_t cols = lines((size_t)c->col_at[c->stripes] * 2);
+    size_t at = 0;
+#define TAKE(field, bytes) (h->field = (void *)(base ? base + at : NULL), at += (bytes))
+    TAKE(q, head), TAKE(k, head), TAKE(v, head), TAKE(dy, head);
+    TAKE(stripe, lines(stripe * 2)), TAKE(s, lines(stripe * 4)), TAKE(ds, lines(stripe * 4));
+    TAKE(out, lines((size_t)(c->rows * c->hs) * 4)), TAKE(cols_p, cols), TAKE(cols_ds, cols);
+    TAKE(pad, lines(c->pad_bytes));
+#undef TAKE
+    return at;
+}
+
+bool dn_causal_shape_is(const dn_causal *c, long t, long hs) { return c->t == t && c->hs == hs; }
+size_t dn_causal_scratch_bytes(const dn_causal *c) { return c->scratch_bytes; }
+const char *dn_causal_impl(const dn_causal *c) { return c->impl; }
+bool dn_causal_is_reference(const dn_causal *c) { return c->reference; }
+
+/* ------------------------------------------------------------ building -- */
+
+/* One product of stripe s: its operands' shapes and strides, and whether
+ * its sum is scaled. */
+static void product_shape(const dn_causal *c, long s, int kind, dnnl_dims_t dims[3], dnnl_dims_t strides[3],
+                          bool *scaled)
+{
+    const long n = rows_of(c, s), w = s * c->rows + n, hs = c->hs, rest = c->t - s * c->rows;
+    *scaled = kind == SCORES_SCALED;
+    if (kind == SCORES_SCALED || kind == SCORES) {
+        memcpy(dims, (dnnl_dims_t[3]){{n, hs}, {hs, w}, {n, w}}, 3 * sizeof *dims);
+        memcpy(strides, (dnnl_dims_t[3]){{hs, 1}, {1, hs}, {w, 1}}, 3 * sizeof *strides);
+    } else if (kind == MIX) {
+        memcpy(dims, (dnnl_dims_t[3]){{n, w}, {w, hs}, {n, hs}}, 3 * sizeof *dims);
+        memcpy(strides, (dnnl_dims_t[3]){{w, 1}, {hs, 1}, {hs, 1}}, 3 * sizeof *strides);
+    } else {
+        memcpy(dims, (dnnl_dims_t[3]){{n, rest}, {rest, hs}, {n, hs}}, 3 * sizeof *dims);
+        memcpy(strides, (dnnl_dims_t[3]){{1, n}, {hs, 1}, {hs, 1}}, 3 * sizeof *strides);
+    }
+}
+
+static st_status make_attr(dnnl_primitive_attr_t *attr, bool scaled, float alpha)
+{
+    st_status st = ST_OK;
+    dnnl_post_ops_t ops = NULL;
+    TRY(dnnl_primitive_attr_create(attr));
+    TRY(dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user));
+    if (scaled) {
+        TRY(dnnl_post_ops_create(&ops));
+        TRY(dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_linear, alpha, 0.0f));
+        TRY(dnnl_primitive_attr_set_post_ops(*attr, ops));
+    }
+done:
+    if (ops)
+        dnnl_post_ops_destroy(ops);
+    return st;
+}
+
+/* The primitive and each thread's memory objects for one product. */
+static st_status make_product(dn_causal *c, dnnl_engine_t engine, long s, int kind)
+{
+    st_status st = ST_OK;
+    dnnl_dims_t dims[3], strides[3];
+    dnnl_memory_desc_t md[3] = {NULL, NULL, NULL};
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    bool scaled;
+    product_shape(c, s, kind, dims, strides, &scaled);
+    for (int a = 0; a < 3; a++)
+        TRY(dnnl_memory_desc_create_with_strides(&md[a], 2, dims[a], a == DST ? dnnl_f32 : dnnl_bf16, strides[a]));
+    if ((st = make_attr(&attr, scaled, 1.0f / sqrtf((float)c->hs))) != ST_OK)
+        goto done;
+    TRY(dnnl_matmul_primitive_desc_create(&pd, engine, md[SRC], md[WEIGHTS], NULL, md[DST], attr));
+    TRY(dnnl_primitive_create(&c->prim[s * KINDS + kind], pd));
+    const_dnnl_memory_desc_t pad = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    const size_t pad_bytes = pad ? dnnl_memory_desc_get_size(pad) : 0;
+    c->pad_bytes = pad_bytes > c->pad_bytes ? pad_bytes : c->pad_bytes;
+    for (int th = 0; th < c->threads; th++) {
+        dnnl_memory_t *m = c->mem + (((size_t)th * c->stripes + s) * KINDS + kind) * ARGS;
+        for (int a = 0; a < 3; a++)
+            TRY(dnnl_memory_create(&m[a], md[a], engine, DNNL_MEMORY_NONE));
+        if (pad_bytes)
+            TRY(dnnl_memory_create(&m[PAD], pad, engine, DNNL_MEMORY_NONE));
+    }
+    if (s == 0 || (kind == SCORES_SCALED && s == c->stripes - 1)) {
+        const char *impl = "";
+        TRY(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
+        snprintf(c->impl, sizeof c->impl, "%s", impl);
+        c->reference = c->reference || strncmp(impl, "ref", 3) == 0;
+    }
+done:
+    for (int a = 0; a < 3; a++)
+        if (md[a])
+            dnnl_memory_desc_destroy(md[a]);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+/* Made for one thread: oneDNN blocks a product for the threads it may use,
+ * and on a compute thread it gets one. */
+static st_status make_products(dn_causal *c, dnnl_engine_t engine)
+{
+    const int was = omp_get_max_threads();
+    st_status st = ST_OK;
+    omp_set_num_threads(1);
+    for (long s = 0; s < c->stripes && st == ST_OK; s++)
+        for (int kind = 0; kind < KINDS && st == ST_OK; kind++)
+            st = make_product(c, engine, s, kind);
+    omp_set_num_threads(was);
+    return st;
+}
+
+st_status dn_causal_create(dn_causal **out, dnnl_engine_t engine, long t, long hs, long rows, int threads)
+{
+    *out = NULL;
+    if (t < 1 || hs < 1 || rows < 1 || threads < 1)
+        return st_fail(ST_ERR_INVALID, "attention's products: T %ld, head size %ld, stripes of %ld rows, %d threads",
+                       t, hs, rows, threads);
+    st_status st = ST_OK;
+    dn_causal *c = calloc(1, sizeof *c);
+    if (!c)
+        return st_fail(ST_ERR_NOMEM, "attention's products: out of memory");
+    *c = (dn_causal){.t = t, .hs = hs, .rows = rows, .stripes = (t + rows - 1) / rows, .threads = threads};
+    c->col_at = calloc((size_t)c->stripes + 1, sizeof *c->col_at);
+    c->prim = calloc((size_t)(c->stripes * KINDS), sizeof *c->prim);
+    c->mem = calloc((size_t)threads * (size_t)(c->stripes * KINDS * ARGS), sizeof *c->mem);
+    c->streams = calloc((size_t)threads, sizeof *c->streams);
+    if (!c->col_at || !c->prim || !c->mem || !c->streams) {
+        st = st_fail(ST_ERR_NOMEM, "attention's products: out of memory for %ld stripes", c->stripes);
+        goto done;
+    }
+    for (long s = 0; s < c->stripes; s++)
+        c->col_at[s + 1] = c->col_at[s] + (t - s * rows) * rows_of(c, s);
+    if ((st = make_products(c, engine)) != ST_OK)
+        goto done;
+    for (int th = 0; th < threads; th++)
+        TRY(dnnl_stream_create(&c->streams[th], engine, dnnl_stream_default_flags));
+    c->scratch_bytes = carve(c, NULL, &(struct head_bufs){0});
+done:
+    if (st != ST_OK)
+        dn_causal_destroy(c);
+    else
+        *out = c;
+    return st;
+}
+
+void dn_causal_destroy(dn_causal *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; c->mem && i < (size_t)c->threads * (size_t)(c->stripes * KINDS * ARGS); i++)
+        if (c->mem[i])
+            dnnl_memory_destroy(c->mem[i]);
+    for (long i = 0; c->prim && i < c->stripes * KINDS; i++)
+        if (c->prim[i])
+            dnnl_primitive_destroy(c->prim[i]);
+    for (int th = 0; c->streams && th < c->threads; th++)
+        if (c->streams[th])
+            dnnl_stream_destroy(c->streams[th]);
+    free(c->col_at), free(c->prim), free(c->mem), free(c->streams);
+    free(c);
+}
+
+/* ------------------------------------------------------------- running -- */
+
+/* dst = the product `kind` of stripe s on thread th's objects. */
+static st_status run(const dn_causal *c, int th, long s, int kind, const void *a, const void *b, void *dst, void *pad)
+{
+    st_status st = ST_OK;
+    dnnl_memory_t *m = c->mem + (((size_t)th * c->stripes + s) * KINDS + kind) * ARGS;
+    void *const at[ARGS] = {(void *)a, (void *)b, dst, pad};
+    static const int keys[ARGS] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
+    dnnl_exec_arg_t args[ARGS];
+    int n = 0;
+    for (int i = 0; i < ARGS; i++)
+        if (m[i]) {
+            TRY(dnnl_memory_set_data_handle(m[i], at[i]));
+            args[n++] = (dnnl_exec_arg_t){keys[i], m[i]};
+        }
+    TRY(dnnl_primitive_execute(c->prim[s * KINDS + kind], c->streams[th], n, args));
+done:
+    return st;
+}
+
+/* dst (t x hs, dense) = the head's rows (ld floats apart) rounded to bf16. */
+static void pack_head(st_bf16 *dst, const float *src, long ld, long t, long hs)
+{
+    for (long i = 0; i < t; i++)
+        st_bf16_from_f32_n(dst + i * hs, src + i * ld, (size_t)hs);
+}
+
+/* P of stripe s into h->s (n x w): scores, then the fp32 softmax; a copy
+ * into keep's rows (t floats, zeros right of the diagonal) where asked. */
+static st_status stripe_weights(const dn_causal *c, int th, const struct head_bufs *h, long s, float *keep)
+{
+    const long f = s * c->rows, n = rows_of(c, s), w = f + n;
+    const st_status st = run(c, th, s, SCORES_SCALED, h->q + f * c->hs, h->k, h->s, h->pad);
+    if (st != ST_OK)
+        return st;
+    seq_causal_softmax_rows(h->s, w, f, n, w);
+    for (long r = 0; keep && r < n; r++) {
+        memcpy(keep + (f + r) * c->t, h->s + r * w, (size_t)w * sizeof *keep);
+        memset(keep + (f + r) * c->t + w, 0, (size_t)(c->t - w) * sizeof *keep);
+    }
+    return ST_OK;
+}
+
+/* dst's rows f.. (ld floats apart) = out's n x hs, a product's rows. */
+static void place(float *dst, long ld, const float *out, long n, long hs)
+{
+    for (long r = 0; r < n; r++)
+        memcpy(dst + r * ld, out + r * hs, (size_t)hs * sizeof *dst);
+}
+
+/* dst's rows f.. = M X: M a stripe of P or dS (n x w floats), X V or K. */
+static st_status stripe_mix(const dn_causal *c, int th, const struct head_bufs *h, long s, const float *m,
+                            const st_bf16 *x, float *dst, long ld)
+{
+    const long f = s * c->rows, n = rows_of(c, s);
+    st_bf16_from_f32_n(h->stripe, m, (size_t)(n * (f + n)));
+    const st_status st = run(c, th, s, MIX, h->stripe, x, h->out, h->pad);
+    if (st == ST_OK)
+        place(dst + f * ld, ld, h->out, n, c->hs);
+    return st;
+}
+
+st_status dn_causal_forward(const dn_causal *c, int thread, float *y, long ldy, float *p, const float *q, long ld,
+                            void *scratch)
+{
+    struct head_bufs h;
+    carve(c, scratch, &h);
+    pack_head(h.q, q, ld, c->t, c->hs);
+    pack_head(h.k, q + ld / 3, ld, c->t, c->hs);
+    pack_head(h.v, q + 2 * (ld / 3), ld, c->t, c->hs);
+    st_status st = ST_OK;
+    for (long s = 0; s < c->stripes && st == ST_OK; s++)
+        if ((st = stripe_weights(c, thread, &h, s, p)) == ST_OK)
+            st = stripe_mix(c, thread, &h, s, h.s, h.v, y, ldy);  /* Y = P V */
+    return st;
+}
+
+/* A stripe of M as bf16 (h->stripe, n x w: P or dS) into the column blocks
+ * it reaches: block b holds M's rows from b's first column on, b's columns. */
+static void keep_columns(const dn_causal *c, st_bf16 *cols, const st_bf16 *m, long s)
+{
+    const long f = s * c->rows, n = rows_of(c, s), w = f + n;
+    for (long r = 0; r < n; r++)
+        for (long b = 0; b <= s; b++) {
+            const long fb = b * c->rows, nb = rows_of(c, b);
+            memcpy(cols + c->col_at[b] + (f + r - fb) * nb, m + r * w + fb, (size_t)nb * sizeof *m);
+        }
+}
+
+/* One stripe of the backward pass: P again, dP = dY V^T, dS, dQ = dS K, and
+ * dS and P kept in column blocks for the transposed products. */
+static st_status backward_stripe(const dn_causal *c, int th, const struct head_bufs *h, long s, float *dq, long ld,
+                                 float *keep)
+{
+    const long f = s * c->rows, n = rows_of(c, s), w = f + n;
+    st_status st = stripe_weights(c, th, h, s, keep);
+    if (st == ST_OK)
+        st = run(c, th, s, SCORES, h->dy + f * c->hs, h->v, h->ds, h->pad);
+    if (st != ST_OK)
+        return st;
+    seq_causal_softmax_bwd_rows(h->ds, h->s, w, f, n, w, 1.0f / sqrtf((float)c->hs));
+    st_bf16_from_f32_n(h->stripe, h->s, (size_t)(n * w));
+    keep_columns(c, h->cols_p, h->stripe, s);
+    if ((st = stripe_mix(c, th, h, s, h->ds, h->k, dq, ld)) == ST_OK)
+        keep_columns(c, h->cols_ds, h->stripe, s);  /* stripe_mix left dS there */
+    return st;
+}
+
+st_status dn_causal_backward(const dn_causal *c, int thread, float *dq, float *p, const float *dy, long ldy,
+                             const float *q, long ld, void *scratch)
+{
+    const long cc = ld / 3, hs = c->hs;
+    struct head_bufs h;
+    carve(c, scratch, &h);
+    pack_head(h.q, q, ld, c->t, hs);
+    pack_head(h.k, q + cc, ld, c->t, hs);
+    pack_head(h.v, q + 2 * cc, ld, c->t, hs);
+    pack_head(h.dy, dy, ldy, c->t, hs);
+    st_status st = ST_OK;
+    for (long s = 0; s < c->stripes && st == ST_OK; s++)
+        st = backward_stripe(c, thread, &h, s, dq, ld, p);
+    for (long b = 0; b < c->stripes && st == ST_OK; b++) {
+        const long fb = b * c->rows, nb = rows_of(c, b);
+        if ((st = run(c, thread, b, COLUMNS, h.cols_ds + c->col_at[b], h.q + fb * hs, h.out, h.pad)) != ST_OK)
+            break;
+        place(dq + cc + fb * ld, ld, h.out, nb, hs);  /* dK = dS^T Q */
+        if ((st = run(c, thread, b, COLUMNS, h.cols_p + c->col_at[b], h.dy + fb * hs, h.out, h.pad)) != ST_OK)
+            break;
+        place(dq + 2 * cc + fb * ld, ld, h.out, nb, hs);  /* dV = P^T dY */
+    }
+    return st;
+}
