@@ -28,8 +28,8 @@
 #include "kernels/seq_kernels.h"
 #include "onednn_internal.h"
 
-/* The rows of a stripe of the matmul kernel: the measured best of 32, 64
- * and 128 on AVX512-BF16 (docs/benchmarks.md, 0l). */
+/* The rows of a stripe of the matmul kernel: the best of 32, 64, 128 and
+ * 256 measured on AVX512-BF16, 128 within 2% (docs/benchmarks.md, 0l). */
 #define MATMUL_STRIPE_ROWS 64
 
 enum { KERNEL_FP32, KERNEL_DOT, KERNEL_MATMUL };
@@ -43,7 +43,10 @@ struct head_job {
     float *out;  /* forward: y; backward: the qkv gradient */
 };
 
-static const float *q_of(const struct head_job *j, long b, long h) { return j->qkv + (b * j->t * 3 * j->c + h * j->hs); }
+static const float *q_of(const struct head_job *j, long b, long h)
+{
+    return j->qkv + (b * j->t * 3 * j->c + h * j->hs);
+}
 static long rows_at(const struct head_job *j, long b, long h) { return b * j->t * j->c + h * j->hs; }
 
 /* fp32: P, then dS, then K or V transposed (causal_scores) in the scratch. */

@@ -41,7 +41,7 @@ struct dn_causal {
     dnnl_stream_t *streams;    /* threads */
     size_t pad_bytes, scratch_bytes;
     bool reference;
-    char impl[64];
+    char impl[96];
 };
 
 static long min_of(long a, long b) { return a < b ? a : b; }
@@ -50,7 +50,8 @@ static long rows_of(const dn_causal *c, long s) { return min_of(c->rows, c->t - 
 
 static st_status failed(const char *call, dnnl_status_t s)
 {
-    return st_fail(ST_ERR_BACKEND, "oneDNN: %s failed in attention's products: %s", call, dnnl_status2str(s));
+    return st_fail(ST_ERR_BACKEND, "oneDNN: %.*s failed in attention's products: %s", (int)strcspn(call, "("), call,
+                   dnnl_status2str(s));
 }
 
 #define TRY(call)                                                                                                      \
@@ -129,6 +130,15 @@ done:
     return st;
 }
 
+/* The kernels oneDNN chose, each named once ("brg:avx512_core_amx+gemm:jit:bf16"). */
+static void note_impl(dn_causal *c, const char *impl)
+{
+    const size_t have = strlen(c->impl);
+    c->reference = c->reference || strncmp(impl, "ref", 3) == 0;
+    if (!strstr(c->impl, impl))
+        snprintf(c->impl + have, sizeof c->impl - have, "%s%s", have ? "+" : "", impl);
+}
+
 /* The primitive and each thread's memory objects for one product. */
 static st_status make_product(dn_causal *c, dnnl_engine_t engine, long s, int kind)
 {
@@ -155,12 +165,9 @@ static st_status make_product(dn_causal *c, dnnl_engine_t engine, long s, int ki
         if (pad_bytes)
             TRY(dnnl_memory_create(&m[PAD], pad, engine, DNNL_MEMORY_NONE));
     }
-    if (s == 0 || (kind == SCORES_SCALED && s == c->stripes - 1)) {
-        const char *impl = "";
-        TRY(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
-        snprintf(c->impl, sizeof c->impl, "%s", impl);
-        c->reference = c->reference || strncmp(impl, "ref", 3) == 0;
-    }
+    const char *impl = "";
+    TRY(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl));
+    note_impl(c, impl);
 done:
     for (int a = 0; a < 3; a++)
         if (md[a])

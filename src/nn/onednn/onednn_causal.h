@@ -40,7 +40,7 @@ void dn_causal_destroy(dn_causal *c);
 /* Was it made for heads of t rows and hs dimensions? */
 bool dn_causal_shape_is(const dn_causal *c, long t, long hs);
 size_t dn_causal_scratch_bytes(const dn_causal *c);
-/* oneDNN's kernel for the products ("brg:avx512_core_amx"): the widest stripe's scores'. */
+/* oneDNN's kernels for the products, each named once ("brg:avx512_core_amx"). */
 const char *dn_causal_impl(const dn_causal *c);
 /* Is it one of oneDNN's reference (plain C++) kernels? */
 bool dn_causal_is_reference(const dn_causal *c);

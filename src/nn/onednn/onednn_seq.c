@@ -70,7 +70,6 @@ st_status dn_seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int))
     return seq_io_of(n, j, dnnl_f32, bwd);
 }
 
-
 void dn_seq_free(struct dn_seq_state *s)
 {
     free(s->stats);
