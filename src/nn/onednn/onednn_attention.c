@@ -127,6 +127,13 @@ static const struct attention_kernel {
     [KERNEL_MATMUL] = {"causal bf16 oneDNN matmul in stripes", matmul_scratch, matmul_fwd, matmul_bwd},
 };
 
+/* A thread's share of the net's scratch, in floats: a whole number of
+ * cache lines, so no two threads share one. */
+static size_t thread_floats(const struct attention_kernel *k, const struct xnode *x)
+{
+    return (k->scratch_bytes(x, x->nd->t, x->nd->c / x->nd->heads) + 63) / 64 * 16;
+}
+
 /* Every head of the layer; a failure on any thread is the pass's, with its message. */
 static st_status run_heads(st_net *n, int j, bool backward)
 {
@@ -138,7 +145,7 @@ static st_status run_heads(st_net *n, int j, bool backward)
                                  backward ? dn_seq_target(x) : dn_mem_ptr(x->dn->dst.mem)};
     if (!job.out)
         return ST_OK;
-    const size_t per_thread = (k->scratch_bytes(x, job.t, job.hs) + 63) / 64 * 16;
+    const size_t per_thread = thread_floats(k, x);
     st_status failed = ST_OK;
     st_kept_error kept;
 #pragma omp parallel for schedule(static)
@@ -202,12 +209,11 @@ st_status dn_build_attention(st_net *n, int j)
         OK(net_causal(n, nd->t, hs, &x->dn->seq.causal));
     x->dn->seq.att_kernel = choose_kernel(n, x);
     const struct attention_kernel *k = &KERNELS[x->dn->seq.att_kernel];
+    const char *onednn = x->dn->seq.att_kernel == KERNEL_MATMUL ? dn_causal_impl(x->dn->seq.causal) : NULL;
     snprintf(x->impl, sizeof x->impl, "%s%s%s per sample and head, C softmax, P computed again in backward",
-             k->name, x->dn->seq.att_kernel == KERNEL_MATMUL ? " " : "",
-             x->dn->seq.att_kernel == KERNEL_MATMUL ? dn_causal_impl(x->dn->seq.causal) : "");
-    const size_t per_thread = (k->scratch_bytes(x, nd->t, hs) + 63) / 64 * 16;
+             k->name, onednn ? " " : "", onednn ? onednn : "");
     OK(dn_reserve_shared(&n->dnet->head_scratch, &n->dnet->head_scratch_floats,
-                         (size_t)omp_get_max_threads() * per_thread, "attention's scratch"));
+                         (size_t)omp_get_max_threads() * thread_floats(k, x), "attention's scratch"));
     OK(dn_seq_io(n, j, att_bwd));
     return dn_add_step(n, &x->dn->fwd, att_fwd, NODE_ATTENTION);
 }
