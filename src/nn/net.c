@@ -158,8 +158,8 @@ static st_status allocate_data(st_net *n)
     n->loss_rows = calloc(rows, sizeof(double));
     n->grads = n->cfg.grad_buffer;
     n->own_grads = !n->cfg.grad_buffer;
-    if (n->own_grads)
-        n->grads = calloc(P, sizeof(float));
+    if (n->own_grads && (n->grads = aligned_alloc(64, (P * sizeof(float) + 63) / 64 * 64)))
+        memset(n->grads, 0, P * sizeof(float));  /* whole lines, as the parameters */
     if (!n->params || !n->buffers || !n->grads || (!n->fused_loss && (!n->logits || !n->dlogits)) || !n->loss_rows)
         return st_fail(ST_ERR_NOMEM, "net: out of memory for %zu parameters", m->params);
     memset(n->params, 0, P * sizeof(float));

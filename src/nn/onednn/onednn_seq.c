@@ -297,7 +297,7 @@ st_status dn_build_gelu(st_net *n, int j)
     struct xnode *x = &n->x[j];
     const bool bf16 = dn_output_lowp(n, j);
     snprintf(x->impl, sizeof x->impl, bf16 ? "C, vectorised tanh, bf16 in and out" : "C, vectorised tanh");
-    if (!(x->dn->seq.tanh_u = malloc(nn_node_size(n, x->nd) * sizeof(float))))
+    if (!(x->dn->seq.tanh_u = dn_lines_alloc(nn_node_size(n, x->nd) * sizeof(float), false)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for GELU");
     OK(seq_io_of(n, j, bf16 ? dnnl_bf16 : dnnl_f32, bf16 ? gelu_bwd_bf16 : gelu_bwd));
     return dn_add_step(n, &x->dn->fwd, bf16 ? gelu_fwd_bf16 : gelu_fwd, NODE_GELU);
