@@ -8,12 +8,15 @@
  * shows it: run it at --threads 1 and at all of them.
  *
  *   st-attention-bench [--t 1024] [--hs 64] [--tasks 24] [--threads N] [--reps 5]
- *                      [--fp32 | --matmul [--stripe 64]]
+ *                      [--fp32 | --matmul [--stripe 64]] [--offset BYTES]
  *
  * By default causal_bf16.c's AVX512-BF16 dot products; --fp32: causal.c's
  * fp32 tiles (as the layer runs them: P and dS whole in the thread's
  * scratch); --matmul: onednn_causal.c's oneDNN matmul primitives (AMX where
- * the CPU has it) in stripes of --stripe rows. */
+ * the CPU has it) in stripes of --stripe rows.  --offset: each thread's
+ * scratch that many bytes past a cache line (the net's was 16 past one,
+ * malloc's, until dn_lines_alloc; docs/benchmarks.md 0l). */
+#include <ctype.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -29,7 +32,7 @@
 enum kernel { DOT, FP32, MATMUL };
 
 struct config {
-    long t, hs, tasks, stripe;
+    long t, hs, tasks, stripe, offset;
     int threads, reps;
     enum kernel kernel;
     dn_causal *matmul;
@@ -52,6 +55,12 @@ static int parse(struct config *c, int argc, char **argv)
         }
         if (!v) return fprintf(stderr, "st-attention-bench: %s needs a value\n", a), -1;
         long n = strtol(v, NULL, 10);
+        if (!strcmp(a, "--offset")) {
+            if (n < 0 || n > 63 || !isdigit((unsigned char)*v))
+                return fprintf(stderr, "st-attention-bench: --offset %s: not a number of bytes in [0, 63]\n", v), -1;
+            c->offset = n, i++;
+            continue;
+        }
         if (n < 1) return fprintf(stderr, "st-attention-bench: %s %s: not a positive number\n", a, v), -1;
         if (!strcmp(a, "--t")) c->t = n;
         else if (!strcmp(a, "--hs")) c->hs = n;
@@ -95,7 +104,7 @@ static double pass(const struct config *c, int backward, float *qkv, float *dy, 
     int failed = 0;
 #pragma omp parallel for schedule(static) num_threads(c->threads) reduction(| : failed)
     for (long k = 0; k < c->tasks; k++) {
-        void *s = scratch + (size_t)omp_get_thread_num() * per_thread;
+        void *s = scratch + (size_t)omp_get_thread_num() * per_thread + c->offset;
         const float *q = qkv + k * t * ld, *g = dy + k * t * ldy;
         const int th = omp_get_thread_num();
         if (c->kernel == MATMUL && backward)
@@ -134,10 +143,10 @@ int main(int argc, char **argv)
     const size_t per_thread = (bytes + 63) / 64 * 64;
     float *qkv = malloc((size_t)(c.tasks * t * 3 * hs) * 4), *dy = malloc((size_t)(c.tasks * t * hs) * 4);
     float *out = calloc((size_t)(c.tasks * t * 3 * hs), 4);
-    char *scratch = aligned_alloc(64, per_thread * (size_t)c.threads);
+    char *scratch = aligned_alloc(64, per_thread * (size_t)c.threads + 64);
     if (!qkv || !dy || !out || !scratch)
         return fprintf(stderr, "st-attention-bench: out of memory\n"), 1;
-    memset(scratch, 0, per_thread * (size_t)c.threads);
+    memset(scratch, 0, per_thread * (size_t)c.threads + 64);
     for (long i = 0; i < c.tasks * t * 3 * hs; i++)
         qkv[i] = (float)((i * 7919) % 1000 - 500) / 2000.0f;
     for (long i = 0; i < c.tasks * t * hs; i++)
@@ -158,8 +167,8 @@ int main(int argc, char **argv)
     if (c.kernel == MATMUL)
         snprintf(kernel + strlen(kernel), sizeof kernel - strlen(kernel), "%s, stripes of %ld",
                  dn_causal_impl(c.matmul), c.stripe);
-    printf("# %s, T %ld, head size %ld, %ld heads on %d threads (%.0f heads a thread at most), best of %d\n", kernel,
-           t, hs, c.tasks, c.threads, rounds, c.reps);
+    printf("# %s, T %ld, head size %ld, %ld heads on %d threads (%.0f heads a thread at most), best of %d%s\n", kernel,
+           t, hs, c.tasks, c.threads, rounds, c.reps, c.offset ? ", scratch off its cache line" : "");
     for (int b = 0; b < 2; b++)
         printf("%-8s %8.3f ms a head on its thread  %8.1f GFLOP/s over all threads\n", b ? "backward" : "forward",
                best[b] / rounds * 1e3, 2 * macs * (b ? 5 : 2) * c.tasks / best[b] / 1e9);

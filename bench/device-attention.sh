@@ -29,6 +29,12 @@ for th in 1 "$threads"; do
     timeout 60 st-attention-bench --threads "$th" --tasks "$tasks" $kernel
   done
 done 2>&1 | tee "$out/kernels.txt"
+# A scratch 16 bytes past a cache line (the net's until dn_lines_alloc): what splitting every
+# vector across two lines costs this core.
+for kernel in "" --fp32; do
+  # shellcheck disable=SC2086
+  timeout 60 st-attention-bench --threads 1 --tasks 4 --offset 16 $kernel
+done 2>&1 | tee "$out/offset.txt"
 # The causal softmax alone (every kernel's, a quarter of a head's time on a Zen 4 vCPU):
 # one thread, then all of them.
 { OMP_NUM_THREADS=1 timeout 60 st-op-candidates softmax 4 1024
