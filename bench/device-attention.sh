@@ -2,10 +2,11 @@
 # Attention's bf16 products on a lent machine with AMX (issue 47), in one call of about
 # three minutes: which kernel wins one head alone and with every thread busy (causal_bf16.c's
 # dot products, causal.c's fp32 tiles, onednn_causal.c's oneDNN matmul in stripes of 32 to
-# 256 rows), the causal softmax they share alone, then gpt2's bf16 step with oneDNN's
-# matmul (B) against the dot products (A) in alternating blocks, then the fp32 step, the
-# bf16 step and the bf16 step with the matmul alternating (bf16 over fp32, the issue's AMX
-# goal of 2.5x).
+# 256 rows), the causal softmax they share alone, the kernels with their scratch 16 bytes
+# past a cache line (what malloc gave the net before dn_lines_alloc), then gpt2's bf16 step
+# with oneDNN's matmul (B) against the dot products (A) in alternating blocks, then the fp32
+# step, the bf16 step and the bf16 step with the matmul alternating (bf16 over fp32, the
+# issue's AMX goal of 2.5x).
 #
 # Here, first: ../shared/tools/device-bundle.sh build   (packs .device/, ignored by git)
 # There (the device tool, from the repository root, carrying .device):

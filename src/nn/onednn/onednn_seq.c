@@ -181,8 +181,8 @@ static st_status build_ln_c(st_net *n, int j)
     snprintf(x->impl, sizeof x->impl, bf16 ? "C rows, written in bf16" : "C rows");
     struct dn_seq_state *s = &x->dn->seq;
     s->stats = calloc(2 * rows, sizeof(float));
-    s->partial = calloc(seq_ln_partial_floats(x->nd->c), sizeof(float));
-    s->scratch = bf16 ? calloc((size_t)omp_get_max_threads() * (size_t)x->nd->c, sizeof(float)) : NULL;
+    s->partial = dn_lines_alloc(seq_ln_partial_floats(x->nd->c) * sizeof(float), true);
+    s->scratch = bf16 ? dn_lines_alloc((size_t)omp_get_max_threads() * (size_t)x->nd->c * sizeof(float), true) : NULL;
     if (!s->stats || !s->partial || (bf16 && !s->scratch))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
     OK(seq_io_types(n, j, bf16 ? dnnl_bf16 : dnnl_f32, dnnl_f32, bf16 ? ln_bwd_bf16 : ln_bwd));
