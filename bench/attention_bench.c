@@ -15,7 +15,7 @@
  * scratch); --matmul: onednn_causal.c's oneDNN matmul primitives (AMX where
  * the CPU has it) in stripes of --stripe rows.  --offset: each thread's
  * scratch that many bytes past a cache line (the net's was 16 past one,
- * malloc's, until dn_lines_alloc; docs/benchmarks.md 0l). */
+ * malloc's, until nn_lines_alloc; docs/benchmarks.md 0l). */
 #include <ctype.h>
 #include <math.h>
 #include <omp.h>

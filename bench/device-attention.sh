@@ -3,7 +3,7 @@
 # three minutes: which kernel wins one head alone and with every thread busy (causal_bf16.c's
 # dot products, causal.c's fp32 tiles, onednn_causal.c's oneDNN matmul in stripes of 32 to
 # 256 rows), the causal softmax they share alone, the kernels with their scratch 16 bytes
-# past a cache line (what malloc gave the net before dn_lines_alloc), then gpt2's bf16 step
+# past a cache line (what malloc gave the net before nn_lines_alloc), then gpt2's bf16 step
 # with oneDNN's matmul (B) against the dot products (A) in alternating blocks, then the fp32
 # step, the bf16 step and the bf16 step with the matmul alternating (bf16 over fp32, the
 # issue's AMX goal of 2.5x).
@@ -30,7 +30,7 @@ for th in 1 "$threads"; do
     timeout 60 st-attention-bench --threads "$th" --tasks "$tasks" $kernel
   done
 done 2>&1 | tee "$out/kernels.txt"
-# A scratch 16 bytes past a cache line (the net's until dn_lines_alloc): what splitting every
+# A scratch 16 bytes past a cache line (the net's until nn_lines_alloc): what splitting every
 # vector across two lines costs this core.
 for kernel in "" --fp32; do
   # shellcheck disable=SC2086

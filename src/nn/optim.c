@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/simd.h"
+
 struct st_optim {
     st_optim_config cfg;
     size_t count;
@@ -36,7 +38,7 @@ st_status st_optim_create(st_optim **out, size_t count, const st_optim_config *c
     }
     o->count = count;
     o->state_count = cfg->kind == ST_OPTIM_ADAMW ? 2 * count : (cfg->momentum > 0 ? count : 0);
-    if (o->state_count && !(o->state = calloc(o->state_count, sizeof(float)))) {
+    if (o->state_count && !(o->state = nn_lines_alloc(o->state_count * sizeof(float), true))) {
         size_t want = o->state_count;
         free(o);
         return st_fail(ST_ERR_NOMEM, "optimizer: out of memory for %zu floats of state", want);
@@ -59,7 +61,6 @@ void st_optim_destroy(st_optim *o)
  * compiled for baseline x86-64), and split over the OpenMP threads when the
  * model is large enough to pay for the fork.  Element-wise, so the result
  * does not depend on the thread count. */
-#include "kernels/simd.h"
 #define CHUNK 16384
 
 ST_MULTIVERSION

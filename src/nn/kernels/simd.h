@@ -9,6 +9,12 @@
  * -ffp-contract=fast (CMakeLists.txt; -std=c11 turns contraction off):
  * gpt-mini's GELU 12% faster, its loss 8% (2-vCPU EPYC).
  *
+ * nn_lines_alloc: memory those vectors stream through, in whole cache lines
+ * from a line's start (64-byte aligned): malloc's 16-byte offset put every
+ * 64-byte vector across two lines, and attention's fp32 kernels ran 1.2x
+ * slower so (docs/benchmarks.md 0l).  NULL when out of memory; free() frees
+ * it.
+ *
  * nn_expf: e^x in plain arithmetic that GCC vectorises (libm's expf is a
  * call per element: oneDNN 2.6's AVX2 GELU ran at 5 ns per element here,
  * the one built on this at 1.6).  Cephes' single-precision polynomial after
@@ -20,10 +26,21 @@
 #ifndef SHMTRAIN_NN_SIMD_H
 #define SHMTRAIN_NN_SIMD_H
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ST_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+static inline void *nn_lines_alloc(size_t bytes, bool zeroed)
+{
+    const size_t whole = (bytes ? bytes + 63 : 64) / 64 * 64;
+    void *p = aligned_alloc(64, whole);
+    if (p && zeroed)
+        memset(p, 0, whole);
+    return p;
+}
 
 static inline float nn_expf(float x)
 {

@@ -466,22 +466,13 @@ dnnl_memory_t dn_arg_of(const struct op *o, int key)
     return NULL;
 }
 
-void *dn_lines_alloc(size_t bytes, bool zeroed)
-{
-    const size_t whole = (bytes ? bytes + 63 : 64) / 64 * 64;
-    void *p = aligned_alloc(64, whole);
-    if (p && zeroed)
-        memset(p, 0, whole);
-    return p;
-}
-
 st_status dn_reserve_shared(float **buf, size_t *have, size_t floats, const char *purpose)
 {
     if (floats <= *have)
         return ST_OK;
     free(*buf);
     *have = 0;
-    if (!(*buf = dn_lines_alloc(floats * sizeof(float), true)))
+    if (!(*buf = nn_lines_alloc(floats * sizeof(float), true)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for %s (%.1f MB)", purpose, floats * 4 / 1e6);
     *have = floats;
     return ST_OK;

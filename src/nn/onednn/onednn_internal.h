@@ -85,6 +85,7 @@
 #include <string.h>
 
 #include "kernels/maxpool2.h"
+#include "kernels/simd.h"
 #include "onednn_causal.h"
 #include "shmtrain/bf16.h"
 #include "net.h"
@@ -292,11 +293,6 @@ struct onednn_net {
 /* ------------------------------------------------- onednn_context.c -- */
 
 st_status dn_dnnl_error(const st_net *n, const char *call, dnnl_status_t s);
-/* Memory the C kernels and oneDNN's stream through in vectors: whole cache
- * lines, 64-byte aligned (malloc's 16 put every 64-byte vector across two
- * lines: attention's fp32 kernels ran 1.2x slower so, docs/benchmarks.md
- * 0l); NULL when out of memory, free() frees it. */
-void *dn_lines_alloc(size_t bytes, bool zeroed);
 /* One of the net's scratch buffers shared by layers that run one at a time,
  * grown (zeroed) to the largest layer's need while the net is built. */
 st_status dn_reserve_shared(float **buf, size_t *have, size_t floats, const char *purpose);
