@@ -20,6 +20,7 @@ launch  under shmrun (which sets torchrun's variables and MASTER_ADDR/PORT)
 Exits 77 (skipped) where torch or the built extension cannot be imported, 1
 where the extension is there but does not load (an undefined symbol).
 """
+import gc
 import os
 import signal
 import subprocess
@@ -234,11 +235,27 @@ def ddp_rank(rank, world, port, backend, name, b, out):
         opt.step()
     if rank == 0:
         torch.save([p.detach().clone() for p in model.parameters()], out)
+    # Tear down as PyTorch's DDP tutorial does, every rank at once and the
+    # DDP wrapper (which holds the group) gone before the group: a gloo rank
+    # once aborted in teardown in CI ("terminate called without an active
+    # exception", never seen in 37 runs here, loaded or not).
+    dist.barrier()
+    del net, opt
+    gc.collect()
     dist.destroy_process_group()
 
 
 def train(world, backend, name, b, out):
-    mp.spawn(ddp_rank, args=(world, free_port(), backend, name, b, out), nprocs=world)
+    try:
+        mp.spawn(ddp_rank, args=(world, free_port(), backend, name, b, out), nprocs=world)
+    except mp.ProcessExitedException as e:
+        # gloo is the reference here, not under test: a gloo rank killed by
+        # its own abort (the signal, not an exit code or an exception of
+        # ours) gets one more run; shm's ranks never do.
+        if backend != "gloo" or e.signal_name != "SIGABRT":
+            raise
+        print(f"ddp: {name}: a gloo rank aborted ({e}); gloo run again", flush=True)
+        mp.spawn(ddp_rank, args=(world, free_port(), backend, name, b, out), nprocs=world)
     return torch.load(out)
 
 
