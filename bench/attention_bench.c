@@ -15,7 +15,8 @@
  * scratch); --matmul: onednn_causal.c's oneDNN matmul primitives (AMX where
  * the CPU has it) in stripes of --stripe rows.  --offset: each thread's
  * scratch that many bytes past a cache line (the net's was 16 past one,
- * malloc's, until nn_lines_alloc; docs/benchmarks.md 0l). */
+ * malloc's, until nn_lines_alloc; docs/benchmarks.md 0l).  Denormals are
+ * flushed on every thread, as shmtrain and st-step-bench run. */
 #include <ctype.h>
 #include <math.h>
 #include <omp.h>
@@ -28,6 +29,7 @@
 #include "kernels/causal_bf16.h"
 #include "kernels/seq_kernels.h"
 #include "onednn/onednn_causal.h"
+#include "shmtrain/nn.h"
 
 enum kernel { DOT, FP32, MATMUL };
 
@@ -130,6 +132,8 @@ int main(int argc, char **argv)
     struct config c = {.t = 1024, .hs = 64, .tasks = 24, .stripe = 64, .threads = omp_get_max_threads(), .reps = 5};
     if (parse(&c, argc, argv))
         return 2;
+    omp_set_num_threads(c.threads);
+    st_nn_flush_denormals(true);  /* as shmtrain runs: a peaked softmax's P and its products would make denormals */
     if (c.kernel == DOT && !causal_bf16_available())
         return fprintf(stderr, "st-attention-bench: this CPU has no AVX512-BF16 (try --fp32 or --matmul)\n"), 1;
     const long t = c.t, hs = c.hs;

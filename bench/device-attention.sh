@@ -3,10 +3,11 @@
 # three minutes: which kernel wins one head alone and with every thread busy (causal_bf16.c's
 # dot products, causal.c's fp32 tiles, onednn_causal.c's oneDNN matmul in stripes of 32 to
 # 256 rows), the causal softmax they share alone, the kernels with their scratch 16 bytes
-# past a cache line (what malloc gave the net before nn_lines_alloc), then gpt2's bf16 step
-# with oneDNN's matmul (B) against the dot products (A) in alternating blocks, then the fp32
-# step, the bf16 step and the bf16 step with the matmul alternating (bf16 over fp32, the
-# issue's AMX goal of 2.5x).
+# past a cache line (what malloc gave the net before nn_lines_alloc), the dot products at T
+# 1040 beside 1024 (a power-of-two row stride or not), then gpt2's bf16 step with oneDNN's
+# matmul (B) against the dot products (A) in alternating blocks, then the fp32 step, the bf16
+# step and the bf16 step with the matmul alternating (bf16 over fp32, the issue's AMX goal
+# of 2.5x).
 #
 # Here, first: ../shared/tools/device-bundle.sh build   (packs .device/, ignored by git)
 # There (the device tool, from the repository root, carrying .device):
@@ -36,6 +37,13 @@ for kernel in "" --fp32; do
   # shellcheck disable=SC2086
   timeout 60 st-attention-bench --threads 1 --tasks 4 --offset 16 $kernel
 done 2>&1 | tee "$out/offset.txt"
+# T 1040 beside 1024 (per FLOP): rows 4160 bytes apart instead of a page, in case a power-of-two
+# stride (4K aliasing, a cache set's ways) is what slows a head there and not here.
+for th in 1 "$threads"; do
+  for t in 1024 1040; do
+    timeout 60 st-attention-bench --threads "$th" --tasks $((th == 1 ? 4 : 3 * threads)) --t "$t"
+  done
+done 2>&1 | tee "$out/stride.txt"
 # The causal softmax alone (every kernel's, a quarter of a head's time on a Zen 4 vCPU):
 # one thread, then all of them.
 { OMP_NUM_THREADS=1 timeout 60 st-op-candidates softmax 4 1024
