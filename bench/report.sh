@@ -18,7 +18,8 @@
 # without PyTorch (bench/peer.sh) the peer's columns say "not installed".
 #
 #   bench/report.sh [--tiny] [--out DIR | --from DIR] [--update FILE] [BUILD_DIR]
-# A full run takes about 45 minutes on 2 cores.
+# A full run took about 45 minutes on 2 cores before the peer ran in each of its modes;
+# torch.compile adds a compile (tens of seconds here) to every peer run in that mode.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 tiny=0 out= update= build=build from=0
@@ -50,9 +51,11 @@ precisions="fp32 bf16"
 
 if [ $tiny = 1 ]; then
   allreduce=(env ROUNDS=1 "$here/run-allreduce.sh" "$build" 2 --min 4 --max 4K --seconds 0.01)
-  step=(env STEP_SECONDS=0.05 MODELS="mlp lenet" "$here/run-step.sh" "$build" 1 "fp32 bf16")
+  # the peer's modes without torch.compile, whose compiles alone would outlast the smoke
+  step=(env STEP_SECONDS=0.05 MODELS="mlp lenet" PEER_MODES="eager channels_last" "$here/run-step.sh" "$build" 1
+        "fp32 bf16")
   train=(env TIME_TO_ACCURACY=0 "$here/run-train.sh" "$build" 1 20 mlp "1x1 2x1")
-  gpt=("$here/run-gpt.sh" "$build" 1 4 gpt-mini 1x1 "$precisions")
+  gpt=(env PEER_MODES=eager "$here/run-gpt.sh" "$build" 1 4 gpt-mini 1x1 "$precisions")
   sweep_job=(--model mlp --max-steps 30 --log-every 10 --eval-every 30)
   repeats=1
 else

@@ -10,12 +10,14 @@
 # warm-up steps; shmtrain's rate is its steady state (the median of its
 # per-interval rates after the first), PyTorch's the timed steps.  bf16 needs
 # a CPU with native bf16 (AVX512-BF16 or AMX).  The peer: bench/peer.sh
-# (SHMTRAIN_PYTHON, else PyTorch 2.13 from scripts/install-deps.sh --bench).
+# (SHMTRAIN_PYTHON, else PyTorch 2.13 from scripts/install-deps.sh --bench),
+# in each of PEER_MODES (default "eager compile": torch_gpt.py's --compile is
+# nanoGPT's default), the faster by median on each row, named.
 # After the table: each model's conversions and weight reorders per step.
 set -euo pipefail
 build=${1:-build}; rounds=${2:-3}; steps=${3:-40}
 models=${4:-gpt-mini gpt}; parts=${5:-1x1 1x2 2x1}; precisions=${6:-fp32}
-text=${TEXT:-/usr/share/games/fortunes}
+text=${TEXT:-/usr/share/games/fortunes}; peer_modes=${PEER_MODES:-eager compile}
 here=$(cd "$(dirname "$0")" && pwd); tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 . "$here/peer.sh"; torch_ok=$peer_ok
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
@@ -30,9 +32,11 @@ run_shm() { # model n c precision -> tokens/s
   grep '"type":"train"' "$tmp/m.jsonl" | tail -n +2 | sed 's/.*"samples_per_s":\([0-9.]*\).*/\1/' | median |
     awk -v t="$(context "$1")" '{print $1 * t}'
 }
-run_torch() { # model n c precision -> tokens/s
+run_torch() { # model n c precision mode -> tokens/s
+  local compile=(); [ "$5" = compile ] && compile=(--compile)
   "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- "${peer[@]}" "$here/torch_gpt.py" --model "$1" \
-    --text "$text" --batch-size 12 --max-steps "$steps" --precision "$4" --metrics "$tmp/t.out" 2> "$tmp/t.err" ||
+    "${compile[@]}" --text "$text" --batch-size 12 --max-steps "$steps" --precision "$4" --metrics "$tmp/t.out" \
+    2> "$tmp/t.err" ||
     { sed 's/^/torch_gpt.py: /' "$tmp/t.err" | tail -3 >&2; echo nan; return; }
   grep '"type":"summary"' "$tmp/t.out" | sed 's/.*"tokens_per_s":\([0-9.]*\).*/\1/'
 }
@@ -43,22 +47,37 @@ for r in $(seq 1 "$rounds"); do
   for m in $models; do for p in $parts; do for q in $precisions; do
     n=${p%x*}; c=${p#*x}
     echo "$m $p $q $(run_shm "$m" "$n" "$c" "$q")" >> "$tmp/shm.txt"
-    [ $torch_ok = 1 ] && echo "$m $p $q $(run_torch "$m" "$n" "$c" "$q")" >> "$tmp/torch.txt"
+    if [ $torch_ok = 1 ]; then
+      for mode in $peer_modes; do echo "$m $p $q $(run_torch "$m" "$n" "$c" "$q" "$mode") $mode" >> "$tmp/torch.txt"; done
+    fi
   done; done; done
 done
 echo "# shmtrain's run record: $(grep -o '"onednn":"[^"]*","isa":"[^"]*"' "$tmp/m.jsonl" | head -1)"
 echo
-echo "| model | instances x cores | precision | shmtrain tokens/s | PyTorch tokens/s | ratio |"
-echo "|---|---|---|---|---|---|"
+echo "| model | instances x cores | precision | shmtrain tokens/s | PyTorch tokens/s | PyTorch mode | ratio |"
+echo "|---|---|---|---|---|---|---|"
 for m in $models; do for p in $parts; do for q in $precisions; do
   s=$(awk -v m=$m -v p=$p -v q=$q '$1==m && $2==p && $3==q {print $4}' "$tmp/shm.txt" | median)
-  t=$( [ -f "$tmp/torch.txt" ] && awk -v m=$m -v p=$p -v q=$q '$1==m && $2==p && $3==q {print $4}' "$tmp/torch.txt" | median || true)
+  t= mode=
+  for md in $peer_modes; do  # the peer's faster mode on this row; one that failed (nan) never is
+    v=$( [ -f "$tmp/torch.txt" ] && awk -v m=$m -v p=$p -v q=$q -v md=$md '$1==m && $2==p && $3==q && $5==md {print $4}' \
+           "$tmp/torch.txt" | median || true)
+    awk -v v="$v" -v t="${t:-0}" 'BEGIN { exit !(v == v + 0 && v > t) }' && { t=$v; mode=$md; }
+  done
   if [ -n "$t" ]; then
-    printf "| %s | %s | %s | %.0f | %.0f | %.2fx |\n" $m $p $q $s $t "$(awk -v a=$s -v b=$t 'BEGIN{print a/b}')"
+    printf "| %s | %s | %s | %.0f | %.0f | %s | %.2fx |\n" $m $p $q $s $t $mode "$(awk -v a=$s -v b=$t 'BEGIN{print a/b}')"
   else
-    printf "| %s | %s | %s | %.0f | not installed | |\n" $m $p $q $s
+    printf "| %s | %s | %s | %.0f | %s | | |\n" $m $p $q $s "$([ $torch_ok = 1 ] && echo failed || echo 'not installed')"
   fi
 done; done; done
+if [ -f "$tmp/torch.txt" ]; then
+  echo
+  echo "The peer in each mode (median tokens/s; nan: the mode failed):"
+  for m in $models; do for p in $parts; do for q in $precisions; do
+    echo "  $m $p $q: $(for md in $peer_modes; do echo -n "$md $(awk -v m=$m -v p=$p -v q=$q -v md=$md \
+      '$1==m && $2==p && $3==q && $5==md {print $4}' "$tmp/torch.txt" | median)  "; done)"
+  done; done; done
+fi
 # The dataflow's counters beside the times (issue 25): what one step of
 # each model converts between fp32 and bf16 and how many weight reorders it
 # makes, at this bench's batch (st-step-bench, one thread: they do not
