@@ -22,7 +22,7 @@ export SHMTRAIN_PYTHON=${SHMTRAIN_PYTHON:-$(command -v python3)}   # the device'
 lscpu | grep -o 'amx_bf16\|avx512_bf16' | sort -u | paste -sd' ' | tee -a "$out/machine.txt"
 
 # The peer eager and under torch.compile (nanoGPT's default; PEER_MODES=eager skips the
-# compiles, about a minute each on 2 vCPUs, where the call's time is short).
+# compiles, one per precision and round, where the call's time is short).
 timeout 420 bench/run-gpt2.sh /tmp/st/bin "$rounds" 3 "$batch" "$threads" "fp32 bf16" 2>&1 | tee "$out/gpt2.txt"
 
 echo "# attention: bf16 kernels (A) against fp32 (B), gpt2 bf16, batch $batch, $threads threads" | tee "$out/attention-ab.txt"
