@@ -56,14 +56,13 @@ echo "# shmtrain's run record: $(grep -o '"onednn":"[^"]*","isa":"[^"]*"' "$tmp/
 echo
 echo "| model | instances x cores | precision | shmtrain tokens/s | PyTorch tokens/s | PyTorch mode | ratio |"
 echo "|---|---|---|---|---|---|---|"
+peer_rate() {  # mode -> the peer's median tokens/s on the row (m, p, q)
+  [ -f "$tmp/torch.txt" ] && awk -v m=$m -v p=$p -v q=$q -v md=$1 '$1==m && $2==p && $3==q && $5==md {print $4}' \
+    "$tmp/torch.txt" | median
+}
 for m in $models; do for p in $parts; do for q in $precisions; do
   s=$(awk -v m=$m -v p=$p -v q=$q '$1==m && $2==p && $3==q {print $4}' "$tmp/shm.txt" | median)
-  t= mode=
-  for md in $peer_modes; do  # the peer's faster mode on this row; one that failed (nan) never is
-    v=$( [ -f "$tmp/torch.txt" ] && awk -v m=$m -v p=$p -v q=$q -v md=$md '$1==m && $2==p && $3==q && $5==md {print $4}' \
-           "$tmp/torch.txt" | median || true)
-    awk -v v="$v" -v t="${t:-0}" 'BEGIN { exit !(v == v + 0 && v > t) }' && { t=$v; mode=$md; }
-  done
+  fastest=$(peer_fastest "$peer_modes" higher peer_rate); mode=${fastest% *}; t=${fastest#* }
   if [ -n "$t" ]; then
     printf "| %s | %s | %s | %.0f | %.0f | %s | %.2fx |\n" $m $p $q $s $t $mode "$(awk -v a=$s -v b=$t 'BEGIN{print a/b}')"
   else
@@ -74,8 +73,7 @@ if [ -f "$tmp/torch.txt" ]; then
   echo
   echo "The peer in each mode (median tokens/s; nan: the mode failed):"
   for m in $models; do for p in $parts; do for q in $precisions; do
-    echo "  $m $p $q: $(for md in $peer_modes; do echo -n "$md $(awk -v m=$m -v p=$p -v q=$q -v md=$md \
-      '$1==m && $2==p && $3==q && $5==md {print $4}' "$tmp/torch.txt" | median)  "; done)"
+    echo "  $m $p $q: $(for md in $peer_modes; do echo -n "$md $(peer_rate "$md")  "; done)"
   done; done; done
 fi
 # The dataflow's counters beside the times (issue 25): what one step of

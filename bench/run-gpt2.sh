@@ -78,10 +78,7 @@ echo "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
 for t in $threads; do for q in $precisions; do
   pick() { awk -v t=$t -v q=$q -v c=$2 -v m="${3:-}" '$1==t && $2==q && (m == "" || $5 == m) {print $c}' \
              "$tmp/$1.txt" | median; }
-  best=; p=0
-  for m in $modes; do  # the peer's faster mode; a mode that failed (nan) is never it
-    v=$(pick torch 3 "$m"); awk -v v="$v" -v p="$p" 'BEGIN { exit !(v == v + 0 && v > p) }' && { best=$m; p=$v; }
-  done
+  fastest=$(peer_fastest "$modes" higher pick torch 3); best=${fastest% *}; p=${fastest#* }
   [ -n "$best" ] || { echo "| $t | $q | $(pick shm 3) | failed | $modes | | | | | | | |"; continue; }
   s=$(pick shm 3); g=$(pick peak 3); sr=$(pick shm 4); pr=$(pick torch 4 "$best")
   awk -v t=$t -v q=$q -v s=$s -v p=$p -v g=$g -v f=$flops_per_token -v sr=$sr -v pr=$pr -v m="$best" 'BEGIN {

@@ -45,14 +45,13 @@ ms_to_sps() { awk -v s="$1" 'BEGIN{print 64/s*1e3}'; }
 echo
 echo "| model | threads | precision | shmtrain step ms | samples/s | PyTorch step ms | samples/s | PyTorch mode | ratio | conversions (MB) / weight reorders per step |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
+peer_ms() {  # mode -> the peer's median step ms on the row (q, m, t)
+  [ -f "$tmp/torch.txt" ] && awk -v q=$q -v m=$m -v t=$t -v md=$1 '$1==q && $2==m && $3==t && $6==md {print $4}' \
+    "$tmp/torch.txt" | median
+}
 for m in $models; do for t in 1 2; do for q in $precisions; do
   s=$(awk -F, -v q=$q -v m=$m -v t=$t '$1==q && $2==m && $3==t {print $5}' "$tmp/shm.csv" | median)
-  p= mode=
-  for md in $peer_modes; do  # the peer's fastest mode on this row, by its median
-    v=$( [ -f "$tmp/torch.txt" ] && awk -v q=$q -v m=$m -v t=$t -v md=$md '$1==q && $2==m && $3==t && $6==md {print $4}' \
-           "$tmp/torch.txt" | median || true)
-    [ -n "$v" ] && { [ -z "$p" ] || awk -v v="$v" -v p="$p" 'BEGIN { exit !(v < p) }'; } && { p=$v; mode=$md; }
-  done
+  fastest=$(peer_fastest "$peer_modes" lower peer_ms); mode=${fastest% *}; p=${fastest#* }
   if [ -z "$s" ]; then shm="| $no_bf16 | "; else shm=$(printf "| %.3f | %.0f" "$s" "$(ms_to_sps "$s")"); fi
   if [ -n "$p" ]; then tor=$(printf "| %.3f | %.0f | %s" "$p" "$(ms_to_sps "$p")" "$mode"); else tor="| not installed | | "; fi
   ratio=$([ -n "$s" ] && [ -n "$p" ] && awk -v a="$s" -v b="$p" 'BEGIN{printf "%.2fx", b/a}' || echo "-")
@@ -63,8 +62,7 @@ if [ -f "$tmp/torch.txt" ]; then
   echo
   echo "The peer in each mode (median step ms; none: the mode failed):"
   for m in $models; do for t in 1 2; do for q in $precisions; do
-    echo "  $m $t $q: $(for md in $peer_modes; do v=$(awk -v q=$q -v m=$m -v t=$t -v md=$md \
-      '$1==q && $2==m && $3==t && $6==md {print $4}' "$tmp/torch.txt" | median); echo -n "$md ${v:-none}  "; done)"
+    echo "  $m $t $q: $(for md in $peer_modes; do v=$(peer_ms "$md"); echo -n "$md ${v:-none}  "; done)"
   done; done; done
 fi
 echo
