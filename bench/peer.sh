@@ -23,8 +23,8 @@ peer_fastest() {  # its locals prefixed: CMD reads its caller's variables (m, t,
   local _pf_modes=$1 _pf_better=$2 _pf_best='' _pf_value='' _pf_mode _pf_v; shift 2
   for _pf_mode in $_pf_modes; do
     _pf_v=$("$@" "$_pf_mode")
-    if awk -v v="$_pf_v" -v b="$_pf_value" -v d="$_pf_better" \
-         'BEGIN { exit !(v ~ /^[0-9]+\.?[0-9]*$/ && (b == "" || (d == "higher" ? v + 0 > b + 0 : v + 0 < b + 0))) }'; then
+    if awk -v v="$_pf_v" -v b="$_pf_value" -v d="$_pf_better" 'BEGIN { exit !(v ~ /^[0-9]+\.?[0-9]*$/ &&
+         (b == "" || (d == "higher" ? v + 0 > b + 0 : v + 0 < b + 0))) }'; then
       _pf_best=$_pf_mode; _pf_value=$_pf_v
     fi
   done

@@ -48,7 +48,9 @@ for r in $(seq 1 "$rounds"); do
     n=${p%x*}; c=${p#*x}
     echo "$m $p $q $(run_shm "$m" "$n" "$c" "$q")" >> "$tmp/shm.txt"
     if [ $torch_ok = 1 ]; then
-      for mode in $peer_modes; do echo "$m $p $q $(run_torch "$m" "$n" "$c" "$q" "$mode") $mode" >> "$tmp/torch.txt"; done
+      for mode in $peer_modes; do
+        echo "$m $p $q $(run_torch "$m" "$n" "$c" "$q" "$mode") $mode" >> "$tmp/torch.txt"
+      done
     fi
   done; done; done
 done
@@ -64,9 +66,11 @@ for m in $models; do for p in $parts; do for q in $precisions; do
   s=$(awk -v m=$m -v p=$p -v q=$q '$1==m && $2==p && $3==q {print $4}' "$tmp/shm.txt" | median)
   fastest=$(peer_fastest "$peer_modes" higher peer_rate); mode=${fastest% *}; t=${fastest#* }
   if [ -n "$t" ]; then
-    printf "| %s | %s | %s | %.0f | %.0f | %s | %.2fx |\n" $m $p $q $s $t $mode "$(awk -v a=$s -v b=$t 'BEGIN{print a/b}')"
+    printf "| %s | %s | %s | %.0f | %.0f | %s | %.2fx |\n" $m $p $q $s $t $mode \
+      "$(awk -v a=$s -v b=$t 'BEGIN{print a/b}')"
   else
-    printf "| %s | %s | %s | %.0f | %s | | |\n" $m $p $q $s "$([ $torch_ok = 1 ] && echo failed || echo 'not installed')"
+    printf "| %s | %s | %s | %.0f | %s | | |\n" $m $p $q $s \
+      "$([ $torch_ok = 1 ] && echo failed || echo 'not installed')"
   fi
 done; done; done
 if [ -f "$tmp/torch.txt" ]; then

@@ -88,8 +88,7 @@ done; done
 echo
 echo "The peer in each mode (median tokens/s, peak RSS MB; nan: the mode failed):"
 for t in $threads; do for q in $precisions; do
-  echo "  $t threads $q: $(for m in $modes; do echo -n "$m $(awk -v t=$t -v q=$q -v m=$m '$1==t && $2==q && $5==m {print $3}' \
-    "$tmp/torch.txt" | median) $(awk -v t=$t -v q=$q -v m=$m '$1==t && $2==q && $5==m {print $4}' "$tmp/torch.txt" | median)  "; done)"
+  echo "  $t threads $q: $(for m in $modes; do echo -n "$m $(pick torch 3 "$m") $(pick torch 4 "$m")  "; done)"
 done; done
 step_bench=$build/bench/st-step-bench
 [ -x "$step_bench" ] || step_bench=$(command -v st-step-bench)  # a device bundle's flat bin/

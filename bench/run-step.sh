@@ -53,7 +53,8 @@ for m in $models; do for t in 1 2; do for q in $precisions; do
   s=$(awk -F, -v q=$q -v m=$m -v t=$t '$1==q && $2==m && $3==t {print $5}' "$tmp/shm.csv" | median)
   fastest=$(peer_fastest "$peer_modes" lower peer_ms); mode=${fastest% *}; p=${fastest#* }
   if [ -z "$s" ]; then shm="| $no_bf16 | "; else shm=$(printf "| %.3f | %.0f" "$s" "$(ms_to_sps "$s")"); fi
-  if [ -n "$p" ]; then tor=$(printf "| %.3f | %.0f | %s" "$p" "$(ms_to_sps "$p")" "$mode"); else tor="| not installed | | "; fi
+  tor="| not installed | | "
+  [ -z "$p" ] || tor=$(printf "| %.3f | %.0f | %s" "$p" "$(ms_to_sps "$p")" "$mode")
   ratio=$([ -n "$s" ] && [ -n "$p" ] && awk -v a="$s" -v b="$p" 'BEGIN{printf "%.2fx", b/a}' || echo "-")
   counters=$(awk -F, -v q=$q -v m=$m -v t=$t '$1==q && $2==m && $3==t {c=sprintf("%s (%.2f) / %s", $(NF-2), $(NF-1), $NF)} END {print c}' "$tmp/shm.csv")
   echo "| $m | $t | $q $shm $tor | $ratio | ${counters:--} |"

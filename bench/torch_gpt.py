@@ -210,7 +210,7 @@ def parse_args():
     add("--seed", type=int, default=1)
     add("--backend", choices=("gloo", "shm"), default="gloo")  # shm: shmtrain's (python/shmtrain_torch)
     add("--precision", choices=("fp32", "bf16"), default="fp32")
-    add("--compile", action="store_true", help="torch.compile the model (nanoGPT's default), before DDP as nanoGPT does")
+    add("--compile", action="store_true", help="torch.compile the model, before DDP (nanoGPT's default)")
     add("--eval-every", type=int, default=0, help="steps between validation losses (0: at the end)")
     add("--eval-windows", type=int, default=256)
     add("--log-every", type=int, default=50)
