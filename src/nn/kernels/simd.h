@@ -35,6 +35,8 @@
 
 static inline void *nn_lines_alloc(size_t bytes, bool zeroed)
 {
+    if (bytes > SIZE_MAX - 63)  /* rounding up would wrap to a small block, where calloc said no */
+        return NULL;
     const size_t whole = (bytes ? bytes + 63 : 64) / 64 * 64;
     void *p = aligned_alloc(64, whole);
     if (p && zeroed)
