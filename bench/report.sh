@@ -54,7 +54,7 @@ if [ $tiny = 1 ]; then
   # the peer's modes without torch.compile, whose compiles alone would outlast the smoke
   step=(env STEP_SECONDS=0.05 MODELS="mlp lenet" PEER_MODES="eager channels_last" "$here/run-step.sh" "$build" 1
         "fp32 bf16")
-  train=(env TIME_TO_ACCURACY=0 "$here/run-train.sh" "$build" 1 20 mlp "1x1 2x1")
+  train=(env TIME_TO_ACCURACY=0 PEER_MODES="eager channels_last" "$here/run-train.sh" "$build" 1 20 mlp "1x1 2x1")
   gpt=(env PEER_MODES=eager "$here/run-gpt.sh" "$build" 1 4 gpt-mini 1x1 "$precisions")
   sweep_job=(--model mlp --max-steps 30 --log-every 10 --eval-every 30)
   repeats=1

@@ -10,10 +10,13 @@
 # 1-core jobs at once: what two instances get from this machine without
 # any all-reduce, the ceiling for 2x1; and st-vcpu-probe, the arithmetic
 # all CPUs give at once against one (below 2x: they share physical cores).
-# The peer: bench/peer.sh (skipped where no PyTorch is installed).
+# The peer: bench/peer.sh (skipped where no PyTorch is installed), in each
+# of PEER_MODES (default "eager channels_last compile": torch_ddp.py --mode);
+# the table takes its fastest mode on each row by median, and names it.
 set -euo pipefail
 build=${1:-build}; rounds=${2:-3}; steps=${3:-300}
 models=${4:-mlp lenet cnn}; parts=${5:-1x1 1x2 2x1}
+peer_modes=${PEER_MODES:-eager channels_last compile}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/peer.sh"; torch_ok=$peer_ok
@@ -35,9 +38,11 @@ run_apart() { # model -> samples/s of two independent 1-core jobs run at once (n
   wait
   echo "$(samples "$tmp/a0.jsonl") $(samples "$tmp/a1.jsonl")" | awk '{print $1 + $2}'
 }
-run_torch() { # the same measure from the peer's metrics file (same format)
+run_torch() { # model n c mode -> the same measure from the peer's metrics file (same format)
+  rm -f "$tmp/t.jsonl"
   "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- "${peer[@]}" "$here/torch_ddp.py" --model "$1" \
-    --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/t.jsonl"
+    --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/t.jsonl" --mode "$4" >&2 ||
+    { echo "torch_ddp.py $1 ${2}x$3 --mode $4 failed" >&2; echo nan; return 0; }
   samples "$tmp/t.jsonl"
 }
 
@@ -49,7 +54,9 @@ for r in $(seq 1 "$rounds"); do
   for m in $models; do for p in $parts; do
     n=${p%x*}; c=${p#*x}
     echo "$m $p shm $(run_shm "$m" "$n" "$c")" >> "$tmp/results"
-    [ $torch_ok = 1 ] && echo "$m $p torch $(run_torch "$m" "$n" "$c")" >> "$tmp/results"
+    if [ $torch_ok = 1 ]; then
+      for mode in $peer_modes; do echo "$m $p torch $(run_torch "$m" "$n" "$c" "$mode") $mode" >> "$tmp/results"; done
+    fi
   done
   if [ "$(nproc)" -ge 2 ] && [[ " $parts " == *" 2x1 "* ]]; then
     echo "$m apart shm $(run_apart "$m")" >> "$tmp/results"
@@ -57,19 +64,30 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 echo
-echo "| model | instances x cores | shmtrain samples/s (median) | PyTorch DDP samples/s | ratio | vs 1x1 |"
-echo "|---|---|---|---|---|---|"
+echo "| model | instances x cores | shmtrain samples/s (median) | PyTorch DDP samples/s | PyTorch mode | ratio | vs 1x1 |"
+echo "|---|---|---|---|---|---|---|"
+peer_rate() {  # mode -> the peer's median samples/s on the row (m, p)
+  awk -v m="$m" -v p="$p" -v md="$1" '$1==m && $2==p && $3=="torch" && $5==md && $4 ~ /^[0-9.]+$/ {print $4}' \
+    "$tmp/results" | median
+}
 for m in $models; do
   base=$(awk -v m="$m" '$1==m && $2=="1x1" && $3=="shm" {print $4}' "$tmp/results" | median)
   for p in $parts; do
     s=$(awk -v m="$m" -v p="$p" '$1==m && $2==p && $3=="shm" {print $4}' "$tmp/results" | median)
-    t=$(awk -v m="$m" -v p="$p" '$1==m && $2==p && $3=="torch" {print $4}' "$tmp/results" | median)
+    fastest=$(peer_fastest "$peer_modes" higher peer_rate); mode=${fastest% *}; t=${fastest#* }
     ratio=$([ -n "$t" ] && awk -v s="$s" -v t="$t" 'BEGIN {printf "%.2fx", s/t}' || echo "n/a")
     t=$([ -n "$t" ] && printf "%.0f" "$t" || echo "not installed")
-    printf "| %s | %s | %.0f | %s | %s | %.2fx |\n" "$m" "$p" "$s" "$t" "$ratio" \
+    printf "| %s | %s | %.0f | %s | %s | %s | %.2fx |\n" "$m" "$p" "$s" "$t" "${mode:--}" "$ratio" \
       "$(awk -v s="$s" -v b="$base" 'BEGIN {print s/b}')"
   done
 done
+if grep -q ' torch ' "$tmp/results"; then
+  echo
+  echo "PyTorch DDP in each mode (median samples/s; none: the mode failed):"
+  for m in $models; do for p in $parts; do
+    echo "  $m $p: $(for md in $peer_modes; do v=$(peer_rate "$md"); echo -n "$md ${v:-none}  "; done)"
+  done; done
+fi
 if grep -q '^probe ' "$tmp/results"; then
   echo
   echo "st-vcpu-probe, all CPUs' arithmetic at once over one CPU's, each round: $(awk '$1=="probe" {printf "%sx ", $2}' "$tmp/results")"

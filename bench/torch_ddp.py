@@ -13,7 +13,11 @@ binary batches), DistributedSampler sharding
 with drop_last, per-instance batch, SGD/AdamW, weight decay, clipping, learning
 rate schedules with warm-up, sharded evaluation every K steps or each epoch,
 and a target accuracy; `--precision bf16` runs forward and loss under
-torch.autocast(cpu, bfloat16).  It writes shmtrain's metrics format (JSON lines: run,
+torch.autocast(cpu, bfloat16).  `--mode` is how a PyTorch user makes a CPU
+model faster (bench/torch_step.py's modes): channels_last puts the model and
+each batch in NHWC, compile wraps the DDP model in torch.compile (DDP's own
+recipe: the compile splits the graph at its buckets; it falls in the first
+steps, which the benchmarks' steady-state rate leaves out).  It writes shmtrain's metrics format (JSON lines: run,
 train, eval, summary) so one report reads both.  shmtrain options it cannot
 honour (CIFAR-100, augmentation, resume) are refused; output-only ones
 (checkpoints, replica checks, denormal flushing) are accepted and ignored.
@@ -118,6 +122,7 @@ def parse_args():
     add("--quiet", action="store_true")
     add("--backend", choices=("gloo", "shm"), default="gloo")  # shm: shmtrain's (python/shmtrain_torch)
     add("--precision", choices=("fp32", "bf16"), default="fp32")  # bf16: torch.autocast(cpu, bfloat16)
+    add("--mode", choices=("eager", "channels_last", "compile"), default="eager")
     add("--grad-accum", type=int, default=1)  # micro-batches per step, DDP's no_sync on all but the last
     # Accepted so a shmtrain command line runs unchanged; they only change output.
     add("--checkpoint")
@@ -200,7 +205,10 @@ def main():
     torch.manual_seed(a.seed)
     model = torch_models.build(a.model)
     params = sum(p.numel() for p in model.parameters())
+    layout = torch.channels_last if a.mode == "channels_last" else torch.contiguous_format
+    model = model.to(memory_format=layout)
     net = torch.nn.parallel.DistributedDataParallel(model)
+    forward = torch.compile(net) if a.mode == "compile" else net
     hook = InFlight
     net.register_comm_hook(None, timed_allreduce_hook)
     base_lr = a.lr * (world if a.scale_lr else 1)
@@ -227,7 +235,7 @@ def main():
 
     emit(type="run", system="pytorch-ddp", instances=world, threads=torch.get_num_threads(), model=a.model,
          params=params, batch_per_instance=a.batch_size, torch=torch.__version__, backend=a.backend, first_step=0,
-         precision="bf16" if a.precision == "bf16" else "fp32", **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}))
+         precision="bf16" if a.precision == "bf16" else "fp32", mode=a.mode, **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}))
 
     best, last_acc, reached = 0.0, float("nan"), {}
 
@@ -239,7 +247,7 @@ def main():
         with torch.no_grad():
             for k in range(0, len(test_idx), 256):
                 idx = test_idx[k:k + 256]
-                x, y = test.tensors[0][idx], test.tensors[1][idx]
+                x, y = test.tensors[0][idx].contiguous(memory_format=layout), test.tensors[1][idx]
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
                     out = net.module(x).float()
                 sums += torch.tensor([float(loss_fn(out, y)) * len(y), float((out.argmax(1) == y).sum()), len(y)],
@@ -275,7 +283,7 @@ def main():
             for m, (x, y) in enumerate(micro):
                 with (net.no_sync() if m < len(micro) - 1 else contextlib.nullcontext()):
                     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-                        out = net(x)
+                        out = forward(x.contiguous(memory_format=layout))
                         loss = loss_fn(out, y)
                     (loss / len(micro)).backward()
                 loss_sum += float(loss) / len(micro)
