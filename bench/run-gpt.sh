@@ -11,7 +11,7 @@
 # per-interval rates after the first), PyTorch's the timed steps.  bf16 needs
 # a CPU with native bf16 (AVX512-BF16 or AMX).  The peer: bench/peer.sh
 # (SHMTRAIN_PYTHON, else PyTorch 2.13 from scripts/install-deps.sh --bench),
-# in each of PEER_MODES (default "eager compile": torch_gpt.py's --compile is
+# in each of PEER_MODES (default "eager compile": torch_gpt.py's --mode compile is
 # nanoGPT's default), the faster by median on each row, named.
 # After the table: each model's conversions and weight reorders per step.
 set -euo pipefail
@@ -33,9 +33,8 @@ run_shm() { # model n c precision -> tokens/s
     awk -v t="$(context "$1")" '{print $1 * t}'
 }
 run_torch() { # model n c precision mode -> tokens/s
-  local compile=(); [ "$5" = compile ] && compile=(--compile)
   "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- "${peer[@]}" "$here/torch_gpt.py" --model "$1" \
-    "${compile[@]}" --text "$text" --batch-size 12 --max-steps "$steps" --precision "$4" --metrics "$tmp/t.out" \
+    --mode "$5" --text "$text" --batch-size 12 --max-steps "$steps" --precision "$4" --metrics "$tmp/t.out" \
     2> "$tmp/t.err" ||
     { sed 's/^/torch_gpt.py: /' "$tmp/t.err" | tail -3 >&2; echo nan; return; }
   grep '"type":"summary"' "$tmp/t.out" | sed 's/.*"tokens_per_s":\([0-9.]*\).*/\1/'

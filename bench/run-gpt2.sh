@@ -41,8 +41,7 @@ run_shm() { # threads precision -> "tokens/s rss_mb"
        "$(field summary "$tmp/m.jsonl" peak_rss_mb)"
 }
 run_torch() { # threads precision mode -> "tokens/s rss_mb"
-  local compile=(); [ "$3" = compile ] && compile=(--compile)
-  pin "$1" "${peer[@]}" "$here/torch_gpt.py" --model gpt2 "${compile[@]}" \
+  pin "$1" "${peer[@]}" "$here/torch_gpt.py" --model gpt2 --mode "$3" \
     --tokens-bin "$tmp/ids.bin" --batch-size "$batch" --max-steps "$steps" --warm-steps 1 --lr 6e-4 \
     --weight-decay 0.1 --beta2 0.95 --clip-norm 1 --eval-windows 1 --precision "$2" --quiet \
     --metrics "$tmp/t.jsonl" 2> "$tmp/t.err" || { tail -3 "$tmp/t.err" >&2; echo "nan nan"; return; }

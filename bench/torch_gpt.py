@@ -17,8 +17,8 @@ ids in byte order, and the very same training windows: shmtrain's seeded
 stream of distinct starts, rank r taking every W-th), AdamW with decay on
 matrices only, clipping, and shmtrain's warm-up + cosine schedule.
 `--precision bf16` runs the step under torch.autocast(cpu, bfloat16);
-`--compile` wraps the model in torch.compile as nanoGPT's train.py does by
-default (before DDP; the compile falls in the untimed --warm-steps);
+`--mode compile` (or `--compile`) wraps the model in torch.compile as nanoGPT's
+train.py does by default (before DDP; the compile falls in the untimed --warm-steps);
 `--grad-accum N` is nanoGPT's gradient accumulation (DDP's no_sync on all
 but the last micro-batch), over shmtrain's windows for its --grad-accum.
 Writes shmtrain's metrics records (run, train, eval, summary; JSON lines, to --metrics or
@@ -210,7 +210,9 @@ def parse_args():
     add("--seed", type=int, default=1)
     add("--backend", choices=("gloo", "shm"), default="gloo")  # shm: shmtrain's (python/shmtrain_torch)
     add("--precision", choices=("fp32", "bf16"), default="fp32")
-    add("--compile", action="store_true", help="torch.compile the model, before DDP (nanoGPT's default)")
+    add("--mode", choices=("eager", "compile"), default="eager",
+        help="compile: torch.compile the model, before DDP (nanoGPT's default)")
+    add("--compile", dest="mode", action="store_const", const="compile", help="--mode compile")
     add("--eval-every", type=int, default=0, help="steps between validation losses (0: at the end)")
     add("--eval-windows", type=int, default=256)
     add("--log-every", type=int, default=50)
@@ -268,7 +270,7 @@ def main():
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, a.beta2), eps=1e-8)
-    net = torch.compile(model) if a.compile else model
+    net = torch.compile(model) if a.mode == "compile" else model
     if world > 1:
         net = nn.parallel.DistributedDataParallel(net)
         net.register_comm_hook(None, timed_allreduce_hook)
@@ -278,7 +280,7 @@ def main():
     emit({"type": "run", "system": "pytorch-ddp" if world > 1 else "pytorch", "instances": world,
           "threads": torch.get_num_threads(), "model": a.model, "params": params, "batch_per_instance": a.batch_size,
           "torch": torch.__version__, **({"backend": a.backend} if world > 1 else {}), "first_step": 0, "context": t,
-          "precision": "bf16" if a.precision == "bf16" else "fp32", **({"compile": True} if a.compile else {}),
+          "precision": "bf16" if a.precision == "bf16" else "fp32", "mode": a.mode,
           **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {})})
 
     def step(k):
