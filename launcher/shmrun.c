@@ -99,6 +99,8 @@ static void usage(FILE *f)
 "      --sweep-out DIR           where the report goes (default shmrun-sweep/DATE-TIME)\n"
 "      --target-accuracy A | --target-loss L   report the time to reach it\n"
 "      --compare-torch[=SCRIPT]  also run PyTorch DDP under the same plans\n"
+"      --torch-mode MODE         how PyTorch runs its model there: eager (default),\n"
+"                                channels_last or compile (torch.compile)\n"
 "      --sweep-precisions LIST   each setting once per precision (fp32,bf16), side by side\n"
 "      --sweep-global-batch G    every setting trains G samples a step (the job's gradient\n"
 "                                accumulation: G / N / its batch), so settings differ in speed only\n"
@@ -169,7 +171,7 @@ static void check_spelling(int argc, char **argv, const struct option *longopts)
 enum {
     O_CORES = 256, O_NODES, O_LOGICAL, O_NOCROSS, O_BIND, O_XML, O_SYNTH, O_ALLOWED, O_DRY, O_JSON, O_JOB, O_LOGDIR,
     O_TEE, O_QUIET, O_RESTARTS, O_GRACE, O_VERSION, O_REPORT, O_SWEEP, O_REPEATS, O_PRECISIONS, O_GLOBAL_BATCH,
-    O_SWEEPOUT, O_TARGET, O_TARGET_LOSS, O_TORCH, O_OVERSUB, O_STALL, O_HOSTS, O_PRINT_MPIRUN
+    O_SWEEPOUT, O_TARGET, O_TARGET_LOSS, O_TORCH, O_TORCH_MODE, O_OVERSUB, O_STALL, O_HOSTS, O_PRINT_MPIRUN
 };
 
 static const struct option longopts[] = {
@@ -186,7 +188,7 @@ static const struct option longopts[] = {
     {"repeats", required_argument, 0, O_REPEATS}, {"sweep-precisions", required_argument, 0, O_PRECISIONS},
     {"sweep-global-batch", required_argument, 0, O_GLOBAL_BATCH}, {"sweep-out", required_argument, 0, O_SWEEPOUT},
     {"target-accuracy", required_argument, 0, O_TARGET}, {"target-loss", required_argument, 0, O_TARGET_LOSS},
-    {"compare-torch", optional_argument, 0, O_TORCH},
+    {"compare-torch", optional_argument, 0, O_TORCH}, {"torch-mode", required_argument, 0, O_TORCH_MODE},
     {"oversubscribe", no_argument, 0, O_OVERSUB}, {"stall-timeout", required_argument, 0, O_STALL},
     {"hosts", required_argument, 0, O_HOSTS}, {"print-mpirun", no_argument, 0, O_PRINT_MPIRUN},
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
@@ -267,6 +269,17 @@ static void target_flag(bool loss, const char *v, struct options *o)
         bad_flag("--target-accuracy '%s': not a fraction in (0, 1]", v);
 }
 
+/* --torch-mode: the ways a PyTorch user makes a CPU model faster, which the
+ * project's peer scripts take as --mode. */
+static const char *torch_mode(const char *v)
+{
+    static const char *const modes[] = {"eager", "channels_last", "compile"};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+        if (!strcmp(v, modes[i]))
+            return modes[i];
+    bad_flag("--torch-mode '%s': use eager, channels_last or compile", v);
+}
+
 static bool sweep_flag(int c, char *v, struct options *o)
 {
     switch (c) {
@@ -278,6 +291,7 @@ static bool sweep_flag(int c, char *v, struct options *o)
     case O_TARGET: target_flag(false, v, o); break;
     case O_TARGET_LOSS: target_flag(true, v, o); break;
     case O_TORCH: o->sweep.compare_torch = true; o->sweep.torch_script = v; break;
+    case O_TORCH_MODE: o->sweep.torch_mode = torch_mode(v); break;
     default: return false;
     }
     return true;
@@ -306,6 +320,8 @@ static void check_combinations(struct options *o)
                          o->sweep.repeats != 3 || o->sweep.precisions || o->sweep.global_batch))
         bad_flag("--repeats, --sweep-out, --target-accuracy, --target-loss, --compare-torch, --sweep-precisions "
                  "and --sweep-global-batch go with --sweep");
+    if (o->sweep.torch_mode && !o->sweep.compare_torch)
+        bad_flag("--torch-mode goes with --compare-torch");
     if (o->sweeping && (o->req.ninstances || o->req.cores_per_instance))
         bad_flag("--sweep names the settings itself: drop -n/-c");
     if (o->sweeping && (o->json || o->report || o->max_restarts || o->job_id || o->tee_all))

@@ -95,6 +95,7 @@ static void test_records_round_trip(void **state)
     assert_non_null(strstr(text, "\"time_to_accuracy_s\":{\"0.85\":4.25,\"0.89\":7.50}"));
     assert_null(strstr(text, "\"torch\""));  /* empty strings of other writers are left out */
     assert_null(strstr(text, "\"backend\""));
+    assert_null(strstr(text, "\"mode\""));
     st_record out[4];
     char *line = text;
     for (int i = 0; i < 4; i++) {
@@ -116,12 +117,13 @@ static void test_records_round_trip(void **state)
     assert_int_equal(out[3].u.summary.nreached, 2);
     assert_true(out[3].u.summary.reached_accuracy[1] == 0.89 && out[3].u.summary.reached_s[1] == 7.5);
     st_record junk;
-    /* the PyTorch peer's run record: its version and its all-reduce */
+    /* the PyTorch peer's run record: its version, its all-reduce, its mode */
     const char *peer = "{\"type\":\"run\",\"system\":\"pytorch-ddp\",\"instances\":2,\"torch\":\"2.13.0+cpu\","
-                       "\"backend\":\"shm\",\"first_step\":0}";
+                       "\"backend\":\"shm\",\"mode\":\"channels_last\",\"first_step\":0}";
     assert_int_equal(st_metrics_parse(peer, &junk), ST_RECORD_RUN);
     assert_string_equal(junk.u.run.torch, "2.13.0+cpu");
     assert_string_equal(junk.u.run.backend, "shm");
+    assert_string_equal(junk.u.run.mode, "channels_last");
     assert_int_equal(st_metrics_parse("not json at all", &junk), ST_RECORD_UNKNOWN);
     assert_int_equal(st_metrics_parse("{\"type\":\"unheard-of\"}", &junk), ST_RECORD_UNKNOWN);
     free(text);

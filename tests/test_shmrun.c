@@ -356,6 +356,21 @@ static void test_foreign_file_at_a_segment_name(void **state)
 
 /* ---------------------------------------------------------- bad flags -- */
 
+/* A sweep passes the job's arguments on inside an argv of its own: a job
+ * with more than fit is refused, never written past that argv's end. */
+static void test_sweep_argument_limit(void **state)
+{
+    (void)state;
+    enum { JOB_WORDS = 230 };
+    char *argv[JOB_WORDS + 8] = {(char *)shmrun, "--sweep", "1x1", "--", "true"};
+    for (int i = 5; i < JOB_WORDS + 4; i++)
+        argv[i] = "x";
+    struct result r = run(argv, "sweepargs");
+    if (exit_code(&r) != 2 || !strstr(r.err, "arguments to pass on; at most 216"))
+        fail_msg("exit %d, stderr: %s", exit_code(&r), r.err);
+    result_free(&r);
+}
+
 static void test_bad_flags(void **state)
 {
     (void)state;
@@ -399,6 +414,10 @@ static void test_bad_flags(void **state)
         {{"--repeats", "2", "--", "true"}, "go with --sweep"},
         {{"--sweep", "1x1", "--repeats", "0", "--", "true"}, "--repeats 0"},
         {{"--sweep", "1x1", "--target-accuracy", "85", "--", "true"}, "--target-accuracy '85'"},
+        {{"--sweep", "1x1", "--compare-torch", "--torch-mode", "fast", "--", "true"}, "--torch-mode 'fast'"},
+        {{"--sweep", "1x1", "--torch-mode", "compile", "--", "true"}, "--torch-mode goes with --compare-torch"},
+        {{"--sweep", "1x1", "--compare-torch", "--torch-mode", "channels_last", "--", "true", "--text"},
+         "--torch-mode channels_last: a language model"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *argv[12] = {(char *)shmrun};
@@ -424,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_tee_all_prefixes_ranks),
         cmocka_unit_test(test_ctrl_c_is_forwarded),
         cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_sweep_argument_limit),
         cmocka_unit_test(test_oversubscribe_4_and_8_ranks),
         cmocka_unit_test(test_ranks_inherit_no_launcher_descriptors),
         cmocka_unit_test(test_print_mpirun_pins_like_the_plan),

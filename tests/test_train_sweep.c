@@ -63,8 +63,11 @@ static void test_sweep_end_to_end(void **state)
                           "--target-accuracy", "0.3"};
     for (size_t i = 0; i < sizeof head / sizeof *head; i++)
         argv[k++] = (char *)head[i];
-    if (torch)
+    if (torch) {  /* the peer in a mode of its own: the report says the mode its run record gives */
         argv[k++] = "--compare-torch";
+        argv[k++] = "--torch-mode";
+        argv[k++] = "channels_last";
+    }
     const char *job[] = {"--", tr_shmtrain, "--model", "mlp", "--train-images", d.tri, "--train-labels", d.trl,
                          "--test-images", d.tei, "--test-labels", d.tel, "--epochs", "5", "--max-steps", "40",
                          "--log-every", "10", "--eval-every", "20", "--quiet"};
@@ -116,6 +119,7 @@ static void test_sweep_end_to_end(void **state)
     assert_non_null(strstr(md, want));
     child_run_free(&v);
     assert_true((strstr(md, "PyTorch DDP (gloo) samples/s") != NULL) == torch);
+    assert_true((strstr(md, ", mode channels_last |") != NULL) == torch);
     assert_true((strstr(md, "PyTorch DDP (shm) samples/s") != NULL) == shm);
     assert_non_null(strstr(r.out, "# Partitioning sweep"));  /* the report is shown too */
 

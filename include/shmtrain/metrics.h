@@ -37,6 +37,8 @@ typedef struct st_run_record {
     char torch[32];                  /* the PyTorch peer's; "" otherwise */
     char backend[8];                 /* the PyTorch peer's gradient all-reduce: "gloo", "shm"
                                         (python/shmtrain_torch); "" otherwise */
+    char mode[16];                   /* how the PyTorch peer ran its model: "eager", "channels_last",
+                                        "compile" (torch.compile); "" otherwise */
     char allreduce_dtype[8];         /* the gradient exchange: "fp32", "bf16", "fp16"; "" when not said */
     char precision[8];               /* compute, as built: "bf16" when any layer computes in bf16
                                         (mixed), else "fp32"; "" when not said */

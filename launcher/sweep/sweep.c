@@ -249,8 +249,10 @@ static void note_versions(const st_run_record *run, struct sweep_versions *v)
         snprintf(v->onednn, sizeof v->onednn, "%s", run->onednn);
         snprintf(v->isa, sizeof v->isa, "%s", run->isa);
     }
-    if (!strcmp(run->system, "pytorch-ddp"))
+    if (!strcmp(run->system, "pytorch-ddp")) {
         snprintf(v->torch, sizeof v->torch, "%s", run->torch);
+        snprintf(v->torch_mode, sizeof v->torch_mode, "%s", run->mode);
+    }
     if (run->threads > 0)
         v->threads = run->threads;
 }

@@ -108,6 +108,7 @@ void sweep_run_reset(struct sweep_run *r, int setting, int system, int repeat, i
 /* Versions and build facts a run reports about itself ("run" record). */
 struct sweep_versions {
     char onednn[32], isa[32], torch[32];
+    char torch_mode[16];             /* how the peer ran its model, as its run record says */
     int threads;
 };
 

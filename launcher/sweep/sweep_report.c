@@ -94,6 +94,7 @@ static void json_hardware(st_json *j, const struct sweep_report *rep)
     st_json_string(j, "onednn", rep->versions.onednn);
     st_json_string(j, "onednn_isa", rep->versions.isa);
     st_json_string(j, "torch", rep->versions.torch);
+    st_json_string(j, "torch_mode", rep->versions.torch_mode);
     st_json_string(j, "shmrun", rep->shmrun_version);
     st_json_string(j, "date", rep->date);
     if (rep->probe_cpus > 0) {
@@ -228,8 +229,9 @@ static void markdown_hardware(FILE *f, const struct sweep_report *rep)
                 rep->probe_one_gflops);
     fprintf(f, "| oneDNN | %s, widest ISA %s |\n", *rep->versions.onednn ? rep->versions.onednn : "-",
             *rep->versions.isa ? rep->versions.isa : "-");
-    fprintf(f, "| PyTorch | %s |\n", *rep->versions.torch ? rep->versions.torch
-                                     : rep->torch_asked ? "not available (python3-torch)" : "not run");
+    fprintf(f, "| PyTorch | %s%s%s |\n", *rep->versions.torch ? rep->versions.torch
+                                       : rep->torch_asked ? "not available (python3-torch)" : "not run",
+            *rep->versions.torch_mode ? ", mode " : "", rep->versions.torch_mode);
     fprintf(f, "| software | shmrun %s, hwloc %s, %s, %s |\n", rep->shmrun_version, t->hwloc_version, rep->compiler,
             rep->kernel);
     fprintf(f, "| date | %s |\n", rep->date);

@@ -208,6 +208,8 @@ static int print_plans(const st_topo *t, const struct sweep_job *j, const struct
 
 struct run_paths { char dir[1024], job[96], report[1100], metrics[1300], checkpoint[1100]; };
 
+enum { CHILD_ARGS = 256, CHILD_ARGS_OWN = 40 };  /* a run's argv, and what child_argv adds to the job's */
+
 static void child_argv(const struct sweep_job *j, const struct sweep_setting *st, int system,
                        const struct sweep_peers *peers, const struct run_paths *rp, const char *self, char **out,
                        char num[3][16])
@@ -251,6 +253,10 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
         snprintf(num[2], 16, "%d", st->grad_accum);
         out[k++] = "--grad-accum";
         out[k++] = num[2];
+    }
+    if (system != SWEEP_SHMTRAIN && j->torch_mode) {
+        out[k++] = "--mode";
+        out[k++] = (char *)j->torch_mode;
     }
     if (system == SWEEP_TORCH_SHM) {  /* the project's peer scripts take it (sweep_peer.h) */
         out[k++] = "--backend";
@@ -306,7 +312,7 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
         snprintf(r->error, sizeof r->error, "cannot create %.120s: %.60s", rp.dir, strerror(errno));
         return;
     }
-    char *argv[256], num[3][16];
+    char *argv[CHILD_ARGS], num[3][16];
     child_argv(j, st, slot->system, peers, &rp, self, argv, num);
     int rc = run_child(argv);
     char *report = slurp_file(rp.report), *metrics = slurp_file(rp.metrics);
@@ -431,6 +437,15 @@ static int write_reports(const struct sweep_job *j, struct sweep_report *rep, co
 static int check_job(const struct sweep_job *j)
 {
     static const char *refused[] = {"--metrics", "--resume", "--checkpoint-every", NULL};
+    size_t words = 0;
+    for (char **a = j->argv; a && *a; a++)
+        words++;
+    for (char **a = j->child_flags; a && *a; a++)
+        words++;
+    if (words > CHILD_ARGS - CHILD_ARGS_OWN) {  /* child_argv's own words, 30 at most, come on top */
+        fprintf(stderr, "shmrun: --sweep: %zu arguments to pass on; at most %d\n", words, CHILD_ARGS - CHILD_ARGS_OWN);
+        return -1;
+    }
     if (j->precisions && has_flag(j->argv, "--precision")) {
         fprintf(stderr, "shmrun: --sweep-precisions: the program's own --precision would contradict it\n");
         return -1;
@@ -450,6 +465,11 @@ static int check_job(const struct sweep_job *j)
                             "fresh and the sweep collects its metrics itself)\n", *f);
             return -1;
         }
+    if (j->torch_mode && !strcmp(j->torch_mode, "channels_last") && has_flag(j->argv, "--text")) {
+        fprintf(stderr, "shmrun: --torch-mode channels_last: a language model (--text) has no convolutions to "
+                        "lay out; use eager or compile\n");
+        return -1;
+    }
     if (j->repeats < 1 || j->repeats > 64) {
         fprintf(stderr, "shmrun: --repeats %d: use 1-64\n", j->repeats);
         return -1;

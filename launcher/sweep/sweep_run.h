@@ -21,6 +21,7 @@ struct sweep_job {
     struct sweep_target target;    /* --target-accuracy or --target-loss; value <= 0: none */
     bool compare_torch;            /* --compare-torch */
     const char *torch_script;      /* NULL: the installed or source-tree torch_ddp.py */
+    const char *torch_mode;        /* --torch-mode, the peer's --mode; NULL: its default (eager) */
     const char *precisions;        /* --sweep-precisions "fp32,bf16"; NULL: the command's own */
     int global_batch;              /* --sweep-global-batch: samples a step in every setting; 0: the command's */
     bool dry_run;

@@ -29,6 +29,7 @@ static void write_run(st_json *j, const st_run_record *r)
     optional_string(j, "launcher", r->launcher);
     optional_string(j, "torch", r->torch);
     optional_string(j, "backend", r->backend);
+    optional_string(j, "mode", r->mode);
     optional_string(j, "allreduce_dtype", r->allreduce_dtype);
     optional_string(j, "precision", r->precision);
     optional_string(j, "recipe", r->recipe);
@@ -174,6 +175,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         st_json_get_string(line, "launcher", r->launcher, sizeof r->launcher);
         st_json_get_string(line, "torch", r->torch, sizeof r->torch);
         st_json_get_string(line, "backend", r->backend, sizeof r->backend);
+        st_json_get_string(line, "mode", r->mode, sizeof r->mode);
         st_json_get_string(line, "allreduce_dtype", r->allreduce_dtype, sizeof r->allreduce_dtype);
         st_json_get_string(line, "precision", r->precision, sizeof r->precision);
         st_json_get_string(line, "recipe", r->recipe, sizeof r->recipe);
