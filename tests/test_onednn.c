@@ -219,9 +219,30 @@ static void test_md_like_keeps_the_layout(void **state)
     st_model_destroy(m);
 }
 
+/* The engine's one allocator takes calloc's (count, size): whole cache
+ * lines from a line's start, zeroed to the last line's end when asked, and
+ * NULL where count x size (or its rounding up to a line) does not fit. */
+static void test_lines_alloc_takes_counts_as_calloc(void **state)
+{
+    (void)state;
+    unsigned char *p = nn_lines_alloc(3, 5, true);
+    assert_non_null(p);
+    assert_int_equal((uintptr_t)p % 64, 0);
+    for (int i = 0; i < 64; i++)
+        assert_int_equal(p[i], 0);
+    free(p);
+    assert_null(nn_lines_alloc(SIZE_MAX / 4 + 1, 4, false));    /* the product wraps to 0 */
+    assert_null(nn_lines_alloc(SIZE_MAX / 4 - 1, 4, false));    /* fits, but not rounded up to a line */
+    assert_null(nn_lines_alloc(1, SIZE_MAX - 62, false));
+    p = nn_lines_alloc(0, 4, true);                            /* calloc(0, ...): a block free() takes */
+    assert_non_null(p);
+    free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lines_alloc_takes_counts_as_calloc),
         cmocka_unit_test(test_layout_offsets),
         cmocka_unit_test(test_md_like_keeps_the_layout),
         cmocka_unit_test(test_reorder_check_says_no_to_a_wrong_reorder),

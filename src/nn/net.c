@@ -149,7 +149,7 @@ static st_status allocate_data(st_net *n)
     const st_model *m = n->model;
     const size_t P = m->params ? m->params : 1, B = m->buffers ? m->buffers : 1;
     const size_t rows = (size_t)n->batch * (size_t)st_model_positions(m), outs = rows * (size_t)st_model_classes(m);
-    n->params = nn_lines_alloc(P * sizeof(float), true);
+    n->params = nn_lines_alloc(P, sizeof(float), true);
     n->buffers = calloc(B, sizeof(float));
     if (!n->fused_loss) {
         n->logits = calloc(outs, sizeof(float));
@@ -159,7 +159,7 @@ static st_status allocate_data(st_net *n)
     n->grads = n->cfg.grad_buffer;
     n->own_grads = !n->cfg.grad_buffer;
     if (n->own_grads)
-        n->grads = nn_lines_alloc(P * sizeof(float), true);
+        n->grads = nn_lines_alloc(P, sizeof(float), true);
     if (!n->params || !n->buffers || !n->grads || (!n->fused_loss && (!n->logits || !n->dlogits)) || !n->loss_rows)
         return st_fail(ST_ERR_NOMEM, "net: out of memory for %zu parameters", m->params);
     if (n->cfg.input_grad && !(n->input_grad = calloc(nn_node_size(n, &m->nodes[0]), sizeof(float))))

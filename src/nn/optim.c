@@ -38,7 +38,7 @@ st_status st_optim_create(st_optim **out, size_t count, const st_optim_config *c
     }
     o->count = count;
     o->state_count = cfg->kind == ST_OPTIM_ADAMW ? 2 * count : (cfg->momentum > 0 ? count : 0);
-    if (o->state_count && !(o->state = nn_lines_alloc(o->state_count * sizeof(float), true))) {
+    if (o->state_count && !(o->state = nn_lines_alloc(o->state_count, sizeof(float), true))) {
         size_t want = o->state_count;
         free(o);
         return st_fail(ST_ERR_NOMEM, "optimizer: out of memory for %zu floats of state", want);

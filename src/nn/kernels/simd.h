@@ -12,8 +12,9 @@
  * nn_lines_alloc: memory those vectors stream through, in whole cache lines
  * from a line's start (64-byte aligned): malloc's 16-byte offset put every
  * 64-byte vector across two lines, and attention's fp32 kernels ran 1.2x
- * slower so (docs/benchmarks.md 0l).  NULL when out of memory; free() frees
- * it.
+ * slower so (docs/benchmarks.md 0l).  count elements of size bytes, as
+ * calloc takes them; NULL when out of memory or when count x size does not
+ * fit a size_t; free() frees it.
  *
  * nn_expf: e^x in plain arithmetic that GCC vectorises (libm's expf is a
  * call per element: oneDNN 2.6's AVX2 GELU ran at 5 ns per element here,
@@ -33,11 +34,11 @@
 
 #define ST_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
-static inline void *nn_lines_alloc(size_t bytes, bool zeroed)
+static inline void *nn_lines_alloc(size_t count, size_t size, bool zeroed)
 {
-    if (bytes > SIZE_MAX - 63)  /* rounding up would wrap to a small block, where calloc said no */
+    if (size && count > (SIZE_MAX - 63) / size)  /* the product, or its rounding up, would wrap: calloc's refusal */
         return NULL;
-    const size_t whole = (bytes ? bytes + 63 : 64) / 64 * 64;
+    const size_t bytes = count * size, whole = (bytes ? bytes + 63 : 64) / 64 * 64;
     void *p = aligned_alloc(64, whole);
     if (p && zeroed)
         memset(p, 0, whole);

@@ -472,7 +472,7 @@ st_status dn_reserve_shared(float **buf, size_t *have, size_t floats, const char
         return ST_OK;
     free(*buf);
     *have = 0;
-    if (!(*buf = nn_lines_alloc(floats * sizeof(float), true)))
+    if (!(*buf = nn_lines_alloc(floats, sizeof(float), true)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for %s (%.1f MB)", purpose, floats * 4 / 1e6);
     *have = floats;
     return ST_OK;

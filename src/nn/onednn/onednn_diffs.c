@@ -167,7 +167,7 @@ static st_status place_temps(struct onednn_net *d)
 {
     struct dn_bwd_temps *t = &d->temps;
     for (int s = 0; s < DN_TEMP_SLOTS; s++)
-        if (t->bytes[s] && !(t->buffers[s] = nn_lines_alloc(t->bytes[s], true)))
+        if (t->bytes[s] && !(t->buffers[s] = nn_lines_alloc(t->bytes[s], 1, true)))
             return st_fail(ST_ERR_NOMEM, "net: out of memory for %.1f MB of backward's conversions", t->bytes[s] / 1e6);
     for (int i = 0; i < t->n; i++)
         if (dnnl_memory_set_data_handle(t->mems[i], t->buffers[t->slot[i]]) != dnnl_success)
@@ -195,7 +195,7 @@ st_status dn_share_diffs(st_net *n)
     if (st == ST_OK && !(d->diff_buffers = calloc((size_t)buffers ? (size_t)buffers : 1, sizeof *d->diff_buffers)))
         st = st_fail(ST_ERR_NOMEM, "net: out of memory");
     for (int b = 0; st == ST_OK && b < buffers; b++, d->ndiff_buffers++)
-        if (!(d->diff_buffers[b] = nn_lines_alloc(sizes[b], true)))
+        if (!(d->diff_buffers[b] = nn_lines_alloc(sizes[b], 1, true)))
             st = st_fail(ST_ERR_NOMEM, "net: out of memory for %.1f MB of gradients", sizes[b] / 1e6);
     for (int i = 0; st == ST_OK && i < k; i++)
         for (int m = 0; m < c[i].nmem; m++)

@@ -274,8 +274,8 @@ static st_status build_bf16(st_net *n, struct xnode *x, long rows)
     OK(dn_mem_new(n, &h->table_t, table_t, dn_mem_ptr(h->table)));
     OK(dn_mem_unbacked(n, &h->dtable, dtable));
     OK(nn_copy_add(n, e->w_off, e->w_count, dn_mem_ptr(h->table), ST_DTYPE_BF16, NULL));
-    h->rows = nn_lines_alloc((size_t)(h->chunk * c) * sizeof(st_bf16), false);
-    h->dz = nn_lines_alloc((size_t)(h->chunk * v) * sizeof(st_bf16), false);
+    h->rows = nn_lines_alloc((size_t)h->chunk * (size_t)c, sizeof(st_bf16), false);
+    h->dz = nn_lines_alloc((size_t)h->chunk * (size_t)v, sizeof(st_bf16), false);
     if (!h->rows || !h->dz)
         return st_fail(ST_ERR_NOMEM, "net: out of memory for the head's bf16 rows");
     OK(build_matmuls(n, x, &h->full, h->chunk));
@@ -309,7 +309,7 @@ st_status dn_build_head(st_net *n, int j)
     OK(md2(n, &in, rows, e->c, dnnl_f32, dnnl_ab));
     OK(build_output(n, x, out));
     OK(dn_input_as(n, x, in, &x->dn->seq.src));
-    if (n->fused_loss && !(h->logits = nn_lines_alloc((size_t)(h->chunk * e->vocab) * sizeof(float), false)))
+    if (n->fused_loss && !(h->logits = nn_lines_alloc((size_t)h->chunk * (size_t)e->vocab, sizeof(float), false)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for the head's chunk of logits");
     if (x->lowp)
         OK(build_bf16(n, x, rows));

@@ -182,7 +182,7 @@ st_status dn_build_dropout(st_net *n, int j)
     struct xnode *px = &n->x[x->in];
     snprintf(x->impl, sizeof x->impl, "C loop");
     OK(dn_set_dst(n, x, px->dn->dst.md));
-    if (!(x->dn->dropout.mask_scale = nn_lines_alloc(x->dn->elems * sizeof(float), true)))
+    if (!(x->dn->dropout.mask_scale = nn_lines_alloc(x->dn->elems, sizeof(float), true)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
     OK(dn_add_step(n, &x->dn->fwd, dropout_fwd, NODE_DROPOUT));
     if (!px->wants_diff)

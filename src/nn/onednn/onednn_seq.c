@@ -181,8 +181,8 @@ static st_status build_ln_c(st_net *n, int j)
     snprintf(x->impl, sizeof x->impl, bf16 ? "C rows, written in bf16" : "C rows");
     struct dn_seq_state *s = &x->dn->seq;
     s->stats = calloc(2 * rows, sizeof(float));
-    s->partial = nn_lines_alloc(seq_ln_partial_floats(x->nd->c) * sizeof(float), true);
-    s->scratch = bf16 ? nn_lines_alloc((size_t)omp_get_max_threads() * (size_t)x->nd->c * sizeof(float), true) : NULL;
+    s->partial = nn_lines_alloc(seq_ln_partial_floats(x->nd->c), sizeof(float), true);
+    s->scratch = bf16 ? nn_lines_alloc((size_t)omp_get_max_threads() * (size_t)x->nd->c, sizeof(float), true) : NULL;
     if (!s->stats || !s->partial || (bf16 && !s->scratch))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
     OK(seq_io_types(n, j, bf16 ? dnnl_bf16 : dnnl_f32, dnnl_f32, bf16 ? ln_bwd_bf16 : ln_bwd));
@@ -297,7 +297,7 @@ st_status dn_build_gelu(st_net *n, int j)
     struct xnode *x = &n->x[j];
     const bool bf16 = dn_output_lowp(n, j);
     snprintf(x->impl, sizeof x->impl, bf16 ? "C, vectorised tanh, bf16 in and out" : "C, vectorised tanh");
-    if (!(x->dn->seq.tanh_u = nn_lines_alloc(nn_node_size(n, x->nd) * sizeof(float), false)))
+    if (!(x->dn->seq.tanh_u = nn_lines_alloc(nn_node_size(n, x->nd), sizeof(float), false)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for GELU");
     OK(seq_io_of(n, j, bf16 ? dnnl_bf16 : dnnl_f32, bf16 ? gelu_bwd_bf16 : gelu_bwd));
     return dn_add_step(n, &x->dn->fwd, bf16 ? gelu_fwd_bf16 : gelu_fwd, NODE_GELU);
