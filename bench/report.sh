@@ -122,8 +122,8 @@ bf16_table() {
   echo "oneDNN $(sed -n 's/.*"onednn":"\([^"]*\)","isa":"\([^"]*\)".*/\1, ISA \2/p' "$out/gpt.txt" | head -1)."
   echo "Every table compares runs interleaved in one session: ratios are the result, absolute figures move by"
   echo "tens of percent on this shared machine. Each area's whole output lies beside the summary (bench-report/DATE/)."
-  echo "PyTorch runs in each of its modes (eager, channels_last, torch.compile; PEER_MODES) and each row names"
-  echo "its fastest; the end-to-end table's PyTorch DDP runs eager."
+  echo "PyTorch runs in each of its modes (eager, channels_last, torch.compile; PEER_MODES), PyTorch DDP too,"
+  echo "and each row names its fastest."
   echo
   section allreduce "All-reduce against Open MPI (2 ranks; µs and shmtrain / MPI)"
   section step "Training step against PyTorch (batch 64)"

@@ -302,6 +302,7 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
                         : NAN;
             first_step = prev_step = (double)rec.u.run.first_step;
             snprintf(r->precision, sizeof r->precision, "%s", rec.u.run.precision);
+            snprintf(r->mode, sizeof r->mode, "%s", rec.u.run.mode);
             if (r->system == SWEEP_TORCH_SHM && strcmp(rec.u.run.backend, "shm") != 0)
                 return run_failed(r, "DDP over shm: the peer's run record says its all-reduce was not shm");
             note_versions(&rec.u.run, v);

@@ -98,6 +98,7 @@ struct sweep_run {
     double rss_max_mb, rss_total_mb; /* peak per instance: the largest one, and the sum */
     double wall_s;
     char precision[8];               /* what the run record says it computed in ("fp32", "bf16"); "" if unsaid */
+    char mode[16];                   /* how a PyTorch peer ran its model, as its run record says; "" if unsaid */
     int ncurve;                      /* test accuracy against wall time */
     double curve_s[SWEEP_MAX_CURVE], curve_acc[SWEEP_MAX_CURVE];
 };

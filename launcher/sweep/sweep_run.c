@@ -319,6 +319,11 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
     bool launched = sweep_read_report(report, r) == 0;
     if (launched && sweep_read_metrics(metrics, j->target, r, v) == 0)
         r->ok = rc == 0;
+    if (r->ok && slot->system != SWEEP_SHMTRAIN && j->torch_mode && strcmp(r->mode, j->torch_mode) != 0) {
+        r->ok = false;  /* a script of the user's that ignores --mode: not the peer asked for */
+        snprintf(r->error, sizeof r->error, "--torch-mode %s: the peer's run record says mode '%s'", j->torch_mode,
+                 r->mode);
+    }
     if (!r->ok && !*r->error)
         snprintf(r->error, sizeof r->error, "exit %d", rc);
     if (!r->ok) {
