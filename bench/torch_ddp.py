@@ -17,8 +17,9 @@ torch.autocast(cpu, bfloat16).  `--mode` is how a PyTorch user makes a CPU
 model faster (bench/torch_step.py's modes): channels_last puts the model and
 each batch in NHWC, compile wraps the DDP model in torch.compile (DDP's own
 recipe: the compile splits the graph at its buckets; it falls in the first
-steps, which the benchmarks' steady-state rate leaves out).  It writes shmtrain's metrics format (JSON lines: run,
-train, eval, summary) so one report reads both.  shmtrain options it cannot
+steps, which the benchmarks' steady-state rate leaves out).  It writes
+shmtrain's metrics format (JSON lines: run, train, eval, summary) so one
+report reads both.  shmtrain options it cannot
 honour (CIFAR-100, augmentation, resume) are refused; output-only ones
 (checkpoints, replica checks, denormal flushing) are accepted and ignored.
 
@@ -235,7 +236,8 @@ def main():
 
     emit(type="run", system="pytorch-ddp", instances=world, threads=torch.get_num_threads(), model=a.model,
          params=params, batch_per_instance=a.batch_size, torch=torch.__version__, backend=a.backend, first_step=0,
-         precision="bf16" if a.precision == "bf16" else "fp32", mode=a.mode, **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}))
+         precision="bf16" if a.precision == "bf16" else "fp32", mode=a.mode,
+         **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}))
 
     best, last_acc, reached = 0.0, float("nan"), {}
 

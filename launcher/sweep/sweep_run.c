@@ -447,7 +447,7 @@ static int check_job(const struct sweep_job *j)
         words++;
     for (char **a = j->child_flags; a && *a; a++)
         words++;
-    if (words > CHILD_ARGS - CHILD_ARGS_OWN) {  /* child_argv's own words, 30 at most, come on top */
+    if (words > CHILD_ARGS - CHILD_ARGS_OWN) {  /* child_argv adds 31 words of its own, the NULL included */
         fprintf(stderr, "shmrun: --sweep: %zu arguments to pass on; at most %d\n", words, CHILD_ARGS - CHILD_ARGS_OWN);
         return -1;
     }
