@@ -270,6 +270,11 @@ static void test_read_metrics_refuses_incomplete_runs(void **state)
     sprintf(shm, "%.*s\"backend\":\"shm\",%s", (int)(at - METRICS), METRICS, at);
     r = (struct sweep_run){.system = SWEEP_TORCH_SHM};
     assert_int_equal(sweep_read_metrics(shm, NO_TARGET, &r, NULL), 0);
+    /* one instance has no all-reduce: its record names none, and the run stands */
+    strcpy(shm, METRICS);
+    memcpy(strstr(shm, "\"instances\":2"), "\"instances\":1", strlen("\"instances\":1"));
+    r = (struct sweep_run){.system = SWEEP_TORCH_SHM};
+    assert_int_equal(sweep_read_metrics(shm, NO_TARGET, &r, NULL), 0);
     free(shm);
     r = (struct sweep_run){0};
     char *cut = strdup(METRICS);

@@ -249,7 +249,7 @@ static void note_versions(const st_run_record *run, struct sweep_versions *v)
         snprintf(v->onednn, sizeof v->onednn, "%s", run->onednn);
         snprintf(v->isa, sizeof v->isa, "%s", run->isa);
     }
-    if (!strcmp(run->system, "pytorch-ddp")) {
+    if (!strcmp(run->system, "pytorch-ddp") || !strcmp(run->system, "pytorch")) {  /* torch_gpt.py alone: "pytorch" */
         snprintf(v->torch, sizeof v->torch, "%s", run->torch);
         snprintf(v->torch_mode, sizeof v->torch_mode, "%s", run->mode);
     }
@@ -303,7 +303,8 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
             first_step = prev_step = (double)rec.u.run.first_step;
             snprintf(r->precision, sizeof r->precision, "%s", rec.u.run.precision);
             snprintf(r->mode, sizeof r->mode, "%s", rec.u.run.mode);
-            if (r->system == SWEEP_TORCH_SHM && strcmp(rec.u.run.backend, "shm") != 0)
+            /* one instance has no all-reduce to check (torch_gpt.py then makes no group) */
+            if (r->system == SWEEP_TORCH_SHM && rec.u.run.instances > 1 && strcmp(rec.u.run.backend, "shm") != 0)
                 return run_failed(r, "DDP over shm: the peer's run record says its all-reduce was not shm");
             note_versions(&rec.u.run, v);
             break;
