@@ -280,10 +280,10 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
     r->ncurve = 0;
     if (!text || !*text)
         return run_failed(r, "the run wrote no metrics");
-    double instances = NAN, batch = NAN, first_step = 0, prev_step = 0;
+    double instances = NAN, batch = NAN, first_from = 0, prev_step = 0;
     struct interval_sums acc = {0};
     st_train_record first_train = {0};
-    bool have_train = false, summary = false;
+    bool summary = false;
     for (const char *line = text; line && *line;) {
         const char *nl = strchr(line, '\n');
         char buf[4096];
@@ -298,9 +298,9 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
         case ST_RECORD_RUN:
             instances = rec.u.run.instances > 0 ? rec.u.run.instances : NAN;
             batch = rec.u.run.batch_per_instance > 0  /* samples a step per instance: every micro-batch */
-                        ? rec.u.run.batch_per_instance * (rec.u.run.grad_accum > 1 ? rec.u.run.grad_accum : 1)
+                        ? (double)rec.u.run.batch_per_instance * (rec.u.run.grad_accum > 1 ? rec.u.run.grad_accum : 1)
                         : NAN;
-            first_step = prev_step = (double)rec.u.run.first_step;
+            prev_step = (double)rec.u.run.first_step;
             snprintf(r->precision, sizeof r->precision, "%s", rec.u.run.precision);
             snprintf(r->mode, sizeof r->mode, "%s", rec.u.run.mode);
             /* one instance has no all-reduce to check (torch_gpt.py then makes no group) */
@@ -311,10 +311,8 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
         case ST_RECORD_TRAIN:
             if (isnan(instances) || isnan(batch))
                 return run_failed(r, "metrics: a train record before the run record");
-            if (!have_train) {
-                first_train = rec.u.train;
-                have_train = true;
-            }
+            if (acc.count == 0)  /* what a run of one interval is measured by: the first interval counted */
+                first_train = rec.u.train, first_from = prev_step;
             add_interval(&acc, &rec.u.train, &prev_step, instances * batch);
             break;
         case ST_RECORD_EVAL: note_eval(&rec.u.eval, target, r); break;
@@ -328,7 +326,7 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
     if (acc.count == 0)
         return run_failed(r, "metrics: no training interval recorded (is the budget shorter than --log-every?)");
     if (acc.count == 1)
-        first_interval_only(&acc, &first_train, first_step, instances * batch);
+        first_interval_only(&acc, &first_train, first_from, instances * batch);
     if (!summary)
         return run_failed(r, "metrics: the run did not finish (no summary record)");
     r->samples_per_s = acc.steps * instances * batch / acc.seconds;
@@ -339,6 +337,8 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
     double known = r->compute_ms + (isnan(r->allreduce_ms) ? 0 : r->allreduce_ms) +
                    (isnan(r->wait_ms) ? 0 : r->wait_ms);
     r->other_ms = isnan(r->compute_ms) ? NAN : fmax(0, r->step_ms - known);
+    if (!(isfinite(r->samples_per_s) && r->samples_per_s > 0 && isfinite(r->step_ms) && r->step_ms > 0))
+        return run_failed(r, "metrics: the train records give no finite throughput");  /* ranked, it would win or lose */
     return 0;
 }
 
@@ -351,6 +351,8 @@ int sweep_read_report(const char *text, struct sweep_run *r)
     double mx = 0, sum = 0;
     for (const char *p = strstr(text, "\"max_rss_kb\":"); p; p = strstr(p + 1, "\"max_rss_kb\":")) {
         double kb = st_json_get_number(p, "max_rss_kb");
+        if (!(kb > 0))
+            continue;  /* not measured (or not a size): no part of the peak */
         mx = fmax(mx, kb);
         sum += kb;
     }

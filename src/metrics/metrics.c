@@ -1,6 +1,7 @@
 /* The metrics records (include/shmtrain/metrics.h): one writer, one reader. */
 #include "shmtrain/metrics.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,17 +121,26 @@ void st_metrics_write(FILE *f, const st_record *r)
 
 static double num(const char *line, const char *key) { return st_json_get_number(line, key); }
 
+/* A count another program wrote: 0 when absent or not positive, and held to
+ * what its field can take (a double past the target type's range does not
+ * convert: undefined behaviour). */
 static unsigned long long count(const char *line, const char *key)
 {
     double v = num(line, key);
-    return v > 0 ? (unsigned long long)v : 0;
+    return v > 0 ? (v < 0x1p53 ? (unsigned long long)v : 1ull << 53) : 0;
+}
+
+static int int_count(const char *line, const char *key)
+{
+    unsigned long long v = count(line, key);
+    return v < INT_MAX ? (int)v : INT_MAX;
 }
 
 static void parse_summary(const char *line, st_summary_record *r)
 {
     r->steps = (long)count(line, "steps");
-    r->instances = (int)count(line, "instances");
-    r->batch_per_instance = (int)count(line, "batch_per_instance");
+    r->instances = int_count(line, "instances");
+    r->batch_per_instance = int_count(line, "batch_per_instance");
     r->total_s = num(line, "total_s");
     r->train_s = num(line, "train_s");
     r->samples_per_s = num(line, "samples_per_s");
@@ -165,9 +175,9 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
     case ST_RECORD_RUN: {
         st_run_record *r = &out->u.run;
         st_json_get_string(line, "system", r->system, sizeof r->system);
-        r->instances = (int)count(line, "instances");
-        r->threads = (int)count(line, "threads");
-        r->batch_per_instance = (int)count(line, "batch_per_instance");
+        r->instances = int_count(line, "instances");
+        r->threads = int_count(line, "threads");
+        r->batch_per_instance = int_count(line, "batch_per_instance");
         st_json_get_string(line, "model", r->model, sizeof r->model);
         r->params = (long long)count(line, "params");
         st_json_get_string(line, "onednn", r->onednn, sizeof r->onednn);
@@ -179,11 +189,11 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         st_json_get_string(line, "allreduce_dtype", r->allreduce_dtype, sizeof r->allreduce_dtype);
         st_json_get_string(line, "precision", r->precision, sizeof r->precision);
         st_json_get_string(line, "recipe", r->recipe, sizeof r->recipe);
-        r->layers = (int)count(line, "layers");
-        r->bf16_layers = (int)count(line, "bf16_layers");
+        r->layers = int_count(line, "layers");
+        r->bf16_layers = int_count(line, "bf16_layers");
         r->first_step = count(line, "first_step");
-        r->context = (int)count(line, "context");
-        r->grad_accum = (int)count(line, "grad_accum");
+        r->context = int_count(line, "context");
+        r->grad_accum = int_count(line, "grad_accum");
         break;
     }
     case ST_RECORD_TRAIN: {

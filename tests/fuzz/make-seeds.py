@@ -155,3 +155,31 @@ put("folder", "flat", "d cat\nd dog\nf cat/1.png x\nf dog/1.png y\nf dog/readme.
 put("folder", "splits", "d train\nd val\nd train/a\nd val/a\nf train/a/1.jpg q\nf val/a/2.jpeg r\n")
 put("folder", "fifo", "d a\nf a/1.png x\np a/2.png\n")
 put("folder", "loop", "d a\nf a/1.png x\nl b b\nl a/c.png a/c.png\n")
+
+# what a sweep reads back (fuzz_metrics.c): the first byte picks the system (bits 2-3) and
+# the target (bit 0: loss, bit 1: set); then a metrics file, or a launcher's report
+SHM_METRICS = (
+    '{"type":"run","system":"shmtrain","instances":2,"threads":1,"model":"mlp","params":100,'
+    '"batch_per_instance":64,"onednn":"3.2.0","isa":"avx512_core_bf16","precision":"fp32","first_step":0}\n'
+    '{"type":"train","step":100,"epoch":0.2,"loss":1.0,"accuracy":0.5,"lr":0.05,"samples_per_s":6400.0,'
+    '"time_s":2.0,"compute_s":1.5,"allreduce_s":0.3,"wait_s":0.2}\n'
+    '{"type":"eval","step":100,"epoch":0,"test_loss":0.6,"test_accuracy":0.8,"time_s":2.2,"eval_s":0.1}\n'
+    '{"type":"train","step":200,"epoch":0.4,"loss":0.8,"accuracy":0.6,"lr":0.05,"samples_per_s":25600.0,'
+    '"time_s":2.7,"compute_s":0.3,"allreduce_s":0.1,"wait_s":0.04}\n'
+    '{"type":"summary","steps":200,"instances":2,"batch_per_instance":64,"total_s":4.0,"train_s":3.6,'
+    '"samples_per_s":10666.0,"final_test_accuracy":0.86,"best_test_accuracy":0.86,"time_to_accuracy_s":{"0.80":2.2}}\n')
+put("metrics", "shmtrain", bytes([0x02]) + SHM_METRICS.encode())
+PEER_METRICS = (
+    '{"type":"run","system":"pytorch-ddp","instances":2,"threads":1,"model":"gpt-mini","params":800,'
+    '"batch_per_instance":4,"torch":"2.13.0+cpu","backend":"shm","first_step":0,"context":64,'
+    '"precision":"bf16","mode":"compile","grad_accum":2}\n'
+    '{"type":"train","step":5,"epoch":0.1,"loss":3.0,"accuracy":0,"lr":0.001,"samples_per_s":40.0,'
+    '"tokens_per_s":2560.0,"time_s":1.0,"compute_s":0.9,"allreduce_s":0.1}\n'
+    '{"type":"train","step":10,"epoch":0.2,"loss":2.5,"accuracy":0,"lr":0.001,"samples_per_s":45.0,'
+    '"tokens_per_s":2880.0,"time_s":1.9,"compute_s":0.8,"allreduce_s":0.1}\n'
+    '{"type":"eval","step":10,"epoch":0,"test_loss":2.4,"test_accuracy":0,"time_s":2.0,"eval_s":0.1}\n'
+    '{"type":"summary","steps":10,"instances":2,"batch_per_instance":4,"total_s":2.1,"train_s":1.9,"samples_per_s":42.0}\n')
+put("metrics", "peer-shm-loss", bytes([0x0b]) + PEER_METRICS.encode())
+put("metrics", "report", bytes([0x00]) + b'{"job":"j","instances":2,"seconds":4.500,"ok":true,"ranks":['
+    b'{"rank":0,"pus":"0","exit":0,"max_rss_kb":91000,"cpu_s":3.9},'
+    b'{"rank":1,"pus":"1","exit":0,"max_rss_kb":90000,"cpu_s":3.8}]}\n')
