@@ -272,6 +272,23 @@ static void note_eval(const st_eval_record *e, struct sweep_target target, struc
     r->final_loss = e->test_loss;
 }
 
+/* The run's rates and step split from its counted intervals. */
+static int take_rates(struct sweep_run *r, const struct interval_sums *acc, double samples_per_step)
+{
+    r->samples_per_s = acc->steps * samples_per_step / acc->seconds;
+    r->step_ms = 1e3 * acc->seconds / acc->steps;
+    r->compute_ms = 1e3 * acc->compute / acc->steps;
+    r->allreduce_ms = 1e3 * acc->reduce / acc->steps;
+    r->wait_ms = 1e3 * acc->wait / acc->steps;
+    double known = r->compute_ms + (isnan(r->allreduce_ms) ? 0 : r->allreduce_ms) +
+                   (isnan(r->wait_ms) ? 0 : r->wait_ms);
+    r->other_ms = isnan(r->compute_ms) ? NAN : fmax(0, r->step_ms - known);
+    /* a NaN or infinite rate, ranked, would win or lose the sweep */
+    if (!(isfinite(r->samples_per_s) && r->samples_per_s > 0 && isfinite(r->step_ms) && r->step_ms > 0))
+        return run_failed(r, "metrics: the train records give no finite throughput");
+    return 0;
+}
+
 int sweep_read_metrics(const char *text, struct sweep_target target, struct sweep_run *r, struct sweep_versions *v)
 {
     r->steps = 0;
@@ -329,17 +346,7 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
         first_interval_only(&acc, &first_train, first_from, instances * batch);
     if (!summary)
         return run_failed(r, "metrics: the run did not finish (no summary record)");
-    r->samples_per_s = acc.steps * instances * batch / acc.seconds;
-    r->step_ms = 1e3 * acc.seconds / acc.steps;
-    r->compute_ms = 1e3 * acc.compute / acc.steps;
-    r->allreduce_ms = 1e3 * acc.reduce / acc.steps;
-    r->wait_ms = 1e3 * acc.wait / acc.steps;
-    double known = r->compute_ms + (isnan(r->allreduce_ms) ? 0 : r->allreduce_ms) +
-                   (isnan(r->wait_ms) ? 0 : r->wait_ms);
-    r->other_ms = isnan(r->compute_ms) ? NAN : fmax(0, r->step_ms - known);
-    if (!(isfinite(r->samples_per_s) && r->samples_per_s > 0 && isfinite(r->step_ms) && r->step_ms > 0))
-        return run_failed(r, "metrics: the train records give no finite throughput");  /* ranked, it would win or lose */
-    return 0;
+    return take_rates(r, &acc, instances * batch);
 }
 
 int sweep_read_report(const char *text, struct sweep_run *r)
