@@ -4,14 +4,16 @@
 # dot products, causal.c's fp32 tiles, onednn_causal.c's oneDNN matmul in stripes of 32 to
 # 256 rows), the causal softmax they share alone, the kernels with their scratch 16 bytes
 # past a cache line (what malloc gave the net before nn_lines_alloc), the dot products at T
-# 1040 beside 1024 (a power-of-two row stride or not), then gpt2's bf16 step with oneDNN's
-# matmul (B) against the dot products (A) in alternating blocks, then the fp32 step, the bf16
-# step and the bf16 step with the matmul alternating (bf16 over fp32, the issue's AMX goal
-# of 2.5x).
+# 1040 beside 1024 (a power-of-two row stride or not), then gpt2's bf16 step with the dot
+# products (B) against the default (A: oneDNN's matmul where oneDNN has AMX) in alternating
+# blocks, then the fp32 step, the bf16 step and the bf16 step with the dot products
+# alternating (bf16 over fp32, the issue's AMX goal of 2.5x).
 #
 # Here, first: ../shared/tools/device-bundle.sh build   (packs .device/, ignored by git)
 # There (the device tool, from the repository root, carrying .device):
 #   bench/device-attention.sh [THREADS] [BATCH]   (defaults 16 2)
+# Without .device/ it runs this machine's build (BUILD_DIR, default build): where this
+# machine has AMX itself, e.g. bench/device-attention.sh 2 1.
 # Each part runs under a time limit and writes its own file under $OUT, so a call cut short
 # still returns what it measured.  Record the figures in docs/benchmarks.md with the machine
 # named.  The matmul's stripe is MATMUL_STRIPE_ROWS in src/nn/onednn/onednn_attention.c.
@@ -19,8 +21,14 @@ set -uo pipefail
 threads=${1:-16}; batch=${2:-2}
 out=${OUT:-/tmp/device-attention}; mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd); cd "$root" || exit 1
-# shellcheck disable=SC1091
-source .device/setup.sh > "$out/machine.txt"; cat "$out/machine.txt"
+if [ -f .device/setup.sh ]; then  # the bundle, on a lent machine
+  # shellcheck disable=SC1091
+  source .device/setup.sh > "$out/machine.txt"
+else  # this machine's build (BUILD_DIR, default build), where it has AMX itself
+  export PATH=$root/${BUILD_DIR:-build}/bench:$PATH
+  lscpu | grep -m1 'Model name' > "$out/machine.txt"
+fi
+cat "$out/machine.txt"
 lscpu | grep -o 'amx_bf16\|avx512_bf16' | sort -u | paste -sd' ' | tee -a "$out/machine.txt"
 
 for th in 1 "$threads"; do
@@ -49,15 +57,15 @@ done 2>&1 | tee "$out/stride.txt"
 { OMP_NUM_THREADS=1 timeout 60 st-op-candidates softmax 4 1024
   OMP_NUM_THREADS=$threads timeout 60 st-op-candidates softmax $((3 * threads)) 1024; } 2>&1 | tee "$out/softmax.txt"
 
-echo "# gpt2 bf16, batch $batch, $threads threads: A the dot products, B oneDNN's matmul" | tee "$out/matmul-ab.txt"
-timeout 150 st-step-ab SHMTRAIN_ATTENTION_MATMUL=1 --models gpt2 --threads "$threads" --precision bf16 \
+echo "# gpt2 bf16, batch $batch, $threads threads: A the default (oneDNN's matmul with AMX), B the dot products" | tee "$out/matmul-ab.txt"
+timeout 150 st-step-ab SHMTRAIN_ATTENTION_DOT=1 --models gpt2 --threads "$threads" --precision bf16 \
   --batch "$batch" --blocks 3 --block-seconds 2 2>&1 | tee -a "$out/matmul-ab.txt"
 
-echo "# gpt2 step, batch $batch, $threads threads: fp32, bf16, bf16 with oneDNN's matmul, twice" | tee "$out/steps.txt"
+echo "# gpt2 step, batch $batch, $threads threads: fp32, bf16, bf16 with the dot products, twice" | tee "$out/steps.txt"
 for round in 1 2; do
   for run in fp32:0 bf16:0 bf16:1; do
-    echo -n "round $round ${run%:*} matmul=${run#*:}: " | tee -a "$out/steps.txt"
-    SHMTRAIN_ATTENTION_MATMUL=${run#*:} timeout 120 st-step-bench --models gpt2 --batch "$batch" \
+    echo -n "round $round ${run%:*} dot=${run#*:}: " | tee -a "$out/steps.txt"
+    SHMTRAIN_ATTENTION_DOT=${run#*:} timeout 120 st-step-bench --models gpt2 --batch "$batch" \
       --threads "$threads" --precision "${run%:*}" --rounds 1 --seconds 3 2>&1 | tail -1 | tee -a "$out/steps.txt"
   done
 done

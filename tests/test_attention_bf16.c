@@ -1,7 +1,8 @@
 /* Attention's products in bf16 against the reference backend's attention
  * (ref_seq.c), forward and backward: both kernels, causal_bf16.c's dot
  * products and onednn_causal.c's oneDNN matmul primitives (in stripes of
- * 32 and of 7 rows), on shapes that cut every tile and stripe: T of 1, 7,
+ * 32, of 7 and of 100 rows, the last past the transposed softmax's blocks
+ * of 64 queries), on shapes that cut every tile and stripe: T of 1, 7,
  * 9, 33, 40, 70, 97 and 130 (the dot products' tiles are 8 rows by 32
  * columns, pairs of k, their stripes 32 rows), head sizes 1, 3, 5, 7, 9,
  * 16, 17 and 64, one head and several.
@@ -245,7 +246,7 @@ static void test_matmul_products_against_reference(void **state)
     (void)state;
     dnnl_engine_t engine;
     assert_int_equal(dnnl_engine_create(&engine, dnnl_cpu, 0), dnnl_success);
-    for (long stripe = 32; stripe > 0; stripe = stripe == 32 ? 7 : 0)
+    for (long stripe = 32; stripe > 0; stripe = stripe == 32 ? 7 : stripe == 7 ? 100 : 0)
         for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
             run_shape(&SHAPES[i], 2000 + i, engine, stripe);
     dnnl_engine_destroy(engine);
@@ -253,9 +254,10 @@ static void test_matmul_products_against_reference(void **state)
 
 /* In a bf16 net the attention layer runs the bf16 kernel in both passes:
  * its output and every gradient differ (bit for bit) from the same net with
- * SHMTRAIN_ATTENTION_FP32, and the layer says bf16; under
- * SHMTRAIN_ATTENTION_MATMUL it says oneDNN's matmul (test_switches compares
- * what it computes with the default's). */
+ * SHMTRAIN_ATTENTION_FP32, and the layer says bf16: oneDNN's matmul where
+ * oneDNN has AMX, the dot products elsewhere, and the other one under the
+ * switch that forces it (test_switches compares what it computes with the
+ * default's). */
 static void test_the_net_runs_it_both_ways(void **state)
 {
     (void)state;
@@ -272,14 +274,17 @@ static void test_the_net_runs_it_both_ways(void **state)
     }
     assert_int_equal(st_net_layer_compute(nets[0], 2), ST_DTYPE_BF16);
     assert_int_equal(st_net_layer_compute(nets[1], 2), ST_DTYPE_F32);
-    cfg.tuning = (st_nn_tuning){.attention_matmul = true};
-    st_net *matmul;
-    assert_int_equal(st_net_create(&matmul, m, &cfg), ST_OK);
-    char *said[2] = {net_description(nets[0]), net_description(matmul)};
-    if (!strstr(said[0], "bf16 dot products") || !strstr(said[1], "bf16 oneDNN matmul"))
-        fail_msg("the attention layers said:\n%s\nand under SHMTRAIN_ATTENTION_MATMUL:\n%s", said[0], said[1]);
+    const bool amx = st_nn_amx_supported();
+    cfg.tuning = (st_nn_tuning){.attention_matmul = !amx, .attention_dot = amx};
+    st_net *other;
+    assert_int_equal(st_net_create(&other, m, &cfg), ST_OK);
+    char *said[2] = {net_description(nets[0]), net_description(other)};
+    const char *dot = "bf16 dot products", *matmul = "bf16 oneDNN matmul";
+    if (!strstr(said[0], amx ? matmul : dot) || !strstr(said[1], amx ? dot : matmul))
+        fail_msg("oneDNN %s AMX; the attention layers said:\n%s\nand under SHMTRAIN_ATTENTION_%s:\n%s",
+                 amx ? "has" : "has no", said[0], amx ? "DOT" : "MATMUL", said[1]);
     free(said[0]), free(said[1]);
-    st_net_destroy(matmul);
+    st_net_destroy(other);
     size_t P;
     st_net_init(nets[0], 3);
     float *params = st_net_params(nets[1], &P);
@@ -307,8 +312,8 @@ static void test_the_net_runs_it_both_ways(void **state)
 
 /* Two head shapes in one net (64 columns as 2 heads of 32, then as 4 of
  * 16): under SHMTRAIN_ATTENTION_MATMUL each layer runs primitives made for
- * its own shape.  Against the default (the dot products, the same bf16
- * operands): loss and gradients within test_switches' bf16 allowance, 4u of
+ * its own shape.  Against SHMTRAIN_ATTENTION_DOT (the same bf16 operands):
+ * loss and gradients within test_switches' bf16 allowance, 4u of
  * the largest (each rounded operand off by u = 2^-8 of itself, a few
  * products chained between the loss and a gradient); primitives of the
  * other shape read past or short of a head and are off by far more. */
@@ -329,7 +334,7 @@ static void test_two_head_shapes_in_one_net(void **state)
         ids[i] = (i * 7) % 13, labels[i] = (i * 5) % 13;
     size_t P;
     for (int k = 0; k < 2; k++) {
-        cfg.tuning.attention_matmul = k;
+        cfg.tuning = (st_nn_tuning){.attention_dot = !k, .attention_matmul = k};
         assert_int_equal(st_net_create(&nets[k], m, &cfg), ST_OK);
         float *params = st_net_params(nets[k], &P);
         if (k == 0)
@@ -347,7 +352,7 @@ static void test_two_head_shapes_in_one_net(void **state)
     print_message("two head shapes: loss %.7g / %.7g, gradients within %.2g of %.2g\n", loss[1], loss[0], worst,
                   scale);
     if (!(fabs(loss[1] - loss[0]) <= tol * fmax(1.0, fabs(loss[0]))) || !(worst <= tol * scale))
-        fail_msg("under SHMTRAIN_ATTENTION_MATMUL: loss %.7g (default %.7g), gradient %zu off by %g of %g", loss[1],
+        fail_msg("under SHMTRAIN_ATTENTION_MATMUL: loss %.7g (the dot products %.7g), gradient %zu off by %g of %g", loss[1],
                  loss[0], at, worst, scale);
     st_net_destroy(nets[0]), st_net_destroy(nets[1]);
     st_model_destroy(m);

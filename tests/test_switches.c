@@ -24,18 +24,20 @@ static const struct {
     const char *model;
     int batch;
     st_dtype precision;  /* fp32 unless the switch acts in a bf16 net */
+    int amx;             /* 1: only where oneDNN has AMX, -1: only where it has not (the other is the default) */
 } CASES[] = {
     /* cnn's first convolution: 64 x 32 x 26 x 26 outputs do not fit L2, so it runs in its max-pool's chunks */
-    {"SHMTRAIN_ONEDNN_NO_CHUNKS", "cnn", 64, ST_DTYPE_F32},
-    {"SHMTRAIN_ONEDNN_BRGCONV", "lenet", 16, ST_DTYPE_F32},   /* its second convolution reads 6 channels, nhwc */
-    {"SHMTRAIN_ONEDNN_STEM", "lenet", 16, ST_DTYPE_F32},      /* one channel into 6: stem.c */
-    {"SHMTRAIN_ONEDNN_IP_ANY", "mlp", 16, ST_DTYPE_F32},
-    {"SHMTRAIN_ONEDNN_POOL", "lenet", 16, ST_DTYPE_F32},
-    {"SHMTRAIN_ONEDNN_SEQ_TN", "gpt-mini", 2, ST_DTYPE_F32},
-    {"SHMTRAIN_ONEDNN_LAYERNORM", "gpt-mini", 2, ST_DTYPE_F32},
-    {"SHMTRAIN_ONEDNN_UNFUSED_LOSS", "gpt-mini", 2, ST_DTYPE_F32},  /* one chunk: the same products, the same bits */
-    {"SHMTRAIN_ATTENTION_FP32", "gpt-mini", 2, ST_DTYPE_BF16},  /* where the CPU has AVX512-BF16 */
-    {"SHMTRAIN_ATTENTION_MATMUL", "gpt-mini", 2, ST_DTYPE_BF16},
+    {"SHMTRAIN_ONEDNN_NO_CHUNKS", "cnn", 64, ST_DTYPE_F32, 0},
+    {"SHMTRAIN_ONEDNN_BRGCONV", "lenet", 16, ST_DTYPE_F32, 0},   /* its second convolution reads 6 channels, nhwc */
+    {"SHMTRAIN_ONEDNN_STEM", "lenet", 16, ST_DTYPE_F32, 0},      /* one channel into 6: stem.c */
+    {"SHMTRAIN_ONEDNN_IP_ANY", "mlp", 16, ST_DTYPE_F32, 0},
+    {"SHMTRAIN_ONEDNN_POOL", "lenet", 16, ST_DTYPE_F32, 0},
+    {"SHMTRAIN_ONEDNN_SEQ_TN", "gpt-mini", 2, ST_DTYPE_F32, 0},
+    {"SHMTRAIN_ONEDNN_LAYERNORM", "gpt-mini", 2, ST_DTYPE_F32, 0},
+    {"SHMTRAIN_ONEDNN_UNFUSED_LOSS", "gpt-mini", 2, ST_DTYPE_F32, 0},  /* one chunk: the same products, the same bits */
+    {"SHMTRAIN_ATTENTION_FP32", "gpt-mini", 2, ST_DTYPE_BF16, 0},  /* where the CPU has AVX512-BF16 */
+    {"SHMTRAIN_ATTENTION_MATMUL", "gpt-mini", 2, ST_DTYPE_BF16, -1},
+    {"SHMTRAIN_ATTENTION_DOT", "gpt-mini", 2, ST_DTYPE_BF16, 1},
 };
 
 /* Forward, loss, backward of `n` with these parameters on this batch. */
@@ -70,6 +72,11 @@ static void check_switch(int k)
 {
     if (CASES[k].precision == ST_DTYPE_BF16 && !__builtin_cpu_supports("avx512bf16")) {
         print_message("    %-30s skipped: no AVX512-BF16, nothing in bf16 to switch\n", CASES[k].env);
+        return;
+    }
+    if (CASES[k].amx && (CASES[k].amx > 0) != st_nn_amx_supported()) {
+        print_message("    %-30s skipped: the default where oneDNN %s AMX\n", CASES[k].env,
+                      CASES[k].amx > 0 ? "has no" : "has");
         return;
     }
     st_model *m = NULL;

@@ -146,6 +146,9 @@ const char *st_nn_onednn_isa(void);
  * checking the bf16 path there, tests/bf16_any_isa.c; docs/engine.md).
  * `t` may be NULL: the defaults. */
 bool st_nn_bf16_supported(const st_nn_tuning *t);
+/* Whether oneDNN's ISA has AMX's bf16 tiles: where a bf16 net's attention
+ * runs as oneDNN matmul primitives unless the tuning says otherwise. */
+bool st_nn_amx_supported(void);
 
 /* ------------------------------------------------------------ networks -- */
 

@@ -15,6 +15,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "simd.h"
@@ -276,4 +277,102 @@ ST_MULTIVERSION void seq_causal_softmax_bwd_rows(float *ds, const float *p, long
 void seq_causal_softmax_bwd(float *ds, const float *p, long t, float scale)
 {
     seq_causal_softmax_bwd_rows(ds, p, t, 0, t, t, scale);
+}
+
+/* ------------------------------------ causal softmax, stripe transposed -- */
+
+/* A stripe's scores held transposed: key k's row over the stripe's queries.
+ * Down the keys, with the queries in the vector lanes, each query's max and
+ * sum are a lane of their own, so no step waits on a reduction (the row
+ * softmax's max ran at one vector per add latency); QUERY_BLOCK queries'
+ * statistics stay in L1 while the keys stream past. */
+enum { QUERY_BLOCK = 64 };
+
+static long min_of(long a, long b) { return a < b ? a : b; }
+
+/* Queries j < n (lanes), ld floats a key row, keys 0..w-1: keys up to
+ * first count for every query, key first + d for queries d on, so each key's
+ * row starts at its first counting query and needs no mask (64-bit lane
+ * compares were a tenth of the softmax); the rest of its row is zero. */
+static int first_counting(long k, long first) { return k <= first ? 0 : (int)(k - first); }
+
+ST_MULTIVERSION static void softmax_cols_block(float *restrict s, st_bf16 *restrict p16, long ld, long w, long first,
+                                               int n, bool keep_fp32)
+{
+    float mx[QUERY_BLOCK], inv[QUERY_BLOCK];
+#pragma omp simd
+    for (int j = 0; j < n; j++)
+        mx[j] = s[j], inv[j] = 0;  /* key 0 counts for every query */
+    for (long k = 1; k < w; k++) {
+        const float *restrict row = s + k * ld;
+#pragma omp simd
+        for (int j = first_counting(k, first); j < n; j++)
+            mx[j] = row[j] > mx[j] ? row[j] : mx[j];
+    }
+    for (long k = 0; k < w; k++) {
+        float *restrict row = s + k * ld;
+        const int from = first_counting(k, first);
+        memset(row, 0, (size_t)from * sizeof *row);
+#pragma omp simd
+        for (int j = from; j < n; j++) {
+            row[j] = nn_expf(row[j] - mx[j]);
+            inv[j] += row[j];
+        }
+    }
+#pragma omp simd
+    for (int j = 0; j < n; j++)
+        inv[j] = 1.0f / inv[j];
+    for (long k = 0; k < w; k++) {
+        float *restrict row = s + k * ld;
+        st_bf16 *restrict out = p16 + k * ld;
+        if (keep_fp32) {
+#pragma omp simd
+            for (int j = 0; j < n; j++) {
+                row[j] *= inv[j];
+                out[j] = st_bf16_from_f32(row[j]);
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < n; j++)
+                out[j] = st_bf16_from_f32(row[j] * inv[j]);
+        }
+    }
+}
+
+void seq_causal_softmax_cols_bf16(float *s, st_bf16 *p16, long first, long n, bool keep_fp32)
+{
+    for (long j0 = 0; j0 < n; j0 += QUERY_BLOCK)
+        softmax_cols_block(s + j0, p16 + j0, n, first + n, first + j0, (int)min_of(QUERY_BLOCK, n - j0), keep_fp32);
+}
+
+ST_MULTIVERSION static void softmax_bwd_cols_block(st_bf16 *restrict ds16, const float *restrict dp,
+                                                   const float *restrict p, long ld, long w, long first, int n,
+                                                   float scale)
+{
+    float inner[QUERY_BLOCK];
+#pragma omp simd
+    for (int j = 0; j < n; j++)
+        inner[j] = 0;
+    for (long k = 0; k < w; k++) {
+        const float *restrict pk = p + k * ld, *restrict dpk = dp + k * ld;
+#pragma omp simd
+        for (int j = first_counting(k, first); j < n; j++)
+            inner[j] += pk[j] * dpk[j];
+    }
+    for (long k = 0; k < w; k++) {
+        const float *restrict pk = p + k * ld, *restrict dpk = dp + k * ld;
+        st_bf16 *restrict out = ds16 + k * ld;
+        const int from = first_counting(k, first);
+        memset(out, 0, (size_t)from * sizeof *out);
+#pragma omp simd
+        for (int j = from; j < n; j++)
+            out[j] = st_bf16_from_f32(pk[j] * (dpk[j] - inner[j]) * scale);
+    }
+}
+
+void seq_causal_softmax_bwd_cols_bf16(st_bf16 *ds16, const float *dp, const float *p, long first, long n, float scale)
+{
+    for (long j0 = 0; j0 < n; j0 += QUERY_BLOCK)
+        softmax_bwd_cols_block(ds16 + j0, dp + j0, p + j0, n, first + n, first + j0,
+                               (int)min_of(QUERY_BLOCK, n - j0), scale);
 }

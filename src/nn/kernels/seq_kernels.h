@@ -10,6 +10,7 @@
 #ifndef SHMTRAIN_NN_SEQ_KERNELS_H
 #define SHMTRAIN_NN_SEQ_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "shmtrain/bf16.h"
@@ -54,5 +55,15 @@ void seq_causal_softmax_bwd(float *ds, const float *p, long t, float scale);
 void seq_causal_softmax_rows(float *p, long ld, long first, long rows, long width);
 void seq_causal_softmax_bwd_rows(float *ds, const float *p, long ld, long first, long rows, long width,
                                  float scale);
+/* The same on a stripe of n queries (the matrix's rows first..) held
+ * transposed for bf16 products (onednn_causal.c): s is w = first + n keys
+ * by n queries, key k's row n floats, and key k counts for query j where
+ * k <= first + j.  P is rounded to bf16 into p16 (the same shape), and left
+ * in fp32 in s only where keep_fp32 asks; each query scaled by its sum's
+ * reciprocal (within an fp32 ulp of the quotient, then rounded to bf16's
+ * 8 bits).  dS is rounded into ds16 from dP (dp) and P, both w x n. */
+void seq_causal_softmax_cols_bf16(float *s, st_bf16 *p16, long first, long n, bool keep_fp32);
+void seq_causal_softmax_bwd_cols_bf16(st_bf16 *ds16, const float *dp, const float *p, long first, long n,
+                                      float scale);
 
 #endif

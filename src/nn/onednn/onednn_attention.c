@@ -4,10 +4,12 @@
  *   fp32    causal.c's tiles, P and dS whole in the thread's scratch;
  *   dot     causal_bf16.c's AVX512-BF16 dot products in stripes of rows (a
  *           bf16 net's);
- *   matmul  onednn_causal.c's oneDNN matmul primitives in stripes, which
- *           run on AMX's tiles where the CPU has them: under
- *           SHMTRAIN_ATTENTION_MATMUL until measured on such a CPU
- *           (docs/benchmarks.md, 0l).
+ *   matmul  onednn_causal.c's oneDNN matmul primitives in stripes, on
+ *           AMX's tiles: a bf16 net's where oneDNN has AMX (a head 1.5x
+ *           the dot products', gpt2's bf16 step 1.1x, docs/benchmarks.md
+ *           0o); without AMX a head ran 1-17% slower than the dot
+ *           products (0l).  SHMTRAIN_ATTENTION_DOT and _MATMUL force
+ *           either.
  *
  * Attention keeps no T x T matrix between its passes: the forward pass
  * makes P for one sample and head in its thread's scratch and drops it,
@@ -167,11 +169,19 @@ static st_status att_bwd(st_net *n, int j) { return run_heads(n, j, true); }
  * (precision.c: the layer is then fp32) or SHMTRAIN_ATTENTION_FP32 asks;
  * the dot products in a bf16 net; oneDNN's matmul under
  * SHMTRAIN_ATTENTION_MATMUL unless oneDNN has only its reference kernels. */
-static int choose_kernel(const st_net *n, const struct xnode *x)
+static bool wants_matmul(const st_net *n)
+{
+    const st_nn_tuning *t = &n->dnet->opt;
+    return !t->attention_dot && (t->attention_matmul || st_nn_amx_supported());
+}
+
+/* The dot products too where oneDNN offers only its reference matmul (a
+ * CPU without native bf16, under SHMTRAIN_BF16_ANY_ISA). */
+static int choose_kernel(const struct xnode *x)
 {
     if (!x->lowp)
         return KERNEL_FP32;
-    return n->dnet->opt.attention_matmul && !dn_causal_is_reference(x->dn->seq.causal) ? KERNEL_MATMUL : KERNEL_DOT;
+    return x->dn->seq.causal && !dn_causal_is_reference(x->dn->seq.causal) ? KERNEL_MATMUL : KERNEL_DOT;
 }
 
 /* The net's matmul primitives for this head shape: made once, shared by
@@ -205,9 +215,9 @@ st_status dn_build_attention(st_net *n, int j)
     struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     const long hs = nd->c / nd->heads;
-    if (x->lowp && n->dnet->opt.attention_matmul)
+    if (x->lowp && wants_matmul(n))
         OK(net_causal(n, nd->t, hs, &x->dn->seq.causal));
-    x->dn->seq.att_kernel = choose_kernel(n, x);
+    x->dn->seq.att_kernel = choose_kernel(x);
     const struct attention_kernel *k = &KERNELS[x->dn->seq.att_kernel];
     const char *onednn = x->dn->seq.att_kernel == KERNEL_MATMUL ? dn_causal_impl(x->dn->seq.causal) : NULL;
     snprintf(x->impl, sizeof x->impl, "%s%s%s per sample and head, C softmax, P computed again in backward",

@@ -1,19 +1,25 @@
 /* Causal attention's products as oneDNN matmul primitives (onednn_causal.h).
  *
- * A stripe s holds rows f = s * rows .. f + n - 1 (n = rows, fewer in the
- * last) and reaches column w = f + n.  Its primitives, one set per stripe
- * (oneDNN 3.2 takes no runtime dimensions in brgemm matmul: its
+ * A stripe s holds query rows f = s * rows .. f + n - 1 (n = rows, fewer
+ * in the last) and reaches key w = f + n.  Its scores, P, dP and dS are
+ * held transposed, w keys by n queries: oneDNN 3.2 ran S = Q_f K_w^T (n x w)
+ * on AVX512-BF16's brgemm, not AMX's, wherever w passed 512 (at a fifth of
+ * the transposed product's rate, 114 against 600 GFLOP/s at w 960 on a
+ * Xeon with AMX: 45% of a head's time), and the transposed softmax keeps
+ * each query's statistics in a vector lane.  Its primitives, one set per
+ * stripe (oneDNN 3.2 takes no runtime dimensions in brgemm matmul: its
  * gemm:jit fallback packs both operands each call):
- *   SCORES_SCALED  S = Q_f K_w^T / sqrt(hs)  n x hs . (w x hs)^T -> n x w
- *   SCORES         dP = dY_f V_w^T           the same shapes, no scale
- *   MIX            Y_f = P V_w, dQ_f = dS K_w   n x w . w x hs -> n x hs
- *   COLUMNS        dK_f = dS[f.., f..f+n]^T Q_f.., dV_f likewise with P and dY:
- *                  a column block stored (t - f) x n, read transposed
- * K_w^T and the column blocks are read through strides, so no operand is
- * transposed by hand.  Each is made with one OpenMP thread (its blocking,
- * and the primitive cache's key, for one) and a user scratchpad, so any
- * thread may run it on its own scratch; the thread's memory objects get the
- * operands' addresses at each call. */
+ *   SCORES_SCALED  S^T = K_w Q_f^T / sqrt(hs)  w x hs . hs x n -> w x n
+ *   SCORES         dP^T = V_w dY_f^T           the same shapes, no scale
+ *   MIX            Y_f = P V_w, dQ_f = dS K_w   (w x n)^T . w x hs -> n x hs
+ *   COLUMNS        dK_b = dS[b.., b]^T Q_b.., dV_b likewise with P and dY:
+ *                  column block b stored nb x (t - fb), a key's row over
+ *                  the queries from fb on
+ * Q_f^T and P, dS (from their transposes) are read through strides, so no
+ * operand is transposed by hand.  Each is made with one OpenMP thread (its
+ * blocking, and the primitive cache's key, for one) and a user scratchpad,
+ * so any thread may run it on its own scratch; the thread's memory objects
+ * get the operands' addresses at each call. */
 #include "onednn_causal.h"
 
 #include <dnnl_debug.h>
@@ -66,8 +72,8 @@ static st_status failed(const char *call, dnnl_status_t s)
 /* The thread's buffers, carved from its scratch. */
 struct head_bufs {
     st_bf16 *q, *k, *v, *dy;   /* t x hs each, dense */
-    st_bf16 *stripe;           /* n x w: a stripe's P or dS, the mix's A */
-    float *s, *ds;             /* n x w: scores, then P; dP, then dS */
+    st_bf16 *stripe;           /* w x n: a stripe's P^T or dS^T, the mix's A transposed */
+    float *s, *ds;             /* w x n: scores^T, then P^T; dP^T */
     float *out;                /* n x hs: a product's rows before their place in y or dq */
     st_bf16 *cols_p, *cols_ds; /* the column blocks (col_at) */
     void *pad;
@@ -102,14 +108,14 @@ static void product_shape(const dn_causal *c, long s, int kind, dnnl_dims_t dims
     const long n = rows_of(c, s), w = s * c->rows + n, hs = c->hs, rest = c->t - s * c->rows;
     *scaled = kind == SCORES_SCALED;
     if (kind == SCORES_SCALED || kind == SCORES) {
-        memcpy(dims, (dnnl_dims_t[3]){{n, hs}, {hs, w}, {n, w}}, 3 * sizeof *dims);
-        memcpy(strides, (dnnl_dims_t[3]){{hs, 1}, {1, hs}, {w, 1}}, 3 * sizeof *strides);
+        memcpy(dims, (dnnl_dims_t[3]){{w, hs}, {hs, n}, {w, n}}, 3 * sizeof *dims);
+        memcpy(strides, (dnnl_dims_t[3]){{hs, 1}, {1, hs}, {n, 1}}, 3 * sizeof *strides);
     } else if (kind == MIX) {
         memcpy(dims, (dnnl_dims_t[3]){{n, w}, {w, hs}, {n, hs}}, 3 * sizeof *dims);
-        memcpy(strides, (dnnl_dims_t[3]){{w, 1}, {hs, 1}, {hs, 1}}, 3 * sizeof *strides);
+        memcpy(strides, (dnnl_dims_t[3]){{1, n}, {hs, 1}, {hs, 1}}, 3 * sizeof *strides);
     } else {
         memcpy(dims, (dnnl_dims_t[3]){{n, rest}, {rest, hs}, {n, hs}}, 3 * sizeof *dims);
-        memcpy(strides, (dnnl_dims_t[3]){{1, n}, {hs, 1}, {hs, 1}}, 3 * sizeof *strides);
+        memcpy(strides, (dnnl_dims_t[3]){{rest, 1}, {hs, 1}, {hs, 1}}, 3 * sizeof *strides);
     }
 }
 
@@ -272,17 +278,20 @@ static void pack_head(st_bf16 *dst, const float *src, long ld, long t, long hs)
         st_bf16_from_f32_n(dst + i * hs, src + i * ld, (size_t)hs);
 }
 
-/* P of stripe s into h->s (n x w): scores, then the fp32 softmax; a copy
- * into keep's rows (t floats, zeros right of the diagonal) where asked. */
-static st_status stripe_weights(const dn_causal *c, int th, const struct head_bufs *h, long s, float *keep)
+/* P^T of stripe s: scores^T, then the fp32 softmax, rounded to bf16 into
+ * h->stripe (w x n); the fp32 P^T stays in h->s where fp32 asks, and
+ * keep's rows f.. (t floats, zeros right of the diagonal) take P where
+ * given. */
+static st_status stripe_weights(const dn_causal *c, int th, const struct head_bufs *h, long s, float *keep, bool fp32)
 {
     const long f = s * c->rows, n = rows_of(c, s), w = f + n;
-    const st_status st = run(c, th, s, SCORES_SCALED, h->q + f * c->hs, h->k, h->s, h->pad);
+    const st_status st = run(c, th, s, SCORES_SCALED, h->k, h->q + f * c->hs, h->s, h->pad);
     if (st != ST_OK)
         return st;
-    seq_causal_softmax_rows(h->s, w, f, n, w);
+    seq_causal_softmax_cols_bf16(h->s, h->stripe, f, n, fp32 || keep);
     for (long r = 0; keep && r < n; r++) {
-        memcpy(keep + (f + r) * c->t, h->s + r * w, (size_t)w * sizeof *keep);
+        for (long k = 0; k < w; k++)
+            keep[(f + r) * c->t + k] = h->s[k * n + r];
         memset(keep + (f + r) * c->t + w, 0, (size_t)(c->t - w) * sizeof *keep);
     }
     return ST_OK;
@@ -295,15 +304,13 @@ static void place(float *dst, long ld, const float *out, long n, long hs)
         memcpy(dst + r * ld, out + r * hs, (size_t)hs * sizeof *dst);
 }
 
-/* dst's rows f.. = M X: M a stripe of P or dS (n x w floats), X V or K. */
-static st_status stripe_mix(const dn_causal *c, int th, const struct head_bufs *h, long s, const float *m,
-                            const st_bf16 *x, float *dst, long ld)
+/* dst's rows f.. = M X: M^T (P^T or dS^T) in h->stripe, X V or K. */
+static st_status stripe_mix(const dn_causal *c, int th, const struct head_bufs *h, long s, const st_bf16 *x,
+                            float *dst, long ld)
 {
-    const long f = s * c->rows, n = rows_of(c, s);
-    st_bf16_from_f32_n(h->stripe, m, (size_t)(n * (f + n)));
     const st_status st = run(c, th, s, MIX, h->stripe, x, h->out, h->pad);
     if (st == ST_OK)
-        place(dst + f * ld, ld, h->out, n, c->hs);
+        place(dst + s * c->rows * ld, ld, h->out, rows_of(c, s), c->hs);
     return st;
 }
 
@@ -317,39 +324,39 @@ st_status dn_causal_forward(const dn_causal *c, int thread, float *y, long ldy, 
     pack_head(h.v, q + 2 * (ld / 3), ld, c->t, c->hs);
     st_status st = ST_OK;
     for (long s = 0; s < c->stripes && st == ST_OK; s++)
-        if ((st = stripe_weights(c, thread, &h, s, p)) == ST_OK)
-            st = stripe_mix(c, thread, &h, s, h.s, h.v, y, ldy);  /* Y = P V */
+        if ((st = stripe_weights(c, thread, &h, s, p, false)) == ST_OK)
+            st = stripe_mix(c, thread, &h, s, h.v, y, ldy);  /* Y = P V */
     return st;
 }
 
-/* A stripe of M as bf16 (h->stripe, n x w: P or dS) into the column blocks
- * it reaches: block b holds M's rows from b's first column on, b's columns. */
-static void keep_columns(const dn_causal *c, st_bf16 *cols, const st_bf16 *m, long s)
+/* A stripe's M^T (h->stripe, w x n: P^T or dS^T) into the column blocks it
+ * reaches: block b holds its keys' rows over the queries from b's first
+ * on, and the stripe's queries sit f - fb along them. */
+static void keep_columns(const dn_causal *c, st_bf16 *cols, const st_bf16 *mt, long s)
 {
-    const long f = s * c->rows, n = rows_of(c, s), w = f + n;
-    for (long r = 0; r < n; r++)
-        for (long b = 0; b <= s; b++) {
-            const long fb = b * c->rows, nb = rows_of(c, b);
-            memcpy(cols + c->col_at[b] + (f + r - fb) * nb, m + r * w + fb, (size_t)nb * sizeof *m);
-        }
+    const long f = s * c->rows, n = rows_of(c, s);
+    for (long b = 0; b <= s; b++) {
+        const long fb = b * c->rows, nb = rows_of(c, b), rest = c->t - fb;
+        for (long r = 0; r < nb; r++)
+            memcpy(cols + c->col_at[b] + r * rest + (f - fb), mt + (fb + r) * n, (size_t)n * sizeof *mt);
+    }
 }
 
 /* One stripe of the backward pass: P again, dP = dY V^T, dS, dQ = dS K, and
- * dS and P kept in column blocks for the transposed products. */
+ * P and dS kept in column blocks for the products over keys. */
 static st_status backward_stripe(const dn_causal *c, int th, const struct head_bufs *h, long s, float *dq, long ld,
                                  float *keep)
 {
-    const long f = s * c->rows, n = rows_of(c, s), w = f + n;
-    st_status st = stripe_weights(c, th, h, s, keep);
+    const long f = s * c->rows, n = rows_of(c, s);
+    st_status st = stripe_weights(c, th, h, s, keep, true);
     if (st == ST_OK)
-        st = run(c, th, s, SCORES, h->dy + f * c->hs, h->v, h->ds, h->pad);
+        st = run(c, th, s, SCORES, h->v, h->dy + f * c->hs, h->ds, h->pad);
     if (st != ST_OK)
         return st;
-    seq_causal_softmax_bwd_rows(h->ds, h->s, w, f, n, w, 1.0f / sqrtf((float)c->hs));
-    st_bf16_from_f32_n(h->stripe, h->s, (size_t)(n * w));
     keep_columns(c, h->cols_p, h->stripe, s);
-    if ((st = stripe_mix(c, th, h, s, h->ds, h->k, dq, ld)) == ST_OK)
-        keep_columns(c, h->cols_ds, h->stripe, s);  /* stripe_mix left dS there */
+    seq_causal_softmax_bwd_cols_bf16(h->stripe, h->ds, h->s, f, n, 1.0f / sqrtf((float)c->hs));
+    if ((st = stripe_mix(c, th, h, s, h->k, dq, ld)) == ST_OK)
+        keep_columns(c, h->cols_ds, h->stripe, s);
     return st;
 }
 

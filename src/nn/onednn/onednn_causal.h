@@ -6,11 +6,14 @@
  * products; here oneDNN picks the kernel, so a CPU with AMX runs them on its
  * tiles (brg:avx512_core_amx) and one with AVX512-BF16 on brgemm's dot
  * products.  The rows go in stripes of `rows` (scores, softmax, P V and dS K
- * while a stripe is in cache); P and dS are kept as bf16 in column blocks
- * for dK = dS^T Q and dV = P^T dY.  Every operand is dense (oneDNN 3.2's
- * brgemm matmul takes no other), so the head's Q, K, V and dY are packed to
- * bf16 first.  A stripe's scores reach its last row's diagonal: the
- * diagonal block's upper half is computed and the softmax zeroes it.
+ * while a stripe is in cache), the stripe's scores, P, dP and dS held
+ * transposed, keys by queries (onednn_causal.c says why); P and dS are kept
+ * as bf16 in column blocks for dK = dS^T Q and dV = P^T dY.  Every operand
+ * is dense or a dense one transposed (oneDNN 3.2's brgemm matmul takes no
+ * other: a leading dimension past the row falls to gemm:jit at half the
+ * rate), so the head's Q, K, V and dY are packed to bf16 first.  A
+ * stripe's scores reach its last row's diagonal: the diagonal block's upper
+ * half is computed and the softmax zeroes it.
  *
  * Sums run in oneDNN's order, fixed for a shape (each primitive is made for
  * one thread and runs on the calling one), so the same bits at any thread

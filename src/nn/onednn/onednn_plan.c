@@ -42,6 +42,12 @@ bool st_nn_bf16_supported(const st_nn_tuning *t)
     return (isa & bf16) == bf16 || (t && t->bf16_any_isa);
 }
 
+bool st_nn_amx_supported(void)
+{
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    return (isa & amx) == amx;
+}
+
 static st_dtype dtype_of(const_dnnl_memory_desc_t md)
 {
     dnnl_data_type_t dt = dnnl_f32;
