@@ -22,6 +22,8 @@ typedef struct st_nn_tuning {
     bool no_chunks;        /* no convolution computed in its max-pool's chunks (docs/engine.md) */
     bool brgconv;          /* let oneDNN pick its brgemm convolutions for few input channels */
     bool ip_any;           /* inner products choose their weights' layout */
+    bool ip_plain;         /* bf16 inner products on plain weights where AMX and many rows make oneDNN's
+                              blocked ones the default (onednn_weights.c) */
     bool onednn_pool;      /* oneDNN's pooling instead of maxpool2.c */
     bool seq_tn;           /* their weight gradients from untransposed operands */
     bool onednn_layernorm; /* oneDNN's layer norm instead of the C rows */

@@ -78,13 +78,25 @@ static bool plain_weights(const st_net *n, const struct xnode *x)
     return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && !x->lowp;  /* bf16 reads converted weights */
 }
 
+/* Where oneDNN has AMX, a bf16 inner product of at least this many rows a
+ * step takes oneDNN's blocked weights: only its brgemm kernels run on the
+ * tiles (on the plain layout gemm:jit computes with AVX512-BF16, at less
+ * than half the forward's rate), and from about here the tiles save more
+ * than the blocked copy and reorders cost (docs/benchmarks.md, 0o, steps:
+ * gpt-mini at 768 rows 1.28x, gpt and gpt2 at 1024 1.19x and 1.08x, mlp at
+ * 1024 1.07x; mlp at 64 and 256 rows 0.77x and 0.81x).  The weight
+ * gradient stays plain either way (blocked, then reordered into the flat
+ * buffer, those steps ran 1.06-1.15x slower). */
+#define AMX_BLOCKED_ROWS 512
+
 /* A bf16 inner product reads the optimizer's bf16 copy of its weights in
  * the same plain layout, where a real kernel takes it: the copy is then
  * written in order (a blocked one is a scatter, which cost mlp's step more
- * than the reorder it replaced). */
+ * than the reorder it replaced), but for AMX's many rows (above). */
 static bool bf16_plain_weights(const st_net *n, const struct xnode *x)
 {
-    return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && x->lowp;
+    const bool amx_blocked = st_nn_amx_supported() && nn_rows(n, x->nd) >= AMX_BLOCKED_ROWS && !n->dnet->opt.ip_plain;
+    return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && x->lowp && !amx_blocked;
 }
 
 /* Small channel counts waste most of a 16-wide block; nhwc avoids that
