@@ -5,11 +5,11 @@
  *   dot     causal_bf16.c's AVX512-BF16 dot products in stripes of rows (a
  *           bf16 net's);
  *   matmul  onednn_causal.c's oneDNN matmul primitives in stripes, on
- *           AMX's tiles: a bf16 net's where oneDNN has AMX (a head 1.5x
- *           the dot products', gpt2's bf16 step 1.1x, docs/benchmarks.md
- *           0o); without AMX a head ran 1-17% slower than the dot
- *           products (0l).  SHMTRAIN_ATTENTION_DOT and _MATMUL force
- *           either.
+ *           AMX's tiles: a bf16 net's where oneDNN has AMX (a head 2.5x
+ *           the dot products' speed, gpt2's bf16 step 1.18x,
+ *           docs/benchmarks.md 0o); without AMX a head ran 1-17% slower
+ *           than the dot products (0l, 11-12% in 0o).
+ *           SHMTRAIN_ATTENTION_DOT and _MATMUL force either.
  *
  * Attention keeps no T x T matrix between its passes: the forward pass
  * makes P for one sample and head in its thread's scratch and drops it,
@@ -165,18 +165,20 @@ static st_status run_heads(st_net *n, int j, bool backward)
 static st_status att_fwd(st_net *n, int j) { return run_heads(n, j, false); }
 static st_status att_bwd(st_net *n, int j) { return run_heads(n, j, true); }
 
-/* The fp32 tiles in an fp32 net, or where the CPU has no AVX512-BF16
- * (precision.c: the layer is then fp32) or SHMTRAIN_ATTENTION_FP32 asks;
- * the dot products in a bf16 net; oneDNN's matmul under
- * SHMTRAIN_ATTENTION_MATMUL unless oneDNN has only its reference kernels. */
+/* A bf16 net's primitives for oneDNN's matmul: where oneDNN has AMX, or
+ * SHMTRAIN_ATTENTION_MATMUL asks; not under SHMTRAIN_ATTENTION_DOT. */
 static bool wants_matmul(const st_net *n)
 {
     const st_nn_tuning *t = &n->dnet->opt;
     return !t->attention_dot && (t->attention_matmul || st_nn_amx_supported());
 }
 
-/* The dot products too where oneDNN offers only its reference matmul (a
- * CPU without native bf16, under SHMTRAIN_BF16_ANY_ISA). */
+/* The fp32 tiles in an fp32 net, or where the CPU has no AVX512-BF16
+ * (precision.c: the layer is then fp32) or SHMTRAIN_ATTENTION_FP32 asks;
+ * in a bf16 net oneDNN's matmul where the net made its primitives
+ * (wants_matmul) and they are not oneDNN's reference kernels (a CPU
+ * without native bf16, under SHMTRAIN_BF16_ANY_ISA), else the dot
+ * products. */
 static int choose_kernel(const struct xnode *x)
 {
     if (!x->lowp)
