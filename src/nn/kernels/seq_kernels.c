@@ -284,7 +284,7 @@ void seq_causal_softmax_bwd(float *ds, const float *p, long t, float scale)
 /* A stripe's scores held transposed: key k's row over the stripe's queries.
  * Down the keys, with the queries in the vector lanes, each query's max and
  * sum are a lane of their own, so no step waits on a reduction (the row
- * softmax's max ran at one vector per add latency); QUERY_BLOCK queries'
+ * softmax's max waited a vmaxps latency a vector); QUERY_BLOCK queries'
  * statistics stay in L1 while the keys stream past. */
 enum { QUERY_BLOCK = 64 };
 
