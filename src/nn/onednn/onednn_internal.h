@@ -8,6 +8,8 @@
  *   onednn_reorder.c  reorders, each checked once when it is made
  *   onednn_weights.c  convolution and inner product (forward, backward-data,
  *                     backward-weights; the plain-weights and nhwc choices)
+ *   onednn_wgrad.c    a bf16 linear layer's weight gradient as a matmul on
+ *                     AMX's tiles (where oneDNN has them)
  *   onednn_pool.c     pooling: the C 2x2 max-pool and oneDNN pooling
  *   onednn_chunk.c    the chunking pass over the finished plan: a
  *                     convolution run in L2-sized chunks inside the C
@@ -226,6 +228,15 @@ struct dn_stem_state {
     int threads;                         /* how many threads the scratch serves */
 };
 
+/* A bf16 linear layer's weight gradient as a matmul on AMX
+ * (onednn_wgrad.c); product NULL: the inner product's backward-weights. */
+struct dn_wgrad_state {
+    dnnl_primitive_t product;
+    dnnl_memory_t dy, x;                 /* dY and X in bf16 [rows, c] as the backward holds them */
+    dnnl_memory_t dy_t;                  /* dY read transposed; its buffer set at each call */
+    dnnl_memory_t dw;                    /* the flat gradient buffer's */
+};
+
 struct onednn_node {
     struct dn_tensor dst, diff, diff_tmp;  /* diff_tmp: a second consumer's gradient, added in */
     struct oplist fwd, fwd_infer, bwd;   /* fwd_infer: batch norm in evaluation mode */
@@ -241,6 +252,7 @@ struct onednn_node {
     struct dn_seq_state seq;
     struct dn_stem_state stem;
     struct dn_head_state head;
+    struct dn_wgrad_state wgrad;
 };
 
 struct onednn_net {
@@ -384,6 +396,22 @@ void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_laye
 st_status dn_weights_fwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst, dnnl_primitive_desc_t *pd);
 st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
 st_status dn_build_weights(st_net *n, int j);
+/* Where oneDNN has AMX, does a bf16 inner product have rows enough a step
+ * for the tiles' kernels to pay (see AMX_ROWS in onednn_weights.c)? */
+bool dn_amx_rows(const st_net *n, const struct xnode *x);
+/* The backward pass's own view of a tensor: `have` if its layout is `want`,
+ * else a scratch memory refreshed by a reorder (appended to `bwd`). */
+st_status dn_bwd_input(st_net *n, struct oplist *bwd, dnnl_memory_t have, const_dnnl_memory_desc_t want,
+                       enum dn_temp purpose, dnnl_memory_t *out);
+
+/* --------------------------------------------------- onednn_wgrad.c -- */
+
+/* Should node x's weight gradient be onednn_wgrad.c's matmul? */
+bool dn_wgrad_matmul_wanted(const st_net *n, const struct xnode *x);
+/* Builds it into x's backward list, reading dY as *ddst (for the
+ * backward-data pass to share); *built false where oneDNN has only its
+ * reference kernels for it (nothing added then). */
+st_status dn_build_wgrad_matmul(st_net *n, int j, const struct weights_layer *wl, dnnl_memory_t *ddst, bool *built);
 st_status dn_build_linear(st_net *n, int j);
 st_status dn_build_conv(st_net *n, int j);
 

@@ -87,7 +87,12 @@ static bool plain_weights(const st_net *n, const struct xnode *x)
  * 1024 1.07x; mlp at 64 and 256 rows 0.77x and 0.81x).  The weight
  * gradient stays plain either way (blocked, then reordered into the flat
  * buffer, those steps ran 1.06-1.15x slower). */
-#define AMX_BLOCKED_ROWS 512
+#define AMX_ROWS 512
+
+bool dn_amx_rows(const st_net *n, const struct xnode *x)
+{
+    return st_nn_amx_supported() && nn_rows(n, x->nd) >= AMX_ROWS;
+}
 
 /* A bf16 inner product reads the optimizer's bf16 copy of its weights in
  * the same plain layout, where a real kernel takes it: the copy is then
@@ -95,7 +100,7 @@ static bool plain_weights(const st_net *n, const struct xnode *x)
  * than the reorder it replaced), but for AMX's many rows (above). */
 static bool bf16_plain_weights(const st_net *n, const struct xnode *x)
 {
-    const bool amx_blocked = st_nn_amx_supported() && nn_rows(n, x->nd) >= AMX_BLOCKED_ROWS && !n->dnet->opt.ip_plain;
+    const bool amx_blocked = dn_amx_rows(n, x) && !n->dnet->opt.ip_plain;
     return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && x->lowp && !amx_blocked;
 }
 
@@ -143,10 +148,8 @@ out:
     return fast;
 }
 
-/* The backward pass's own view of a tensor: `have` if its layout is what the
- * primitive wants, else a scratch memory refreshed by a reorder before it. */
-static st_status bwd_input(st_net *n, struct oplist *bwd, dnnl_memory_t have, const_dnnl_memory_desc_t want,
-                           enum dn_temp purpose, dnnl_memory_t *out)
+st_status dn_bwd_input(st_net *n, struct oplist *bwd, dnnl_memory_t have, const_dnnl_memory_desc_t want,
+                       enum dn_temp purpose, dnnl_memory_t *out)
 {
     if (dn_same(want, dn_mem_md(have))) {
         *out = have;
@@ -378,10 +381,16 @@ static st_status build_weights_bwd_w(st_net *n, int j, struct weights_build *b)
     const struct node *nd = x->nd;
     dnnl_primitive_desc_t pd;
     dnnl_memory_t src, ddst, dw_user, dw, db_user = NULL;
+    if (dn_wgrad_matmul_wanted(n, x)) {
+        bool built;
+        OK(dn_build_wgrad_matmul(n, j, &b->w, &b->ddst, &built));
+        if (built)
+            return ST_OK;
+    }
     OK(bwd_pd(n, x, &b->w, true, b->dt, fwd_src_md(b), nd->bias ? b->bias_md : NULL, b->fwd_pd, &pd));
     dn_impl_name(x, pd);
-    OK(bwd_input(n, &dn->bwd, dn->src, dn_query(pd, dnnl_query_src_md, 0), DN_TEMP_SRC, &src));
-    OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), DN_TEMP_DIFF_DST, &ddst));
+    OK(dn_bwd_input(n, &dn->bwd, dn->src, dn_query(pd, dnnl_query_src_md, 0), DN_TEMP_SRC, &src));
+    OK(dn_bwd_input(n, &dn->bwd, x->dn->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), DN_TEMP_DIFF_DST, &ddst));
     b->ddst = ddst;
     OK(dn_mem_new(n, &dw_user, b->wei_plain, n->grads + nd->w_off));
     if (nd->bias)
@@ -415,7 +424,7 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
     if (dn_same(want, dn_mem_md(b->ddst)))
         ddst = b->ddst;  /* converted (or reordered) once for both passes, before either runs */
     else
-        OK(bwd_input(n, &dn->bwd, x->dn->diff.mem, want, DN_TEMP_DIFF_DST_DATA, &ddst));
+        OK(dn_bwd_input(n, &dn->bwd, x->dn->diff.mem, want, DN_TEMP_DIFF_DST_DATA, &ddst));
     dn_impl_name(x, pd);
     /* The weights change every step: fp32 ones are reordered into this
      * layout every backward pass (after the optimizer ran); bf16 ones are
