@@ -2,7 +2,8 @@
  * same net holding whole logits (tuning.unfused_loss) bit for bit in fp32,
  * against the reference backend within fp32 round-off, in bf16 against
  * fp32 within bf16's rounding, at gpt-mini's vocabulary (256, one chunk)
- * and GPT-2's (50304, where 384 rows make a chunk of 333 and a tail of 51);
+ * and GPT-2's (50304, its 384 rows in chunks of at most 80: four of 77 and
+ * a tail of 76);
  * st_net_score against st_net_loss; and a backward with neither a loss nor
  * an output gradient refused. */
 #define _GNU_SOURCE
@@ -20,9 +21,11 @@
 #include "nettest.h"
 #include "shmtrain/nn.h"
 
-/* GPT-2's vocabulary on a narrow table: the head's chunking as gpt2 has it
- * (64 MB of logits a chunk: 333 rows), at a cost a test can pay. */
+/* GPT-2's vocabulary on a narrow table, its rows in several chunks and a
+ * shorter last one as gpt2's recipe has them (12 x 1024 rows in chunks of
+ * at most 1334), at a cost a test can pay. */
 static const char *const WIDE = "input tokens 64\nembed 50304 32\nlayernorm\nhead tied\n";
+#define WIDE_CHUNK_ROWS 80
 static const char *const MINI = "gpt-mini";
 
 struct result {
@@ -43,11 +46,13 @@ static st_model *load(const char *what)
 
 /* Forward, output, loss and backward of `what` at `batch` with parameters
  * from seed 3 (spread 0.5: a softmax far from uniform) on fixed tokens. */
-static struct result run(const char *what, int batch, st_backend backend, st_dtype precision, bool unfused)
+static struct result run_chunked(const char *what, int batch, st_backend backend, st_dtype precision, bool unfused,
+                                 int chunk_rows)
 {
     st_model *m = load(what);
     st_net_config c = {.batch = batch, .backend = backend, .precision = precision, .tuning = env_tuning()};
     c.tuning.unfused_loss = unfused;
+    c.head_chunk_rows = chunk_rows;
     st_net *n = NULL;
     if (st_net_create(&n, m, &c) != ST_OK)
         fail_msg("net: %s", st_last_error());
@@ -71,11 +76,23 @@ static struct result run(const char *what, int batch, st_backend backend, st_dty
     assert_int_equal(st_net_loss(n, labels, &r.loss, &r.correct), ST_OK);
     assert_int_equal(st_net_backward(n), ST_OK);
     memcpy(r.grads, st_net_grads(n, NULL), r.params * sizeof(float));
+    if (chunk_rows == WIDE_CHUNK_ROWS && backend == ST_BACKEND_ONEDNN) {  /* the chunks asked for, not one */
+        char *said = net_description(n);
+        if (!strstr(said, "77 rows a chunk"))
+            fail_msg("the head is not in chunks of 77 rows:\n%s", said);
+        free(said);
+    }
     free(ids);
     free(labels);
     st_net_destroy(n);
     st_model_destroy(m);
     return r;
+}
+
+/* WIDE in its chunks of 77 and 76 rows; the others as the engine chunks them. */
+static struct result run(const char *what, int batch, st_backend backend, st_dtype precision, bool unfused)
+{
+    return run_chunked(what, batch, backend, precision, unfused, what == WIDE ? WIDE_CHUNK_ROWS : 0);
 }
 
 static void result_free(struct result *r)
@@ -116,7 +133,7 @@ static void test_fused_is_unfused_bit_for_bit(void **state)
 
 /* Against the definition.  The logits are sums of 32 (128 for gpt-mini)
  * products, their round-off ~sqrt(k) eps relative; the table's gradient
- * sums 384 rows' in chunks (333 + 51) where the reference sums them in one
+ * sums 384 rows' in chunks (4 x 77 + 76) where the reference sums them in one
  * order in double: 1e-5 of the largest magnitude is ~20x fp32's sqrt(384)
  * eps; a wrong scale, a lost chunk or a gradient of the wrong rows is off
  * by 1e-2 and more. */
@@ -157,9 +174,18 @@ static void test_bf16_head_within_rounding(void **state)
     /* fused and unfused in bf16: the same chunks, the same bits */
     assert_memory_equal(&b.loss, &u.loss, sizeof b.loss);
     assert_memory_equal(b.grads, u.grads, b.params * sizeof(float));
+    /* in chunks and in one: the same bf16 operands, only the table
+     * gradient's fp32 partial sums added in another order (a few fp32 ulps
+     * of the largest element; 1e-5 leaves ~10x); a row counted twice or
+     * lost, as a tail chunk through the whole chunk's products does, moves
+     * elements by about 1/384 of the largest */
+    struct result one = run_chunked(WIDE, 6, ST_BACKEND_ONEDNN, ST_DTYPE_BF16, false, 0);
+    assert_memory_equal(&b.loss, &one.loss, sizeof b.loss);
+    check_close("grads, one chunk", b.grads, one.grads, b.params, 1e-5);
     result_free(&b);
     result_free(&f);
     result_free(&u);
+    result_free(&one);
 }
 
 /* st_net_score is the loss without the gradient: over all rows, the same

@@ -173,6 +173,8 @@ typedef struct st_net_config {
     st_dtype precision;      /* ST_DTYPE_F32 (default), ST_DTYPE_BF16 or ST_DTYPE_F16 (the
                                 reference backend only): mixed precision (docs/engine.md) */
     st_nn_tuning tuning;     /* the engine's choices (tuning.h); zero: as built */
+    int head_chunk_rows;     /* the most rows of a tied head's logits held at once (tests: many
+                                chunks at a small cost); 0: as many as 256 MB of logits hold */
     bool plan_only;          /* the plan alone: what each layer computes in and keeps
                                 (st_net_describe_precision, st_net_lowp_layers), with no
                                 parameters, gradients or activations behind it (gpt2's

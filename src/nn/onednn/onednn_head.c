@@ -20,22 +20,29 @@
  * and an unfused net agree bit for bit (test_head_loss): both run the same
  * chunks, only where the logits wait differs. */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <omp.h>
 
 #include "onednn_internal.h"
 
-/* A chunk's logits take at most this much.  Each chunk's weight-gradient
- * product adds into the whole table gradient (154 MB for gpt2), so fewer,
- * larger chunks move less: gpt2's 50304 words make 333 rows a chunk, 37
- * passes over it at batch 12 x 1024 (~11 GB of traffic, ~2% of the step on
- * a 2-vCPU Zen 4), and gpt-mini's batch fits one chunk. */
-#define HEAD_CHUNK_BYTES (64L << 20)
+/* A chunk's logits take at most this much (st_net_config.head_chunk_rows
+ * can ask for fewer rows).  Each chunk's weight-gradient product adds into
+ * the whole table gradient (154 MB for gpt2), and AMX's products want many
+ * rows: gpt2's 50304 words make 1334 rows a chunk, one at batch 1 x 1024
+ * and 10 at the recipe's 12 x 1024.  64 MB chunks (333 rows) made gpt2's
+ * bf16 step 1.02-1.12x slower on a 2-vCPU AMX Xeon, its fp32 step level
+ * (docs/benchmarks.md 0o, 0p); the chunk's logits and their bf16 gradient
+ * (384 MB) are a small part of the recipe's peak memory. */
+#define HEAD_CHUNK_BYTES (256L << 20)
 
-/* As many chunks as HEAD_CHUNK_BYTES asks for, of equal rows: a short last
- * chunk would cost a whole pass over the table's gradient for a few rows. */
-static long chunk_rows(long rows, long vocab)
+/* As many chunks as HEAD_CHUNK_BYTES (or the config) asks for, of equal
+ * rows: a short last chunk would cost a whole pass over the table's
+ * gradient for a few rows. */
+static long chunk_rows(const st_net *n, long rows, long vocab)
 {
-    const long most = HEAD_CHUNK_BYTES / (vocab * (long)sizeof(float));
+    const long asked = n->cfg.head_chunk_rows > 0 ? n->cfg.head_chunk_rows : LONG_MAX;
+    const long bytes_hold = HEAD_CHUNK_BYTES / (vocab * (long)sizeof(float));
+    const long most = asked < bytes_hold ? asked : bytes_hold;
     if (most < 1)
         return 1;
     const long chunks = (rows + most - 1) / most;
@@ -301,7 +308,7 @@ st_status dn_build_head(st_net *n, int j)
     struct dn_head_state *h = &x->dn->head;
     const struct node *e = table_of(n, x);
     const long rows = (long)nn_rows(n, x->nd);
-    h->chunk = chunk_rows(rows, e->vocab);
+    h->chunk = chunk_rows(n, rows, e->vocab);
     snprintf(x->impl, sizeof x->impl, "%s through the embed's table, %ld rows a chunk%s",
              x->lowp ? "bf16 matmul" : "sgemm", h->chunk, n->fused_loss ? ", fused with the loss" : "");
     const_dnnl_memory_desc_t out, in;
