@@ -302,14 +302,40 @@ static st_status add_weight_copy(st_net *n, const struct xnode *x, dnnl_memory_t
     return nn_copy_add(n, x->nd->w_off, count, dn_mem_ptr(mem), ST_DTYPE_BF16, index);
 }
 
+/* A linear layer's bf16 weights in AMX's blocked layout: the optimizer
+ * writes a plain copy, in order, and a reorder moves it into `mem` before
+ * the layer's forward pass each step (counted as a weight reorder).  The
+ * scatter add_weight_copy would make instead writes 4 bytes of a 64-byte
+ * line at a time (the layout pairs 64 outputs' elements), and with the
+ * index read beside it made the optimizer twice as slow as over plain
+ * weights (docs/benchmarks.md 0o, 0p). */
+static st_status add_reordered_copy(st_net *n, const struct xnode *x, struct oplist *l, dnnl_memory_t user,
+                                    dnnl_memory_t mem)
+{
+    const_dnnl_memory_desc_t plain;
+    dnnl_memory_t copy;
+    OK(dn_md_like(n, &plain, dn_mem_md(user), 0, dnnl_bf16));
+    if (dn_same(plain, dn_mem_md(mem)))  /* the plain copy is what the kernel reads */
+        return add_weight_copy(n, x, mem);
+    OK(dn_mem_new(n, &copy, plain, NULL));
+    OK(nn_copy_add(n, x->nd->w_off, x->nd->w_count, dn_mem_ptr(copy), ST_DTYPE_BF16, NULL));
+    const int at = l->n;
+    OK(dn_add_reorder(n, l, copy, mem));
+    l->v[at].counted = OP_COUNTS_WEIGHT_REORDER;
+    return ST_OK;
+}
+
 /* The weights in the layout `mem` has: the flat buffer's fp32 reordered each
- * pass, or, in bf16, the optimizer's copy. */
+ * pass, or, in bf16, the optimizer's copy (written plain and reordered for
+ * AMX's blocked linear weights). */
 static st_status weights_into(st_net *n, const struct xnode *x, struct oplist *l, dnnl_memory_t user,
                               dnnl_memory_t mem)
 {
     dnnl_data_type_t dt = dnnl_f32;
     dnnl_memory_desc_query(dn_mem_md(mem), dnnl_query_data_type, &dt);
-    return dt == dnnl_bf16 ? add_weight_copy(n, x, mem) : dn_add_reorder(n, l, user, mem);
+    if (dt != dnnl_bf16)
+        return dn_add_reorder(n, l, user, mem);
+    return x->kind == NODE_LINEAR ? add_reordered_copy(n, x, l, user, mem) : add_weight_copy(n, x, mem);
 }
 
 static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
