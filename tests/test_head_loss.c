@@ -2,8 +2,8 @@
  * same net holding whole logits (tuning.unfused_loss) bit for bit in fp32,
  * against the reference backend within fp32 round-off, in bf16 against
  * fp32 within bf16's rounding, at gpt-mini's vocabulary (256, one chunk)
- * and GPT-2's (50304, its 384 rows in chunks of at most 80: four of 77 and
- * a tail of 76);
+ * and GPT-2's (50304, its 512 rows in chunks of at most 80: six of 74 and
+ * a tail of 68; 512 rows take AMX's blocked tables where oneDNN has AMX);
  * st_net_score against st_net_loss; and a backward with neither a loss nor
  * an output gradient refused. */
 #define _GNU_SOURCE
@@ -47,12 +47,13 @@ static st_model *load(const char *what)
 /* Forward, output, loss and backward of `what` at `batch` with parameters
  * from seed 3 (spread 0.5: a softmax far from uniform) on fixed tokens. */
 static struct result run_chunked(const char *what, int batch, st_backend backend, st_dtype precision, bool unfused,
-                                 int chunk_rows)
+                                 int chunk_rows, bool plain_table)
 {
     st_model *m = load(what);
     st_net_config c = {.batch = batch, .backend = backend, .precision = precision, .tuning = env_tuning()};
     c.tuning.unfused_loss = unfused;
     c.head_chunk_rows = chunk_rows;
+    c.tuning.ip_plain = plain_table;
     st_net *n = NULL;
     if (st_net_create(&n, m, &c) != ST_OK)
         fail_msg("net: %s", st_last_error());
@@ -78,8 +79,11 @@ static struct result run_chunked(const char *what, int batch, st_backend backend
     memcpy(r.grads, st_net_grads(n, NULL), r.params * sizeof(float));
     if (chunk_rows == WIDE_CHUNK_ROWS && backend == ST_BACKEND_ONEDNN) {  /* the chunks asked for, not one */
         char *said = net_description(n);
-        if (!strstr(said, "77 rows a chunk"))
-            fail_msg("the head is not in chunks of 77 rows:\n%s", said);
+        if (!strstr(said, "74 rows a chunk"))
+            fail_msg("the head is not in chunks of 74 rows:\n%s", said);
+        const bool blocked = precision == ST_DTYPE_BF16 && st_nn_amx_supported() && !plain_table;
+        if (!strstr(said, "AMX-blocked") != !blocked)  /* 512 rows: blocked wherever AMX, unless asked */
+            fail_msg("the head's table %s AMX's blocked layouts:\n%s", blocked ? "is not in" : "is in", said);
         free(said);
     }
     free(ids);
@@ -89,10 +93,10 @@ static struct result run_chunked(const char *what, int batch, st_backend backend
     return r;
 }
 
-/* WIDE in its chunks of 77 and 76 rows; the others as the engine chunks them. */
+/* WIDE in its chunks of 74 and 68 rows; the others as the engine chunks them. */
 static struct result run(const char *what, int batch, st_backend backend, st_dtype precision, bool unfused)
 {
-    return run_chunked(what, batch, backend, precision, unfused, what == WIDE ? WIDE_CHUNK_ROWS : 0);
+    return run_chunked(what, batch, backend, precision, unfused, what == WIDE ? WIDE_CHUNK_ROWS : 0, false);
 }
 
 static void result_free(struct result *r)
@@ -117,7 +121,7 @@ static void test_fused_is_unfused_bit_for_bit(void **state)
 {
     (void)state;
     const char *models[] = {MINI, WIDE};
-    const int batches[] = {2, 6};
+    const int batches[] = {2, 8};
     for (int k = 0; k < 2; k++) {
         struct result f = run(models[k], batches[k], ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
         struct result u = run(models[k], batches[k], ST_BACKEND_ONEDNN, ST_DTYPE_F32, true);
@@ -133,16 +137,16 @@ static void test_fused_is_unfused_bit_for_bit(void **state)
 
 /* Against the definition.  The logits are sums of 32 (128 for gpt-mini)
  * products, their round-off ~sqrt(k) eps relative; the table's gradient
- * sums 384 rows' in chunks (4 x 77 + 76) where the reference sums them in one
- * order in double: 1e-5 of the largest magnitude is ~20x fp32's sqrt(384)
+ * sums 512 rows' in chunks (6 x 74 + 68) where the reference sums them in one
+ * order in double: 1e-5 of the largest magnitude is ~17x fp32's sqrt(512)
  * eps; a wrong scale, a lost chunk or a gradient of the wrong rows is off
  * by 1e-2 and more. */
 static void test_fused_matches_the_reference(void **state)
 {
     (void)state;
-    struct result f = run(WIDE, 6, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
-    struct result r = run(WIDE, 6, ST_BACKEND_REFERENCE, ST_DTYPE_F32, false);
-    print_message("vocabulary 50304, 384 rows: loss %.7g fused, %.7g reference\n", f.loss, r.loss);
+    struct result f = run(WIDE, 8, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
+    struct result r = run(WIDE, 8, ST_BACKEND_REFERENCE, ST_DTYPE_F32, false);
+    print_message("vocabulary 50304, 512 rows: loss %.7g fused, %.7g reference\n", f.loss, r.loss);
     assert_true(fabsf(f.loss - r.loss) <= 1e-5f * fabsf(r.loss));
     check_close("logits", f.output, r.output, f.outputs, 1e-5);
     check_close("grads", f.grads, r.grads, f.params, 1e-5);
@@ -154,7 +158,7 @@ static void test_fused_matches_the_reference(void **state)
  * bf16 (relative 2^-9 each) and summed in fp32: a logit or a gradient
  * element is off by about 2 x 2^-9 of its terms' magnitude, which for
  * these sums stays under 2^-7 of the largest element; 2e-2 leaves ~3x, and
- * the loss, a mean over 384 rows of log-sum-exps, moves far less (1e-3).
+ * the loss, a mean over 512 rows of log-sum-exps, moves far less (1e-3).
  * A tail chunk run through the whole chunk's products, or a transposed
  * table, is off by the elements' own size. */
 static void test_bf16_head_within_rounding(void **state)
@@ -164,9 +168,9 @@ static void test_bf16_head_within_rounding(void **state)
         print_message("skipped: no native bf16 here\n");
         return;
     }
-    struct result b = run(WIDE, 6, ST_BACKEND_ONEDNN, ST_DTYPE_BF16, false);
-    struct result f = run(WIDE, 6, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
-    struct result u = run(WIDE, 6, ST_BACKEND_ONEDNN, ST_DTYPE_BF16, true);
+    struct result b = run(WIDE, 8, ST_BACKEND_ONEDNN, ST_DTYPE_BF16, false);
+    struct result f = run(WIDE, 8, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
+    struct result u = run(WIDE, 8, ST_BACKEND_ONEDNN, ST_DTYPE_BF16, true);
     print_message("vocabulary 50304 in bf16: loss %.7g, fp32 %.7g\n", b.loss, f.loss);
     assert_true(fabsf(b.loss - f.loss) <= 1e-3f * fabsf(f.loss));
     check_close("logits", b.output, f.output, f.outputs, 2e-2);
@@ -178,10 +182,18 @@ static void test_bf16_head_within_rounding(void **state)
      * gradient's fp32 partial sums added in another order (a few fp32 ulps
      * of the largest element; 1e-5 leaves ~10x); a row counted twice or
      * lost, as a tail chunk through the whole chunk's products does, moves
-     * elements by about 1/384 of the largest */
-    struct result one = run_chunked(WIDE, 6, ST_BACKEND_ONEDNN, ST_DTYPE_BF16, false, 0);
+     * elements by about 1/512 of the largest */
+    struct result one = run_chunked(WIDE, 8, ST_BACKEND_ONEDNN, ST_DTYPE_BF16, false, 0, false);
     assert_memory_equal(&b.loss, &one.loss, sizeof b.loss);
     check_close("grads, one chunk", b.grads, one.grads, b.params, 1e-5);
+    /* where AMX blocks the table (and the rows), against the plain table:
+     * the same operands in other blockings, the same bound; a blocked copy
+     * never refreshed, or rows reordered from another chunk, are off by
+     * the elements' own size */
+    struct result plain = run_chunked(WIDE, 8, ST_BACKEND_ONEDNN, ST_DTYPE_BF16, false, WIDE_CHUNK_ROWS, true);
+    check_close("logits, plain table", b.output, plain.output, b.outputs, 1e-5);
+    check_close("grads, plain table", b.grads, plain.grads, b.params, 1e-5);
+    result_free(&plain);
     result_free(&b);
     result_free(&f);
     result_free(&u);

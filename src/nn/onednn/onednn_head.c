@@ -97,7 +97,7 @@ static st_status chunk_logits(st_net *n, const struct xnode *x, long r0, long m,
         return sgemm(n, 'N', 'T', m, e->vocab, e->c, src, e->c, n->params + e->w_off, e->c, 0.0f, out, e->vocab);
     const struct dn_head_matmuls *mm = matmuls_for(h, m);
     to_bf16(n, h->rows, src, m, e->c);
-    return matmul(n, mm->logits, mm->rows, h->rows, h->table_t, dn_mem_ptr(h->table), mm->out, out);
+    return matmul(n, mm->logits, mm->rows, h->rows, mm->table_logits, dn_mem_ptr(mm->table_logits), mm->out, out);
 }
 
 /* From dz [m, vocab], the gradient of rows [r0, r0 + m)'s logits: their
@@ -121,8 +121,15 @@ static st_status chunk_grads(st_net *n, const struct xnode *x, long r0, long m, 
         to_bf16(n, h->rows, src, m, e->c);
     to_bf16(n, h->dz, dz, m, e->vocab);
     if (dx)
-        OK(matmul(n, mm->dx, mm->dz, h->dz, h->table, dn_mem_ptr(h->table), mm->dx_out, dx));
-    return matmul(n, r0 ? mm->dtable_add : mm->dtable, mm->dz_t, h->dz, mm->rows, h->rows, h->dtable, dtable);
+        OK(matmul(n, mm->dx, mm->dz, h->dz, mm->table_dx, dn_mem_ptr(mm->table_dx), mm->dx_out, dx));
+    void *rows = h->rows;
+    if (mm->rows_blocked) {
+        TRY(dnnl_memory_set_data_handle(mm->rows, h->rows));
+        const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, mm->rows}, {DNNL_ARG_TO, mm->rows_dtable}};
+        TRY(dnnl_primitive_execute(mm->rows_blocked, n->dnet->strm, 2, args));
+        rows = dn_mem_ptr(mm->rows_dtable);
+    }
+    return matmul(n, r0 ? mm->dtable_add : mm->dtable, mm->dz_t, h->dz, mm->rows_dtable, rows, h->dtable, dtable);
 }
 
 static double head_clock(const st_net *n) { return n->profiling ? st_now_s() : 0; }
@@ -210,8 +217,12 @@ static st_status head_bwd(st_net *n, int j)
 
 /* ----------------------------------------------------------- build -- */
 
+/* The product src . wei -> dst (added to dst's contents with `add`), into
+ * *p unless p is NULL; *chosen (if given) the weights' layout it reads,
+ * oneDNN's choice where wei is `any`. */
 static st_status matmul_pd(st_net *n, dnnl_primitive_t *p, const_dnnl_memory_desc_t src,
-                           const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t dst, bool add)
+                           const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t dst, bool add,
+                           const_dnnl_memory_desc_t *chosen)
 {
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
@@ -231,7 +242,9 @@ static st_status matmul_pd(st_net *n, dnnl_primitive_t *p, const_dnnl_memory_des
     dnnl_primitive_desc_t pd;
     st_status st = DN_PD(n, pd, NULL, dnnl_matmul_primitive_desc_create(&pd, n->dnet->eng, src, wei, NULL, dst, attr));
     dnnl_primitive_attr_destroy(attr);
-    return st == ST_OK ? dn_prim_new(n, p, pd) : st;
+    if (st == ST_OK && chosen)
+        *chosen = dn_query(pd, dnnl_query_weights_md, 0);
+    return st == ST_OK && p ? dn_prim_new(n, p, pd) : st;
 }
 
 static st_status md2(st_net *n, const_dnnl_memory_desc_t *md, long a, long b, dnnl_data_type_t dt,
@@ -239,6 +252,17 @@ static st_status md2(st_net *n, const_dnnl_memory_desc_t *md, long a, long b, dn
 {
     const dnnl_dims_t d = {a, b};
     return dn_md_tag(n, md, 2, d, dt, tag);
+}
+
+/* One of the table's blocked copies refreshed before the head's forward
+ * step, counted as a weight reorder. */
+static st_status table_reorder(st_net *n, struct xnode *x, dnnl_memory_t from, dnnl_memory_t to)
+{
+    struct oplist *l = &x->dn->fwd;
+    const int at = l->n;
+    OK(dn_add_reorder(n, l, from, to));
+    l->v[at].counted = OP_COUNTS_WEIGHT_REORDER;
+    return ST_OK;
 }
 
 /* The three products for chunks of m rows, and the memories they read
@@ -259,10 +283,54 @@ static st_status build_matmuls(st_net *n, const struct xnode *x, struct dn_head_
     OK(dn_mem_unbacked(n, &mm->dz, dz));
     OK(dn_mem_unbacked(n, &mm->dz_t, dz_t));
     OK(dn_mem_unbacked(n, &mm->dx_out, dx_out));
-    OK(matmul_pd(n, &mm->logits, rows, dn_mem_md(h->table_t), out, false));
-    OK(matmul_pd(n, &mm->dx, dz, dn_mem_md(h->table), dx_out, false));
-    OK(matmul_pd(n, &mm->dtable, dz_t, rows, dn_mem_md(h->dtable), false));
-    return matmul_pd(n, &mm->dtable_add, dz_t, rows, dn_mem_md(h->dtable), true);
+    mm->table_logits = h->table_logits ? h->table_logits : h->table_t;
+    mm->table_dx = h->table_dx ? h->table_dx : h->table;
+    OK(matmul_pd(n, &mm->logits, rows, dn_mem_md(mm->table_logits), out, false, NULL));
+    OK(matmul_pd(n, &mm->dx, dz, dn_mem_md(mm->table_dx), dx_out, false, NULL));
+    mm->rows_dtable = mm->rows;
+    const_dnnl_memory_desc_t rows_read = rows;
+    if (h->table_logits) {  /* AMX (blocked_tables): the rows too, reordered each chunk (30 us at 1024 rows) */
+        const dnnl_dims_t d = {m, c};
+        OK(dn_md_tag(n, &rows_read, 2, d, dnnl_bf16, dnnl_format_tag_any));
+    }
+    OK(matmul_pd(n, &mm->dtable, dz_t, rows_read, dn_mem_md(h->dtable), false, &rows_read));
+    if (!dn_same(rows_read, rows)) {
+        dnnl_primitive_desc_t r;
+        OK(dn_mem_new(n, &mm->rows_dtable, rows_read, NULL));
+        OK(DN_PD(n, r, NULL, dnnl_reorder_primitive_desc_create(&r, rows, n->dnet->eng, rows_read, n->dnet->eng, NULL)));
+        OK(dn_prim_new(n, &mm->rows_blocked, r));
+    }
+    return matmul_pd(n, &mm->dtable_add, dz_t, dn_mem_md(mm->rows_dtable), dn_mem_md(h->dtable), true, NULL);
+}
+
+/* Where oneDNN has AMX and the head has rows enough (dn_amx_rows), its
+ * products read the table in the blocked layouts brgemm packs it into
+ * itself otherwise, at every call: two copies of the table (77 MB each for
+ * gpt2), reordered from the optimizer's plain one before each forward pass
+ * (counted as weight reorders; 6-7 ms each on two AMX cores), against
+ * products 1.15x (logits) and 1.25x (the input's gradient) faster at 1024
+ * rows, every chunk (docs/benchmarks.md 0p).  SHMTRAIN_ONEDNN_IP_PLAIN
+ * keeps the plain table too. */
+static st_status blocked_tables(st_net *n, struct xnode *x, long m)
+{
+    struct dn_head_state *h = &x->dn->head;
+    const struct node *e = table_of(n, x);
+    const long v = e->vocab, c = e->c;
+    if (!dn_amx_rows(n, x) || n->dnet->opt.ip_plain)
+        return ST_OK;
+    const_dnnl_memory_desc_t rows, out, dz, dx_out, any_t, any, logits_md, dx_md;
+    OK(md2(n, &rows, m, c, dnnl_bf16, dnnl_ab));
+    OK(md2(n, &out, m, v, dnnl_f32, dnnl_ab));
+    OK(md2(n, &dz, m, v, dnnl_bf16, dnnl_ab));
+    OK(md2(n, &dx_out, m, c, dnnl_f32, dnnl_ab));
+    OK(md2(n, &any_t, c, v, dnnl_bf16, dnnl_format_tag_any));
+    OK(md2(n, &any, v, c, dnnl_bf16, dnnl_format_tag_any));
+    OK(matmul_pd(n, NULL, rows, any_t, out, false, &logits_md));
+    OK(matmul_pd(n, NULL, dz, any, dx_out, false, &dx_md));
+    OK(dn_mem_new(n, &h->table_logits, logits_md, NULL));
+    OK(dn_mem_new(n, &h->table_dx, dx_md, NULL));
+    OK(table_reorder(n, x, h->table_t, h->table_logits));
+    return table_reorder(n, x, h->table, h->table_dx);
 }
 
 /* The bf16 table (the optimizer's copy), its transposed view, the chunk
@@ -285,6 +353,7 @@ static st_status build_bf16(st_net *n, struct xnode *x, long rows)
     h->dz = nn_lines_alloc((size_t)h->chunk * (size_t)v, sizeof(st_bf16), false);
     if (!h->rows || !h->dz)
         return st_fail(ST_ERR_NOMEM, "net: out of memory for the head's bf16 rows");
+    OK(blocked_tables(n, x, h->chunk));
     OK(build_matmuls(n, x, &h->full, h->chunk));
     return rows % h->chunk ? build_matmuls(n, x, &h->tail, rows % h->chunk) : ST_OK;
 }
@@ -320,6 +389,10 @@ st_status dn_build_head(st_net *n, int j)
         return st_fail(ST_ERR_NOMEM, "net: out of memory for the head's chunk of logits");
     if (x->lowp)
         OK(build_bf16(n, x, rows));
+    if (h->table_logits) {
+        const size_t said = strlen(x->impl);
+        snprintf(x->impl + said, sizeof x->impl - said, ", AMX-blocked");
+    }
     OK(dn_add_step(n, &x->dn->bwd, head_bwd, NODE_HEAD));
     OK(dn_deliver(n, j, x->in, in, NULL, &x->dn->seq.target));
     return dn_add_step(n, &x->dn->fwd, head_fwd, NODE_HEAD);

@@ -184,6 +184,9 @@ struct dn_seq_state {
 struct dn_head_matmuls {
     dnnl_primitive_t logits, dx, dtable, dtable_add;  /* dtable_add: the table's gradient added to */
     dnnl_memory_t rows, out, dz, dz_t, dx_out;
+    dnnl_memory_t table_logits, table_dx;  /* the table as the first two read it (the head's, or its views) */
+    dnnl_primitive_t rows_blocked;       /* AMX: the chunk's rows reordered into rows_dtable; else NULL */
+    dnnl_memory_t rows_dtable;           /* the rows as the table's gradient reads them */
 };
 
 /* The tied head (onednn_head.c): chunks of rows, the fused loss's state. */
@@ -193,6 +196,7 @@ struct dn_head_state {
     const float *dy;                     /* fused: a caller's gradient of the whole logits, for one backward */
     bool grads_done;                     /* fused: the loss has made this step's head gradients */
     dnnl_memory_t table, table_t, dtable; /* bf16: the optimizer's copy of the token table, transposed view */
+    dnnl_memory_t table_logits, table_dx; /* AMX: the table in the products' blocked layouts (NULL: plain) */
     st_bf16 *rows, *dz;                  /* bf16: a chunk's input rows and its logits' gradient */
     struct dn_head_matmuls full, tail;   /* bf16: for a whole chunk and the last, shorter one */
 };
