@@ -18,9 +18,17 @@
 #define _GNU_SOURCE
 #include "onednn_internal.h"
 
+/* Below this many inputs or outputs the inner product's kernel, which sums
+ * the bias gradient as it reads dY, stays ahead: gpt-mini's 128-wide
+ * layers ran their step 0.97-0.99x as fast with the matmul, gpt's 384-wide
+ * 1.00-1.14x, gpt2's 768-wide 1.05x (docs/benchmarks.md 0p). */
+#define WGRAD_MIN_WIDTH 256
+
 bool dn_wgrad_matmul_wanted(const st_net *n, const struct xnode *x)
 {
-    return x->kind == NODE_LINEAR && x->lowp && !n->dnet->opt.wgrad_ip && dn_amx_rows(n, x);
+    const long in = n->x[x->in].nd->c * n->x[x->in].nd->h * n->x[x->in].nd->w, out = x->nd->c;
+    return x->kind == NODE_LINEAR && x->lowp && !n->dnet->opt.wgrad_ip && dn_amx_rows(n, x) &&
+           in >= WGRAD_MIN_WIDTH && out >= WGRAD_MIN_WIDTH;
 }
 
 #define COLUMN_BLOCK 64L /* bias columns a thread sums at a time: two cache lines of a bf16 row */
