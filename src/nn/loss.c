@@ -10,9 +10,33 @@
 #include <math.h>
 #include <omp.h>
 
+/* sum of e[0..k) in double, in eight lanes added in a fixed order: the same
+ * bits on every ISA (GCC's vector type keeps its lanes; an `omp simd`
+ * reduction would not), and eight chains instead of one: the sum in order
+ * waited a double add's latency per logit, 80% of the loss at gpt2's
+ * 50304 words (docs/benchmarks.md 0p). */
+typedef double double8 __attribute__((vector_size(64)));
+
+ST_MULTIVERSION static double sum_of(const float *restrict e, int k)
+{
+    double8 lanes = {0};
+    int j = 0;
+    for (; j + 8 <= k; j += 8)
+        lanes += (double8){e[j], e[j + 1], e[j + 2], e[j + 3], e[j + 4], e[j + 5], e[j + 6], e[j + 7]};
+    double sum = 0;
+    for (int l = 0; l < 8; l++)
+        sum += lanes[l];
+    for (; j < k; j++)
+        sum += e[j];
+    return sum;
+}
+
 /* One row's softmax cross-entropy: its loss, and d(loss)/d(logits) / rows
- * into dz; returns whether the top logit is the label. */
-ST_MULTIVERSION bool nn_loss_row(const float *z, float *dz, int k, int label, int rows, double *row_loss)
+ * into dz, or rounded to bf16 into dz16 where given (a bf16 head's
+ * products read it so: no pass converting it after); returns whether the
+ * top logit is the label. */
+ST_MULTIVERSION bool nn_loss_row(const float *z, float *dz, st_bf16 *dz16, int k, int label, int rows,
+                                 double *row_loss)
 {
     float zmax = z[0];
 #pragma omp simd reduction(max : zmax)
@@ -24,21 +48,27 @@ ST_MULTIVERSION bool nn_loss_row(const float *z, float *dz, int k, int label, in
     const float z_label = z[label];  /* dz may be z */
     /* One exp per logit, vectorised (libm's double exp was 3% of a GPT's
      * step: batch x context x vocabulary of them): the softmax is e_j / sum,
-     * and e_j waits in dz; the sum runs in double, in order. */
+     * and e_j waits in dz. */
 #pragma omp simd
     for (int j = 0; j < k; j++)
         dz[j] = nn_expf(z[j] - zmax);
-    double sum = 0;
-    for (int j = 0; j < k; j++)
-        sum += dz[j];
+    const double sum = sum_of(dz, k);
     *row_loss = zmax + log(sum) - z_label;
     /* d(mean loss)/dz = (softmax - onehot) / rows: one double multiply per
      * logit (two double divisions each were most of the loss's time). */
     const double scale = 1.0 / (sum * rows), e_label = dz[label];
+    const float d_label = (float)((e_label / sum - 1.0) / rows);
+    if (dz16) {
 #pragma omp simd
-    for (int j = 0; j < k; j++)
-        dz[j] = (float)((double)dz[j] * scale);
-    dz[label] = (float)((e_label / sum - 1.0) / rows);
+        for (int j = 0; j < k; j++)
+            dz16[j] = st_bf16_from_f32((float)((double)dz[j] * scale));
+        dz16[label] = st_bf16_from_f32(d_label);
+    } else {
+#pragma omp simd
+        for (int j = 0; j < k; j++)
+            dz[j] = (float)((double)dz[j] * scale);
+        dz[label] = d_label;
+    }
     return best == label;
 }
 
@@ -74,7 +104,7 @@ static st_status score_rows(st_net *n, const int *labels, int rows, bool gradien
     int right = 0;
 #pragma omp parallel for schedule(static) reduction(+ : right) if (rows >= 64)
     for (int i = 0; i < rows; i++)
-        right += nn_loss_row(n->logits + (size_t)i * k, n->dlogits + (size_t)i * k, k, labels[i], rows,
+        right += nn_loss_row(n->logits + (size_t)i * k, n->dlogits + (size_t)i * k, NULL, k, labels[i], rows,
                              &n->loss_rows[i]);
     *correct = right;
     if (n->profiling)

@@ -189,9 +189,10 @@ struct nn_backend {
 st_status nn_runnable(const st_net *n);
 
 /* loss.c: one row's softmax cross-entropy: its loss into *row_loss and
- * d(loss)/d(z) / rows into dz (which may be z itself); whether the top
+ * d(loss)/d(z) / rows into dz (which may be z itself; k floats of scratch
+ * where dz16 is given), or rounded to bf16 into dz16; whether the top
  * logit is the label.  The definition both the loss and a fused head use. */
-bool nn_loss_row(const float *z, float *dz, int k, int label, int rows, double *row_loss);
+bool nn_loss_row(const float *z, float *dz, st_bf16 *dz16, int k, int label, int rows, double *row_loss);
 
 extern const struct nn_backend nn_reference_backend, nn_onednn_backend;
 

@@ -102,9 +102,9 @@ static st_status chunk_logits(st_net *n, const struct xnode *x, long r0, long m,
 
 /* From dz [m, vocab], the gradient of rows [r0, r0 + m)'s logits: their
  * input's gradient, and the table's, written by the first chunk and added
- * to by the others.  rows_ready: chunk_logits has just converted this
- * chunk's rows (a fused loss). */
-static st_status chunk_grads(st_net *n, const struct xnode *x, long r0, long m, const float *dz, bool rows_ready)
+ * to by the others.  fused: chunk_logits has just converted this chunk's
+ * rows, and in bf16 the loss wrote dz rounded into h->dz itself. */
+static st_status chunk_grads(st_net *n, const struct xnode *x, long r0, long m, const float *dz, bool fused)
 {
     const struct node *e = table_of(n, x);
     const struct dn_head_state *h = &x->dn->head;
@@ -117,9 +117,13 @@ static st_status chunk_grads(st_net *n, const struct xnode *x, long r0, long m, 
         return sgemm(n, 'T', 'N', e->vocab, e->c, m, dz, e->vocab, src, e->c, r0 ? 1.0f : 0.0f, dtable, e->c);
     }
     const struct dn_head_matmuls *mm = matmuls_for(h, m);
-    if (!rows_ready)
+    if (!fused) {
         to_bf16(n, h->rows, src, m, e->c);
-    to_bf16(n, h->dz, dz, m, e->vocab);
+        to_bf16(n, h->dz, dz, m, e->vocab);
+    } else {  /* the loss rounded dz as it wrote it: the same edge converted, counted as such */
+        n->counters.conversions++;
+        n->counters.converted_bytes += (size_t)(m * e->vocab) * sizeof(float);
+    }
     if (dx)
         OK(matmul(n, mm->dx, mm->dz, h->dz, mm->table_dx, dn_mem_ptr(mm->table_dx), mm->dx_out, dx));
     void *rows = h->rows;
@@ -154,10 +158,11 @@ st_status dn_head_loss(st_net *n, const int *labels, int rows, bool gradient, do
         double t0 = head_clock(n);
         OK(chunk_logits(n, x, r0, built, h->logits));
         head_time(n, t0);
+        st_bf16 *dz16 = gradient && x->lowp ? h->dz : NULL;  /* what the bf16 products read */
 #pragma omp parallel for schedule(static) reduction(+ : right) if (m >= 64)
         for (long i = 0; i < m; i++) {
             float *z = h->logits + i * vocab;
-            right += nn_loss_row(z, z, vocab, labels[r0 + i], all, &row_loss[r0 + i]);
+            right += nn_loss_row(z, z, dz16 ? dz16 + i * vocab : NULL, vocab, labels[r0 + i], all, &row_loss[r0 + i]);
         }
         t0 = head_clock(n);
         if (gradient)
