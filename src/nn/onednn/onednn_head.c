@@ -13,9 +13,12 @@
  * In a bf16 net the head computes in bf16 (the layer table's lowp column):
  * the three products are oneDNN matmuls on a bf16 copy of the table that
  * the optimizer writes in its update pass, as for the linear layers, with
- * each chunk's input rows and logits' gradient converted to bf16 (counted
- * as conversions) and everything accumulated in fp32: the table's gradient
- * lands in fp32 in the embed's own, where the embed then adds its part.
+ * each chunk's input rows converted to bf16 and the logits' gradient
+ * written in bf16 by the fused loss (both counted as conversions), and
+ * everything accumulated in fp32: the table's gradient lands in fp32 in
+ * the embed's own, where the embed then adds its part.  Where oneDNN has
+ * AMX, the products read the table (and the rows) in brgemm's blocked
+ * layouts (blocked_tables).
  * In fp32 the products are dnnl_sgemm's, as before the fusion, and a fused
  * and an unfused net agree bit for bit (test_head_loss): both run the same
  * chunks, only where the logits wait differs. */
