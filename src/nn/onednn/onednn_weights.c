@@ -86,7 +86,9 @@ static bool plain_weights(const st_net *n, const struct xnode *x)
  * gpt-mini at 768 rows 1.28x, gpt and gpt2 at 1024 1.19x and 1.08x, mlp at
  * 1024 1.07x; mlp at 64 and 256 rows 0.77x and 0.81x).  The weight
  * gradient stays plain either way (blocked, then reordered into the flat
- * buffer, those steps ran 1.06-1.15x slower). */
+ * buffer, those steps ran 1.06-1.15x slower).  The weight gradient's
+ * matmul (onednn_wgrad.c) and the head's blocked table (onednn_head.c) go
+ * by the same rows (dn_amx_rows). */
 #define AMX_ROWS 512
 
 bool dn_amx_rows(const st_net *n, const struct xnode *x)
