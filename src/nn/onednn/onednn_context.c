@@ -202,6 +202,13 @@ st_status dn_md_tag(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dn
     return ST_OK;
 }
 
+st_status dn_md2(st_net *n, const_dnnl_memory_desc_t *md, long a, long b, dnnl_data_type_t dt,
+               dnnl_format_tag_t tag)
+{
+    const dnnl_dims_t d = {a, b};
+    return dn_md_tag(n, md, 2, d, dt, tag);
+}
+
 st_status dn_plain_md(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims)
 {
     static const dnnl_format_tag_t tags[] = {dnnl_format_tag_undef, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd};

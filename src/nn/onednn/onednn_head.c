@@ -255,13 +255,6 @@ static st_status matmul_pd(st_net *n, dnnl_primitive_t *p, const_dnnl_memory_des
     return st == ST_OK && p ? dn_prim_new(n, p, pd) : st;
 }
 
-static st_status md2(st_net *n, const_dnnl_memory_desc_t *md, long a, long b, dnnl_data_type_t dt,
-                     dnnl_format_tag_t tag)
-{
-    const dnnl_dims_t d = {a, b};
-    return dn_md_tag(n, md, 2, d, dt, tag);
-}
-
 /* One of the table's blocked copies refreshed before the head's forward
  * step, counted as a weight reorder. */
 static st_status table_reorder(st_net *n, struct xnode *x, dnnl_memory_t from, dnnl_memory_t to)
@@ -281,11 +274,11 @@ static st_status build_matmuls(st_net *n, const struct xnode *x, struct dn_head_
     const long v = e->vocab, c = e->c;
     const struct dn_head_state *h = &x->dn->head;
     const_dnnl_memory_desc_t rows, out, dz, dz_t, dx_out;
-    OK(md2(n, &rows, m, c, dnnl_bf16, dnnl_ab));
-    OK(md2(n, &out, m, v, dnnl_f32, dnnl_ab));
-    OK(md2(n, &dz, m, v, dnnl_bf16, dnnl_ab));
-    OK(md2(n, &dz_t, v, m, dnnl_bf16, dnnl_ba));  /* dz read transposed */
-    OK(md2(n, &dx_out, m, c, dnnl_f32, dnnl_ab));
+    OK(dn_md2(n, &rows, m, c, dnnl_bf16, dnnl_ab));
+    OK(dn_md2(n, &out, m, v, dnnl_f32, dnnl_ab));
+    OK(dn_md2(n, &dz, m, v, dnnl_bf16, dnnl_ab));
+    OK(dn_md2(n, &dz_t, v, m, dnnl_bf16, dnnl_ba));  /* dz read transposed */
+    OK(dn_md2(n, &dx_out, m, c, dnnl_f32, dnnl_ab));
     OK(dn_mem_unbacked(n, &mm->rows, rows));
     OK(dn_mem_unbacked(n, &mm->out, out));
     OK(dn_mem_unbacked(n, &mm->dz, dz));
@@ -327,12 +320,12 @@ static st_status blocked_tables(st_net *n, struct xnode *x, long m)
     if (!dn_amx_rows(n, x) || n->dnet->opt.ip_plain)
         return ST_OK;
     const_dnnl_memory_desc_t rows, out, dz, dx_out, any_t, any, logits_md, dx_md;
-    OK(md2(n, &rows, m, c, dnnl_bf16, dnnl_ab));
-    OK(md2(n, &out, m, v, dnnl_f32, dnnl_ab));
-    OK(md2(n, &dz, m, v, dnnl_bf16, dnnl_ab));
-    OK(md2(n, &dx_out, m, c, dnnl_f32, dnnl_ab));
-    OK(md2(n, &any_t, c, v, dnnl_bf16, dnnl_format_tag_any));
-    OK(md2(n, &any, v, c, dnnl_bf16, dnnl_format_tag_any));
+    OK(dn_md2(n, &rows, m, c, dnnl_bf16, dnnl_ab));
+    OK(dn_md2(n, &out, m, v, dnnl_f32, dnnl_ab));
+    OK(dn_md2(n, &dz, m, v, dnnl_bf16, dnnl_ab));
+    OK(dn_md2(n, &dx_out, m, c, dnnl_f32, dnnl_ab));
+    OK(dn_md2(n, &any_t, c, v, dnnl_bf16, dnnl_format_tag_any));
+    OK(dn_md2(n, &any, v, c, dnnl_bf16, dnnl_format_tag_any));
     OK(matmul_pd(n, NULL, rows, any_t, out, false, &logits_md));
     OK(matmul_pd(n, NULL, dz, any, dx_out, false, &dx_md));
     OK(dn_mem_new(n, &h->table_logits, logits_md, NULL));
@@ -350,9 +343,9 @@ static st_status build_bf16(st_net *n, struct xnode *x, long rows)
     struct dn_head_state *h = &x->dn->head;
     const long v = e->vocab, c = e->c;
     const_dnnl_memory_desc_t table, table_t, dtable;
-    OK(md2(n, &table, v, c, dnnl_bf16, dnnl_ab));
-    OK(md2(n, &table_t, c, v, dnnl_bf16, dnnl_ba));
-    OK(md2(n, &dtable, v, c, dnnl_f32, dnnl_ab));
+    OK(dn_md2(n, &table, v, c, dnnl_bf16, dnnl_ab));
+    OK(dn_md2(n, &table_t, c, v, dnnl_bf16, dnnl_ba));
+    OK(dn_md2(n, &dtable, v, c, dnnl_f32, dnnl_ab));
     OK(dn_mem_new(n, &h->table, table, NULL));
     OK(dn_mem_new(n, &h->table_t, table_t, dn_mem_ptr(h->table)));
     OK(dn_mem_unbacked(n, &h->dtable, dtable));
@@ -389,8 +382,8 @@ st_status dn_build_head(st_net *n, int j)
     snprintf(x->impl, sizeof x->impl, "%s through the embed's table, %ld rows a chunk%s",
              x->lowp ? "bf16 matmul" : "sgemm", h->chunk, n->fused_loss ? ", fused with the loss" : "");
     const_dnnl_memory_desc_t out, in;
-    OK(md2(n, &out, rows, e->vocab, dnnl_f32, dnnl_ab));
-    OK(md2(n, &in, rows, e->c, dnnl_f32, dnnl_ab));
+    OK(dn_md2(n, &out, rows, e->vocab, dnnl_f32, dnnl_ab));
+    OK(dn_md2(n, &in, rows, e->c, dnnl_f32, dnnl_ab));
     OK(build_output(n, x, out));
     OK(dn_input_as(n, x, in, &x->dn->seq.src));
     if (n->fused_loss && !(h->logits = nn_lines_alloc((size_t)h->chunk * (size_t)e->vocab, sizeof(float), false)))

@@ -337,6 +337,9 @@ bool dn_same(const_dnnl_memory_desc_t a, const_dnnl_memory_desc_t b);
 /* Memory descriptors the engine creates belong to the net (freed with it). */
 st_status dn_md_tag(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t dt,
                     dnnl_format_tag_t tag);
+/* A matrix's descriptor, a x b: the head's and the weight gradient's products. */
+st_status dn_md2(st_net *n, const_dnnl_memory_desc_t *md, long a, long b, dnnl_data_type_t dt,
+                 dnnl_format_tag_t tag);
 st_status dn_plain_md(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims);
 st_status dn_any_md(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims);
 st_status dn_any_md_of(st_net *n, const_dnnl_memory_desc_t *md, int ndims, const dnnl_dims_t dims, dnnl_data_type_t dt);

@@ -67,13 +67,6 @@ static st_status wgrad_step(st_net *n, int j)
     return ST_OK;
 }
 
-static st_status md2(st_net *n, const_dnnl_memory_desc_t *md, long a, long b, dnnl_data_type_t dt,
-                     dnnl_format_tag_t tag)
-{
-    const dnnl_dims_t d = {a, b};
-    return dn_md_tag(n, md, 2, d, dt, tag);
-}
-
 /* The product's primitive; *real false where oneDNN would run it on its
  * reference kernel (then the inner product stays). */
 static st_status make_primitives(st_net *n, struct xnode *x, const struct weights_layer *wl,
@@ -81,8 +74,8 @@ static st_status make_primitives(st_net *n, struct xnode *x, const struct weight
 {
     const long rows = (long)wl->src[0], in = (long)wl->src[1], out = (long)wl->dst[1];
     const_dnnl_memory_desc_t dy_t, dw;
-    OK(md2(n, &dy_t, out, rows, dnnl_bf16, dnnl_ba));
-    OK(md2(n, &dw, out, in, dnnl_f32, dnnl_ab));
+    OK(dn_md2(n, &dy_t, out, rows, dnnl_bf16, dnnl_ba));
+    OK(dn_md2(n, &dw, out, in, dnnl_f32, dnnl_ab));
     dnnl_primitive_desc_t pd;
     OK(DN_PD(n, pd, NULL, dnnl_matmul_primitive_desc_create(&pd, n->dnet->eng, dy_t, xs, NULL, dw, NULL)));
     *real = !dn_is_reference_impl(pd);
@@ -99,8 +92,8 @@ st_status dn_build_wgrad_matmul(st_net *n, int j, const struct weights_layer *wl
     struct xnode *x = &n->x[j];
     struct dn_wgrad_state *w = &x->dn->wgrad;
     const_dnnl_memory_desc_t dy, xs;
-    OK(md2(n, &dy, (long)wl->dst[0], (long)wl->dst[1], dnnl_bf16, dnnl_ab));
-    OK(md2(n, &xs, (long)wl->src[0], (long)wl->src[1], dnnl_bf16, dnnl_ab));
+    OK(dn_md2(n, &dy, (long)wl->dst[0], (long)wl->dst[1], dnnl_bf16, dnnl_ab));
+    OK(dn_md2(n, &xs, (long)wl->src[0], (long)wl->src[1], dnnl_bf16, dnnl_ab));
     OK(make_primitives(n, x, wl, w, xs, built));
     if (!*built)
         return ST_OK;
