@@ -8,12 +8,13 @@
  * shows it: run it at --threads 1 and at all of them.
  *
  *   st-attention-bench [--t 1024] [--hs 64] [--tasks 24] [--threads N] [--reps 5]
- *                      [--fp32 | --matmul [--stripe 64]] [--offset BYTES]
+ *                      [--fp32 | --matmul [--stripe 64] [--bf16-rows]] [--offset BYTES]
  *
  * By default causal_bf16.c's AVX512-BF16 dot products; --fp32: causal.c's
  * fp32 tiles (as the layer runs them: P and dS whole in the thread's
  * scratch); --matmul: onednn_causal.c's oneDNN matmul primitives (AMX where
- * the CPU has it) in stripes of --stripe rows.  --offset: each thread's
+ * the CPU has it) in stripes of --stripe rows, on fp32 rows or, with
+ * --bf16-rows, on bf16 ones (a bf16 net's edges).  --offset: each thread's
  * scratch that many bytes past a cache line (the net's was 16 past one,
  * malloc's, until nn_lines_alloc; docs/benchmarks.md 0l).  Denormals are
  * flushed on every thread, as shmtrain and st-step-bench run. */
@@ -36,6 +37,7 @@ enum kernel { DOT, FP32, MATMUL };
 struct config {
     long t, hs, tasks, stripe, offset;
     int threads, reps;
+    bool bf16_rows;
     enum kernel kernel;
     dn_causal *matmul;
 };
@@ -53,6 +55,10 @@ static int parse(struct config *c, int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--fp32") || !strcmp(a, "--matmul")) {
             c->kernel = a[2] == 'f' ? FP32 : MATMUL;
+            continue;
+        }
+        if (!strcmp(a, "--bf16-rows")) {
+            c->bf16_rows = true;
             continue;
         }
         if (!v) return fprintf(stderr, "st-attention-bench: %s needs a value\n", a), -1;
@@ -98,8 +104,8 @@ static void fp32_backward(float *dq, const float *dy, long ldy, const float *q, 
 }
 
 /* One pass over every task; returns seconds. */
-static double pass(const struct config *c, int backward, float *qkv, float *dy, float *out, char *scratch,
-                   size_t per_thread)
+static double pass(const struct config *c, int backward, float *qkv, float *dy, float *out, float *stats,
+                   char *scratch, size_t per_thread)
 {
     const long t = c->t, hs = c->hs, ld = 3 * hs, ldy = hs;
     const double t0 = now();
@@ -109,10 +115,16 @@ static double pass(const struct config *c, int backward, float *qkv, float *dy, 
         void *s = scratch + (size_t)omp_get_thread_num() * per_thread + c->offset;
         const float *q = qkv + k * t * ld, *g = dy + k * t * ldy;
         const int th = omp_get_thread_num();
+        float *head_stats = stats + k * 2 * t;
+        const bool b16 = c->bf16_rows;  /* then qkv, dy and out hold bf16 in their first halves */
+        const dn_rows rq = {b16 ? (void *)((st_bf16 *)qkv + k * t * ld) : (void *)q, ld, b16};
+        const dn_rows rdy = {b16 ? (void *)((st_bf16 *)dy + k * t * ldy) : (void *)g, ldy, b16};
+        const dn_rows rout = {b16 ? (void *)((st_bf16 *)out + k * t * ld) : (void *)(out + k * t * ld),
+                              backward ? ld : ldy, b16};
         if (c->kernel == MATMUL && backward)
-            failed |= dn_causal_backward(c->matmul, th, out + k * t * ld, NULL, g, ldy, q, ld, s) != ST_OK;
+            failed |= dn_causal_backward(c->matmul, th, rout, NULL, rdy, rq, head_stats, s) != ST_OK;
         else if (c->kernel == MATMUL)
-            failed |= dn_causal_forward(c->matmul, th, out + k * t * ld, ldy, NULL, q, ld, s) != ST_OK;
+            failed |= dn_causal_forward(c->matmul, th, rout, NULL, rq, head_stats, s) != ST_OK;
         else if (c->kernel == FP32 && backward)
             fp32_backward(out + k * t * ld, g, ldy, q, ld, t, hs, s);
         else if (c->kernel == FP32)
@@ -146,19 +158,25 @@ int main(int argc, char **argv)
                                               : causal_bf16_scratch_bytes(t, hs);
     const size_t per_thread = (bytes + 63) / 64 * 64;
     float *qkv = malloc((size_t)(c.tasks * t * 3 * hs) * 4), *dy = malloc((size_t)(c.tasks * t * hs) * 4);
-    float *out = calloc((size_t)(c.tasks * t * 3 * hs), 4);
+    float *out = calloc((size_t)(c.tasks * t * 3 * hs), 4), *stats = calloc((size_t)(c.tasks * 2 * t), 4);
     char *scratch = aligned_alloc(64, per_thread * (size_t)c.threads + 64);
-    if (!qkv || !dy || !out || !scratch)
+    if (!qkv || !dy || !out || !stats || !scratch)
         return fprintf(stderr, "st-attention-bench: out of memory\n"), 1;
     memset(scratch, 0, per_thread * (size_t)c.threads + 64);
     for (long i = 0; i < c.tasks * t * 3 * hs; i++)
         qkv[i] = (float)((i * 7919) % 1000 - 500) / 2000.0f;
     for (long i = 0; i < c.tasks * t * hs; i++)
         dy[i] = (float)((i * 104729) % 1000 - 500) / 1e5f;
+    if (c.bf16_rows) {  /* in place: each bf16 lands below the float it was made from */
+        for (long i = 0; i < c.tasks * t * 3 * hs; i++)
+            ((st_bf16 *)qkv)[i] = st_bf16_from_f32(qkv[i]);
+        for (long i = 0; i < c.tasks * t * hs; i++)
+            ((st_bf16 *)dy)[i] = st_bf16_from_f32(dy[i]);
+    }
     double best[2] = {1e30, 1e30};
     for (int r = 0; r < c.reps + 1; r++)  /* the first pass warms the pages */
         for (int b = 0; b < 2; b++) {
-            const double s = pass(&c, b, qkv, dy, out, scratch, per_thread);
+            const double s = pass(&c, b, qkv, dy, out, stats, scratch, per_thread);
             if (s < 0)
                 return 1;
             if (r > 0 && s < best[b])
@@ -171,12 +189,13 @@ int main(int argc, char **argv)
     if (c.kernel == MATMUL)
         snprintf(kernel + strlen(kernel), sizeof kernel - strlen(kernel), "%s, stripes of %ld",
                  dn_causal_impl(c.matmul), c.stripe);
-    printf("# %s, T %ld, head size %ld, %ld heads on %d threads (%.0f heads a thread at most), best of %d%s\n", kernel,
-           t, hs, c.tasks, c.threads, rounds, c.reps, c.offset ? ", scratch off its cache line" : "");
+    printf("# %s, T %ld, head size %ld, %ld heads on %d threads (%.0f heads a thread at most), best of %d%s%s\n",
+           kernel, t, hs, c.tasks, c.threads, rounds, c.reps, c.offset ? ", scratch off its cache line" : "",
+           c.bf16_rows ? ", bf16 rows" : "");
     for (int b = 0; b < 2; b++)
         printf("%-8s %8.3f ms a head on its thread  %8.1f GFLOP/s over all threads\n", b ? "backward" : "forward",
                best[b] / rounds * 1e3, 2 * macs * (b ? 5 : 2) * c.tasks / best[b] / 1e9);
-    free(qkv), free(dy), free(out), free(scratch);
+    free(qkv), free(dy), free(out), free(stats), free(scratch);
     dn_causal_destroy(c.matmul);
     if (engine)
         dnnl_engine_destroy(engine);

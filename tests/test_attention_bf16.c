@@ -153,11 +153,13 @@ static void nearer_its_definition(const struct shape *sh, const float *qkv, cons
 struct kernel {
     dn_causal *matmul;
     void *scratch;
+    float *stats;  /* matmul: the head's softmax statistics, from its forward pass to its backward */
 };
 
 static struct kernel kernel_for(dnnl_engine_t engine, long stripe, long t, long hs)
 {
-    struct kernel k = {NULL, NULL};
+    struct kernel k = {NULL, NULL, malloc((size_t)t * 2 * sizeof(float))};
+    assert_non_null(k.stats);
     if (stripe && dn_causal_create(&k.matmul, engine, t, hs, stripe, 1) != ST_OK)
         fail_msg("%s", st_last_error());
     k.scratch = aligned_alloc(64, (k.matmul ? dn_causal_scratch_bytes(k.matmul) : causal_bf16_scratch_bytes(t, hs)) /
@@ -169,7 +171,9 @@ static struct kernel kernel_for(dnnl_engine_t engine, long stripe, long t, long 
 static void forward(const struct kernel *k, float *y, long ldy, float *p, const float *q, long ld, long t, long hs)
 {
     if (k->matmul)
-        assert_int_equal(dn_causal_forward(k->matmul, 0, y, ldy, p, q, ld, k->scratch), ST_OK);
+        assert_int_equal(dn_causal_forward(k->matmul, 0, (dn_rows){y, ldy, false}, p, (dn_rows){(float *)q, ld, false},
+                                           k->stats, k->scratch),
+                         ST_OK);
     else
         causal_bf16_forward(y, ldy, p, q, ld, t, hs, k->scratch);
 }
@@ -178,9 +182,49 @@ static void backward(const struct kernel *k, float *dq, float *p, const float *d
                      long t, long hs)
 {
     if (k->matmul)
-        assert_int_equal(dn_causal_backward(k->matmul, 0, dq, p, dy, ldy, q, ld, k->scratch), ST_OK);
+        assert_int_equal(dn_causal_backward(k->matmul, 0, (dn_rows){dq, ld, false}, p, (dn_rows){(float *)dy, ldy, false},
+                                            (dn_rows){(float *)q, ld, false}, k->stats, k->scratch),
+                         ST_OK);
     else
         causal_bf16_backward(dq, p, dy, ldy, q, ld, t, hs, k->scratch);
+}
+
+static st_bf16 *rounded(const float *v, size_t n)
+{
+    st_bf16 *r = malloc(n * sizeof *r);
+    assert_non_null(r);
+    st_bf16_from_f32_n(r, v, n);
+    return r;
+}
+
+/* The matmul kernel on bf16 rows (a bf16 net's edges): Q, K, V and dY read
+ * as the bf16 values they are, Y and dQKV written rounded once from the same
+ * sums, so each is the fp32 rows' result rounded, bit for bit. */
+static void bf16_rows_are_fp32_rows_rounded(const struct kernel *k, const struct shape *sh, const float *qkv,
+                                            const float *dy, const float *y, const float *dq)
+{
+    const int t = sh->t, hs = sh->hs, c = hs * sh->heads, row = 3 * c;
+    const size_t nq = (size_t)t * row, ny = (size_t)t * c;
+    st_bf16 *q16 = rounded(qkv, nq), *dy16 = rounded(dy, ny), *want_y = rounded(y, ny), *want_dq = rounded(dq, nq);
+    st_bf16 *y16 = calloc(ny, sizeof *y16), *dq16 = calloc(nq, sizeof *dq16);
+    assert_true(y16 && dq16);
+    for (int h = 0; h < sh->heads; h++) {
+        assert_int_equal(dn_causal_forward(k->matmul, 0, (dn_rows){y16 + h * hs, c, true}, NULL,
+                                           (dn_rows){q16 + h * hs, row, true}, k->stats, k->scratch),
+                         ST_OK);
+        assert_int_equal(dn_causal_backward(k->matmul, 0, (dn_rows){dq16 + h * hs, row, true}, NULL,
+                                            (dn_rows){dy16 + h * hs, c, true}, (dn_rows){q16 + h * hs, row, true},
+                                            k->stats, k->scratch),
+                         ST_OK);
+    }
+    for (size_t i = 0; i < ny; i++)
+        if (y16[i] != want_y[i])
+            fail_msg("T %d, head size %d: bf16 Y[%zu] %04x, the fp32 rows' rounded %04x", t, hs, i, y16[i], want_y[i]);
+    for (size_t i = 0; i < nq; i++)
+        if (dq16[i] != want_dq[i])
+            fail_msg("T %d, head size %d: bf16 dQKV[%zu] %04x, the fp32 rows' rounded %04x", t, hs, i, dq16[i],
+                     want_dq[i]);
+    free(q16), free(dy16), free(want_y), free(want_dq), free(y16), free(dq16);
 }
 
 static void run_shape(const struct shape *sh, uint64_t seed, dnnl_engine_t engine, long stripe)
@@ -213,6 +257,8 @@ static void run_shape(const struct shape *sh, uint64_t seed, dnnl_engine_t engin
     check("Y", sh, y, ry, by, ny);
     check("dQKV", sh, dq, rdq, bdq, nq);
     nearer_its_definition(sh, qkv, dy, y, ry, dq, rdq);
+    if (kn.matmul)
+        bf16_rows_are_fp32_rows_rounded(&kn, sh, qkv, dy, y, dq);
     /* and it did round: some output off by more than fp32's allowance (past one position) */
     const double e = 1e-5 + 1e-4 * max_abs(ry, ny);
     bool rounded = t == 1;
@@ -221,7 +267,7 @@ static void run_shape(const struct shape *sh, uint64_t seed, dnnl_engine_t engin
     if (!rounded)
         fail_msg("T %d, head size %d: Y within fp32's allowance everywhere: were P and V rounded to bf16?", t, hs);
     free(qkv), free(dy), free(att), free(y), free(ry), free(dq), free(rdq), free(p), free(p2);
-    free(by), free(bdq), free(no_rounding), free(kn.scratch);
+    free(by), free(bdq), free(no_rounding), free(kn.scratch), free(kn.stats);
     dn_causal_destroy(kn.matmul);
 }
 

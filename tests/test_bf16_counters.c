@@ -133,15 +133,17 @@ static void test_fp32_converts_nothing(void **state)
  *   input into the stem, the loss gradient into the last linear layer.
  * gpt-mini: 21 of 43 (4 blocks of 4 linear layers and a GELU between two of
  *   them, which carries their bf16, and the tied head; 25 where attention
- *   computes in bf16 too, on AVX512-BF16; the residual adds and the
- *   embeddings are fp32, and layer norm computes in fp32 but writes bf16 for
- *   its linear layers); 18: per block, the input of the attention's output
- *   layer (from attention), forward, and the output gradients of the
- *   attention's two linear layers and of the MLP's second (from attention
- *   and the fp32 residual add), backward; and the head's, its input rows and
- *   its logits' gradient, once for its batch's one chunk (the loss computes
- *   the gradient where it computed the logits; the last layer norm writes
- *   fp32 for it: the head rounds its rows itself).
+ *   computes in bf16 too, on AVX512-BF16 and in the reference; the residual
+ *   adds and the embeddings are fp32, and layer norm computes in fp32 but
+ *   writes bf16 for its linear layers); 10: per block, the output gradients
+ *   of the attention's output layer and of the MLP's second (from the fp32
+ *   residual add), backward; and the head's, its input rows and its logits'
+ *   gradient, once for its batch's one chunk (the loss computes the
+ *   gradient where it computed the logits; the last layer norm writes fp32
+ *   for it: the head rounds its rows itself).  Attention reads and writes
+ *   bf16 where it computes in it; where it stays fp32 (no AVX512-BF16, under
+ *   oneDNN's reference kernels) its edges with the linear layers around it
+ *   convert too, 2 a block each way: 8 more (fp32_attention_conversions).
  *
  * Weight reorders after the first step: no bf16 weight is converted in a
  * step (the optimizer writes the copies; the first step writes each copy
@@ -158,9 +160,14 @@ static const struct {
     const char *preset;
     int bf16_layers, conversions, amx_conversions, reference_conversions, weight_reorders, reference_weight_reorders;
     int attention_layers;  /* in bf16 too where the CPU has AVX512-BF16 (causal_bf16.c) */
+    int fp32_attention_conversions;  /* more where attention stays fp32 */
+    int reference_weight_copies;     /* one per layer computing low with weights (not attention, not GELU) */
 } per_preset[] = {
-    {"mlp", 3, 2, 2, 2, 0, 0, 0},     {"lenet", 7, 3, 2, 2, 0 + 1, 0, 0}, {"cnn", 6, 2, 2, 2, 2 + 1, 2, 0},
-    {"resnet", 29, 2, 2, 2, 9, 0, 0}, {"gpt-mini", 21, 18, 18, 18, 0, 0, 4},
+    {"mlp", 3, 2, 2, 2, 0, 0, 0, 0, 3},
+    {"lenet", 7, 3, 2, 2, 0 + 1, 0, 0, 0, 4},      /* its second convolution, 3 linear layers */
+    {"cnn", 6, 2, 2, 2, 2 + 1, 2, 0, 0, 3},
+    {"resnet", 29, 2, 2, 2, 9, 0, 0, 0, 10},       /* 9 convolutions, the linear layer */
+    {"gpt-mini", 21, 10, 10, 10, 0, 0, 4, 2 * 4, 17}, /* 4 blocks of 4 linear layers, the tied head */
 };
 
 static void test_bf16_counts_per_preset(void **state)
@@ -185,12 +192,13 @@ static void test_bf16_counts_per_preset(void **state)
         assert_memory_equal(&second, &third, sizeof second);
         assert_int_equal(first.conversions, second.conversions);
         assert_int_equal(first.weight_reorders, second.weight_reorders + (unsigned)ncopies);
-        assert_int_equal(st_net_lowp_layers(n), per_preset[p].bf16_layers + (__builtin_cpu_supports("avx512bf16")
-                                                                                  ? per_preset[p].attention_layers
-                                                                                  : 0));
-        assert_int_equal(second.conversions, reference               ? per_preset[p].reference_conversions
-                                             : st_nn_amx_supported() ? per_preset[p].amx_conversions
-                                                                     : per_preset[p].conversions);
+        const bool attention_low = __builtin_cpu_supports("avx512bf16");
+        assert_int_equal(st_net_lowp_layers(n),
+                         per_preset[p].bf16_layers + (attention_low ? per_preset[p].attention_layers : 0));
+        assert_int_equal(second.conversions, (reference               ? per_preset[p].reference_conversions
+                                              : st_nn_amx_supported() ? per_preset[p].amx_conversions
+                                                                      : per_preset[p].conversions) +
+                                                 (attention_low ? 0 : per_preset[p].fp32_attention_conversions));
         assert_int_equal(second.weight_reorders,
                          reference ? per_preset[p].reference_weight_reorders : per_preset[p].weight_reorders);
         st_net_destroy(n);
@@ -322,7 +330,7 @@ static void test_reference_counts_per_preset(void **state)
             assert_int_equal(first.conversions, second.conversions);
             assert_int_equal(first.weight_reorders, (unsigned)ncopies);
             assert_int_equal(second.weight_reorders, 0);
-            assert_true(ncopies > 0);
+            assert_int_equal(ncopies, per_preset[p].reference_weight_copies);
             if (lows[q] == ST_DTYPE_BF16 && bf16_here()) {
                 st_model *m2;
                 st_net *fast = preset_net(name, &m2, 2, ST_DTYPE_BF16);

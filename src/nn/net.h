@@ -33,9 +33,8 @@ struct onednn_node;  /* onednn_internal.h */
  * table's lowp column answers per layer (precision.c). */
 enum lowp_role {
     LOWP_NO = 0,      /* fp32 only: a low-precision input is converted on the way in */
-    LOWP_COMPUTES,    /* its kernels compute in the low precision (convolution, linear) */
+    LOWP_COMPUTES,    /* its kernels compute in the low precision (convolution, linear, attention) */
     LOWP_CARRIES,     /* runs in whatever type its input has (ReLU, pooling, batch norm, ...) */
-    LOWP_INSIDE,      /* computes in it between fp32 edges (attention's products) */
     LOWP_WRITES       /* computes in fp32, writes its output in it where every consumer takes it (layer norm) */
 };
 
@@ -129,11 +128,12 @@ static inline void nn_grads_ready(st_net *n, int j)
 
 /* The layer table's lowp column, asked with the net's low precision.
  * lowp_computes: convolutions and inner products compute in it, but not a
- * convolution of a few input channels (it loses, measured). */
+ * convolution of a few input channels (it loses, measured); lowp_attention:
+ * attention does where its kernels have the instruction. */
 enum lowp_role lowp_never(const st_net *n, const struct xnode *x, st_dtype low);
 enum lowp_role lowp_computes(const st_net *n, const struct xnode *x, st_dtype low);
 enum lowp_role lowp_carries(const st_net *n, const struct xnode *x, st_dtype low);
-enum lowp_role lowp_inside(const st_net *n, const struct xnode *x, st_dtype low);
+enum lowp_role lowp_attention(const st_net *n, const struct xnode *x, st_dtype low);
 enum lowp_role lowp_writes(const st_net *n, const struct xnode *x, st_dtype low);
 /* Every node's lowp_role and lowp, before anything is built: a layer's
  * output type depends on its consumers' roles. */

@@ -59,13 +59,17 @@ enum lowp_role lowp_writes(const st_net *n, const struct xnode *x, st_dtype low)
 
 /* Attention's products in bf16 need the instruction itself on oneDNN's
  * side (its emulation, bf16_any_isa, does not reach a C kernel); the
- * reference rounds the same operands in any rounding type. */
-enum lowp_role lowp_inside(const st_net *n, const struct xnode *x, st_dtype low)
+ * reference rounds the same operands in any rounding type.  Its edges are
+ * then low too: its products round Q, K, V and dY as they read them, and
+ * its consumers and producer round Y and dQKV as they read them, so an edge
+ * rounded once where written holds the same values, and the conversions
+ * between the linear layers and attention go (two a block). */
+enum lowp_role lowp_attention(const st_net *n, const struct xnode *x, st_dtype low)
 {
     (void)x;
     if (n->cfg.backend == ST_BACKEND_REFERENCE)
-        return LOWP_INSIDE;
-    return low == ST_DTYPE_BF16 && causal_bf16_available() && !n->cfg.tuning.attention_fp32 ? LOWP_INSIDE : LOWP_NO;
+        return LOWP_COMPUTES;
+    return low == ST_DTYPE_BF16 && causal_bf16_available() && !n->cfg.tuning.attention_fp32 ? LOWP_COMPUTES : LOWP_NO;
 }
 
 /* Each layer kind's rule, from the layer table's lowp column. */
@@ -81,7 +85,7 @@ void nn_assign_roles(st_net *n)
     for (int j = 0; j < n->nx; j++) {
         struct xnode *x = &n->x[j];
         x->lowp_role = n->cfg.precision != ST_DTYPE_F32 ? lowp_rules[x->kind](n, x, n->cfg.precision) : LOWP_NO;
-        x->lowp = x->lowp_role == LOWP_COMPUTES || x->lowp_role == LOWP_INSIDE;
+        x->lowp = x->lowp_role == LOWP_COMPUTES;
     }
 }
 

@@ -297,9 +297,9 @@ static long min_of(long a, long b) { return a < b ? a : b; }
 static int first_counting(long k, long first) { return k <= first ? 0 : (int)(k - first); }
 
 ST_MULTIVERSION static void softmax_cols_block(float *restrict s, st_bf16 *restrict p16, long ld, long w, long first,
-                                               int n, bool keep_fp32)
+                                               int n, bool keep_fp32, float *restrict max, float *restrict recip)
 {
-    float mx[QUERY_BLOCK], inv[QUERY_BLOCK];
+    float mx[QUERY_BLOCK], inv[QUERY_BLOCK];  /* the caller's copies are written once, at the end */
 #pragma omp simd
     for (int j = 0; j < n; j++)
         mx[j] = s[j], inv[j] = 0;  /* key 0 counts for every query */
@@ -337,30 +337,46 @@ ST_MULTIVERSION static void softmax_cols_block(float *restrict s, st_bf16 *restr
                 out[j] = st_bf16_from_f32(row[j] * inv[j]);
         }
     }
+    memcpy(max, mx, (size_t)n * sizeof *mx);
+    memcpy(recip, inv, (size_t)n * sizeof *inv);
 }
 
-void seq_causal_softmax_cols_bf16(float *s, st_bf16 *p16, long first, long n, bool keep_fp32)
+void seq_causal_softmax_cols_bf16(float *s, st_bf16 *p16, long first, long n, bool keep_fp32, float *max, float *inv)
 {
     for (long j0 = 0; j0 < n; j0 += QUERY_BLOCK)
-        softmax_cols_block(s + j0, p16 + j0, n, first + n, first + j0, (int)min_of(QUERY_BLOCK, n - j0), keep_fp32);
+        softmax_cols_block(s + j0, p16 + j0, n, first + n, first + j0, (int)min_of(QUERY_BLOCK, n - j0), keep_fp32,
+                           max + j0, inv + j0);
 }
 
-ST_MULTIVERSION static void softmax_bwd_cols_block(st_bf16 *restrict ds16, const float *restrict dp,
-                                                   const float *restrict p, long ld, long w, long first, int n,
-                                                   float scale)
+/* P again as the forward made it (its exponential, then its reciprocal's
+ * product: the same operations on the same scores, so the same bits), in
+ * place of the scores and rounded into p16, and rowsum(P dP) beside it: one
+ * pass over the stripe where the softmax again took three.  Then dS. */
+ST_MULTIVERSION static void softmax_again_bwd_cols_block(float *restrict s, st_bf16 *restrict p16,
+                                                         st_bf16 *restrict ds16, const float *restrict dp,
+                                                         const float *restrict mx, const float *restrict inv,
+                                                         long ld, long w, long first, int n, float scale)
 {
     float inner[QUERY_BLOCK];
 #pragma omp simd
     for (int j = 0; j < n; j++)
         inner[j] = 0;
     for (long k = 0; k < w; k++) {
-        const float *restrict pk = p + k * ld, *restrict dpk = dp + k * ld;
+        float *restrict pk = s + k * ld;
+        const float *restrict dpk = dp + k * ld;
+        st_bf16 *restrict out = p16 + k * ld;
+        const int from = first_counting(k, first);
+        memset(pk, 0, (size_t)from * sizeof *pk);
+        memset(out, 0, (size_t)from * sizeof *out);
 #pragma omp simd
-        for (int j = first_counting(k, first); j < n; j++)
+        for (int j = from; j < n; j++) {
+            pk[j] = nn_expf(pk[j] - mx[j]) * inv[j];
+            out[j] = st_bf16_from_f32(pk[j]);
             inner[j] += pk[j] * dpk[j];
+        }
     }
     for (long k = 0; k < w; k++) {
-        const float *restrict pk = p + k * ld, *restrict dpk = dp + k * ld;
+        const float *restrict pk = s + k * ld, *restrict dpk = dp + k * ld;
         st_bf16 *restrict out = ds16 + k * ld;
         const int from = first_counting(k, first);
         memset(out, 0, (size_t)from * sizeof *out);
@@ -370,9 +386,10 @@ ST_MULTIVERSION static void softmax_bwd_cols_block(st_bf16 *restrict ds16, const
     }
 }
 
-void seq_causal_softmax_bwd_cols_bf16(st_bf16 *ds16, const float *dp, const float *p, long first, long n, float scale)
+void seq_causal_softmax_again_bwd_cols_bf16(float *s, st_bf16 *p16, st_bf16 *ds16, const float *dp, const float *max,
+                                            const float *inv, long first, long n, float scale)
 {
     for (long j0 = 0; j0 < n; j0 += QUERY_BLOCK)
-        softmax_bwd_cols_block(ds16 + j0, dp + j0, p + j0, n, first + n, first + j0,
-                               (int)min_of(QUERY_BLOCK, n - j0), scale);
+        softmax_again_bwd_cols_block(s + j0, p16 + j0, ds16 + j0, dp + j0, max + j0, inv + j0, n, first + n,
+                                     first + j0, (int)min_of(QUERY_BLOCK, n - j0), scale);
 }

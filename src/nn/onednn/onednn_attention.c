@@ -17,7 +17,10 @@
  * same order, so the same bits.  Kept for the whole batch, P was
  * batch x heads x T x T floats a layer (604 MB in each of gpt2's 12 blocks
  * at its recipe's batch 12); computed twice, it costs one more scores
- * product and softmax per head, a sixth of attention's products.  One
+ * product and softmax per head, a sixth of attention's products (the
+ * matmul kernel keeps each query's softmax max and reciprocal, 2T floats a
+ * head, so its backward makes P in one pass without the softmax's
+ * reductions).  One
  * scratch serves every attention layer, since they run one at a time (one a
  * layer was 1-2 GB of gpt2 on 16 threads), a whole number of cache lines a
  * thread so no two threads share one. */
@@ -37,19 +40,23 @@
 enum { KERNEL_FP32, KERNEL_DOT, KERNEL_MATMUL };
 
 /* One layer's pass: Q, K and V of sample b's head h are qkv's rows from
- * b * t, columns h * hs (and C, 2C further) of 3C; y, dy rows of C. */
+ * b * t, columns h * hs (and C, 2C further) of 3C; y, dy rows of C.  Each
+ * edge fp32 or bf16 (the plan's): the input's (qkv and its gradient) and
+ * the output's (y and dy); the fp32 kernel's are fp32. */
 struct head_job {
     const struct xnode *x;
     long t, c, hs;
-    const float *qkv, *dy;
-    float *out;  /* forward: y; backward: the qkv gradient */
+    dn_rows qkv, dy;
+    dn_rows out;   /* forward: y; backward: the qkv gradient */
+    float *stats;  /* matmul: each head's softmax statistics, 2t floats (the layer's seq.stats) */
 };
 
-static const float *q_of(const struct head_job *j, long b, long h)
+/* Sample b's head h of rows r. */
+static dn_rows head_of(const struct head_job *j, dn_rows r, long b, long h)
 {
-    return j->qkv + (b * j->t * 3 * j->c + h * j->hs);
+    r.at = dn_rows_at(r, b * j->t, h * j->hs);
+    return r;
 }
-static long rows_at(const struct head_job *j, long b, long h) { return b * j->t * j->c + h * j->hs; }
 
 /* fp32: P, then dS, then K or V transposed (causal_scores) in the scratch. */
 static size_t fp32_scratch(const struct xnode *x, long t, long hs) { return (void)x, (size_t)(2 * t * t + t * hs) * 4; }
@@ -62,9 +69,9 @@ static void fp32_weights(float *p, const float *q, long t, long c, long hs, floa
 
 static st_status fp32_fwd(const struct head_job *j, long b, long h, float *p)
 {
-    const float *q = q_of(j, b, h);
+    const float *q = head_of(j, j->qkv, b, h).at;
     fp32_weights(p, q, j->t, j->c, j->hs, p + 2 * j->t * j->t);
-    causal_mix(j->out + rows_at(j, b, h), j->c, p, j->t, j->hs, q + 2 * j->c, 3 * j->c);
+    causal_mix(head_of(j, j->out, b, h).at, j->c, p, j->t, j->hs, q + 2 * j->c, 3 * j->c);
     return ST_OK;
 }
 
@@ -73,8 +80,8 @@ static st_status fp32_fwd(const struct head_job *j, long b, long h, float *p)
 static st_status fp32_bwd(const struct head_job *j, long b, long h, float *p)
 {
     const long t = j->t, c = j->c, hs = j->hs, row = 3 * c;
-    const float *q = q_of(j, b, h), *g = j->dy + rows_at(j, b, h);
-    float *ds = p + t * t, *kt = ds + t * t, *dq = j->out + (q - j->qkv);
+    const float *q = head_of(j, j->qkv, b, h).at, *g = head_of(j, j->dy, b, h).at;
+    float *ds = p + t * t, *kt = ds + t * t, *dq = head_of(j, j->out, b, h).at;
     fp32_weights(p, q, t, c, hs, kt);
     causal_scores(ds, t, hs, 1.0f, g, c, q + 2 * c, row, kt);
     seq_causal_softmax_bwd(ds, p, t, 1.0f / sqrtf((float)hs));
@@ -84,19 +91,59 @@ static st_status fp32_bwd(const struct head_job *j, long b, long h, float *p)
     return ST_OK;
 }
 
-static size_t dot_scratch(const struct xnode *x, long t, long hs) { return (void)x, causal_bf16_scratch_bytes(t, hs); }
+/* The dot products read and write fp32 rows: a head's bf16 rows are
+ * widened into the thread's scratch first (its Q, K and V side by side,
+ * 3 hs floats a row) and its bf16 results narrowed from there, a head's
+ * rows at a time while they are in cache. */
+static size_t dot_scratch(const struct xnode *x, long t, long hs)
+{
+    return (void)x, (causal_bf16_scratch_bytes(t, hs) + 63) / 64 * 64 + (size_t)(7 * t * hs) * 4;
+}
+
+/* parts column blocks of a head's rows (c apart) <-> dense [t, parts * hs] fp32. */
+static float *widened(float *dense, dn_rows r, long c, long t, long hs, int parts)
+{
+    if (!r.bf16)
+        return r.at;
+    for (long i = 0; i < t; i++)
+        for (int k = 0; k < parts; k++)
+            st_bf16_to_f32_n(dense + (i * parts + k) * hs, dn_rows_at(r, i, k * c), (size_t)hs);
+    return dense;
+}
+
+static void narrow(dn_rows r, const float *dense, long c, long t, long hs, int parts)
+{
+    for (long i = 0; r.bf16 && i < t; i++)
+        for (int k = 0; k < parts; k++)
+            st_bf16_from_f32_n(dn_rows_at(r, i, k * c), dense + (i * parts + k) * hs, (size_t)hs);
+}
+
+/* The widening area past the kernel's scratch: qkv, then dy, then the result. */
+static float *wide_area(const struct head_job *j, float *scratch)
+{
+    return scratch + (causal_bf16_scratch_bytes(j->t, j->hs) + 63) / 64 * 16;
+}
 
 static st_status dot_fwd(const struct head_job *j, long b, long h, float *scratch)
 {
-    causal_bf16_forward(j->out + rows_at(j, b, h), j->c, NULL, q_of(j, b, h), 3 * j->c, j->t, j->hs, scratch);
+    const long t = j->t, c = j->c, hs = j->hs;
+    float *wide = wide_area(j, scratch), *y32 = wide + 4 * t * hs;
+    const dn_rows qkv = head_of(j, j->qkv, b, h), y = head_of(j, j->out, b, h);
+    const float *q = widened(wide, qkv, c, t, hs, 3);
+    causal_bf16_forward(y.bf16 ? y32 : y.at, y.bf16 ? hs : c, NULL, q, qkv.bf16 ? 3 * hs : 3 * c, t, hs, scratch);
+    narrow(y, y32, c, t, hs, 1);
     return ST_OK;
 }
 
 static st_status dot_bwd(const struct head_job *j, long b, long h, float *scratch)
 {
-    const float *q = q_of(j, b, h);
-    causal_bf16_backward(j->out + (q - j->qkv), NULL, j->dy + rows_at(j, b, h), j->c, q, 3 * j->c, j->t, j->hs,
+    const long t = j->t, c = j->c, hs = j->hs;
+    float *wide = wide_area(j, scratch), *dq32 = wide + 4 * t * hs;
+    const dn_rows qkv = head_of(j, j->qkv, b, h), dy = head_of(j, j->dy, b, h), dq = head_of(j, j->out, b, h);
+    const float *q = widened(wide, qkv, c, t, hs, 3), *g = widened(wide + 3 * t * hs, dy, c, t, hs, 1);
+    causal_bf16_backward(dq.bf16 ? dq32 : dq.at, NULL, g, dy.bf16 ? hs : c, q, qkv.bf16 ? 3 * hs : 3 * c, t, hs,
                          scratch);
+    narrow(dq, dq32, c, t, hs, 3);
     return ST_OK;
 }
 
@@ -105,17 +152,21 @@ static size_t matmul_scratch(const struct xnode *x, long t, long hs)
     return (void)t, (void)hs, dn_causal_scratch_bytes(x->dn->seq.causal);
 }
 
+static float *stats_of(const struct head_job *j, long b, long h)
+{
+    return j->stats + (b * (j->c / j->hs) + h) * 2 * j->t;
+}
+
 static st_status matmul_fwd(const struct head_job *j, long b, long h, float *scratch)
 {
-    return dn_causal_forward(j->x->dn->seq.causal, omp_get_thread_num(), j->out + rows_at(j, b, h), j->c, NULL,
-                             q_of(j, b, h), 3 * j->c, scratch);
+    return dn_causal_forward(j->x->dn->seq.causal, omp_get_thread_num(), head_of(j, j->out, b, h), NULL,
+                             head_of(j, j->qkv, b, h), stats_of(j, b, h), scratch);
 }
 
 static st_status matmul_bwd(const struct head_job *j, long b, long h, float *scratch)
 {
-    const float *q = q_of(j, b, h);
-    return dn_causal_backward(j->x->dn->seq.causal, omp_get_thread_num(), j->out + (q - j->qkv), NULL,
-                              j->dy + rows_at(j, b, h), j->c, q, 3 * j->c, scratch);
+    return dn_causal_backward(j->x->dn->seq.causal, omp_get_thread_num(), head_of(j, j->out, b, h), NULL,
+                              head_of(j, j->dy, b, h), head_of(j, j->qkv, b, h), stats_of(j, b, h), scratch);
 }
 
 static const struct attention_kernel {
@@ -136,16 +187,28 @@ static size_t thread_floats(const struct attention_kernel *k, const struct xnode
     return (k->scratch_bytes(x, x->nd->t, x->nd->c / x->nd->heads) + 63) / 64 * 16;
 }
 
+/* A memory's rows (NULL: none), in its type. */
+static dn_rows rows_in(dnnl_memory_t m, long ld)
+{
+    const_dnnl_memory_desc_t md = NULL;
+    dnnl_data_type_t dt = dnnl_f32;
+    if (m && dnnl_memory_get_memory_desc(m, &md) == dnnl_success)
+        dnnl_memory_desc_query(md, dnnl_query_data_type, &dt);
+    return (dn_rows){m ? dn_mem_ptr(m) : NULL, ld, dt == dnnl_bf16};
+}
+
 /* Every head of the layer; a failure on any thread is the pass's, with its message. */
 static st_status run_heads(st_net *n, int j, bool backward)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     const struct attention_kernel *k = &KERNELS[x->dn->seq.att_kernel];
-    const struct head_job job = {x, nd->t, nd->c, nd->c / nd->heads, dn_seq_src(x),
-                                 backward ? dn_mem_ptr(x->dn->diff.mem) : NULL,
-                                 backward ? dn_seq_target(x) : dn_mem_ptr(x->dn->dst.mem)};
-    if (!job.out)
+    const long c = nd->c;
+    const struct head_job job = {x, nd->t, c, c / nd->heads, rows_in(x->dn->seq.src, 3 * c),
+                                 backward ? rows_in(x->dn->diff.mem, c) : (dn_rows){0},
+                                 backward ? rows_in(x->dn->seq.target, 3 * c) : rows_in(x->dn->dst.mem, c),
+                                 x->dn->seq.stats};
+    if (!job.out.at)
         return ST_OK;
     const size_t per_thread = thread_floats(k, x);
     st_status failed = ST_OK;
@@ -220,12 +283,15 @@ st_status dn_build_attention(st_net *n, int j)
     if (x->lowp && wants_matmul(n))
         OK(net_causal(n, nd->t, hs, &x->dn->seq.causal));
     x->dn->seq.att_kernel = choose_kernel(x);
+    if (x->dn->seq.att_kernel == KERNEL_MATMUL &&
+        !(x->dn->seq.stats = calloc((size_t)(n->batch * nd->heads * 2 * nd->t), sizeof(float))))
+        return st_fail(ST_ERR_NOMEM, "net: out of memory for attention's softmax statistics");
     const struct attention_kernel *k = &KERNELS[x->dn->seq.att_kernel];
     const char *onednn = x->dn->seq.att_kernel == KERNEL_MATMUL ? dn_causal_impl(x->dn->seq.causal) : NULL;
     snprintf(x->impl, sizeof x->impl, "%s%s%s per sample and head, C softmax, P computed again in backward",
              k->name, onednn ? " " : "", onednn ? onednn : "");
     OK(dn_reserve_shared(&n->dnet->head_scratch, &n->dnet->head_scratch_floats,
                          (size_t)omp_get_max_threads() * thread_floats(k, x), "attention's scratch"));
-    OK(dn_seq_io(n, j, att_bwd));
+    OK(dn_seq_io_bf16(n, j, dn_output_lowp(n, j), x->lowp, att_bwd));
     return dn_add_step(n, &x->dn->fwd, att_fwd, NODE_ATTENTION);
 }

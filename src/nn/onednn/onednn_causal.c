@@ -13,14 +13,19 @@
  *   SCORES_SCALED  S^T = K_w Q_f^T / sqrt(hs)  w x hs . hs x n -> w x n
  *   SCORES         dP^T = V_w dY_f^T           the same shapes, no scale
  *   MIX            Y_f = P V_w, dQ_f = dS K_w   (w x n)^T . w x hs -> n x hs
- *   COLUMNS        dK_b = dS[b.., b]^T Q_b.., dV_b likewise with P and dY:
- *                  column block b stored nb x (t - fb), a key's row over
- *                  the queries from fb on
+ *   ADD            dK_w += dS^T Q_f, dV_w += P^T dY_f   w x n . n x hs -> w x hs,
+ *                  added to the head's dK and dV (fp32, in the scratch)
  * Q_f^T and P, dS (from their transposes) are read through strides, so no
- * operand is transposed by hand.  Each is made with one OpenMP thread (its
- * blocking, and the primitive cache's key, for one) and a user scratchpad,
- * so any thread may run it on its own scratch; the thread's memory objects
- * get the operands' addresses at each call. */
+ * operand is transposed by hand.  The backward pass makes P again from
+ * each query's max and sum's reciprocal, which the forward pass leaves in
+ * the caller's statistics: one pass over a stripe makes P and rowsum(P dP)
+ * where the softmax again took three.  dK and dV grow a stripe at a time:
+ * the stripe's transposes are their products' dense left operands as they
+ * lie (the key-by-key column blocks they replaced were copied there 128
+ * bytes at a time, a seventh of a head's time in memmove).  Each is made
+ * with one OpenMP thread (its blocking, and the primitive cache's key, for
+ * one) and a user scratchpad, so any thread may run it on its own scratch;
+ * the thread's memory objects get the operands' addresses at each call. */
 #include "onednn_causal.h"
 
 #include <dnnl_debug.h>
@@ -36,13 +41,12 @@
 #include "kernels/seq_kernels.h"
 #include "shmtrain/bf16.h"
 
-enum { SCORES_SCALED, SCORES, MIX, COLUMNS, KINDS };
+enum { SCORES_SCALED, SCORES, MIX, ADD, KINDS };
 enum { SRC, WEIGHTS, DST, PAD, ARGS };
 
 struct dn_causal {
     long t, hs, rows, stripes;
     int threads;
-    long *col_at;              /* stripes + 1: where column block s starts, in elements */
     dnnl_primitive_t *prim;    /* stripes x KINDS */
     dnnl_memory_t *mem;        /* threads x stripes x KINDS x ARGS (PAD NULL where none is needed) */
     dnnl_stream_t *streams;    /* threads */
@@ -73,22 +77,21 @@ static st_status failed(const char *call, dnnl_status_t s)
 /* The thread's buffers, carved from its scratch. */
 struct head_bufs {
     st_bf16 *q, *k, *v, *dy;   /* t x hs each, dense */
-    st_bf16 *stripe;           /* w x n: a stripe's P^T or dS^T, the mix's A transposed */
+    st_bf16 *p16, *ds16;       /* w x n: a stripe's P^T and dS^T */
     float *s, *ds;             /* w x n: scores^T, then P^T; dP^T */
     float *out;                /* n x hs: a product's rows before their place in y or dq */
-    st_bf16 *cols_p, *cols_ds; /* the column blocks (col_at) */
+    float *dk, *dv;            /* t x hs: the head's dK and dV, a stripe's terms added at a time */
     void *pad;
 };
 
 static size_t carve(const dn_causal *c, char *base, struct head_bufs *h)
 {
-    const size_t head = lines((size_t)(c->t * c->hs) * 2), stripe = (size_t)(c->rows * c->t);
-    const size_t cols = lines((size_t)c->col_at[c->stripes] * 2);
+    const size_t head = (size_t)(c->t * c->hs), stripe = (size_t)(c->rows * c->t);
     size_t at = 0;
 #define TAKE(field, bytes) (h->field = (void *)(base ? base + at : NULL), at += (bytes))
-    TAKE(q, head), TAKE(k, head), TAKE(v, head), TAKE(dy, head);
-    TAKE(stripe, lines(stripe * 2)), TAKE(s, lines(stripe * 4)), TAKE(ds, lines(stripe * 4));
-    TAKE(out, lines((size_t)(c->rows * c->hs) * 4)), TAKE(cols_p, cols), TAKE(cols_ds, cols);
+    TAKE(q, lines(head * 2)), TAKE(k, lines(head * 2)), TAKE(v, lines(head * 2)), TAKE(dy, lines(head * 2));
+    TAKE(p16, lines(stripe * 2)), TAKE(ds16, lines(stripe * 2)), TAKE(s, lines(stripe * 4)), TAKE(ds, lines(stripe * 4));
+    TAKE(out, lines((size_t)(c->rows * c->hs) * 4)), TAKE(dk, lines(head * 4)), TAKE(dv, lines(head * 4));
     TAKE(pad, lines(c->pad_bytes));
 #undef TAKE
     return at;
@@ -101,13 +104,11 @@ bool dn_causal_is_reference(const dn_causal *c) { return c->reference; }
 
 /* ------------------------------------------------------------ building -- */
 
-/* One product of stripe s: its operands' shapes and strides, and whether
- * its sum is scaled. */
-static void product_shape(const dn_causal *c, long s, int kind, dnnl_dims_t dims[3], dnnl_dims_t strides[3],
-                          bool *scaled)
+/* One product of stripe s: its operands' shapes and strides (the first
+ * dense, transposed or not, for brgemm). */
+static void product_shape(const dn_causal *c, long s, int kind, dnnl_dims_t dims[3], dnnl_dims_t strides[3])
 {
-    const long n = rows_of(c, s), w = s * c->rows + n, hs = c->hs, rest = c->t - s * c->rows;
-    *scaled = kind == SCORES_SCALED;
+    const long n = rows_of(c, s), w = s * c->rows + n, hs = c->hs;
     if (kind == SCORES_SCALED || kind == SCORES) {
         memcpy(dims, (dnnl_dims_t[3]){{w, hs}, {hs, n}, {w, n}}, 3 * sizeof *dims);
         memcpy(strides, (dnnl_dims_t[3]){{hs, 1}, {1, hs}, {n, 1}}, 3 * sizeof *strides);
@@ -115,20 +116,24 @@ static void product_shape(const dn_causal *c, long s, int kind, dnnl_dims_t dims
         memcpy(dims, (dnnl_dims_t[3]){{n, w}, {w, hs}, {n, hs}}, 3 * sizeof *dims);
         memcpy(strides, (dnnl_dims_t[3]){{1, n}, {hs, 1}, {hs, 1}}, 3 * sizeof *strides);
     } else {
-        memcpy(dims, (dnnl_dims_t[3]){{n, rest}, {rest, hs}, {n, hs}}, 3 * sizeof *dims);
-        memcpy(strides, (dnnl_dims_t[3]){{rest, 1}, {hs, 1}, {hs, 1}}, 3 * sizeof *strides);
+        memcpy(dims, (dnnl_dims_t[3]){{w, n}, {n, hs}, {w, hs}}, 3 * sizeof *dims);
+        memcpy(strides, (dnnl_dims_t[3]){{n, 1}, {hs, 1}, {hs, 1}}, 3 * sizeof *strides);
     }
 }
 
-static st_status make_attr(dnnl_primitive_attr_t *attr, bool scaled, float alpha)
+/* The scores' scale, or ADD's sum onto what its destination holds. */
+static st_status make_attr(dnnl_primitive_attr_t *attr, int kind, float scale)
 {
     st_status st = ST_OK;
     dnnl_post_ops_t ops = NULL;
     TRY(dnnl_primitive_attr_create(attr));
     TRY(dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user));
-    if (scaled) {
+    if (kind == SCORES_SCALED || kind == ADD) {
         TRY(dnnl_post_ops_create(&ops));
-        TRY(dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_linear, alpha, 0.0f));
+        if (kind == ADD)
+            TRY(dnnl_post_ops_append_sum(ops, 1.0f, 0, dnnl_data_type_undef));
+        else
+            TRY(dnnl_post_ops_append_eltwise(ops, dnnl_eltwise_linear, scale, 0.0f));
         TRY(dnnl_primitive_attr_set_post_ops(*attr, ops));
     }
 done:
@@ -154,11 +159,10 @@ static st_status make_product(dn_causal *c, dnnl_engine_t engine, long s, int ki
     dnnl_memory_desc_t md[3] = {NULL, NULL, NULL};
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    bool scaled;
-    product_shape(c, s, kind, dims, strides, &scaled);
+    product_shape(c, s, kind, dims, strides);
     for (int a = 0; a < 3; a++)
         TRY(dnnl_memory_desc_create_with_strides(&md[a], 2, dims[a], a == DST ? dnnl_f32 : dnnl_bf16, strides[a]));
-    if ((st = make_attr(&attr, scaled, 1.0f / sqrtf((float)c->hs))) != ST_OK)
+    if ((st = make_attr(&attr, kind, 1.0f / sqrtf((float)c->hs))) != ST_OK)
         goto done;
     TRY(dnnl_matmul_primitive_desc_create(&pd, engine, md[SRC], md[WEIGHTS], NULL, md[DST], attr));
     TRY(dnnl_primitive_create(&c->prim[s * KINDS + kind], pd));
@@ -211,16 +215,13 @@ st_status dn_causal_create(dn_causal **out, dnnl_engine_t engine, long t, long h
     if (!c)
         return st_fail(ST_ERR_NOMEM, "attention's products: out of memory");
     *c = (dn_causal){.t = t, .hs = hs, .rows = rows, .stripes = (t + rows - 1) / rows, .threads = threads};
-    c->col_at = calloc((size_t)c->stripes + 1, sizeof *c->col_at);
     c->prim = calloc((size_t)(c->stripes * KINDS), sizeof *c->prim);
     c->mem = calloc((size_t)threads * (size_t)(c->stripes * KINDS * ARGS), sizeof *c->mem);
     c->streams = calloc((size_t)threads, sizeof *c->streams);
-    if (!c->col_at || !c->prim || !c->mem || !c->streams) {
+    if (!c->prim || !c->mem || !c->streams) {
         st = st_fail(ST_ERR_NOMEM, "attention's products: out of memory for %ld stripes", c->stripes);
         goto done;
     }
-    for (long s = 0; s < c->stripes; s++)
-        c->col_at[s + 1] = c->col_at[s] + (t - s * rows) * rows_of(c, s);
     if ((st = make_products(c, engine)) != ST_OK)
         goto done;
     for (int th = 0; th < threads; th++)
@@ -247,7 +248,7 @@ void dn_causal_destroy(dn_causal *c)
     for (int th = 0; c->streams && th < c->threads; th++)
         if (c->streams[th])
             dnnl_stream_destroy(c->streams[th]);
-    free(c->col_at), free(c->prim), free(c->mem), free(c->streams);
+    free(c->prim), free(c->mem), free(c->streams);
     free(c);
 }
 
@@ -272,116 +273,121 @@ done:
     return st;
 }
 
-/* dst (t x hs, dense) = the head's rows (ld floats apart) rounded to bf16. */
-static void pack_head(st_bf16 *dst, const float *src, long ld, long t, long hs)
+/* dst (t x hs, dense) = the head's rows from column col, rounded to bf16
+ * where fp32. */
+static void pack_head(st_bf16 *dst, dn_rows src, long col, long t, long hs)
 {
     for (long i = 0; i < t; i++)
-        st_bf16_from_f32_n(dst + i * hs, src + i * ld, (size_t)hs);
+        if (src.bf16)
+            memcpy(dst + i * hs, dn_rows_at(src, i, col), (size_t)hs * sizeof *dst);
+        else
+            st_bf16_from_f32_n(dst + i * hs, dn_rows_at(src, i, col), (size_t)hs);
 }
 
 /* P^T of stripe s: scores^T, then the fp32 softmax, rounded to bf16 into
- * h->stripe (w x n); the fp32 P^T stays in h->s where fp32 asks, and
- * keep's rows f.. (t floats, zeros right of the diagonal) take P where
- * given. */
-static st_status stripe_weights(const dn_causal *c, int th, const struct head_bufs *h, long s, float *keep, bool fp32)
+ * h->p16 (w x n), each query's max and reciprocal into the statistics; the
+ * fp32 P^T stays in h->s where kept: keep's rows f.. (t floats, zeros right
+ * of the diagonal) take P where given. */
+static st_status stripe_weights(const dn_causal *c, int th, const struct head_bufs *h, long s, float *keep,
+                                float *stats)
 {
-    const long f = s * c->rows, n = rows_of(c, s), w = f + n;
+    const long f = s * c->rows, n = rows_of(c, s);
     const st_status st = run(c, th, s, SCORES_SCALED, h->k, h->q + f * c->hs, h->s, h->pad);
     if (st != ST_OK)
         return st;
-    seq_causal_softmax_cols_bf16(h->s, h->stripe, f, n, fp32 || keep);
+    seq_causal_softmax_cols_bf16(h->s, h->p16, f, n, keep != NULL, stats + f, stats + c->t + f);
+    return ST_OK;
+}
+
+/* The caller's rows f.. of P (t floats each, zeros right of the diagonal)
+ * from the stripe's fp32 P^T in h->s. */
+static void keep_weights(const dn_causal *c, const struct head_bufs *h, long s, float *keep)
+{
+    const long f = s * c->rows, n = rows_of(c, s), w = f + n;
     for (long r = 0; keep && r < n; r++) {
         for (long k = 0; k < w; k++)
             keep[(f + r) * c->t + k] = h->s[k * n + r];
         memset(keep + (f + r) * c->t + w, 0, (size_t)(c->t - w) * sizeof *keep);
     }
-    return ST_OK;
 }
 
-/* dst's rows f.. (ld floats apart) = out's n x hs, a product's rows. */
-static void place(float *dst, long ld, const float *out, long n, long hs)
+/* dst's rows from (row, col) = out's n x hs, a product's rows, rounded to
+ * bf16 where dst is. */
+static void place(dn_rows dst, long row, long col, const float *out, long n, long hs)
 {
     for (long r = 0; r < n; r++)
-        memcpy(dst + r * ld, out + r * hs, (size_t)hs * sizeof *dst);
+        if (dst.bf16)
+            st_bf16_from_f32_n(dn_rows_at(dst, row + r, col), out + r * hs, (size_t)hs);
+        else
+            memcpy(dn_rows_at(dst, row + r, col), out + r * hs, (size_t)hs * sizeof *out);
 }
 
-/* dst's rows f.. = M X: M^T (P^T or dS^T) in h->stripe, X V or K. */
-static st_status stripe_mix(const dn_causal *c, int th, const struct head_bufs *h, long s, const st_bf16 *x,
-                            float *dst, long ld)
+/* dst's rows f.. = M X: M^T (P^T or dS^T, w x n) in mt, X V or K. */
+static st_status stripe_mix(const dn_causal *c, int th, const struct head_bufs *h, long s, const st_bf16 *mt,
+                            const st_bf16 *x, dn_rows dst)
 {
-    const st_status st = run(c, th, s, MIX, h->stripe, x, h->out, h->pad);
+    const st_status st = run(c, th, s, MIX, mt, x, h->out, h->pad);
     if (st == ST_OK)
-        place(dst + s * c->rows * ld, ld, h->out, rows_of(c, s), c->hs);
+        place(dst, s * c->rows, 0, h->out, rows_of(c, s), c->hs);
     return st;
 }
 
-st_status dn_causal_forward(const dn_causal *c, int thread, float *y, long ldy, float *p, const float *q, long ld,
+st_status dn_causal_forward(const dn_causal *c, int thread, dn_rows y, float *p, dn_rows qkv, float *stats,
                             void *scratch)
 {
+    const long cc = qkv.ld / 3;
     struct head_bufs h;
     carve(c, scratch, &h);
-    pack_head(h.q, q, ld, c->t, c->hs);
-    pack_head(h.k, q + ld / 3, ld, c->t, c->hs);
-    pack_head(h.v, q + 2 * (ld / 3), ld, c->t, c->hs);
+    pack_head(h.q, qkv, 0, c->t, c->hs);
+    pack_head(h.k, qkv, cc, c->t, c->hs);
+    pack_head(h.v, qkv, 2 * cc, c->t, c->hs);
     st_status st = ST_OK;
     for (long s = 0; s < c->stripes && st == ST_OK; s++)
-        if ((st = stripe_weights(c, thread, &h, s, p, false)) == ST_OK)
-            st = stripe_mix(c, thread, &h, s, h.v, y, ldy);  /* Y = P V */
+        if ((st = stripe_weights(c, thread, &h, s, p, stats)) == ST_OK) {
+            keep_weights(c, &h, s, p);
+            st = stripe_mix(c, thread, &h, s, h.p16, h.v, y);  /* Y = P V */
+        }
     return st;
 }
 
-/* A stripe's M^T (h->stripe, w x n: P^T or dS^T) into the column blocks it
- * reaches: block b holds its keys' rows over the queries from b's first
- * on, and the stripe's queries sit f - fb along them. */
-static void keep_columns(const dn_causal *c, st_bf16 *cols, const st_bf16 *mt, long s)
+/* One stripe of the backward pass: S, dP = dY V^T, P again and dS in one
+ * pass, dQ = dS K, and the stripe's terms of dK = dS^T Q and dV = P^T dY. */
+static st_status backward_stripe(const dn_causal *c, int th, const struct head_bufs *h, long s, dn_rows dq,
+                                 float *keep, const float *stats)
 {
-    const long f = s * c->rows, n = rows_of(c, s);
-    for (long b = 0; b <= s; b++) {
-        const long fb = b * c->rows, nb = rows_of(c, b), rest = c->t - fb;
-        for (long r = 0; r < nb; r++)
-            memcpy(cols + c->col_at[b] + r * rest + (f - fb), mt + (fb + r) * n, (size_t)n * sizeof *mt);
-    }
-}
-
-/* One stripe of the backward pass: P again, dP = dY V^T, dS, dQ = dS K, and
- * P and dS kept in column blocks for the products over keys. */
-static st_status backward_stripe(const dn_causal *c, int th, const struct head_bufs *h, long s, float *dq, long ld,
-                                 float *keep)
-{
-    const long f = s * c->rows, n = rows_of(c, s);
-    st_status st = stripe_weights(c, th, h, s, keep, true);
+    const long f = s * c->rows, n = rows_of(c, s), hs = c->hs;
+    st_status st = run(c, th, s, SCORES_SCALED, h->k, h->q + f * hs, h->s, h->pad);
     if (st == ST_OK)
-        st = run(c, th, s, SCORES, h->v, h->dy + f * c->hs, h->ds, h->pad);
+        st = run(c, th, s, SCORES, h->v, h->dy + f * hs, h->ds, h->pad);
     if (st != ST_OK)
         return st;
-    keep_columns(c, h->cols_p, h->stripe, s);
-    seq_causal_softmax_bwd_cols_bf16(h->stripe, h->ds, h->s, f, n, 1.0f / sqrtf((float)c->hs));
-    if ((st = stripe_mix(c, th, h, s, h->k, dq, ld)) == ST_OK)
-        keep_columns(c, h->cols_ds, h->stripe, s);
+    seq_causal_softmax_again_bwd_cols_bf16(h->s, h->p16, h->ds16, h->ds, stats + f, stats + c->t + f, f, n,
+                                           1.0f / sqrtf((float)hs));
+    keep_weights(c, h, s, keep);
+    if ((st = stripe_mix(c, th, h, s, h->ds16, h->k, dq)) == ST_OK &&
+        (st = run(c, th, s, ADD, h->ds16, h->q + f * hs, h->dk, h->pad)) == ST_OK)
+        st = run(c, th, s, ADD, h->p16, h->dy + f * hs, h->dv, h->pad);
     return st;
 }
 
-st_status dn_causal_backward(const dn_causal *c, int thread, float *dq, float *p, const float *dy, long ldy,
-                             const float *q, long ld, void *scratch)
+st_status dn_causal_backward(const dn_causal *c, int thread, dn_rows dqkv, float *p, dn_rows dy, dn_rows qkv,
+                             const float *stats, void *scratch)
 {
-    const long cc = ld / 3, hs = c->hs;
+    const long cc = qkv.ld / 3, hs = c->hs;
     struct head_bufs h;
     carve(c, scratch, &h);
-    pack_head(h.q, q, ld, c->t, hs);
-    pack_head(h.k, q + cc, ld, c->t, hs);
-    pack_head(h.v, q + 2 * cc, ld, c->t, hs);
-    pack_head(h.dy, dy, ldy, c->t, hs);
+    pack_head(h.q, qkv, 0, c->t, hs);
+    pack_head(h.k, qkv, cc, c->t, hs);
+    pack_head(h.v, qkv, 2 * cc, c->t, hs);
+    pack_head(h.dy, dy, 0, c->t, hs);
+    memset(h.dk, 0, (size_t)(c->t * hs) * sizeof *h.dk);
+    memset(h.dv, 0, (size_t)(c->t * hs) * sizeof *h.dv);
     st_status st = ST_OK;
     for (long s = 0; s < c->stripes && st == ST_OK; s++)
-        st = backward_stripe(c, thread, &h, s, dq, ld, p);
-    for (long b = 0; b < c->stripes && st == ST_OK; b++) {
-        const long fb = b * c->rows, nb = rows_of(c, b);
-        if ((st = run(c, thread, b, COLUMNS, h.cols_ds + c->col_at[b], h.q + fb * hs, h.out, h.pad)) != ST_OK)
-            break;
-        place(dq + cc + fb * ld, ld, h.out, nb, hs);  /* dK = dS^T Q */
-        if ((st = run(c, thread, b, COLUMNS, h.cols_p + c->col_at[b], h.dy + fb * hs, h.out, h.pad)) != ST_OK)
-            break;
-        place(dq + 2 * cc + fb * ld, ld, h.out, nb, hs);  /* dV = P^T dY */
+        st = backward_stripe(c, thread, &h, s, dqkv, p, stats);
+    if (st == ST_OK) {
+        place(dqkv, 0, cc, h.dk, c->t, hs);
+        place(dqkv, 0, 2 * cc, h.dv, c->t, hs);
     }
     return st;
 }

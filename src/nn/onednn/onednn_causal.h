@@ -7,13 +7,15 @@
  * tiles (brg:avx512_core_amx) and one with AVX512-BF16 on brgemm's dot
  * products.  The rows go in stripes of `rows` (scores, softmax, P V and dS K
  * while a stripe is in cache), the stripe's scores, P, dP and dS held
- * transposed, keys by queries (onednn_causal.c says why); P and dS are kept
- * as bf16 in column blocks for dK = dS^T Q and dV = P^T dY.  Every operand
- * is dense or a dense one transposed (oneDNN 3.2's brgemm matmul takes no
- * other: a leading dimension past the row falls to gemm:jit at half the
- * rate), so the head's Q, K, V and dY are packed to bf16 first.  A
- * stripe's scores reach its last row's diagonal: the diagonal block's upper
- * half is computed and the softmax zeroes it.
+ * transposed, keys by queries (onednn_causal.c says why); dK and dV gather
+ * a stripe's terms at a time.  Every operand is dense or a dense one
+ * transposed (oneDNN 3.2's brgemm matmul takes no other: a leading
+ * dimension past the row falls to gemm:jit at half the rate), so the
+ * head's Q, K, V and dY are packed to bf16 first.  A stripe's scores reach
+ * its last row's diagonal: the diagonal block's upper half is computed and
+ * the softmax zeroes it.  The forward pass leaves each query's softmax
+ * statistics (its max and its sum's reciprocal) with the caller, and the
+ * backward pass makes P again from them.
  *
  * Sums run in oneDNN's order, fixed for a shape (each primitive is made for
  * one thread and runs on the calling one), so the same bits at any thread
@@ -48,14 +50,32 @@ const char *dn_causal_impl(const dn_causal *c);
 /* Is it one of oneDNN's reference (plain C++) kernels? */
 bool dn_causal_is_reference(const dn_causal *c);
 
-/* y = P V (rows of hs floats, ldy apart), P = causal softmax(Q K^T / sqrt(hs)),
- * Q, K, V the head's columns of qkv rows ld apart (ld = 3C); p: NULL or
- * t x t floats to keep P in (zeros right of the diagonal). */
-st_status dn_causal_forward(const dn_causal *c, int thread, float *y, long ldy, float *p, const float *q, long ld,
+/* A head's rows in a layer's matrix: its first element, the elements from
+ * one row to the next, and their type, the edge's (fp32 or bf16: a bf16
+ * edge is read as it is and written rounded once, from the products' fp32
+ * sums, so it holds what an fp32 edge rounded by its reader would). */
+typedef struct {
+    void *at;  /* read only where an input */
+    long ld;
+    bool bf16;
+} dn_rows;
+
+/* Element (row, col) of r. */
+static inline void *dn_rows_at(dn_rows r, long row, long col)
+{
+    return (char *)r.at + (row * r.ld + col) * (r.bf16 ? 2 : 4);
+}
+
+/* y = P V (rows of hs), P = causal softmax(Q K^T / sqrt(hs)), Q, K, V the
+ * head's columns of the qkv rows (K C, V 2C further, qkv.ld = 3C); p: NULL
+ * or t x t floats to keep P in (zeros right of the diagonal); stats: 2t
+ * floats, each query's max then its sum's reciprocal, for the backward. */
+st_status dn_causal_forward(const dn_causal *c, int thread, dn_rows y, float *p, dn_rows qkv, float *stats,
                             void *scratch);
-/* Given dy (ldy apart): P again (into p where not NULL), and dQ, dK, dV
- * into dq, dq + C, dq + 2C of the qkv gradient rows (ld apart, C = ld / 3). */
-st_status dn_causal_backward(const dn_causal *c, int thread, float *dq, float *p, const float *dy, long ldy,
-                             const float *q, long ld, void *scratch);
+/* Given dy and the head's forward statistics: P again (into p where not
+ * NULL), and dQ, dK, dV into the head's columns of the qkv gradient rows
+ * (0, C and 2C on, dqkv.ld = qkv.ld). */
+st_status dn_causal_backward(const dn_causal *c, int thread, dn_rows dqkv, float *p, dn_rows dy, dn_rows qkv,
+                             const float *stats, void *scratch);
 
 #endif

@@ -170,7 +170,8 @@ struct dn_chunk_state {
 struct dn_seq_state {
     dnnl_memory_t src;                   /* the input, plain [rows, c] */
     dnnl_memory_t target;                /* where the input's gradient goes; NULL if unwanted */
-    float *stats;                        /* layer norm: each row's mean and 1 / std */
+    float *stats;                        /* layer norm: each row's mean and 1 / std; attention's
+                                            matmul kernel: each query's softmax max and 1 / sum */
     float *partial;                      /* layer norm: per-thread dgamma, dbeta */
     float *scratch;                      /* layer norm writing bf16: a row per thread (attention's
                                             is the net's, head_scratch) */
@@ -485,6 +486,10 @@ st_status dn_build_seq_linear(st_net *n, int j);
 void dn_seq_free(struct dn_seq_state *s);
 /* A sequence layer's plain fp32 rows in and out, and its backward step. */
 st_status dn_seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int));
+/* The same with bf16 rows out (the output and its gradient) or in (the
+ * input and its gradient) where asked; an edge of the other type is
+ * converted on the way. */
+st_status dn_seq_io_bf16(st_net *n, int j, bool out_bf16, bool in_bf16, st_status (*bwd)(st_net *, int));
 static inline float *dn_seq_src(const struct xnode *x) { return dn_mem_ptr(x->dn->seq.src); }
 static inline float *dn_seq_target(const struct xnode *x)
 {

@@ -70,6 +70,11 @@ st_status dn_seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int))
     return seq_io_of(n, j, dnnl_f32, bwd);
 }
 
+st_status dn_seq_io_bf16(st_net *n, int j, bool out_bf16, bool in_bf16, st_status (*bwd)(st_net *, int))
+{
+    return seq_io_types(n, j, out_bf16 ? dnnl_bf16 : dnnl_f32, in_bf16 ? dnnl_bf16 : dnnl_f32, bwd);
+}
+
 void dn_seq_free(struct dn_seq_state *s)
 {
     free(s->stats);

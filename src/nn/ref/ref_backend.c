@@ -369,20 +369,21 @@ static st_status ref_plan(st_net *n)
 }
 
 /* A layer computing low: its weight copy (the net registers it with the
- * optimizer), the widened floats, and the rounded input and gradient where
- * those edges are kept in fp32. */
+ * optimizer; attention has none), the widened floats, and the rounded input
+ * and gradient where those edges are kept in fp32. */
 static st_status low_buffers(st_net *n, struct xnode *x, size_t sz, size_t in_sz)
 {
     const struct node *w = weights_of(n, x);
     struct ref_node *r = x->ref;
-    r->low_weights = malloc(w->w_count * sizeof(uint16_t));
-    r->wide = malloc(w->w_count * sizeof(float));
+    const bool weights = w->w_count > 0;
+    r->low_weights = weights ? malloc(w->w_count * sizeof(uint16_t)) : NULL;
+    r->wide = weights ? malloc(w->w_count * sizeof(float)) : NULL;
     r->src_low = n->x[x->in].stored == ST_DTYPE_F32 ? malloc(in_sz * sizeof(float)) : NULL;
     r->dy_low = x->stored == ST_DTYPE_F32 ? malloc(sz * sizeof(float)) : NULL;
-    if (!r->low_weights || !r->wide || (n->x[x->in].stored == ST_DTYPE_F32 && !r->src_low) ||
+    if ((weights && (!r->low_weights || !r->wide)) || (n->x[x->in].stored == ST_DTYPE_F32 && !r->src_low) ||
         (x->stored == ST_DTYPE_F32 && !r->dy_low))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
-    return nn_copy_add(n, w->w_off, w->w_count, r->low_weights, n->cfg.precision, NULL);
+    return weights ? nn_copy_add(n, w->w_off, w->w_count, r->low_weights, n->cfg.precision, NULL) : ST_OK;
 }
 
 static st_status ref_build(st_net *n)
@@ -435,7 +436,7 @@ static struct ref_step step_of(st_net *n, int j)
                          .low = x->lowp ? n->cfg.precision : ST_DTYPE_F32};
     t.w = n->params + weights_of(n, x)->w_off;
     if (computes_low(x)) {
-        t.w = x->ref->wide;
+        t.w = x->ref->wide ? x->ref->wide : t.w;
         t.src = x->ref->src_low ? x->ref->src_low : t.src;
         t.dy = x->ref->dy_low ? x->ref->dy_low : t.dy;
     }
@@ -456,7 +457,8 @@ static void convert(st_net *n, float *dst, const float *src, size_t count)
 static void forward_inputs_low(st_net *n, const struct xnode *x)
 {
     const struct node *w = weights_of(n, x);
-    st_dtype_convert_n(x->ref->wide, ST_DTYPE_F32, x->ref->low_weights, n->cfg.precision, w->w_count);
+    if (x->ref->wide)
+        st_dtype_convert_n(x->ref->wide, ST_DTYPE_F32, x->ref->low_weights, n->cfg.precision, w->w_count);
     if (x->ref->src_low)
         convert(n, x->ref->src_low, n->x[x->in].ref->dst, nn_node_size(n, n->x[x->in].nd));
 }
