@@ -2,7 +2,8 @@
 # Attention's bf16 products on a lent machine with AMX (issue 47), in one call of about
 # three minutes: which kernel wins one head alone and with every thread busy (causal_bf16.c's
 # dot products, causal.c's fp32 tiles, onednn_causal.c's oneDNN matmul in stripes of 32 to
-# 256 rows), the causal softmax they share alone, the kernels with their scratch 16 bytes
+# 256 rows; and in stripes of 64 on bf16 rows, a bf16 net's edges since session 29), the causal
+# softmax they share alone, the kernels with their scratch 16 bytes
 # past a cache line (what malloc gave the net before nn_lines_alloc), the dot products at T
 # 1040 beside 1024 (a power-of-two row stride or not), then gpt2's bf16 step with the dot
 # products (B) against the default (A: oneDNN's matmul where oneDNN has AMX) in alternating
@@ -34,7 +35,7 @@ lscpu | grep -o 'amx_bf16\|avx512_bf16' | sort -u | paste -sd' ' | tee -a "$out/
 for th in 1 "$threads"; do
   tasks=$((th == 1 ? 4 : 3 * threads))
   for kernel in "" --fp32 "--matmul --stripe 32" "--matmul --stripe 64" "--matmul --stripe 128" \
-                "--matmul --stripe 256"; do
+                "--matmul --stripe 256" "--matmul --stripe 64 --bf16-rows"; do
     # shellcheck disable=SC2086
     timeout 60 st-attention-bench --threads "$th" --tasks "$tasks" $kernel
   done
