@@ -190,11 +190,9 @@ static size_t thread_floats(const struct attention_kernel *k, const struct xnode
 /* A memory's rows (NULL: none), in its type. */
 static dn_rows rows_in(dnnl_memory_t m, long ld)
 {
-    const_dnnl_memory_desc_t md = NULL;
-    dnnl_data_type_t dt = dnnl_f32;
-    if (m && dnnl_memory_get_memory_desc(m, &md) == dnnl_success)
-        dnnl_memory_desc_query(md, dnnl_query_data_type, &dt);
-    return (dn_rows){m ? dn_mem_ptr(m) : NULL, ld, dt == dnnl_bf16};
+    if (!m)
+        return (dn_rows){NULL, ld, false};
+    return (dn_rows){dn_mem_ptr(m), ld, dn_md_type(dn_mem_md(m)) == dnnl_bf16};
 }
 
 /* Every head of the layer; a failure on any thread is the pass's, with its message. */

@@ -84,14 +84,20 @@ const_dnnl_memory_desc_t dn_mem_md(dnnl_memory_t m)
     return md;
 }
 
+dnnl_data_type_t dn_md_type(const_dnnl_memory_desc_t md)
+{
+    dnnl_data_type_t dt = dnnl_f32;
+    if (md)
+        dnnl_memory_desc_query(md, dnnl_query_data_type, &dt);
+    return dt;
+}
+
 static bool touches_bf16(const_dnnl_primitive_desc_t pd)
 {
     static const dnnl_query_t queries[] = {dnnl_query_src_md,      dnnl_query_weights_md,      dnnl_query_dst_md,
                                            dnnl_query_diff_src_md, dnnl_query_diff_weights_md, dnnl_query_diff_dst_md};
     for (size_t i = 0; i < sizeof queries / sizeof *queries; i++) {
-        dnnl_data_type_t dt = dnnl_data_type_undef;
-        const_dnnl_memory_desc_t md = dnnl_primitive_desc_query_md(pd, queries[i], 0);
-        if (md && dnnl_memory_desc_query(md, dnnl_query_data_type, &dt) == dnnl_success && dt == dnnl_bf16)
+        if (dn_md_type(dnnl_primitive_desc_query_md(pd, queries[i], 0)) == dnnl_bf16)
             return true;
     }
     return false;
@@ -406,9 +412,7 @@ st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const_dnnl_memory_desc_
     x->dn->diff.md = dn_mem_md(x->dn->diff.mem);
     if (x->consumers > 1)
         OK(dn_accum_new(n, x));
-    dnnl_data_type_t dt = dnnl_f32;
-    dnnl_memory_desc_query(md, dnnl_query_data_type, &dt);
-    x->dn->elems = dnnl_memory_desc_get_size(md) / (dt == dnnl_bf16 ? sizeof(st_bf16) : sizeof(float));
+    x->dn->elems = dnnl_memory_desc_get_size(md) / (dn_md_type(md) == dnnl_bf16 ? sizeof(st_bf16) : sizeof(float));
     return ST_OK;
 }
 

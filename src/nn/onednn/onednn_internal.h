@@ -319,6 +319,8 @@ st_status dn_mem_new(st_net *n, dnnl_memory_t *out, const_dnnl_memory_desc_t md,
 st_status dn_mem_unbacked(st_net *n, dnnl_memory_t *out, const_dnnl_memory_desc_t md);
 void *dn_mem_ptr(dnnl_memory_t m);
 const_dnnl_memory_desc_t dn_mem_md(dnnl_memory_t m);
+/* A descriptor's element type (fp32 for NULL: no memory yet). */
+dnnl_data_type_t dn_md_type(const_dnnl_memory_desc_t md);
 
 /* Keeps a primitive descriptor a builder has just created with oneDNN's
  * creator for its kind (`created` is that call's status, `call` its text for

@@ -50,9 +50,7 @@ bool st_nn_amx_supported(void)
 
 static st_dtype dtype_of(const_dnnl_memory_desc_t md)
 {
-    dnnl_data_type_t dt = dnnl_f32;
-    if (md)
-        dnnl_memory_desc_query(md, dnnl_query_data_type, &dt);
+    const dnnl_data_type_t dt = dn_md_type(md);
     return dt == dnnl_bf16 ? ST_DTYPE_BF16 : dt == dnnl_s32 ? ST_DTYPE_I32 : ST_DTYPE_F32;
 }
 

@@ -13,11 +13,4 @@ bool dn_output_lowp(const st_net *n, int j)
     return nn_consumers_take_lowp(n, j);
 }
 
-dnnl_data_type_t dn_dst_type(const st_net *n, int j)
-{
-    dnnl_data_type_t dt = dnnl_f32;
-    const_dnnl_memory_desc_t md = n->x[j].dn->dst.md;
-    if (md)
-        dnnl_memory_desc_query(md, dnnl_query_data_type, &dt);
-    return dt;
-}
+dnnl_data_type_t dn_dst_type(const st_net *n, int j) { return dn_md_type(n->x[j].dn->dst.md); }

@@ -246,12 +246,6 @@ static bool in_flat_buffers(const st_net *n, dnnl_memory_t m)
     return p && ((p >= n->params && p < n->params + count) || (p >= n->grads && p < n->grads + count));
 }
 
-static dnnl_data_type_t data_type(const_dnnl_memory_desc_t md)
-{
-    dnnl_data_type_t dt = dnnl_data_type_undef;
-    dnnl_memory_desc_query(md, dnnl_query_data_type, &dt);
-    return dt;
-}
 
 /* Marks the reorder just appended at l->v[at] (the first of two when it
  * goes through an intermediate layout: one move, counted once). */
@@ -260,7 +254,7 @@ static void count_reorder(const st_net *n, struct oplist *l, int at, dnnl_memory
     struct op *o = &l->v[at];
     if (in_flat_buffers(n, from) || in_flat_buffers(n, to)) {
         o->counted = OP_COUNTS_WEIGHT_REORDER;
-    } else if (data_type(dn_mem_md(from)) != data_type(dn_mem_md(to))) {
+    } else if (dn_md_type(dn_mem_md(from)) != dn_md_type(dn_mem_md(to))) {
         o->counted = OP_COUNTS_CONVERSION;
         o->counted_bytes = dnnl_memory_desc_get_size(dn_mem_md(from));
     }

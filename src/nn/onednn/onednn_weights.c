@@ -333,9 +333,7 @@ static st_status add_reordered_copy(st_net *n, const struct xnode *x, struct opl
 static st_status weights_into(st_net *n, const struct xnode *x, struct oplist *l, dnnl_memory_t user,
                               dnnl_memory_t mem)
 {
-    dnnl_data_type_t dt = dnnl_f32;
-    dnnl_memory_desc_query(dn_mem_md(mem), dnnl_query_data_type, &dt);
-    if (dt != dnnl_bf16)
+    if (dn_md_type(dn_mem_md(mem)) != dnnl_bf16)
         return dn_add_reorder(n, l, user, mem);
     return x->kind == NODE_LINEAR ? add_reordered_copy(n, x, l, user, mem) : add_weight_copy(n, x, mem);
 }
@@ -483,9 +481,7 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
  * the forward pd (what oneDNN will run), not from the request. */
 static st_status mark_precision(struct xnode *x, const struct weights_build *b)
 {
-    dnnl_data_type_t dt = dnnl_data_type_undef;
-    dnnl_memory_desc_query(dn_query(b->fwd_pd, dnnl_query_src_md, 0), dnnl_query_data_type, &dt);
-    if (dt != dnnl_bf16)
+    if (dn_md_type(dn_query(b->fwd_pd, dnnl_query_src_md, 0)) != dnnl_bf16)
         return ST_OK;
     static const char tag[] = "bf16: ";
     const size_t t = sizeof tag - 1, keep = strnlen(x->impl, sizeof x->impl - t - 1);
