@@ -47,15 +47,17 @@ run_torch() { # threads precision mode -> "tokens/s rss_mb"
     --metrics "$tmp/t.jsonl" 2> "$tmp/t.err" || { tail -3 "$tmp/t.err" >&2; echo "nan nan"; return; }
   echo "$(field summary "$tmp/t.jsonl" tokens_per_s) $(field summary "$tmp/t.jsonl" peak_rss_mb)"
 }
-peak() { # threads precision -> GFLOP/s of a 2048^3 matmul, best of 5 (PyTorch's oneDNN/MKL)
-  pin "$1" "${peer[@]}" - "$2" <<'EOF'
+peak() { # threads precision -> GFLOP/s of an n^3 matmul, best of 6 (PyTorch's oneDNN/MKL); n 2048,
+  # 4096 above 4 threads: 2048^3 is ~6 ms on 16 AMX cores, too short to fill them (0r)
+  pin "$1" "${peer[@]}" - "$2" "$(($1 > 4 ? 4096 : 2048))" <<'EOF'
 import sys, time, torch
 dt = torch.bfloat16 if sys.argv[1] == "bf16" else torch.float32
-a, b = torch.randn(2048, 2048).to(dt), torch.randn(2048, 2048).to(dt)
+n = int(sys.argv[2])
+a, b = torch.randn(n, n).to(dt), torch.randn(n, n).to(dt)
 best = 1e9
 for _ in range(6):
     t = time.perf_counter(); a @ b; best = min(best, time.perf_counter() - t)
-print(f"{2 * 2048 ** 3 / best / 1e9:.0f}")
+print(f"{2 * n ** 3 / best / 1e9:.0f}")
 EOF
 }
 # nanoGPT's estimate_mfu: 6 N + 12 L C T per token, N without the position table
