@@ -8,13 +8,14 @@
  * shows it: run it at --threads 1 and at all of them.
  *
  *   st-attention-bench [--t 1024] [--hs 64] [--tasks 24] [--threads N] [--reps 5]
- *                      [--fp32 | --matmul [--stripe 64] [--bf16-rows]] [--offset BYTES]
+ *                      [--fp32] [--matmul [--stripe 64] [--bf16-rows]] [--offset BYTES]
  *
  * By default causal_bf16.c's AVX512-BF16 dot products; --fp32: causal.c's
  * fp32 tiles (as the layer runs them: P and dS whole in the thread's
  * scratch); --matmul: onednn_causal.c's oneDNN matmul primitives (AMX where
  * the CPU has it) in stripes of --stripe rows, on fp32 rows or, with
- * --bf16-rows, on bf16 ones (a bf16 net's edges).  --offset: each thread's
+ * --bf16-rows, on bf16 ones (a bf16 net's edges); --matmul --fp32: the same
+ * products on fp32 operands (an fp32 net's).  --offset: each thread's
  * scratch that many bytes past a cache line (the net's was 16 past one,
  * malloc's, until nn_lines_alloc; docs/benchmarks.md 0l).  Denormals are
  * flushed on every thread, as shmtrain and st-step-bench run. */
@@ -37,7 +38,7 @@ enum kernel { DOT, FP32, MATMUL };
 struct config {
     long t, hs, tasks, stripe, offset;
     int threads, reps;
-    bool bf16_rows;
+    bool bf16_rows, fp32;
     enum kernel kernel;
     dn_causal *matmul;
 };
@@ -53,8 +54,9 @@ static int parse(struct config *c, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--fp32") || !strcmp(a, "--matmul")) {
-            c->kernel = a[2] == 'f' ? FP32 : MATMUL;
+        if (!strcmp(a, "--fp32") || !strcmp(a, "--matmul")) {  /* both: the matmul on fp32 operands */
+            c->fp32 = c->fp32 || a[2] == 'f';
+            c->kernel = a[2] == 'm' || c->kernel == MATMUL ? MATMUL : FP32;
             continue;
         }
         if (!strcmp(a, "--bf16-rows")) {
@@ -151,7 +153,7 @@ int main(int argc, char **argv)
     const long t = c.t, hs = c.hs;
     dnnl_engine_t engine = NULL;
     if (c.kernel == MATMUL && (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
-                               dn_causal_create(&c.matmul, engine, t, hs, c.stripe, c.threads) != ST_OK))
+                               dn_causal_create(&c.matmul, engine, t, hs, c.stripe, c.threads, c.fp32) != ST_OK))
         return fprintf(stderr, "st-attention-bench: %s\n", st_last_error()), 1;
     const size_t bytes = c.kernel == FP32     ? (size_t)(2 * t * t + t * hs) * 4
                          : c.kernel == MATMUL ? dn_causal_scratch_bytes(c.matmul)
@@ -185,7 +187,9 @@ int main(int argc, char **argv)
     const double macs = (double)t * t * hs / 2, rounds = ceil((double)c.tasks / c.threads);
     char kernel[96] = "bf16 dot products (causal_bf16.c)";
     if (c.kernel != DOT)
-        snprintf(kernel, sizeof kernel, "%s", c.kernel == FP32 ? "fp32 tiles (causal.c)" : "bf16 oneDNN matmul, ");
+        snprintf(kernel, sizeof kernel, "%s", c.kernel == FP32 ? "fp32 tiles (causal.c)"
+                                                  : c.fp32   ? "fp32 oneDNN matmul, "
+                                                             : "bf16 oneDNN matmul, ");
     if (c.kernel == MATMUL)
         snprintf(kernel + strlen(kernel), sizeof kernel - strlen(kernel), "%s, stripes of %ld",
                  dn_causal_impl(c.matmul), c.stripe);

@@ -160,7 +160,7 @@ static struct kernel kernel_for(dnnl_engine_t engine, long stripe, long t, long 
 {
     struct kernel k = {NULL, NULL, malloc((size_t)t * 2 * sizeof(float))};
     assert_non_null(k.stats);
-    if (stripe && dn_causal_create(&k.matmul, engine, t, hs, stripe, 1) != ST_OK)
+    if (stripe && dn_causal_create(&k.matmul, engine, t, hs, stripe, 1, false) != ST_OK)
         fail_msg("%s", st_last_error());
     k.scratch = aligned_alloc(64, (k.matmul ? dn_causal_scratch_bytes(k.matmul) : causal_bf16_scratch_bytes(t, hs)) /
                                           64 * 64 + 64);

@@ -40,6 +40,7 @@ static const struct {
     {"SHMTRAIN_ATTENTION_FP32", "gpt-mini", 2, ST_DTYPE_BF16, 0},  /* where the CPU has AVX512-BF16 */
     {"SHMTRAIN_ATTENTION_MATMUL", "gpt-mini", 2, ST_DTYPE_BF16, -1},
     {"SHMTRAIN_ATTENTION_DOT", "gpt-mini", 2, ST_DTYPE_BF16, 1},
+    {"SHMTRAIN_ATTENTION_TILES", "gpt-mini", 2, ST_DTYPE_F32, 0},
 };
 
 /* Forward, loss, backward of `n` with these parameters on this batch. */

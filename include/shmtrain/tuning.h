@@ -37,6 +37,8 @@ typedef struct st_nn_tuning {
                               where oneDNN has no AMX too (with AMX they are the default) */
     bool attention_dot;    /* ... as causal_bf16.c's AVX512-BF16 dot products where oneDNN has AMX too
                               (without it they are the default) */
+    bool attention_tiles;  /* fp32 attention's products in causal.c's tiles instead of oneDNN's fp32
+                              matmul primitives (onednn_causal.c) */
     bool verbose;          /* print every reorder, fallback and kernel the build chooses */
     bool bf16_any_isa;     /* bf16 layers take whatever kernel oneDNN has (its reference
                               ones without native bf16: tests/bf16_any_isa.c) */

@@ -17,6 +17,7 @@ static const st_nn_switch SWITCHES[] = {
     SWITCH(ONEDNN_SEQ_TN, seq_tn),       SWITCH(ONEDNN_LAYERNORM, onednn_layernorm),
     SWITCH(ONEDNN_UNFUSED_LOSS, unfused_loss), SWITCH(ATTENTION_FP32, attention_fp32),
     SWITCH(ATTENTION_MATMUL, attention_matmul), SWITCH(ATTENTION_DOT, attention_dot),
+    SWITCH(ATTENTION_TILES, attention_tiles),
     SWITCH(NN_VERBOSE, verbose),         SWITCH(BF16_ANY_ISA, bf16_any_isa),
 };
 #undef SWITCH

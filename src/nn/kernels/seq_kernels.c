@@ -324,6 +324,12 @@ ST_MULTIVERSION static void softmax_cols_block(float *restrict s, st_bf16 *restr
         inv[j] = 1.0f / inv[j];
     for (long k = 0; k < w; k++) {
         float *restrict row = s + k * ld;
+        if (!p16) {  /* fp32 products: P stays here alone */
+#pragma omp simd
+            for (int j = 0; j < n; j++)
+                row[j] = row[j] * inv[j];
+            continue;
+        }
         st_bf16 *restrict out = p16 + k * ld;
         if (keep_fp32) {
 #pragma omp simd
@@ -341,19 +347,20 @@ ST_MULTIVERSION static void softmax_cols_block(float *restrict s, st_bf16 *restr
     memcpy(recip, inv, (size_t)n * sizeof *inv);
 }
 
-void seq_causal_softmax_cols_bf16(float *s, st_bf16 *p16, long first, long n, bool keep_fp32, float *max, float *inv)
+void seq_causal_softmax_cols(float *s, st_bf16 *p16, long first, long n, bool keep_fp32, float *max, float *inv)
 {
     for (long j0 = 0; j0 < n; j0 += QUERY_BLOCK)
-        softmax_cols_block(s + j0, p16 + j0, n, first + n, first + j0, (int)min_of(QUERY_BLOCK, n - j0), keep_fp32,
-                           max + j0, inv + j0);
+        softmax_cols_block(s + j0, p16 ? p16 + j0 : NULL, n, first + n, first + j0, (int)min_of(QUERY_BLOCK, n - j0),
+                           keep_fp32, max + j0, inv + j0);
 }
 
 /* P again as the forward made it (its exponential, then its reciprocal's
  * product: the same operations on the same scores, so the same bits), in
- * place of the scores and rounded into p16, and rowsum(P dP) beside it: one
- * pass over the stripe where the softmax again took three.  Then dS. */
+ * place of the scores and rounded into p16 where given, and rowsum(P dP)
+ * beside it: one pass over the stripe where the softmax again took three.
+ * Then dS, rounded into ds16, or in place of dP where ds16 is NULL. */
 ST_MULTIVERSION static void softmax_again_bwd_cols_block(float *restrict s, st_bf16 *restrict p16,
-                                                         st_bf16 *restrict ds16, const float *restrict dp,
+                                                         st_bf16 *restrict ds16, float *restrict dp,
                                                          const float *restrict mx, const float *restrict inv,
                                                          long ld, long w, long first, int n, float scale)
 {
@@ -364,32 +371,49 @@ ST_MULTIVERSION static void softmax_again_bwd_cols_block(float *restrict s, st_b
     for (long k = 0; k < w; k++) {
         float *restrict pk = s + k * ld;
         const float *restrict dpk = dp + k * ld;
-        st_bf16 *restrict out = p16 + k * ld;
         const int from = first_counting(k, first);
         memset(pk, 0, (size_t)from * sizeof *pk);
-        memset(out, 0, (size_t)from * sizeof *out);
+        if (p16) {  /* rounded as made: a second pass over the row cost more than its stores */
+            st_bf16 *restrict out = p16 + k * ld;
+            memset(out, 0, (size_t)from * sizeof *out);
+#pragma omp simd
+            for (int j = from; j < n; j++) {
+                pk[j] = nn_expf(pk[j] - mx[j]) * inv[j];
+                out[j] = st_bf16_from_f32(pk[j]);
+                inner[j] += pk[j] * dpk[j];
+            }
+            continue;
+        }
 #pragma omp simd
         for (int j = from; j < n; j++) {
-            pk[j] = nn_expf(pk[j] - mx[j]) * inv[j];
-            out[j] = st_bf16_from_f32(pk[j]);
-            inner[j] += pk[j] * dpk[j];
+            const float pj = nn_expf(pk[j] - mx[j]) * inv[j];
+            pk[j] = pj;
+            inner[j] += pj * dpk[j];
         }
     }
     for (long k = 0; k < w; k++) {
-        const float *restrict pk = s + k * ld, *restrict dpk = dp + k * ld;
-        st_bf16 *restrict out = ds16 + k * ld;
+        const float *restrict pk = s + k * ld;
+        float *restrict dpk = dp + k * ld;
         const int from = first_counting(k, first);
-        memset(out, 0, (size_t)from * sizeof *out);
+        if (ds16) {
+            st_bf16 *restrict out = ds16 + k * ld;
+            memset(out, 0, (size_t)from * sizeof *out);
+#pragma omp simd
+            for (int j = from; j < n; j++)
+                out[j] = st_bf16_from_f32(pk[j] * (dpk[j] - inner[j]) * scale);
+            continue;
+        }
+        memset(dpk, 0, (size_t)from * sizeof *dpk);
 #pragma omp simd
         for (int j = from; j < n; j++)
-            out[j] = st_bf16_from_f32(pk[j] * (dpk[j] - inner[j]) * scale);
+            dpk[j] = pk[j] * (dpk[j] - inner[j]) * scale;
     }
 }
 
-void seq_causal_softmax_again_bwd_cols_bf16(float *s, st_bf16 *p16, st_bf16 *ds16, const float *dp, const float *max,
-                                            const float *inv, long first, long n, float scale)
+void seq_causal_softmax_again_bwd_cols(float *s, st_bf16 *p16, st_bf16 *ds16, float *dp, const float *max,
+                                       const float *inv, long first, long n, float scale)
 {
     for (long j0 = 0; j0 < n; j0 += QUERY_BLOCK)
-        softmax_again_bwd_cols_block(s + j0, p16 + j0, ds16 + j0, dp + j0, max + j0, inv + j0, n, first + n,
-                                     first + j0, (int)min_of(QUERY_BLOCK, n - j0), scale);
+        softmax_again_bwd_cols_block(s + j0, p16 ? p16 + j0 : NULL, ds16 ? ds16 + j0 : NULL, dp + j0, max + j0,
+                                     inv + j0, n, first + n, first + j0, (int)min_of(QUERY_BLOCK, n - j0), scale);
 }

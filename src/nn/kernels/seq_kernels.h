@@ -56,19 +56,19 @@ void seq_causal_softmax_rows(float *p, long ld, long first, long rows, long widt
 void seq_causal_softmax_bwd_rows(float *ds, const float *p, long ld, long first, long rows, long width,
                                  float scale);
 /* The same on a stripe of n queries (the matrix's rows first..) held
- * transposed for bf16 products (onednn_causal.c): s is w = first + n keys
+ * transposed for the products of onednn_causal.c: s is w = first + n keys
  * by n queries, key k's row n floats, and key k counts for query j where
- * k <= first + j.  P is rounded to bf16 into p16 (the same shape), and left
- * in fp32 in s only where keep_fp32 asks; each query scaled by its sum's
- * reciprocal (within an fp32 ulp of the quotient, then rounded to bf16's
- * 8 bits).  Each query's max and reciprocal go to max[j], inv[j] (n each),
- * kept by the caller for the backward pass. */
-void seq_causal_softmax_cols_bf16(float *s, st_bf16 *p16, long first, long n, bool keep_fp32, float *max, float *inv);
+ * k <= first + j.  P is rounded to bf16 into p16 (the same shape) and left
+ * in fp32 in s only where keep_fp32 asks; p16 NULL: P in fp32 in s alone
+ * (fp32 products).  Each query scaled by its sum's reciprocal (within an
+ * fp32 ulp of the quotient).  Each query's max and reciprocal go to max[j],
+ * inv[j] (n each), kept by the caller for the backward pass. */
+void seq_causal_softmax_cols(float *s, st_bf16 *p16, long first, long n, bool keep_fp32, float *max, float *inv);
 /* The backward pass on the same stripe: P again from the scores s and the
  * forward's max and inv (the forward's bits), left in s in fp32 and rounded
- * into p16, and dS = P (dP - rowsum(P dP)) scale from dP (dp, w x n)
- * rounded into ds16. */
-void seq_causal_softmax_again_bwd_cols_bf16(float *s, st_bf16 *p16, st_bf16 *ds16, const float *dp, const float *max,
-                                            const float *inv, long first, long n, float scale);
+ * into p16 where not NULL, and dS = P (dP - rowsum(P dP)) scale from dP
+ * (dp, w x n), rounded into ds16, or in place of dP where ds16 is NULL. */
+void seq_causal_softmax_again_bwd_cols(float *s, st_bf16 *p16, st_bf16 *ds16, float *dp, const float *max,
+                                       const float *inv, long first, long n, float scale);
 
 #endif

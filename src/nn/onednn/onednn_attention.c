@@ -1,15 +1,19 @@
 /* Causal attention, the layer: every sample's every head a task over the
- * threads, each thread with its own scratch, through one of three kernels
+ * threads, each thread with its own scratch, through one of four kernels
  * chosen in one place (choose_kernel):
- *   fp32    causal.c's tiles, P and dS whole in the thread's scratch;
- *   dot     causal_bf16.c's AVX512-BF16 dot products in stripes of rows (a
- *           bf16 net's);
- *   matmul  onednn_causal.c's oneDNN matmul primitives in stripes, on
- *           AMX's tiles: a bf16 net's where oneDNN has AMX (a head 2.5x
- *           the dot products' speed, gpt2's bf16 step 1.18x,
- *           docs/benchmarks.md 0o); without AMX a head ran 1-17% slower
- *           than the dot products (0l, 11-12% in 0o).
- *           SHMTRAIN_ATTENTION_DOT and _MATMUL force either.
+ *   fp32 tiles   causal.c's tiles, P and dS whole in the thread's scratch
+ *                (SHMTRAIN_ATTENTION_TILES, or oneDNN's reference kernels);
+ *   fp32 matmul  onednn_causal.c's oneDNN matmul primitives in stripes on
+ *                fp32 operands: an fp32 attention's (a head 2.2x the
+ *                tiles' speed on an AVX-512 core, 1.2x under oneDNN's
+ *                AVX2 gemm; docs/benchmarks.md 0r);
+ *   dot          causal_bf16.c's AVX512-BF16 dot products in stripes of
+ *                rows (a bf16 net's);
+ *   bf16 matmul  the same primitives on bf16 operands, on AMX's tiles: a
+ *                bf16 net's where oneDNN has AMX (a head 2.5x the dot
+ *                products' speed, gpt2's bf16 step 1.18x, 0o); without AMX
+ *                a head ran 1-17% slower than the dot products (0l, 11-12%
+ *                in 0o).  SHMTRAIN_ATTENTION_DOT and _MATMUL force either.
  *
  * Attention keeps no T x T matrix between its passes: the forward pass
  * makes P for one sample and head in its thread's scratch and drops it,
@@ -37,7 +41,7 @@
  * 256 measured on AVX512-BF16, 128 within 2% (docs/benchmarks.md, 0l). */
 #define MATMUL_STRIPE_ROWS 64
 
-enum { KERNEL_FP32, KERNEL_DOT, KERNEL_MATMUL };
+enum { KERNEL_FP32, KERNEL_FP32_MATMUL, KERNEL_DOT, KERNEL_MATMUL };
 
 /* One layer's pass: Q, K and V of sample b's head h are qkv's rows from
  * b * t, columns h * hs (and C, 2C further) of 3C; y, dy rows of C.  Each
@@ -176,6 +180,7 @@ static const struct attention_kernel {
     st_status (*backward)(const struct head_job *j, long b, long h, float *scratch);
 } KERNELS[] = {
     [KERNEL_FP32] = {"causal fp32 tiles", fp32_scratch, fp32_fwd, fp32_bwd},
+    [KERNEL_FP32_MATMUL] = {"causal fp32 oneDNN matmul in stripes", matmul_scratch, matmul_fwd, matmul_bwd},
     [KERNEL_DOT] = {"causal bf16 dot products in stripes", dot_scratch, dot_fwd, dot_bwd},
     [KERNEL_MATMUL] = {"causal bf16 oneDNN matmul in stripes", matmul_scratch, matmul_fwd, matmul_bwd},
 };
@@ -226,34 +231,38 @@ static st_status run_heads(st_net *n, int j, bool backward)
 static st_status att_fwd(st_net *n, int j) { return run_heads(n, j, false); }
 static st_status att_bwd(st_net *n, int j) { return run_heads(n, j, true); }
 
-/* A bf16 net's primitives for oneDNN's matmul: where oneDNN has AMX, or
- * SHMTRAIN_ATTENTION_MATMUL asks; not under SHMTRAIN_ATTENTION_DOT. */
-static bool wants_matmul(const st_net *n)
+/* Primitives for oneDNN's matmul: an fp32 attention's unless
+ * SHMTRAIN_ATTENTION_TILES; a bf16 one's where oneDNN has AMX, or
+ * SHMTRAIN_ATTENTION_MATMUL asks, not under SHMTRAIN_ATTENTION_DOT. */
+static bool wants_matmul(const st_net *n, bool lowp)
 {
     const st_nn_tuning *t = &n->dnet->opt;
+    if (!lowp)
+        return !t->attention_tiles;
     return !t->attention_dot && (t->attention_matmul || st_nn_amx_supported());
 }
 
-/* The fp32 tiles in an fp32 net, or where the CPU has no AVX512-BF16
- * (precision.c: the layer is then fp32) or SHMTRAIN_ATTENTION_FP32 asks;
- * in a bf16 net oneDNN's matmul where the net made its primitives
- * (wants_matmul) and they are not oneDNN's reference kernels (a CPU
- * without native bf16, under SHMTRAIN_BF16_ANY_ISA), else the dot
+/* oneDNN's matmul where the net made its primitives (wants_matmul) and
+ * they are not oneDNN's reference kernels (a CPU without native bf16,
+ * under SHMTRAIN_BF16_ANY_ISA); else an fp32 attention's tiles (an fp32
+ * net's, or where the CPU has no AVX512-BF16 (precision.c: the layer is
+ * then fp32) or SHMTRAIN_ATTENTION_FP32 asks) and a bf16 one's dot
  * products. */
 static int choose_kernel(const struct xnode *x)
 {
+    const bool matmul = x->dn->seq.causal && !dn_causal_is_reference(x->dn->seq.causal);
     if (!x->lowp)
-        return KERNEL_FP32;
-    return x->dn->seq.causal && !dn_causal_is_reference(x->dn->seq.causal) ? KERNEL_MATMUL : KERNEL_DOT;
+        return matmul ? KERNEL_FP32_MATMUL : KERNEL_FP32;
+    return matmul ? KERNEL_MATMUL : KERNEL_DOT;
 }
 
-/* The net's matmul primitives for this head shape: made once, shared by
- * every attention layer of the shape. */
-static st_status net_causal(st_net *n, long t, long hs, dn_causal **out)
+/* The net's matmul primitives for this head shape and operand type: made
+ * once, shared by every attention layer of the shape. */
+static st_status net_causal(st_net *n, long t, long hs, bool f32, dn_causal **out)
 {
     struct onednn_net *d = n->dnet;
     for (int i = 0; i < d->ncausal; i++)
-        if (dn_causal_shape_is(d->causal[i], t, hs)) {
+        if (dn_causal_fits(d->causal[i], t, hs, f32)) {
             *out = d->causal[i];
             return ST_OK;
         }
@@ -261,7 +270,7 @@ static st_status net_causal(st_net *n, long t, long hs, dn_causal **out)
     if (!grown)
         return st_fail(ST_ERR_NOMEM, "net: out of memory for attention's primitives");
     d->causal = grown;
-    OK(dn_causal_create(&d->causal[d->ncausal], d->eng, t, hs, MATMUL_STRIPE_ROWS, omp_get_max_threads()));
+    OK(dn_causal_create(&d->causal[d->ncausal], d->eng, t, hs, MATMUL_STRIPE_ROWS, omp_get_max_threads(), f32));
     *out = d->causal[d->ncausal++];
     return ST_OK;
 }
@@ -278,14 +287,15 @@ st_status dn_build_attention(st_net *n, int j)
     struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     const long hs = nd->c / nd->heads;
-    if (x->lowp && wants_matmul(n))
-        OK(net_causal(n, nd->t, hs, &x->dn->seq.causal));
+    if (wants_matmul(n, x->lowp))
+        OK(net_causal(n, nd->t, hs, !x->lowp, &x->dn->seq.causal));
     x->dn->seq.att_kernel = choose_kernel(x);
-    if (x->dn->seq.att_kernel == KERNEL_MATMUL &&
+    const bool matmul = x->dn->seq.att_kernel == KERNEL_MATMUL || x->dn->seq.att_kernel == KERNEL_FP32_MATMUL;
+    if (matmul &&
         !(x->dn->seq.stats = calloc((size_t)(n->batch * nd->heads * 2 * nd->t), sizeof(float))))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for attention's softmax statistics");
     const struct attention_kernel *k = &KERNELS[x->dn->seq.att_kernel];
-    const char *onednn = x->dn->seq.att_kernel == KERNEL_MATMUL ? dn_causal_impl(x->dn->seq.causal) : NULL;
+    const char *onednn = matmul ? dn_causal_impl(x->dn->seq.causal) : NULL;
     snprintf(x->impl, sizeof x->impl, "%s%s%s per sample and head, C softmax, P computed again in backward",
              k->name, onednn ? " " : "", onednn ? onednn : "");
     OK(dn_reserve_shared(&n->dnet->head_scratch, &n->dnet->head_scratch_floats,

@@ -47,6 +47,7 @@ enum { SRC, WEIGHTS, DST, PAD, ARGS };
 struct dn_causal {
     long t, hs, rows, stripes;
     int threads;
+    bool f32;                  /* fp32 operands (an fp32 net's), else bf16 */
     dnnl_primitive_t *prim;    /* stripes x KINDS */
     dnnl_memory_t *mem;        /* threads x stripes x KINDS x ARGS (PAD NULL where none is needed) */
     dnnl_stream_t *streams;    /* threads */
@@ -76,28 +77,31 @@ static st_status failed(const char *call, dnnl_status_t s)
 
 /* The thread's buffers, carved from its scratch. */
 struct head_bufs {
-    st_bf16 *q, *k, *v, *dy;   /* t x hs each, dense */
-    st_bf16 *p16, *ds16;       /* w x n: a stripe's P^T and dS^T */
-    float *s, *ds;             /* w x n: scores^T, then P^T; dP^T */
+    void *q, *k, *v, *dy;      /* t x hs each, dense, in the operands' type */
+    st_bf16 *p16, *ds16;       /* w x n: a stripe's P^T and dS^T in bf16 (none for fp32 operands) */
+    float *s, *ds;             /* w x n: scores^T, then P^T; dP^T, then dS^T where fp32 */
     float *out;                /* n x hs: a product's rows before their place in y or dq */
     float *dk, *dv;            /* t x hs: the head's dK and dV, a stripe's terms added at a time */
     void *pad;
 };
 
+static size_t operand_bytes(const dn_causal *c) { return c->f32 ? 4 : 2; }
+
 static size_t carve(const dn_causal *c, char *base, struct head_bufs *h)
 {
-    const size_t head = (size_t)(c->t * c->hs), stripe = (size_t)(c->rows * c->t);
+    const size_t head = (size_t)(c->t * c->hs), stripe = (size_t)(c->rows * c->t), es = operand_bytes(c);
+    const size_t rounded = c->f32 ? 0 : lines(stripe * 2);
     size_t at = 0;
-#define TAKE(field, bytes) (h->field = (void *)(base ? base + at : NULL), at += (bytes))
-    TAKE(q, lines(head * 2)), TAKE(k, lines(head * 2)), TAKE(v, lines(head * 2)), TAKE(dy, lines(head * 2));
-    TAKE(p16, lines(stripe * 2)), TAKE(ds16, lines(stripe * 2)), TAKE(s, lines(stripe * 4)), TAKE(ds, lines(stripe * 4));
+#define TAKE(field, bytes) (h->field = (void *)(base && (bytes) ? base + at : NULL), at += (bytes))
+    TAKE(q, lines(head * es)), TAKE(k, lines(head * es)), TAKE(v, lines(head * es)), TAKE(dy, lines(head * es));
+    TAKE(p16, rounded), TAKE(ds16, rounded), TAKE(s, lines(stripe * 4)), TAKE(ds, lines(stripe * 4));
     TAKE(out, lines((size_t)(c->rows * c->hs) * 4)), TAKE(dk, lines(head * 4)), TAKE(dv, lines(head * 4));
     TAKE(pad, lines(c->pad_bytes));
 #undef TAKE
     return at;
 }
 
-bool dn_causal_shape_is(const dn_causal *c, long t, long hs) { return c->t == t && c->hs == hs; }
+bool dn_causal_fits(const dn_causal *c, long t, long hs, bool f32) { return c->t == t && c->hs == hs && c->f32 == f32; }
 size_t dn_causal_scratch_bytes(const dn_causal *c) { return c->scratch_bytes; }
 const char *dn_causal_impl(const dn_causal *c) { return c->impl; }
 bool dn_causal_is_reference(const dn_causal *c) { return c->reference; }
@@ -161,7 +165,8 @@ static st_status make_product(dn_causal *c, dnnl_engine_t engine, long s, int ki
     dnnl_primitive_desc_t pd = NULL;
     product_shape(c, s, kind, dims, strides);
     for (int a = 0; a < 3; a++)
-        TRY(dnnl_memory_desc_create_with_strides(&md[a], 2, dims[a], a == DST ? dnnl_f32 : dnnl_bf16, strides[a]));
+        TRY(dnnl_memory_desc_create_with_strides(&md[a], 2, dims[a], a == DST || c->f32 ? dnnl_f32 : dnnl_bf16,
+                                                 strides[a]));
     if ((st = make_attr(&attr, kind, 1.0f / sqrtf((float)c->hs))) != ST_OK)
         goto done;
     TRY(dnnl_matmul_primitive_desc_create(&pd, engine, md[SRC], md[WEIGHTS], NULL, md[DST], attr));
@@ -204,7 +209,7 @@ static st_status make_products(dn_causal *c, dnnl_engine_t engine)
     return st;
 }
 
-st_status dn_causal_create(dn_causal **out, dnnl_engine_t engine, long t, long hs, long rows, int threads)
+st_status dn_causal_create(dn_causal **out, dnnl_engine_t engine, long t, long hs, long rows, int threads, bool f32)
 {
     *out = NULL;
     if (t < 1 || hs < 1 || rows < 1 || threads < 1)
@@ -214,7 +219,8 @@ st_status dn_causal_create(dn_causal **out, dnnl_engine_t engine, long t, long h
     dn_causal *c = calloc(1, sizeof *c);
     if (!c)
         return st_fail(ST_ERR_NOMEM, "attention's products: out of memory");
-    *c = (dn_causal){.t = t, .hs = hs, .rows = rows, .stripes = (t + rows - 1) / rows, .threads = threads};
+    *c = (dn_causal){.t = t, .hs = hs, .rows = rows, .stripes = (t + rows - 1) / rows, .threads = threads,
+                     .f32 = f32};
     c->prim = calloc((size_t)(c->stripes * KINDS), sizeof *c->prim);
     c->mem = calloc((size_t)threads * (size_t)(c->stripes * KINDS * ARGS), sizeof *c->mem);
     c->streams = calloc((size_t)threads, sizeof *c->streams);
@@ -273,15 +279,26 @@ done:
     return st;
 }
 
-/* dst (t x hs, dense) = the head's rows from column col, rounded to bf16
- * where fp32. */
-static void pack_head(st_bf16 *dst, dn_rows src, long col, long t, long hs)
+/* dst (t x hs, dense, in the operands' type) = the head's rows from
+ * column col: copied where of that type, else rounded to bf16 or widened. */
+static void pack_head(const dn_causal *c, void *dst, dn_rows src, long col)
 {
-    for (long i = 0; i < t; i++)
-        if (src.bf16)
-            memcpy(dst + i * hs, dn_rows_at(src, i, col), (size_t)hs * sizeof *dst);
+    const long t = c->t, hs = c->hs;
+    for (long i = 0; i < t; i++) {
+        const void *row = dn_rows_at(src, i, col);
+        if (src.bf16 == !c->f32)
+            memcpy((char *)dst + i * hs * operand_bytes(c), row, (size_t)hs * operand_bytes(c));
+        else if (c->f32)
+            st_bf16_to_f32_n((float *)dst + i * hs, row, (size_t)hs);
         else
-            st_bf16_from_f32_n(dst + i * hs, dn_rows_at(src, i, col), (size_t)hs);
+            st_bf16_from_f32_n((st_bf16 *)dst + i * hs, row, (size_t)hs);
+    }
+}
+
+/* Row i of a packed head. */
+static void *packed_row(const dn_causal *c, void *head, long i)
+{
+    return (char *)head + (size_t)(i * c->hs) * operand_bytes(c);
 }
 
 /* P^T of stripe s: scores^T, then the fp32 softmax, rounded to bf16 into
@@ -292,10 +309,10 @@ static st_status stripe_weights(const dn_causal *c, int th, const struct head_bu
                                 float *stats)
 {
     const long f = s * c->rows, n = rows_of(c, s);
-    const st_status st = run(c, th, s, SCORES_SCALED, h->k, h->q + f * c->hs, h->s, h->pad);
+    const st_status st = run(c, th, s, SCORES_SCALED, h->k, packed_row(c, h->q, f), h->s, h->pad);
     if (st != ST_OK)
         return st;
-    seq_causal_softmax_cols_bf16(h->s, h->p16, f, n, keep != NULL, stats + f, stats + c->t + f);
+    seq_causal_softmax_cols(h->s, h->p16, f, n, keep != NULL, stats + f, stats + c->t + f);
     return ST_OK;
 }
 
@@ -323,8 +340,8 @@ static void place(dn_rows dst, long row, long col, const float *out, long n, lon
 }
 
 /* dst's rows f.. = M X: M^T (P^T or dS^T, w x n) in mt, X V or K. */
-static st_status stripe_mix(const dn_causal *c, int th, const struct head_bufs *h, long s, const st_bf16 *mt,
-                            const st_bf16 *x, dn_rows dst)
+static st_status stripe_mix(const dn_causal *c, int th, const struct head_bufs *h, long s, const void *mt,
+                            const void *x, dn_rows dst)
 {
     const st_status st = run(c, th, s, MIX, mt, x, h->out, h->pad);
     if (st == ST_OK)
@@ -338,14 +355,14 @@ st_status dn_causal_forward(const dn_causal *c, int thread, dn_rows y, float *p,
     const long cc = qkv.ld / 3;
     struct head_bufs h;
     carve(c, scratch, &h);
-    pack_head(h.q, qkv, 0, c->t, c->hs);
-    pack_head(h.k, qkv, cc, c->t, c->hs);
-    pack_head(h.v, qkv, 2 * cc, c->t, c->hs);
+    pack_head(c, h.q, qkv, 0);
+    pack_head(c, h.k, qkv, cc);
+    pack_head(c, h.v, qkv, 2 * cc);
     st_status st = ST_OK;
     for (long s = 0; s < c->stripes && st == ST_OK; s++)
         if ((st = stripe_weights(c, thread, &h, s, p, stats)) == ST_OK) {
             keep_weights(c, &h, s, p);
-            st = stripe_mix(c, thread, &h, s, h.p16, h.v, y);  /* Y = P V */
+            st = stripe_mix(c, thread, &h, s, c->f32 ? (void *)h.s : h.p16, h.v, y);  /* Y = P V */
         }
     return st;
 }
@@ -355,18 +372,20 @@ st_status dn_causal_forward(const dn_causal *c, int thread, dn_rows y, float *p,
 static st_status backward_stripe(const dn_causal *c, int th, const struct head_bufs *h, long s, dn_rows dq,
                                  float *keep, const float *stats)
 {
-    const long f = s * c->rows, n = rows_of(c, s), hs = c->hs;
-    st_status st = run(c, th, s, SCORES_SCALED, h->k, h->q + f * hs, h->s, h->pad);
+    const long f = s * c->rows, n = rows_of(c, s);
+    const void *q_f = packed_row(c, h->q, f), *dy_f = packed_row(c, h->dy, f);
+    st_status st = run(c, th, s, SCORES_SCALED, h->k, q_f, h->s, h->pad);
     if (st == ST_OK)
-        st = run(c, th, s, SCORES, h->v, h->dy + f * hs, h->ds, h->pad);
+        st = run(c, th, s, SCORES, h->v, dy_f, h->ds, h->pad);
     if (st != ST_OK)
         return st;
-    seq_causal_softmax_again_bwd_cols_bf16(h->s, h->p16, h->ds16, h->ds, stats + f, stats + c->t + f, f, n,
-                                           1.0f / sqrtf((float)hs));
+    seq_causal_softmax_again_bwd_cols(h->s, h->p16, h->ds16, h->ds, stats + f, stats + c->t + f, f, n,
+                                      1.0f / sqrtf((float)c->hs));
     keep_weights(c, h, s, keep);
-    if ((st = stripe_mix(c, th, h, s, h->ds16, h->k, dq)) == ST_OK &&
-        (st = run(c, th, s, ADD, h->ds16, h->q + f * hs, h->dk, h->pad)) == ST_OK)
-        st = run(c, th, s, ADD, h->p16, h->dy + f * hs, h->dv, h->pad);
+    const void *pt = c->f32 ? (void *)h->s : h->p16, *dst = c->f32 ? (void *)h->ds : h->ds16;
+    if ((st = stripe_mix(c, th, h, s, dst, h->k, dq)) == ST_OK &&
+        (st = run(c, th, s, ADD, dst, q_f, h->dk, h->pad)) == ST_OK)
+        st = run(c, th, s, ADD, pt, dy_f, h->dv, h->pad);
     return st;
 }
 
@@ -376,10 +395,10 @@ st_status dn_causal_backward(const dn_causal *c, int thread, dn_rows dqkv, float
     const long cc = qkv.ld / 3, hs = c->hs;
     struct head_bufs h;
     carve(c, scratch, &h);
-    pack_head(h.q, qkv, 0, c->t, hs);
-    pack_head(h.k, qkv, cc, c->t, hs);
-    pack_head(h.v, qkv, 2 * cc, c->t, hs);
-    pack_head(h.dy, dy, 0, c->t, hs);
+    pack_head(c, h.q, qkv, 0);
+    pack_head(c, h.k, qkv, cc);
+    pack_head(c, h.v, qkv, 2 * cc);
+    pack_head(c, h.dy, dy, 0);
     memset(h.dk, 0, (size_t)(c->t * hs) * sizeof *h.dk);
     memset(h.dv, 0, (size_t)(c->t * hs) * sizeof *h.dv);
     st_status st = ST_OK;

@@ -1,25 +1,27 @@
 /* Internal: causal attention of one head with its five matrix products as
- * oneDNN matmul primitives in bf16 (fp32 sums), the softmax and its
- * statistics in fp32 (seq_kernels.c's, as every attention path).
+ * oneDNN matmul primitives in bf16 or in fp32 (fp32 sums), the softmax and
+ * its statistics in fp32 (seq_kernels.c's, as every attention path).
  *
- * The products are the ones causal_bf16.c computes with AVX512-BF16 dot
- * products; here oneDNN picks the kernel, so a CPU with AMX runs them on its
- * tiles (brg:avx512_core_amx) and one with AVX512-BF16 on brgemm's dot
- * products.  The rows go in stripes of `rows` (scores, softmax, P V and dS K
+ * The bf16 products are the ones causal_bf16.c computes with AVX512-BF16
+ * dot products, the fp32 ones causal.c's; here oneDNN picks the kernel, so
+ * a CPU with AMX runs bf16 on its tiles (brg:avx512_core_amx), one with
+ * AVX512-BF16 on brgemm's dot products, and fp32 runs on brgemm's FMAs
+ * (brg:avx512_core; gemm:jit under AVX2).  The rows go in stripes of `rows` (scores, softmax, P V and dS K
  * while a stripe is in cache), the stripe's scores, P, dP and dS held
  * transposed, keys by queries (onednn_causal.c says why); dK and dV gather
  * a stripe's terms at a time.  Every operand is dense or a dense one
  * transposed (oneDNN 3.2's brgemm matmul takes no other: a leading
  * dimension past the row falls to gemm:jit at half the rate), so the
- * head's Q, K, V and dY are packed to bf16 first.  A stripe's scores reach
- * its last row's diagonal: the diagonal block's upper half is computed and
- * the softmax zeroes it.  The forward pass leaves each query's softmax
+ * head's Q, K, V and dY are packed first, in the operands' type.  A
+ * stripe's scores reach its last row's diagonal: the diagonal block's
+ * upper half is computed and the softmax zeroes it.  The forward pass leaves each query's softmax
  * statistics (its max and its sum's reciprocal) with the caller, and the
  * backward pass makes P again from them.
  *
  * Sums run in oneDNN's order, fixed for a shape (each primitive is made for
  * one thread and runs on the calling one), so the same bits at any thread
- * count and in backward's P as in forward's; not causal_bf16.c's bits.
+ * count and in backward's P as in forward's; not causal_bf16.c's or
+ * causal.c's bits.
  * Tested against the reference backend (tests/test_attention_bf16.c).
  *
  * Ownership: dn_causal_create makes the primitives, their memory objects
@@ -38,12 +40,13 @@
 typedef struct dn_causal dn_causal;
 
 /* For heads of t rows and hs dimensions, in stripes of `rows` rows, run by
- * threads 0..threads-1 (omp_get_thread_num()). */
-st_status dn_causal_create(dn_causal **out, dnnl_engine_t engine, long t, long hs, long rows, int threads);
+ * threads 0..threads-1 (omp_get_thread_num()); the products' operands fp32
+ * where f32 (P and dS kept in fp32), else bf16. */
+st_status dn_causal_create(dn_causal **out, dnnl_engine_t engine, long t, long hs, long rows, int threads, bool f32);
 void dn_causal_destroy(dn_causal *c);
 
-/* Was it made for heads of t rows and hs dimensions? */
-bool dn_causal_shape_is(const dn_causal *c, long t, long hs);
+/* Was it made for heads of t rows and hs dimensions, on fp32 operands where f32? */
+bool dn_causal_fits(const dn_causal *c, long t, long hs, bool f32);
 size_t dn_causal_scratch_bytes(const dn_causal *c);
 /* oneDNN's kernels for the products, each named once ("brg:avx512_core_amx"). */
 const char *dn_causal_impl(const dn_causal *c);
