@@ -117,6 +117,65 @@ static void test_optimizers_match_torch_rules(void **state)
     assert_true(fabsf(grads[0] - 0.6f) < 1e-4f && fabsf(grads[1] - 0.8f) < 1e-4f);
 }
 
+/* The norm as defined before it ran on every thread: 16 float lanes a
+ * block of 4096, every block's lanes added in double in order. */
+static double norm_in_order(const float *g, size_t n)
+{
+    double sum = 0;
+    for (size_t at = 0; at < n; at += 4096) {
+        float acc[16] = {0};
+        for (size_t i = at; i < n && i < at + 4096; i++)
+            acc[(i - at) % 16] += g[i] * g[i];
+        for (int l = 0; l < 16; l++)
+            sum += acc[l];
+    }
+    return sqrt(sum);
+}
+
+/* A clip's scale handed to the update (st_optim_step_scaled) gives the bits
+ * of scaling the gradients in place first and then stepping, for every
+ * optimizer, over a span of several chunks (16384) and pieces (4096) with
+ * a ragged end, on one thread and on two; and st_grad_norm is the norm
+ * defined in order above, bit for bit, at any thread count. */
+static void test_clip_scale_in_the_update(void **state)
+{
+    (void)state;
+    enum { N = 5 * 16384 + 1234 };
+    const st_optim_config kinds[] = {{.kind = ST_OPTIM_SGD, .weight_decay = 0.01f},
+                                     {.kind = ST_OPTIM_SGD, .momentum = 0.9f, .nesterov = true},
+                                     {.kind = ST_OPTIM_ADAMW, .weight_decay = 0.1f}};
+    float *g = malloc(N * sizeof *g), *clipped = malloc(N * sizeof *g);
+    float *p[2] = {malloc(N * sizeof(float)), malloc(N * sizeof(float))};
+    assert_true(g && clipped && p[0] && p[1]);
+    fill_rand(g, N, 5);
+    const int threads = omp_get_max_threads();
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        const float norm = st_grad_norm(g, N), scale = st_clip_scale(norm, 1.0f);
+        if (norm != (float)norm_in_order(g, N))
+            fail_msg("%d threads: the norm %.9g, in order %.9g", th, norm, norm_in_order(g, N));
+        assert_true(scale < 0.1f && st_clip_scale(norm, 2 * norm) == 1.0f && st_clip_scale(norm, 0) == 1.0f);
+        for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+            st_optim *o[2];
+            fill_rand(p[0], N, 7);
+            memcpy(p[1], p[0], N * sizeof(float));
+            memcpy(clipped, g, N * sizeof *g);
+            assert_true(st_clip_grad_norm(clipped, N, 1.0f) == norm);
+            for (int i = 0; i < 2; i++)
+                assert_int_equal(st_optim_create(&o[i], N, &kinds[k]), ST_OK);
+            for (int step = 0; step < 2; step++) {
+                st_optim_step(o[0], p[0], clipped, 0.01f);
+                st_optim_step_scaled(o[1], p[1], g, scale, 0.01f);
+            }
+            if (memcmp(p[0], p[1], N * sizeof(float)))
+                fail_msg("optimizer %zu, %d threads: the scaled update is not the clipped one's bits", k, th);
+            st_optim_destroy(o[0]), st_optim_destroy(o[1]);
+        }
+    }
+    omp_set_num_threads(threads);
+    free(g), free(clipped), free(p[0]), free(p[1]);
+}
+
 /* The loss on its own: its value and accuracy against log-sum-exp in double
  * from the logits, and its gradient (through one linear layer, which the
  * tests above check) against finite differences of the loss itself.  The
@@ -246,6 +305,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_training_drives_loss_down_deterministically),
         cmocka_unit_test(test_optimizers_match_torch_rules),
+        cmocka_unit_test(test_clip_scale_in_the_update),
         cmocka_unit_test(test_loss_matches_finite_differences),
         cmocka_unit_test(test_profile_accounts_for_the_step),
         cmocka_unit_test(test_bad_labels_are_refused),

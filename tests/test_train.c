@@ -260,6 +260,41 @@ static void test_two_instances_equal_one_with_double_batch(void **state)
     child_run_free(&a), child_run_free(&b), child_run_free(&c);
 }
 
+/* --clip-norm: one plain SGD step from the same start with clips of 0.01,
+ * 0.02 and 0.04 (mlp's gradient norm at its start is far above them) moves
+ * the parameters along the same direction by lr x clip: the runs differ by
+ * lr x 0.01 and lr x 0.02 in L2, a ratio of 2 (to fp32 round-off: each
+ * parameter is ~0.1, its steps ~1e-4 of it, so 1e-3 of the ratio). */
+static double l2_apart(const st_ckpt *a, const st_ckpt *b)
+{
+    double sum = 0;
+    for (size_t i = 0; i < a->nparams; i++)
+        sum += ((double)a->params[i] - b->params[i]) * ((double)a->params[i] - b->params[i]);
+    return sqrt(sum);
+}
+
+static void test_clip_norm_bounds_the_step(void **state)
+{
+    (void)state;
+    const char *clips[] = {"0.01", "0.02", "0.04"}, *names[] = {"clip1.ckpt", "clip2.ckpt", "clip4.ckpt"};
+    st_ckpt c[3];
+    for (int k = 0; k < 3; k++) {
+        struct child_run r = train(1, names[k], (char *[]){"--batch-size", "16", "--max-steps", "1", "--momentum", "0",
+                                                           "--weight-decay", "0", "--clip-norm", (char *)clips[k],
+                                                           NULL}, 0);
+        if (r.code != 0)
+            fail_msg("--clip-norm %s failed: %s", clips[k], r.err);
+        child_run_free(&r);
+        c[k] = read_ckpt(names[k]);
+    }
+    const double near = l2_apart(&c[0], &c[1]), far = l2_apart(&c[1], &c[2]);
+    print_message("--clip-norm 0.01 / 0.02 / 0.04: one step apart by %.6g and %.6g\n", near, far);
+    if (!(near > 0) || !(fabs(far / near - 2) < 1e-3))
+        fail_msg("one step under clips of 0.01, 0.02, 0.04: %.6g and %.6g apart, not a ratio of 2", near, far);
+    for (int k = 0; k < 3; k++)
+        st_ckpt_free(&c[k]);
+}
+
 static void test_deterministic_and_resumable(void **state)
 {
     (void)state;
@@ -611,6 +646,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sampler_shards_like_distributed_sampler),
         cmocka_unit_test(test_checkpoint_format_and_corruption),
         cmocka_unit_test(test_two_instances_equal_one_with_double_batch),
+        cmocka_unit_test(test_clip_norm_bounds_the_step),
         cmocka_unit_test(test_deterministic_and_resumable),
         cmocka_unit_test(test_metrics_file),
         cmocka_unit_test(test_max_steps_is_the_budget),

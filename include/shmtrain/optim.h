@@ -39,6 +39,10 @@ void st_optim_destroy(st_optim *o);
 
 /* One update with learning rate `lr`: params -= f(grads, state). */
 void st_optim_step(st_optim *o, float *params, const float *grads, float lr);
+/* The same with each gradient times grad_scale (a clip's, st_clip_scale):
+ * the bits of scaling the gradients in place first (each product rounded
+ * once, where the update reads it), without that pass over them. */
+void st_optim_step_scaled(st_optim *o, float *params, const float *grads, float grad_scale, float lr);
 
 /* A copy of `count` parameters from `offset` in a rounding type (bf16 or
  * fp16: 16-bit words), in the layout a kernel reads: element i goes to
@@ -66,6 +70,10 @@ void st_optim_set_steps(st_optim *o, uint64_t steps);
 /* Scale grads so their L2 norm is at most max_norm (if > 0); returns the
  * norm before clipping (NaN/Inf propagate, so callers can check it). */
 float st_clip_grad_norm(float *grads, size_t count, float max_norm);
+/* Its two halves: the L2 norm (the same bits at any thread count), and
+ * the factor the gradients take (1 where max_norm is 0 or not exceeded). */
+float st_grad_norm(const float *grads, size_t count);
+float st_clip_scale(float norm, float max_norm);
 
 typedef enum st_schedule_kind {
     ST_SCHED_CONSTANT = 0,

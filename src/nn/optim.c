@@ -118,19 +118,47 @@ void st_optim_set_copies(st_optim *o, const st_weight_copy *copies, int count)
     o->ncopies = copies ? count : 0;
 }
 
-static void sgd_step(st_optim *o, float *restrict p, const float *restrict g, float lr)
+/* A clip's scale reaches the update through a piece of scaled gradients
+ * in the thread's cache: each product rounded and stored, as scaling them
+ * in place left them (the same bits), without a pass over all of them
+ * (that pass and the norm's, on one thread, took 3-8% of gpt2's bf16
+ * step in the trainer: docs/benchmarks.md 0s). */
+enum { SCALED = 4096 };
+
+ST_MULTIVERSION
+static void scale_into(float *restrict dst, const float *restrict g, size_t n, float gs)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = g[i] * gs;
+}
+
+/* g's piece [at, at + n) as the update reads it. */
+static const float *piece(const float *g, size_t at, size_t n, float gs, float *buf)
+{
+    if (gs == 1.0f)
+        return g + at;
+    scale_into(buf, g + at, n, gs);
+    return buf;
+}
+
+static void sgd_step(st_optim *o, float *restrict p, const float *restrict g, float gs, float lr)
 {
     const float mu = o->cfg.momentum, wd = o->cfg.weight_decay;
     const bool first = o->steps == 0, nesterov = o->cfg.nesterov;
     const size_t count = o->count, chunks = (count + CHUNK - 1) / CHUNK;
-    float *buf = o->state;
+    float *mom = o->state;
 #pragma omp parallel for schedule(static) if (chunks > 4)
     for (size_t c = 0; c < chunks; c++) {
         const size_t lo = c * CHUNK, n = count - lo < CHUNK ? count - lo : CHUNK;
-        if (buf)
-            sgd_momentum(p + lo, g + lo, buf + lo, n, lr, wd, mu, first, nesterov);
-        else
-            sgd_plain(p + lo, g + lo, n, lr, wd);
+        float buf[SCALED];
+        for (size_t at = lo; at < lo + n; at += SCALED) {
+            const size_t k = lo + n - at < SCALED ? lo + n - at : SCALED;
+            const float *gp = piece(g, at, k, gs, buf);
+            if (mom)
+                sgd_momentum(p + at, gp, mom + at, k, lr, wd, mu, first, nesterov);
+            else
+                sgd_plain(p + at, gp, k, lr, wd);
+        }
         write_copies(o, p, lo, n);
     }
 }
@@ -148,7 +176,7 @@ static void adamw_chunk(float *restrict p, const float *restrict g, float *restr
     }
 }
 
-static void adamw_step(st_optim *o, float *restrict p, const float *restrict g, float lr)
+static void adamw_step(st_optim *o, float *restrict p, const float *restrict g, float gs, float lr)
 {
     const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps, wd = o->cfg.weight_decay;
     const double t = (double)(o->steps + 1);
@@ -158,19 +186,28 @@ static void adamw_step(st_optim *o, float *restrict p, const float *restrict g, 
 #pragma omp parallel for schedule(static) if (chunks > 4)
     for (size_t c = 0; c < chunks; c++) {
         const size_t lo = c * CHUNK, n = count - lo < CHUNK ? count - lo : CHUNK;
-        adamw_chunk(p + lo, g + lo, m + lo, v + lo, n, lr, wd, b1, b2, c1, c2, eps,
-                    o->cfg.decay_mask ? o->cfg.decay_mask + lo : NULL);
+        float buf[SCALED];
+        for (size_t at = lo; at < lo + n; at += SCALED) {
+            const size_t k = lo + n - at < SCALED ? lo + n - at : SCALED;
+            adamw_chunk(p + at, piece(g, at, k, gs, buf), m + at, v + at, k, lr, wd, b1, b2, c1, c2, eps,
+                        o->cfg.decay_mask ? o->cfg.decay_mask + at : NULL);
+        }
         write_copies(o, p, lo, n);
     }
 }
 
-void st_optim_step(st_optim *o, float *params, const float *grads, float lr)
+void st_optim_step_scaled(st_optim *o, float *params, const float *grads, float grad_scale, float lr)
 {
     if (o->cfg.kind == ST_OPTIM_ADAMW)
-        adamw_step(o, params, grads, lr);
+        adamw_step(o, params, grads, grad_scale, lr);
     else
-        sgd_step(o, params, grads, lr);
+        sgd_step(o, params, grads, grad_scale, lr);
     o->steps++;
+}
+
+void st_optim_step(st_optim *o, float *params, const float *grads, float lr)
+{
+    st_optim_step_scaled(o, params, grads, 1.0f, lr);
 }
 
 float *st_optim_state(st_optim *o, size_t *count)
@@ -185,40 +222,64 @@ void st_optim_set_steps(st_optim *o, uint64_t steps) { o->steps = steps; }
 
 /* The sum of squares runs every step (it also catches NaN/Inf gradients),
  * so it must not be one long dependent chain of double additions (that
- * latency-bound loop was a tenth of mlp's step).  A 16-float vector of partial sums per block of
- * 4096, the blocks added in double: GCC's vector type keeps the lane order
- * on every ISA, so every clone gives the same bits. */
+ * latency-bound loop was a tenth of mlp's step).  A 16-float vector of
+ * partial sums per block of 4096, the blocks' lanes added in double in
+ * block order: GCC's vector type keeps the lane order on every ISA, so
+ * every clone gives the same bits; the blocks' vectors are made by all the
+ * threads, GROUP blocks at a time, and added by one, so any thread count
+ * gives them too. */
 typedef float float16_vec __attribute__((vector_size(64)));
+enum { BLOCK = 4096, GROUP = 256 };
 
+/* Written out, not returned: a 64-byte vector returns in a register only
+ * where the clone has AVX-512, and the caller is compiled without it. */
 ST_MULTIVERSION
+static void block_squares(float *restrict out, const float *restrict g, size_t n)
+{
+    float16_vec acc = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        float16_vec v;
+        memcpy(&v, g + i, sizeof v);
+        acc += v * v;
+    }
+    for (int l = 0; i < n; i++, l++)
+        acc[l] += g[i] * g[i];
+    memcpy(out, &acc, sizeof acc);
+}
+
 static double sum_of_squares(const float *restrict g, size_t n)
 {
+    const size_t blocks = (n + BLOCK - 1) / BLOCK;
     double sum = 0;
-    for (size_t at = 0; at < n; at += 4096) {
-        const size_t end = n - at < 4096 ? n : at + 4096;
-        float16_vec acc = {0};
-        size_t i = at;
-        for (; i + 16 <= end; i += 16) {
-            float16_vec v;
-            memcpy(&v, g + i, sizeof v);
-            acc += v * v;
+    for (size_t b0 = 0; b0 < blocks; b0 += GROUP) {
+        const size_t group = blocks - b0 < GROUP ? blocks - b0 : GROUP;
+        float acc[GROUP * 16];
+#pragma omp parallel for schedule(static) if (group > 16)
+        for (size_t b = 0; b < group; b++) {
+            const size_t at = (b0 + b) * BLOCK;
+            block_squares(acc + b * 16, g + at, n - at < BLOCK ? n - at : BLOCK);
         }
-        for (int l = 0; i < end; i++, l++)
-            acc[l] += g[i] * g[i];
-        for (int l = 0; l < 16; l++)
-            sum += acc[l];
+        for (size_t b = 0; b < group * 16; b++)
+            sum += acc[b];
     }
     return sum;
 }
 
+float st_grad_norm(const float *grads, size_t count) { return (float)sqrt(sum_of_squares(grads, count)); }
+
+float st_clip_scale(float norm, float max_norm)
+{
+    return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;
+}
+
 float st_clip_grad_norm(float *grads, size_t count, float max_norm)
 {
-    float norm = (float)sqrt(sum_of_squares(grads, count));
-    if (max_norm > 0 && norm > max_norm) {
-        float scale = max_norm / (norm + 1e-6f);
+    const float norm = st_grad_norm(grads, count), scale = st_clip_scale(norm, max_norm);
+    if (scale != 1.0f)
+#pragma omp parallel for schedule(static) if (count > 4 * CHUNK)
         for (size_t i = 0; i < count; i++)
             grads[i] *= scale;
-    }
     return norm;
 }
 

@@ -244,12 +244,12 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
     if (tail[3] > 0 || !isfinite(tail[0]))
         return st_fail(ST_ERR_FORMAT, "step %llu: the loss is not finite (NaN/Inf); stopping, %s; lower --lr or "
                                       "set --clip-norm", (unsigned long long)t->step, kept(t, why, sizeof why));
-    float norm = st_clip_grad_norm(t->grads, t->P, o->clip_norm);
+    const float norm = st_grad_norm(t->grads, t->P);
     if (!isfinite(norm))
         return st_fail(ST_ERR_FORMAT, "step %llu: the gradients are not finite (NaN/Inf); stopping, %s",
                        (unsigned long long)t->step, kept(t, why, sizeof why));
     float lr = st_schedule_lr(&t->sched, t->step) * (o->scale_lr ? (float)t->world : 1.0f);
-    st_optim_step(t->opt, t->params, t->grads, lr);
+    st_optim_step_scaled(t->opt, t->params, t->grads, st_clip_scale(norm, o->clip_norm), lr);
     const double t3 = st_now_s();
     t->t_compute += (t1 - t0) + (t3 - t2);
     t->t_reduce += t2 - t1;
