@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_shapes.h"
 #include "nettest.h"
 
 #include "kernels/causal_bf16.h"
@@ -51,9 +52,6 @@ static float bf16_value(uint64_t *s, float scale)
     return st_bf16_to_f32(st_bf16_from_f32(v));
 }
 
-struct shape {
-    int t, hs, heads;
-};
 
 struct head_case {
     int t, hs, c;
@@ -271,9 +269,6 @@ static void run_shape(const struct shape *sh, uint64_t seed, dnnl_engine_t engin
     dn_causal_destroy(kn.matmul);
 }
 
-static const struct shape SHAPES[] = {{1, 1, 1},  {7, 3, 1},  {9, 5, 2},  {33, 17, 1}, {40, 64, 2},
-                                      {70, 7, 3}, {64, 64, 1}, {97, 16, 1}, {130, 9, 2}};
-
 static void test_attention_bf16_against_reference(void **state)
 {
     (void)state;
@@ -281,7 +276,7 @@ static void test_attention_bf16_against_reference(void **state)
         print_message("this CPU has no AVX512-BF16: attention stays fp32 in a bf16 net, nothing to check\n");
         skip();
     }
-    for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
+    for (size_t i = 0; i < NSHAPES; i++)
         run_shape(&SHAPES[i], 1000 + i, NULL, 0);
 }
 
@@ -292,9 +287,9 @@ static void test_matmul_products_against_reference(void **state)
     (void)state;
     dnnl_engine_t engine;
     assert_int_equal(dnnl_engine_create(&engine, dnnl_cpu, 0), dnnl_success);
-    for (long stripe = 32; stripe > 0; stripe = stripe == 32 ? 7 : stripe == 7 ? 100 : 0)
-        for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
-            run_shape(&SHAPES[i], 2000 + i, engine, stripe);
+    for (size_t k = 0; k < NSTRIPES; k++)
+        for (size_t i = 0; i < NSHAPES; i++)
+            run_shape(&SHAPES[i], 2000 + i, engine, STRIPES[k]);
     dnnl_engine_destroy(engine);
 }
 

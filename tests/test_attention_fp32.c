@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_shapes.h"
 #include "nettest.h"
 
 #include "onednn/onednn_causal.h"
@@ -35,12 +36,6 @@
 #include "shmtrain/bf16.h"
 #include "shmtrain/nn.h"
 
-struct shape {
-    int t, hs, heads;
-};
-
-static const struct shape SHAPES[] = {{1, 1, 1},  {7, 3, 1},   {9, 5, 2},   {33, 17, 1}, {40, 64, 2},
-                                      {70, 7, 3}, {64, 64, 1}, {97, 16, 1}, {130, 9, 2}};
 
 static float value(uint64_t *s, float scale)
 {
@@ -151,9 +146,9 @@ static void test_fp32_matmul_against_reference(void **state)
     (void)state;
     dnnl_engine_t engine;
     assert_int_equal(dnnl_engine_create(&engine, dnnl_cpu, 0), dnnl_success);
-    for (long stripe = 32; stripe > 0; stripe = stripe == 32 ? 7 : stripe == 7 ? 100 : 0)
-        for (size_t i = 0; i < sizeof SHAPES / sizeof *SHAPES; i++)
-            run_shape(&SHAPES[i], 3000 + i, engine, stripe);
+    for (size_t k = 0; k < NSTRIPES; k++)
+        for (size_t i = 0; i < NSHAPES; i++)
+            run_shape(&SHAPES[i], 3000 + i, engine, STRIPES[k]);
     dnnl_engine_destroy(engine);
 }
 
