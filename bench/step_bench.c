@@ -1,10 +1,12 @@
 /* Single-process training-step benchmark: forward + loss + backward + SGD
  * (momentum) for each preset at a fixed batch, at each OpenMP thread count
  * asked for (1 and 2 unless told), and the share of the step each layer kind
- * takes.
+ * takes.  --recipe: the model's own optimizer and clip instead of SGD, as
+ * the trainer runs them (gpt2: AdamW and a clip, the trainer's step 13%
+ * over SGD's in docs/benchmarks.md 0s).
  *
  *   st-step-bench [--batch 64] [--rounds 5] [--seconds 1] [--models mlp,lenet,cnn]
- *                 [--threads 1,2] [--precision fp32|bf16] [--csv]
+ *                 [--threads 1,2] [--precision fp32|bf16] [--recipe] [--csv]
  *
  * Per step, also the conversions between fp32 and bf16 it ran, the bytes
  * they read, and its weight reorders (st_net_counters).
@@ -33,10 +35,12 @@ struct config {
 };
 
 /* Mean milliseconds per step over about `seconds` of steps. */
-static double measure(struct config *c, int batch, double seconds, st_dtype precision)
+static double measure(struct config *c, int batch, double seconds, st_dtype precision, bool recipe)
 {
     struct step_rig r;
     rig_create_in(&r, "st-step-bench", c->model, batch, c->threads, precision);
+    if (recipe)
+        rig_use_recipe(&r);
     int steps = 0;
     double t0 = 0, optim_s = 0;
     for (int warm = -10;; warm++) {
@@ -72,12 +76,13 @@ int main(int argc, char **argv)
 {
     int batch = 64, rounds = 5;
     double seconds = 1.0;
-    bool csv = false;
+    bool csv = false, recipe = false;
     char models[256] = "mlp,lenet,cnn", threads[64] = "1,2";
     st_dtype precision = ST_DTYPE_F32;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--csv")) csv = true;
+        else if (!strcmp(argv[i], "--recipe")) recipe = true;
         else if (v && !strcmp(argv[i], "--batch")) batch = atoi(v), i++;
         else if (v && !strcmp(argv[i], "--rounds")) rounds = atoi(v), i++;
         else if (v && !strcmp(argv[i], "--seconds")) seconds = atof(v), i++;
@@ -87,7 +92,7 @@ int main(int argc, char **argv)
             precision = strcmp(v, "bf16") ? ST_DTYPE_F32 : ST_DTYPE_BF16, i++;
         else {
             fprintf(stderr, "usage: st-step-bench [--batch B] [--rounds R] [--seconds S] [--models a,b] "
-                            "[--threads 1,2] [--precision fp32|bf16] [--csv]\n");
+                            "[--threads 1,2] [--precision fp32|bf16] [--recipe] [--csv]\n");
             return 2;
         }
     }
@@ -114,7 +119,7 @@ int main(int argc, char **argv)
             cfg[nc++] = (struct config){.model = m, .threads = counts[t]};
     for (int r = 0; r < rounds; r++)
         for (int i = 0; i < nc; i++)
-            cfg[i].ms[r] = measure(&cfg[i], batch, seconds, precision);
+            cfg[i].ms[r] = measure(&cfg[i], batch, seconds, precision, recipe);
     if (csv)
         printf("model,threads,batch,step_ms_median,step_ms_min,step_ms_max,samples_per_s");
     else

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 double rig_now(void)
@@ -54,7 +55,8 @@ void rig_create_tuned(struct step_rig *r, const char *tool, const char *model, i
     if (st_net_create(&r->net, r->model, &nc) != ST_OK)
         die(r, "building the net");
     size_t P, in = st_model_input_size(r->model) * (size_t)batch;
-    r->params = st_net_params(r->net, &P);
+    r->params = st_net_params(r->net, &P);  /* once: it marks the net's weight copies stale */
+    r->nparams = P;
     r->grads = st_net_grads(r->net, NULL);
     st_optim_config oc = {.kind = ST_OPTIM_SGD, .momentum = 0.9f};
     if (st_optim_create(&r->optim, P, &oc) != ST_OK)
@@ -80,13 +82,54 @@ void rig_create_tuned(struct step_rig *r, const char *tool, const char *model, i
         r->labels[i] = (int)(i % (size_t)st_model_classes(r->model));
 }
 
+/* The recipe's optimizer settings; its other words (lr, schedule,
+ * batch size) do not change a step's work. */
+static void read_recipe(const char *recipe, st_optim_config *oc, float *clip)
+{
+    char words[512];
+    snprintf(words, sizeof words, "%s", recipe ? recipe : "");
+    char *save = NULL, *key = strtok_r(words, " ", &save);
+    for (char *value; key && (value = strtok_r(NULL, " ", &save)); key = strtok_r(NULL, " ", &save)) {
+        if (!strcmp(key, "optimizer"))
+            oc->kind = !strcmp(value, "adamw") ? ST_OPTIM_ADAMW : ST_OPTIM_SGD;
+        else if (!strcmp(key, "weight-decay"))
+            oc->weight_decay = strtof(value, NULL);
+        else if (!strcmp(key, "beta2"))
+            oc->beta2 = strtof(value, NULL);
+        else if (!strcmp(key, "momentum"))
+            oc->momentum = strtof(value, NULL);
+        else if (!strcmp(key, "clip-norm"))
+            *clip = strtof(value, NULL);
+    }
+}
+
+void rig_use_recipe(struct step_rig *r)
+{
+    st_optim_config oc = {.kind = ST_OPTIM_SGD, .momentum = 0.9f};
+    const size_t P = r->nparams;
+    read_recipe(st_model_recipe(r->model), &oc, &r->clip);
+    if (oc.kind == ST_OPTIM_ADAMW && st_model_vocab(r->model)) {  /* the trainer's mask for a language model */
+        if (!(r->decay_mask = malloc(P ? P : 1)))
+            die(r, "decay mask");
+        st_model_decay_mask(r->model, r->decay_mask);
+        oc.decay_mask = r->decay_mask;
+    }
+    st_optim_destroy(r->optim);
+    if (st_optim_create(&r->optim, P, &oc) != ST_OK)
+        die(r, "the recipe's optimizer");
+    int ncopies;
+    const st_weight_copy *copies = st_net_weight_copies(r->net, &ncopies);
+    st_optim_set_copies(r->optim, copies, ncopies);
+}
+
 double rig_step(struct step_rig *r)
 {
     float loss;
     if (st_net_forward(r->net, r->x) || st_net_loss(r->net, r->labels, &loss, NULL) || st_net_backward(r->net))
         die(r, "step");
     const double t0 = rig_now();
-    st_optim_step(r->optim, r->params, r->grads, 0.001f);
+    const float scale = r->clip > 0 ? st_clip_scale(st_grad_norm(r->grads, r->nparams), r->clip) : 1.0f;
+    st_optim_step_scaled(r->optim, r->params, r->grads, scale, 0.001f);
     return rig_now() - t0;
 }
 
@@ -94,6 +137,7 @@ void rig_destroy(struct step_rig *r)
 {
     free(r->x);
     free(r->labels);
+    free(r->decay_mask);
     st_optim_destroy(r->optim);
     st_net_destroy(r->net);
     st_model_destroy(r->model);
