@@ -5,8 +5,8 @@
  *                (SHMTRAIN_ATTENTION_TILES, or oneDNN's reference kernels);
  *   fp32 matmul  onednn_causal.c's oneDNN matmul primitives in stripes on
  *                fp32 operands: an fp32 attention's (a head 2.2x the
- *                tiles' speed on an AVX-512 core, 1.2x under oneDNN's
- *                AVX2 gemm; docs/benchmarks.md 0r);
+ *                tiles' speed on an AVX-512 core, 1.3x under oneDNN's
+ *                AVX2 gemm; docs/benchmarks.md 0s);
  *   dot          causal_bf16.c's AVX512-BF16 dot products in stripes of
  *                rows (a bf16 net's);
  *   bf16 matmul  the same primitives on bf16 operands, on AMX's tiles: a
