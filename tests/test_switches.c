@@ -33,6 +33,7 @@ static const struct {
     {"SHMTRAIN_ONEDNN_IP_ANY", "mlp", 16, ST_DTYPE_F32, 0},
     {"SHMTRAIN_ONEDNN_IP_PLAIN", "gpt-mini", 8, ST_DTYPE_BF16, 1},  /* 8 x 64 = 512 rows: AMX's blocked weights */
     {"SHMTRAIN_ONEDNN_WGRAD_IP", "gpt", 2, ST_DTYPE_BF16, 1},  /* 512 rows, 384 wide: dW as a matmul on the tiles */
+    {"SHMTRAIN_ONEDNN_REORDERED_COPIES", "gpt-mini", 8, ST_DTYPE_BF16, 1},  /* AMX's blocked weights and tables */
     {"SHMTRAIN_ONEDNN_POOL", "lenet", 16, ST_DTYPE_F32, 0},
     {"SHMTRAIN_ONEDNN_SEQ_TN", "gpt-mini", 2, ST_DTYPE_F32, 0},
     {"SHMTRAIN_ONEDNN_LAYERNORM", "gpt-mini", 2, ST_DTYPE_F32, 0},

@@ -44,16 +44,43 @@ void st_optim_step(st_optim *o, float *params, const float *grads, float lr);
  * once, where the update reads it), without that pass over them. */
 void st_optim_step_scaled(st_optim *o, float *params, const float *grads, float grad_scale, float lr);
 
+/* Where a copy's elements lie.  ST_COPY_LISTED: element i at
+ * dst[index[i]], or at dst[i] where index is NULL.  The other two are
+ * AMX's bf16 layouts for a [rows, cols] weight (row-major in the flat
+ * buffer; count = rows x cols), which pair two bf16 words in each 32-bit
+ * lane a tile multiplies, written whole cache lines at a time by the
+ * optimizer (no index, no reorder from a plain copy each step):
+ *   ST_COPY_PAIRS_ALONG_ROWS   blocks of 64 rows x 32 columns, row blocks
+ *       outer; in a block, column pair q of rows 0..63 side by side
+ *       (oneDNN's AB16b64a2b over [rows, cols], equally BA16a64b2a over
+ *       [cols, rows]: a linear layer's weights, the head's for its logits);
+ *   ST_COPY_PAIRS_DOWN_COLUMNS blocks of 32 rows x 64 columns, column
+ *       blocks outer; in a block, row pair q of columns 0..63 side by side
+ *       (BA16a64b2a over [rows, cols]: the head's table for its input's
+ *       gradient).
+ * Their padding (rows and columns up to whole blocks) is the caller's to
+ * zero once; it is never written. */
+typedef enum st_copy_layout {
+    ST_COPY_LISTED = 0,
+    ST_COPY_PAIRS_ALONG_ROWS,
+    ST_COPY_PAIRS_DOWN_COLUMNS,
+} st_copy_layout;
+
 /* A copy of `count` parameters from `offset` in a rounding type (bf16 or
- * fp16: 16-bit words), in the layout a kernel reads: element i goes to
- * dst[index[i]] (dst[i] where index is NULL).  A low-precision net hands
- * its copies over (st_net_weight_copies). */
+ * fp16: 16-bit words; the pair layouts bf16 only), in the layout a kernel
+ * reads.  A low-precision net hands its copies over (st_net_weight_copies). */
 typedef struct st_weight_copy {
     size_t offset, count;
     uint16_t *dst;
     st_dtype type;
-    const uint32_t *index;
+    const uint32_t *index;   /* ST_COPY_LISTED */
+    st_copy_layout layout;
+    long rows, cols;         /* the pair layouts' matrix */
 } st_weight_copy;
+
+/* Where element i of the copy lies in dst (tests, and the net's check that
+ * every copy matches its master). */
+size_t st_weight_copy_place(const st_weight_copy *c, size_t i);
 
 /* From the next step on, each step also writes these copies of the
  * parameters it updates, in the same pass over them (the new value rounded

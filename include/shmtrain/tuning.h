@@ -24,6 +24,8 @@ typedef struct st_nn_tuning {
     bool ip_any;           /* inner products choose their weights' layout */
     bool ip_plain;         /* bf16 inner products on plain weights where AMX and many rows make oneDNN's
                               blocked ones the default (onednn_weights.c) */
+    bool reordered_copies; /* AMX's blocked bf16 weights reordered each step from a plain copy the optimizer
+                              writes, instead of written by it in place (copy_layouts.c) */
     bool wgrad_ip;         /* bf16 linear layers' weight gradients from the inner product's backward-weights
                               where AMX and many rows make a matmul on the tiles the default (onednn_wgrad.c) */
     bool onednn_pool;      /* oneDNN's pooling instead of maxpool2.c */

@@ -46,7 +46,7 @@ struct xnode {
     int first_writer;        /* the consumer that writes `diff` first, -1 if none */
     int consumers;
     bool wants_diff;         /* some consumer delivers a gradient here */
-    char impl[96];           /* what runs it, for st_net_describe */
+    char impl[160];          /* what runs it, for st_net_describe */
     enum lowp_role lowp_role;  /* the rule's verdict in a low-precision net (LOWP_NO in fp32) */
     bool lowp;               /* computes in the net's low precision (COMPUTES or INSIDE) */
     st_dtype compute;        /* what it computes in, as built */
@@ -155,6 +155,9 @@ void nn_plan_precision(st_net *n);
  * `index` (malloc'd; NULL: in order).  The copy is written before the next
  * forward pass. */
 st_status nn_copy_add(st_net *n, size_t offset, size_t count, uint16_t *dst, st_dtype type, uint32_t *index);
+/* The same for a [rows, cols] weight's bf16 copy in one of AMX's pair
+ * layouts (st_copy_layout), its padding zeroed by the caller. */
+st_status nn_copy_add_pairs(st_net *n, size_t offset, long rows, long cols, uint16_t *dst, st_copy_layout layout);
 /* Writes every copy from the parameters if they may have changed (each
  * counted as a weight reorder). */
 void nn_copies_refresh(st_net *n);

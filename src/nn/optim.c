@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/copy_layouts.h"
 #include "kernels/simd.h"
 
 struct st_optim {
@@ -16,6 +17,8 @@ struct st_optim {
     uint64_t steps;
     const st_weight_copy *copies;  /* borrowed (st_optim_set_copies) */
     int ncopies;
+    size_t *bounds;  /* nchunks + 1 chunk starts fitted to the copies (chunk_bounds), or NULL: every CHUNK */
+    size_t nchunks;
 };
 
 st_status st_optim_create(st_optim **out, size_t count, const st_optim_config *cfg)
@@ -52,6 +55,7 @@ void st_optim_destroy(st_optim *o)
     if (!o)
         return;
     free(o->state);
+    free(o->bounds);
     free(o);
 }
 
@@ -103,19 +107,79 @@ static void write_copies(const st_optim *o, const float *restrict p, size_t lo, 
         const st_weight_copy *c = &o->copies[k];
         const size_t from = lo > c->offset ? lo : c->offset;
         const size_t to = lo + n < c->offset + c->count ? lo + n : c->offset + c->count;
-        if (from >= to)
-            continue;
-        if (c->index)
-            st_dtype_scatter_n(c->dst, c->index + (from - c->offset), c->type, p + from, to - from);
-        else
-            st_dtype_convert_n(c->dst + (from - c->offset), c->type, p + from, ST_DTYPE_F32, to - from);
+        if (from < to)
+            nn_copy_write(c, p + c->offset, from - c->offset, to - c->offset);
     }
+}
+
+/* The copy in a layout of more than one element a unit (nn_copy_unit)
+ * that holds parameter at, or NULL; *next: where the next such copy
+ * begins. */
+static const st_weight_copy *grouped_copy_at(const st_optim *o, size_t at, size_t *next)
+{
+    *next = o->count;
+    for (int k = 0; k < o->ncopies; k++) {
+        const st_weight_copy *c = &o->copies[k];
+        if (nn_copy_unit(c) == 1)
+            continue;
+        if (c->offset <= at && at < c->offset + c->count)
+            return c;
+        if (c->offset > at && c->offset < *next)
+            *next = c->offset;
+    }
+    return NULL;
+}
+
+/* Chunks of about CHUNK parameters, those inside a copy in a pair layout
+ * whole units of it (64 of its rows), so that every chunk writes its part
+ * of the copy in whole cache lines.  The update is element-wise: where the
+ * chunks begin changes no bit. */
+static void chunk_bounds(st_optim *o)
+{
+    free(o->bounds);
+    o->bounds = NULL;
+    size_t cap = o->count / CHUNK + 2, n = 0, next;
+    for (int k = 0; k < o->ncopies; k++)
+        cap += 2 * (o->copies[k].count / CHUNK + 2);
+    size_t *b = malloc(cap * sizeof *b);
+    if (!b)
+        return;  /* every CHUNK: the same bits, the copies' cut groups written element by element */
+    b[0] = 0;
+    for (size_t at = 0; at < o->count && n + 1 < cap; at = b[n]) {
+        b[n++] = at;
+        const st_weight_copy *c = grouped_copy_at(o, at, &next);
+        if (c) {
+            const size_t unit = nn_copy_unit(c), step = unit * (CHUNK > unit ? CHUNK / unit : 1);
+            const size_t end = c->offset + c->count, to = c->offset + ((at - c->offset) / step + 1) * step;
+            b[n] = to < end ? to : end;
+        } else {
+            b[n] = at + CHUNK < next ? at + CHUNK : next;
+        }
+    }
+    if (b[n] != o->count) {  /* cap is a bound, never reached: should it be, every CHUNK as above */
+        free(b);
+        return;
+    }
+    o->bounds = b;
+    o->nchunks = n;
+}
+
+static size_t chunk_count(const st_optim *o) { return o->bounds ? o->nchunks : (o->count + CHUNK - 1) / CHUNK; }
+
+/* Chunk k's first parameter, and its length in *n. */
+static size_t chunk_at(const st_optim *o, size_t k, size_t *n)
+{
+    const size_t lo = o->bounds ? o->bounds[k] : k * CHUNK;
+    const size_t hi = o->bounds ? o->bounds[k + 1] : (o->count - lo < CHUNK ? o->count : lo + CHUNK);
+    *n = hi - lo;
+    return lo;
 }
 
 void st_optim_set_copies(st_optim *o, const st_weight_copy *copies, int count)
 {
     o->copies = copies;
     o->ncopies = copies ? count : 0;
+    chunk_bounds(o);
 }
 
 /* A clip's scale reaches the update through a piece of scaled gradients
@@ -145,11 +209,12 @@ static void sgd_step(st_optim *o, float *restrict p, const float *restrict g, fl
 {
     const float mu = o->cfg.momentum, wd = o->cfg.weight_decay;
     const bool first = o->steps == 0, nesterov = o->cfg.nesterov;
-    const size_t count = o->count, chunks = (count + CHUNK - 1) / CHUNK;
+    const size_t chunks = chunk_count(o);
     float *mom = o->state;
 #pragma omp parallel for schedule(static) if (chunks > 4)
     for (size_t c = 0; c < chunks; c++) {
-        const size_t lo = c * CHUNK, n = count - lo < CHUNK ? count - lo : CHUNK;
+        size_t n;
+        const size_t lo = chunk_at(o, c, &n);
         float buf[SCALED];
         for (size_t at = lo; at < lo + n; at += SCALED) {
             const size_t k = lo + n - at < SCALED ? lo + n - at : SCALED;
@@ -181,11 +246,12 @@ static void adamw_step(st_optim *o, float *restrict p, const float *restrict g, 
     const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps, wd = o->cfg.weight_decay;
     const double t = (double)(o->steps + 1);
     const float c1 = (float)(1.0 - pow(b1, t)), c2 = (float)sqrt(1.0 - pow(b2, t));
-    const size_t count = o->count, chunks = (count + CHUNK - 1) / CHUNK;
+    const size_t chunks = chunk_count(o);
     float *m = o->state, *v = o->state + o->count;
 #pragma omp parallel for schedule(static) if (chunks > 4)
     for (size_t c = 0; c < chunks; c++) {
-        const size_t lo = c * CHUNK, n = count - lo < CHUNK ? count - lo : CHUNK;
+        size_t n;
+        const size_t lo = chunk_at(o, c, &n);
         float buf[SCALED];
         for (size_t at = lo; at < lo + n; at += SCALED) {
             const size_t k = lo + n - at < SCALED ? lo + n - at : SCALED;

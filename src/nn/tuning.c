@@ -13,6 +13,7 @@ static const st_nn_switch SWITCHES[] = {
     SWITCH(ONEDNN_NO_CHUNKS, no_chunks),
     SWITCH(ONEDNN_BRGCONV, brgconv),     SWITCH(ONEDNN_IP_ANY, ip_any),
     SWITCH(ONEDNN_IP_PLAIN, ip_plain),   SWITCH(ONEDNN_WGRAD_IP, wgrad_ip),
+    SWITCH(ONEDNN_REORDERED_COPIES, reordered_copies),
     SWITCH(ONEDNN_POOL, onednn_pool),       SWITCH(ONEDNN_STEM, onednn_stem),
     SWITCH(ONEDNN_SEQ_TN, seq_tn),       SWITCH(ONEDNN_LAYERNORM, onednn_layernorm),
     SWITCH(ONEDNN_UNFUSED_LOSS, unfused_loss), SWITCH(ATTENTION_FP32, attention_fp32),

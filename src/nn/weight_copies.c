@@ -8,23 +8,35 @@
  * after a resume or a broadcast. */
 #include <stdlib.h>
 
+#include "kernels/copy_layouts.h"
 #include "net.h"
 
-st_status nn_copy_add(st_net *n, size_t offset, size_t count, uint16_t *dst, st_dtype type, uint32_t *index)
+static st_status add(st_net *n, st_weight_copy copy)
 {
     if (n->ncopies == n->cap_copies) {
         const int cap = n->cap_copies ? 2 * n->cap_copies : 8;
         st_weight_copy *grown = realloc(n->copies, (size_t)cap * sizeof *grown);
         if (!grown) {
-            free(index);
+            free((void *)copy.index);
             return st_fail(ST_ERR_NOMEM, "net: out of memory");
         }
         n->copies = grown;
         n->cap_copies = cap;
     }
-    n->copies[n->ncopies++] = (st_weight_copy){.offset = offset, .count = count, .dst = dst, .type = type, .index = index};
+    n->copies[n->ncopies++] = copy;
     n->copies_stale = true;
     return ST_OK;
+}
+
+st_status nn_copy_add(st_net *n, size_t offset, size_t count, uint16_t *dst, st_dtype type, uint32_t *index)
+{
+    return add(n, (st_weight_copy){.offset = offset, .count = count, .dst = dst, .type = type, .index = index});
+}
+
+st_status nn_copy_add_pairs(st_net *n, size_t offset, long rows, long cols, uint16_t *dst, st_copy_layout layout)
+{
+    return add(n, (st_weight_copy){.offset = offset, .count = (size_t)(rows * cols), .dst = dst,
+                                   .type = ST_DTYPE_BF16, .layout = layout, .rows = rows, .cols = cols});
 }
 
 void nn_copies_refresh(st_net *n)
@@ -33,11 +45,7 @@ void nn_copies_refresh(st_net *n)
         return;
     for (int k = 0; k < n->ncopies; k++) {
         const st_weight_copy *c = &n->copies[k];
-        const float *p = n->params + c->offset;
-        if (c->index)
-            st_dtype_scatter_n(c->dst, c->index, c->type, p, c->count);
-        else
-            st_dtype_convert_n(c->dst, c->type, p, ST_DTYPE_F32, c->count);
+        nn_copy_write(c, n->params + c->offset, 0, c->count);
         n->counters.weight_reorders++;
     }
     n->copies_stale = false;
@@ -66,7 +74,7 @@ size_t st_net_weight_copies_differing(const st_net *n)
         for (size_t i = 0; i < c->count; i++) {
             uint16_t want;
             st_dtype_convert_n(&want, c->type, &n->params[c->offset + i], ST_DTYPE_F32, 1);
-            differing += c->dst[c->index ? c->index[i] : i] != want;
+            differing += c->dst[st_weight_copy_place(c, i)] != want;
         }
     }
     return differing;

@@ -307,16 +307,18 @@ static st_status build_matmuls(st_net *n, const struct xnode *x, struct dn_head_
 /* Where oneDNN has AMX and the head has rows enough (dn_amx_rows), its
  * products read the table in the blocked layouts brgemm packs it into
  * itself otherwise, at every call: two copies of the table (77 MB each for
- * gpt2), reordered from the optimizer's plain one before each forward pass
- * (counted as weight reorders; 6-7 ms each on two AMX cores), against
- * products 1.15x (logits) and 1.25x (the input's gradient) faster at 1024
- * rows, every chunk (docs/benchmarks.md 0p).  SHMTRAIN_ONEDNN_IP_PLAIN
- * keeps the plain table too. */
-static st_status blocked_tables(st_net *n, struct xnode *x, long m)
+ * gpt2), against products 1.15x (logits) and 1.25x (the input's gradient)
+ * faster at 1024 rows, every chunk (docs/benchmarks.md 0p).  The optimizer
+ * writes both (paired[]: copy_layouts.c's pair layouts), where it can;
+ * else they are reordered from its plain one before each forward pass
+ * (counted as weight reorders; 6-7 ms each on two AMX cores).
+ * SHMTRAIN_ONEDNN_IP_PLAIN keeps the plain table. */
+static st_status blocked_tables(st_net *n, struct xnode *x, long m, bool paired[2])
 {
     struct dn_head_state *h = &x->dn->head;
     const struct node *e = table_of(n, x);
     const long v = e->vocab, c = e->c;
+    paired[0] = paired[1] = false;
     if (!dn_amx_rows(n, x) || n->dnet->opt.ip_plain)
         return ST_OK;
     const_dnnl_memory_desc_t rows, out, dz, dx_out, any_t, any, logits_md, dx_md;
@@ -330,31 +332,48 @@ static st_status blocked_tables(st_net *n, struct xnode *x, long m)
     OK(matmul_pd(n, NULL, dz, any, dx_out, false, &dx_md));
     OK(dn_mem_new(n, &h->table_logits, logits_md, NULL));
     OK(dn_mem_new(n, &h->table_dx, dx_md, NULL));
-    OK(table_reorder(n, x, h->table_t, h->table_logits));
-    return table_reorder(n, x, h->table, h->table_dx);
+    OK(dn_add_pair_copy(n, x, e->w_off, v, c, h->table_logits, &paired[0]));
+    return dn_add_pair_copy(n, x, e->w_off, v, c, h->table_dx, &paired[1]);
 }
 
-/* The bf16 table (the optimizer's copy), its transposed view, the chunk
- * buffers and the products for a whole chunk and for the last, shorter
- * one. */
+/* The optimizer's plain bf16 copy of the table, its transposed view, and
+ * the reorders into the blocked tables it does not write itself: none of
+ * it where it writes both (nothing reads a plain table then: 77 MB for
+ * gpt2). */
+static st_status plain_table(st_net *n, struct xnode *x, const bool paired[2])
+{
+    const struct node *e = table_of(n, x);
+    struct dn_head_state *h = &x->dn->head;
+    if (paired[0] && paired[1])
+        return ST_OK;
+    const_dnnl_memory_desc_t table, table_t;
+    OK(dn_md2(n, &table, e->vocab, e->c, dnnl_bf16, dnnl_ab));
+    OK(dn_md2(n, &table_t, e->c, e->vocab, dnnl_bf16, dnnl_ba));
+    OK(dn_mem_new(n, &h->table, table, NULL));
+    OK(dn_mem_new(n, &h->table_t, table_t, dn_mem_ptr(h->table)));
+    OK(nn_copy_add(n, e->w_off, e->w_count, dn_mem_ptr(h->table), ST_DTYPE_BF16, NULL));
+    if (h->table_logits && !paired[0])
+        OK(table_reorder(n, x, h->table_t, h->table_logits));
+    return h->table_dx && !paired[1] ? table_reorder(n, x, h->table, h->table_dx) : ST_OK;
+}
+
+/* The bf16 tables, the chunk buffers and the products for a whole chunk
+ * and for the last, shorter one. */
 static st_status build_bf16(st_net *n, struct xnode *x, long rows)
 {
     const struct node *e = table_of(n, x);
     struct dn_head_state *h = &x->dn->head;
     const long v = e->vocab, c = e->c;
-    const_dnnl_memory_desc_t table, table_t, dtable;
-    OK(dn_md2(n, &table, v, c, dnnl_bf16, dnnl_ab));
-    OK(dn_md2(n, &table_t, c, v, dnnl_bf16, dnnl_ba));
+    const_dnnl_memory_desc_t dtable;
     OK(dn_md2(n, &dtable, v, c, dnnl_f32, dnnl_ab));
-    OK(dn_mem_new(n, &h->table, table, NULL));
-    OK(dn_mem_new(n, &h->table_t, table_t, dn_mem_ptr(h->table)));
     OK(dn_mem_unbacked(n, &h->dtable, dtable));
-    OK(nn_copy_add(n, e->w_off, e->w_count, dn_mem_ptr(h->table), ST_DTYPE_BF16, NULL));
     h->rows = nn_lines_alloc((size_t)h->chunk * (size_t)c, sizeof(st_bf16), false);
     h->dz = nn_lines_alloc((size_t)h->chunk * (size_t)v, sizeof(st_bf16), false);
     if (!h->rows || !h->dz)
         return st_fail(ST_ERR_NOMEM, "net: out of memory for the head's bf16 rows");
-    OK(blocked_tables(n, x, h->chunk));
+    bool paired[2];
+    OK(blocked_tables(n, x, h->chunk, paired));
+    OK(plain_table(n, x, paired));
     OK(build_matmuls(n, x, &h->full, h->chunk));
     return rows % h->chunk ? build_matmuls(n, x, &h->tail, rows % h->chunk) : ST_OK;
 }
@@ -392,7 +411,8 @@ st_status dn_build_head(st_net *n, int j)
         OK(build_bf16(n, x, rows));
     if (h->table_logits) {
         const size_t said = strlen(x->impl);
-        snprintf(x->impl + said, sizeof x->impl - said, ", AMX-blocked");
+        snprintf(x->impl + said, sizeof x->impl - said, ", AMX-blocked%s",
+                 x->dn->weights_paired ? " by the optimizer" : "");
     }
     OK(dn_add_step(n, &x->dn->bwd, head_bwd, NODE_HEAD));
     OK(dn_deliver(n, j, x->in, in, NULL, &x->dn->seq.target));

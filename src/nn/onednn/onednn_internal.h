@@ -196,7 +196,8 @@ struct dn_head_state {
     float *logits;                       /* fused: a chunk's logits, then in place their gradient */
     const float *dy;                     /* fused: a caller's gradient of the whole logits, for one backward */
     bool grads_done;                     /* fused: the loss has made this step's head gradients */
-    dnnl_memory_t table, table_t, dtable; /* bf16: the optimizer's copy of the token table, transposed view */
+    dnnl_memory_t table, table_t, dtable; /* bf16: the optimizer's plain copy of the token table (NULL where
+                                            it writes both blocked ones), transposed view */
     dnnl_memory_t table_logits, table_dx; /* AMX: the table in the products' blocked layouts (NULL: plain) */
     st_bf16 *rows, *dz;                  /* bf16: a chunk's input rows and its logits' gradient */
     struct dn_head_matmuls full, tail;   /* bf16: for a whole chunk and the last, shorter one */
@@ -249,6 +250,7 @@ struct onednn_node {
     dnnl_primitive_t accum;              /* diff += diff_tmp, when 2+ consumers */
     int diff_home;                       /* >= 0: diff lives in that node's gradient buffer (an add's) */
     bool diff_deferred;                  /* diff (and diff_tmp) get their buffer from dn_share_diffs */
+    bool weights_paired;                 /* the optimizer writes its bf16 weights in AMX's layout (dn_add_pair_copy) */
     size_t elems;                        /* floats in dst's buffer (padding included) */
     struct dn_bn_state bn;
     struct dn_dropout_state dropout;
@@ -395,6 +397,16 @@ st_status dn_reorder_verify(st_net *n, dnnl_primitive_t r, const_dnnl_memory_des
                             bool *right);
 
 /* ------------------------------------------------- onednn_weights.c -- */
+
+/* The pair layout (st_copy_layout) md has for a [rows, cols] weight, or
+ * ST_COPY_LISTED where it has none of them. */
+st_status dn_pair_layout(st_net *n, const_dnnl_memory_desc_t md, long rows, long cols, st_copy_layout *layout);
+/* Where mem's layout is a pair layout of the [rows, cols] weight at
+ * offset (and SHMTRAIN_ONEDNN_REORDERED_COPIES is not set), a copy the
+ * optimizer writes straight into mem (*added true; mem made by dn_mem_new,
+ * so its padding is zero); else nothing. */
+st_status dn_add_pair_copy(st_net *n, struct xnode *x, size_t offset, long rows, long cols, dnnl_memory_t mem,
+                           bool *added);
 
 /* A convolution's or inner product's dimensions, as oneDNN takes them. */
 struct weights_layer {

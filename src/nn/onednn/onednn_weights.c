@@ -304,14 +304,54 @@ static st_status add_weight_copy(st_net *n, const struct xnode *x, dnnl_memory_t
     return nn_copy_add(n, x->nd->w_off, count, dn_mem_ptr(mem), ST_DTYPE_BF16, index);
 }
 
-/* A linear layer's bf16 weights in AMX's blocked layout: the optimizer
- * writes a plain copy, in order, and a reorder moves it into `mem` before
- * the layer's forward pass each step (counted as a weight reorder).  The
- * scatter add_weight_copy would make instead writes 4 bytes of a 64-byte
- * line at a time (the layout pairs 64 outputs' elements), and with the
- * index read beside it made the optimizer twice as slow as over plain
- * weights (docs/benchmarks.md 0o, 0p). */
-static st_status add_reordered_copy(st_net *n, const struct xnode *x, struct oplist *l, dnnl_memory_t user,
+st_status dn_pair_layout(st_net *n, const_dnnl_memory_desc_t md, long rows, long cols, st_copy_layout *layout)
+{
+    static const struct {
+        dnnl_format_tag_t tag;
+        bool transposed;  /* md's dims are [cols, rows] */
+        st_copy_layout layout;
+    } known[] = {
+        {dnnl_AB16b64a2b, false, ST_COPY_PAIRS_ALONG_ROWS},
+        {dnnl_BA16a64b2a, true, ST_COPY_PAIRS_ALONG_ROWS},
+        {dnnl_BA16a64b2a, false, ST_COPY_PAIRS_DOWN_COLUMNS},
+    };
+    *layout = ST_COPY_LISTED;
+    for (size_t k = 0; k < sizeof known / sizeof *known; k++) {
+        const dnnl_dims_t dims = {known[k].transposed ? cols : rows, known[k].transposed ? rows : cols};
+        const_dnnl_memory_desc_t want;
+        OK(dn_md_tag(n, &want, 2, dims, dnnl_bf16, known[k].tag));
+        if (dn_same(want, md)) {
+            *layout = known[k].layout;
+            return ST_OK;
+        }
+    }
+    return ST_OK;
+}
+
+st_status dn_add_pair_copy(st_net *n, struct xnode *x, size_t offset, long rows, long cols, dnnl_memory_t mem,
+                           bool *added)
+{
+    st_copy_layout layout;
+    *added = false;
+    if (n->dnet->opt.reordered_copies)
+        return ST_OK;
+    OK(dn_pair_layout(n, dn_mem_md(mem), rows, cols, &layout));
+    if (layout == ST_COPY_LISTED)
+        return ST_OK;
+    /* its padding stays as dn_mem_new left it: zero */
+    *added = x->dn->weights_paired = true;
+    return nn_copy_add_pairs(n, offset, rows, cols, dn_mem_ptr(mem), layout);
+}
+
+/* A linear layer's bf16 weights in AMX's blocked layout: where it is one
+ * of the pair layouts copy_layouts.c writes, the optimizer writes it
+ * there; else it writes a plain copy, in order, and a reorder moves it
+ * into `mem` before the layer's forward pass each step (counted as a
+ * weight reorder).  The scatter add_weight_copy would make writes 4 bytes
+ * of a 64-byte line at a time (the layout pairs 64 outputs' elements), and
+ * with the index read beside it made the optimizer twice as slow as over
+ * plain weights (docs/benchmarks.md 0o, 0p). */
+static st_status add_reordered_copy(st_net *n, struct xnode *x, struct oplist *l, dnnl_memory_t user,
                                     dnnl_memory_t mem)
 {
     const_dnnl_memory_desc_t plain;
@@ -319,6 +359,11 @@ static st_status add_reordered_copy(st_net *n, const struct xnode *x, struct opl
     OK(dn_md_like(n, &plain, dn_mem_md(user), 0, dnnl_bf16));
     if (dn_same(plain, dn_mem_md(mem)))  /* the plain copy is what the kernel reads */
         return add_weight_copy(n, x, mem);
+    const long in = (long)(x->nd->w_count / (size_t)x->nd->c);
+    bool paired;
+    OK(dn_add_pair_copy(n, x, x->nd->w_off, x->nd->c, in, mem, &paired));
+    if (paired)
+        return ST_OK;
     OK(dn_mem_new(n, &copy, plain, NULL));
     OK(nn_copy_add(n, x->nd->w_off, x->nd->w_count, dn_mem_ptr(copy), ST_DTYPE_BF16, NULL));
     const int at = l->n;
@@ -330,7 +375,7 @@ static st_status add_reordered_copy(st_net *n, const struct xnode *x, struct opl
 /* The weights in the layout `mem` has: the flat buffer's fp32 reordered each
  * pass, or, in bf16, the optimizer's copy (written plain and reordered for
  * AMX's blocked linear weights). */
-static st_status weights_into(st_net *n, const struct xnode *x, struct oplist *l, dnnl_memory_t user,
+static st_status weights_into(st_net *n, struct xnode *x, struct oplist *l, dnnl_memory_t user,
                               dnnl_memory_t mem)
 {
     if (dn_md_type(dn_mem_md(mem)) != dnnl_bf16)
@@ -488,6 +533,8 @@ static st_status mark_precision(struct xnode *x, const struct weights_build *b)
     memmove(x->impl + t, x->impl, keep);
     memcpy(x->impl, tag, t);
     x->impl[t + keep] = '\0';
+    if (x->dn->weights_paired)
+        snprintf(x->impl + t + keep, sizeof x->impl - t - keep, ", weights in AMX's layout from the optimizer");
     return ST_OK;
 }
 
