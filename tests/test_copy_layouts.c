@@ -180,8 +180,11 @@ static float *train(bool reordered, int steps, size_t *count, int *paired, unsig
     assert_non_null(ids);
     assert_non_null(labels);
     for (int s = 0; s < steps; s++) {
-        for (size_t i = 0; i < rows; i++)
-            ids[i] = (int32_t)((i * 31 + (size_t)s * 7) % (size_t)st_model_vocab(m)), labels[i] = (int)((i * 13 + 5) % (size_t)st_model_vocab(m));
+        const size_t vocab = (size_t)st_model_vocab(m);
+        for (size_t i = 0; i < rows; i++) {
+            ids[i] = (int32_t)((i * 31 + (size_t)s * 7) % vocab);
+            labels[i] = (int)((i * 13 + 5) % vocab);
+        }
         st_net_counters_reset(n);
         float loss;
         int correct;
