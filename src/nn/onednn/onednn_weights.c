@@ -373,8 +373,9 @@ static st_status add_reordered_copy(st_net *n, struct xnode *x, struct oplist *l
 }
 
 /* The weights in the layout `mem` has: the flat buffer's fp32 reordered each
- * pass, or, in bf16, the optimizer's copy (written plain and reordered for
- * AMX's blocked linear weights). */
+ * pass, or, in bf16, the optimizer's copy (for AMX's blocked linear
+ * weights written in that layout where copy_layouts.c has it, else plain
+ * and reordered). */
 static st_status weights_into(st_net *n, struct xnode *x, struct oplist *l, dnnl_memory_t user,
                               dnnl_memory_t mem)
 {
