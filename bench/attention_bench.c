@@ -19,6 +19,7 @@
  * scratch that many bytes past a cache line (the net's was 16 past one,
  * malloc's, until nn_lines_alloc; docs/benchmarks.md 0l).  Denormals are
  * flushed on every thread, as shmtrain and st-step-bench run. */
+#define _GNU_SOURCE  /* clock_gettime under -std=c11 */
 #include <ctype.h>
 #include <math.h>
 #include <omp.h>

@@ -86,7 +86,7 @@ int main(int argc, char **argv)
     const char *value = strchr(argv[1], '=') + 1;
     snprintf(var, sizeof var, "%.*s", (int)(value - 1 - argv[1]), argv[1]);
     struct ab_run run = {.blocks = 20, .batch = 64, .seconds = 0.1, .precision = ST_DTYPE_F32};
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) {  /* flag and value */
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
             usage();
@@ -96,7 +96,6 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--block-seconds")) run.seconds = atof(v);
         else if (!strcmp(argv[i], "--batch")) run.batch = atoi(v);
         else if (strcmp(argv[i], "--precision") || !st_dtype_parse(v, &run.precision)) usage();
-        i++;
     }
     if (run.blocks < 1 || run.blocks > MAX_BLOCKS || run.seconds <= 0 || run.batch < 1) {
         fprintf(stderr, "st-step-ab: need 1 <= --blocks <= %d, --block-seconds > 0, --batch >= 1\n", MAX_BLOCKS);

@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Install what shmtrain needs, from the distribution's packages (Debian, Ubuntu).
+# Install what shmtrain needs, from the distribution's packages (Debian, Ubuntu),
+# as scripts/deps.table lists it (what each part needs, and the package that
+# brings it on each distribution).
 #
 #   scripts/install-deps.sh            install anything missing (build + tests + data)
-#   scripts/install-deps.sh --bench    also the benchmark peer: PyTorch 2.13 (CPU) in
-#                                      .deps/torch-venv, else the distribution's python3-torch,
-#                                      and what the "shm" backend (python/) builds with, and
-#                                      tensorboard (a test reads run folders' events with it)
+#   scripts/install-deps.sh --bench    also PyTorch in .deps/torch-venv (the benches' peer and the
+#                                      shm backend's, `make python`), numpy and tensorboard
 #   scripts/install-deps.sh --fuzz     also clang with libFuzzer (`make fuzz`)
 #   scripts/install-deps.sh --check    list what is missing; exit 1 if anything is
+#
+# PyTorch (--bench): .deps/torch-venv, made once, by the first route that works:
+#   1. pip's torch==2.13.0+cpu (where an index or a local wheel carries that CPU build;
+#      SHMTRAIN_TORCH_INDEX=https://download.pytorch.org/whl/cpu lets pip use PyTorch's own
+#      CPU index, on any distribution), with numpy, setuptools and tensorboard;
+#   2. the distribution's python3-torch (Debian 13: 2.6, with its headers), in a venv made with
+#      --system-site-packages, so pip installs into the venv and never into the system.
+# The table's torch row says which routes each distribution tries.
 #
 # oneDNN 3 (3.1 or newer): the distribution's libdnnl-dev where it is that new
 # (Debian 13, Ubuntu 24.04); where it is older (Debian 12 packages 2.6) the
@@ -19,8 +27,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-required=(gcc make cmake pkg-config libhwloc-dev hwloc libcmocka-dev gnuplot-nox
-          zlib1g-dev libpng-dev libjpeg-dev dataset-fashion-mnist openmpi-bin libopenmpi-dev fortunes)
+table=$root/scripts/deps.table
 onednn_min=3.1
 onednn_prefix=$root/.deps/onednn
 # PyPI's oneDNN 3.2.0 built with GNU OpenMP: the library and its headers.
@@ -30,16 +37,43 @@ torch_venv=$root/.deps/torch-venv
 torch_pin=2.13.0+cpu   # a CPU build: a bare `torch` from PyPI brings gigabytes of CUDA
 tensorboard_pin=2.20.0
 
-mode=install; bench=0; fuzz=0
+mode=install; parts="build test run"
 for arg in "$@"; do
   case "$arg" in
     --check) mode=check ;;
-    --bench) bench=1 ;;
-    --fuzz) fuzz=1 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --bench) parts="$parts python optional bench" ;;
+    --fuzz) parts="$parts fuzz" ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
+
+# The table's column for this system: ID-VERSION_ID from os-release; a Debian
+# without a version (testing, unstable) reads Debian 13's, another Debian-like
+# system the nearest of its family, with a warning.
+distro_column() {
+  local id="" version="" like=""
+  [ -r /etc/os-release ] && . /etc/os-release && id=${ID:-} version=${VERSION_ID:-} like=${ID_LIKE:-}
+  local col="$id-$version"
+  if grep -q "^# need .* $col\( \|\$\)" "$table"; then echo "$col"; return; fi
+  case "$id $like" in
+    debian*) [ -n "$version" ] && [ "${version%%.*}" -lt 13 ] && echo debian-12 || echo debian-13 ;;
+    *ubuntu*) echo ubuntu-24.04 ;;
+    *) echo debian-13 ;;
+  esac
+  echo "install-deps.sh: scripts/deps.table has no column for '$col'; using its nearest" >&2
+}
+column=$(distro_column)
+
+# "need probe cell" for every row of the given parts, the cell this system's.
+rows() {
+  awk -v parts=" $* " -v col="$column" '
+    /^# need / { for (i = 1; i <= NF; i++) if ($i == col) c = i - 1; next }
+    /^#/ || NF == 0 { next }
+    index(parts, " " $3 " ") { print $1, $2, $c }' "$table"
+}
+cell_of() { awk -v need="$1" -v col="$column" '/^# need / { for (i = 1; i <= NF; i++) if ($i == col) c = i - 1; next }
+                                              /^#/ || NF == 0 { next } $1 == need { print $c }' "$table"; }
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 version_of() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null; }
@@ -65,7 +99,8 @@ apt_update() {
 apt_install() {
   apt_update "$@"
   echo "install-deps.sh: installing $*"
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  # through env: sudo drops the caller's environment, and debconf would ask on the terminal
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 # pip, less the lines this machine's pip configuration prints for every index it skips.
 pip_quietly() { "$@" 2>&1 | { grep -v '^WARNING: Location' || true; } >&2; }
@@ -121,43 +156,80 @@ PY
        "$onednn_prefix/include/oneapi/dnnl/dnnl_version.h" | paste -sd.) in $onednn_prefix (runtime: $omp)"
 }
 
-# TensorBoard's own reader, for the test that reads a run's event files with
-# it (tensorboard_reader); without it that test skips, nothing else needs it.
-tensorboard_reader() {
-  "$torch_venv/bin/python" -c 'import tensorboard' 2>/dev/null && return 0
-  pip_quietly "$torch_venv/bin/pip" install -q "tensorboard==$tensorboard_pin" ||
-    echo "install-deps.sh: no tensorboard $tensorboard_pin from pip here; its reader's test skips" >&2
+onednn() {
+  [ -z "$(onednn_source)" ] || return 0
+  [ -n "$(candidate libdnnl-dev)" ] || apt_update libdnnl-dev  # a fresh machine's package lists are empty
+  if [[ "$(cell_of onednn)" == *libdnnl-dev* ]] && at_least "$(candidate libdnnl-dev)" "$onednn_min"; then
+    apt_install libdnnl-dev
+  else
+    onednn_from_pypi
+  fi
 }
 
-# The benchmarks' peer as its users run it today: PyTorch 2.13's CPU build in
-# a venv; where pip cannot get that build, the distribution's python3-torch.
-torch_peer() {
-  # the "shm" backend (python/) compiles against it: a C++ compiler and Python's headers
-  installed g++ || apt_install g++
-  python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' ||
-    apt_install python3-dev
-  if [ -x "$torch_venv/bin/python" ] && "$torch_venv/bin/python" -c 'import torch' 2>/dev/null; then
-    tensorboard_reader
-    return 0
-  fi
-  python3 -m venv --help >/dev/null 2>&1 || apt_install python3-venv
-  if python3 -m venv "$torch_venv" && pip_quietly "$torch_venv/bin/pip" install -q "torch==$torch_pin" numpy setuptools &&
-     "$torch_venv/bin/python" -c 'import torch' 2>/dev/null; then
-    echo "install-deps.sh: PyTorch $("$torch_venv/bin/python" -c 'import torch; print(torch.__version__)') in $torch_venv"
-    tensorboard_reader
-    return 0
-  fi
+# The venv's Python has torch (any version: Debian 12's 1.13 is a peer for the
+# benches, too old for the backend, which its setup.py says).
+venv_has() { [ -x "$torch_venv/bin/python" ] && "$torch_venv/bin/python" -c "import $1" 2>/dev/null; }
+
+# Route 1: pip's CPU build into a venv of its own.
+torch_from_pip() {
+  local index=()
+  [ -z "${SHMTRAIN_TORCH_INDEX:-}" ] || index=(--extra-index-url "$SHMTRAIN_TORCH_INDEX")
   rm -rf "$torch_venv"
-  echo "install-deps.sh: no PyTorch $torch_pin from pip here; the distribution's python3-torch instead" >&2
-  installed python3-torch || apt_install python3-torch libopenblas0-pthread
-  # the backend's build needs the headers, which Debian ships apart (13's 2.6: yes; 12's 1.13 is too old)
-  [ -n "$(candidate libtorch-dev)" ] && { installed libtorch-dev || apt_install libtorch-dev pybind11-dev; }
-  return 0
+  python3 -m venv "$torch_venv" &&
+    pip_quietly "$torch_venv/bin/pip" install -q "${index[@]}" "torch==$torch_pin" numpy setuptools &&
+    venv_has torch
+}
+
+# Route 2: the distribution's PyTorch, seen through a venv's system site-packages.
+torch_from_distribution() {
+  local pkgs="$1" missing=() p
+  for p in ${pkgs//,/ } python3-setuptools python3-numpy; do installed "$p" || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+  rm -rf "$torch_venv"
+  python3 -m venv --system-site-packages "$torch_venv" && venv_has torch
+}
+
+torch_peer() {
+  if venv_has torch; then return 0; fi
+  local routes; routes=$(cell_of torch)
+  [ -z "${SHMTRAIN_TORCH_INDEX:-}" ] || routes="venv:torch|$routes"
+  local route
+  for route in ${routes//|/ }; do
+    case "$route" in
+      venv:torch) torch_from_pip && break
+                  echo "install-deps.sh: no PyTorch $torch_pin from pip here${SHMTRAIN_TORCH_INDEX:+ or $SHMTRAIN_TORCH_INDEX}" >&2 ;;
+      *) torch_from_distribution "$route" && break
+         echo "install-deps.sh: the distribution's PyTorch ($route) did not import in a venv" >&2 ;;
+    esac
+  done
+  if venv_has torch; then
+    echo "install-deps.sh: PyTorch $("$torch_venv/bin/python" -c 'import torch; print(torch.__version__)')" \
+         "in $torch_venv$(grep -q 'include-system-site-packages = true' "$torch_venv/pyvenv.cfg" && echo ' (the distribution'"'"'s, through system site-packages)')"
+  else
+    rm -rf "$torch_venv"
+    echo "install-deps.sh: no PyTorch here; the torch tests skip (counted) and make python cannot run" >&2
+  fi
+}
+
+# What --bench puts in the venv by pip (the table's venv: cells), torch's route aside.
+venv_extras() {
+  [ -x "$torch_venv/bin/pip" ] || return 0
+  local need probe cell want=() m
+  while read -r need probe cell; do
+    [ "$need" != torch ] || continue
+    for alt in ${cell//|/ }; do
+      case "$alt" in venv:*) m=${alt#venv:}; venv_has "$m" || want+=("$m") ;; esac
+    done
+  done < <(rows python optional bench)
+  [ ${#want[@]} -gt 0 ] || return 0
+  local specs=() w
+  for w in "${want[@]}"; do [ "$w" = tensorboard ] && specs+=("tensorboard==$tensorboard_pin") || specs+=("$w"); done
+  pip_quietly "$torch_venv/bin/pip" install -q "${specs[@]}" ||
+    echo "install-deps.sh: pip could not install ${want[*]} here; the tests that read with them skip (counted)" >&2
 }
 
 # Can clang build a libFuzzer program here, with OpenMP (the image folder's
-# decoding runs on its threads)?  Debian 12's clang carries libFuzzer, later
-# ones split it into libclang-rt-N-dev; clang's OpenMP is libomp-dev.
+# decoding runs on its threads)?
 fuzz_works() {
   command -v clang >/dev/null || return 1
   local tmp rc=0; tmp=$(mktemp -d)
@@ -166,6 +238,8 @@ fuzz_works() {
   rm -rf "$tmp"
   return $rc
 }
+# The table names the libFuzzer runtime for the distribution's default clang;
+# another clang needs its own version's package.
 fuzz_toolchain() {
   fuzz_works && return 0
   installed clang || apt_install clang
@@ -175,28 +249,29 @@ fuzz_toolchain() {
   fuzz_works || { echo "install-deps.sh: clang cannot build a libFuzzer program with OpenMP here" >&2; exit 1; }
 }
 
+# The apt packages the chosen parts' rows name (special cells handled apart).
 missing=()
-for p in "${required[@]}"; do installed "$p" || missing+=("$p"); done
-onednn=$(onednn_source)
+while read -r need probe cell; do
+  case "$need" in onednn|torch) continue ;; esac
+  [ "$need" = libfuzzer ] && continue  # fuzz_toolchain: the version follows the installed clang
+  alt=${cell%%|*}
+  case "$alt" in -|venv:*|wheel:*) continue ;; esac
+  for p in ${alt//,/ }; do
+    installed "$p" || missing+=("$p")
+  done
+done < <(rows $parts)
 
 if [ "$mode" = check ]; then
-  [ -n "$onednn" ] || missing+=("oneDNN>=$onednn_min (libdnnl-dev, or .deps/onednn)")
-  if [ $bench = 1 ] && ! { [ -x "$torch_venv/bin/python" ] || installed python3-torch; }; then missing+=("PyTorch"); fi
-  if [ $fuzz = 1 ] && ! fuzz_works; then missing+=("clang with libFuzzer"); fi
+  [ -n "$(onednn_source)" ] || missing+=("oneDNN>=$onednn_min ($(cell_of onednn))")
+  case " $parts " in *" optional "*) venv_has torch || missing+=("PyTorch in .deps/torch-venv") ;; esac
+  case " $parts " in *" fuzz "*) fuzz_works || missing+=("clang with libFuzzer") ;; esac
   [ ${#missing[@]} -eq 0 ] && exit 0
   echo "missing: ${missing[*]}"
   exit 1
 fi
 
 [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
-if [ -z "$onednn" ]; then
-  [ -n "$(candidate libdnnl-dev)" ] || apt_update libdnnl-dev  # a fresh machine's package lists are empty
-  if at_least "$(candidate libdnnl-dev)" "$onednn_min"; then
-    apt_install libdnnl-dev
-  else
-    onednn_from_pypi
-  fi
-fi
-[ $bench = 0 ] || torch_peer
-[ $fuzz = 0 ] || fuzz_toolchain
+onednn
+case " $parts " in *" optional "*) torch_peer; venv_extras ;; esac
+case " $parts " in *" fuzz "*) fuzz_toolchain ;; esac
 [ $updated = 0 ] || echo "install-deps.sh: done"

@@ -75,7 +75,7 @@ def why_skipped(cmd):
         if "avx512_bf16" not in lscpu and "amx_bf16" not in lscpu:
             return "needs a CPU with native bf16 (AVX512-BF16 or AMX); this one has neither"
     if "train.py" in cmd:
-        return "runs your own DDP script (train.py); torch_shm_launch runs one like it"
+        return "runs your own DDP script (train.py); torch_shm_launch_shmrun runs one like it"
     if "--model gpt2" in cmd:
         return "gpt2's recipe (12 x 1024 tokens) needs more than this machine's memory (issue 47)"
     if cmd.startswith("mpirun") and subprocess.run(["sh", "-c", "command -v mpirun"], capture_output=True).returncode:

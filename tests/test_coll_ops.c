@@ -34,6 +34,9 @@ static uint32_t bits_of(float f)
 static void test_fp16_widening_is_exact(void **state)
 {
     (void)state;
+#ifndef __FLT16_MAX__  /* a compiler without _Float16 here (clang before 15 on x86) */
+    skip();
+#else
     for (uint32_t h = 0; h < 65536; h++) {
         _Float16 r;
         const uint16_t b = (uint16_t)h;
@@ -42,6 +45,7 @@ static void test_fp16_widening_is_exact(void **state)
         if (isnan(want) ? !isnan(got) : bits_of(want) != bits_of(got))
             fail_msg("half %04x: %08x, the compiler's %08x", h, bits_of(got), bits_of(want));
     }
+#endif
 }
 
 /* Round to nearest even on every exponent (a sweep of the top bits, every
@@ -49,6 +53,7 @@ static void test_fp16_widening_is_exact(void **state)
 static void test_fp16_rounding_is_the_compilers(void **state)
 {
     (void)state;
+#ifdef __FLT16_MAX__
     uint64_t s = 88172645463325252ull;
     for (uint32_t i = 0; i < (1u << 22); i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
@@ -62,6 +67,7 @@ static void test_fp16_rounding_is_the_compilers(void **state)
         if (isnan(f) ? (got & 0x7e00) != 0x7e00 : want != got)
             fail_msg("float %08x: half %04x, the compiler's %04x", x, got, want);
     }
+#endif  /* else the stated cases below only */
     assert_int_equal(st_f16_from_f32(65504.0f), 0x7bff);
     assert_int_equal(st_f16_from_f32(65519.99f), 0x7bff);
     assert_int_equal(st_f16_from_f32(65520.0f), 0x7c00);

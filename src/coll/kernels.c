@@ -6,12 +6,11 @@
 
 #include "coll_internal.h"
 #include "shmtrain/bf16.h"
+#include "../common/multiversion.h"
 
 /* Built for several ISAs, picked at load time (ifunc): the library stays
  * portable while the reduction uses the widest vectors the CPU has. */
-#define ST_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-
-ST_MULTIVERSION
+ST_CLONES_BY_EXTENSION
 void coll_add_into(float *restrict dst, const float *restrict src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -32,7 +31,7 @@ static bool aliases_forward(const void *dst, const void *src)
 
 typedef float coll_f8 __attribute__((vector_size(32)));
 
-ST_MULTIVERSION
+ST_CLONES_BY_EXTENSION
 static void add_backward(float *dst, const float *src, size_t n)
 {
     size_t i = n;
@@ -47,7 +46,7 @@ static void add_backward(float *dst, const float *src, size_t n)
         dst[i] += src[i];
 }
 
-ST_MULTIVERSION
+ST_CLONES_BY_EXTENSION
 static void copy_backward(char *dst, const char *src, size_t bytes)
 {
     size_t i = bytes;
@@ -78,7 +77,7 @@ void coll_add_to_user(float *dst, const float *src, size_t n)
         coll_add_into(dst, src, n);
 }
 
-ST_MULTIVERSION
+ST_CLONES_BY_EXTENSION
 void coll_add_into_div(float *restrict dst, const float *restrict src, size_t n, float div)
 {
     for (size_t i = 0; i < n; i++)
@@ -88,7 +87,7 @@ void coll_add_into_div(float *restrict dst, const float *restrict src, size_t n,
 
 /* bf16 payloads with a stage (across nodes), which takes fp32 sums: the
  * conversions of bf16.h as integer lanes GCC vectorises. */
-ST_MULTIVERSION
+ST_CLONES_BY_EXTENSION
 void coll_bf16_sum(float *restrict sums, uint16_t *const *bufs, int world, size_t lo, size_t hi)
 {
     const size_t n = hi - lo;

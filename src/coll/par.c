@@ -14,6 +14,7 @@
 
 #include "coll_internal.h"
 #include "shmtrain/fp16.h"
+#include "../common/multiversion.h"
 
 /* A thread's share of n elements, cut at multiples of 32 (a 64-byte line
  * of bf16, two of fp32), so no two threads write the same line. */
@@ -95,12 +96,11 @@ void coll_par_gather(st_group *g, const struct coll_span *spans, int nspans, st_
 
 /* ----------------------------------------------------------------- sum -- */
 
-#define ST_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
 
 enum { BLOCK = 1024 };  /* fp32 sums of 4 KiB stay in L1 while every source streams past */
 
 /* fp32 sources: a block's sums in L1, then stored as fp32 or rounded. */
-ST_MULTIVERSION
+ST_CLONES_BY_EXTENSION
 static void sum_f32(void *out, st_dtype to, const float *const *src, int nsrc, size_t lo, size_t hi, float div)
 {
     float acc[BLOCK] __attribute__((aligned(64)));

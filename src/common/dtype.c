@@ -4,6 +4,7 @@
 
 #include "shmtrain/bf16.h"
 #include "shmtrain/fp16.h"
+#include "multiversion.h"
 
 const char *st_dtype_name(st_dtype t)
 {
@@ -34,9 +35,8 @@ size_t st_dtype_size(st_dtype t)
  * branch, so GCC vectorises them, built for several ISAs and picked at
  * load time.  A step's gradients (millions) cross them twice when they are
  * exchanged in bf16; element at a time that cost more than the exchange. */
-#define ST_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
 
-ST_MULTIVERSION
+ST_CLONES_BY_EXTENSION
 static void from_f32_portable(st_bf16 *restrict out, const float *restrict in, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -88,7 +88,7 @@ void st_bf16_from_f32_n(st_bf16 *restrict out, const float *restrict in, size_t 
     from_f32_portable(out, in, n);
 }
 
-ST_MULTIVERSION
+ST_CLONES_BY_EXTENSION
 void st_bf16_to_f32_n(float *restrict out, const st_bf16 *restrict in, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -98,14 +98,14 @@ void st_bf16_to_f32_n(float *restrict out, const st_bf16 *restrict in, size_t n)
 }
 
 /* fp16 arrays (fp16.h): the element conversions, vectorised by the compiler. */
-ST_MULTIVERSION
+ST_CLONES_BY_EXTENSION
 void st_f16_from_f32_n(st_f16 *restrict out, const float *restrict in, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         out[i] = st_f16_from_f32(in[i]);
 }
 
-ST_MULTIVERSION
+ST_CLONES_BY_EXTENSION
 void st_f16_to_f32_n(float *restrict out, const st_f16 *restrict in, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -1,11 +1,7 @@
 /* Internal: what the hand-vectorised C kernels share.
  *
- * ST_MULTIVERSION compiles a function for AVX-512, AVX2 and the baseline,
- * picked at load time (GCC's target_clones), so one binary runs everywhere
- * and uses what the CPU has.  The levels are x86-64-v4 and -v3, not
- * "avx512f" and "avx2": GCC's "avx2" target leaves out FMA, so that clone
- * (the one Zen 3 and pre-AVX-512 Xeons run) did every a * b + c as a
- * multiply and an add.  The files using it are compiled with
+ * ST_MULTIVERSION compiles a function for x86-64-v4, -v3 and the baseline
+ * (src/common/multiversion.h says why levels).  The files using it are compiled with
  * -ffp-contract=fast (CMakeLists.txt; -std=c11 turns contraction off):
  * gpt-mini's GELU 12% faster, its loss 8% (2-vCPU EPYC).
  *
@@ -32,7 +28,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ST_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#include "../../common/multiversion.h"
+
+#define ST_MULTIVERSION ST_CLONES_BY_LEVEL
+
+/* Lane i of the result is a[mask[i]]: a permutation chosen at run time (the
+ * stem's, by channel count).  GCC's __builtin_shuffle; clang's vector
+ * extensions take only constant indices, so there a loop it vectorises. */
+#ifdef __clang__
+#define ST_PERMUTE(a, mask)                                                              \
+    ({                                                                                    \
+        __typeof__(a) st_a_ = (a), st_r_;                                                 \
+        for (unsigned st_i_ = 0; st_i_ < sizeof st_a_ / sizeof st_a_[0]; st_i_++)         \
+            st_r_[st_i_] = st_a_[(mask)[st_i_] & (sizeof st_a_ / sizeof st_a_[0] - 1)];   \
+        st_r_;                                                                            \
+    })
+#else
+#define ST_PERMUTE(a, mask) __builtin_shuffle(a, mask)
+#endif
 
 static inline void *nn_lines_alloc(size_t count, size_t size, bool zeroed)
 {

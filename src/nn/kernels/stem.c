@@ -104,7 +104,7 @@ static inline __attribute__((always_inline)) void store_tile(const struct stem_s
                                                              float *y)
 {
     for (int q = 0; q < pairs; q++) {
-        const v16 v = __builtin_shuffle(relu ? RELU(acc[q]) : acc[q], l->to_nhwc);
+        const v16 v = ST_PERMUTE(relu ? RELU(acc[q]) : acc[q], l->to_nhwc);
         const long pixel = col + 2 * q, floats = pair_floats(s, pixel);
         float *out = y + (oh * s->ow + pixel) * s->c;
         if (floats == STEM_LANES)
@@ -226,9 +226,9 @@ static inline __attribute__((always_inline)) void gradient_pairs(const struct st
                     v[i] = y ? y[at + i] : 0.0f;
                 }
             }
-            d = (v16)((v16i)__builtin_shuffle(d, l->from_nhwc) & l->keep);
+            d = (v16)((v16i)ST_PERMUTE(d, l->from_nhwc) & l->keep);
             if (y)
-                d = (v16)((v16i)d & (v16i)(__builtin_shuffle(v, l->from_nhwc) > (v16){0}));
+                d = (v16)((v16i)d & (v16i)(ST_PERMUTE(v, l->from_nhwc) > (v16){0}));
             out[oh * pairs + q] = d;
         }
 }

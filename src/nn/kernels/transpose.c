@@ -10,7 +10,6 @@
 
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
-typedef int v8i __attribute__((vector_size(32)));
 
 /* dst rows n = src columns n of an 8 x 8 block: three rounds of shuffles
  * (AVX2's unpack, shufps and 128-bit permute).  With sum: the block's rows
@@ -18,9 +17,6 @@ typedef int v8i __attribute__((vector_size(32)));
 static inline __attribute__((always_inline)) void transpose8(float *dst, long ldd, const float *src, long lds,
                                                              v8 *sum, bool first)
 {
-    const v8i lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-    const v8i even = {0, 1, 8, 9, 4, 5, 12, 13}, odd = {2, 3, 10, 11, 6, 7, 14, 15};
-    const v8i low = {0, 1, 2, 3, 8, 9, 10, 11}, high = {4, 5, 6, 7, 12, 13, 14, 15};
     v8 r[8], t[8], u[8];
     for (int m = 0; m < 8; m++)
         r[m] = *(const v8u *)(src + m * lds);
@@ -30,19 +26,19 @@ static inline __attribute__((always_inline)) void transpose8(float *dst, long ld
             *sum += r[m];
     }
     for (int m = 0; m < 8; m += 2) {
-        t[m] = __builtin_shuffle(r[m], r[m + 1], lo);
-        t[m + 1] = __builtin_shuffle(r[m], r[m + 1], hi);
+        t[m] = __builtin_shufflevector(r[m], r[m + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[m + 1] = __builtin_shufflevector(r[m], r[m + 1], 2, 10, 3, 11, 6, 14, 7, 15);
     }
     for (int m = 0; m < 8; m += 4)
         for (int e = 0; e < 2; e++) {
-            u[m + e] = __builtin_shuffle(t[m + e], t[m + e + 2], even);
-            u[m + e + 2] = __builtin_shuffle(t[m + e], t[m + e + 2], odd);
+            u[m + e] = __builtin_shufflevector(t[m + e], t[m + e + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+            u[m + e + 2] = __builtin_shufflevector(t[m + e], t[m + e + 2], 2, 3, 10, 11, 6, 7, 14, 15);
         }
     /* u[0] u[2] u[1] u[3] hold columns 0 1 2 3 of rows 0-3 (low half) and 4-7 of them (high half) */
     static const int order[4] = {0, 2, 1, 3};
     for (int n = 0; n < 4; n++) {
-        *(v8u *)(dst + n * ldd) = __builtin_shuffle(u[order[n]], u[order[n] + 4], low);
-        *(v8u *)(dst + (n + 4) * ldd) = __builtin_shuffle(u[order[n]], u[order[n] + 4], high);
+        *(v8u *)(dst + n * ldd) = __builtin_shufflevector(u[order[n]], u[order[n] + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        *(v8u *)(dst + (n + 4) * ldd) = __builtin_shufflevector(u[order[n]], u[order[n] + 4], 4, 5, 6, 7, 12, 13, 14, 15);
     }
 }
 
