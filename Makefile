@@ -11,7 +11,10 @@
 #   make mutate     plant each bug of tests/mutants/mutants.txt in a copy of the
 #                   tree and run the suite against it (MUTANTS=regex; ~1 min each)
 #   make python     install the torch.distributed backend "shm" (python/) into the
-#                   PyTorch venv of install-deps.sh --bench (TORCH_PYTHON=another)
+#                   PyTorch venv of install-deps.sh --bench (TORCH_PYTHON=yours: into
+#                   the environment that has your torch)
+#   make fresh-root the README's commands in a fresh Debian 13 root (root, network;
+#                   scripts/fresh-root.sh; FRESH_ARGS="--suite bookworm")
 #   make bench      run the benchmarks (docs/benchmarks.md says what each measures)
 #   make install    install libraries, headers, binaries, pkg-config and CMake files
 #                   (PREFIX=/usr/local)
@@ -32,11 +35,11 @@ CMAKE_ARGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DSHMTRAIN_WERROR=$(WERROR) \
 
 RUN_ARGS ?=
 FUZZ_SECONDS ?= 60
-FUZZERS ?= model ckpt idx cifar text placement npy tokens safetensors image folder metrics
+FUZZERS ?= model ckpt idx cifar text placement npy tokens safetensors image folder metrics config
 MUTANTS ?=
 TORCH_PYTHON ?= .deps/torch-venv/bin/python
 
-.PHONY: all deps build test asan fuzz mutate python bench run install clean
+.PHONY: all deps build test asan fuzz mutate python bench run install clean fresh-root
 
 all: build
 
@@ -63,9 +66,15 @@ fuzz:
 mutate: deps
 	scripts/mutate.py --only '$(MUTANTS)'
 
+# TORCH_PYTHON=your/python: into the environment that has your torch (nothing
+# else installed); else into .deps/torch-venv, which install-deps.sh makes.
 python:
+ifeq ($(origin TORCH_PYTHON),file)
 	@scripts/install-deps.sh --bench
+	@test -x $(TORCH_PYTHON) || { echo "make python: no PyTorch for this system (scripts/install-deps.sh --bench said why)" >&2; exit 1; }
+endif
 	$(TORCH_PYTHON) -m pip install --quiet --no-build-isolation ./python
+	@$(TORCH_PYTHON) -c 'import torch, shmtrain_torch; print("make python: shmtrain_torch installed in", __import__("sys").prefix, "over PyTorch", torch.__version__)'
 
 bench: deps
 	@scripts/install-deps.sh --bench
@@ -79,6 +88,10 @@ bench: deps
 run: build
 	$(BUILD)/shmrun -- $(BUILD)/shmtrain --model lenet --epochs 8 --schedule cosine \
 	  --lr 0.05 --momentum 0.9 --weight-decay 5e-4 --log-every 100 $(RUN_ARGS)
+
+FRESH_ARGS ?=
+fresh-root:
+	scripts/fresh-root.sh $(FRESH_ARGS)
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

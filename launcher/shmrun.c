@@ -422,6 +422,14 @@ static int write_report(const char *path, const st_plan *plan, const struct atte
     return 0;
 }
 
+/* The gang's first failure was a bad flag (exit 2, as shmtrain and most
+ * programs say it): shmrun passes that on, as a launcher of one would. */
+static bool usage_error(const struct attempt *a)
+{
+    const struct rank_result *r = a->root_cause >= 0 ? &a->ranks[a->root_cause] : NULL;
+    return r && r->exited && !r->signaled && r->exit_code == 2;
+}
+
 static int run_job(const st_topo *topo, const st_plan *plan, const struct options *o, int argc, char **argv)
 {
     char job[80], dir[1024], log_path[1100];
@@ -485,9 +493,10 @@ static int run_job(const st_topo *topo, const st_plan *plan, const struct option
             fprintf(stderr, "\nshmrun: job %s FAILED (attempt %d of %d)\n", job, attempt + 1,
                     o->max_restarts + 1);
             gang_print_summary(stderr, plan, &a, job);
-            rc = 1;
+            rc = usage_error(&a) ? 2 : 1;
         }
-        bool retry = !ok && !a.user_signal && attempt < o->max_restarts;
+        /* a bad flag is bad again on a restart: said once, with the program's status */
+        bool retry = !ok && !a.user_signal && !usage_error(&a) && attempt < o->max_restarts;
         attempt_free(&a);
         if (!retry)
             break;

@@ -20,6 +20,7 @@
 #include "shmtrain/text.h"
 #include "shmtrain/lifeline.h"
 #include "shmtrain/train.h"
+#include "shmtrain_line.h"
 #include "shmtrain_options.h"
 
 /* --summary: the model's layers, shapes and parameters; with --precision
@@ -29,7 +30,7 @@ static int print_summary(const st_train_options *o)
 {
     st_model *m = NULL;
     st_net *n = NULL;
-    if (st_model_load(&m, o->model) != ST_OK)
+    if (st_train_model_load(&m, o->model) != ST_OK)
         goto fail;
     st_model_summary(m, stdout);
     if (o->precision != ST_DTYPE_F32) {
@@ -112,10 +113,31 @@ static void take_signals_in_a_thread(void)
     }
 }
 
+/* A config.txt repeated with another instance count trains another global
+ * batch: said, not refused (it may be meant). */
+static void warn_of_another_instance_count(const struct run_dir *rd)
+{
+    const int then = shmtrain_config_instances();
+    if (rd->rank0 && then > 0 && then != rd->instances)
+        fprintf(stderr, "shmtrain: warning: --config: its run had %d instance%s, this one has %d: the global batch "
+                "differs (shmrun -n %d repeats it)\n", then, then == 1 ? "" : "s", rd->instances, then);
+}
+
+/* A run's folder where a checkpoint is asked for (sample, export): its
+ * shmtrain.ckpt, said. */
+static const char *checkpoint_in(const char *flag_value, char *buf, size_t len)
+{
+    struct stat sb;
+    if (!flag_value || stat(flag_value, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return flag_value;
+    snprintf(buf, len, "%s/shmtrain.ckpt", flag_value);
+    return buf;
+}
+
 static void sample_usage(FILE *f)
 {
     fprintf(f,
-"usage: shmtrain sample --checkpoint FILE --prompt TEXT [options]\n"
+"usage: shmtrain sample --checkpoint FILE|RUN_FOLDER --prompt TEXT [options]\n"
 "  print TEXT and its continuation by a language model's checkpoint\n"
 "  --tokens N (200)   --temperature T (0.8; 0 = greedy)   --top-k K (200; 0 = all)   --seed S (1)\n");
 }
@@ -148,6 +170,8 @@ static int sample_main(int argc, char **argv)
         shmtrain_bad("sample: unexpected argument '%s'", argv[optind]);
     if (!o.checkpoint)
         shmtrain_bad("sample: --checkpoint FILE is required");
+    char in_folder[8192];
+    o.checkpoint = checkpoint_in(o.checkpoint, in_folder, sizeof in_folder);
     st_nn_flush_denormals(true);
     if (st_sample(&o, stdout) != ST_OK) {
         fprintf(stderr, "shmtrain sample: %s\n", st_last_error());
@@ -170,7 +194,7 @@ static int export_main(int argc, char **argv)
         case E_CKPT: checkpoint = optarg; break;
         case E_OUT: out = optarg; break;
         case 'h':
-            printf("usage: shmtrain export --checkpoint FILE --out MODEL.safetensors\n"
+            printf("usage: shmtrain export --checkpoint FILE|RUN_FOLDER --out MODEL.safetensors\n"
                    "  the parameters (and batch-norm statistics) in the safetensors format, named as PyTorch\n"
                    "  names them (nanoGPT's GPT keys for the GPT presets); scripts/load_export.py reads it\n");
             return 0;
@@ -182,6 +206,8 @@ static int export_main(int argc, char **argv)
         shmtrain_bad("export: unexpected argument '%s'", argv[optind]);
     if (!checkpoint || !out)
         shmtrain_bad("export: --checkpoint FILE and --out FILE are required");
+    char in_folder[8192];
+    checkpoint = checkpoint_in(checkpoint, in_folder, sizeof in_folder);
     if (st_export_safetensors(checkpoint, out) != ST_OK) {
         fprintf(stderr, "shmtrain export: %s\n", st_last_error());
         return 1;
@@ -226,21 +252,24 @@ int main(int argc, char **argv)
     case ACTION_SUMMARY: return print_summary(&o);
     case ACTION_TRAIN: break;
     }
-    struct run_dir rd;
-    char why[4096];
-    const int prepared = run_dir_prepare(&rq, &o, &rd, why, sizeof why);
-    free((char *)rq.config_text);
-    if (prepared != 0)
+    static struct run_dir rd;
+    char why[8192];
+    if (run_dir_prepare(&rq, &o, &rd, why, sizeof why) != 0)
         shmtrain_bad("%s", why);
+    warn_of_another_instance_count(&rd);
+    o.on_start = run_dir_begin;
+    o.on_start_ctx = &rd;
+    o.resume_hint = rd.used ? rd.path : NULL;
     take_signals_in_a_thread();
     st_train_result r;
     st_status st = st_train_run(&o, &r);
-    if (st == ST_OK || st == ST_ERR_INTERRUPTED)
-        run_dir_draw(&rd);
+    if (st != ST_OK && st != ST_ERR_INTERRUPTED)
+        fprintf(stderr, "shmtrain: %s\n", st_last_error());  /* before console.log closes: it keeps the line */
+    run_dir_end(&rd);
+    free((char *)rq.config_text);
     if (st == ST_ERR_INTERRUPTED)
         return 130;
     if (st != ST_OK) {
-        fprintf(stderr, "shmtrain: %s\n", st_last_error());
         /* Tell the launcher whether this rank failed or stopped for a peer,
          * so it names the right root cause. */
         return st == ST_ERR_PEER_DEAD || st == ST_ERR_TIMEOUT ? ST_EXIT_PEER_FAILED : 1;

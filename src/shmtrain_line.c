@@ -7,6 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include "shmtrain/ckpt.h"
+#include "shmtrain/config_text.h"
 #include "shmtrain/nn.h"
 #include "shmtrain_options.h"
 #include "shmtrain_run_dir.h"
@@ -44,12 +48,12 @@ static void push(char *word, bool owned)
         line.owned[line.nowned++] = word;
 }
 
-/* "key value" -> "--key=value", "key" -> "--key". */
+/* "key value" -> "--key=value", "key" (value NULL) -> "--key". */
 static void push_pair(const char *key, size_t key_len, const char *value, size_t value_len)
 {
     char *w;
-    if (value_len ? asprintf(&w, "--%.*s=%.*s", (int)key_len, key, (int)value_len, value) < 0
-                  : asprintf(&w, "--%.*s", (int)key_len, key) < 0)
+    if (value ? asprintf(&w, "--%.*s=%.*s", (int)key_len, key, (int)value_len, value) < 0
+              : asprintf(&w, "--%.*s", (int)key_len, key) < 0)
         shmtrain_bad("out of memory");
     push(w, true);
 }
@@ -58,38 +62,101 @@ static void push_pair(const char *key, size_t key_len, const char *value, size_t
 static void push_recipe(const char *r)
 {
     for (const char *p = r; *p;) {
-        const size_t key = strcspn(p, " "), value = strcspn(p + key + 1, " ");
-        push_pair(p, key, p + key + 1, value);
-        p += key + 1 + value;
+        const size_t key = strcspn(p, " ");
+        const char *v = p[key] ? p + key + 1 : p + key;
+        const size_t value = strcspn(v, " ");
+        push_pair(p, key, value ? v : NULL, value);
+        p = v + value;
         p += *p == ' ';
     }
 }
 
-/* --config FILE: one "key value" (or "key" for a flag) a line, the flags
- * without their dashes; '#' starts a comment. */
-static void push_config(const char *path)
+/* The option `name` names in `flags`, or NULL. */
+static const struct option *flag_named(const struct option *flags, const char *name)
 {
-    FILE *f = fopen(path, "r");
+    for (const struct option *f = flags; f->name; f++)
+        if (!strcmp(f->name, name))
+            return f;
+    return NULL;
+}
+
+/* Settings a file cannot hold: they end the run before it starts, or name
+ * another file of settings. */
+static bool not_a_setting(const char *key)
+{
+    static const char *const keys[] = {"help", "version", "summary", "config", NULL};
+    for (int i = 0; keys[i]; i++)
+        if (!strcmp(key, keys[i]))
+            return true;
+    return false;
+}
+
+static int config_instances;  /* a run's config.txt: its instance count (0: not said) */
+int shmtrain_config_instances(void) { return config_instances; }
+
+/* A flag alone in a file: "augment", or "augment true" as other tools'
+ * configs write it; "false" leaves it out. */
+static bool flag_is_on(const char *where, const st_config_entry *e)
+{
+    if (!e->value || !strcmp(e->value, "true") || !strcmp(e->value, "yes") || !strcmp(e->value, "1"))
+        return true;
+    if (!strcmp(e->value, "false") || !strcmp(e->value, "no") || !strcmp(e->value, "0"))
+        return false;
+    shmtrain_bad("%s:%d: %s takes no value (or true / false), not '%s'", where, e->line, e->key, e->value);
+}
+
+/* One entry of --config's file onto the line, checked against the flags. */
+static void push_entry(const char *path, const st_config_entry *e, const struct option *flags)
+{
+    if (!strcmp(e->key, "instances")) {  /* config.txt's record of the run, not a flag */
+        config_instances = e->value ? (int)shmtrain_whole("--config instances", e->value, 1, 1 << 20) : 0;
+        return;
+    }
+    char word[300];
+    snprintf(word, sizeof word, "--%s", e->key);
+    char *argv[] = {"shmtrain", word, NULL}, where[4200];
+    snprintf(where, sizeof where, "--config %s:%d: ", path, e->line);
+    shmtrain_check_spelling(2, argv, flags, where);  /* unknown or misspelled: did you mean */
+    const struct option *f = flag_named(flags, e->key);
+    if (not_a_setting(e->key))
+        shmtrain_bad("--config %s:%d: %s is no setting (it ends a run before it starts, or names another file)", path,
+                     e->line, e->key);
+    if (f->has_arg == required_argument && !e->value)
+        shmtrain_bad("--config %s:%d: %s needs a value", path, e->line, e->key);
+    if (f->has_arg == no_argument)
+        if (flag_is_on(where, e))
+            push_pair(e->key, strlen(e->key), NULL, 0);
+    if (f->has_arg != no_argument)
+        push_pair(e->key, strlen(e->key), e->value, e->value ? strlen(e->value) : 0);
+}
+
+/* --config FILE: "key value" lines (include/shmtrain/config_text.h), the
+ * flags without their dashes; every key checked against the flags. */
+static void push_config(const char *path, const struct option *flags)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        shmtrain_bad("--config %s: a folder; give a file (a run's settings are DIR/config.txt)", path);
+    FILE *f = fopen(path, "rb");
     if (!f)
         shmtrain_bad("--config %s: cannot open: %s", path, strerror(errno));
-    char text[4096];
-    while (fgets(text, sizeof text, f)) {
-        if (!strchr(text, '\n') && !feof(f))
-            shmtrain_bad("--config %s: a line longer than %zu bytes", path, sizeof text - 1);
-        text[strcspn(text, "#\r\n")] = '\0';
-        const char *key = text + strspn(text, " \t");
-        const size_t key_len = strcspn(key, " \t");
-        if (!key_len)
-            continue;
-        const char *value = key + key_len + strspn(key + key_len, " \t");
-        size_t value_len = strlen(value);
-        while (value_len && (value[value_len - 1] == ' ' || value[value_len - 1] == '\t'))
-            value_len--;
-        if (key_len == 6 && !strncmp(key, "config", 6))
-            shmtrain_bad("--config %s: a config does not name another", path);
-        push_pair(key, key_len, value, value_len);
-    }
+    char *text = malloc(ST_CONFIG_MAX_BYTES + 1);
+    const size_t n = text ? fread(text, 1, ST_CONFIG_MAX_BYTES + 1, f) : 0;
+    const bool failed = !text || ferror(f);
     fclose(f);
+    if (failed)
+        shmtrain_bad("--config %s: cannot read: %s", path, text ? strerror(errno) : "out of memory");
+    st_config_entry *entries;
+    int count;
+    char name[4200];
+    snprintf(name, sizeof name, "--config %s", path);
+    const st_status st = st_config_parse(text, n, name, &entries, &count);
+    free(text);
+    if (st != ST_OK)
+        shmtrain_bad("%s", st_last_error());
+    for (int i = 0; i < count; i++)
+        push_entry(path, &entries[i], flags);
+    st_config_free(entries, count);
 }
 
 /* The value of the last `--name V` or `--name=V` of argv, or NULL. */
@@ -106,20 +173,37 @@ static const char *last_value(int argc, char **argv, const char *name)
     return v;
 }
 
-/* A resumed run's folder's config.txt: what it was started with (flags
- * given now override it), or NULL. */
-static const char *resumed_config(int argc, char **argv)
+/* --resume's value ("" alone, NULL without it); *checkpoint_named: --checkpoint given. */
+static const char *resume_value(int argc, char **argv, bool *checkpoint_named)
 {
-    static char path[RUN_DIR_PATH_MAX + 16];
     const char *value = NULL;
-    bool checkpoint_named = false;
+    *checkpoint_named = false;
     for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
         if (!strcmp(argv[i], "--resume"))
             value = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : "";
         else if (!strncmp(argv[i], "--resume=", 9))
             value = argv[i] + 9;
-        checkpoint_named |= !strcmp(argv[i], "--checkpoint") || !strncmp(argv[i], "--checkpoint=", 13);
+        *checkpoint_named |= !strcmp(argv[i], "--checkpoint") || !strncmp(argv[i], "--checkpoint=", 13);
     }
+    return value;
+}
+
+/* `--resume FILE` of a checkpoint outside a run folder, with no --model:
+ * the checkpoint knows its model. */
+static const char *resumed_checkpoint(int argc, char **argv)
+{
+    bool named;
+    const char *value = resume_value(argc, argv, &named);
+    return value && *value && !run_dir_resumed(value, NULL, named) && st_ckpt_is_checkpoint(value) ? value : NULL;
+}
+
+/* A resumed run's folder's config.txt: what it was started with (flags
+ * given now override it), or NULL. */
+static const char *resumed_config(int argc, char **argv)
+{
+    static char path[RUN_DIR_PATH_MAX + 16];
+    bool checkpoint_named;
+    const char *value = resume_value(argc, argv, &checkpoint_named);
     const char *dir = run_dir_resumed(value, last_value(argc, argv, "--out"), checkpoint_named);
     if (!dir)
         return NULL;
@@ -141,6 +225,32 @@ static void move_to_front(int from, int tail)
     }
 }
 
+/* "--name=v" or "--name": is `name` the flag of this word? */
+static bool word_is_flag(const char *word, const char *name)
+{
+    const size_t n = strlen(name);
+    return !strncmp(word, "--", 2) && !strncmp(word + 2, name, n) && (word[2 + n] == '=' || !word[2 + n]);
+}
+
+/* A flag the command line gives replaces the file's and the recipe's, every
+ * occurrence: --text, which may come twice, would otherwise add to them. */
+static void drop_overridden(int argc, char **argv, const struct option *flags)
+{
+    for (const struct option *f = flags; f->name; f++) {
+        bool given = false;
+        for (int i = 1; i < argc && strcmp(argv[i], "--") && !given; i++)
+            given = word_is_flag(argv[i], f->name);
+        if (!given)
+            continue;
+        int kept = 1;
+        for (int i = 1; i < line.n; i++)
+            if (!word_is_flag(line.v[i], f->name))
+                line.v[kept++] = line.v[i];
+        line.n = kept;
+        line.v[kept] = NULL;
+    }
+}
+
 char **shmtrain_merge_line(int argc, char **argv, const struct option *flags, st_train_options *o, int *n)
 {
     atexit(free_line);
@@ -148,16 +258,14 @@ char **shmtrain_merge_line(int argc, char **argv, const struct option *flags, st
     const char *config = last_value(argc, argv, "--config");
     if (!config)
         config = resumed_config(argc, argv);
-    if (config) {
-        push_config(config);
-        char where[4200];
-        snprintf(where, sizeof where, "--config %s: ", config);
-        shmtrain_check_spelling(line.n, line.v, flags, where);
-    }
+    if (config)
+        push_config(config, flags);
     const char *model = last_value(argc, argv, "--model");
     model = model ? model : last_value(line.n, line.v, "--model");
+    if (!model && (model = resumed_checkpoint(argc, argv)))
+        push_pair("model", 5, model, strlen(model));
     st_model *m = NULL;
-    if (st_model_load(&m, model ? model : "lenet") != ST_OK)  /* lenet: st_train_defaults' */
+    if (st_train_model_load(&m, model ? model : "lenet") != ST_OK)  /* lenet: st_train_defaults' */
         shmtrain_bad("%s", st_last_error());
     const char *r = st_model_recipe(m);
     if (r) {
@@ -169,38 +277,9 @@ char **shmtrain_merge_line(int argc, char **argv, const struct option *flags, st
         atexit(free_recipe_text);
     }
     st_model_destroy(m);
+    drop_overridden(argc, argv, flags);
     for (int i = 1; i < argc; i++)
         push(argv[i], false);
     *n = line.n;
     return line.v;
 }
-
-char *shmtrain_effective_config(const struct option *flags)
-{
-    static const char *const left_out[] = {"out", "overwrite", "resume", "config", "checkpoint", "metrics", "help",
-                                           "version", "summary", "quiet", NULL};
-    char *text = NULL;
-    size_t size = 0;
-    FILE *f = open_memstream(&text, &size);
-    if (!f)
-        shmtrain_bad("out of memory");
-    for (int i = 1; i < line.n; i++) {
-        if (strncmp(line.v[i], "--", 2))
-            continue;  /* --resume's word, left out with it */
-        const char *w = line.v[i] + 2, *eq = strchr(w, '=');
-        const size_t n = eq ? (size_t)(eq - w) : strlen(w);
-        const struct option *opt = NULL;
-        for (const struct option *t = flags; t->name && !opt; t++)
-            opt = strlen(t->name) == n && !strncmp(t->name, w, n) ? t : NULL;
-        const char *value = eq ? eq + 1 : opt && opt->has_arg == required_argument ? line.v[++i] : NULL;
-        bool skip = !opt;
-        for (int k = 0; left_out[k] && !skip; k++)
-            skip = !strcmp(left_out[k], opt->name);
-        if (!skip)
-            fprintf(f, value ? "%s %s\n" : "%s\n", opt->name, value);
-    }
-    if (fclose(f) != 0)
-        shmtrain_bad("out of memory");
-    return text;
-}
-

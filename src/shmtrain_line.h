@@ -1,7 +1,7 @@
 /* The words shmtrain's getopt reads: the model's recipe (its `train` line),
  * then --config's file (or a resumed run folder's config.txt), then the
- * command line's, so each later one overrides the one before; and the
- * config.txt that repeats a run.  A bad --model or --config line ends the
+ * command line's, so each later one overrides the one before (a flag the
+ * command line gives replaces every earlier occurrence).  A bad --model or --config line ends the
  * program with exit 2, as a bad flag does. */
 #ifndef SHMTRAIN_LINE_H
 #define SHMTRAIN_LINE_H
@@ -14,9 +14,8 @@
  * until exit; o->model_recipe set.  `flags` is getopt's table. */
 char **shmtrain_merge_line(int argc, char **argv, const struct option *flags, st_train_options *o, int *n);
 
-/* "key value" lines of every flag of the merged words in order, less those
- * that say where outputs go or end the run before it starts.  Owned by the
- * caller. */
-char *shmtrain_effective_config(const struct option *flags);
+/* The instance count a --config file (a run's config.txt) records, 0 when
+ * it says none. */
+int shmtrain_config_instances(void);
 
 #endif

@@ -8,11 +8,13 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "shmtrain/config_text.h"
 #include "shmtrain/nn.h"
 #include "shmtrain/paths.h"
 #include "shmtrain/text.h"
@@ -51,7 +53,8 @@ void shmtrain_usage(FILE *f)
 "                           (uint16) or llm.c's; without --val-bin the last 10%% validates; ids < N\n"
 "optimisation:\n"
 "  --epochs N (1; with --max-steps alone, as many as it takes)   --max-steps N (the step budget;\n"
-"                   with --epochs too, whichever ends first)   --batch-size B (64, per instance)\n"
+"                   with --epochs too, whichever ends first; 0: evaluate only)\n"
+"  --batch-size B (64, per instance)\n"
 "  --grad-accum N (1)       micro-batches of B per optimizer step, their gradients averaged and\n"
 "                           exchanged once (nanoGPT's gradient_accumulation_steps)\n"
 "  --optimizer sgd|adamw (sgd)   --lr LR (0.05)   --momentum M (0.9)   --nesterov\n"
@@ -64,16 +67,17 @@ void shmtrain_usage(FILE *f)
 "  --eval-every K (0 = each epoch)   --eval-windows N (language models: 256; 0 = all)\n"
 "  --log-every K (50)   --quiet\n"
 "  --out DIR                the run's folder: shmtrain.ckpt, metrics.jsonl, TensorBoard's events,\n"
-"                           scalars.csv, config.txt (default runs/MODEL-JOB or runs/MODEL-UTC TIME;\n"
-"                           runs/latest is the newest); one holding a run is refused unless --resume\n"
-"                           or --overwrite\n"
+"                           scalars.csv, console.log, config.txt (default runs/MODEL-JOB or\n"
+"                           runs/MODEL-UTC TIME; runs/latest: the newest's checkpoint)\n"
 "  --resume [DIR|FILE]      go on from a run's folder (alone: runs/latest) or a checkpoint file\n"
-"  --checkpoint FILE --metrics FILE   outputs here instead of a run folder   --no-checkpoint\n"
-"  --checkpoint-every K     also every K steps (a failed one is a warning)   --overwrite\n"
+"  --checkpoint FILE --metrics FILE   these outputs here, not in the run folder   --no-checkpoint\n"
+"  --overwrite              write over the run in --out DIR, --checkpoint or --metrics (an output\n"
+"                           holding a result is refused unless resumed or overwritten)\n"
+"  --checkpoint-every K     also every K steps (a failed one is a warning)\n"
 "  --keep K                 keep the last K of those as FILE-stepN.ckpt   --keep-best  best.ckpt:\n"
 "                           the best evaluation's (validation loss, or test accuracy)\n"
-"  --config FILE            flags as 'key value' lines (a run's config.txt repeats it); flags given\n"
-"                           after override it\n"
+"  --config FILE            settings as 'key value' lines (a run's config.txt repeats it); flags\n"
+"                           given on the command line replace the file's\n"
 "several instances:\n"
 "  --allreduce-dtype fp32|bf16|fp16   the gradient exchange (bf16, fp16: half the bytes, summed in fp32)\n"
 "  --bucket-mb MB           all-reduce gradients in buckets of MB during backward (0: after it)\n"
@@ -134,17 +138,28 @@ static const st_flag_alias foreign_names[] = {
     {"lr-scheduler-type", "--schedule"}, {"grad-clip", "--clip-norm"}, {"max-grad-norm", "--clip-norm"},
     {"eval-interval", "--eval-every"}, {"eval-steps", "--eval-every"}, {"eval-iters", "--eval-windows"},
     {"log-interval", "--log-every"}, {"logging-steps", "--log-every"}, {"save-steps", "--checkpoint-every"},
-    {"out-dir", "--checkpoint FILE and --metrics FILE"}, {"output-dir", "--checkpoint FILE and --metrics FILE"},
+    {"out-dir", "--out DIR"}, {"output-dir", "--out DIR"},
     {"resume-from-checkpoint", "--resume"}, {"bf16", "--precision bf16"}, {"dtype", "--precision"},
     {"optim", "--optimizer"}, {"adam-beta2", "--beta2"}, {"dataloader-num-workers", "--data-workers"},
     {"num-workers", "--data-workers"}, {"dataset", "--data, --text or --image-folder"},
     {"nproc-per-node", "shmrun -n N -- shmtrain ..."}, {"nnodes", "shmrun --hosts"},
+    {"save-total-limit", "--keep K (with --checkpoint-every)"}, {"load-best-model-at-end", "--keep-best"},
+    {"logging-dir", "--out DIR"}, {"logdir", "--out DIR"}, {"log-dir", "--out DIR"},
+    {"overwrite-output-dir", "--overwrite"}, {"resume-from", "--resume"}, {"max-epochs", "--epochs"},
+    {"standalone", "shmrun -n N -- shmtrain ... (one machine is shmrun's default)"}, {"keep-last", "--keep"},
+    {"do-eval", "--max-steps 0 (evaluate only)"}, {"eval-only", "--max-steps 0 (evaluate only)"},
     {NULL, NULL}};
+
+/* nanoGPT's sample.py and Hugging Face's generate() name these so. */
+static const st_flag_alias sample_names[] = {
+    {"max-new-tokens", "--tokens"}, {"start", "--prompt"}, {"out-dir", "--checkpoint RUN_FOLDER"},
+    {"init-from", "--checkpoint"}, {"num-samples", "a loop over shmtrain sample --seed S"}, {NULL, NULL}};
 
 void shmtrain_check_spelling(int argc, char **argv, const struct option *opts, const char *program)
 {
     char why[512];
-    if (st_flags_check(argc, argv, "h", opts, foreign_names, false, why, sizeof why))
+    const st_flag_alias *aliases = !strcmp(program, "sample: ") ? sample_names : foreign_names;
+    if (st_flags_check(argc, argv, "h", opts, aliases, false, why, sizeof why))
         shmtrain_bad("%s%s", program, why);
 }
 
@@ -179,6 +194,131 @@ static const struct option training_flags[] = {
     {"no-checkpoint", 0, 0, O_NOCKPT}, {"keep", 1, 0, O_KEEP}, {"keep-best", 0, 0, O_KEEPBEST}, {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"bucket-mb", 1, 0, O_BUCKET},
     {"check-replicas", 1, 0, O_CHECK}, {"precision", 1, 0, O_PRECISION},
     {"no-flush-denormals", 0, 0, O_NOFLUSH}, {"version", 0, 0, O_VERSION}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+
+/* ---------------------------------------------------- the settings in effect --
+ * config.txt repeats a run: every setting that shapes it, with the value it
+ * had (a default as much as a flag), so that a later change of a default
+ * does not change what the file repeats.  Read back by --config, each
+ * gives the same field (floats printed to their last bit).  Outputs (--out,
+ * --checkpoint, --metrics, --resume, --config, --quiet) are not settings. */
+enum setting_kind { K_STR, K_INT, K_LONG, K_U64, K_FLOAT, K_DOUBLE, K_BOOL, K_OFF_BOOL, K_DTYPE, K_CHOICE };
+
+struct setting {
+    const char *flag;
+    enum setting_kind kind;
+    size_t offset;
+    bool skip_zero;                /* zero means "not given" (or the flag takes no zero) */
+    const char *const *choices;    /* K_CHOICE: the flag's words by the field's value */
+};
+
+static const char *const optimizers[] = {"sgd", "adamw", NULL}, *const schedules[] = {"constant", "step", "cosine", NULL},
+                         *const token_kinds[] = {"chars", "bytes", NULL};
+
+#define AT(field) offsetof(st_train_options, field)
+static const struct setting settings[] = {
+    {"model", K_STR, AT(model), 1, 0}, {"init-from", K_STR, AT(init_from), 1, 0}, {"data", K_STR, AT(data_dir), 1, 0},
+    {"train-images", K_STR, AT(train_images), 1, 0}, {"train-labels", K_STR, AT(train_labels), 1, 0},
+    {"test-images", K_STR, AT(test_images), 1, 0}, {"test-labels", K_STR, AT(test_labels), 1, 0},
+    {"npy-images", K_STR, AT(npy_images), 1, 0}, {"npy-labels", K_STR, AT(npy_labels), 1, 0},
+    {"npy-test-images", K_STR, AT(npy_test_images), 1, 0}, {"npy-test-labels", K_STR, AT(npy_test_labels), 1, 0},
+    {"image-folder", K_STR, AT(image_folder), 1, 0}, {"image-size", K_INT, AT(image_size), 1, 0},
+    {"data-memory", K_DOUBLE, AT(data_memory_gb), 1, 0}, {"data-workers", K_INT, AT(data_workers), 0, 0},
+    {"val-fraction", K_FLOAT, AT(val_fraction), 0, 0}, {"train-subset", K_LONG, AT(train_subset), 1, 0},
+    {"test-subset", K_LONG, AT(test_subset), 1, 0}, {"augment", K_BOOL, AT(augment), 0, 0},
+    {"tokens", K_CHOICE, AT(text_tokens), 0, token_kinds}, {"tokens-bin", K_STR, AT(tokens_bin), 1, 0},
+    {"val-bin", K_STR, AT(val_bin), 1, 0}, {"vocab", K_LONG, AT(vocab), 1, 0},
+    {"epochs", K_INT, AT(epochs), 1, 0}, {"max-steps", K_LONG, AT(max_steps), 1, 0},
+    {"batch-size", K_INT, AT(batch), 0, 0}, {"grad-accum", K_INT, AT(grad_accum), 1, 0},
+    {"optimizer", K_CHOICE, AT(optim.kind), 0, optimizers}, {"lr", K_FLOAT, AT(schedule.lr), 0, 0},
+    {"momentum", K_FLOAT, AT(optim.momentum), 0, 0}, {"nesterov", K_BOOL, AT(optim.nesterov), 0, 0},
+    {"weight-decay", K_FLOAT, AT(optim.weight_decay), 0, 0}, {"beta2", K_FLOAT, AT(optim.beta2), 1, 0},
+    {"clip-norm", K_FLOAT, AT(clip_norm), 1, 0}, {"scale-lr", K_BOOL, AT(scale_lr), 0, 0},
+    {"schedule", K_CHOICE, AT(schedule.kind), 0, schedules}, {"warmup", K_U64, AT(schedule.warmup), 0, 0},
+    {"step-size", K_U64, AT(schedule.step_size), 1, 0}, {"gamma", K_FLOAT, AT(schedule.gamma), 1, 0},
+    {"min-lr", K_FLOAT, AT(schedule.min_lr), 0, 0}, {"seed", K_U64, AT(seed), 0, 0},
+    {"target-accuracy", K_FLOAT, AT(target_accuracy), 1, 0}, {"target-loss", K_FLOAT, AT(target_loss), 1, 0},
+    {"eval-every", K_LONG, AT(eval_every), 0, 0}, {"eval-windows", K_LONG, AT(eval_windows), 0, 0},
+    {"log-every", K_LONG, AT(log_every), 0, 0}, {"checkpoint-every", K_LONG, AT(checkpoint_every), 1, 0},
+    {"keep", K_INT, AT(keep_last), 1, 0}, {"keep-best", K_BOOL, AT(keep_best), 0, 0},
+    {"allreduce-dtype", K_DTYPE, AT(allreduce_dtype), 0, 0}, {"bucket-mb", K_DOUBLE, AT(bucket_mb), 1, 0},
+    {"check-replicas", K_LONG, AT(check_replicas), 1, 0}, {"precision", K_DTYPE, AT(precision), 0, 0},
+    {"no-flush-denormals", K_OFF_BOOL, AT(flush_denormals), 0, 0},
+};
+#undef AT
+
+/* One setting's value as text into buf; false when it is not to be written. */
+static bool setting_value(const struct setting *s, const st_train_options *o, char *buf, size_t len)
+{
+    const char *field = (const char *)o + s->offset;
+    double number = 0;
+    switch (s->kind) {
+    case K_STR: {
+        const char *v = *(const char *const *)field;
+        snprintf(buf, len, "%s", v ? v : "");
+        return v != NULL;
+    }
+    case K_BOOL: buf[0] = '\0'; return *(const bool *)field;
+    case K_OFF_BOOL: buf[0] = '\0'; return !*(const bool *)field;
+    case K_CHOICE: snprintf(buf, len, "%s", s->choices[*(const int *)field]); return true;
+    case K_DTYPE: snprintf(buf, len, "%s", st_dtype_name(*(const st_dtype *)field)); return true;
+    case K_INT: number = *(const int *)field; snprintf(buf, len, "%d", *(const int *)field); break;
+    case K_LONG: number = (double)*(const long *)field; snprintf(buf, len, "%ld", *(const long *)field); break;
+    case K_U64:
+        number = (double)*(const uint64_t *)field;
+        snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field);
+        break;
+    case K_FLOAT: /* the shortest text that reads back as the same float: 0.05, not 0.0500000007 */
+        number = *(const float *)field;
+        for (int digits = 6; digits <= 9; digits++)
+            if (snprintf(buf, len, "%.*g", digits, number) > 0 && strtof(buf, NULL) == (float)number)
+                break;
+        break;
+    case K_DOUBLE:
+        number = *(const double *)field;
+        for (int digits = 15; digits <= 17; digits++)
+            if (snprintf(buf, len, "%.*g", digits, number) > 0 && strtod(buf, NULL) == number)
+                break;
+        break;
+    }
+    return !(s->skip_zero && number == 0);
+}
+
+char *shmtrain_settings_text(const st_train_options *o, bool no_checkpoint)
+{
+    char *text = NULL, value[4200];
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    if (!f)
+        shmtrain_bad("out of memory");
+    fprintf(f, "# the settings in effect; `shmtrain --config THIS` repeats the run (shmrun -n as `instances` says)\n");
+    for (size_t i = 0; i < sizeof settings / sizeof *settings; i++) {
+        if (!setting_value(&settings[i], o, value, sizeof value))
+            continue;
+        if (!strcmp(settings[i].flag, "data") && (o->cifar_dir || o->image_folder || o->npy_images || o->ntext ||
+                                                  o->tokens_bin || o->train_images))
+            continue;  /* another source replaces the default IDX folder */
+        char *quoted = value[0] || settings[i].kind == K_STR ? st_config_quote(value) : NULL;
+        fprintf(f, quoted ? "%s %s\n" : "%s\n", settings[i].flag, quoted);
+        free(quoted);
+    }
+    if (o->cifar_dir) {
+        char *quoted = st_config_quote(o->cifar_dir);
+        fprintf(f, "%s %s\n", o->cifar100 ? "cifar100" : "cifar", quoted ? quoted : "");
+        free(quoted);
+    }
+    for (int i = 0; i < o->ntext; i++) {
+        char *quoted = st_config_quote(o->text[i]);
+        fprintf(f, "text %s\n", quoted ? quoted : "");
+        free(quoted);
+    }
+    if (no_checkpoint)
+        fprintf(f, "no-checkpoint\n");
+    if (o->evaluate_only)
+        fprintf(f, "max-steps 0\n");
+    if (fclose(f) != 0)
+        shmtrain_bad("out of memory");
+    return text;
+}
 
 static st_dtype dtype_flag(const char *flag, const char *v)
 {
@@ -235,7 +375,10 @@ static bool optimisation_flag(int c, char *v, st_train_options *o, bool *momentu
 {
     switch (c) {
     case O_EPOCHS: o->epochs = (int)shmtrain_whole("--epochs", v, 1, 1000000); break;
-    case O_MAXSTEPS: o->max_steps = shmtrain_whole("--max-steps", v, 1, LONG_MAX); break;
+    case O_MAXSTEPS:
+        o->max_steps = shmtrain_whole("--max-steps", v, 0, LONG_MAX);
+        o->evaluate_only = o->max_steps == 0;  /* nothing trained: an evaluation of what it starts from */
+        break;
     case O_BATCH: o->batch = (int)shmtrain_whole("--batch-size", v, 1, 1 << 20); break;
     case O_ACCUM: o->grad_accum = (int)shmtrain_whole("--grad-accum", v, 1, 4096); break;
     case O_OPT:
@@ -306,8 +449,10 @@ static void check_output_path(const char *flag, const char *path)
         shmtrain_bad("%s: the name is too long", flag);
     st_path_folder(path, folder, sizeof folder);
     struct stat sb;
-    if (stat(folder, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    if (stat(folder, &sb) != 0)
         shmtrain_bad("%s %s: the folder %s does not exist", flag, path, folder);
+    if (!S_ISDIR(sb.st_mode))
+        shmtrain_bad("%s %s: %s is a file, not a folder", flag, path, folder);
     if (access(folder, W_OK | X_OK) != 0)
         shmtrain_bad("%s %s: cannot create files in %s: %s", flag, path, folder, strerror(errno));
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
@@ -321,9 +466,14 @@ static void check_combinations(st_train_options *o, const struct run_dir_request
         shmtrain_bad("--no-checkpoint and %s: give one", rq->checkpoint_named ? "--checkpoint"
                      : o->checkpoint_every ? "--checkpoint-every" : o->keep_last ? "--keep" : "--keep-best");
     if (o->keep_last && !o->checkpoint_every)
-        shmtrain_bad("--keep %d: keeps --checkpoint-every's checkpoints; give that too", o->keep_last);
-    if (rq->overwrite && !rq->out)
-        shmtrain_bad("--overwrite goes with --out DIR (a default run folder is always new)");
+        shmtrain_bad("--keep %d keeps the periodic checkpoints of --checkpoint-every K, K > 0 (this run makes none)",
+                     o->keep_last);
+    if (rq->overwrite && !rq->out && !rq->checkpoint_named && !rq->metrics_named)
+        shmtrain_bad("--overwrite goes with --out DIR, --checkpoint FILE or --metrics FILE (a default run folder is "
+                     "always new)");
+    if (o->evaluate_only && (o->checkpoint_every || o->keep_last || o->keep_best))
+        shmtrain_bad("--max-steps 0 evaluates and trains nothing: it saves no checkpoint (leave out %s)",
+                     o->checkpoint_every ? "--checkpoint-every" : o->keep_last ? "--keep" : "--keep-best");
     if (o->optim.kind == ST_OPTIM_ADAMW && !momentum_set)
         o->optim.momentum = 0;
     if (o->optim.nesterov && o->optim.momentum <= 0)
@@ -342,8 +492,10 @@ static void check_combinations(st_train_options *o, const struct run_dir_request
         shmtrain_bad("%s belongs to --image-folder ROOT", o->image_size ? "--image-size" : "--data-memory");
     if (o->npy_test_images && !o->npy_images)
         shmtrain_bad("--npy-test-images: give the training arrays too (--npy-images, --npy-labels)");
-    check_output_path("--checkpoint", o->checkpoint);
-    check_output_path("--metrics", o->metrics);
+    if (rq->checkpoint_named)  /* the default goes in the run folder, checked there */
+        check_output_path("--checkpoint", o->checkpoint);
+    if (rq->metrics_named)
+        check_output_path("--metrics", o->metrics);
 }
 
 static bool asks_for(int argc, char **argv, const char *a, const char *b)
@@ -402,6 +554,6 @@ enum shmtrain_action shmtrain_parse(int argc, char **argv, st_train_options *o, 
     if (summary)
         return ACTION_SUMMARY;
     check_combinations(o, rq, momentum_set);
-    rq->config_text = shmtrain_effective_config(training_flags);
+    rq->config_text = shmtrain_settings_text(o, rq->no_checkpoint);
     return ACTION_TRAIN;
 }

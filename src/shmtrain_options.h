@@ -35,4 +35,8 @@ enum shmtrain_action shmtrain_parse(int argc, char **argv, st_train_options *o, 
 
 void shmtrain_usage(FILE *f);
 
+/* config.txt's text: every setting in effect (include/shmtrain/config_text.h's
+ * syntax), so that --config of it trains the same run.  Owned by the caller. */
+char *shmtrain_settings_text(const st_train_options *o, bool no_checkpoint);
+
 #endif

@@ -26,7 +26,7 @@ for f in "$first" "$second"; do
     [ -s "runs/$f/$file" ] || fail "whole-$f: no $file"
   done
 done
-[ "$(readlink runs/latest)" = "$second" ] || fail "latest: $(readlink runs/latest), want $second"
+[ "$(readlink runs/latest)" = "$second/shmtrain.ckpt" ] || fail "latest: $(readlink runs/latest), want $second/shmtrain.ckpt"
 grep -q "^done: 3 steps" "runs/$first/console.log" || fail "console.log: $(cat "runs/$first/console.log")"
 if command -v gnuplot >/dev/null; then  # install-deps installs it (the sweep's plots)
   grep -q "<svg" "runs/$first/curves.svg" && [ "$(grep -c '<path' "runs/$first/curves.svg")" -gt 20 ] ||
@@ -38,7 +38,7 @@ grep -qx "lr 0.01" "runs/$second/config.txt" || fail "config: $(cat "runs/$secon
 expect repeat 0 "run folder rep" -- "$shmtrain" --config "runs/$first/config.txt" --out rep
 [ "$(final_loss rep/metrics.jsonl)" = "$(final_loss "runs/$first/metrics.jsonl")" ] ||
   fail "repeat: loss $(final_loss rep/metrics.jsonl) vs $(final_loss "runs/$first/metrics.jsonl")"
-expect config-typo 2 "--config bad.txt: unknown option '--learning_rate' (did you mean --lr?)" -- \
+expect config-typo 2 "--config bad.txt:2: unknown option '--learning_rate' (did you mean --lr?)" -- \
   sh -c "printf 'model mlp\nlearning_rate 0.1\n' > bad.txt; exec '$shmtrain' --config bad.txt"
 
 # a folder holding a run: refused, untouched; --overwrite writes over it
@@ -65,7 +65,7 @@ best_step=$(grep '"type":"eval"' keep/metrics.jsonl | sed 's/.*"step":\([0-9]*\)
   sort -k1,1gr -k2,2n | head -1 | cut -d' ' -f2)
 grep "best so far" "$tmp/out" | tail -1 | grep -q "(step $best_step," || fail "keep-best: best at step $best_step, said: $(grep 'best so far' "$tmp/out" | tail -1)"
 expect keep-best-loads 0 "wrote keep/best.safetensors" -- "$shmtrain" export --checkpoint keep/best.ckpt --out keep/best.safetensors
-expect keep-needs-every 2 "--keep 2: keeps --checkpoint-every's checkpoints" -- "$shmtrain" --keep 2
+expect keep-needs-every 2 "--keep 2 keeps the periodic checkpoints of --checkpoint-every K, K > 0" -- "$shmtrain" --keep 2
 
 # --no-checkpoint; named outputs go where named, no folder
 expect no-checkpoint 0 "run folder" -- "$shmtrain" $small --max-steps 1 --no-checkpoint --out nock
@@ -78,7 +78,7 @@ expect named 0 "checkpoint: mine.ckpt" -- "$shmtrain" $small --max-steps 1 --che
 # room for one checkpoint, found before step 1 (a 1 MB tmpfs, where this
 # user may mount one: root, as CI runs)
 if mkdir small && mount -t tmpfs -o size=1m tmpfs small 2>/dev/null; then
-  expect no-room 1 "small has 1.0 MB free; make room" -- "$shmtrain" $small --max-steps 1 --checkpoint small/x.ckpt
+  expect no-room 1 "and small has 1.0 MB free; make room" -- "$shmtrain" $small --max-steps 1 --checkpoint small/x.ckpt
   grep -q "step 1" "$tmp/out" && fail "no-room: it trained first"
   umount small
 else

@@ -214,7 +214,7 @@ static void test_every_preset_round_trips(void **state)
             char *argv[32];
             int k = 0;
             const char *base[] = {tr_shmtrain, "--model", presets[p].model, "--batch-size", "8", "--quiet",
-                                  "--metrics", "rt.jsonl", "--checkpoint", pass ? "rt2.ckpt" : "rt.ckpt"};
+                                  "--metrics", "rt.jsonl", "--overwrite", "--checkpoint", pass ? "rt2.ckpt" : "rt.ckpt"};
             for (size_t i = 0; i < sizeof base / sizeof *base; i++)
                 argv[k++] = (char *)base[i];
             for (int i = 0; presets[p].data[i]; i++)

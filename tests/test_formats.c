@@ -176,7 +176,7 @@ static struct child_run run_on(int n, const char *ckpt, char *const data[])
     snprintf(nbuf, sizeof nbuf, "%d", n);
     const char *launch[] = {tr_shmrun, "-n", nbuf, "--oversubscribe", "--quiet", "--log-dir", "logs", "--"};
     const char *base[] = {tr_shmtrain, "--model", "mlp", "--max-steps", "30", "--checkpoint", ckpt, "--metrics",
-                          "metrics.jsonl", "--log-every", "1000"};
+                          "metrics.jsonl", "--overwrite", "--log-every", "1000"};
     for (size_t i = 0; n > 0 && i < sizeof launch / sizeof *launch; i++)
         argv[k++] = (char *)launch[i];
     for (size_t i = 0; i < sizeof base / sizeof *base; i++)

@@ -227,7 +227,8 @@ static void test_outputs_are_not_inputs(void **state)
     const uint64_t before = file_hash("labels-copy");
     struct child_run r = run_argv((char *[]){(char *)tr_shmtrain, "--model", "mlp", "--train-images", d.tri,
                                              "--train-labels", copy, "--test-images", d.tei, "--test-labels", d.tel,
-                                             "--metrics", copy, "--max-steps", "1", "--quiet", NULL}, 0);
+                                             "--metrics", copy, "--max-steps", "1", "--quiet", "--overwrite",
+                                             NULL}, 0);  /* even --overwrite writes over no input */
     assert_int_not_equal(r.code, 0);
     if (!strstr(r.err, "--metrics") || !strstr(r.err, "is the same file as --train-labels"))
         fail_msg("%s", r.err);
@@ -289,6 +290,9 @@ static void test_safetensors_rules(void **state)
                "bytes 0-4 of the data belong to no tensor (the gap before 'a')");
     expect_sft("{" T("a", "F32", "2", 0, 8) "}", 12, 0, ST_ERR_FORMAT,
                "the tensors end at byte 8 of the data, which runs to 12");
+    /* past the data: named as such, not as a gap of bytes that do not exist (issue 62) */
+    expect_sft("{" T("a", "F32", "2", 0, 8) "," T("b", "F32", "2", 12, 20) "}", 8, 0, ST_ERR_FORMAT,
+               "tensor 'b' (bytes 12-20) runs past the data, which ends at byte 8");
     expect_sft("{" T("a", "F32", "3", 0, 8) "}", 8, 0, ST_ERR_FORMAT,
                "tensor 'a': data_offsets cover 8 bytes, its dtype and shape take 12");
     expect_sft("{" T("a", "F32", "2", 8, 0) "}", 8, 0, ST_ERR_FORMAT, "data_offsets [8, 0] run backwards");

@@ -50,12 +50,27 @@ static void test_failing_rank_stops_the_gang(void **state)
     check_gang_failure("leftover", (char *[]){"--leave-segment", "1", "--sleep", "60", NULL}, "exit 9");
 }
 
+/* A rank's bad flag (exit 2, the usage status) is the gang's: shmrun exits
+ * 2 as the program would alone, and does not restart into the same refusal. */
+static void test_bad_flag_is_passed_on_not_restarted(void **state)
+{
+    (void)state;
+    struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--oversubscribe", "--max-restarts", "2",
+                                     "--job-id", "usage", "--log-dir", "logs", "--", (char *)probe, "--exit-rank", "1",
+                                     "--code", "2", "--sleep", "60", NULL},
+                          "usage");
+    assert_int_equal(exit_code(&r), 2);
+    assert_null(strstr(r.err, "restarting the gang"));
+    assert_non_null(strstr(r.err, "exit 2"));
+    result_free(&r);
+}
+
 static void test_sigterm_ignored_gets_sigkill(void **state)
 {
     (void)state;
     struct result r = run((char *[]){(char *)shmrun, "-n", "2", "--grace", "0.5", "--job-id", "stubborn",
                                      "--log-dir", "logs", "--", (char *)probe, "--exit-rank", "1", "--code",
-                                     "2", "--sleep", "60", "--ignore-term", NULL},
+                                     "4", "--sleep", "60", "--ignore-term", NULL},
                           "stubborn");
     assert_int_equal(exit_code(&r), 1);
     assert_true(r.seconds < 5);
@@ -228,6 +243,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failing_rank_stops_the_gang),
         cmocka_unit_test(test_sigterm_ignored_gets_sigkill),
+        cmocka_unit_test(test_bad_flag_is_passed_on_not_restarted),
         cmocka_unit_test(test_restart_resumes),
         cmocka_unit_test(test_stopped_rank_stops_the_gang),
         cmocka_unit_test(test_stopped_rank_that_continues_resumes),

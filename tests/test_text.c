@@ -54,7 +54,7 @@ static struct child_run lm(int n, const char *ckpt, char *const extra[])
     snprintf(nbuf, sizeof nbuf, "%d", n);
     const char *launch[] = {tr_shmrun, "-n", nbuf, "--quiet", "--log-dir", "logs", "--"};
     const char *base[] = {tr_shmtrain, "--model", "tiny.model",
-                          "--checkpoint", ckpt, "--metrics", "metrics.jsonl", "--log-every", "1000",
+                          "--checkpoint", ckpt, "--metrics", "metrics.jsonl", "--overwrite", "--log-every", "1000",
                           "--eval-windows", "64", "--batch-size", "8", "--optimizer", "adamw", "--lr", "3e-3"};
     for (size_t i = 0; n > 0 && i < sizeof launch / sizeof *launch; i++)
         argv[k++] = (char *)launch[i];

@@ -162,7 +162,8 @@ struct child_run train(int n, const char *ckpt, char *const extra[], double inte
                           "--", tr_shmtrain, "--model", "mlp",
                           "--train-images", d.tri, "--train-labels", d.trl, "--test-images", d.tei,
                           "--test-labels", d.tel,
-                          "--checkpoint", ckpt, "--metrics", "metrics.jsonl", "--quiet"};
+                          "--checkpoint", ckpt, "--metrics", "metrics.jsonl", "--quiet",
+                          "--overwrite"};  /* a test's runs write over the one before, by design */
     for (size_t i = 0; i < sizeof base / sizeof *base; i++)
         argv[k++] = (char *)base[i];
     for (int i = 0; extra[i]; i++)

@@ -35,6 +35,8 @@ typedef struct st_ckpt {
     double best_accuracy, elapsed_s;
     uint8_t *alphabet;       /* a language model's token id -> byte; NULL (0) otherwise */
     uint32_t nalphabet;
+    bool has_kept_best;      /* --keep-best: the score of the evaluation its best file holds (accuracy, */
+    double kept_best;        /*   or minus the validation loss), so a resume keeps a better one */
 } st_ckpt;
 
 /* Write atomically.  The arrays are borrowed. */
@@ -50,6 +52,14 @@ void st_ckpt_abandon_write(void);
  * On success *c owns its arrays: release with st_ckpt_free. */
 st_status st_ckpt_read(const char *path, st_ckpt *c);
 void st_ckpt_free(st_ckpt *c);
+
+/* Does `path` start as a checkpoint does? */
+bool st_ckpt_is_checkpoint(const char *path);
+
+/* The model text a checkpoint was written for (malloc'd into *text): what
+ * `--resume FILE` trains when no --model is given.  Only the header and
+ * that section are read (st_ckpt_read checks the whole file). */
+st_status st_ckpt_read_model_text(const char *path, char **text);
 
 /* What a reader of a checkpoint (resume, sampling) needs it to hold.  A
  * file's sections are only copied into a model after st_ckpt_check has

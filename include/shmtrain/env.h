@@ -167,8 +167,13 @@ st_status st_placement_from_env(st_placement *out);
 const char *st_env_other_launcher(void);
 
 /* The job id every process of this launch sees (shmrun's, then torchrun's,
- * Slurm's, PMIx's, Open MPI's), or NULL. */
+ * Slurm's, PMIx's, Open MPI's), or NULL.  torchrun's "none" (no rendezvous
+ * id given) is made its agent's: "torchrun-<its pid>". */
 const char *st_env_shared_job_id(void);
+
+/* The id a shared-memory group meets under: shmrun's, else torchrun's for
+ * the processes torchrun started; NULL when neither launched this one. */
+const char *st_env_group_job_id(void);
 
 /* Readers for the modules that own what the variables configure (the
  * collectives' coll_env.c, the engine's tuning.c): env.c knows how a value

@@ -13,7 +13,11 @@
 #ifndef SHMTRAIN_METRICS_H
 #define SHMTRAIN_METRICS_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
+
+#include "shmtrain/status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -87,8 +91,17 @@ typedef struct st_record {
     } u;
 } st_record;
 
-/* Write one record as one line and flush it (a crash keeps every line). */
-void st_metrics_write(FILE *f, const st_record *r);
+/* Write one record as one line and flush it (a crash keeps every line).
+ * A write that fails (a full disk) leaves no part of its line: the file is
+ * cut back to the last whole record, and ST_ERR_IO says why. */
+st_status st_metrics_write(FILE *f, const st_record *r);
+
+/* A resumed run goes on from its checkpoint's step: the records after it
+ * (metrics.jsonl's train and eval records, or with `csv` scalars.csv's
+ * rows), written before a crash, are dropped, so that no step appears
+ * twice; a cut last line goes too.  The file is rewritten aside and renamed
+ * over; a missing file is no error. */
+st_status st_metrics_drop_after(const char *path, uint64_t step, bool csv);
 
 /* Read one line; fields absent from it are NAN (numbers), 0 or "".
  * Returns the record's type. */

@@ -19,8 +19,11 @@ typedef struct st_tfevents st_tfevents;
 
 /* Opens DIR/events.out.tfevents.<unix time>.<host>.<pid> (its first record
  * the file version TensorBoard checks) and DIR/scalars.csv, appended to
- * when it exists (a resumed run). */
-st_status st_tfevents_create(st_tfevents **out, const char *dir);
+ * when it exists.  A run resumed from a checkpoint at step `resumed_at`
+ * (0: a new run) drops scalars.csv's rows after it and tells TensorBoard to
+ * drop the steps after it from the earlier event files (a SessionLog START),
+ * so that each step is seen once. */
+st_status st_tfevents_create(st_tfevents **out, const char *dir, uint64_t resumed_at);
 
 /* One scalar at `step`, `wall_time` in seconds since the epoch.  A failed
  * write turns the writer off (said once on stderr): losing a plot must not

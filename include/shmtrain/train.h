@@ -48,6 +48,7 @@ typedef struct st_train_options {
                                      (st_model_recipe; for the start line), or NULL */
     int epochs;                   /* passes over the data; 0 = not given: 1, or as many as
                                      max_steps needs when it is given alone */
+    bool evaluate_only;           /* --max-steps 0: evaluate (a resumed or imported model) and stop */
     long max_steps;               /* stop after this many optimizer steps (0 = no limit); with
                                      epochs too, whichever comes first */
     int batch;                    /* per instance (default 64) */
@@ -61,7 +62,13 @@ typedef struct st_train_options {
     long log_every;               /* steps (default 50) */
     long checkpoint_every;        /* steps; 0 = only at the end */
     int keep_last;                /* with checkpoint_every: keep FILE-stepN.ckpt of the last K saves (0: none) */
-    bool keep_best;               /* keep best.ckpt beside the checkpoint: the best evaluation's */
+    bool keep_best;               /* keep the best evaluation's checkpoint beside the checkpoint */
+    const char *keep_best_path;   /* its file (a run folder's best.ckpt); NULL: st_train_best_path's */
+    const char *resume_hint;      /* what `--resume` takes to go on from the checkpoint (a run's folder);
+                                     NULL: the checkpoint's name */
+    void (*on_start)(void *ctx);  /* rank 0, once setup and any resume succeeded, before the first
+                                     record: the caller's outputs may be written from then on */
+    void *on_start_ctx;
     long check_replicas;          /* compare parameter hashes every K steps */
     st_dtype precision;           /* compute: fp32 (default) or bf16 mixed precision (docs/engine.md) */
     st_dtype allreduce_dtype;     /* the gradient exchange: fp32 (default), bf16 or fp16 (half the bytes) */
@@ -86,6 +93,14 @@ typedef struct st_train_result {
 } st_train_result;
 
 void st_train_defaults(st_train_options *o);
+
+/* A model by preset name, model file, or the checkpoint it was trained in
+ * (the model text a checkpoint carries). */
+st_status st_train_model_load(st_model **m, const char *name);
+
+/* --keep-best's file beside `checkpoint` ("a.ckpt" -> "a-best.ckpt"), so
+ * that runs checkpointing into one folder keep a best each. */
+void st_train_best_path(const char *checkpoint, char *out, size_t len);
 
 /* Run training.  ST_ERR_INTERRUPTED after a clean stop on SIGINT/SIGTERM
  * (a checkpoint was written); ST_ERR_FORMAT / ST_ERR_IO for bad inputs,

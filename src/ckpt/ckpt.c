@@ -24,7 +24,8 @@
 #define TAG(a, b, c, d) ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
 enum { T_MODEL = TAG('M', 'O', 'D', 'L'), T_PARAMS = TAG('P', 'A', 'R', 'M'), T_BUFFERS = TAG('B', 'U', 'F', 'S'),
        T_OPTIM = TAG('O', 'P', 'T', 'S'), T_STATE = TAG('S', 'T', 'A', 'T'),
-       T_VOCAB = TAG('V', 'O', 'C', 'B') /* optional: a language model's alphabet */ };
+       T_VOCAB = TAG('V', 'O', 'C', 'B') /* optional: a language model's alphabet */,
+       T_BEST = TAG('K', 'B', 'S', 'T') /* optional: the score --keep-best's file holds */ };
 
 struct state_section {
     uint64_t epoch, epoch_pos, step, seed, optim_steps;
@@ -57,7 +58,8 @@ static void section(struct out *o, uint32_t tag, const void *p, size_t n)
 static uint64_t payload_size(const st_ckpt *c)
 {
     return 5 * 12 + strlen(c->model_text) + (c->nparams + c->nbuffers + c->noptim) * sizeof(float) +
-           sizeof(struct state_section) + (c->nalphabet ? 12 + c->nalphabet : 0);
+           sizeof(struct state_section) + (c->nalphabet ? 12 + c->nalphabet : 0) +
+           (c->has_kept_best ? 12 + sizeof c->kept_best : 0);
 }
 
 /* A writer killed between fopen and rename leaves PATH.tmp.PID behind.
@@ -171,6 +173,8 @@ static st_status write_file(const char *path, const char *tmp, const st_ckpt *c)
     section(&o, T_STATE, &s, sizeof s);
     if (c->nalphabet)
         section(&o, T_VOCAB, c->alphabet, c->nalphabet);
+    if (c->has_kept_best)
+        section(&o, T_BEST, &c->kept_best, sizeof c->kept_best);
     uint32_t crc = (uint32_t)o.crc;
     put(&o, &crc, 4, false);
     put(&o, "END!", 4, false);
@@ -224,6 +228,7 @@ static const char *section_name(uint32_t tag)
     case T_BUFFERS: return "buffers";
     case T_OPTIM: return "optimizer";
     case T_STATE: return "training state";
+    case T_BEST: return "kept best";
     default: return "vocabulary";
     }
 }
@@ -249,6 +254,13 @@ static st_status take_section(const char *path, uint32_t tag, const uint8_t *p, 
         memcpy(c->alphabet, p, n);
         c->nalphabet = (uint32_t)n;
         return ST_OK;
+    case T_BEST:
+        if (n != sizeof c->kept_best)
+            return st_fail(ST_ERR_FORMAT, "checkpoint %s: kept-best section of %llu bytes, not %zu", path,
+                           (unsigned long long)n, sizeof c->kept_best);
+        memcpy(&c->kept_best, p, n);
+        c->has_kept_best = true;
+        return ST_OK;
     default: {
         struct state_section s;
         if (n != sizeof s)
@@ -265,8 +277,8 @@ static st_status take_section(const char *path, uint32_t tag, const uint8_t *p, 
 
 static st_status parse_sections(const char *path, const uint8_t *p, uint64_t len, st_ckpt *c)
 {
-    static const uint32_t tags[] = {T_MODEL, T_PARAMS, T_BUFFERS, T_OPTIM, T_STATE, T_VOCAB};
-    enum { REQUIRED = 5 };  /* all but the vocabulary */
+    static const uint32_t tags[] = {T_MODEL, T_PARAMS, T_BUFFERS, T_OPTIM, T_STATE, T_VOCAB, T_BEST};
+    enum { REQUIRED = 5 };  /* all but the vocabulary and the kept best */
     bool have[sizeof tags / sizeof *tags] = {0};
     while (len >= 12) {
         uint32_t tag;
@@ -332,6 +344,46 @@ st_status st_ckpt_check(const st_ckpt *c, const char *path, const st_ckpt_expect
     if (alphabet_has_repeats(c->alphabet, c->nalphabet))
         return st_fail(ST_ERR_FORMAT, "checkpoint %s: its vocabulary names a byte twice", path);
     return ST_OK;
+}
+
+bool st_ckpt_is_checkpoint(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char magic[8];
+    const bool is = f && fread(magic, 1, 8, f) == 8 && !memcmp(magic, MAGIC, 8);
+    if (f)
+        fclose(f);
+    return is;
+}
+
+/* The first section, the model's text (write_file's order), without the
+ * rest: the whole file is checked when it is resumed from. */
+st_status st_ckpt_read_model_text(const char *path, char **text)
+{
+    *text = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return st_fail(ST_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
+    uint8_t head[24 + 12];
+    uint32_t tag;
+    uint64_t n;
+    st_status st = ST_OK;
+    if (fread(head, 1, sizeof head, f) != sizeof head || memcmp(head, MAGIC, 8) != 0)
+        st = st_fail(ST_ERR_FORMAT, "checkpoint %s: not a shmtrain checkpoint (bad magic or truncated)", path);
+    memcpy(&tag, head + 24, 4);
+    memcpy(&n, head + 28, 8);
+    if (st == ST_OK && (tag != T_MODEL || n > (16u << 20)))
+        st = st_fail(ST_ERR_FORMAT, "checkpoint %s: no model text where it belongs", path);
+    if (st == ST_OK && !(*text = calloc(1, n + 1)))
+        st = st_fail(ST_ERR_NOMEM, "checkpoint %s: out of memory", path);
+    if (st == ST_OK && (fread(*text, 1, n, f) != n || memchr(*text, '\0', n)))
+        st = st_fail(ST_ERR_FORMAT, "checkpoint %s: its model text is cut short or holds a NUL byte", path);
+    fclose(f);
+    if (st != ST_OK) {
+        free(*text);
+        *text = NULL;
+    }
+    return st;
 }
 
 st_status st_ckpt_read(const char *path, st_ckpt *c)

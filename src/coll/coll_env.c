@@ -54,12 +54,12 @@ st_status st_group_config_from_env(st_group_config *c, char *job_id)
                        pl.world, pl.launcher);
     c->world_size = pl.world;
     c->rank = pl.rank;
-    const char *env_job = getenv(ST_ENV_JOB_ID);
-    if (env_job && *env_job)
+    const char *env_job = st_env_group_job_id();
+    if (env_job)
         snprintf(job_id, ST_JOB_ID_MAX + 1, "%s", env_job);
     else if (pl.world > 1)
-        return st_fail(ST_ERR_INVALID, "coll: %s is not set (shmrun sets it; ranks of one job must share it)",
-                       ST_ENV_JOB_ID);
+        return st_fail(ST_ERR_INVALID, "coll: %s is not set (shmrun sets it, torchrun names its job in %s; ranks "
+                       "of one job must share it)", ST_ENV_JOB_ID, ST_ENV_TORCH_JOB);
     else
         snprintf(job_id, ST_JOB_ID_MAX + 1, "local-%d", (int)getpid());
     c->job_id = job_id;

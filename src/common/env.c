@@ -210,6 +210,18 @@ const char *st_env_other_launcher(void)
     return NULL;
 }
 
+/* torchrun without a rendezvous id (no --standalone, no --rdzv-id) says
+ * "none" to every job: its workers are its agent's children, so the agent's
+ * pid tells one launch from another on this machine. */
+static const char *torchrun_job_id(const char *run_id)
+{
+    static char job[32];
+    if (strcmp(run_id, "none"))
+        return run_id;
+    snprintf(job, sizeof job, "torchrun-%d", (int)getppid());
+    return job;
+}
+
 const char *st_env_shared_job_id(void)
 {
     static const char *const names[] = {ST_ENV_JOB_ID, ST_ENV_TORCH_JOB, ST_ENV_SLURM_JOB, ST_ENV_PMIX_JOB,
@@ -217,9 +229,18 @@ const char *st_env_shared_job_id(void)
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         const char *v = getenv(names[i]);
         if (v && *v && !strchr(v, '/'))  /* it names a folder */
-            return v;
+            return strcmp(names[i], ST_ENV_TORCH_JOB) ? v : torchrun_job_id(v);
     }
     return NULL;
+}
+
+const char *st_env_group_job_id(void)
+{
+    const char *job = getenv(ST_ENV_JOB_ID);
+    if (job && *job)
+        return job;
+    job = getenv(ST_ENV_TORCH_JOB);  /* torchrun starts no shmrun, and names its job */
+    return job && *job && set(ST_ENV_GENERIC_RANK) ? torchrun_job_id(job) : NULL;
 }
 
 st_status st_placement_from_env(st_placement *out)

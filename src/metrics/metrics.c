@@ -1,8 +1,13 @@
 /* The metrics records (include/shmtrain/metrics.h): one writer, one reader. */
+#define _GNU_SOURCE
 #include "shmtrain/metrics.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,12 +102,16 @@ static void write_summary(st_json *j, const st_summary_record *r)
     st_json_object_end(j);
 }
 
-void st_metrics_write(FILE *f, const st_record *r)
+/* The record's line, JSON and its newline, in a buffer of its own
+ * (malloc'd; NULL when out of memory). */
+static char *record_line(const st_record *r, size_t *len)
 {
-    if (!f || r->type <= ST_RECORD_UNKNOWN || r->type > ST_RECORD_SUMMARY)
-        return;
+    char *line = NULL;
+    FILE *m = open_memstream(&line, len);
+    if (!m)
+        return NULL;
     st_json j;
-    st_json_init(&j, f);
+    st_json_init(&j, m);
     st_json_object_begin(&j, NULL);
     st_json_string(&j, "type", TYPE_NAMES[r->type]);
     switch (r->type) {
@@ -113,8 +122,85 @@ void st_metrics_write(FILE *f, const st_record *r)
     case ST_RECORD_UNKNOWN: break;
     }
     st_json_object_end(&j);
-    fputc('\n', f);
-    fflush(f);
+    fputc('\n', m);
+    if (fclose(m) != 0) {
+        free(line);
+        return NULL;
+    }
+    return line;
+}
+
+st_status st_metrics_write(FILE *f, const st_record *r)
+{
+    if (!f || r->type <= ST_RECORD_UNKNOWN || r->type > ST_RECORD_SUMMARY)
+        return st_fail(ST_ERR_INVALID, "metrics: no file, or no such record type");
+    size_t len;
+    char *line = record_line(r, &len);
+    if (!line)
+        return st_fail(ST_ERR_NOMEM, "metrics: out of memory");
+    const off_t start = ftello(f);
+    const bool written = fwrite(line, 1, len, f) == len;
+    const bool ok = fflush(f) == 0 && written;
+    const int err = errno;
+    free(line);
+    if (ok)
+        return ST_OK;
+    /* a full disk takes part of a line: cut the file back to the last whole one */
+    clearerr(f);
+    if (start >= 0 && ftruncate(fileno(f), start) == 0)
+        fseeko(f, start, SEEK_SET);
+    return st_fail(ST_ERR_IO, "%s", strerror(err ? err : EIO));
+}
+
+static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* A record's step: metrics.jsonl's "step" field, or scalars.csv's first
+ * column; -1 when the line has none (a run or summary record, the header). */
+static long long line_step(const char *line, bool csv)
+{
+    const char *p = csv ? line : strstr(line, "\"step\":");
+    if (!p)
+        return -1;
+    p += csv ? 0 : 7;
+    if (!is_digit(*p))
+        return -1;
+    return strtoll(p, NULL, 10);
+}
+
+st_status st_metrics_drop_after(const char *path, uint64_t step, bool csv)
+{
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return errno == ENOENT ? ST_OK : st_fail(ST_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    char tmp[4200];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.resume.%d", path, (int)getpid()) >= sizeof tmp) {
+        fclose(in);
+        return st_fail(ST_ERR_IO, "%s: the name is too long", path);
+    }
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        fclose(in);
+        return st_fail(ST_ERR_IO, "%s: cannot write beside it: %s", path, strerror(errno));
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    bool ok = true;
+    while ((n = getline(&line, &cap, in)) > 0)
+        if (line[n - 1] == '\n' && line_step(line, csv) <= (long long)step)  /* a cut last line goes too */
+            ok &= fwrite(line, 1, (size_t)n, out) == (size_t)n;
+    free(line);
+    ok &= !ferror(in);
+    fclose(in);
+    ok &= fflush(out) == 0 && fsync(fileno(out)) == 0;
+    const int err = errno;
+    ok &= fclose(out) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return st_fail(ST_ERR_IO, "%s: cannot drop the steps after %llu: %s", path, (unsigned long long)step,
+                       strerror(ok ? errno : err));
+    }
+    return ST_OK;
 }
 
 /* ------------------------------------------------------------- reading -- */

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -46,18 +47,27 @@ void train_keep_last(struct trainer *t)
     }
 }
 
+/* "a/x.ckpt" -> "a/x-best.ckpt" (a name without an extension: "-best" after it). */
+void st_train_best_path(const char *checkpoint, char *out, size_t len)
+{
+    const char *dot = strrchr(checkpoint, '.'), *slash = strrchr(checkpoint, '/');
+    const int stem = dot && (!slash || dot > slash) ? (int)(dot - checkpoint) : (int)strlen(checkpoint);
+    snprintf(out, len, "%.*s-best%s", stem, checkpoint, checkpoint + stem);
+}
+
 void train_keep_best(struct trainer *t, double accuracy, double loss)
 {
     const st_train_options *o = t->o;
     const double score = t->text ? -loss : accuracy;
+    /* kept_best: the score best.ckpt holds, through a resume (the checkpoint
+     * carries it), so a worse evaluation after one never replaces it */
     if (t->rank != 0 || !o->keep_best || !o->checkpoint || !(score > t->kept_best))
         return;
-    char folder[PATH_LEN], best[PATH_LEN + 16];
-    st_path_folder(o->checkpoint, folder, sizeof folder);
-    if (!strchr(o->checkpoint, '/'))
-        snprintf(best, sizeof best, "best.ckpt");  /* beside a bare name, as it was given */
+    char best[PATH_LEN + 16];
+    if (o->keep_best_path)
+        snprintf(best, sizeof best, "%s", o->keep_best_path);
     else
-        snprintf(best, sizeof best, "%s%sbest.ckpt", folder, folder[strlen(folder) - 1] == '/' ? "" : "/");
+        st_train_best_path(o->checkpoint, best, sizeof best);
     if (train_save_to(t, best) != ST_OK) {
         fprintf(stderr, "shmtrain: warning: step %llu: --keep-best: %s; training goes on\n",
                 (unsigned long long)t->step, st_last_error());
@@ -68,15 +78,24 @@ void train_keep_best(struct trainer *t, double accuracy, double loss)
               t->text ? "validation loss" : "test accuracy", t->text ? loss : accuracy);
 }
 
+/* Room for the saves this run makes: a save writes a whole new file beside
+ * the old one before its rename (two at once), --keep K holds K more (hard
+ * links keep replaced files alive), --keep-best one more; a file there
+ * already (a resume's) is space the first save takes back. */
 st_status train_check_room(const struct trainer *t)
 {
-    const char *ckpt = t->o->checkpoint;
+    const st_train_options *o = t->o;
+    const char *ckpt = o->checkpoint;
     if (t->rank != 0 || !ckpt)
         return ST_OK;
     size_t nb, no;
     st_net_buffers(t->net, &nb);
     st_optim_state(t->opt, &no);
-    const double need = (double)(t->P + nb + no) * sizeof(float) + (double)strlen(st_model_text(t->model)) + 65536;
+    const double one = (double)(t->P + nb + no) * sizeof(float) + (double)strlen(st_model_text(t->model)) + 65536;
+    const int copies = 2 + (o->checkpoint_every > 0 ? o->keep_last : 0) + (o->keep_best ? 1 : 0);
+    struct stat sb;
+    const double there = stat(ckpt, &sb) == 0 ? (double)sb.st_size : 0;
+    const double need = one * copies - there;
     char dir[PATH_LEN];
     st_path_folder(ckpt, dir, sizeof dir);
     struct statvfs fs;
@@ -85,6 +104,9 @@ st_status train_check_room(const struct trainer *t)
     const double free_bytes = (double)fs.f_bavail * (double)fs.f_frsize;
     if (free_bytes >= need)
         return ST_OK;
-    return st_fail(ST_ERR_IO, "checkpoint %s: one takes about %.1f MB and %s has %.1f MB free; make room, give "
-                   "--checkpoint on another disk, or --no-checkpoint", ckpt, need / 1e6, dir, free_bytes / 1e6);
+    return st_fail(ST_ERR_IO, "checkpoint %s: its saves take about %.1f MB (%d files of %.1f MB at once: the "
+                   "checkpoint and its next one%s%s) and %s has %.1f MB free; make room, give --checkpoint on another "
+                   "disk, or --no-checkpoint", ckpt, need / 1e6, copies, one / 1e6,
+                   o->checkpoint_every > 0 && o->keep_last ? ", --keep's" : "", o->keep_best ? ", the best" : "", dir,
+                   free_bytes / 1e6);
 }

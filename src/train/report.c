@@ -30,10 +30,18 @@ _Static_assert(NTHRESH <= ST_METRICS_MAX_TARGETS, "the summary record holds ever
 
 /* ------------------------------------------------------------ output -- */
 
+/* A record the disk would not take ends the records, not the run: said now
+ * and at the end (the run's exit status), the file left whole up to it. */
 void train_record(struct trainer *t, const st_record *r)
 {
-    if (t->metrics)
-        st_metrics_write(t->metrics, r);
+    if (t->metrics && st_metrics_write(t->metrics, r) != ST_OK) {
+        snprintf(t->records_why, sizeof t->records_why, "%s holds no records after step %llu (%s)",
+                 t->o->metrics ? t->o->metrics : "metrics.jsonl", (unsigned long long)t->step, st_last_error());
+        fprintf(stderr, "shmtrain: warning: %s; training goes on\n", t->records_why);
+        fclose(t->metrics);
+        t->metrics = NULL;
+        t->records_lost = true;
+    }
     if (t->tb) {
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
@@ -46,13 +54,6 @@ void train_say(const struct trainer *t, const char *fmt, ...)
     if (t->rank != 0)
         return;
     va_list ap;
-    const size_t n = strlen(fmt);
-    if (t->console && n && fmt[n - 1] == '\n') {  /* a terminal's progress bar is no line to keep */
-        va_start(ap, fmt);
-        vfprintf(t->console, fmt, ap);
-        va_end(ap);
-        fflush(t->console);
-    }
     if (t->o->quiet)
         return;
     if (t->tty)
@@ -179,26 +180,27 @@ st_status train_eval_and_report(struct trainer *t)
 
 /* ------------------------------------------------------------- metrics -- */
 
+/* A resumed run (or a restarted gang) goes on from its checkpoint's step:
+ * what the records hold after it was logged by the run that crashed, and
+ * goes, so each step is told once. */
 void train_open_metrics(struct trainer *t)
 {
     if (t->rank != 0)
         return;
-    char path[1024];
+    char path[4200];
     const char *dir = getenv(ST_ENV_LOG_DIR);
     if (t->o->metrics)
         snprintf(path, sizeof path, "%s", t->o->metrics);
     else
         snprintf(path, sizeof path, "%s/metrics.jsonl", dir ? dir : ".");
+    if (t->step && st_metrics_drop_after(path, t->step, false) != ST_OK)
+        fprintf(stderr, "shmtrain: warning: %s (steps after %llu may appear twice)\n", st_last_error(),
+                (unsigned long long)t->step);
     t->metrics = fopen(path, t->step ? "a" : "w");
     if (!t->metrics)
         fprintf(stderr, "shmtrain: --metrics %s: cannot open: %s (continuing without)\n", path, strerror(errno));
-    if (t->o->events_dir && st_tfevents_create(&t->tb, t->o->events_dir) != ST_OK)
+    if (t->o->events_dir && st_tfevents_create(&t->tb, t->o->events_dir, t->step) != ST_OK)
         fprintf(stderr, "shmtrain: warning: %s (no TensorBoard events)\n", st_last_error());
-    if (t->o->events_dir) {
-        snprintf(path, sizeof path, "%s/console.log", t->o->events_dir);
-        if (!(t->console = fopen(path, "a")))
-            fprintf(stderr, "shmtrain: warning: %s: %s (no console log)\n", path, strerror(errno));
-    }
 }
 
 void train_recipe(const st_train_options *o, char *buf, size_t len)

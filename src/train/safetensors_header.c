@@ -417,6 +417,10 @@ static st_status check_tiling(const struct sft_header *h, const struct span *ord
     const struct sft_tensor *prev = NULL;
     for (int k = 0; k < h->count; k++) {
         const struct sft_tensor *t = &h->tensors[order[k].tensor];
+        if (t->end > h->data_bytes)  /* before the gap it leaves: those bytes do not exist */
+            return st_fail(ST_ERR_FORMAT, "%s %s: tensor '%s' (bytes %llu-%llu) runs past the data, which ends at "
+                                          "byte %llu", flag, path, t->name, (unsigned long long)t->begin,
+                           (unsigned long long)t->end, (unsigned long long)h->data_bytes);
         if (t->begin < at)
             return st_fail(ST_ERR_FORMAT, "%s %s: tensor '%s' (bytes %llu-%llu) overlaps '%s' (bytes %llu-%llu): "
                                           "each tensor's bytes are its own", flag, path, t->name,

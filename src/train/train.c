@@ -46,6 +46,18 @@ void st_train_defaults(st_train_options *o)
     o->data_workers = 2;
 }
 
+st_status st_train_model_load(st_model **m, const char *name)
+{
+    if (!st_ckpt_is_checkpoint(name))
+        return st_model_load(m, name);
+    char *text;
+    st_status st = st_ckpt_read_model_text(name, &text);
+    if (st == ST_OK)
+        st = st_model_parse(m, text, name);
+    free(text);
+    return st;
+}
+
 /* --------------------------------------------------------- checkpoints -- */
 
 st_status train_save_to(struct trainer *t, const char *path)
@@ -61,7 +73,8 @@ st_status train_save_to(struct trainer *t, const char *path)
                  .world_size = (uint32_t)t->world, .best_accuracy = t->best_acc,
                  .elapsed_s = st_now_s() - t->start + t->elapsed_before,
                  .alphabet = t->text ? (uint8_t *)st_text_alphabet(t->text) : NULL,
-                 .nalphabet = t->text ? (uint32_t)st_text_alphabet_len(t->text) : 0};
+                 .nalphabet = t->text ? (uint32_t)st_text_alphabet_len(t->text) : 0,
+                 .has_kept_best = isfinite(t->kept_best), .kept_best = t->kept_best};
     c.nbuffers = nb;
     c.noptim = no;
     return st_ckpt_write(path, &c);
@@ -139,6 +152,8 @@ static st_status restore(struct trainer *t, const char *path)
         t->epoch_pos = c.epoch_pos;
         t->step = c.step;
         t->best_acc = c.best_accuracy;
+        if (c.has_kept_best)
+            t->kept_best = c.kept_best;
         t->elapsed_before = c.elapsed_s;
         train_say(t, "resumed from %s: epoch %llu, step %llu (written by %u instance%s)\n", path,
             (unsigned long long)c.epoch + 1, (unsigned long long)c.step, c.world_size, c.world_size == 1 ? "" : "s");
@@ -322,7 +337,7 @@ static st_status setup(struct trainer *t)
         return st;
     if (o->flush_denormals)
         st_nn_flush_denormals(true);
-    if ((st = st_model_load(&t->model, o->model)) != ST_OK)
+    if ((st = st_train_model_load(&t->model, o->model)) != ST_OK)
         return st;
     t->P = st_model_param_count(t->model);
     const size_t f32_bytes = ((t->P + TAIL) * sizeof(float) + 63) / 64 * 64;
@@ -411,8 +426,6 @@ static void teardown(struct trainer *t, bool failed)
     if (t->metrics)
         fclose(t->metrics);
     st_tfevents_destroy(t->tb);
-    if (t->console)
-        fclose(t->console);
     free(t->x);
     free(t->y);
     free(t->order);
@@ -447,6 +460,7 @@ static st_status loop(struct trainer *t, st_train_result *r)
     float lr = o->schedule.lr;
     double train_start = st_now_s();
     t->interval_start = train_start;
+    done = o->evaluate_only;  /* --max-steps 0: the evaluation below, nothing trained or saved */
     for (; t->epoch < (uint64_t)t->epochs_total && !done && st == ST_OK; t->epoch++, t->epoch_pos = 0) {
         if (!t->text)
             st_epoch_order(t->order, n, o->seed, t->epoch);
@@ -470,7 +484,7 @@ static st_status loop(struct trainer *t, st_train_result *r)
                 st = save(t);
                 if (st == ST_OK && o->checkpoint)
                     train_say(t, "checkpoint: %s (step %llu); --resume %s continues from it\n", o->checkpoint,
-                              (unsigned long long)t->step, o->checkpoint);
+                              (unsigned long long)t->step, o->resume_hint ? o->resume_hint : o->checkpoint);
                 r->interrupted = true;
                 return st == ST_OK ? ST_ERR_INTERRUPTED : st;
             }
@@ -495,10 +509,21 @@ static st_status loop(struct trainer *t, st_train_result *r)
         train_log_interval(t, lr);
     if (t->last_eval_step != (long)t->step)
         st = train_eval_and_report(t);
-    if (st == ST_OK)
+    if (st == ST_OK && !o->evaluate_only)
         st = save(t);
     r->steps = (long)t->step;
     return st;
+}
+
+/* A resumed run already at its budget trains nothing and evaluates nothing
+ * again (its records hold that step's evaluation): said, and done. */
+static bool finished_already(struct trainer *t)
+{
+    if (!t->step || t->o->evaluate_only || (long)t->step < t->steps_total)
+        return false;
+    train_say(t, "nothing to train: the run is at step %llu of %ld; a larger --max-steps (or --epochs) goes on\n",
+              (unsigned long long)t->step, t->steps_total);
+    return true;
 }
 
 st_status st_train_run(const st_train_options *o, st_train_result *r)
@@ -514,7 +539,12 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
     if (st == ST_OK)
         st = maybe_resume(&t);
     t.first_step = t.step;
-    if (st == ST_OK) {
+    if (st == ST_OK && t.rank == 0 && o->on_start)
+        o->on_start(o->on_start_ctx);
+    if (st == ST_OK && finished_already(&t)) {
+        r->steps = (long)t.step;
+        r->best_accuracy = t.best_acc;
+    } else if (st == ST_OK) {
         train_open_metrics(&t);
         train_run_record(&t);
         char accum[40] = "", budget[128];
@@ -548,6 +578,9 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
             r->samples_per_s = (double)((t.step - t.first_step) * t.global_batch) / t.train_seconds;
         if (st == ST_OK)
             train_summary(&t, r);
+        if (st == ST_OK && t.records_lost)  /* the run is whole, its account of itself is not */
+            st = st_fail(ST_ERR_IO, "the run finished (%s), but %s", t.saved ? o->checkpoint : "no checkpoint",
+                         t.records_why);
     }
     st_kept_error kept;
     st_error_keep(&kept);

@@ -52,7 +52,8 @@ struct trainer {
     size_t P;
     FILE *metrics;
     st_tfevents *tb;           /* TensorBoard events and scalars.csv in the run folder, or NULL */
-    FILE *console;             /* the run folder's console.log: what rank 0 says, line by line, or NULL */
+    bool records_lost;         /* a metrics record could not be written (a full disk): said at the end */
+    char records_why[512];
     st_schedule sched;         /* the options' schedule, its length filled in */
     bool tty;
     uint64_t epoch, epoch_pos, step, first_step;

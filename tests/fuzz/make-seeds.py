@@ -183,3 +183,10 @@ put("metrics", "peer-shm-loss", bytes([0x0b]) + PEER_METRICS.encode())
 put("metrics", "report", bytes([0x00]) + b'{"job":"j","instances":2,"seconds":4.500,"ok":true,"ranks":['
     b'{"rank":0,"pus":"0","exit":0,"max_rss_kb":91000,"cpu_s":3.9},'
     b'{"rank":1,"pus":"1","exit":0,"max_rss_kb":90000,"cpu_s":3.8}]}\n')
+
+# config files (fuzz_config.c): a run's config.txt, a user's with comments,
+# '=' and quotes, one with a byte-order mark and CRLF line ends
+put("config", "config.txt", "# the settings in effect\nmodel gpt-mini\ntext \"a #1.txt\"\nlr 0.001\n"
+    "batch-size 12\naugment\ninstances 2\n")
+put("config", "user.cfg", "model=lenet   # a comment\n--lr = 0.05\n\n  epochs 3\nname \"quo\\\"te\\x41\\n\"\n")
+put("config", "windows.cfg", b"\xef\xbb\xbfmodel mlp\r\nmax-steps 1\r\n")
