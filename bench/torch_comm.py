@@ -3,28 +3,60 @@ bucket) registered as a comm hook that adds each bucket's time in flight to
 InFlight.seconds.  bench/torch_ddp.py and bench/torch_gpt.py use it, over
 gloo or over shmtrain's "shm" backend (--backend).
 
-gloo runs the all-reduce on its own thread, so its time in flight overlaps
-the rest of backward; shm's completes inside the call (the library's
-collectives block), so its time in flight is time the backward waited.
+Over shm the hook is shmtrain_torch.ddp_comm_hook (the bucket copied into
+the segment once, the result read there; SHMTRAIN_TORCH_HOOK=0: the plain
+all_reduce instead).  Both backends' calls are asynchronous, so the time in
+flight overlaps the rest of backward; what backward waited for at its end
+(from the last bucket's call to backward's return) is InFlight.exposed:
+the exchange's exposed share of the step.
 """
+import os
 import time
 
 import torch.distributed as dist
 
 
 class InFlight:
-    """Seconds DDP's all-reduces were in flight, summed over buckets."""
+    """Seconds DDP's all-reduces were in flight, summed over buckets; the
+    part of them backward waited for at its end."""
     seconds = 0.0
+    exposed = 0.0
+    last_call = None
+
+    @classmethod
+    def after_backward(cls):
+        """Call when loss.backward() returns."""
+        if cls.last_call is not None:
+            cls.exposed += time.perf_counter() - cls.last_call
+            cls.last_call = None
+
+
+def _plain(state, bucket):
+    buf = bucket.buffer().div_(dist.get_world_size())
+    return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
+
+
+def _choose():
+    if dist.get_backend() == "shm" and os.environ.get("SHMTRAIN_TORCH_HOOK", "1") != "0":
+        import shmtrain_torch
+        return shmtrain_torch.ddp_comm_hook
+    return _plain
+
+
+_hook = None
 
 
 def timed_allreduce_hook(state, bucket):
+    global _hook
+    if _hook is None:
+        _hook = _choose()
     t0 = time.perf_counter()
-    buf = bucket.buffer().div_(dist.get_world_size())
-    fut = dist.all_reduce(buf, async_op=True).get_future()
+    InFlight.last_call = t0
+    fut = _hook(state, bucket)
 
     def done(f):
         InFlight.seconds += time.perf_counter() - t0
-        return f.value()[0]
+        return f.value()
     return fut.then(done)
 
 

@@ -299,6 +299,7 @@ def main():
                     logits = net(x)
                 loss = F.cross_entropy(logits.float().view(-1, vocab), y.reshape(-1))
                 (loss / a.grad_accum).backward()
+                InFlight.after_backward()
             losses += loss.item() / a.grad_accum
             accs += (logits.argmax(-1) == y).float().mean().item() / a.grad_accum
         if a.clip_norm > 0:
@@ -325,7 +326,7 @@ def main():
     for k in range(a.warm_steps):
         step(k)
     t0 = time.perf_counter()
-    InFlight.seconds = 0.0
+    InFlight.seconds = InFlight.exposed = 0.0
     eval_s, last_log, loss_sum, acc_sum, since = 0.0, t0, 0.0, 0.0, 0
     last_loss, last_acc, best_acc, done = float("nan"), 0.0, 0.0, 0
 
@@ -356,9 +357,9 @@ def main():
                   "loss": round(loss_sum / since, 6), "accuracy": round(acc_sum / since, 5),
                   "lr": lr_at(a, k, total), "samples_per_s": round(sps, 1), "tokens_per_s": round(sps * t, 1),
                   "time_s": round(now - start, 3), "compute_s": round(now - last_log - InFlight.seconds, 4),
-                  "allreduce_s": round(InFlight.seconds, 4), "wait_s": 0})
+                  "allreduce_s": round(InFlight.seconds, 4), "wait_s": round(InFlight.exposed, 4)})
             last_log, loss_sum, acc_sum, since = now, 0.0, 0.0, 0
-            InFlight.seconds = 0.0
+            InFlight.seconds = InFlight.exposed = 0.0
         if a.eval_every and done % a.eval_every == 0:
             run_eval(done)
             if a.target_loss > 0 and last_loss <= a.target_loss:

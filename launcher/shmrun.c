@@ -104,6 +104,9 @@ static void usage(FILE *f)
 "      --sweep-precisions LIST   each setting once per precision (fp32,bf16), side by side\n"
 "      --sweep-global-batch G    every setting trains G samples a step (the job's gradient\n"
 "                                accumulation: G / N / its batch), so settings differ in speed only\n"
+"      --compare-backends shm,gloo   a PyTorch script (a job that is not shmtrain): each setting\n"
+"                                over shm and over gloo (default: shm; the script's own backend\n"
+"                                is replaced, SHMTRAIN_TORCH_BACKEND)\n"
 "  -h, --help                    this text;  --version  the version\n"
 "\n"
 "Each instance gets " ST_ENV_RANK ", " ST_ENV_WORLD_SIZE ", " ST_ENV_LOCAL_RANK ",\n"
@@ -171,7 +174,7 @@ static void check_spelling(int argc, char **argv, const struct option *longopts)
 enum {
     O_CORES = 256, O_NODES, O_LOGICAL, O_NOCROSS, O_BIND, O_XML, O_SYNTH, O_ALLOWED, O_DRY, O_JSON, O_JOB, O_LOGDIR,
     O_TEE, O_QUIET, O_RESTARTS, O_GRACE, O_VERSION, O_REPORT, O_SWEEP, O_REPEATS, O_PRECISIONS, O_GLOBAL_BATCH,
-    O_SWEEPOUT, O_TARGET, O_TARGET_LOSS, O_TORCH, O_TORCH_MODE, O_OVERSUB, O_STALL, O_HOSTS, O_PRINT_MPIRUN
+    O_SWEEPOUT, O_TARGET, O_TARGET_LOSS, O_TORCH, O_TORCH_MODE, O_BACKENDS, O_OVERSUB, O_STALL, O_HOSTS, O_PRINT_MPIRUN
 };
 
 static const struct option longopts[] = {
@@ -189,6 +192,7 @@ static const struct option longopts[] = {
     {"sweep-global-batch", required_argument, 0, O_GLOBAL_BATCH}, {"sweep-out", required_argument, 0, O_SWEEPOUT},
     {"target-accuracy", required_argument, 0, O_TARGET}, {"target-loss", required_argument, 0, O_TARGET_LOSS},
     {"compare-torch", optional_argument, 0, O_TORCH}, {"torch-mode", required_argument, 0, O_TORCH_MODE},
+    {"compare-backends", required_argument, 0, O_BACKENDS},
     {"oversubscribe", no_argument, 0, O_OVERSUB}, {"stall-timeout", required_argument, 0, O_STALL},
     {"hosts", required_argument, 0, O_HOSTS}, {"print-mpirun", no_argument, 0, O_PRINT_MPIRUN},
     {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, O_VERSION}, {0, 0, 0, 0}};
@@ -292,6 +296,11 @@ static bool sweep_flag(int c, char *v, struct options *o)
     case O_TARGET_LOSS: target_flag(true, v, o); break;
     case O_TORCH: o->sweep.compare_torch = true; o->sweep.torch_script = v; break;
     case O_TORCH_MODE: o->sweep.torch_mode = torch_mode(v); break;
+    case O_BACKENDS:
+        if (strcmp(v, "shm") && strcmp(v, "shm,gloo") && strcmp(v, "gloo,shm"))
+            bad_flag("--compare-backends '%s': shm, or shm,gloo", v);
+        o->sweep.compare_gloo = strcmp(v, "shm") != 0;
+        break;
     default: return false;
     }
     return true;
@@ -322,6 +331,8 @@ static void check_combinations(struct options *o)
                  "and --sweep-global-batch go with --sweep");
     if (o->sweep.torch_mode && !o->sweep.compare_torch)
         bad_flag("--torch-mode goes with --compare-torch");
+    if (o->sweep.compare_gloo && !o->sweeping)
+        bad_flag("--compare-backends goes with --sweep");
     if (o->sweeping && (o->req.ninstances || o->req.cores_per_instance))
         bad_flag("--sweep names the settings itself: drop -n/-c");
     if (o->sweeping && (o->json || o->report || o->max_restarts || o->job_id || o->tee_all))
@@ -546,6 +557,10 @@ static int sweep(struct options *o, const st_topo *topo)
     }
     o->sweep.dry_run = o->dry_run;
     o->sweep.argv = o->argv;
+    if (o->argv && o->argv[0]) {  /* anything but shmtrain: a user's (PyTorch) script */
+        const char *program = strrchr(o->argv[0], '/') ? strrchr(o->argv[0], '/') + 1 : o->argv[0];
+        o->sweep.script = strcmp(program, "shmtrain") != 0;
+    }
     o->sweep.req = o->req;
     o->sweep.version = SHMRUN_VERSION;
     return sweep_main(topo, &o->sweep);

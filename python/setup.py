@@ -62,6 +62,10 @@ setup(
     version="0.1.0",
     description="shmtrain's shared-memory all-reduce as the torch.distributed backend 'shm'",
     packages=["shmtrain_torch"],
+    py_modules=["shmtrain_torch_autoload"],
+    # `import torch` imports every "torch.backends" entry point: the backend
+    # "shm" registered with no import in the user's script
+    entry_points={"torch.backends": ["shm = shmtrain_torch_autoload:load"]},
     ext_modules=[
         CppExtension(
             "shmtrain_torch._C",

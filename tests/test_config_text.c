@@ -95,7 +95,7 @@ static void test_quoting_reads_back(void **state)
 {
     (void)state;
     static const char *const values[] = {"plain", "a#1.txt", "a #1", " lead", "trail ", "=x", "\"q", "back\\slash",
-                                         "tab\there", "new\nline", "\x7f", "", "0.05", "/usr/share/x y"};
+                                         "tab\there", "new\nline", "\x7f", "", "0.05", "/opt/x y"};
     for (size_t i = 0; i < sizeof values / sizeof *values; i++) {
         char *quoted = st_config_quote(values[i]), text[256];
         assert_non_null(quoted);

@@ -416,8 +416,14 @@ static void test_bad_flags(void **state)
         {{"--sweep", "1x1", "--target-accuracy", "85", "--", "true"}, "--target-accuracy '85'"},
         {{"--sweep", "1x1", "--compare-torch", "--torch-mode", "fast", "--", "true"}, "--torch-mode 'fast'"},
         {{"--sweep", "1x1", "--torch-mode", "compile", "--", "true"}, "--torch-mode goes with --compare-torch"},
-        {{"--sweep", "1x1", "--compare-torch", "--torch-mode", "channels_last", "--", "true", "--text"},
+        {{"--sweep", "1x1", "--compare-torch", "--torch-mode", "channels_last", "--", "./shmtrain", "--text"},
          "--torch-mode channels_last: a language model"},
+        /* a PyTorch script's sweep (any program but shmtrain) compares backends, not systems */
+        {{"--compare-backends", "shm,gloo", "--", "true"}, "--compare-backends goes with --sweep"},
+        {{"--sweep", "1x1", "--compare-backends", "shm,nccl", "--", "true"}, "--compare-backends 'shm,nccl'"},
+        {{"--sweep", "1x1", "--compare-torch", "--", "python3", "train.py"}, "--compare-torch is shmtrain's"},
+        {{"--sweep", "1x1", "--compare-backends", "shm,gloo", "--", "./shmtrain"}, "--compare-backends is for a "
+                                                                                    "PyTorch script"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *argv[12] = {(char *)shmrun};

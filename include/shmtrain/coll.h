@@ -77,6 +77,14 @@ typedef struct st_group_config {
     const char *algorithm;   /* force one all-reduce algorithm at every size
                                 (st_allreduce_algorithms() names them); NULL =
                                 the measured table of src/coll/choose.c */
+    /* A host's own thread pool for a call's copies and sums, where OpenMP's
+     * is not the process's (the torch.distributed backend runs them on
+     * PyTorch's): team(team_ctx, n, body, arg) must call body(arg, m, n)
+     * once for each m in 0..n-1, on any threads, and return when all have
+     * returned.  `threads` is then how many it may use (default 1).  NULL:
+     * OpenMP's.  The split, and so the bits, are the same either way. */
+    void (*team)(void *team_ctx, int threads, void (*body)(void *arg, int member, int size), void *arg);
+    void *team_ctx;
 } st_group_config;
 
 #define ST_SMALL_NEVER ((size_t)-1)

@@ -16,6 +16,12 @@
 const char *const sweep_system_name[SWEEP_NSYSTEMS] = {"shmtrain", "pytorch-ddp", "pytorch-ddp-shm"};
 const char *const sweep_system_label[SWEEP_NSYSTEMS] = {"shmtrain", "PyTorch DDP (gloo)", "PyTorch DDP (shm)"};
 
+const char *sweep_label(int system, bool script)
+{
+    static const char *const scripts[SWEEP_NSYSTEMS] = {"script over shm", "script over gloo", "script over shm"};
+    return script ? scripts[system] : sweep_system_label[system];
+}
+
 /* ------------------------------------------------------------ settings -- */
 
 static int parse_item(const char *item, int l3_caches, struct sweep_setting *s, char *err, size_t errlen)
@@ -249,7 +255,8 @@ static void note_versions(const st_run_record *run, struct sweep_versions *v)
         snprintf(v->onednn, sizeof v->onednn, "%s", run->onednn);
         snprintf(v->isa, sizeof v->isa, "%s", run->isa);
     }
-    if (!strcmp(run->system, "pytorch-ddp") || !strcmp(run->system, "pytorch")) {  /* torch_gpt.py alone: "pytorch" */
+    if (!strcmp(run->system, "pytorch-ddp") || !strcmp(run->system, "pytorch") ||
+        !strcmp(run->system, "pytorch-script")) {  /* torch_gpt.py alone: "pytorch" */
         snprintf(v->torch, sizeof v->torch, "%s", run->torch);
         snprintf(v->torch_mode, sizeof v->torch_mode, "%s", run->mode);
     }
@@ -323,6 +330,10 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
             /* one instance has no all-reduce to check (torch_gpt.py then makes no group) */
             if (r->system == SWEEP_TORCH_SHM && rec.u.run.instances > 1 && strcmp(rec.u.run.backend, "shm") != 0)
                 return run_failed(r, "DDP over shm: the peer's run record says its all-reduce was not shm");
+            if (!strcmp(rec.u.run.system, "pytorch-script") && rec.u.run.instances > 1 && rec.u.run.backend[0] &&
+                strcmp(rec.u.run.backend, r->system == SWEEP_SHMTRAIN ? "shm" : "gloo") != 0)
+                return run_failed(r, "the script's run record names another backend than the sweep chose "
+                                     "(SHMTRAIN_TORCH_BACKEND: is shmtrain_torch installed for its python?)");
             note_versions(&rec.u.run, v);
             break;
         case ST_RECORD_TRAIN:
@@ -434,6 +445,7 @@ void sweep_summarize(const struct sweep_run *runs, int nruns, int nsettings, str
             o->samples_per_s = FIELD(samples_per_s);
             o->step_ms = FIELD(step_ms);
             o->time_to_target_s = FIELD(time_to_target_s);
+            o->wall_s = FIELD(wall_s);
             o->compute_ms = FIELD(compute_ms).median;
             o->allreduce_ms = FIELD(allreduce_ms).median;
             o->wait_ms = FIELD(wait_ms).median;
@@ -482,5 +494,13 @@ int sweep_best(const struct sweep_summary *sums, int nsettings, bool target_set,
         if (best < 0 || o->samples_per_s.median > sums[best * SWEEP_NSYSTEMS].samples_per_s.median)
             best = s;
     }
+    for (int s = 0; best < 0 && s < nsettings; s++)  /* no rates at all: the quickest run */
+        if (sums[s * SWEEP_NSYSTEMS].wall_s.n && (best < 0 || sums[s * SWEEP_NSYSTEMS].wall_s.median <
+                                                               sums[best * SWEEP_NSYSTEMS].wall_s.median))
+            best = s;
+    for (int s = 0; s < nsettings && best >= 0; s++)
+        if (sums[best * SWEEP_NSYSTEMS].samples_per_s.n == 0 && sums[s * SWEEP_NSYSTEMS].wall_s.n &&
+            sums[s * SWEEP_NSYSTEMS].wall_s.median < sums[best * SWEEP_NSYSTEMS].wall_s.median)
+            best = s;
     return best;
 }

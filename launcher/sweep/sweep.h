@@ -27,6 +27,8 @@
 enum sweep_system { SWEEP_SHMTRAIN = 0, SWEEP_TORCH = 1, SWEEP_TORCH_SHM = 2, SWEEP_NSYSTEMS = 3 };
 extern const char *const sweep_system_name[SWEEP_NSYSTEMS];   /* in files: "pytorch-ddp-shm" */
 extern const char *const sweep_system_label[SWEEP_NSYSTEMS];  /* in reports: "PyTorch DDP (shm)" */
+/* A script's sweep names its systems by backend: system 0 "script over shm", 1 "script over gloo". */
+const char *sweep_label(int system, bool script);
 
 struct sweep_setting {
     char asked[64];          /* the spec items it came from, "numa,all" */
@@ -125,7 +127,7 @@ struct sweep_stat { double median, min, max; int n; };
 
 struct sweep_summary {
     int runs, failed, reached;       /* repeats, failed ones, ones that reached the target */
-    struct sweep_stat samples_per_s, step_ms, time_to_target_s;
+    struct sweep_stat samples_per_s, step_ms, time_to_target_s, wall_s;
     double compute_ms, allreduce_ms, wait_ms, other_ms, final_accuracy, final_loss;  /* medians */
     double rss_max_mb, rss_total_mb; /* worst over repeats */
     int curve_run;                   /* the run whose accuracy curve is drawn, or -1 */
@@ -138,9 +140,11 @@ void sweep_summarize(const struct sweep_run *runs, int nruns, int nsettings, str
 /* Did any setting of this system run (in sums as sweep_summarize makes them)? */
 bool sweep_system_ran(const struct sweep_summary *sums, int nsettings, int system);
 
-/* The best shmtrain setting: with a target that every repeat of some
- * setting reached, the lowest median time to it; else the highest median
- * throughput.  -1 when nothing succeeded.  *by_target says which. */
+/* The best setting of the job (system 0: shmtrain, or a script over shm):
+ * with a target that every repeat of some setting reached, the lowest
+ * median time to it; else the highest median throughput; where no run
+ * reported one (a script that calls no shmtrain_torch.report), the lowest
+ * median wall time.  -1 when nothing succeeded.  *by_target says which. */
 int sweep_best(const struct sweep_summary *sums, int nsettings, bool target_set, bool *by_target);
 
 struct sweep_report {
@@ -151,6 +155,7 @@ struct sweep_report {
     char kernel[128], compiler[64], date[40], shmrun_version[16];
     struct sweep_versions versions;  /* merged from the runs */
     bool torch_asked, torch_available;
+    bool script;                     /* the job is a user's PyTorch script (system 0: over shm, 1: over gloo) */
     const char *plots_note;          /* NULL when plots were drawn */
     /* st_cpu_probe_ratio over the 1 x all plan's CPUs; probe_cpus 0 = not measured */
     int probe_cpus;

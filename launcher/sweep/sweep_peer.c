@@ -113,9 +113,26 @@ static bool shm_backend_importable(const char *py, const char *self)
     return setenv("PYTHONPATH", path, 1) == 0 && sweep_run_quietly(probe, NULL, NULL) == 0;
 }
 
+/* A script's runs: over shm (the job's system), and over gloo (the peer
+ * system's) with --compare-backends shm,gloo.  Its interpreter must import
+ * shmtrain_torch, which replaces the script's backend (the entry point). */
+static void script_systems(const struct sweep_job *j, const char *self, struct sweep_peers *out)
+{
+    const char *program = strrchr(j->argv[0], '/') ? strrchr(j->argv[0], '/') + 1 : j->argv[0];
+    out->python = !strncmp(program, "python", 6) ? j->argv[0] : python();
+    out->nsystems = j->compare_gloo ? 2 : 1;
+    if (!shm_backend_importable(out->python, self))
+        fprintf(stderr, "shmrun: --sweep: %s cannot import shmtrain_torch (make python installs it): the script's "
+                        "runs over shm will fail\n", out->python);
+}
+
 void sweep_find_peers(const struct sweep_job *j, const char *self, struct sweep_peers *out)
 {
     *out = (struct sweep_peers){NULL, python(), 1};
+    if (j->script) {
+        script_systems(j, self, out);
+        return;
+    }
     if (!j->compare_torch)
         return;
     const char *script = find_torch_script(j->torch_script);

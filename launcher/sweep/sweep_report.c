@@ -240,6 +240,7 @@ static void markdown_hardware(FILE *f, const struct sweep_report *rep)
 /* What one markdown table of a sweep needs besides the rows: the baseline
  * setting, the target's words, and whether it is a language model's. */
 struct md_table {
+    bool script;
     const struct sweep_setting *s;
     const struct sweep_summary *sums, *bsum;
     int ns, base, best;
@@ -249,13 +250,14 @@ struct md_table {
 
 static void markdown_header(FILE *f, const struct md_table *t)
 {
-    fprintf(f, "| setting | asked | precision | samples/s | vs %s | step ms | compute / all-reduce / wait / other ms |%s%s%s "
+    fprintf(f, "| setting | asked | precision | %ssamples/s | vs %s | step ms | compute / all-reduce / wait / other ms |%s%s%s "
                "%s | peak RSS MiB per instance / total |",
-            t->base >= 0 ? t->s[t->base].label : "1 x all", *t->tgt ? " time to " : "", *t->tgt ? t->tgt : "",
+            t->script ? "script over shm: " : "", t->base >= 0 ? t->s[t->base].label : "1 x all", *t->tgt ? " time to " : "", *t->tgt ? t->tgt : "",
             *t->tgt ? " (s) |" : "", t->lm ? "final validation loss" : "final test acc. %");
     for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++)
         if (sweep_system_ran(t->sums, t->ns, sys))
-            fprintf(f, " %s samples/s | shmtrain / %s |", sweep_system_label[sys], sweep_system_label[sys]);
+            fprintf(f, " %s samples/s | %s / %s |", sweep_label(sys, t->script), sweep_label(SWEEP_SHMTRAIN, t->script),
+                    sweep_label(sys, t->script));
     fprintf(f, "\n|---|---|---|---|---|---|---|%s---|---|", *t->tgt ? "---|" : "");
     for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++)
         if (sweep_system_ran(t->sums, t->ns, sys))
@@ -314,9 +316,13 @@ static void markdown_row(FILE *f, const struct md_table *t, int i)
 static void markdown_verdict(FILE *f, const struct md_table *t, bool by_target, bool torch)
 {
     if (t->best >= 0) {
+        const struct sweep_summary *b = &t->sums[t->best * SWEEP_NSYSTEMS];
         fprintf(f, "**Best: %s**, by %s", t->s[t->best].label,
                 by_target ? (t->lm ? "median time to the target loss" : "median time to the target accuracy")
-                          : "median throughput");
+                : b->samples_per_s.n ? "median throughput"
+                                     : "median wall time (the script reports no progress: shmtrain_torch.report)");
+        if (!b->samples_per_s.n && b->wall_s.n)
+            fprintf(f, " (%.1f s)", b->wall_s.median);
         if (t->bsum && t->bsum->samples_per_s.n && t->best != t->base)
             fprintf(f, " (%.2fx the throughput of %s)",
                     t->sums[t->best * SWEEP_NSYSTEMS].samples_per_s.median / t->bsum->samples_per_s.median,
@@ -329,10 +335,12 @@ static void markdown_verdict(FILE *f, const struct md_table *t, bool by_target, 
                "The split is instance 0's, per step: compute = batch assembly, forward, backward and optimizer; "
                "all-reduce = moving gradients; wait = blocked on a slower peer; other = the rest (logging, "
                "evaluation overhead outside the intervals).");
-    if (torch)
-        fprintf(f, " PyTorch DDP overlaps its all-reduce with the backward pass (over gloo on gloo's thread; over "
-                   "shm the call completes before backward goes on), so its split is not comparable "
-                   "and is left out of the table (it is in the CSV).");
+    if (torch && !t->script)
+        fprintf(f, " PyTorch DDP overlaps its all-reduce with the backward pass (on each backend's own thread), "
+                   "so its split is not comparable and is left out of the table (it is in the CSV).");
+    if (t->script)
+        fprintf(f, " The script ran as it is under each setting, its backend replaced (SHMTRAIN_TORCH_BACKEND), "
+                   "its threads the instance's cores; its numbers are what it reported (shmtrain_torch.report).");
     fprintf(f, "\n\n");
 }
 
@@ -340,7 +348,7 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
                           const struct sweep_summary *sums)
 {
     bool by_target;
-    struct md_table t = {.s = s, .sums = sums, .ns = ns, .lm = rep->target.loss,
+    struct md_table t = {.script = rep->script, .s = s, .sums = sums, .ns = ns, .lm = rep->target.loss,
                          .best = sweep_best(sums, ns, rep->target.value > 0, &by_target),
                          .base = sweep_baseline(s, ns, rep->topo.cores)};
     t.bsum = t.base >= 0 ? &sums[t.base * SWEEP_NSYSTEMS] : NULL;

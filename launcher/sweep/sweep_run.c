@@ -97,6 +97,14 @@ static long flag_number(char **argv, const char *flag)
     return v;
 }
 
+/* The job's per-instance batch: --batch-size (shmtrain, the peers) or
+ * nanoGPT's --batch_size; 0 when it gives none. */
+static long micro_batch(char **argv)
+{
+    const long b = flag_number(argv, "--batch-size");
+    return b > 0 ? b : flag_number(argv, "--batch_size");
+}
+
 /* ------------------------------------------------------------ planning -- */
 
 /* The job's partitioning flags with this shape; NULL after a one-line
@@ -175,8 +183,8 @@ static int plan_settings(const st_topo *t, const struct sweep_job *j, struct swe
         fprintf(stderr, "shmrun: %s\n", err);
         return -1;
     }
-    if (j->global_batch && sweep_hold_global_batch(s, *ns, j->global_batch, flag_number(j->argv, "--batch-size"),
-                                                   err, sizeof err) < 0) {
+    if (j->global_batch && sweep_hold_global_batch(s, *ns, j->global_batch, micro_batch(j->argv), err,
+                                                   sizeof err) < 0) {
         fprintf(stderr, "shmrun: %s\n", err);
         return -1;
     }
@@ -212,7 +220,7 @@ enum { CHILD_ARGS = 256, CHILD_ARGS_OWN = 40 };  /* a run's argv, and what child
 
 static void child_argv(const struct sweep_job *j, const struct sweep_setting *st, int system,
                        const struct sweep_peers *peers, const struct run_paths *rp, const char *self, char **out,
-                       char num[3][16])
+                       char num[3][16], char accum_env[48])
 {
     int k = 0;
     snprintf(num[0], 16, "%d", st->instances);
@@ -232,6 +240,19 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
     out[k++] = "--report";
     out[k++] = (char *)rp->report;
     out[k++] = "--";
+    if (j->script) {  /* the user's script as it is, its backend chosen by shmtrain_torch (sweep_peer.h) */
+        out[k++] = "env";
+        out[k++] = system == SWEEP_SHMTRAIN ? "SHMTRAIN_TORCH_BACKEND=shm" : "SHMTRAIN_TORCH_BACKEND=gloo";
+        if (st->grad_accum > 1) {  /* --sweep-global-batch: the script reads it (docs/partitioning.md) */
+            snprintf(num[2], 16, "%d", st->grad_accum);
+            snprintf(accum_env, 48, "SHMTRAIN_GRAD_ACCUM=%s", num[2]);
+            out[k++] = accum_env;
+        }
+        for (char **a = j->argv; *a; a++)
+            out[k++] = *a;
+        out[k] = NULL;
+        return;
+    }
     if (system != SWEEP_SHMTRAIN) {
         /* as its users run it: OpenBLAS on its own kernels (some machines
          * set these two, which hold it to older ones) */
@@ -303,7 +324,8 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
     struct run_paths rp;
     sweep_run_reset(r, slot->setting, slot->system, slot->repeat, order);
     snprintf(rp.dir, sizeof rp.dir, "%s/runs/%02d-%s-%s-r%d", j->out_dir, order + 1, st->label,
-             sweep_system_name[slot->system], slot->repeat + 1);
+             j->script ? (slot->system == SWEEP_SHMTRAIN ? "script-shm" : "script-gloo")
+                       : sweep_system_name[slot->system], slot->repeat + 1);
     snprintf(rp.job, sizeof rp.job, "sweep%d-%d", (int)getpid(), order + 1);
     snprintf(rp.report, sizeof rp.report, "%s/report.json", rp.dir);
     snprintf(rp.metrics, sizeof rp.metrics, "%s/%s/attempt0/metrics.jsonl", rp.dir, rp.job);
@@ -312,13 +334,17 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
         snprintf(r->error, sizeof r->error, "cannot create %.120s: %.60s", rp.dir, strerror(errno));
         return;
     }
-    char *argv[CHILD_ARGS], num[3][16];
-    child_argv(j, st, slot->system, peers, &rp, self, argv, num);
+    char *argv[CHILD_ARGS], num[3][16], accum_env[48];
+    child_argv(j, st, slot->system, peers, &rp, self, argv, num, accum_env);
     int rc = run_child(argv);
     char *report = slurp_file(rp.report), *metrics = slurp_file(rp.metrics);
     bool launched = sweep_read_report(report, r) == 0;
-    if (launched && sweep_read_metrics(metrics, j->target, r, v) == 0)
+    if (launched && j->script && !metrics) {  /* a script that reports nothing: its wall time */
         r->ok = rc == 0;
+        *r->error = '\0';
+    } else if (launched && sweep_read_metrics(metrics, j->target, r, v) == 0) {
+        r->ok = rc == 0;
+    }
     if (r->ok && slot->system != SWEEP_SHMTRAIN && j->torch_mode && strcmp(r->mode, j->torch_mode) != 0) {
         r->ok = false;  /* a script of the user's that ignores --mode: not the peer asked for */
         snprintf(r->error, sizeof r->error, "--torch-mode %s: the peer's run record says mode '%s'", j->torch_mode,
@@ -335,12 +361,17 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
     unlink(rp.checkpoint);  /* the sweep measures; it keeps no models */
 }
 
-static void print_progress(const struct sweep_setting *s, const struct sweep_run *r, int k, int n, bool loss)
+static void print_progress(const struct sweep_setting *s, const struct sweep_run *r, int k, int n, bool loss,
+                           bool script)
 {
     fprintf(stderr, "shmrun: sweep [%d/%d] %-6s %-11s repeat %d: ", k + 1, n, s[r->setting].label,
-            sweep_system_name[r->system], r->repeat + 1);
+            script ? sweep_label(r->system, true) : sweep_system_name[r->system], r->repeat + 1);
     if (!r->ok) {
         fprintf(stderr, "FAILED: %s\n", r->error);
+        return;
+    }
+    if (isnan(r->samples_per_s)) {  /* a script that reports nothing */
+        fprintf(stderr, "%.1f s (no progress reported)\n", r->wall_s);
         return;
     }
     fprintf(stderr, "%.0f samples/s, step %.2f ms", r->samples_per_s, r->step_ms);
@@ -459,9 +490,9 @@ static int check_job(const struct sweep_job *j)
         fprintf(stderr, "shmrun: --sweep-global-batch: the program's own --grad-accum would contradict it\n");
         return -1;
     }
-    if (j->global_batch && flag_number(j->argv, "--batch-size") < 1) {
+    if (j->global_batch && micro_batch(j->argv) < 1) {
         fprintf(stderr, "shmrun: --sweep-global-batch: give the program's --batch-size (the micro-batch each "
-                        "instance runs)\n");
+                        "instance runs; a script's --batch-size or --batch_size)\n");
         return -1;
     }
     for (const char **f = refused; *f; f++)
@@ -470,6 +501,17 @@ static int check_job(const struct sweep_job *j)
                             "fresh and the sweep collects its metrics itself)\n", *f);
             return -1;
         }
+    if (j->script && (j->compare_torch || j->precisions)) {
+        fprintf(stderr, "shmrun: --sweep of a script (%s): %s is shmtrain's; a script's runs compare backends "
+                        "(--compare-backends shm,gloo)\n", j->argv[0], j->compare_torch ? "--compare-torch"
+                                                                                       : "--sweep-precisions");
+        return -1;
+    }
+    if (j->compare_gloo && !j->script) {
+        fprintf(stderr, "shmrun: --compare-backends is for a PyTorch script; shmtrain's sweep compares with "
+                        "--compare-torch\n");
+        return -1;
+    }
     if (j->torch_mode && !strcmp(j->torch_mode, "channels_last") && has_flag(j->argv, "--text")) {
         fprintf(stderr, "shmrun: --torch-mode channels_last: a language model (--text) has no convolutions to "
                         "lay out; use eager or compile\n");
@@ -515,7 +557,8 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
         return 1;
     }
     int n = sweep_order(ns, nsystems, j->repeats, slots), done = 0, failed = 0;
-    struct sweep_report rep = {.torch_asked = j->compare_torch, .torch_available = nsystems > 1};
+    struct sweep_report rep = {.torch_asked = j->compare_torch || j->script, .torch_available = nsystems > 1,
+                               .script = j->script};
     describe_machine(&rep, t, j);
     probe_machine(t, j, &rep);
     char command[2048] = "";
@@ -533,7 +576,7 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
     for (; done < n && !interrupted; done++) {
         run_one(j, s, &slots[done], done, &peers, self, &runs[done], &rep.versions);
         failed += !runs[done].ok;
-        print_progress(s, &runs[done], done, n, j->target.loss);
+        print_progress(s, &runs[done], done, n, j->target.loss, j->script);
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);

@@ -25,6 +25,9 @@ struct sweep_job {
     const char *precisions;        /* --sweep-precisions "fp32,bf16"; NULL: the command's own */
     int global_batch;              /* --sweep-global-batch: samples a step in every setting; 0: the command's */
     bool dry_run;
+    bool script;                   /* the program is not shmtrain: a user's PyTorch script, run as it is,
+                                      over shm (its backend replaced: SHMTRAIN_TORCH_BACKEND) */
+    bool compare_gloo;             /* --compare-backends shm,gloo: the script over gloo too */
     char **argv;                   /* the program and its arguments */
     st_plan_request req;           /* partitioning flags other than -n/-c */
     char **child_flags;            /* NULL-terminated shmrun flags every run gets */

@@ -1,18 +1,31 @@
 """shmtrain's shared-memory collectives as a torch.distributed backend.
 
-    import shmtrain_torch   # registers the backend "shm" for CPU tensors
     torch.distributed.init_process_group("shm")   # under torchrun or shmrun
 
+Installed with pip, the backend "shm" is registered when torch is imported
+(the "torch.backends" entry point; `import shmtrain_torch` does it too).
 Every rank of a group must be on one machine (the collectives are shared
-memory): on several machines, use gloo or MPI between them.  What the backend
-does and refuses: docs/torch.md of the shmtrain repository.
+memory): on several machines, use gloo or MPI between them.
+
+    ddp.register_comm_hook(None, shmtrain_torch.ddp_comm_hook)
+                       # DDP's buckets through the segment: one copy in, the
+                       # result read in place (docs/torch.md)
+    shmtrain_torch.counters()   # what the default group's backend moved
+    shmtrain_torch.report(step=..., samples=..., loss=...)
+                       # progress for `shmrun --sweep -- python train.py`
+
+What the backend does and refuses: docs/torch.md of the shmtrain repository.
 """
+import atexit
+import os
+
 import torch
 import torch.distributed as dist
 
 from . import _C
+from .report import report  # noqa: F401
 
-__all__ = ["BACKEND"]
+__all__ = ["BACKEND", "ddp_comm_hook", "counters", "report"]
 
 BACKEND = "shm"
 
@@ -23,3 +36,48 @@ def _create(store, rank, world_size, timeout):
 
 if BACKEND not in dist.Backend.backend_list:
     dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+# Before Python finalizes: calls still queued finished, the backends'
+# threads ended (ddp_comm_hook's .then callback, dropped by the progress
+# thread after the step went on, aborted the process once Python had
+# finalized; csrc/backend.cpp, drain_all).
+atexit.register(_C.drain)
+
+
+def _backend_from_sweep():
+    """`shmrun --sweep` runs a user's script as it is, over the backend the
+    sweep chose (SHMTRAIN_TORCH_BACKEND=shm or gloo): init_process_group
+    takes that one in place of the script's."""
+    chosen = os.environ.get("SHMTRAIN_TORCH_BACKEND")
+    if not chosen or getattr(dist.init_process_group, "_shmtrain_sweep", False):
+        return
+    original = dist.init_process_group
+
+    def init_process_group(backend=None, *args, **kwargs):
+        return original(chosen, *args, **kwargs)
+    init_process_group._shmtrain_sweep = True
+    dist.init_process_group = init_process_group
+
+
+_backend_from_sweep()
+
+
+def _backend(group):
+    pg = group if group is not None else dist.group.WORLD
+    return pg._get_backend(torch.device("cpu"))
+
+
+def ddp_comm_hook(state, bucket):
+    """A DistributedDataParallel comm hook (`ddp.register_comm_hook(None,
+    shmtrain_torch.ddp_comm_hook)`; state: the process group, None for the
+    default): the gradients' mean over the group, as DDP's own path computes
+    it, with the bucket copied into the shared segment once and the result
+    read there in place."""
+    work = _C.hook_allreduce(_backend(state), bucket.buffer(), bucket.index())
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def counters(group=None):
+    """What the group's shm backend moved: calls, bytes staged through the
+    segment by plain collectives, DDP hook buckets and their bytes copied in,
+    the most calls in flight at once, the ranks' agreement checks."""
+    return dict(_C.counters(_backend(group)))

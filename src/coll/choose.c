@@ -171,7 +171,7 @@ const char *coll_algo_name(enum coll_algo a) { return ALGORITHMS[a].name; }
 enum coll_algo coll_choose_again(st_group *g, const struct coll_call *c)
 {
     const size_t bytes = c->count * coll_esize(c->wire);
-    const int pool = bytes < 2 * g->cfg.thread_bytes || g->threads == 1 ? 0 : coll_pool_size();
+    const int pool = bytes < 2 * g->cfg.thread_bytes || g->threads == 1 ? 0 : coll_pool_size(&g->cfg);
     if (g->last.count == c->count && g->last.user == c->user && g->last.wire == c->wire && g->last.op == c->op &&
         g->last.zero_copy == c->zero_copy && g->last.pool == pool && g->last.count)
         return g->last.algo;

@@ -236,18 +236,24 @@ static inline void coll_count_read_all(st_group *g, size_t bytes)
 
 /* ------------------------------------------------------------- threads -- */
 
-/* The OpenMP pool a call splits over; built without OpenMP (the PyTorch
- * binding, whose process brings its own runtime), one thread. */
+/* The pool a call splits over: the host's own (st_group_config.team: the
+ * PyTorch binding's, whose process brings its own runtime) of the
+ * configured threads, else OpenMP's; built without OpenMP and no host
+ * pool, one thread. */
 #ifdef _OPENMP
 #include <omp.h>
-static inline int coll_pool_size(void) { return omp_get_max_threads(); }
+static inline int coll_omp_pool_size(void) { return omp_get_max_threads(); }
 static inline int coll_team_size(void) { return omp_get_num_threads(); }
 static inline int coll_team_member(void) { return omp_get_thread_num(); }
 #else
-static inline int coll_pool_size(void) { return 1; }
+static inline int coll_omp_pool_size(void) { return 1; }
 static inline int coll_team_size(void) { return 1; }
 static inline int coll_team_member(void) { return 0; }
 #endif
+static inline int coll_pool_size(const st_group_config *c)
+{
+    return c->team ? (c->threads > 0 ? c->threads : 1) : coll_omp_pool_size();
+}
 
 /* par.c: how many threads a phase that moves `bytes` is split over (1
  * below a few hundred KiB: a fork and join would cost more than it saves). */

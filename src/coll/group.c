@@ -49,10 +49,11 @@ static int one_numa_node(const char *list)
 
 /* The threads one call may split over: the program's choice, or the
  * OpenMP pool capped so the ranks' threads do not outnumber the CPUs. */
-static int default_threads(int world)
+static int default_threads(const st_group_config *c)
 {
     const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int t = coll_pool_size();
+    const int world = c->world_size;
+    int t = c->team ? 1 : coll_omp_pool_size();  /* a host's pool: the host says how many */
     const long cap = ncpu > 0 ? ncpu / world : 1;
     if (t > cap)
         t = (int)cap;
@@ -123,7 +124,7 @@ static st_status fill_config(st_group *g, const st_group_config *in)
         c.chunk_bytes = 4096;
     if (!c.thread_bytes)  /* below this per thread, a fork and join costs more than it gives back */
         c.thread_bytes = 256u << 10;
-    g->threads = c.threads > 0 ? c.threads : default_threads(c.world_size);
+    g->threads = c.threads > 0 ? c.threads : default_threads(&c);
     c.threads = g->threads;
     g->cfg = c;
     g->rank = c.rank;
@@ -304,19 +305,25 @@ static st_status alloc_arrays(st_group *g)
     return ST_OK;
 }
 
-/* On a failed join: our own name goes; so do the names of peers that died
- * holding theirs, so a crash while joining leaves nothing in /dev/shm. */
+/* On a failed join every name of the job goes, not only those of peers
+ * found dead: a peer killed before it initialised its segment has no pid
+ * to find dead, and one stopped past the deadline may be killed later.
+ * No group can form once one rank fails, so a live peer loses nothing: it
+ * fails its join too (ours is aborted or gone), and its own unlink of a
+ * name already dropped is no error.  A peer not yet started creates its
+ * name afterwards and drops it when its join fails.  A rank that could not
+ * make its own segment (its name taken: a second process given the same
+ * rank) leaves the job's names alone: the group may be another's. */
 static void abandon_join(st_group *g)
 {
+    if (!g->ctl[g->rank])
+        return;
     for (int q = 0; q < g->world; q++) {
-        if (q != g->rank && g->ctl[q] && g->pids[q] > 0 && !coll_pid_alive(g->pids[q])) {
-            char name[ST_SEGMENT_NAME_MAX];
-            if (st_segment_name(name, sizeof name, g->job_id, q) == ST_OK)
-                shm_unlink(name);
-        }
+        char name[ST_SEGMENT_NAME_MAX];
+        if (q != g->rank && st_segment_name(name, sizeof name, g->job_id, q) == ST_OK)
+            shm_unlink(name);
     }
-    if (g->ctl[g->rank])
-        atomic_store(&g->ctl[g->rank]->aborted, (uint32_t)g->rank + 1);
+    atomic_store(&g->ctl[g->rank]->aborted, (uint32_t)g->rank + 1);
 }
 
 /* Segments of this job not created yet, ours included: what the space

@@ -29,12 +29,25 @@ static void share(size_t n, int threads, int t, size_t *lo, size_t *hi)
         *hi = n;
 }
 
+/* body(arg, member, size) for every member of a team of `threads`: on the
+ * host's pool where the group has one (st_group_config.team), else
+ * OpenMP's.  Either way each member runs once, so the split is the same. */
+static void run_team(const st_group *g, int threads, void (*body)(void *arg, int member, int size), void *arg)
+{
+    if (g->cfg.team) {
+        g->cfg.team(g->cfg.team_ctx, threads, body, arg);
+        return;
+    }
+#pragma omp parallel num_threads(threads)
+    body(arg, coll_team_member(), coll_team_size());
+}
+
 int coll_threads_for(const st_group *g, size_t bytes)
 {
     if (bytes < 2 * g->cfg.thread_bytes || g->threads == 1)
         return 1;
     int most = g->threads;
-    const int pool = coll_pool_size();  /* the calling thread's: 1 where the caller said so */
+    const int pool = coll_pool_size(&g->cfg);  /* the calling thread's: 1 where the caller said so */
     if (pool < most)
         most = pool;
     const size_t by_size = bytes / g->cfg.thread_bytes;
@@ -72,6 +85,22 @@ static void gather_range(const struct coll_span *spans, int nspans, st_dtype to,
     }
 }
 
+struct gather_team {
+    const struct coll_span *spans;
+    int nspans;
+    st_dtype to, from;
+    bool to_user;
+    size_t total;
+};
+
+static void gather_member(void *arg, int member, int size)
+{
+    const struct gather_team *j = arg;
+    size_t lo, hi;
+    share(j->total, size, member, &lo, &hi);
+    gather_range(j->spans, j->nspans, j->to, j->from, j->to_user, lo, hi);
+}
+
 void coll_par_gather(st_group *g, const struct coll_span *spans, int nspans, st_dtype to, st_dtype from,
                      bool to_user)
 {
@@ -86,12 +115,8 @@ void coll_par_gather(st_group *g, const struct coll_span *spans, int nspans, st_
         gather_range(spans, nspans, to, from, to_user, 0, total);
         return;
     }
-#pragma omp parallel num_threads(threads)
-    {
-        size_t lo, hi;
-        share(total, coll_team_size(), coll_team_member(), &lo, &hi);
-        gather_range(spans, nspans, to, from, to_user, lo, hi);
-    }
+    struct gather_team job = {spans, nspans, to, from, to_user, total};
+    run_team(g, threads, gather_member, &job);
 }
 
 /* ----------------------------------------------------------------- sum -- */
@@ -230,6 +255,20 @@ static void sum_range(const struct coll_sum *s, void *out, size_t lo, size_t hi)
         coll_bf16_reduce(out, (uint16_t *const *)s->src, s->nsrc, lo, hi, s->div);
 }
 
+struct sum_team {
+    const struct coll_sum *s;
+    void *out;
+    size_t n;
+};
+
+static void sum_member(void *arg, int member, int size)
+{
+    const struct sum_team *j = arg;
+    size_t lo, hi;
+    share(j->n, size, member, &lo, &hi);
+    sum_range(j->s, j->out, lo, hi);
+}
+
 void coll_par_sum(st_group *g, const struct coll_sum *s, void *out, size_t n)
 {
     const size_t in_bytes = n * coll_esize(s->from);
@@ -241,10 +280,6 @@ void coll_par_sum(st_group *g, const struct coll_sum *s, void *out, size_t n)
         sum_range(s, out, 0, n);
         return;
     }
-#pragma omp parallel num_threads(threads)
-    {
-        size_t lo, hi;
-        share(n, coll_team_size(), coll_team_member(), &lo, &hi);
-        sum_range(s, out, lo, hi);
-    }
+    struct sum_team job = {s, out, n};
+    run_team(g, threads, sum_member, &job);
 }

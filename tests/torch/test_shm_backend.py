@@ -39,7 +39,7 @@ except ImportError as e:
     print(f"skipped: {e}")
     sys.exit(77)
 try:
-    import shmtrain_torch  # noqa: F401  registers "shm"
+    import shmtrain_torch  # registers "shm"
 except ImportError as e:
     # not built is a skip; built and not loading (an undefined symbol) is a failure
     if "undefined symbol" in str(e) or getattr(e, "name", None) != "shmtrain_torch":
@@ -77,6 +77,15 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def names_left(before, pids):
+    """The segment names in /dev/shm, not there before, of the jobs whose
+    rank 0 had one of these pids (the backend's job ids are
+    "pt<pid>-<random>"): the tests beside this one in a parallel ctest make
+    theirs meanwhile."""
+    mine = tuple(f"shmtrain.{os.getuid()}.pt{p}-" for p in pids)
+    return [n for n in set(os.listdir("/dev/shm")) - before if n.startswith(mine)]
 
 
 def inputs(rank, n, dtype, salt):
@@ -331,8 +340,7 @@ def fault_run(how):
     took = sorted(float(open(p).read()) for p in glob.glob(os.path.join(d, "out.[0-9]*")))
     assert codes[:2] == [0, 0] and codes[2] == -signal.SIGKILL, codes
     assert len(took) == 2, f"{len(took)} survivors raised"
-    # the backend's own jobs ("pt<pid>-<random>"): other tests make theirs beside it
-    left = [n for n in set(os.listdir("/dev/shm")) - before if n.startswith(f"shmtrain.{os.getuid()}.pt")]
+    left = names_left(before, [procs[0].pid])
     assert not left, left
     print(f"fault: a {how} rank 2: both survivors raised DistBackendError naming it after {took} s; "
           "/dev/shm clean", flush=True)
@@ -341,6 +349,336 @@ def fault_run(how):
 def fault():
     fault_run("killed")
     fault_run("stopped")
+
+
+# --------------------------------------------------------------- async --
+
+def async_rank(rank, world, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("shm", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    # returns before it completes: rank 1 is half a second late, so rank 0's
+    # call cannot have finished when it returns
+    x = torch.full((16 << 20,), float(rank + 1))  # 64 MiB
+    if rank == 1:
+        time.sleep(0.5)
+    w = dist.all_reduce(x, async_op=True)
+    pending = not w.is_completed()
+    w.wait()
+    assert w.is_completed() and torch.all(x == 3.0), x[:4]
+    # several outstanding: they complete in the order they were called, and
+    # each holds its own result (waited for in reverse order)
+    order = []
+    xs = [torch.full((1000 * (k + 1),), float(k + rank)) for k in range(8)]
+    ws = [dist.all_reduce(t, async_op=True) for t in xs]
+    for k, w in enumerate(ws):
+        w.get_future().then(lambda f, k=k: order.append(k))
+    for k in reversed(range(8)):
+        ws[k].wait()
+        assert torch.all(xs[k] == 2 * k + 1), (k, xs[k][:3])
+        assert ws[k].result()[0] is xs[k] or torch.equal(ws[k].result()[0], xs[k])
+    time.sleep(0.05)
+    assert order == list(range(8)), order
+    # a call split over 2 threads (SHMTRAIN_COLL_THREADS=2: the spawner sets it), on 1 and 2 of
+    # PyTorch's: the exact sums (small integers), and the same bits for any values
+    g = torch.Generator().manual_seed(rank)
+    exact = inputs(rank, 4 << 20, torch.float32, 1)
+    want = inputs(0, 4 << 20, torch.float32, 1) + inputs(1, 4 << 20, torch.float32, 1)
+    base = torch.randn(4 << 20, generator=g)
+    outs = []
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        y, z = exact.clone(), base.clone()
+        dist.all_reduce(y)
+        dist.all_reduce(z)
+        assert torch.equal(y, want), f"{threads} threads: the sums are wrong"
+        outs.append(z)
+    assert torch.equal(outs[0], outs[1]), "the sums differ between 1 and 2 threads"
+    with open(f"{out}.{rank}", "w") as f:
+        f.write("pending" if pending else "done")
+    dist.destroy_process_group()
+
+
+def killed_outstanding_rank(rank, world, port, job_file):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("shm", rank=rank, world_size=world, timeout=timedelta(seconds=30))
+    x = torch.ones(1 << 18)
+    dist.all_reduce(x)
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.2)
+    ws = [dist.all_reduce(torch.ones(1 << 16), async_op=True) for _ in range(4)]
+    t0 = time.time()
+    try:
+        ws[0].wait()
+        raise AssertionError("a dead peer's call completed")
+    except dist.DistBackendError as e:
+        assert "rank 1" in str(e), str(e)
+    try:
+        ws[3].get_future().wait()
+        raise AssertionError("a dead peer's future completed")
+    except Exception as e:  # noqa: BLE001  the future's error is the backend's
+        assert "rank 1" in str(e) or "peer" in str(e), str(e)
+    with open(f"{job_file}.{rank}", "w") as f:
+        f.write(f"{time.time() - t0:.2f}")
+
+
+def async_():
+    """Asynchronous works: before completion, in order, a dead peer raised
+    from wait() and from the future, the same bits at 1 and 2 threads."""
+    import tempfile
+    d = tempfile.mkdtemp()
+    before = set(os.listdir("/dev/shm"))
+    os.environ["SHMTRAIN_COLL_THREADS"] = "2"  # a call's sums split over 2 threads even on 2 CPUs
+    mp.spawn(async_rank, args=(2, free_port(), os.path.join(d, "a")), nprocs=2)
+    del os.environ["SHMTRAIN_COLL_THREADS"]
+    assert open(os.path.join(d, "a.0")).read() == "pending", "rank 0's call had completed when it returned"
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, __file__, "killed-outstanding", str(r), "2", str(port),
+                               os.path.join(d, "k")]) for r in range(2)]
+    codes = [p.wait(timeout=120) for p in procs]
+    assert codes == [0, -signal.SIGKILL], codes
+    took = float(open(os.path.join(d, "k.0")).read())
+    left = names_left(before, [procs[0].pid])
+    assert not left, left
+    print(f"async: a 64 MiB all_reduce returned before it completed; 8 outstanding completed in order; 1 and 2 "
+          f"threads the same bits; a dead peer raised from wait() and the future after {took} s; /dev/shm clean",
+          flush=True)
+
+
+# ------------------------------------------------------------- counted --
+
+def hooked_rank(rank, world, port, name, b, out, hook, late):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("shm", rank=rank, world_size=world)
+    model, batch = build(name)
+    net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.05)
+    seen_in_flight, first_bucket, kept_intact = [], [], 0
+    if hook:
+        def counted(state, bucket):
+            if late and rank == 1 and bucket.index() == 0:
+                time.sleep(0.02)  # rank 0's next buckets queue up behind this one
+            fut = shmtrain_torch.ddp_comm_hook(state, bucket)
+            seen_in_flight.append(shmtrain_torch.counters()["in_flight"])
+            if bucket.index() == 0:
+                first_bucket.append(fut)
+            return fut
+        net.register_comm_hook(None, counted)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    for step in range(6):
+        x, y = batch(step, rank, world, b)
+        logits = net(x)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        # the step before's result, read where it lies, outlives this step's call
+        # (from step 2: DDP lays its buckets out again after step 1)
+        if hook and step >= 2:
+            same(first_bucket[-2].value(), previous, f"{name}: step {step - 1}'s hook result after step {step}")
+            kept_intact += 1
+        if hook:
+            previous = first_bucket[-1].value().clone()
+    c = shmtrain_torch.counters()
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    if rank == 0:
+        torch.save({"params": [p.detach().clone() for p in model.parameters()], "counters": c,
+                    "grad_bytes": grad_bytes, "in_flight": max(seen_in_flight or [0]),
+                    "kept_intact": kept_intact}, out)
+    dist.barrier()
+    del net, opt
+    gc.collect()
+    dist.destroy_process_group()
+
+
+def counted():
+    """DDP through the comm hook: bitwise the plain path's; each step's
+    gradients copied into the segment once (counted) and none staged;
+    calls in flight while backward goes on."""
+    import tempfile
+    d = tempfile.mkdtemp()
+    for name in ("resnet", "gpt-mini"):
+        runs = {}
+        for hook in (False, True):
+            path = os.path.join(d, f"{name}-{hook}.pt")
+            mp.spawn(hooked_rank, args=(2, free_port(), name, 4, path, hook, hook), nprocs=2)
+            runs[hook] = torch.load(path)
+        for k, (a, b) in enumerate(zip(runs[False]["params"], runs[True]["params"])):
+            same(a, b, f"{name}: parameter {k} after 6 steps, hook against DDP's own path")
+        c, grad = runs[True]["counters"], runs[True]["grad_bytes"]
+        assert c["hook_fallbacks"] == 0, c
+        # DDP's first step runs its buckets in the order it guesses, then rebuilds them: bytes are the same
+        assert c["hook_bytes_in"] == 6 * grad, (c["hook_bytes_in"], 6 * grad)
+        assert c["bytes_staged"] == 0, c  # DDP's buckets never staged the plain way
+        assert runs[True]["in_flight"] >= 2, runs[True]["in_flight"]
+        assert runs[True]["kept_intact"] == 4, runs[True]["kept_intact"]
+        print(f"counted: {name}: the hook's 6 steps equal DDP's own to the bit; {c['hook_buckets']} buckets, "
+              f"{c['hook_bytes_in']} bytes copied in (6 x the {grad} bytes of gradients), 0 staged; "
+              f"{runs[True]['in_flight']} calls in flight during backward; each result intact through the next step",
+              flush=True)
+
+
+# ------------------------------------------------------------- defects --
+
+def mismatch_rank(rank, world, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("shm", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    try:
+        dist.all_reduce(torch.ones(1000 if rank == 0 else 300000))
+        raise AssertionError("calls of other sizes accepted")
+    except dist.DistBackendError as e:
+        assert "the ranks' calls differ" in str(e), str(e)
+    try:
+        dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BXOR)
+        raise AssertionError("BXOR accepted")
+    except RuntimeError as e:
+        assert "reduce op BXOR" in str(e), str(e)
+    open(f"{out}.{rank}", "w").close()
+
+
+def detail_rank(rank, world, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_DISTRIBUTED_DEBUG="DETAIL")
+    dist.init_process_group("shm", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    x = torch.full((4,), float(rank))
+    dist.all_reduce(x)
+    assert torch.all(x == 1.0), x
+    open(f"{out}.{rank}", "w").close()
+
+
+def joining_rank(rank, world, port, job_file):
+    """Ranks 0 and 2 join at once; rank 1 reaches the Store, then joins 3 s
+    late, so rank 2 dies (or stops) while its peers are still joining."""
+    try:
+        store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=30))
+        if rank == 1:
+            time.sleep(3.0)
+        dist.init_process_group("shm", rank=rank, world_size=world, store=store, timeout=timedelta(seconds=10))
+        dist.all_reduce(torch.ones(4))
+    except Exception as e:  # noqa: BLE001  the group could not form: what matters is /dev/shm
+        with open(f"{job_file}.{rank}", "w") as f:
+            f.write(type(e).__name__)
+
+
+def killed_while_joining(how, job_file):
+    """Rank 2 killed, or stopped and killed once its peers gave up, the
+    moment its segment appears (before or after it initialised it): the
+    job's names all gone once every rank has ended."""
+    before = set(os.listdir("/dev/shm"))
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, __file__, "joining-rank", str(r), "3", str(port), job_file])
+             for r in range(3)]
+    t0 = time.time()
+    while time.time() - t0 < 120 and not any(n.endswith(".2") for n in names_left(before, [procs[0].pid])):
+        time.sleep(0.002)
+    os.kill(procs[2].pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+    for p in procs[:2]:
+        p.wait(timeout=120)
+    if how == "stopped":
+        os.kill(procs[2].pid, signal.SIGKILL)
+    procs[2].wait(timeout=120)
+    left = names_left(before, [procs[0].pid])
+    assert not left, f"a rank {how} while its peers joined left {left}"
+    assert all(open(f"{job_file}.{r}").read() == "DistBackendError" for r in range(2)), "a peer did not fail"
+
+
+EXITING = """
+import os, sys, time, torch, torch.distributed as dist, shmtrain_torch
+from datetime import timedelta
+rank, port = int(sys.argv[1]), sys.argv[2]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+dist.init_process_group("shm", rank=rank, world_size=2, timeout=timedelta(seconds=60))
+class Slow:
+    def __del__(self):
+        time.sleep(0.5)  # lets go of the GIL: the main thread runs on to Python's exit
+slow = Slow()
+x = torch.ones(1 << 20)  # 4 MiB: the progress thread's, never the caller's
+if rank == 1 and sys.argv[3] == "destroy":
+    time.sleep(1.0)  # rank 0's call still waits for this one as rank 0 destroys its group
+fut = dist.all_reduce(x, async_op=True).get_future().then(lambda f, keep=slow: f.value()[0])
+del slow  # the progress thread drops the callback, and Slow with it, after fut completes
+if sys.argv[3] == "destroy":  # the group destroyed, the callback not yet run: it needs the GIL
+    dist.destroy_process_group()
+assert float(fut.wait()[0]) == 2.0
+"""
+
+
+def exiting():
+    """A callback's last reference dropped by the progress thread while the
+    script ends (as DDP's step ends before ddp_comm_hook's .then callback is
+    dropped), or the group destroyed with it in flight: both ranks exit 0,
+    neither aborts nor hangs."""
+    for how in ("exit", "destroy"):
+        port = free_port()
+        procs = [subprocess.Popen([sys.executable, "-c", EXITING, str(r), str(port), how], stderr=subprocess.PIPE,
+                                  text=True) for r in range(2)]
+        for r, p in enumerate(procs):
+            try:
+                err = p.communicate(timeout=120)[1]
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise AssertionError(f"{how}: rank {r} hung")
+            assert p.returncode == 0, f"{how}: rank {r} ended with {p.returncode}: {err[-800:]}"
+
+
+def defects():
+    """Issue 63's five: a group made again under one Store (launch_*), a rank
+    killed while joining leaves nothing, calls of other sizes raise, DETAIL
+    debugging starts, a refusal names its op, Work.result(), the entry point."""
+    import tempfile
+    d = tempfile.mkdtemp()
+    mp.spawn(mismatch_rank, args=(2, free_port(), os.path.join(d, "m")), nprocs=2)
+    mp.spawn(detail_rank, args=(2, free_port(), os.path.join(d, "t")), nprocs=2)
+    assert all(os.path.exists(os.path.join(d, f"{w}.{r}")) for w in "mt" for r in range(2))
+    for how in ("killed", "stopped"):
+        killed_while_joining(how, os.path.join(d, how))
+    exiting()
+    r = subprocess.run([sys.executable, "-c", "import torch, torch.distributed as dist; "
+                        "print('shm' in dist.Backend.backend_list)"], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "True", ("no entry point registered the backend", r.stdout, r.stderr[-500:])
+    print("defects: other sizes raise on every rank; BXOR refused by name; DETAIL debugging starts; a rank "
+          "killed or stopped while its peers joined leaves nothing in /dev/shm; a callback dropped as "
+          "Python exits ends nothing; `import torch` registers shm", flush=True)
+
+
+# --------------------------------------------------------------- sweep --
+
+def sweep():
+    """shmrun --sweep of a PyTorch script (bench/torch_script_example.py):
+    each setting over shm and over gloo, the rates the script reported, the
+    global batch held by SHMTRAIN_GRAD_ACCUM; a script that reports nothing
+    is ranked by its wall time."""
+    import json
+    import tempfile
+    shmrun = os.environ.get("SHMRUN")
+    if not shmrun:
+        print("skipped: SHMRUN not set (ctest sets it)")
+        sys.exit(77)
+    d = tempfile.mkdtemp()
+    script = os.path.join(HERE, "..", "..", "bench", "torch_script_example.py")
+    base = [shmrun, "--sweep", "1x2,2x1", "--repeats", "1", "--oversubscribe"]
+    r = subprocess.run(base + ["--compare-backends", "shm,gloo", "--sweep-global-batch", "64", "--sweep-out",
+                               os.path.join(d, "a"), "--", sys.executable, script, "--steps", "12",
+                               "--batch-size", "32", "--width", "64"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    rep = json.load(open(os.path.join(d, "a", "sweep.json")))
+    labels = [st["label"] for st in rep["settings"]]
+    assert labels == ["1x2 acc 2", "2x1"], labels
+    for st in rep["settings"]:
+        for system in ("shmtrain", "pytorch-ddp"):  # the script over shm, over gloo
+            got = st["systems"].get(system, {})
+            assert got.get("samples_per_s", {}).get("median", 0) > 0, (st["label"], system, st["systems"])
+    md = open(os.path.join(d, "a", "report.md")).read()
+    assert "script over gloo samples/s" in md and "**Best:" in md, md[:800]
+    r = subprocess.run(base + ["--sweep-out", os.path.join(d, "b"), "--", sys.executable, script, "--steps", "6",
+                               "--width", "64", "--no-report"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    md = open(os.path.join(d, "b", "report.md")).read()
+    assert "by median wall time" in md, md[:800]
+    print(f"sweep: a PyTorch script over shm and gloo in 1x2 (acc 2) and 2x1, its reported rates; without "
+          f"reports, ranked by wall time", flush=True)
 
 
 LAUNCHED = """
@@ -363,6 +701,17 @@ dcp.save(state, checkpoint_id=where)
 back = {"w": torch.zeros(6), "step": torch.tensor(0)}
 dcp.load(back, checkpoint_id=where)
 assert torch.equal(back["w"], torch.arange(6.0)) and int(back["step"]) == 7, back
+if rank == 0:  # the job ids are rank 0's: the test looks for what is left of them
+    open(f"{where}.pid", "w").write(str(os.getpid()))
+dist.destroy_process_group()
+# the group made again under the same Store, rank 0 late: every rank meets
+# under this incarnation's name, not the last one's
+import time
+if rank == 0:
+    time.sleep(0.5)
+dist.init_process_group("shm")
+x = torch.full((3,), float(rank + 1)); dist.all_reduce(x)
+assert x.tolist() == [world * (world + 1) / 2] * 3, x
 dist.destroy_process_group()
 open(f"{where}.ok{rank}", "w").close()
 """
@@ -395,8 +744,8 @@ def launch(launcher_name):
         sys.exit(77)
     done = [os.path.exists(os.path.join(d, f"{launcher_name}.ckpt.ok{q}")) for q in range(2)]
     assert r.returncode == 0 and all(done), (launcher_name, r.returncode, done, r.stdout[-2000:], r.stderr[-2000:])
-    # the backend's own jobs ("pt<pid>-<random>"): other tests make theirs beside it
-    left = [n for n in set(os.listdir("/dev/shm")) - before if n.startswith(f"shmtrain.{os.getuid()}.pt")]
+    pids = [int(open(os.path.join(d, f"{launcher_name}.ckpt.pid")).read())]
+    left = names_left(before, pids)
     assert not left, (launcher_name, left)
     print(f"launch: {launcher_name} -n 2: init_process_group('shm') from its variables, send refused by name, "
           "a distributed checkpoint saved and loaded", flush=True)
@@ -405,6 +754,11 @@ def launch(launcher_name):
 if __name__ == "__main__":
     if sys.argv[1] == "fault-rank":
         fault_rank(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
+    elif sys.argv[1] in ("killed-outstanding", "joining-rank"):
+        fn = killed_outstanding_rank if sys.argv[1] == "killed-outstanding" else joining_rank
+        fn(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     else:
-        {"ops": ops, "ddp": ddp, "fault": fault, "launch_shmrun": lambda: launch("shmrun"),
+        {"ops": ops, "ddp": ddp, "fault": fault, "async": async_, "counted": counted, "defects": defects,
+         "sweep": sweep,
+         "launch_shmrun": lambda: launch("shmrun"),
          "launch_torchrun": lambda: launch("torchrun")}[sys.argv[1]]()

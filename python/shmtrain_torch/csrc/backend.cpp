@@ -1,25 +1,51 @@
 // The "shm" backend of torch.distributed: PyTorch's c10d::Backend interface
 // over libshmtrain-coll (include/shmtrain/coll.h), which does the work.
-// This file only translates: tensors to (pointer, count, dtype), PyTorch's
-// ops to the library's, the library's failures to DistBackendError.
 //
-// Every collective completes before it returns (the library's calls are
-// blocking), so a Work is born complete, its future holding the tensors.
-// Ranks meet through the Store init_process_group gives this group: rank 0
-// names the job's shared memory, the others read the name.  What the
-// library does not do (point-to-point, all-to-all, products, bitwise ops,
-// other dtypes) is refused by name, never approximated.
+// Calls are asynchronous, as gloo's are: each returns a Work at once and a
+// progress thread of the group runs the calls in order (the library's group
+// is used by that thread alone), so DDP's buckets are exchanged while
+// backward goes on.  A Work completes (its future too) when its call has;
+// a failure (a dead peer: DistBackendError) is raised from wait() and from
+// the future.  Arguments are checked in the caller's thread, so a refusal
+// (another device, a dtype or op the library does not do) is raised by the
+// call itself, by name.
+//
+// Data moves through the group's segment: an all-reduce copies its tensor
+// into this rank's region, reduces it there on the library's zero-copy path
+// (peers' regions read directly) and copies it back; DDP's comm hook
+// (shmtrain_torch.ddp_comm_hook) copies a bucket in and hands DDP the
+// reduced region itself, which DDP copies into the gradients as it would
+// its own bucket: one copy in, the result read in place (PyTorch 2.13 lets
+// no backend allocate DDP's CPU buckets; docs/torch.md).  The copies and
+// sums run on the rank's intra-op threads (PyTorch's pool), the same bits
+// at any thread count.
+//
+// Ranks meet through the Store init_process_group gives this group: a
+// counter there numbers each incarnation of the group (a group destroyed
+// and made again under one Store), rank 0 names the job's shared memory
+// under that number, the others read it.
 #include <pybind11/chrono.h>
 #include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <ATen/Parallel.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <random>
+#include <set>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
 
 extern "C" {
@@ -32,22 +58,30 @@ namespace shmtrain {
 using c10d::OpType;
 using Tensors = std::vector<at::Tensor>;
 
-// A finished collective: complete, successful, its tensors in its future.
+// A call of the group: pending until the progress thread has run it.
 class ShmWork : public c10d::Work {
   public:
-    ShmWork(OpType op, Tensors result)
-        : c10d::Work(-1, op),
+    ShmWork(OpType op, Tensors result, uint64_t seq)
+        : c10d::Work(-1, op), result_(std::move(result)), seq_(seq),
           future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get())))
     {
-        future_->markCompleted(c10::IValue(result));
-        finish();
     }
-    bool isCompleted() override { return true; }
-    bool isSuccess() const override { return true; }
-    bool wait(std::chrono::milliseconds) override { return true; }
+    // The progress thread: the future first (DDP's callbacks run on it), then waiters.
+    void complete(std::exception_ptr error, Tensors value)
+    {
+        if (error)
+            future_->setError(error);
+        else
+            future_->markCompleted(c10::IValue(value.empty() ? result_ : value));
+        finish(error);
+    }
+    std::vector<at::Tensor> result() override { return result_; }
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+    uint64_t getSequencenumber() const override { return seq_; }
 
   private:
+    Tensors result_;
+    uint64_t seq_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -73,6 +107,22 @@ static st_dtype dtype_of(const at::Tensor &t, const char *what)
     }
 }
 
+static const char *op_name(const c10d::ReduceOp &op)
+{
+    switch (op.op_) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "an unknown op";
+    }
+}
+
 static st_reduce_op op_of(const c10d::ReduceOp &op, const char *what)
 {
     switch (op.op_) {
@@ -80,7 +130,9 @@ static st_reduce_op op_of(const c10d::ReduceOp &op, const char *what)
     case c10d::ReduceOp::AVG: return ST_AVG;
     case c10d::ReduceOp::MAX: return ST_MAX;
     case c10d::ReduceOp::MIN: return ST_MIN;
-    default: TORCH_CHECK(false, "shm backend: ", what, " with this reduce op is not supported (SUM, AVG, MAX, MIN)");
+    default:
+        TORCH_CHECK(false, "shm backend: ", what, " with reduce op ", op_name(op),
+                    " is not supported (SUM, AVG, MAX, MIN)");
     }
 }
 
@@ -99,66 +151,135 @@ static void give_back(at::Tensor &t, const at::Tensor &worked)
         t.copy_(worked);
 }
 
+// The library's copies and sums on PyTorch's intra-op pool (the progress
+// thread's, set to the caller's thread count for each call).
+static void torch_team(void *, int threads, void (*body)(void *, int, int), void *arg)
+{
+    at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t m = begin; m < end; m++)
+            body(arg, (int)m, threads);
+    });
+}
+
+static size_t env_mib(const char *name, size_t fallback)
+{
+    const char *v = std::getenv(name);
+    return v && *v ? (size_t)std::strtoull(v, nullptr, 10) << 20 : fallback;
+}
+
+// What moved, counted (shmtrain_torch.counters): the structure of the
+// exchange on any machine, where a timing is the machine's.
+struct Counters {
+    std::atomic<uint64_t> calls{0}, inline_calls{0}, bytes_staged{0}, hook_buckets{0}, hook_bytes_in{0}, hook_fallbacks{0},
+        in_flight_max{0}, signature_checks{0};
+};
+
 class ShmBackend : public c10d::Backend {
   public:
     ShmBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, std::chrono::duration<float> timeout)
         : c10d::Backend(rank, size)
     {
-        job_ = meet(store, rank);
+        job_ = meet(store, rank, size);
         st_group_config cfg{};
         cfg.rank = rank;
         cfg.world_size = size;
         cfg.job_id = job_.c_str();
         cfg.timeout_s = timeout.count() > 0 ? timeout.count() : 0;
         cfg.join_timeout_s = cfg.timeout_s;
+        cfg.zero_copy_bytes = env_mib("SHMTRAIN_TORCH_REGION_MB", 64u << 20);
+        cfg.team = torch_team;
+        // the most threads a call may split over: SHMTRAIN_COLL_THREADS, else CPUs / ranks (the
+        // library's default); how many it gets is the caller's torch.get_num_threads() at the call
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        const char *asked = std::getenv("SHMTRAIN_COLL_THREADS");
+        cfg.threads = asked && std::atoi(asked) > 0 ? std::atoi(asked) : std::max(1, (int)(cpus > 0 ? cpus / size : 1));
         check(st_group_create(&g_, &cfg), "joining the group");
+        region_ = (char *)st_group_buffer(g_, &region_bytes_);
+        progress_ = std::thread([this] { progress(); });
+        std::lock_guard<std::mutex> lock(live_lock());
+        live().insert(this);
     }
-    ~ShmBackend() override { st_group_destroy(g_); }
+    ~ShmBackend() override
+    {
+        {
+            std::lock_guard<std::mutex> lock(live_lock());
+            live().erase(this);
+        }
+        stop_progress();
+        finished_.clear();
+        st_group_destroy(g_);
+    }
+
+    // At the interpreter's exit (atexit, before it finalizes), the GIL let
+    // go: every backend's queued calls finished and its progress thread
+    // ended.  A call's future may carry a Python callback (a user's
+    // .then()), which the progress thread drops after running it; a thread
+    // that takes the GIL once Python finalizes is ended mid-destructor,
+    // which aborts the process.  Calls made after this run in the caller.
+    static void drain_all()
+    {
+        std::lock_guard<std::mutex> lock(live_lock());
+        for (ShmBackend *b : live())
+            b->stop_progress();
+    }
 
     const std::string getBackendName() const override { return "shm"; }
 
+    // TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective's fingerprint
+    // across ranks by these: every rank counts its calls from 0 alike.
+    void setSequenceNumberForGroup() override { seq_ = 0; }
+    uint64_t getSequenceNumberForGroup() override { return seq_; }
+
     c10::intrusive_ptr<c10d::Work> allreduce(Tensors &tensors, const c10d::AllreduceOptions &opts) override
     {
-        for (auto &t : tensors)
-            reduce_one(t, op_of(opts.reduceOp, "all_reduce"), "all_reduce");
-        return c10::make_intrusive<ShmWork>(OpType::ALLREDUCE, tensors);
+        return reduce_all(tensors, op_of(opts.reduceOp, "all_reduce"), OpType::ALLREDUCE, "all_reduce");
     }
 
     c10::intrusive_ptr<c10d::Work> allreduce_coalesced(Tensors &tensors,
                                                        const c10d::AllreduceCoalescedOptions &opts) override
     {
-        for (auto &t : tensors)
-            reduce_one(t, op_of(opts.reduceOp, "all_reduce_coalesced"), "all_reduce_coalesced");
-        return c10::make_intrusive<ShmWork>(OpType::ALLREDUCE_COALESCED, tensors);
+        return reduce_all(tensors, op_of(opts.reduceOp, "all_reduce_coalesced"), OpType::ALLREDUCE_COALESCED,
+                          "all_reduce_coalesced");
     }
 
     // Every rank reduces; only the root keeps the result (MPI's and gloo's contract).
     c10::intrusive_ptr<c10d::Work> reduce(Tensors &tensors, const c10d::ReduceOptions &opts) override
     {
+        const st_reduce_op op = op_of(opts.reduceOp, "reduce");
+        Tensors copies;
         for (auto &t : tensors) {
-            at::Tensor copy = t.clone(at::MemoryFormat::Contiguous);
-            reduce_one(copy, op_of(opts.reduceOp, "reduce"), "reduce");
-            if (getRank() == opts.rootRank)
-                t.copy_(copy);
+            check_cpu(t, "reduce");
+            dtype_of(t, "reduce");
+            copies.push_back(t.clone(at::MemoryFormat::Contiguous));
         }
-        return c10::make_intrusive<ShmWork>(OpType::REDUCE, tensors);
+        const bool root = getRank() == opts.rootRank;
+        return enqueue(OpType::REDUCE, tensors, [this, copies, tensors, op, root]() mutable {
+            for (size_t k = 0; k < copies.size(); k++) {
+                reduce_in_region(copies[k], op, "reduce");
+                if (root)
+                    tensors[k].copy_(copies[k]);
+            }
+        });
     }
 
     c10::intrusive_ptr<c10d::Work> broadcast(Tensors &tensors, const c10d::BroadcastOptions &opts) override
     {
-        for (auto &t : tensors) {
+        for (auto &t : tensors)
             check_cpu(t, "broadcast");
-            at::Tensor d = dense(t);
-            check(st_broadcast(g_, d.data_ptr(), d.nbytes(), (int)opts.rootRank), "broadcast");
-            give_back(t, d);
-        }
-        return c10::make_intrusive<ShmWork>(OpType::BROADCAST, tensors);
+        const int root = (int)opts.rootRank;
+        return enqueue(OpType::BROADCAST, tensors, [this, tensors, root]() mutable {
+            for (auto &t : tensors) {
+                agree((uint64_t)t.nbytes() * 8 + 1, "broadcast");
+                at::Tensor d = dense(t);
+                check(st_broadcast(g_, d.data_ptr(), d.nbytes(), root), "broadcast");
+                give_back(t, d);
+            }
+        });
     }
 
     c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &) override
     {
-        check(st_barrier(g_), "barrier");
-        return c10::make_intrusive<ShmWork>(OpType::BARRIER, Tensors{});
+        return enqueue(OpType::BARRIER, Tensors{}, [this]() { check(st_barrier(g_), "barrier"); });
     }
 
     c10::intrusive_ptr<c10d::Work> allgather(std::vector<Tensors> &outputs, Tensors &inputs,
@@ -166,20 +287,26 @@ class ShmBackend : public c10d::Backend {
     {
         TORCH_CHECK(outputs.size() == inputs.size(), "shm backend: all_gather: one output list per input");
         for (size_t k = 0; k < inputs.size(); k++) {
+            check_cpu(inputs[k], "all_gather");
             TORCH_CHECK((int)outputs[k].size() == getSize(), "shm backend: all_gather: ", outputs[k].size(),
                         " outputs for a world of ", getSize());
-            at::Tensor flat = gather_into_new(inputs[k], "all_gather");
-            for (int q = 0; q < getSize(); q++)
-                outputs[k][q].copy_(flat[q].view_as(outputs[k][q]));
         }
-        return c10::make_intrusive<ShmWork>(OpType::ALLGATHER, flat_list(outputs));
+        return enqueue(OpType::ALLGATHER, flat_list(outputs), [this, outputs, inputs]() mutable {
+            for (size_t k = 0; k < inputs.size(); k++) {
+                at::Tensor flat = gather_into_new(inputs[k], "all_gather");
+                for (int q = 0; q < getSize(); q++)
+                    outputs[k][q].copy_(flat[q].view_as(outputs[k][q]));
+            }
+        });
     }
 
     c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
                                                    const c10d::AllgatherOptions &) override
     {
-        gather_into(output, input, "all_gather_into_tensor");
-        return c10::make_intrusive<ShmWork>(OpType::_ALLGATHER_BASE, Tensors{output});
+        check_gather("all_gather_into_tensor", output, input);
+        return enqueue(OpType::_ALLGATHER_BASE, Tensors{output}, [this, output, input]() mutable {
+            gather_into(output, input, "all_gather_into_tensor");
+        });
     }
 
     c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(Tensors &outputs, Tensors &inputs,
@@ -187,8 +314,11 @@ class ShmBackend : public c10d::Backend {
     {
         TORCH_CHECK(outputs.size() == inputs.size(), "shm backend: all_gather_into_tensor_coalesced: sizes differ");
         for (size_t k = 0; k < inputs.size(); k++)
-            gather_into(outputs[k], inputs[k], "all_gather_into_tensor_coalesced");
-        return c10::make_intrusive<ShmWork>(OpType::COALESCED, outputs);
+            check_gather("all_gather_into_tensor_coalesced", outputs[k], inputs[k]);
+        return enqueue(OpType::COALESCED, outputs, [this, outputs, inputs]() mutable {
+            for (size_t k = 0; k < inputs.size(); k++)
+                gather_into(outputs[k], inputs[k], "all_gather_into_tensor_coalesced");
+        });
     }
 
     // Every rank gathers; the root keeps the pieces.
@@ -196,14 +326,18 @@ class ShmBackend : public c10d::Backend {
                                           const c10d::GatherOptions &opts) override
     {
         TORCH_CHECK(inputs.size() == 1, "shm backend: gather takes one input tensor");
-        at::Tensor flat = gather_into_new(inputs[0], "gather");
-        if (getRank() == opts.rootRank) {
+        check_cpu(inputs[0], "gather");
+        const bool root = getRank() == opts.rootRank;
+        if (root)
             TORCH_CHECK(outputs.size() == 1 && (int)outputs[0].size() == getSize(),
                         "shm backend: gather: the root needs one list of ", getSize(), " outputs");
-            for (int q = 0; q < getSize(); q++)
-                outputs[0][q].copy_(flat[q].view_as(outputs[0][q]));
-        }
-        return c10::make_intrusive<ShmWork>(OpType::GATHER, outputs.empty() ? Tensors{} : outputs[0]);
+        Tensors result = outputs.empty() ? Tensors{} : outputs[0];
+        return enqueue(OpType::GATHER, result, [this, outputs, inputs, root]() mutable {
+            at::Tensor flat = gather_into_new(inputs[0], "gather");
+            if (root)
+                for (int q = 0; q < getSize(); q++)
+                    outputs[0][q].copy_(flat[q].view_as(outputs[0][q]));
+        });
     }
 
     // The root's pieces broadcast whole; each rank keeps its own.
@@ -211,53 +345,121 @@ class ShmBackend : public c10d::Backend {
                                            const c10d::ScatterOptions &opts) override
     {
         TORCH_CHECK(outputs.size() == 1, "shm backend: scatter takes one output tensor");
-        at::Tensor &out = outputs[0];
-        check_cpu(out, "scatter");
-        at::Tensor all = at::empty({getSize(), out.numel()}, out.options());
-        if (getRank() == opts.rootRank) {
+        check_cpu(outputs[0], "scatter");
+        const bool root = getRank() == opts.rootRank;
+        if (root)
             TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == getSize(),
                         "shm backend: scatter: the root needs one list of ", getSize(), " inputs");
-            for (int q = 0; q < getSize(); q++)
-                all[q].copy_(inputs[0][q].reshape({-1}));
-        }
-        check(st_broadcast(g_, all.data_ptr(), all.nbytes(), (int)opts.rootRank), "scatter");
-        out.copy_(all[getRank()].view_as(out));
-        return c10::make_intrusive<ShmWork>(OpType::SCATTER, outputs);
+        const int from = (int)opts.rootRank;
+        return enqueue(OpType::SCATTER, outputs, [this, outputs, inputs, root, from]() mutable {
+            at::Tensor &out = outputs[0];
+            at::Tensor all = at::empty({getSize(), out.numel()}, out.options());
+            if (root)
+                for (int q = 0; q < getSize(); q++)
+                    all[q].copy_(inputs[0][q].reshape({-1}));
+            agree((uint64_t)all.nbytes() * 8 + 2, "scatter");
+            check(st_broadcast(g_, all.data_ptr(), all.nbytes(), from), "scatter");
+            out.copy_(all[getRank()].view_as(out));
+        });
     }
 
     c10::intrusive_ptr<c10d::Work> reduce_scatter(Tensors &outputs, std::vector<Tensors> &inputs,
                                                   const c10d::ReduceScatterOptions &opts) override
     {
         TORCH_CHECK(outputs.size() == inputs.size(), "shm backend: reduce_scatter: one input list per output");
+        const st_reduce_op op = op_of(opts.reduceOp, "reduce_scatter");
         for (size_t k = 0; k < outputs.size(); k++) {
             TORCH_CHECK((int)inputs[k].size() == getSize(), "shm backend: reduce_scatter: ", inputs[k].size(),
                         " inputs for a world of ", getSize());
-            at::Tensor flat = at::stack(inputs[k]).contiguous();
-            scatter_into(outputs[k], flat, opts.reduceOp, "reduce_scatter");
+            check_cpu(outputs[k], "reduce_scatter");
+            dtype_of(outputs[k], "reduce_scatter");
         }
-        return c10::make_intrusive<ShmWork>(OpType::REDUCE_SCATTER, outputs);
+        return enqueue(OpType::REDUCE_SCATTER, outputs, [this, outputs, inputs, op]() mutable {
+            for (size_t k = 0; k < outputs.size(); k++)
+                scatter_into(outputs[k], at::stack(inputs[k]).contiguous(), op, "reduce_scatter");
+        });
     }
 
     c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                                                         const c10d::ReduceScatterOptions &opts) override
     {
-        scatter_into(output, input, opts.reduceOp, "reduce_scatter_tensor");
-        return c10::make_intrusive<ShmWork>(OpType::_REDUCE_SCATTER_BASE, Tensors{output});
+        const st_reduce_op op = op_of(opts.reduceOp, "reduce_scatter_tensor");
+        check_scatter("reduce_scatter_tensor", output, input);
+        return enqueue(OpType::_REDUCE_SCATTER_BASE, Tensors{output}, [this, output, input, op]() mutable {
+            scatter_into(output, input, op, "reduce_scatter_tensor");
+        });
     }
 
     c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(Tensors &outputs, Tensors &inputs,
                                                                    const c10d::ReduceScatterOptions &opts) override
     {
         TORCH_CHECK(outputs.size() == inputs.size(), "shm backend: reduce_scatter_tensor_coalesced: sizes differ");
+        const st_reduce_op op = op_of(opts.reduceOp, "reduce_scatter_tensor_coalesced");
         for (size_t k = 0; k < outputs.size(); k++)
-            scatter_into(outputs[k], inputs[k], opts.reduceOp, "reduce_scatter_tensor_coalesced");
-        return c10::make_intrusive<ShmWork>(OpType::COALESCED, outputs);
+            check_scatter("reduce_scatter_tensor_coalesced", outputs[k], inputs[k]);
+        return enqueue(OpType::COALESCED, outputs, [this, outputs, inputs, op]() mutable {
+            for (size_t k = 0; k < outputs.size(); k++)
+                scatter_into(outputs[k], inputs[k], op, "reduce_scatter_tensor_coalesced");
+        });
+    }
+
+    // DDP's comm hook: the bucket, scaled by 1 / world as DDP's own path
+    // scales each gradient, written into this rank's region in one pass,
+    // summed there, and the region's slot handed back as the result (DDP
+    // copies it into the gradients, as it would its bucket).  Two slots a
+    // bucket: a user's hook that keeps the step before's result (a future's
+    // value aliases the slot) finds it intact after this step's call; DDP
+    // itself copies each result out at once.  Where the buckets do not fit
+    // twice in half the region: the bucket itself, reduced in place.
+    c10::intrusive_ptr<c10d::Work> hook_allreduce(at::Tensor bucket, int64_t index)
+    {
+        check_cpu(bucket, "DDP's comm hook");
+        const st_dtype type = dtype_of(bucket, "DDP's comm hook");
+        TORCH_CHECK(bucket.is_contiguous() && index >= 0, "shm backend: DDP's bucket is not contiguous");
+        const size_t bytes = (size_t)bucket.nbytes();
+        at::Tensor slot;
+        {
+            std::lock_guard<std::mutex> lock(hook_lock_);
+            if ((size_t)index >= slots_.size())
+                slots_.resize((size_t)index + 1);
+            if (slots_[(size_t)index].bytes != bytes)  // a new layout (DDP rebuilds its buckets after step 1)
+                lay_out_slots(index, bytes);
+            Slot &s = slots_[(size_t)index];
+            if (s.offset[0] != SIZE_MAX)
+                slot = at::from_blob(region_ + s.offset[s.uses++ & 1], bucket.sizes(), bucket.options());
+        }
+        counters_.hook_buckets++;
+        const double scale = 1.0 / getSize();
+        if (!slot.defined()) {
+            counters_.hook_fallbacks++;
+            return enqueue_job(OpType::ALLREDUCE, Tensors{bucket}, [this, bucket, scale, type]() mutable {
+                bucket.mul_(scale);
+                agree(signature(bucket, type, ST_SUM), "DDP's comm hook");
+                check(st_allreduce(g_, bucket.data_ptr(), (size_t)bucket.numel(), type, type, ST_SUM),
+                      "DDP's comm hook");
+                return Tensors{bucket};
+            }, false);
+        }
+        counters_.hook_bytes_in += bytes;
+        return enqueue_job(OpType::ALLREDUCE, Tensors{bucket}, [this, bucket, slot, scale, type]() mutable {
+            agree(signature(slot, type, ST_SUM), "DDP's comm hook");
+            at::mul_out(slot, bucket, at::scalar_tensor(scale, at::kDouble));  // DDP's wrapped scalar
+            check(st_allreduce(g_, slot.data_ptr(), (size_t)slot.numel(), type, type, ST_SUM), "DDP's comm hook");
+            return Tensors{slot};
+        }, false);
     }
 
     // The library's SUM on t, with none of PyTorch's dispatch around it: for
     // bench/torch_allreduce.py, which times it beside dist.all_reduce on the
     // same tensor in the same process (the binding's own cost per call).
-    void direct_sum(at::Tensor &t) { reduce_one(t, ST_SUM, "direct all_reduce"); }
+    void direct_sum(at::Tensor &t)
+    {
+        Tensors one{t};
+        reduce_all(one, ST_SUM, OpType::ALLREDUCE, "direct all_reduce")->wait();
+    }
+
+    Counters &counters() { return counters_; }
+    size_t in_flight() const { return in_flight_; }
 
     static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
                                                     const std::chrono::duration<float> &timeout)
@@ -266,14 +468,207 @@ class ShmBackend : public c10d::Backend {
     }
 
   private:
+    struct Job {
+        c10::intrusive_ptr<ShmWork> work;
+        std::function<Tensors()> run;
+        int threads;
+        Tensors value;
+    };
+    struct Slot {
+        size_t bytes = 0;
+        size_t offset[2] = {SIZE_MAX, SIZE_MAX};
+        uint64_t uses = 0;
+    };
+
     st_group *g_ = nullptr;
     std::string job_;
+    char *region_ = nullptr;
+    size_t region_bytes_ = 0;
+    std::thread progress_;
+    bool progress_gone_ = false;  // after stop_progress(): calls run in the caller's thread
+    std::mutex queue_lock_;
+    std::condition_variable queue_cv_;
+    std::deque<Job> queue_;
+    // Finished calls, let go of by a caller's thread (the next call's, or
+    // the destructor's): the last reference to a tensor Python knows may
+    // need the GIL to drop, which a thread of ours must not take while the
+    // interpreter shuts down (Python ends such a thread mid-frame).
+    std::vector<Job> finished_;
+    bool stopping_ = false;
+    bool running_ = false;  // a call is in the library (the progress thread's, or a caller's small one)
+    static constexpr size_t kInlineBytes = 256u << 10;
+    std::atomic<size_t> in_flight_{0};
+    std::atomic<uint64_t> seq_{0};
+    std::mutex hook_lock_;
+    std::vector<Slot> slots_;
+    size_t slots_end_ = 0;  // the plain path's scratch begins here
+    Counters counters_;
 
-    // Rank 0 names the job's segments (this group's own Store prefix keeps
-    // groups apart); the others read the name.
-    static std::string meet(const c10::intrusive_ptr<c10d::Store> &store, int rank)
+    static std::mutex &live_lock()
     {
-        const std::string key = "shmtrain/job";
+        static std::mutex m;
+        return m;
+    }
+    static std::set<ShmBackend *> &live()
+    {
+        static std::set<ShmBackend *> s;
+        return s;
+    }
+
+    // The queue run to its end, then the progress thread gone.
+    void stop_progress()
+    {
+        {
+            std::lock_guard<std::mutex> lock(queue_lock_);
+            stopping_ = true;
+        }
+        queue_cv_.notify_all();
+        if (progress_.joinable()) {
+            // A backend freed by a Python thread with calls in flight: a
+            // call's Python callback needs the GIL that thread holds.
+            // PyTorch 2.13 keeps the backend to the process's end (after
+            // destroy_process_group and gc.collect() too), so today only
+            // drain_all, GIL let go, gets here; a PyTorch that frees it
+            // sooner would hang without this.
+            std::optional<pybind11::gil_scoped_release> free;
+            if (Py_IsInitialized() && PyGILState_Check())
+                free.emplace();
+            progress_.join();
+        }
+        std::lock_guard<std::mutex> lock(queue_lock_);
+        progress_gone_ = true;
+    }
+
+    // The caller's thread: a Work now, the call on the progress thread.
+    c10::intrusive_ptr<c10d::Work> enqueue(OpType op, Tensors result, std::function<void()> run)
+    {
+        return enqueue_job(op, std::move(result), [run]() {
+            run();
+            return Tensors{};
+        });
+    }
+    // A small call with nothing queued or running runs here, in the caller's
+    // thread: the progress thread's hand-over (two wake-ups, ~5 us) would
+    // cost more than the call, and there is nothing to overlap it with.
+    // The order stays the calls' (nothing is ahead of it).
+    // (DDP's hook never: its buckets are what backward overlaps.)
+    c10::intrusive_ptr<ShmWork> enqueue_job(OpType op, Tensors result, std::function<Tensors()> run,
+                                            bool may_inline = true)
+    {
+        size_t bytes = 0;
+        for (const auto &t : result)
+            bytes += (size_t)t.nbytes();
+        auto w = c10::make_intrusive<ShmWork>(op, std::move(result), ++seq_);
+        std::vector<Job> done;
+        std::unique_lock<std::mutex> lock(queue_lock_);
+        done.swap(finished_);
+        counters_.calls++;
+        if (progress_gone_)  // at exit: one caller at a time in the library
+            queue_cv_.wait(lock, [this] { return !running_; });
+        if ((may_inline && bytes <= kInlineBytes && queue_.empty() && !running_) || progress_gone_) {
+            running_ = true;
+            lock.unlock();
+            counters_.inline_calls++;
+            Job job{w, std::move(run), 0, {}};
+            run_job(job);
+            lock.lock();
+            running_ = false;
+            lock.unlock();
+            queue_cv_.notify_one();  // a call another thread queued meanwhile
+            return w;
+        }
+        queue_.push_back(Job{w, std::move(run), at::get_num_threads(), {}});
+        lock.unlock();
+        const size_t n = ++in_flight_;
+        if (n > counters_.in_flight_max)
+            counters_.in_flight_max = n;
+        queue_cv_.notify_one();
+        return w;
+    }
+
+    static void run_job(Job &job)
+    {
+        std::exception_ptr error;
+        try {
+            job.value = job.run();
+        } catch (...) {
+            error = std::current_exception();
+        }
+        job.work->complete(error, job.value);
+    }
+
+    // The progress thread: the calls in the order they came, each to its end.
+    void progress()
+    {
+        int threads = 0;
+        for (;;) {
+            Job job;
+            {
+                std::unique_lock<std::mutex> lock(queue_lock_);
+                queue_cv_.wait(lock, [this] { return stopping_ || (!queue_.empty() && !running_); });
+                if (queue_.empty())
+                    return;
+                job = std::move(queue_.front());
+                queue_.pop_front();
+                running_ = true;
+            }
+            if (job.threads != threads)  // the caller's intra-op threads, this thread's pool
+                at::set_num_threads(threads = job.threads);
+            run_job(job);
+            in_flight_--;
+            std::lock_guard<std::mutex> lock(queue_lock_);
+            running_ = false;
+            finished_.push_back(std::move(job));
+        }
+    }
+
+    // What every rank's call must agree on, as one number; every rank
+    // reduces it, negated too, with MAX: a rank whose call differs (another
+    // size, dtype, op or collective) is refused on every rank, as gloo
+    // refuses one, never left with partial results.  A few hundred
+    // nanoseconds (the library's inline all-reduce of 16 bytes).
+    static uint64_t signature(const at::Tensor &t, st_dtype type, st_reduce_op op)
+    {
+        return ((uint64_t)t.numel() << 8) | ((uint64_t)type << 4) | (uint64_t)op;
+    }
+    void agree(uint64_t sig, const char *what)
+    {
+        int64_t both[2] = {(int64_t)sig, -(int64_t)sig};
+        check(st_allreduce(g_, both, 2, ST_DTYPE_I64, ST_DTYPE_I64, ST_MAX), what);
+        counters_.signature_checks++;
+        if (both[0] != (int64_t)sig || -both[1] != (int64_t)sig)
+            C10_THROW_ERROR(DistBackendError,
+                            std::string("shm backend: ") + what + ": the ranks' calls differ (count, dtype or op): "
+                            "rank " + std::to_string(getRank()) + " called it with " + std::to_string(sig >> 8) +
+                            " elements; every rank must make the same call");
+    }
+
+    // The slots of bucket `index`, after those before it: both parities' in
+    // the region, or none (SIZE_MAX) where they do not fit.  Every rank
+    // sees the same buckets in the same order, so every rank lays them out
+    // alike (the library reads a peer's slot at this rank's offset).
+    void lay_out_slots(int64_t index, size_t bytes)
+    {
+        size_t at = 0;
+        for (int64_t k = 0; k < index; k++)
+            at += 2 * ((slots_[(size_t)k].bytes + 63) / 64 * 64);
+        const size_t need = 2 * ((bytes + 63) / 64 * 64);
+        Slot &s = slots_[(size_t)index];
+        s = Slot{};
+        s.bytes = bytes;
+        if (at + need <= region_bytes_ / 2) {  // half the region: the other half stays the plain path's scratch
+            s.offset[0] = at;
+            s.offset[1] = at + need / 2;
+        }
+    }
+
+    // Rank 0 names the job's segments under this incarnation's number (a
+    // counter every rank adds to: each incarnation takes world numbers, so
+    // all its ranks read the same one); the others read the name.
+    static std::string meet(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size)
+    {
+        const int64_t joined = store->add("shmtrain/joins", 1);
+        const std::string key = "shmtrain/job/" + std::to_string((joined - 1) / size);
         if (rank == 0) {
             std::random_device rd;
             std::ostringstream id;
@@ -286,19 +681,74 @@ class ShmBackend : public c10d::Backend {
         return std::string(v.begin(), v.end());
     }
 
-    void reduce_one(at::Tensor &t, st_reduce_op op, const char *what)
+    c10::intrusive_ptr<c10d::Work> reduce_all(Tensors &tensors, st_reduce_op op, OpType type, const char *what)
     {
-        check_cpu(t, what);
-        at::Tensor d = dense(t);
-        const st_dtype type = dtype_of(d, what);
-        check(st_allreduce(g_, d.data_ptr(), (size_t)d.numel(), type, type, op), what);
-        give_back(t, d);
+        for (auto &t : tensors) {
+            check_cpu(t, what);
+            dtype_of(t, what);
+        }
+        return enqueue(type, tensors, [this, tensors, op, what]() mutable {
+            for (auto &t : tensors) {
+                at::Tensor d = dense(t);
+                reduce_in_region(d, op, what);
+                give_back(t, d);
+            }
+        });
+    }
+    c10::intrusive_ptr<ShmWork> reduce_all_one(at::Tensor t, st_reduce_op op, OpType type, const char *what)
+    {
+        return enqueue_job(type, Tensors{t}, [this, t, op, what]() mutable {
+            reduce_in_region(t, op, what);
+            return Tensors{t};
+        });
+    }
+
+    // t (contiguous) through the region's scratch, in pieces of it: copied
+    // in, reduced on the zero-copy path, copied back.  Without a region,
+    // the library's staged path on t itself.
+    void reduce_in_region(at::Tensor &t, st_reduce_op op, const char *what)
+    {
+        const st_dtype type = dtype_of(t, what);
+        agree(signature(t, type, op), what);
+        const size_t esize = (size_t)t.element_size(), n = (size_t)t.numel();
+        const size_t scratch = region_bytes_ > slots_end() ? (region_bytes_ - slots_end()) / esize * esize : 0;
+        char *data = (char *)t.data_ptr();
+        if (scratch < esize || n * esize <= 2048) {  // small: the inline path copies no more
+            check(st_allreduce(g_, data, n, type, type, op), what);
+            return;
+        }
+        char *room = region_ + slots_end();
+        for (size_t done = 0; done < n;) {
+            const size_t m = std::min(n - done, scratch / esize);
+            std::memcpy(room, data + done * esize, m * esize);
+            check(st_allreduce(g_, room, m, type, type, op), what);
+            std::memcpy(data + done * esize, room, m * esize);
+            counters_.bytes_staged += m * esize;
+            done += m;
+        }
+    }
+    size_t slots_end() const { return region_bytes_ / 2; }
+
+    void check_gather(const char *what, const at::Tensor &output, const at::Tensor &input)
+    {
+        check_cpu(output, what);
+        check_cpu(input, what);
+        TORCH_CHECK(output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
+                    "shm backend: ", what, ": the output must hold world_size x the input");
+    }
+    void check_scatter(const char *what, const at::Tensor &output, const at::Tensor &input)
+    {
+        check_cpu(output, what);
+        check_cpu(input, what);
+        dtype_of(output, what);
+        TORCH_CHECK(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
+                    "shm backend: ", what, ": the input must hold world_size x the output");
     }
 
     at::Tensor gather_into_new(const at::Tensor &input, const char *what)
     {
-        check_cpu(input, what);
         at::Tensor in = dense(input);
+        agree((uint64_t)in.nbytes() * 8 + 3, what);
         at::Tensor flat = at::empty({getSize(), in.numel()}, in.options());
         check(st_allgather(g_, in.data_ptr(), flat.data_ptr(), in.nbytes()), what);
         return flat;
@@ -306,22 +756,21 @@ class ShmBackend : public c10d::Backend {
 
     void gather_into(at::Tensor &output, const at::Tensor &input, const char *what)
     {
-        check_cpu(output, what);
-        TORCH_CHECK(output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
-                    "shm backend: ", what, ": the output must hold world_size x the input");
         at::Tensor out = dense(output), in = dense(input);
+        agree((uint64_t)in.nbytes() * 8 + 3, what);
         check(st_allgather(g_, in.data_ptr(), out.data_ptr(), in.nbytes()), what);
         give_back(output, out);
     }
 
     void scatter_into(at::Tensor &output, const at::Tensor &input, const c10d::ReduceOp &op, const char *what)
     {
-        check_cpu(output, what);
-        TORCH_CHECK(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
-                    "shm backend: ", what, ": the input must hold world_size x the output");
+        scatter_into(output, input, op_of(op, what), what);
+    }
+    void scatter_into(at::Tensor &output, const at::Tensor &input, st_reduce_op op, const char *what)
+    {
         at::Tensor out = dense(output), in = dense(input);
-        check(st_reduce_scatter(g_, in.data_ptr(), out.data_ptr(), (size_t)out.numel(), dtype_of(out, what),
-                                op_of(op, what)),
+        agree(signature(out, dtype_of(out, what), op), what);
+        check(st_reduce_scatter(g_, in.data_ptr(), out.data_ptr(), (size_t)out.numel(), dtype_of(out, what), op),
               what);
         give_back(output, out);
     }
@@ -337,11 +786,31 @@ class ShmBackend : public c10d::Backend {
 
 }  // namespace shmtrain
 
-static void direct_allreduce(const c10::intrusive_ptr<c10d::Backend> &backend, at::Tensor &t)
+static shmtrain::ShmBackend *shm_of(const c10::intrusive_ptr<c10d::Backend> &backend, const char *what)
 {
     auto *shm = dynamic_cast<shmtrain::ShmBackend *>(backend.get());
-    TORCH_CHECK(shm, "shm backend: direct_allreduce: that group's backend is not shm");
-    shm->direct_sum(t);
+    TORCH_CHECK(shm, "shm backend: ", what, ": that group's backend is not shm");
+    return shm;
+}
+
+static void direct_allreduce(const c10::intrusive_ptr<c10d::Backend> &backend, at::Tensor &t)
+{
+    shm_of(backend, "direct_allreduce")->direct_sum(t);
+}
+
+static c10::intrusive_ptr<c10d::Work> hook_allreduce(const c10::intrusive_ptr<c10d::Backend> &backend,
+                                                      at::Tensor bucket, int64_t index)
+{
+    return shm_of(backend, "ddp_comm_hook")->hook_allreduce(bucket, index);
+}
+
+static std::map<std::string, uint64_t> counters(const c10::intrusive_ptr<c10d::Backend> &backend)
+{
+    auto &c = shm_of(backend, "counters")->counters();
+    return {{"calls", c.calls}, {"inline_calls", c.inline_calls}, {"in_flight", shm_of(backend, "counters")->in_flight()},
+            {"bytes_staged", c.bytes_staged}, {"hook_buckets", c.hook_buckets},
+            {"hook_bytes_in", c.hook_bytes_in}, {"hook_fallbacks", c.hook_fallbacks},
+            {"in_flight_max", c.in_flight_max}, {"signature_checks", c.signature_checks}};
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
@@ -349,4 +818,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("create_backend", &shmtrain::ShmBackend::create, "the shm backend for a group (torch.distributed calls it)");
     m.def("direct_allreduce", &direct_allreduce,
           "st_allreduce (SUM) on a tensor of a group's shm backend, outside PyTorch's dispatch (for benchmarks)");
+    m.def("hook_allreduce", &hook_allreduce, "DDP's bucket reduced through the segment (ddp_comm_hook)");
+    m.def("counters", &counters, "what the group's backend moved, counted");
+    m.def("drain", []() {
+        pybind11::gil_scoped_release free;
+        shmtrain::ShmBackend::drain_all();
+    }, "every backend's queued calls finished and its thread ended (atexit, from __init__.py)");
 }

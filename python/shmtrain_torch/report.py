@@ -1,0 +1,107 @@
+"""A PyTorch script's progress in the metrics records shmtrain writes, so that
+`shmrun --sweep SETTINGS -- python train.py` compares partitionings of the
+user's own script (docs/partitioning.md).
+
+    import shmtrain_torch
+    for step in range(steps):
+        ...
+        shmtrain_torch.report(step=step + 1, samples=global_batch, loss=loss.item())
+
+`samples`: the samples (or windows) the whole job trains in one step, all
+ranks together (its global batch); `tokens` likewise for language models;
+a call every K steps counts K steps of them.  Rank 0
+writes (RANK, else torch.distributed's rank); the records go to
+SHMTRAIN_METRICS, else shmrun's log folder (SHMTRAIN_LOG_DIR/metrics.jsonl),
+else nowhere: a script run without shmrun pays one dictionary lookup a call.
+A run record at the first call, a train record at every call, a summary at
+exit.
+"""
+import atexit
+import json
+import os
+import time
+
+_state = None
+
+
+def _rank():
+    if "RANK" in os.environ:
+        return int(os.environ["RANK"])
+    try:
+        import torch.distributed as dist
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    except Exception:  # noqa: BLE001  no torch.distributed: one process
+        return 0
+
+
+def _backend():
+    try:
+        import torch.distributed as dist
+        return dist.get_backend() if dist.is_initialized() else ""
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def _open(samples):
+    path = os.environ.get("SHMTRAIN_METRICS")
+    if not path and os.environ.get("SHMTRAIN_LOG_DIR"):
+        path = os.path.join(os.environ["SHMTRAIN_LOG_DIR"], "metrics.jsonl")
+    if not path or _rank() != 0:
+        return {"file": None}
+    import sys
+    import torch
+    f = open(path, "a", buffering=1)
+    now = time.perf_counter()
+    state = {"file": f, "start": now, "last": now, "first": None, "step": 0, "samples": 0.0, "tokens": 0.0}
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    _write(state, type="run", system="pytorch-script", instances=world, threads=torch.get_num_threads(),
+           model=os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script", params=0,
+           batch_per_instance=round(float(samples) / world) if samples else 0, torch=torch.__version__,
+           backend=_backend(), first_step=0)
+    atexit.register(_summary, state)
+    return state
+
+
+def _write(state, **record):
+    state["file"].write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+def report(step, samples=None, loss=None, tokens=None, accuracy=None, **extra):
+    """One train record: the step, the rate since the previous call, the loss.
+    `samples`: what the whole job trains in one step (its global batch), as
+    the first call says it (the run record's batch)."""
+    global _state
+    if _state is None:
+        _state = _open(samples)
+    if _state["file"] is None:
+        return
+    now = time.perf_counter()
+    span = now - _state["last"]
+    steps = int(step) - _state["step"]
+    if _state["first"] is None:
+        _state["first"] = (now, int(step))
+    record = {"type": "train", "step": int(step), "time_s": round(now - _state["start"], 3)}
+    if loss is not None:
+        record["loss"] = round(float(loss), 6)
+    if accuracy is not None:
+        record["accuracy"] = round(float(accuracy), 5)
+    if samples is not None:
+        _state["samples"] += float(samples) * steps
+        record["samples_per_s"] = round(float(samples) * steps / span, 1) if span > 0 else 0.0
+    if tokens is not None:
+        _state["tokens"] += float(tokens) * steps
+        record["tokens_per_s"] = round(float(tokens) * steps / span, 1) if span > 0 else 0.0
+    record.update(extra)
+    _write(_state, **record)
+    _state["last"], _state["step"] = now, int(step)
+
+
+def _summary(state):
+    train_s = time.perf_counter() - state["start"]
+    record = {"type": "summary", "steps": state["step"], "instances": int(os.environ.get("WORLD_SIZE", "1")),
+              "batch_per_instance": 0, "total_s": round(train_s, 3), "train_s": round(train_s, 3),
+              "samples_per_s": round(state["samples"] / train_s, 1) if train_s > 0 else 0.0}
+    if state["tokens"]:
+        record["tokens_per_s"] = round(state["tokens"] / train_s, 1)
+    _write(state, **record)
+    state["file"].close()
