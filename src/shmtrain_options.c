@@ -57,6 +57,8 @@ void shmtrain_usage(FILE *f)
 "  --batch-size B (64, per instance)\n"
 "  --grad-accum N (1)       micro-batches of B per optimizer step, their gradients averaged and\n"
 "                           exchanged once (nanoGPT's gradient_accumulation_steps)\n"
+"  --balance static|dynamic (static)   dynamic: a node's instances take the step's instances x N\n"
+"                           micro-batches from a shared counter, so none waits for a slow one\n"
 "  --optimizer sgd|adamw (sgd)   --lr LR (0.05)   --momentum M (0.9)   --nesterov\n"
 "  --weight-decay W (0; language models: matrices only)   --beta2 B (AdamW, 0.999)\n"
 "  --clip-norm C (off)   --scale-lr (lr x instances)\n"
@@ -169,7 +171,7 @@ enum {
     O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE, O_RESUME, O_CHECK,
     O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY, O_INIT,
     O_TOKBIN, O_VALBIN, O_VOCAB, O_NPYI, O_NPYL, O_NPYTI, O_NPYTL, O_VALFRAC, O_IMGDIR, O_IMGSIZE, O_DATAMEM,
-    O_DATAWORK, O_VERSION, O_OUT, O_OVERWRITE, O_CONFIG, O_NOCKPT, O_KEEP, O_KEEPBEST
+    O_DATAWORK, O_VERSION, O_OUT, O_OVERWRITE, O_CONFIG, O_NOCKPT, O_KEEP, O_KEEPBEST, O_BALANCE
 };
 
 static const struct option training_flags[] = {
@@ -183,6 +185,7 @@ static const struct option training_flags[] = {
     {"augment", 0, 0, O_AUG}, {"text", 1, 0, O_TEXT}, {"tokens", 1, 0, O_TOKENS}, {"tokens-bin", 1, 0, O_TOKBIN},
     {"val-bin", 1, 0, O_VALBIN}, {"vocab", 1, 0, O_VOCAB}, {"epochs", 1, 0, O_EPOCHS},
     {"max-steps", 1, 0, O_MAXSTEPS}, {"batch-size", 1, 0, O_BATCH}, {"grad-accum", 1, 0, O_ACCUM},
+    {"balance", 1, 0, O_BALANCE},
     {"optimizer", 1, 0, O_OPT}, {"lr", 1, 0, O_LR}, {"momentum", 1, 0, O_MOM}, {"nesterov", 0, 0, O_NEST},
     {"weight-decay", 1, 0, O_WD}, {"beta2", 1, 0, O_BETA2}, {"clip-norm", 1, 0, O_CLIP},
     {"scale-lr", 0, 0, O_SCALE}, {"schedule", 1, 0, O_SCHED}, {"warmup", 1, 0, O_WARM},
@@ -212,7 +215,8 @@ struct setting {
 };
 
 static const char *const optimizers[] = {"sgd", "adamw", NULL}, *const schedules[] = {"constant", "step", "cosine", NULL},
-                         *const token_kinds[] = {"chars", "bytes", NULL};
+                         *const token_kinds[] = {"chars", "bytes", NULL},
+                         *const balances[] = {"static", "dynamic", NULL};
 
 #define AT(field) offsetof(st_train_options, field)
 static const struct setting settings[] = {
@@ -229,6 +233,7 @@ static const struct setting settings[] = {
     {"val-bin", K_STR, AT(val_bin), 1, 0}, {"vocab", K_LONG, AT(vocab), 1, 0},
     {"epochs", K_INT, AT(epochs), 1, 0}, {"max-steps", K_LONG, AT(max_steps), 1, 0},
     {"batch-size", K_INT, AT(batch), 0, 0}, {"grad-accum", K_INT, AT(grad_accum), 1, 0},
+    {"balance", K_CHOICE, AT(balance), 0, balances},
     {"optimizer", K_CHOICE, AT(optim.kind), 0, optimizers}, {"lr", K_FLOAT, AT(schedule.lr), 0, 0},
     {"momentum", K_FLOAT, AT(optim.momentum), 0, 0}, {"nesterov", K_BOOL, AT(optim.nesterov), 0, 0},
     {"weight-decay", K_FLOAT, AT(optim.weight_decay), 0, 0}, {"beta2", K_FLOAT, AT(optim.beta2), 1, 0},
@@ -381,6 +386,11 @@ static bool optimisation_flag(int c, char *v, st_train_options *o, bool *momentu
         break;
     case O_BATCH: o->batch = (int)shmtrain_whole("--batch-size", v, 1, 1 << 20); break;
     case O_ACCUM: o->grad_accum = (int)shmtrain_whole("--grad-accum", v, 1, 4096); break;
+    case O_BALANCE:
+        if (!strcmp(v, "static")) o->balance = ST_BALANCE_STATIC;
+        else if (!strcmp(v, "dynamic")) o->balance = ST_BALANCE_DYNAMIC;
+        else shmtrain_bad("--balance '%s': use static or dynamic", v);
+        break;
     case O_OPT:
         if (!strcmp(v, "sgd")) o->optim.kind = ST_OPTIM_SGD;
         else if (!strcmp(v, "adamw")) o->optim.kind = ST_OPTIM_ADAMW;

@@ -284,6 +284,55 @@ static void test_allreduce_wire(void **state)
 }
 
 /* Round to nearest, ties to even; NaN stays NaN; exact values survive. */
+/* st_group_take: 5 ranks on 2 cores (preempted mid-take), 300 rounds of 7
+ * tickets raised after a barrier, as the trainer's dynamic balance takes a
+ * step's micro-batches: every ticket goes to exactly one rank, none is
+ * handed out past a round's end, the counters add up. */
+enum { TAKE_WORLD = 5, TAKE_ROUNDS = 300, TAKE_PER_ROUND = 7 };
+struct take_log {
+    uint32_t taken[TAKE_ROUNDS * TAKE_PER_ROUND];
+    uint64_t counted[TAKE_WORLD];
+};
+
+static int take_rank(st_group *g, int rank, void *arg)
+{
+    struct take_log *log = arg;
+    uint64_t ticket;
+    for (uint64_t round = 0; round < TAKE_ROUNDS; round++) {
+        const uint64_t end = (round + 1) * TAKE_PER_ROUND;
+        while (st_group_take(g, end, &ticket)) {
+            CHILD_CHECK(ticket >= round * TAKE_PER_ROUND && ticket < end);
+            __atomic_add_fetch(&log->taken[ticket], 1, __ATOMIC_SEQ_CST);
+        }
+        CHILD_CHECK(!st_group_take(g, end, &ticket));  /* gone stays gone */
+        CHILD_CHECK(st_barrier(g) == ST_OK);
+    }
+    st_coll_counters c;
+    st_group_counters(g, &c);
+    log->counted[rank] = c.tickets;
+    return 0;
+}
+
+static void test_tickets_each_taken_once(void **state)
+{
+    (void)state;
+    struct take_log *log = shared_alloc(sizeof *log);
+    char job[64];
+    test_job_id(job, sizeof job, "take");
+    st_group_config cfg = {.job_id = job};
+    assert_int_equal(run_ranks(TAKE_WORLD, &cfg, take_rank, log), 0);
+    uint64_t counted = 0;
+    for (int r = 0; r < TAKE_WORLD; r++)
+        counted += log->counted[r];
+    assert_int_equal(counted, TAKE_ROUNDS * TAKE_PER_ROUND);
+    for (int k = 0; k < TAKE_ROUNDS * TAKE_PER_ROUND; k++) {
+        if (log->taken[k] != 1)
+            fail_msg("ticket %d taken %u times", k, log->taken[k]);
+    }
+    shared_free(log, sizeof *log);
+    assert_int_equal(leftover_segments(job), 0);
+}
+
 static void test_bf16_conversion(void **state)
 {
     (void)state;
@@ -368,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_bf16_conversion),
         cmocka_unit_test(test_bf16_array_conversion),
         cmocka_unit_test(test_algorithm_choice),
+        cmocka_unit_test(test_tickets_each_taken_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -238,6 +238,49 @@ static void test_two_nodes_equal_one_node_of_two(void **state)
     assert_int_equal(leftover_segments("twonodes"), 0);
 }
 
+/* --balance dynamic across nodes: each node takes its own ranks'
+ * micro-batches (2 simulated nodes of 2 ranks, 2 micro-batches each), so
+ * the run trains as one node of 4 under static balance, to round-off (the
+ * same sums in another order: 1e-5 of the parameters' scale, as
+ * test_balance), every micro-batch counted once. */
+static void test_dynamic_balance_inside_each_node(void **state)
+{
+    (void)state;
+    if (!getenv("MPIEXEC")) {
+        printf("skipped: built without MPI (install libopenmpi-dev)\n");
+        skip();
+    }
+    char *dyn[] = {"--batch-size", "8", "--grad-accum", "2", "--balance", "dynamic", "--max-steps", "20",
+                   "--checkpoint", "dyn.ckpt", "--metrics", "dyn.jsonl", "--check-replicas", "5", NULL};
+    pid_t pid = start_mpi(4, 2, "dynnodes", dyn, "mpidyn");
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    char path[512];
+    snprintf(path, sizeof path, "%s/mpidyn.err", tr_dir);
+    char *err = slurp_or_empty(path);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("mpirun 2 nodes x 2, --balance dynamic, failed: %s", err);
+    free(err);
+    snprintf(path, sizeof path, "%s/dyn.jsonl", tr_dir);
+    char *records = slurp_or_empty(path);
+    assert_non_null(strstr(records, "\"micro_batches\":160,"));  /* 20 steps x 4 ranks x 2 */
+    assert_non_null(strstr(records, "\"balance\":\"dynamic\""));
+    free(records);
+    struct child_run one = train(4, "stat.ckpt", (char *[]){"--batch-size", "8", "--grad-accum", "2", "--max-steps",
+                                                          "20", NULL}, 0);
+    if (one.code != 0)
+        fail_msg("1 node x 4 failed: %s", one.err);
+    st_ckpt a = read_ckpt("dyn.ckpt"), b = read_ckpt("stat.ckpt");
+    assert_int_equal(a.step, 20);
+    double scale, worst = ckpt_max_abs_diff(&a, &b, &scale);
+    if (!(worst <= 1e-5 * scale))
+        fail_msg("2 nodes x 2 dynamic against 1 x 4 static: parameters apart by %.3g of %.3g", worst, scale);
+    st_ckpt_free(&a);
+    st_ckpt_free(&b);
+    child_run_free(&one);
+    assert_int_equal(leftover_segments("dynnodes"), 0);
+}
+
 /* Ranks on two NUMA nodes (as a launcher places them on a 2-socket server;
  * here said by SHMTRAIN_NUMA_NODES, the instances started by hand under
  * torchrun's names): the first rank of the second node copies the decoded
@@ -345,6 +388,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fp16_gradient_exchange),  /* after bf16's: reads its and fp32's checkpoints */
         cmocka_unit_test(test_bucketed_overlap),
         cmocka_unit_test(test_two_nodes_equal_one_node_of_two),
+        cmocka_unit_test(test_dynamic_balance_inside_each_node),
         cmocka_unit_test(test_killed_rank_stops_every_node),
         cmocka_unit_test(test_data_copied_per_numa_node),
     };

@@ -79,17 +79,19 @@ static void test_records_round_trip(void **state)
     st_record in[4] = {
         {.type = ST_RECORD_RUN, .u.run = {.system = "shmtrain", .instances = 2, .threads = 1, .model = "my \"lenet\"",
                                           .params = 61706, .batch_per_instance = 64, .onednn = "2.6.3",
-                                          .isa = "avx2", .first_step = 120}},
+                                          .isa = "avx2", .first_step = 120, .balance = "dynamic"}},
         {.type = ST_RECORD_TRAIN, .u.train = {.step = 50, .epoch = 0.25, .loss = 0.5, .accuracy = 0.75, .lr = 0.05,
                                               .samples_per_s = 1234.5, .time_s = 2.5, .compute_s = 1.25,
-                                              .allreduce_s = 0.125, .wait_s = 0.0625}},
+                                              .allreduce_s = 0.125, .wait_s = 0.0625, .faults_said = true,
+                                              .page_faults = 0}},
         {.type = ST_RECORD_EVAL, .u.eval = {.step = 100, .epoch = 1, .test_loss = 0.375, .test_accuracy = 0.875,
                                             .time_s = 3.5, .eval_s = 0.25}},
         {.type = ST_RECORD_SUMMARY, .u.summary = {.steps = 937, .instances = 2, .batch_per_instance = 64,
                                                   .total_s = 9.5, .train_s = 8.5, .samples_per_s = 7000,
                                                   .final_test_accuracy = 0.9, .best_test_accuracy = 0.91,
                                                   .nreached = 2, .reached_accuracy = {0.85, 0.89},
-                                                  .reached_s = {4.25, 7.5}}}};
+                                                  .reached_s = {4.25, 7.5}, .micro_batches = 5622,
+                                                  .micro_batches_here = 2899}}};
     char *text = capture(write_records, in);
     assert_int_equal(strncmp(text, "{\"type\":\"run\",\"system\":\"shmtrain\",\"instances\":2,", 48), 0);
     assert_non_null(strstr(text, "\"time_to_accuracy_s\":{\"0.85\":4.25,\"0.89\":7.50}"));
@@ -112,9 +114,13 @@ static void test_records_round_trip(void **state)
     assert_int_equal(out[0].u.run.first_step, 120);
     assert_int_equal(out[1].u.train.step, 50);
     assert_true(out[1].u.train.wait_s == 0.0625 && out[1].u.train.samples_per_s == 1234.5);
+    assert_true(out[1].u.train.faults_said && out[1].u.train.page_faults == 0);  /* 0 is said, not left out */
     assert_true(out[2].u.eval.test_accuracy == 0.875 && out[2].u.eval.epoch == 1);
     assert_int_equal(out[3].u.summary.steps, 937);
     assert_int_equal(out[3].u.summary.nreached, 2);
+    assert_string_equal(out[0].u.run.balance, "dynamic");
+    assert_int_equal(out[3].u.summary.micro_batches, 5622);  /* not taken for micro_batches_here's */
+    assert_int_equal(out[3].u.summary.micro_batches_here, 2899);
     assert_true(out[3].u.summary.reached_accuracy[1] == 0.89 && out[3].u.summary.reached_s[1] == 7.5);
     st_record junk;
     /* the PyTorch peer's run record: its version, its all-reduce, its mode */

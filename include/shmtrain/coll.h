@@ -171,6 +171,14 @@ st_status st_broadcast(st_group *g, void *buf, size_t bytes, int root);
 /* Return only when every rank has entered the barrier. */
 st_status st_barrier(st_group *g);
 
+/* Take the group's next work ticket if it is below `end`: *ticket is then
+ * its number and the answer true; false once every ticket below `end` is
+ * taken.  Tickets count from 0 when the group is created and are shared by
+ * every rank (one counter in rank 0's segment), so each number goes to
+ * exactly one caller; raising `end` after a collective hands out the next
+ * batch (the trainer's --balance dynamic takes a step's micro-batches so). */
+bool st_group_take(st_group *g, uint64_t end, uint64_t *ticket);
+
 /* Tell the launcher this rank is making progress outside collectives (a
  * long evaluation or checkpoint).  Every completed collective counts
  * already; this is cheap enough to call per batch.  Safe on NULL. */
@@ -205,6 +213,7 @@ typedef struct st_coll_counters {
     uint64_t bytes_read, bytes_written;
     uint64_t peer_bytes_read;     /* of bytes_read, from other ranks' segments */
     uint64_t remote_numa_bytes_read; /* of those, from ranks on another NUMA node */
+    uint64_t tickets;             /* work tickets this rank took (st_group_take) */
 } st_coll_counters;
 
 void st_group_counters(const st_group *g, st_coll_counters *out);

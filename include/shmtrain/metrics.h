@@ -51,6 +51,7 @@ typedef struct st_run_record {
     unsigned long long first_step;   /* > 0 after a resume */
     int context;                     /* a language model's tokens per sample (window); 0 otherwise */
     int grad_accum;                  /* micro-batches per optimizer step; written when > 1, else 0 (one) */
+    char balance[8];                 /* who computes them: "static", "dynamic" (--balance); "" not said */
 } st_run_record;
 
 typedef struct st_train_record {
@@ -59,6 +60,10 @@ typedef struct st_train_record {
     double compute_s, allreduce_s, wait_s;   /* summed over the interval */
     double data_s;                           /* streamed images: waiting for their decoding (0 otherwise) */
     double tokens_per_s;                     /* language models (samples_per_s x context); else 0, not written */
+    bool faults_said;                        /* page_faults is the writer's (shmtrain's); else not written */
+    double page_faults;                      /* per step over the interval, in the writing process (minor +
+                                                major, getrusage): 0 once nothing is allocated or touched
+                                                for the first time in a step */
 } st_train_record;
 
 typedef struct st_eval_record {
@@ -77,6 +82,8 @@ typedef struct st_summary_record {
     double tokens_per_s;             /* language models; else 0, not written */
     double peak_rss_mb;              /* the writing instance's peak resident memory (getrusage's
                                         ru_maxrss), MiB; 0: not said */
+    unsigned long long micro_batches;      /* computed by all instances, counted each step; 0: not said */
+    unsigned long long micro_batches_here; /* of those, by the writing instance (rank 0) */
     int nreached;                    /* test-accuracy thresholds reached, and when */
     double reached_accuracy[ST_METRICS_MAX_TARGETS], reached_s[ST_METRICS_MAX_TARGETS];
 } st_summary_record;

@@ -25,6 +25,11 @@
 extern "C" {
 #endif
 
+/* --balance: static, each instance its own micro-batches (the step waits
+ * for the slowest); dynamic, the instances of a node take the step's
+ * micro-batches from a shared counter until none is left (src/train/balance.h). */
+typedef enum st_balance { ST_BALANCE_STATIC = 0, ST_BALANCE_DYNAMIC = 1 } st_balance;
+
 typedef struct st_train_options {
     const char *model;            /* preset or file (default lenet) */
     const char *data_dir;         /* IDX directory (default Fashion-MNIST's) */
@@ -53,6 +58,7 @@ typedef struct st_train_options {
                                      epochs too, whichever comes first */
     int batch;                    /* per instance (default 64) */
     int grad_accum;               /* micro-batches of `batch` per optimizer step (0 or 1: one) */
+    int balance;                  /* st_balance: who computes a step's micro-batches */
     st_schedule schedule;         /* lr and its schedule */
     bool scale_lr;                /* multiply lr by the number of instances */
     st_optim_config optim;

@@ -299,6 +299,23 @@ st_status st_barrier(st_group *g)
     return coll_progressed(g, barrier(g));
 }
 
+/* Compare-and-swap, never a fetch-add: a rank that finds the step's
+ * tickets gone must leave the counter at `end`, where the next step's
+ * numbering begins. */
+bool st_group_take(st_group *g, uint64_t end, uint64_t *ticket)
+{
+    _Atomic uint64_t *counter = &g->ctl[0]->tickets;
+    uint64_t seen = atomic_load_explicit(counter, memory_order_relaxed);
+    while (seen < end)
+        if (atomic_compare_exchange_weak_explicit(counter, &seen, seen + 1, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            g->ctr.tickets++;
+            *ticket = seen;
+            return true;
+        }
+    return false;
+}
+
 void st_group_heartbeat(st_group *g)
 {
     if (g)

@@ -56,6 +56,9 @@ struct ctl {
     uint64_t zero_copy_bytes, staging_bytes, small_bytes, small_zero_copy_bytes, inline_bytes, seg_bytes;
     char job_id[72];
     char algorithm[24];           /* the forced algorithm, "" for the table */
+    /* Rank 0's only: the work tickets every rank takes (st_group_take),
+     * on a line of its own so taking one does not slow `progress`. */
+    _Alignas(LINE) _Atomic uint64_t tickets;
 };
 
 /* One line of the inline all-reduce: 56 payload bytes and the number of the

@@ -62,10 +62,12 @@ st_status published_attach(const char *name, size_t min_bytes, const char *what,
     struct stat sb;
     void *m = MAP_FAILED;
     if (fstat(fd, &sb) != 0 || sb.st_uid != geteuid() || (size_t)sb.st_size < min_bytes ||
-        (m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        (m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0)) == MAP_FAILED) {
         close(fd);
         return st_fail(ST_ERR_SYS, "%s: cannot map the shared %s %s", what, what, name);
     }
+    /* MAP_POPULATE: the pages (in memory already) entered in this process's
+     * tables now, not one fault at a time in the steps that first read them */
     close(fd);
     if ((size_t)sb.st_size < sizeof magic || __atomic_load_n((const uint64_t *)m, __ATOMIC_ACQUIRE) != magic) {
         munmap(m, (size_t)sb.st_size);

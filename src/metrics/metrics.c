@@ -48,6 +48,7 @@ static void write_run(st_json *j, const st_run_record *r)
         st_json_int(j, "context", r->context);
     if (r->grad_accum > 1)
         st_json_int(j, "grad_accum", r->grad_accum);
+    optional_string(j, "balance", r->balance);
 }
 
 static void write_train(st_json *j, const st_train_record *r)
@@ -66,6 +67,8 @@ static void write_train(st_json *j, const st_train_record *r)
     st_json_number(j, "wait_s", r->wait_s, "%.4f");
     if (r->data_s > 0)
         st_json_number(j, "data_s", r->data_s, "%.4f");
+    if (r->faults_said)
+        st_json_number(j, "page_faults", r->page_faults, "%.1f");
 }
 
 static void write_eval(st_json *j, const st_eval_record *r)
@@ -93,6 +96,10 @@ static void write_summary(st_json *j, const st_summary_record *r)
     st_json_number(j, "best_test_accuracy", r->best_test_accuracy, "%.5f");
     if (r->peak_rss_mb > 0)
         st_json_number(j, "peak_rss_mb", r->peak_rss_mb, "%.1f");
+    if (r->micro_batches > 0) {
+        st_json_uint(j, "micro_batches", r->micro_batches);
+        st_json_uint(j, "micro_batches_here", r->micro_batches_here);
+    }
     st_json_object_begin(j, "time_to_accuracy_s");
     for (int i = 0; i < r->nreached && i < ST_METRICS_MAX_TARGETS; i++) {
         char key[16];
@@ -234,6 +241,8 @@ static void parse_summary(const char *line, st_summary_record *r)
     r->final_test_accuracy = num(line, "final_test_accuracy");
     r->best_test_accuracy = num(line, "best_test_accuracy");
     r->peak_rss_mb = num(line, "peak_rss_mb");
+    r->micro_batches = count(line, "micro_batches");
+    r->micro_batches_here = count(line, "micro_batches_here");
     const char *p = st_json_find(line, "time_to_accuracy_s");
     if (!p || *p != '{')
         return;
@@ -280,6 +289,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         r->first_step = count(line, "first_step");
         r->context = int_count(line, "context");
         r->grad_accum = int_count(line, "grad_accum");
+        st_json_get_string(line, "balance", r->balance, sizeof r->balance);
         break;
     }
     case ST_RECORD_TRAIN: {
@@ -296,6 +306,8 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         r->allreduce_s = num(line, "allreduce_s");
         r->wait_s = num(line, "wait_s");
         r->data_s = num(line, "data_s");
+        r->faults_said = st_json_find(line, "page_faults") != NULL;
+        r->page_faults = num(line, "page_faults");
         break;
     }
     case ST_RECORD_EVAL: {

@@ -4,17 +4,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-st_status accum_init(struct accum *a, float *grads, size_t count, int steps)
+st_status accum_init(struct accum *a, float *grads, size_t count, int steps, bool open_ended)
 {
     memset(a, 0, sizeof *a);
     a->grads = grads;
     a->count = count;
     a->steps = steps;
+    a->open_ended = open_ended;
     a->last = true;
-    if (steps < 2)
+    if (steps < 2 && !open_ended)
         return ST_OK;
+    /* written now (calloc would leave fresh pages untouched), on this
+     * instance's node and outside any step: under --balance dynamic an
+     * instance may take its first micro-batch many steps in, and faulted
+     * then (train records' page_faults) */
     if (!(a->sum = malloc((count ? count : 1) * sizeof(float))))
         return st_fail(ST_ERR_NOMEM, "--grad-accum: out of memory for %zu gradients", count);
+    memset(a->sum, 0, (count ? count : 1) * sizeof(float));
     return ST_OK;
 }
 
@@ -24,15 +30,17 @@ void accum_free(struct accum *a)
     a->sum = NULL;
 }
 
-void accum_begin(struct accum *a, int micro) { a->last = micro == a->steps - 1; }
+void accum_step(struct accum *a) { a->added = 0; }
 
-void accum_add(struct accum *a, int micro)
+void accum_begin(struct accum *a, int micro) { a->last = !a->open_ended && micro == a->steps - 1; }
+
+void accum_add(struct accum *a)
 {
     float *restrict sum = a->sum;
     const float *restrict g = a->grads;
     if (!sum || a->last)
         return;
-    if (micro == 0) {
+    if (a->added++ == 0) {
         memcpy(sum, g, a->count * sizeof(float));
         return;
     }
@@ -53,8 +61,21 @@ static void finish_range(struct accum *a, size_t first, size_t count)
 
 void accum_finish(struct accum *a)
 {
-    if (a->sum)
+    if (!a->sum)
+        return;
+    if (!a->open_ended) {
         finish_range(a, 0, a->count);
+        return;
+    }
+    /* every micro-batch is in the sum; a rank that took none adds zeros */
+    float *restrict g = a->grads;
+    const float *restrict sum = a->sum;
+    const float steps = (float)a->steps;
+    if (a->added == 0)
+        memset(g, 0, a->count * sizeof(float));
+    else
+        for (size_t i = 0; i < a->count; i++)
+            g[i] = sum[i] / steps;
 }
 
 void accum_ready(void *ctx, size_t first, size_t count)

@@ -117,6 +117,11 @@ st_status comm_node_broadcast(struct train_comm *c, void *buf, size_t bytes, int
 }
 
 st_status comm_node_barrier(struct train_comm *c) { return st_barrier(c->local); }
+st_status comm_node_allgather(struct train_comm *c, const void *send, void *recv, size_t bytes)
+{
+    return st_allgather(c->local, send, recv, bytes);
+}
+bool comm_take(struct train_comm *c, uint64_t end, uint64_t *ticket) { return st_group_take(c->local, end, ticket); }
 const char *comm_job_id(const struct train_comm *c) { return st_group_job_id(c->local); }
 void *comm_zero_copy_buffer(struct train_comm *c) { return st_group_buffer(c->local, NULL); }
 void comm_heartbeat(struct train_comm *c) { st_group_heartbeat(c->local); }

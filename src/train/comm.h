@@ -43,6 +43,10 @@ st_status comm_broadcast(struct train_comm *c, void *buf, size_t bytes, int root
  * node), the zero-copy gradient buffer, and the launcher's heartbeat. */
 st_status comm_node_broadcast(struct train_comm *c, void *buf, size_t bytes, int root);
 st_status comm_node_barrier(struct train_comm *c);
+/* Every node rank's `bytes` at `send`, in local rank order, into `recv`. */
+st_status comm_node_allgather(struct train_comm *c, const void *send, void *recv, size_t bytes);
+/* The node's next work ticket below `end` (st_group_take). */
+bool comm_take(struct train_comm *c, uint64_t end, uint64_t *ticket);
 const char *comm_job_id(const struct train_comm *c);
 void *comm_zero_copy_buffer(struct train_comm *c);
 void comm_heartbeat(struct train_comm *c);

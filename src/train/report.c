@@ -68,6 +68,12 @@ void train_say(const struct trainer *t, const char *fmt, ...)
 static double rate_per_sample(const struct trainer *t) { return t->text ? t->context : 1; }
 static const char *rate_unit(const struct trainer *t) { return t->text ? "tokens/s" : "samples/s"; }
 
+double train_page_faults(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) == 0 ? (double)u.ru_minflt + (double)u.ru_majflt : 0;
+}
+
 void train_log_interval(struct trainer *t, float lr)
 {
     const double now = st_now_s(), span = now - t->interval_start;
@@ -83,7 +89,8 @@ void train_log_interval(struct trainer *t, float lr)
                            .u.train = {.step = t->step, .epoch = frac, .loss = loss, .accuracy = acc, .lr = lr,
                                        .samples_per_s = sps, .tokens_per_s = t->text ? sps * t->context : 0, .time_s = now - t->start + t->elapsed_before,
                                        .compute_s = t->t_compute - t->t_data, .allreduce_s = t->t_reduce,
-                                       .wait_s = t->t_wait, .data_s = t->t_data}});
+                                       .wait_s = t->t_wait, .data_s = t->t_data, .faults_said = true,
+                                       .page_faults = (train_page_faults() - t->faults_at) / t->interval_steps}});
     if (t->tty) {
         int width = 24, done = max > 0 ? (int)(width * (double)t->step / max) : 0;
         char bar[32];
@@ -107,6 +114,7 @@ void train_log_interval(struct trainer *t, float lr)
     t->t_compute = t->t_reduce = t->t_wait = t->t_data = t->loss_sum = t->correct_sum = 0;
     t->interval_steps = 0;
     t->interval_start = st_now_s();
+    t->faults_at = train_page_faults();
 }
 
 /* ---------------------------------------------------------- evaluation -- */
@@ -146,7 +154,7 @@ st_status train_eval_and_report(struct trainer *t)
 {
     double acc, loss;
     unsigned long long predictions = 0;
-    double t0 = st_now_s();
+    const double t0 = st_now_s(), faults0 = train_page_faults();
     st_status st = evaluate(t, &acc, &loss, &predictions);
     if (st != ST_OK)
         return st;
@@ -175,6 +183,7 @@ st_status train_eval_and_report(struct trainer *t)
             100 * t->best_acc);
     train_keep_best(t, acc, loss);
     t->interval_start += st_now_s() - t0;  /* evaluation is not training time */
+    t->faults_at += train_page_faults() - faults0;  /* nor are its faults a step's */
     return ST_OK;
 }
 
@@ -238,6 +247,7 @@ void train_run_record(struct trainer *t)
     snprintf(r.u.run.isa, sizeof r.u.run.isa, "%s", st_nn_onednn_isa());
     snprintf(r.u.run.launcher, sizeof r.u.run.launcher, "%s", t->comm.launcher);
     snprintf(r.u.run.allreduce_dtype, sizeof r.u.run.allreduce_dtype, "%s", st_dtype_name(t->o->allreduce_dtype));
+    snprintf(r.u.run.balance, sizeof r.u.run.balance, "%s", t->bal.dynamic ? "dynamic" : "static");
     /* what was built, not what was asked: a bf16 net may keep layers in fp32 */
     r.u.run.layers = st_net_layers(t->net);
     r.u.run.bf16_layers = st_net_lowp_layers(t->net);
@@ -268,7 +278,8 @@ void train_summary(struct trainer *t, st_train_result *r)
                                    .total_s = total, .train_s = t->train_seconds, .samples_per_s = sps,
                                    .tokens_per_s = t->text ? sps * t->context : 0,
                                    .final_test_accuracy = t->last_acc, .best_test_accuracy = t->best_acc,
-                                   .peak_rss_mb = peak_rss_mb()}};
+                                   .peak_rss_mb = peak_rss_mb(), .micro_batches = t->taken_all,
+                                   .micro_batches_here = t->bal.taken}};
     for (size_t i = 0; i < NTHRESH; i++)
         if (t->reached_at[i] >= 0) {
             train_say(t, "      reached %.0f%% test accuracy after %.1f s (step %ld)\n", 100 * THRESHOLDS[i],
@@ -280,6 +291,10 @@ void train_summary(struct trainer *t, st_train_result *r)
     if (t->replica_checks)
         train_say(t, "      --check-replicas: all %d instances held identical parameters at each of %ld checks\n",
                   t->world, t->replica_checks);
+    if (t->bal.dynamic && t->taken_all > 0)
+        train_say(t, "      --balance dynamic: %llu micro-batches, each computed once; this instance computed "
+                  "%llu (%.0f%% of an even share)\n", (unsigned long long)t->taken_all,
+                  (unsigned long long)t->bal.taken, 100.0 * (double)t->bal.taken * t->world / (double)t->taken_all);
     if (rec.u.summary.peak_rss_mb > 0)
         train_say(t, "      peak memory: %.0f MiB resident in this instance\n", rec.u.summary.peak_rss_mb);
     if (t->saved)

@@ -206,47 +206,20 @@ static st_status exchange(struct trainer *t)
     return st != ST_OK ? st : comm_allreduce(&t->comm, t->grads + t->P, TAIL, ST_DTYPE_F32, ST_AVG);
 }
 
-/* Forward and backward over the step's micro-batches (one without
- * --grad-accum), leaving their mean gradient in t->grads (the buckets'
- * share of it already on its way with --bucket-mb), their mean loss and
- * accuracy in *loss and *accuracy. */
-static st_status micro_batches(struct trainer *t, float *loss, float *accuracy)
-{
-    const st_train_options *o = t->o;
-    double loss_sum = 0, correct_sum = 0;
-    for (int m = 0; m < t->accum_steps; m++) {
-        float l;
-        int correct;
-        st_status st;
-        st_net_set_dropout_seed(t->net, o->seed * 0x9e3779b97f4a7c15ull + t->step * (uint64_t)t->accum_steps + (uint64_t)m);
-        accum_begin(&t->acc, m);
-        if ((st = train_fill_batch(t, m)) != ST_OK || (st = st_net_forward(t->net, t->x)) != ST_OK ||
-            (st = st_net_loss(t->net, t->y, &l, &correct)) != ST_OK || (st = st_net_backward(t->net)) != ST_OK)
-            return st;
-        accum_add(&t->acc, m);
-        loss_sum += l;
-        correct_sum += correct;
-    }
-    if (!t->ov.started)
-        accum_finish(&t->acc);
-    *loss = (float)(loss_sum / t->accum_steps);
-    *accuracy = (float)(correct_sum / ((double)t->accum_steps * o->batch * st_model_positions(t->model)));
-    return ST_OK;
-}
-
 static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
 {
     const st_train_options *o = t->o;
     const double t0 = st_now_s();
     float loss, accuracy;
     st_status st;
-    if ((st = micro_batches(t, &loss, &accuracy)) != ST_OK)
+    if ((st = train_micro_batches(t, &loss, &accuracy)) != ST_OK)
         return st;
     float *tail = t->grads + t->P;
     tail[0] = loss;
     tail[1] = accuracy;
     tail[2] = atomic_load(&stop_requested) ? 1.0f : 0.0f;
     tail[3] = isfinite(loss) ? 0.0f : 1.0f;
+    tail[4] = (float)t->step_taken;
     const double t1 = st_now_s(), w0 = comm_wait_seconds(&t->comm);
     if ((st = exchange(t)) != ST_OK)
         return st;
@@ -256,6 +229,8 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
     const double waited = comm_wait_seconds(&t->comm) - w0;
     t->t_wait += waited < t2 - t1 ? waited : t2 - t1;
     char why[300];
+    if ((st = train_check_taken(t, tail[4])) != ST_OK)
+        return st;
     if (tail[3] > 0 || !isfinite(tail[0]))
         return st_fail(ST_ERR_FORMAT, "step %llu: the loss is not finite (NaN/Inf); stopping, %s; lower --lr or "
                                       "set --clip-norm", (unsigned long long)t->step, kept(t, why, sizeof why));
@@ -365,9 +340,17 @@ static st_status setup(struct trainer *t)
     st_optim_set_copies(t->opt, copies, ncopies);  /* the bf16 weights, written as the masters are updated */
     t->accum_steps = o->grad_accum > 1 ? o->grad_accum : 1;
     t->global_batch = (size_t)t->world * (size_t)o->batch * (size_t)t->accum_steps;
-    if ((st = accum_init(&t->acc, t->grads, t->P, t->accum_steps)) != ST_OK)
+    const bool dynamic = o->balance == ST_BALANCE_DYNAMIC;
+    if (dynamic && t->stream[0])
+        return st_fail(ST_ERR_INVALID, "--balance dynamic: not with --image-folder streamed past --data-memory "
+                                       "(each instance decodes its own batches ahead); raise --data-memory, or "
+                                       "use --balance static");
+    if ((st = accum_init(&t->acc, t->grads, t->P, t->accum_steps, dynamic)) != ST_OK ||
+        (st = balance_init(&t->bal, &t->comm, t->accum_steps, dynamic)) != ST_OK)
         return st;
-    if (o->bucket_mb > 0) {
+    /* Dynamic: an instance cannot tell which of its micro-batches is its
+     * last, so no bucket can go during backward; they go after it. */
+    if (o->bucket_mb > 0 && !dynamic) {
         if (!t->comm.any_thread)
             return st_fail(ST_ERR_INVALID, "--bucket-mb: this MPI cannot run collectives from a second thread "
                                            "(no MPI_THREAD_SERIALIZED); leave it at 0");
@@ -438,6 +421,7 @@ static void teardown(struct trainer *t, bool failed)
     free(t->decay_mask);
     overlap_stop(&t->ov);
     accum_free(&t->acc);
+    balance_free(&t->bal);
     comm_leave(&t->comm, failed);
     st_model_destroy(t->model);
 }
@@ -460,6 +444,7 @@ static st_status loop(struct trainer *t, st_train_result *r)
     float lr = o->schedule.lr;
     double train_start = st_now_s();
     t->interval_start = train_start;
+    t->faults_at = train_page_faults();
     done = o->evaluate_only;  /* --max-steps 0: the evaluation below, nothing trained or saved */
     for (; t->epoch < (uint64_t)t->epochs_total && !done && st == ST_OK; t->epoch++, t->epoch_pos = 0) {
         if (!t->text)
@@ -547,9 +532,11 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
     } else if (st == ST_OK) {
         train_open_metrics(&t);
         train_run_record(&t);
-        char accum[40] = "", budget[128];
-        if (t.accum_steps > 1)
-            snprintf(accum, sizeof accum, " x %d micro-batches", t.accum_steps);
+        char accum[160] = "", budget[128];
+        if (t.accum_steps > 1 || t.bal.dynamic)
+            snprintf(accum, sizeof accum, " x %d micro-batches%s%s", t.accum_steps,
+                     t.bal.dynamic ? " (balanced: taken by whoever is free)" : "",
+                     t.bal.dynamic && o->bucket_mb > 0 ? ", exchanged after backward (not in --bucket-mb buckets)" : "");
         describe_budget(&t, budget, sizeof budget);
         char recipe[160];
         train_recipe(o, recipe, sizeof recipe);

@@ -389,10 +389,10 @@ st_status train_alloc_batch(struct trainer *t)
     return t->x && t->y && (t->text || t->order) ? ST_OK : st_fail(ST_ERR_NOMEM, "train: out of memory");
 }
 
-st_status train_fill_batch(struct trainer *t, int micro)
+st_status train_fill_batch(struct trainer *t, int slot_rank, int micro)
 {
     const st_train_options *o = t->o;
-    const int world = t->world * t->accum_steps, rank = micro * t->world + t->rank;
+    const int world = t->world * t->accum_steps, rank = micro * t->world + slot_rank;
     if (t->text)
         return st_text_train_batch(t->text, o->seed, t->step, world, rank, o->batch, t->context, t->x, t->y);
     st_batch_spec spec = {.order = t->order, .first = t->epoch_pos, .world = world, .rank = rank,

@@ -9,6 +9,7 @@
 
 #include "shmtrain/clock.h"
 #include "accum.h"
+#include "balance.h"
 #include "comm.h"
 #include "overlap.h"
 #include "shmtrain/bf16.h"
@@ -20,7 +21,8 @@
 #include "shmtrain/text.h"
 #include "shmtrain/train.h"
 
-#define TAIL 4    /* extra floats reduced with the gradients: loss, correct, stop, non-finite */
+#define TAIL 5    /* extra floats reduced with the gradients: loss, correct, stop, non-finite,
+                     micro-batches computed */
 #define NTHRESH 7 /* test-accuracy thresholds whose time is reported (report.c) */
 
 struct trainer {
@@ -48,6 +50,9 @@ struct trainer {
     struct overlap ov;         /* --bucket-mb: the buckets' progress thread */
     struct accum acc;          /* --grad-accum: the micro-batches' gradient sum */
     int accum_steps;           /* micro-batches per optimizer step */
+    struct balance bal;        /* --balance: who computes which micro-batch */
+    int step_taken;            /* micro-batches this rank computed in the current step */
+    uint64_t taken_all;        /* micro-batches all ranks computed, counted each step (train_check_taken) */
     size_t global_batch;       /* samples per optimizer step: instances x batch x micro-batches */
     size_t P;
     FILE *metrics;
@@ -70,6 +75,7 @@ struct trainer {
     double t_compute, t_reduce, t_wait, t_data, loss_sum, correct_sum;
     long interval_steps;
     double interval_start;
+    double faults_at;          /* the process's page faults at the interval's start, evaluations' taken out */
 };
 
 /* Each node's first rank decodes both splits and publishes them; the
@@ -88,13 +94,27 @@ st_status train_stream_batch(struct trainer *t, const st_batch_spec *spec, int m
 void train_close_folder(struct trainer *t);
 
 /* Samples (images, or windows) in the training split, and the buffers a
- * batch needs.  Then this rank's micro-batch `micro` of the current step
- * into t->x, t->y: a step's micro-batches and ranks together take the
- * global batch's samples as W x N ranks would (rank micro x W + rank), so
- * --grad-accum N on W instances sees the same samples as N x W instances. */
+ * batch needs.  Then rank `slot_rank`'s micro-batch `micro` of the current
+ * step (this rank's own, or under --balance dynamic any rank's) into t->x,
+ * t->y: a step's micro-batches and ranks together take the global batch's
+ * samples as W x N ranks would (rank micro x W + rank), so --grad-accum N
+ * on W instances sees the same samples as N x W instances. */
 size_t train_samples(const struct trainer *t);
 st_status train_alloc_batch(struct trainer *t);
-st_status train_fill_batch(struct trainer *t, int micro);
+st_status train_fill_batch(struct trainer *t, int slot_rank, int micro);
+
+/* Forward and backward over the step's micro-batches that this rank
+ * computes (balance.h), leaving their mean gradient in t->grads (the
+ * buckets' share of it already on its way with --bucket-mb), their mean
+ * loss and accuracy in *loss and *accuracy (means over the step's
+ * micro-batches per rank: the exchange's average then makes the step's). */
+st_status train_micro_batches(struct trainer *t, float *loss, float *accuracy);
+/* After the exchange: the ranks computed every micro-batch of the step
+ * exactly as many times as there are (`mean_taken` is the exchanged
+ * tail's average of each rank's count). */
+st_status train_check_taken(struct trainer *t, float mean_taken);
+/* This process's page faults so far (minor + major). */
+double train_page_faults(void);
 
 /* Evaluation batches: how many samples the split has, and this rank's part
  * of global batch `first` (valid: how many are real). */

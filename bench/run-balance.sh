@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# --balance dynamic against static (issue 64), interleaved rounds: 3
+# instances on this machine's cores with --oversubscribe (on 2 cores two
+# share one: a straggler at half speed, as a noisy neighbour or a slower
+# core makes one), and 2 instances on 2 cores (no straggler: dynamic must
+# cost nothing there).
+#
+#   bench/run-balance.sh [BUILD_DIR] [ROUNDS] [STEPS] [MODELS] [ACCUM]
+#
+# defaults: build 3 60 "mlp cnn gpt-mini" 4.  Prints round, instances, model,
+# balance, samples/s (the run's own, training only) and rank 0's share of
+# the micro-batches; then dynamic / static per round and the medians.
+set -euo pipefail
+build=${1:-build}; rounds=${2:-3}; steps=${3:-60}; models=${4:-mlp cnn gpt-mini}; accum=${5:-4}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs," \
+     "$(lscpu | grep -o 'avx512_bf16\|amx_bf16' | sort -u | tr '\n' ' '); $steps steps, --grad-accum $accum"
+for r in $(seq 1 "$rounds"); do
+  for n in 3 2; do
+    for m in $models; do
+      extra=(--batch-size 16); [ "${m#gpt}" != "$m" ] && extra=(--text /usr/share/games/fortunes --batch-size 4 --eval-windows 4)
+      for b in static dynamic; do
+        "$build/shmrun" -n "$n" --oversubscribe --quiet --log-dir "$tmp/logs" -- "$build/shmtrain" --model "$m" \
+          "${extra[@]}" --grad-accum "$accum" --balance "$b" --max-steps "$steps" --log-every "$steps" \
+          --metrics "$tmp/m.jsonl" --no-checkpoint --overwrite --out "$tmp/run" --quiet
+        sps=$(grep '"type":"summary"' "$tmp/m.jsonl" | sed 's/.*"samples_per_s":\([0-9.]*\).*/\1/')
+        share=$(grep '"type":"summary"' "$tmp/m.jsonl" | sed -n 's/.*"micro_batches":\([0-9]*\),"micro_batches_here":\([0-9]*\).*/\2\/\1/p')
+        echo "$r ${n}x1 $m $b $sps $share" | tee -a "$tmp/all.txt"
+      done
+    done
+  done
+done
+echo
+echo "dynamic / static, per round, then the median:"
+for n in 3 2; do
+  for m in $models; do
+    ratios=$(awk -v n=${n}x1 -v m=$m '$2==n && $3==m && $4=="static" {s[$1]=$5} $2==n && $3==m && $4=="dynamic" {d[$1]=$5}
+             END {for (r in s) printf "%.3f\n", d[r]/s[r]}' "$tmp/all.txt")
+    echo "${n}x1 $m $(echo $ratios) median $(echo "$ratios" | median)"
+  done
+done
