@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "accum.h"
+#include "steptimes.h"
 #include "trainrun.h"
 #include "shmtrain/data.h"
 #include "shmtrain/metrics.h"
@@ -61,6 +62,8 @@ struct outcome {
     int train_records;
     st_summary_record summary;
     st_run_record run;
+    st_instance_record instances[8];
+    int ninstances;
 };
 
 static struct outcome read_outcome(void)
@@ -79,6 +82,10 @@ static struct outcome read_outcome(void)
             break;
         case ST_RECORD_SUMMARY: o.summary = r.u.summary; break;
         case ST_RECORD_RUN: o.run = r.u.run; break;
+        case ST_RECORD_INSTANCE:
+            if (o.ninstances < 8)
+                o.instances[o.ninstances++] = r.u.instance;
+            break;
         default: break;
         }
     }
@@ -118,12 +125,33 @@ static struct outcome run(const char *model, const char *how, const char *ckpt, 
     return run_with(model, how, ckpt, steps, NULL);
 }
 
+/* Every instance's step times, one record each (rank 0 writes them): the
+ * structure, not the speed: each instance's steps, its quantiles in order,
+ * its parts within its steps' time. */
+static void check_instances(const char *model, const struct outcome *o, long steps)
+{
+    if (o->ninstances != RANKS)
+        fail_msg("%s: %d instance records, not %d", model, o->ninstances, RANKS);
+    for (int k = 0; k < RANKS; k++) {
+        const st_instance_record *r = &o->instances[k];
+        const double total = r->compute_s + r->exchange_s;
+        if (!(r->rank == k && r->steps == steps && r->step_p50_s > 0 && r->step_p50_s <= r->step_p90_s &&
+              r->step_p90_s <= r->step_max_s && r->wait_s >= 0 && r->wait_s <= r->exchange_s + 1e-3 &&
+              total <= steps * r->step_max_s * 1.001 + 1e-3 && total >= steps * r->step_p50_s * 0.3))
+            fail_msg("%s: instance %d: rank %d, %ld steps, p50 %.6f p90 %.6f max %.6f s, compute %.4f exchange "
+                     "%.4f wait %.4f s", model, k, r->rank, r->steps, r->step_p50_s, r->step_p90_s, r->step_max_s,
+                     r->compute_s, r->exchange_s, r->wait_s);
+    }
+}
+
 /* `loss_tol`: the final losses' relative distance allowed; `param_tol`:
  * the parameters', of their largest (0: not compared; see the top). */
 static void same_training(const char *model, const char *steps, double loss_tol, double param_tol)
 {
     const long n = atol(steps);
     struct outcome s = run(model, "static", "s.ckpt", steps), d = run(model, "dynamic", "d.ckpt", steps);
+    check_instances(model, &s, n);
+    check_instances(model, &d, n);
     assert_string_equal(s.run.balance, "static");
     assert_string_equal(d.run.balance, "dynamic");
     /* counted: every micro-batch of every step computed once, over the gang */
@@ -393,6 +421,27 @@ static void test_attached_data_faults_nothing_in(void **state)
     st_dataset_destroy(d);
 }
 
+/* The step-time histogram: a quantile is the first bin holding that share
+ * of the steps, at most 2% above the true time, never past the slowest. */
+static void test_step_time_quantiles(void **state)
+{
+    (void)state;
+    struct step_times t = {0};
+    assert_true(step_times_quantile(&t, 0.5) == 0);
+    for (int i = 0; i < 10; i++)
+        step_times_add(&t, 0.001, 0.0008, 0.0002, 0.0001);
+    for (int i = 0; i < 10; i++)
+        step_times_add(&t, 0.002, 0.0015, 0.0005, 0.0004);
+    const double p50 = step_times_quantile(&t, 0.5), p55 = step_times_quantile(&t, 0.55);
+    if (!(p50 >= 0.001 && p50 <= 0.00102 && p55 >= 0.002 && p55 <= 0.002))
+        fail_msg("p50 %.7f (1 ms, +2%% at most), p55 %.7f (2 ms: the slowest caps it)", p50, p55);
+    step_times_add(&t, 0.5, 0.1, 0.4, 0.39);
+    assert_true(step_times_quantile(&t, 1.0) == 0.5 && t.max_s == 0.5 && t.steps == 21);
+    assert_true(fabs(t.compute_s - (0.008 + 0.015 + 0.1)) < 1e-12 && fabs(t.wait_s - (0.001 + 0.004 + 0.39)) < 1e-12);
+    const double p90 = step_times_quantile(&t, 0.9);  /* the 19th of 21: 2 ms */
+    assert_true(p90 >= 0.002 && p90 <= 0.00204);
+}
+
 static void test_bad_balance_is_named(void **state)
 {
     (void)state;
@@ -407,6 +456,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_balance_is_named),
         cmocka_unit_test(test_open_ended_accumulation),
+        cmocka_unit_test(test_step_time_quantiles),
         cmocka_unit_test(test_attached_data_faults_nothing_in),
         cmocka_unit_test(test_mlp_dynamic_trains_as_static),
         cmocka_unit_test(test_cnn_dynamic_trains_as_static),

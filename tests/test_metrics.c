@@ -130,6 +130,22 @@ static void test_records_round_trip(void **state)
     assert_string_equal(junk.u.run.torch, "2.13.0+cpu");
     assert_string_equal(junk.u.run.backend, "shm");
     assert_string_equal(junk.u.run.mode, "channels_last");
+    /* an instance's step times (issue 64) */
+    st_record inst = {.type = ST_RECORD_INSTANCE,
+                      .u.instance = {.rank = 2, .steps = 200, .step_p50_s = 0.0125, .step_p90_s = 0.015625,
+                                     .step_max_s = 0.25, .compute_s = 2.5, .exchange_s = 0.5, .wait_s = 0.375}};
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(st_metrics_write(f, &inst), ST_OK);
+    rewind(f);
+    char line2[512];
+    assert_non_null(fgets(line2, sizeof line2, f));
+    fclose(f);
+    assert_int_equal(st_metrics_parse(line2, &junk), ST_RECORD_INSTANCE);
+    assert_true(junk.u.instance.rank == 2 && junk.u.instance.steps == 200 && junk.u.instance.step_p50_s == 0.0125 &&
+                junk.u.instance.step_p90_s == 0.015625 && junk.u.instance.step_max_s == 0.25 &&
+                junk.u.instance.compute_s == 2.5 && junk.u.instance.exchange_s == 0.5 &&
+                junk.u.instance.wait_s == 0.375);
     assert_int_equal(st_metrics_parse("not json at all", &junk), ST_RECORD_UNKNOWN);
     assert_int_equal(st_metrics_parse("{\"type\":\"unheard-of\"}", &junk), ST_RECORD_UNKNOWN);
     free(text);

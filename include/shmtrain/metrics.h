@@ -28,7 +28,8 @@ typedef enum st_record_type {
     ST_RECORD_RUN,
     ST_RECORD_TRAIN,
     ST_RECORD_EVAL,
-    ST_RECORD_SUMMARY
+    ST_RECORD_SUMMARY,
+    ST_RECORD_INSTANCE
 } st_record_type;
 
 typedef struct st_run_record {
@@ -88,6 +89,15 @@ typedef struct st_summary_record {
     double reached_accuracy[ST_METRICS_MAX_TARGETS], reached_s[ST_METRICS_MAX_TARGETS];
 } st_summary_record;
 
+/* One per instance at a run's end (rank 0 writes them all): where its
+ * steps went, so the instance the others wait for is named. */
+typedef struct st_instance_record {
+    int rank;
+    long steps;
+    double step_p50_s, step_p90_s, step_max_s;  /* step times: quantiles within 2% above, and the slowest */
+    double compute_s, exchange_s, wait_s;       /* summed over its steps; the wait is part of the exchange */
+} st_instance_record;
+
 typedef struct st_record {
     st_record_type type;
     union {
@@ -95,6 +105,7 @@ typedef struct st_record {
         st_train_record train;
         st_eval_record eval;
         st_summary_record summary;
+        st_instance_record instance;
     } u;
 } st_record;
 

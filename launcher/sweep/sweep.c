@@ -348,6 +348,7 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
             summary = true;
             r->steps = rec.u.summary.steps;
             break;
+        case ST_RECORD_INSTANCE: /* fall through: not in the report yet */
         case ST_RECORD_UNKNOWN: break;
         }
     }

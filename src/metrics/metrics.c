@@ -14,7 +14,8 @@
 #include "shmtrain/json.h"
 
 static const char *const TYPE_NAMES[] = {[ST_RECORD_RUN] = "run", [ST_RECORD_TRAIN] = "train",
-                                         [ST_RECORD_EVAL] = "eval", [ST_RECORD_SUMMARY] = "summary"};
+                                         [ST_RECORD_EVAL] = "eval", [ST_RECORD_SUMMARY] = "summary",
+                                         [ST_RECORD_INSTANCE] = "instance"};
 
 static void optional_string(st_json *j, const char *key, const char *value)
 {
@@ -82,6 +83,18 @@ static void write_eval(st_json *j, const st_eval_record *r)
     st_json_uint(j, "predictions", r->predictions);
 }
 
+static void write_instance(st_json *j, const st_instance_record *r)
+{
+    st_json_int(j, "rank", r->rank);
+    st_json_int(j, "steps", r->steps);
+    st_json_number(j, "step_p50_s", r->step_p50_s, "%.6f");
+    st_json_number(j, "step_p90_s", r->step_p90_s, "%.6f");
+    st_json_number(j, "step_max_s", r->step_max_s, "%.6f");
+    st_json_number(j, "compute_s", r->compute_s, "%.4f");
+    st_json_number(j, "exchange_s", r->exchange_s, "%.4f");
+    st_json_number(j, "wait_s", r->wait_s, "%.4f");
+}
+
 static void write_summary(st_json *j, const st_summary_record *r)
 {
     st_json_int(j, "steps", r->steps);
@@ -126,6 +139,7 @@ static char *record_line(const st_record *r, size_t *len)
     case ST_RECORD_TRAIN: write_train(&j, &r->u.train); break;
     case ST_RECORD_EVAL: write_eval(&j, &r->u.eval); break;
     case ST_RECORD_SUMMARY: write_summary(&j, &r->u.summary); break;
+    case ST_RECORD_INSTANCE: write_instance(&j, &r->u.instance); break;
     case ST_RECORD_UNKNOWN: break;
     }
     st_json_object_end(&j);
@@ -139,7 +153,7 @@ static char *record_line(const st_record *r, size_t *len)
 
 st_status st_metrics_write(FILE *f, const st_record *r)
 {
-    if (!f || r->type <= ST_RECORD_UNKNOWN || r->type > ST_RECORD_SUMMARY)
+    if (!f || r->type <= ST_RECORD_UNKNOWN || r->type > ST_RECORD_INSTANCE)
         return st_fail(ST_ERR_INVALID, "metrics: no file, or no such record type");
     size_t len;
     char *line = record_line(r, &len);
@@ -263,7 +277,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
     memset(out, 0, sizeof *out);
     char type[16];
     st_json_get_string(line, "type", type, sizeof type);
-    for (int t = ST_RECORD_RUN; t <= ST_RECORD_SUMMARY; t++)
+    for (int t = ST_RECORD_RUN; t <= ST_RECORD_INSTANCE; t++)
         if (!strcmp(type, TYPE_NAMES[t]))
             out->type = (st_record_type)t;
     switch (out->type) {
@@ -322,6 +336,18 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         break;
     }
     case ST_RECORD_SUMMARY: parse_summary(line, &out->u.summary); break;
+    case ST_RECORD_INSTANCE: {
+        st_instance_record *r = &out->u.instance;
+        r->rank = int_count(line, "rank");
+        r->steps = (long)count(line, "steps");
+        r->step_p50_s = num(line, "step_p50_s");
+        r->step_p90_s = num(line, "step_p90_s");
+        r->step_max_s = num(line, "step_max_s");
+        r->compute_s = num(line, "compute_s");
+        r->exchange_s = num(line, "exchange_s");
+        r->wait_s = num(line, "wait_s");
+        break;
+    }
     case ST_RECORD_UNKNOWN: break;
     }
     return out->type;

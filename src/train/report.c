@@ -263,6 +263,56 @@ static double peak_rss_mb(void)
     return getrusage(RUSAGE_SELF, &u) == 0 ? (double)u.ru_maxrss / 1024.0 : 0;
 }
 
+/* Each instance's row: steps, p50, p90, max, compute, exchange, wait. */
+enum { INSTANCE_FIELDS = 7 };
+
+static void instance_records(struct trainer *t, const float *all)
+{
+    int slowest = 0, waits_most = 0;
+    double worst_compute = -1, most_wait = -1;
+    for (int k = 0; k < t->world; k++) {
+        const float *f = all + (size_t)k * INSTANCE_FIELDS;
+        st_record rec = {.type = ST_RECORD_INSTANCE,
+                         .u.instance = {.rank = k, .steps = (long)f[0], .step_p50_s = f[1], .step_p90_s = f[2],
+                                        .step_max_s = f[3], .compute_s = f[4], .exchange_s = f[5], .wait_s = f[6]}};
+        train_record(t, &rec);
+        const double steps = f[0] > 0 ? f[0] : 1, compute = f[4] / steps, wait = f[6] / steps;
+        if (compute > worst_compute)
+            worst_compute = compute, slowest = k;
+        if (wait > most_wait)
+            most_wait = wait, waits_most = k;
+    }
+    const float *s = all + (size_t)slowest * INSTANCE_FIELDS, *w = all + (size_t)waits_most * INSTANCE_FIELDS;
+    if (t->world > 1 && s[0] > 0 && w[0] > 0)
+        train_say(t, "      instances: rank %d computes slowest (%.1f ms a step; its steps p50 %.1f, p90 %.1f, max "
+                  "%.1f ms), rank %d waits most (%.1f ms a step, %.0f%% of its steps)\n", slowest, 1e3 * s[4] / s[0],
+                  1e3 * s[1], 1e3 * s[2], 1e3 * s[3], waits_most, 1e3 * w[6] / w[0],
+                  100.0 * w[6] / (w[4] + w[5] > 0 ? w[4] + w[5] : 1));
+}
+
+st_status train_instances(struct trainer *t)
+{
+    const size_t n = (size_t)t->world * INSTANCE_FIELDS;
+    float *all = calloc(n, sizeof *all);
+    if (!all)
+        return st_fail(ST_ERR_NOMEM, "train: out of memory for %d instances' step times", t->world);
+    const struct step_times *s = &t->times;
+    float *mine = all + (size_t)t->rank * INSTANCE_FIELDS;
+    mine[0] = (float)s->steps;
+    mine[1] = (float)step_times_quantile(s, 0.5);
+    mine[2] = (float)step_times_quantile(s, 0.9);
+    mine[3] = (float)s->max_s;
+    mine[4] = (float)s->compute_s;
+    mine[5] = (float)s->exchange_s;
+    mine[6] = (float)s->wait_s;
+    /* every row zero but its owner's: the sum is the gathered table */
+    st_status st = comm_allreduce(&t->comm, all, n, ST_DTYPE_F32, ST_SUM);
+    if (st == ST_OK && t->rank == 0)
+        instance_records(t, all);
+    free(all);
+    return st;
+}
+
 void train_summary(struct trainer *t, st_train_result *r)
 {
     const double total = st_now_s() - t->start + t->elapsed_before;

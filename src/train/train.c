@@ -243,6 +243,7 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
     const double t3 = st_now_s();
     t->t_compute += (t1 - t0) + (t3 - t2);
     t->t_reduce += t2 - t1;
+    step_times_add(&t->times, t3 - t0, (t1 - t0) + (t3 - t2), t2 - t1, waited < t2 - t1 ? waited : t2 - t1);
     t->loss_sum += tail[0];
     t->correct_sum += tail[1];
     t->interval_steps++;
@@ -563,6 +564,8 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
         r->seconds = st_now_s() - t.start + t.elapsed_before;
         if (t.train_seconds > 0)
             r->samples_per_s = (double)((t.step - t.first_step) * t.global_batch) / t.train_seconds;
+        if (st == ST_OK)
+            st = train_instances(&t);
         if (st == ST_OK)
             train_summary(&t, r);
         if (st == ST_OK && t.records_lost)  /* the run is whole, its account of itself is not */

@@ -12,6 +12,7 @@
 #include "balance.h"
 #include "comm.h"
 #include "overlap.h"
+#include "steptimes.h"
 #include "shmtrain/bf16.h"
 #include "shmtrain/data.h"
 #include "shmtrain/metrics.h"
@@ -76,6 +77,7 @@ struct trainer {
     long interval_steps;
     double interval_start;
     double faults_at;          /* the process's page faults at the interval's start, evaluations' taken out */
+    struct step_times times;   /* every step's time, for the instance records */
 };
 
 /* Each node's first rank decodes both splits and publishes them; the
@@ -115,6 +117,9 @@ st_status train_micro_batches(struct trainer *t, float *loss, float *accuracy);
 st_status train_check_taken(struct trainer *t, float mean_taken);
 /* This process's page faults so far (minor + major). */
 double train_page_faults(void);
+/* At a run's end, every rank: each instance's step times gathered, an
+ * instance record each in rank 0's metrics, the slowest named. */
+st_status train_instances(struct trainer *t);
 
 /* Evaluation batches: how many samples the split has, and this rank's part
  * of global batch `first` (valid: how many are real). */
