@@ -234,6 +234,15 @@ def build(name):
     return torch_gpt.GPT(2, 4, 64, 64), gpt_batch
 
 
+
+def sgd_step(net, opt, x, y):
+    """One training step of a DDP model on a batch (images or token windows)."""
+    logits = net(x)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
 def ddp_rank(rank, world, port, backend, name, b, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -242,12 +251,7 @@ def ddp_rank(rank, world, port, backend, name, b, out):
     net = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     for step in range(20):
-        x, y = batch(step, rank, world, b)
-        logits = net(x)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        sgd_step(net, opt, *batch(step, rank, world, b))
     if rank == 0:
         torch.save([p.detach().clone() for p in model.parameters()], out)
     # Tear down as PyTorch's DDP tutorial does, every rank at once and the
@@ -467,12 +471,7 @@ def hooked_rank(rank, world, port, name, b, out, hook, late):
         net.register_comm_hook(None, counted)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     for step in range(6):
-        x, y = batch(step, rank, world, b)
-        logits = net(x)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        sgd_step(net, opt, *batch(step, rank, world, b))
         # the step before's result, read where it lies, outlives this step's call
         # (from step 2: DDP lays its buckets out again after step 1)
         if hook and step >= 2:
