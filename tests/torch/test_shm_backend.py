@@ -234,7 +234,6 @@ def build(name):
     return torch_gpt.GPT(2, 4, 64, 64), gpt_batch
 
 
-
 def sgd_step(net, opt, x, y):
     """One training step of a DDP model on a batch (images or token windows)."""
     logits = net(x)
@@ -242,6 +241,7 @@ def sgd_step(net, opt, x, y):
     opt.zero_grad()
     loss.backward()
     opt.step()
+
 
 def ddp_rank(rank, world, port, backend, name, b, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
