@@ -63,16 +63,29 @@ static bool is_run_file(const char *name)
     return false;
 }
 
-/* The first of a run's files in `dir` (into found), or false. */
+/* Files that mark a whole run, not only some of its outputs. */
+static bool is_run_marker(const char *name)
+{
+    return !strcmp(name, "config.txt") || !strcmp(name, CHECKPOINT_NAME) || !strcmp(name, "metrics.jsonl");
+}
+
+/* One of a run's files in `dir` (into found), or false.  A file that marks
+ * a whole run is named before any other, whatever order readdir() gives:
+ * the refusal's words must not depend on the file system. */
 static bool holds_run_files(const char *dir, char *found, size_t len)
 {
     DIR *d = opendir(dir);
     if (!d)
         return false;
     bool any = false;
-    for (struct dirent *e; !any && (e = readdir(d));)
-        if ((any = is_run_file(e->d_name)))
-            snprintf(found, len, "%s", e->d_name);
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!is_run_file(e->d_name) || (any && !is_run_marker(e->d_name)))
+            continue;
+        snprintf(found, len, "%s", e->d_name);
+        any = true;
+        if (is_run_marker(e->d_name))
+            break;
+    }
     closedir(d);
     return any;
 }
@@ -316,8 +329,7 @@ static int check_outputs(const struct run_dir_request *rq, const st_train_option
         return 0;  /* a name by the clock that a run of the same second took becomes another */
     snprintf(why, len, "%s %s holds %s already (%s): --resume %s continues it, --overwrite writes over it, or give "
              "another --out", rq->out ? "--out" : "the run folder", rd->path,
-             strcmp(found, "config.txt") && strcmp(found, CHECKPOINT_NAME) && strcmp(found, "metrics.jsonl")
-                 ? "files a run writes" : "a run", found, rd->path);
+             is_run_marker(found) ? "a run" : "files a run writes", found, rd->path);
     return -1;
 }
 

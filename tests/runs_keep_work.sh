@@ -47,6 +47,12 @@ for f in curves.svg curves.gp scalars.csv console.log; do
   expect "3-user-$f" 2 "holds files a run writes already ($f)" -- "$shmtrain" $small --max-steps 1 --out "u-$f"
   [ "$(cat "u-$f/$f")" = "the user's" ] || fail "3-untouched-$f"
 done
+# a run's own file named whatever order the folder lists its files in (CI's
+# file system listed an event file first: the refusal said "files a run
+# writes" of a whole run); 40 event files around it make either order likely
+mkdir u-order && for i in $(seq 1 20); do : > "u-order/events.out.tfevents.$i"; done
+: > u-order/metrics.jsonl && for i in $(seq 21 40); do : > "u-order/events.out.tfevents.$i"; done
+expect 3-marker-first 2 "--out u-order holds a run already (metrics.jsonl)" -- "$shmtrain" $small --max-steps 1 --out u-order
 
 # 4. --keep-best keeps the best through a resume, and each named checkpoint its own
 expect 4-best 0 "best so far: kb/best.ckpt" -- "$shmtrain" $small --train-subset 2048 --max-steps 20 --eval-every 10 \
