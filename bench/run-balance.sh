@@ -3,13 +3,16 @@
 # instances on this machine's cores with --oversubscribe (on 2 cores two
 # share one: a straggler at half speed, as a noisy neighbour or a slower
 # core makes one), and 2 instances on 2 cores (no straggler: dynamic must
-# cost nothing there).
+# cost nothing there).  Each beside the same instances alone
+# (--balance independent: no exchange, each its own model; its speed the
+# sum of theirs), the machine's ceiling that both are measured against.
 #
 #   bench/run-balance.sh [BUILD_DIR] [ROUNDS] [STEPS] [MODELS] [ACCUM]
 #
 # defaults: build 3 60 "mlp cnn gpt-mini" 4.  Prints round, instances, model,
 # balance, samples/s (the run's own, training only) and rank 0's share of
-# the micro-batches; then dynamic / static per round and the medians.
+# the micro-batches; then dynamic / static, static / independent and
+# dynamic / independent per round and the medians.
 set -euo pipefail
 build=${1:-build}; rounds=${2:-3}; steps=${3:-60}; models=${4:-mlp cnn gpt-mini}; accum=${5:-4}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -20,7 +23,7 @@ for r in $(seq 1 "$rounds"); do
   for n in 3 2; do
     for m in $models; do
       extra=(--batch-size 16); [ "${m#gpt}" != "$m" ] && extra=(--text /usr/share/games/fortunes --batch-size 4 --eval-windows 4)
-      for b in static dynamic; do
+      for b in static dynamic independent; do
         "$build/shmrun" -n "$n" --oversubscribe --quiet --log-dir "$tmp/logs" -- "$build/shmtrain" --model "$m" \
           "${extra[@]}" --grad-accum "$accum" --balance "$b" --max-steps "$steps" --log-every "$steps" \
           --metrics "$tmp/m.jsonl" --no-checkpoint --overwrite --out "$tmp/run" --quiet
@@ -31,12 +34,14 @@ for r in $(seq 1 "$rounds"); do
     done
   done
 done
-echo
-echo "dynamic / static, per round, then the median:"
-for n in 3 2; do
-  for m in $models; do
-    ratios=$(awk -v n=${n}x1 -v m=$m '$2==n && $3==m && $4=="static" {s[$1]=$5} $2==n && $3==m && $4=="dynamic" {d[$1]=$5}
-             END {for (r in s) printf "%.3f\n", d[r]/s[r]}' "$tmp/all.txt")
-    echo "${n}x1 $m $(echo $ratios) median $(echo "$ratios" | median)"
+for pair in dynamic/static static/independent dynamic/independent; do
+  echo
+  echo "$pair, per round, then the median:"
+  for n in 3 2; do
+    for m in $models; do
+      ratios=$(awk -v n=${n}x1 -v m=$m -v a=${pair%/*} -v b=${pair#*/} '$2==n && $3==m && $4==a {x[$1]=$5}
+               $2==n && $3==m && $4==b {y[$1]=$5} END {for (r in x) printf "%.3f\n", x[r]/y[r]}' "$tmp/all.txt")
+      echo "${n}x1 $m $(echo $ratios) median $(echo "$ratios" | median)"
+    done
   done
 done

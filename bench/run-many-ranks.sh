@@ -4,7 +4,10 @@
 # as a multiple of its memory-traffic bound (st-allreduce-bench's probe and counters),
 # the build before this one at the same partitions, every algorithm forced for the
 # switch table (src/coll/choose.c), and shmrun --sweep of resnet, gpt-mini and gpt over
-# 1x16 .. 16x1 and 1x1 (the scaling: samples/s on 16 cores over 16 x one core's).
+# 1x16 .. 16x1 and 1x1 (the scaling: samples/s on 16 cores over 16 x one core's; each
+# many-instance setting also as its instances alone, --balance independent, the machine's
+# ceiling: the report's "shmtrain / independent"), then resnet and gpt-mini again with
+# --balance dynamic at the many-instance settings (issue 64: does balancing close the gap).
 #
 # Here, first (packs what the bare machine lacks into .device/, ignored by git):
 #   bench/run-many-ranks.sh pack [BUILD_DIR] [BEFORE_BENCH]
@@ -131,7 +134,7 @@ switch_at() {
 }
 
 sweeps() {
-  local pct=$1 plans=$2  # steps: this percentage of the full run's
+  local pct=$1 plans=$2 balanced=$3  # steps: this percentage of the full run's
   "$(dirname "$0")/fake-cifar.sh" /tmp/cifar  # the sweeps time steps, not learning
   local text=/tmp/extra/fortunes
   local -a jobs=(
@@ -142,10 +145,20 @@ sweeps() {
     [[ " ${SWEEP_MODELS:-resnet gpt-mini gpt} " == *" ${j%%|*} "* ]] || continue
     local name=${j%%|*} args=${j#*|}
     # shellcheck disable=SC2086
-    timeout 200 /tmp/st/bin/shmrun --sweep "$plans" --repeats 1 --quiet --sweep-out "$work/sweep-$name" \
+    timeout 240 /tmp/st/bin/shmrun --sweep "$plans" --repeats 1 --quiet --sweep-out "$work/sweep-$name" \
       -- /tmp/st/bin/shmtrain $args --allreduce-dtype bf16 --bucket-mb 4 > "$work/sweep-$name.log" 2>&1
     echo "sweep $name: exit $?"; grep -E '^\|' "$work/sweep-$name/report.md" 2>/dev/null | head -12
     keep "sweep-$name.log" "sweep-$name"
+  done
+  for j in "${jobs[@]}"; do  # balanced: only where several instances wait for each other
+    [[ " ${BALANCE_MODELS:-resnet gpt-mini} " == *" ${j%%|*} "* ]] || continue
+    local name=${j%%|*} args=${j#*|}
+    # shellcheck disable=SC2086
+    timeout 200 /tmp/st/bin/shmrun --sweep "$balanced" --repeats 1 --quiet --sweep-out "$work/sweep-$name-dynamic" \
+      -- /tmp/st/bin/shmtrain $args --allreduce-dtype bf16 --bucket-mb 4 --balance dynamic \
+      > "$work/sweep-$name-dynamic.log" 2>&1
+    echo "sweep $name --balance dynamic: exit $?"; grep -E '^\|' "$work/sweep-$name-dynamic/report.md" 2>/dev/null | head -8
+    keep "sweep-$name-dynamic.log" "sweep-$name-dynamic"
   done
 }
 
@@ -157,17 +170,20 @@ run() {
   setup || { echo "setup failed"; return 1; }
   machine
   if [ "$quick" = --quick ]; then
-    local sizes=(--min 64K --max 1M --seconds 0.02) parts="2x1 2x2 4x1" switch="2x1" plans="1x1,2x1" pct=10
+    local sizes=(--min 64K --max 1M --seconds 0.02) parts="2x1 2x2 4x1" switch="2x1" plans="1x1,2x1" pct=10 \
+          balanced=2x1
     local switch_sizes=(--min 4K --max 1M --seconds 0.02)
   else
     local sizes=(--min 64K --max 256M --seconds 0.05) parts="16x1 8x2 4x4 2x8 2x1 4x1 8x1" \
-          switch="2x1 4x1 8x1 16x1 2x8" plans="all,2x8,4x4,8x2,core,1x1" pct=100
+          switch="2x1 4x1 8x1 16x1 2x8" plans="all,2x8,4x4,8x2,core,1x1" pct=100 balanced=core,8x2
     local switch_sizes=(--min 4K --max 4M --seconds 0.02)
   fi
   # A rerun of some of it: PARTS (allreduce before switch sweeps), ALLREDUCE_PARTS, SWITCH_PARTS,
-  # SWITCH_SIZES ("--min 64K --max 64M"), SWITCH_ALGORITHMS, SWEEP_MODELS, SWEEP_PLANS.
+  # SWITCH_SIZES ("--min 64K --max 64M"), SWITCH_ALGORITHMS, SWEEP_MODELS, SWEEP_PLANS,
+  # BALANCE_MODELS ("" for none), BALANCE_PLANS.
   local want=" ${PARTS:-allreduce before switch sweeps} "
   parts=${ALLREDUCE_PARTS:-$parts} switch=${SWITCH_PARTS:-$switch} plans=${SWEEP_PLANS:-$plans}
+  balanced=${BALANCE_PLANS:-$balanced}
   # shellcheck disable=SC2206
   [ -n "${SWITCH_SIZES:-}" ] && switch_sizes=($SWITCH_SIZES --seconds 0.02)
   if [[ $want == *" allreduce "* ]]; then
@@ -180,7 +196,7 @@ run() {
   if [[ $want == *" switch "* ]]; then
     for p in $switch; do switch_at "${p%x*}" "${p#*x}" "${switch_sizes[@]}"; done
   fi
-  [[ $want == *" sweeps "* ]] && sweeps "$pct" "$plans"
+  [[ $want == *" sweeps "* ]] && sweeps "$pct" "$plans" "$balanced"
   echo "run-many-ranks: done $(date -u +%T)"
 }
 

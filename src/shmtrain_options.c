@@ -57,8 +57,10 @@ void shmtrain_usage(FILE *f)
 "  --batch-size B (64, per instance)\n"
 "  --grad-accum N (1)       micro-batches of B per optimizer step, their gradients averaged and\n"
 "                           exchanged once (nanoGPT's gradient_accumulation_steps)\n"
-"  --balance static|dynamic (static)   dynamic: a node's instances take the step's instances x N\n"
-"                           micro-batches from a shared counter, so none waits for a slow one\n"
+"  --balance static|dynamic|independent (static)   dynamic: a node's instances take the step's\n"
+"                           instances x N micro-batches from a shared counter, so none waits for a\n"
+"                           slow one; independent: no exchange, each trains its own model on its\n"
+"                           shard (the speed the machine allows without synchronising)\n"
 "  --optimizer sgd|adamw (sgd)   --lr LR (0.05)   --momentum M (0.9)   --nesterov\n"
 "  --weight-decay W (0; language models: matrices only)   --beta2 B (AdamW, 0.999)\n"
 "  --clip-norm C (off)   --scale-lr (lr x instances)\n"
@@ -216,7 +218,7 @@ struct setting {
 
 static const char *const optimizers[] = {"sgd", "adamw", NULL}, *const schedules[] = {"constant", "step", "cosine", NULL},
                          *const token_kinds[] = {"chars", "bytes", NULL},
-                         *const balances[] = {"static", "dynamic", NULL};
+                         *const balances[] = {"static", "dynamic", "independent", NULL};
 
 #define AT(field) offsetof(st_train_options, field)
 static const struct setting settings[] = {
@@ -386,10 +388,11 @@ static bool optimisation_flag(int c, char *v, st_train_options *o, bool *momentu
         break;
     case O_BATCH: o->batch = (int)shmtrain_whole("--batch-size", v, 1, 1 << 20); break;
     case O_ACCUM: o->grad_accum = (int)shmtrain_whole("--grad-accum", v, 1, 4096); break;
-    case O_BALANCE:
-        if (!strcmp(v, "static")) o->balance = ST_BALANCE_STATIC;
-        else if (!strcmp(v, "dynamic")) o->balance = ST_BALANCE_DYNAMIC;
-        else shmtrain_bad("--balance '%s': use static or dynamic", v);
+    case O_BALANCE:  /* st_balance's values in the order of their words */
+        for (o->balance = 0; balances[o->balance] && strcmp(v, balances[o->balance]);)
+            o->balance++;
+        if (!balances[o->balance])
+            shmtrain_bad("--balance '%s': use static, dynamic or independent", v);
         break;
     case O_OPT:
         if (!strcmp(v, "sgd")) o->optim.kind = ST_OPTIM_SGD;
@@ -484,6 +487,9 @@ static void check_combinations(st_train_options *o, const struct run_dir_request
     if (o->evaluate_only && (o->checkpoint_every || o->keep_last || o->keep_best))
         shmtrain_bad("--max-steps 0 evaluates and trains nothing: it saves no checkpoint (leave out %s)",
                      o->checkpoint_every ? "--checkpoint-every" : o->keep_last ? "--keep" : "--keep-best");
+    if (o->balance == ST_BALANCE_INDEPENDENT && o->check_replicas)
+        shmtrain_bad("--check-replicas: --balance independent trains a model per instance, which differ by design; "
+                     "give one");
     if (o->optim.kind == ST_OPTIM_ADAMW && !momentum_set)
         o->optim.momentum = 0;
     if (o->optim.nesterov && o->optim.momentum <= 0)

@@ -16,7 +16,7 @@
 #define LOSS(v) ((struct sweep_target){.loss = true, .value = (v)})
 
 /* Three settings; shmtrain repeats with known throughputs and times, PyTorch
- * DDP over gloo and over shm on some of them (12 runs). */
+ * DDP over gloo and over shm on some of them, and 2x1's instances alone (13 runs). */
 static inline int recorded(struct sweep_setting *s, struct sweep_run *runs)
 {
     memset(s, 0, 3 * sizeof *s);
@@ -40,6 +40,12 @@ static inline int recorded(struct sweep_setting *s, struct sweep_run *runs)
                                     .time_to_target_s = ttt[i][r], .final_accuracy = 0.8 + 0.01 * r,
                                     .rss_max_mb = 100 + r, .rss_total_mb = 100.0 * s[i].instances + r, .wall_s = 10,
                                     .ncurve = 2, .curve_s = {1, 2}, .curve_acc = {0.5, 0.8}, .precision = "fp32"};
+            if (s[i].instances == 2) {  /* rank 1 computes 1.25x rank 0's, which waits for it */
+                x->ninst = 2;
+                x->inst_compute_ms[0] = 4, x->inst_compute_ms[1] = 5;
+                x->inst_wait_ms[0] = 1, x->inst_wait_ms[1] = 0;
+                x->inst_p90_ms[0] = 5, x->inst_p90_ms[1] = 6;
+            }
             if (isnan(sps[i][r])) {
                 x->ok = false;
                 snprintf(x->error, sizeof x->error, "an instance failed, exit 1");
@@ -61,6 +67,12 @@ static inline int recorded(struct sweep_setting *s, struct sweep_run *runs)
                                  .wait_ms = NAN, .other_ms = NAN, .time_to_target_s = NAN, .final_accuracy = 0.71,
                                  .rss_max_mb = 310, .rss_total_mb = 620, .wall_s = 15,
                                  .ncurve = 1, .curve_s = {2}, .curve_acc = {0.71}};
+    n++;
+    /* 2x1's instances alone (no exchange) ran once: its ceiling. */
+    runs[n] = (struct sweep_run){.setting = 2, .system = SWEEP_INDEPENDENT, .repeat = 0, .order = n, .ok = true,
+                                 .samples_per_s = 250, .step_ms = 0.6, .compute_ms = 0.6, .allreduce_ms = 0,
+                                 .wait_ms = 0, .other_ms = 0, .time_to_target_s = NAN, .final_accuracy = NAN,
+                                 .rss_max_mb = 100, .rss_total_mb = 200, .wall_s = 8, .instance_rates = 2};
     n++;
     return n;
 }

@@ -440,6 +440,16 @@ static void test_step_time_quantiles(void **state)
     assert_true(fabs(t.compute_s - (0.008 + 0.015 + 0.1)) < 1e-12 && fabs(t.wait_s - (0.001 + 0.004 + 0.39)) < 1e-12);
     const double p90 = step_times_quantile(&t, 0.9);  /* the 19th of 21: 2 ms */
     assert_true(p90 >= 0.002 && p90 <= 0.00204);
+    /* an instance's own rate: its steps after the warm-up, 32 samples each */
+    struct step_times w = {.warm_steps = 2};
+    assert_true(step_times_steady_rate(&w, 32) == 0);
+    step_times_add(&w, 0.5, 0.5, 0, 0);  /* warm-up: cold caches, first touches */
+    assert_true(fabs(step_times_steady_rate(&w, 32) - 64) < 1e-9);  /* none steady yet: all of them */
+    step_times_add(&w, 0.25, 0.25, 0, 0);
+    for (int i = 0; i < 4; i++)
+        step_times_add(&w, 0.01, 0.008, 0.002, 0.001);
+    assert_true(w.steady_steps == 4 && fabs(w.steady_s - 0.04) < 1e-12);
+    assert_true(fabs(step_times_steady_rate(&w, 32) - 3200) < 1e-6);
 }
 
 static void test_bad_balance_is_named(void **state)
@@ -447,8 +457,58 @@ static void test_bad_balance_is_named(void **state)
     (void)state;
     struct child_run r = run_argv((char *[]){(char *)tr_shmtrain, "--model", "mlp", "--balance", "greedy", NULL}, 0);
     assert_int_not_equal(r.code, 0);
-    assert_non_null(strstr(r.err, "--balance 'greedy': use static or dynamic"));
+    assert_non_null(strstr(r.err, "--balance 'greedy': use static, dynamic or independent"));
     child_run_free(&r);
+    r = run_argv((char *[]){(char *)tr_shmtrain, "--model", "mlp", "--balance", "independent", "--check-replicas",
+                            "5", NULL}, 0);
+    assert_int_equal(r.code, 2);
+    assert_non_null(strstr(r.err, "--check-replicas: --balance independent trains a model per instance"));
+    child_run_free(&r);
+}
+
+/* shmrun -n 3 -- shmtrain mlp ... --balance HOW (no --check-replicas:
+ * independent models differ by design). */
+static struct outcome run_plain(const char *how, const char *ckpt, const char *steps)
+{
+    char *args[] = {"--model", "mlp", "--batch-size", "8", "--grad-accum", "4", "--balance", (char *)how,
+                    "--max-steps", (char *)steps, "--log-every", "10", "--eval-every", "0", "--lr", "0.002",
+                    "--momentum", "0", NULL};
+    struct child_run r = train(RANKS, ckpt, args, 0);
+    if (r.code != 0)
+        fail_msg("mlp --balance %s failed (%d): %s", how, r.code, r.err);
+    child_run_free(&r);
+    return read_outcome();
+}
+
+/* The machine's ceiling (--balance independent): no step exchanges
+ * anything (counted: the all-reduce calls inside steps, 0 against static's
+ * one a step), each instance trains its own model on its shard (rank 0's
+ * parameters are not the averaged run's), and the run's speed is the sum
+ * of every instance's own (the instance records), the sweep's ceiling. */
+static void test_independent_exchanges_nothing(void **state)
+{
+    (void)state;
+    struct outcome s = run_plain("static", "s.ckpt", "30"), i = run_plain("independent", "i.ckpt", "30");
+    assert_string_equal(i.run.balance, "independent");
+    assert_true(s.summary.allreduces_said && i.summary.allreduces_said);
+    assert_int_equal(s.summary.step_allreduces, 30);  /* fp32, no buckets: gradients and tail in one */
+    assert_int_equal(i.summary.step_allreduces, 0);
+    assert_int_equal(i.summary.micro_batches, 30 * RANKS * ACCUM);
+    check_instances("mlp independent", &i, 30);
+    double sum = 0;
+    for (int k = 0; k < i.ninstances; k++) {
+        if (!(i.instances[k].samples_per_s > 0 && i.instances[k].exchange_s < 1e-3))
+            fail_msg("instance %d: %.1f samples/s, %.4f s exchanging", k, i.instances[k].samples_per_s,
+                     i.instances[k].exchange_s);
+        sum += i.instances[k].samples_per_s;
+    }
+    if (!(fabs(i.summary.samples_per_s - sum) <= 0.05 * RANKS + 1e-6 * sum))  /* each written to 0.1 */
+        fail_msg("the summary's %.1f samples/s is not the instances' sum %.1f", i.summary.samples_per_s, sum);
+    st_ckpt a = read_ckpt("s.ckpt"), b = read_ckpt("i.ckpt");
+    double scale, apart = ckpt_max_abs_diff(&b, &a, &scale);
+    if (!(apart > 1e-4 * scale))  /* one shard's gradient, not the mean of three */
+        fail_msg("independent rank 0's parameters within %.3g of the averaged run's (scale %.3g)", apart, scale);
+    st_ckpt_free(&a), st_ckpt_free(&b);
 }
 
 int main(int argc, char **argv)
@@ -463,6 +523,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gpt_dynamic_trains_as_static),
         cmocka_unit_test(test_dynamic_with_buckets),
         cmocka_unit_test(test_dynamic_resumes),
+        cmocka_unit_test(test_independent_exchanges_nothing),
         cmocka_unit_test(test_killed_instance_stops_the_gang),
     };
     return TRAINRUN_GROUP("balance", tests, argc, argv);

@@ -91,7 +91,8 @@ static void test_records_round_trip(void **state)
                                                   .final_test_accuracy = 0.9, .best_test_accuracy = 0.91,
                                                   .nreached = 2, .reached_accuracy = {0.85, 0.89},
                                                   .reached_s = {4.25, 7.5}, .micro_batches = 5622,
-                                                  .micro_batches_here = 2899}}};
+                                                  .micro_batches_here = 2899, .allreduces_said = true,
+                                                  .step_allreduces = 0}}};
     char *text = capture(write_records, in);
     assert_int_equal(strncmp(text, "{\"type\":\"run\",\"system\":\"shmtrain\",\"instances\":2,", 48), 0);
     assert_non_null(strstr(text, "\"time_to_accuracy_s\":{\"0.85\":4.25,\"0.89\":7.50}"));
@@ -121,6 +122,7 @@ static void test_records_round_trip(void **state)
     assert_string_equal(out[0].u.run.balance, "dynamic");
     assert_int_equal(out[3].u.summary.micro_batches, 5622);  /* not taken for micro_batches_here's */
     assert_int_equal(out[3].u.summary.micro_batches_here, 2899);
+    assert_true(out[3].u.summary.allreduces_said && out[3].u.summary.step_allreduces == 0);  /* 0 is said */
     assert_true(out[3].u.summary.reached_accuracy[1] == 0.89 && out[3].u.summary.reached_s[1] == 7.5);
     st_record junk;
     /* the PyTorch peer's run record: its version, its all-reduce, its mode */
@@ -133,7 +135,8 @@ static void test_records_round_trip(void **state)
     /* an instance's step times (issue 64) */
     st_record inst = {.type = ST_RECORD_INSTANCE,
                       .u.instance = {.rank = 2, .steps = 200, .step_p50_s = 0.0125, .step_p90_s = 0.015625,
-                                     .step_max_s = 0.25, .compute_s = 2.5, .exchange_s = 0.5, .wait_s = 0.375}};
+                                     .step_max_s = 0.25, .compute_s = 2.5, .exchange_s = 0.5, .wait_s = 0.375,
+                                     .samples_per_s = 1536.5}};
     FILE *f = tmpfile();
     assert_non_null(f);
     assert_int_equal(st_metrics_write(f, &inst), ST_OK);
@@ -145,7 +148,7 @@ static void test_records_round_trip(void **state)
     assert_true(junk.u.instance.rank == 2 && junk.u.instance.steps == 200 && junk.u.instance.step_p50_s == 0.0125 &&
                 junk.u.instance.step_p90_s == 0.015625 && junk.u.instance.step_max_s == 0.25 &&
                 junk.u.instance.compute_s == 2.5 && junk.u.instance.exchange_s == 0.5 &&
-                junk.u.instance.wait_s == 0.375);
+                junk.u.instance.wait_s == 0.375 && junk.u.instance.samples_per_s == 1536.5);
     assert_int_equal(st_metrics_parse("not json at all", &junk), ST_RECORD_UNKNOWN);
     assert_int_equal(st_metrics_parse("{\"type\":\"unheard-of\"}", &junk), ST_RECORD_UNKNOWN);
     free(text);

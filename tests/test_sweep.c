@@ -294,6 +294,46 @@ static void test_read_metrics_refuses_incomplete_runs(void **state)
     free(no_train);
 }
 
+/* An independent run (--balance independent): its throughput is the sum
+ * of every instance's own, not rank 0's pace times the instances; a run
+ * without them, or one whose record says another balance, is no ceiling. */
+static void test_read_metrics_independent(void **state)
+{
+    (void)state;
+    char text[4096], *at;
+    const char *summary = strstr(METRICS, "{\"type\":\"summary\"");
+    const char *run_end = strstr(METRICS, "\"first_step\":0}");
+    assert_non_null(summary);
+    assert_non_null(run_end);
+    const char *instances =
+        "{\"type\":\"instance\",\"rank\":0,\"steps\":300,\"step_p50_s\":0.005,\"step_p90_s\":0.006,"
+        "\"step_max_s\":0.01,\"compute_s\":1.5,\"exchange_s\":0,\"wait_s\":0,\"samples_per_s\":12000.0}\n"
+        "{\"type\":\"instance\",\"rank\":1,\"steps\":300,\"step_p50_s\":0.008,\"step_p90_s\":0.009,"
+        "\"step_max_s\":0.02,\"compute_s\":2.4,\"exchange_s\":0,\"wait_s\":0,\"samples_per_s\":7500.5}\n";
+    snprintf(text, sizeof text, "%.*s\"first_step\":0,\"balance\":\"independent\"}%.*s%s%s",
+             (int)(run_end - METRICS), METRICS, (int)(summary - run_end - strlen("\"first_step\":0}")),
+             run_end + strlen("\"first_step\":0}"), instances, summary);
+    struct sweep_run r = {.system = SWEEP_INDEPENDENT};
+    assert_int_equal(sweep_read_metrics(text, NO_TARGET, &r, NULL), 0);
+    assert_close(r.samples_per_s, 19500.5);
+    assert_int_equal(r.instance_rates, 2);
+    assert_close(r.step_ms, 7.5);  /* rank 0's steps, as every run's */
+    /* the same records read as a synchronized run: refused, it exchanged nothing */
+    r = (struct sweep_run){.system = SWEEP_SHMTRAIN};
+    assert_int_equal(sweep_read_metrics(text, NO_TARGET, &r, NULL), -1);
+    assert_non_null(strstr(r.error, "exchanged nothing"));
+    /* one instance's speed missing: no sum to trust */
+    *(at = strstr(text, ",\"samples_per_s\":7500.5")) = '}';
+    memmove(at + 1, strchr(at + 1, '\n'), strlen(strchr(at + 1, '\n')) + 1);
+    r = (struct sweep_run){.system = SWEEP_INDEPENDENT};
+    assert_int_equal(sweep_read_metrics(text, NO_TARGET, &r, NULL), -1);
+    assert_non_null(strstr(r.error, "every instance's own speed"));
+    /* a synchronized run's records offered as the ceiling: refused */
+    r = (struct sweep_run){.system = SWEEP_INDEPENDENT};
+    assert_int_equal(sweep_read_metrics(METRICS, NO_TARGET, &r, NULL), -1);
+    assert_non_null(strstr(r.error, "not the ceiling asked for"));
+}
+
 static void test_read_metrics_single_interval(void **state)
 {
     (void)state;
@@ -348,7 +388,7 @@ static void test_summary_and_best(void **state)
 {
     (void)state;
     struct sweep_setting s[3];
-    struct sweep_run runs[12];
+    struct sweep_run runs[16];
     int n = recorded(s, runs);
     struct sweep_summary sums[3 * SWEEP_NSYSTEMS];
     sweep_summarize(runs, n, 3, sums);
@@ -396,6 +436,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_read_metrics_single_interval),
         cmocka_unit_test(test_reset_run_measures_nothing),
         cmocka_unit_test(test_read_report),
+        cmocka_unit_test(test_read_metrics_independent),
         cmocka_unit_test(test_summary_and_best),
     };
     if (argc > 1)

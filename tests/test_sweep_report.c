@@ -20,7 +20,7 @@
 
 struct report_args {
     struct sweep_setting s[3];
-    struct sweep_run runs[12];
+    struct sweep_run runs[16];
     int nruns;
     struct sweep_summary sums[3 * SWEEP_NSYSTEMS];
     struct sweep_report rep;
@@ -98,8 +98,12 @@ static void test_markdown_marks_best_and_ratios(void **state)
     assert_non_null(strstr(md, "| 1x2 | 1x2 | fp32 | 110 (100–120) | 1.00x |"));
     assert_non_null(strstr(md, "| 50 (50–50) | 2.20x | - | - |"));  /* gloo's baseline; shm did not run it */
     assert_non_null(strstr(md, " PyTorch DDP (gloo) samples/s | shmtrain / PyTorch DDP (gloo) | PyTorch DDP (shm) "
-                               "samples/s | shmtrain / PyTorch DDP (shm) |\n"));
-    assert_non_null(strstr(md, "| 70 | 2.50x |\n"));  /* 2x1: 175 against DDP over shm's 70 (one run) */
+                               "samples/s | shmtrain / PyTorch DDP (shm) | independent (no exchange) samples/s | "
+                               "shmtrain / independent (no exchange) |\n"));
+    /* 2x1: 175 against DDP over shm's 70 (one run), and 0.70 of its instances alone (250) */
+    assert_non_null(strstr(md, "| rank 1: 1.25x, p90 6.00 ms | - | - | 70 | 2.50x | 250 | 0.70x |\n"));
+    assert_non_null(strstr(md, "| 81.00 | 102 / 102 | - | - |"));  /* 1x1: one instance, none slower */
+    assert_non_null(strstr(md, "shmtrain / independent is what synchronising costs"));
     assert_non_null(strstr(md, "**Best: 2x1**, by median throughput (1.59x the throughput of 1x2)"));
     assert_non_null(strstr(md, "| CPU | Test CPU |"));
     assert_non_null(strstr(md, "| PyTorch | 1.13.1 |"));
@@ -153,6 +157,8 @@ static void test_json(void **state)
     assert_non_null(strstr(js, "\"best\":\"2x1\",\"best_by\":\"throughput\""));
     assert_non_null(strstr(js, "\"samples_per_s\":{\"median\":175.0,\"min\":150.0,\"max\":200.0,\"n\":2}"));
     assert_non_null(strstr(js, "\"pytorch-ddp\":{\"runs\":2,\"failed\":0"));
+    assert_non_null(strstr(js, "\"slowest_rank\":1,\"slowest_over_fastest\":1.250,\"slowest_p90_ms\":6.000}"));
+    assert_non_null(strstr(js, "\"shmtrain-independent\":{\"runs\":1,\"failed\":0"));
     assert_non_null(strstr(js, "\"error\":\"an instance failed, exit 1\""));
     assert_non_null(strstr(js, "\"curve\":[[1.000,0.50000],[2.000,0.80000]]"));
     assert_non_null(strstr(js, "\"torch\":\"1.13.1\""));
@@ -183,22 +189,27 @@ static void test_plots(void **state)
     setup_report(&x, NO_TARGET);
     char dir[] = "/tmp/test_sweep.XXXXXX";
     assert_non_null(mkdtemp(dir));
-    char path[4][300];
-    const char *names[4] = {"throughput.dat", "timesplit.dat", "accuracy.dat", "plot.gp"};
-    FILE *f[4];
-    for (int i = 0; i < 4; i++) {
+    char path[5][300];
+    const char *names[5] = {"throughput.dat", "timesplit.dat", "accuracy.dat", "plot.gp", "instances.dat"};
+    FILE *f[5];
+    for (int i = 0; i < 5; i++) {
         snprintf(path[i], sizeof path[i], "%s/%s", dir, names[i]);
         f[i] = fopen(path[i], "w");
         assert_non_null(f[i]);
     }
-    sweep_write_plot_data(f[0], f[1], f[2], x.s, 3, x.runs, x.sums, false);
+    sweep_write_plot_data(f[0], f[1], f[2], f[4], x.s, 3, x.runs, x.sums, false);
     sweep_write_gnuplot(f[3], x.s, 3, x.runs, x.sums, false);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         fclose(f[i]);
+    /* 2x1's median repeat (200 samples/s, the first of the two as close): its two instances, one block */
+    char *inst = slurp(path[4]);
+    assert_non_null(strstr(inst, "\n# 2x1\n0 4.000 1.000 5.000\n1 5.000 0.000 6.000\n\n\n"));
+    assert_null(strstr(inst, "# 1x2"));  /* one instance: nothing to compare */
+    free(inst);
     char *tp = slurp(path[0]), *sp = slurp(path[1]), *cv = slurp(path[2]);
-    assert_non_null(strstr(tp, "\n1 2 1x2 110.0 100.0 120.0 50.0 50.0 50.0 - - -\n"));
-    assert_non_null(strstr(tp, "\n1 1 1x1 90.0 90.0 90.0 - - - - - -\n"));
-    assert_non_null(strstr(tp, "\n2 1 2x1 175.0 150.0 200.0 - - - 70.0 70.0 70.0\n"));
+    assert_non_null(strstr(tp, "\n1 2 1x2 110.0 100.0 120.0 50.0 50.0 50.0 - - - - - -\n"));
+    assert_non_null(strstr(tp, "\n1 1 1x1 90.0 90.0 90.0 - - - - - - - - -\n"));
+    assert_non_null(strstr(tp, "\n2 1 2x1 175.0 150.0 200.0 - - - 70.0 70.0 70.0 250.0 250.0 250.0\n"));
     assert_non_null(strstr(sp, "\n2x1 4.000 1.000 0.500 0.250\n"));
     int blocks = 0;
     for (const char *p = cv; (p = strstr(p, "# ")) != NULL; p++)
@@ -207,13 +218,14 @@ static void test_plots(void **state)
     char *gp = slurp(path[3]);
     assert_non_null(strstr(gp, "'' using 1:10:11:12 with yerrorlines"));  /* DDP over shm's columns */
     assert_non_null(strstr(gp, "title 'PyTorch DDP (shm)'"));
+    assert_non_null(strstr(gp, "'instances.dat' index 0 using 1:2 with linespoints lw 2 pt 7 lc 3 title '2x1 compute'"));
     free(gp);
     if (access("/usr/bin/gnuplot", X_OK) == 0) {
         char cmd[400];
         snprintf(cmd, sizeof cmd, "cd %s && gnuplot plot.gp 2>gnuplot.err", dir);
         assert_int_equal(system(cmd), 0);
-        for (int i = 0; i < 3; i++) {
-            const char *svg[] = {"throughput.svg", "timesplit.svg", "accuracy.svg"};
+        for (int i = 0; i < 4; i++) {
+            const char *svg[] = {"throughput.svg", "timesplit.svg", "accuracy.svg", "instances.svg"};
             snprintf(cmd, sizeof cmd, "%s/%s", dir, svg[i]);
             char *text = slurp(cmd);
             assert_non_null(text);

@@ -79,13 +79,14 @@ static void test_sweep_end_to_end(void **state)
         fail_msg("sweep failed (%d): %s", r.code, r.err);
     const bool shm = torch && shm_backend_importable();
     printf("systems: shmtrain%s%s\n", torch ? ", PyTorch DDP over gloo" : "", shm ? ", PyTorch DDP over shm" : "");
-    int settings = cores >= 2 ? 3 : 1, systems = 1 + torch + shm;
+    /* 2x1 runs once more, its instances alone (the ceiling); 1-instance settings need not */
+    const int settings = cores >= 2 ? 3 : 1, systems = 1 + torch + shm, independent = cores >= 2;
 
     char path[400];
     snprintf(path, sizeof path, "%s/runs.csv", out);
     char *csv = slurp_or_empty(path);
     int ok_rows = 0;
-    assert_int_equal(count_lines(csv), 1 + settings * systems);
+    assert_int_equal(count_lines(csv), 1 + settings * systems + independent);
     for (const char *p = csv; (p = strstr(p, ",shmtrain,1,")) != NULL; p++) {
         const char *order = p + strlen(",shmtrain,1,"), *ok = strchr(order, ',') + 1;
         ok_rows += strncmp(ok, "1,", 2) == 0;  /* ...,system,repeat,order,ok,... */
@@ -94,6 +95,13 @@ static void test_sweep_end_to_end(void **state)
     if (cores >= 2) {
         assert_non_null(strstr(csv, "\n1x2,1,2,shmtrain,1,"));
         assert_non_null(strstr(csv, "\n2x1,2,1,shmtrain,1,"));
+        const char *alone = strstr(csv, "\n2x1,2,1,shmtrain-independent,1,");
+        if (!alone || strncmp(strchr(alone + strlen("\n2x1,2,1,shmtrain-independent,1,"), ','), ",1,", 3) != 0)
+            fail_msg("no successful independent 2x1 run in runs.csv:\n%s", csv);
+        int alone_runs = 0;  /* and no 1-instance setting's */
+        for (const char *p = csv; (p = strstr(p, ",shmtrain-independent,")) != NULL; p++)
+            alone_runs++;
+        assert_int_equal(alone_runs, 1);
     }
     for (int sys = 1; sys < systems; sys++) {  /* each peer's run of the baseline: ...,system,1,order,ok,... */
         const char *key = sys == 1 ? ",pytorch-ddp,1," : ",pytorch-ddp-shm,1,", *at = strstr(csv, key);
@@ -108,6 +116,21 @@ static void test_sweep_end_to_end(void **state)
     assert_non_null(strstr(md, "| **"));
     assert_non_null(strstr(md, "**Best: "));
     assert_non_null(strstr(md, "time to 30% (s)"));
+    if (independent) {  /* the 2x1 row's ratio to its ceiling, a number */
+        const char *row = strstr(md, "| 2x1");
+        row = row ? row : strstr(md, "| **2x1");
+        assert_non_null(strstr(md, "| shmtrain / independent (no exchange) |"));
+        const char *end = row ? strchr(row, '\n') : NULL;
+        assert_non_null(end);
+        const char *x = end - 1;
+        while (x > row && *x != 'x')  /* the last column: "0.83x |" */
+            x--;
+        if (!(x > row && x[-1] >= '0' && x[-1] <= '9'))
+            fail_msg("the 2x1 row has no ratio to its independent run: %.*s", (int)(end - row), row);
+        const char *slow = strstr(row, "| rank ");  /* its slowest instance, named */
+        if (!slow || slow > end || !strstr(slow, "x, p90 "))
+            fail_msg("the 2x1 row names no slowest instance: %.*s", (int)(end - row), row);
+    }
     /* the oneDNN the instances ran on, as shmtrain --version names it */
     struct child_run v = run_argv((char *const[]){(char *)tr_shmtrain, "--version", NULL}, 0);
     const char *at = strstr(v.out, "oneDNN ");
@@ -126,12 +149,12 @@ static void test_sweep_end_to_end(void **state)
     snprintf(path, sizeof path, "%s/sweep.json", out);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); "
-                              "assert len(d[\"runs\"]) == %d and d[\"best\"]' %s", settings * systems, path);
+                              "assert len(d[\"runs\"]) == %d and d[\"best\"]' %s", settings * systems + independent, path);
     if (access("/usr/bin/python3", X_OK) == 0)
         assert_int_equal(system(cmd), 0);
 
-    const char *plots[] = {"throughput.svg", "timesplit.svg", "accuracy.svg"};
-    for (int i = 0; i < 3; i++) {
+    const char *plots[] = {"throughput.svg", "timesplit.svg", "accuracy.svg", "instances.svg"};
+    for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", out, plots[i]);
         if (access("/usr/bin/gnuplot", X_OK) == 0) {
             char *svg = slurp_or_empty(path);
@@ -182,7 +205,9 @@ static void test_sweep_global_batch(void **state)
     char path[400];
     snprintf(path, sizeof path, "%s/sweep.json", out);
     char *json = slurp_or_empty(path);
-    const char *settings[] = {"\"setting\":\"1x1 acc 2\"", "\"setting\":\"1x2 acc 2\"", "\"setting\":\"2x1\""};
+    const char *settings[] = {"\"setting\":\"1x1 acc 2\",\"system\":\"shmtrain\"",
+                              "\"setting\":\"1x2 acc 2\",\"system\":\"shmtrain\"",
+                              "\"setting\":\"2x1\",\"system\":\"shmtrain\""};
     double loss[3];
     for (int i = 0; i < 3; i++) {
         const char *run = strstr(json, "\"runs\"");

@@ -52,7 +52,8 @@ typedef struct st_run_record {
     unsigned long long first_step;   /* > 0 after a resume */
     int context;                     /* a language model's tokens per sample (window); 0 otherwise */
     int grad_accum;                  /* micro-batches per optimizer step; written when > 1, else 0 (one) */
-    char balance[8];                 /* who computes them: "static", "dynamic" (--balance); "" not said */
+    char balance[16];                /* who computes them: "static", "dynamic", "independent" (--balance:
+                                        no exchange, a model per instance); "" not said */
 } st_run_record;
 
 typedef struct st_train_record {
@@ -85,6 +86,9 @@ typedef struct st_summary_record {
                                         ru_maxrss), MiB; 0: not said */
     unsigned long long micro_batches;      /* computed by all instances, counted each step; 0: not said */
     unsigned long long micro_batches_here; /* of those, by the writing instance (rank 0) */
+    bool allreduces_said;            /* step_allreduces is the writer's (shmtrain's); else not written */
+    unsigned long long step_allreduces;    /* all-reduce calls inside the training steps, every kind (gradients,
+                                        buckets, the tail); 0 under --balance independent */
     int nreached;                    /* test-accuracy thresholds reached, and when */
     double reached_accuracy[ST_METRICS_MAX_TARGETS], reached_s[ST_METRICS_MAX_TARGETS];
 } st_summary_record;
@@ -96,6 +100,8 @@ typedef struct st_instance_record {
     long steps;
     double step_p50_s, step_p90_s, step_max_s;  /* step times: quantiles within 2% above, and the slowest */
     double compute_s, exchange_s, wait_s;       /* summed over its steps; the wait is part of the exchange */
+    double samples_per_s;                       /* its own, over its steps after the first log interval (all of
+                                                   them in a shorter run); NAN: not said */
 } st_instance_record;
 
 typedef struct st_record {

@@ -27,8 +27,11 @@ extern "C" {
 
 /* --balance: static, each instance its own micro-batches (the step waits
  * for the slowest); dynamic, the instances of a node take the step's
- * micro-batches from a shared counter until none is left (src/train/balance.h). */
-typedef enum st_balance { ST_BALANCE_STATIC = 0, ST_BALANCE_DYNAMIC = 1 } st_balance;
+ * micro-batches from a shared counter until none is left (src/train/balance.h);
+ * independent, each its own micro-batches and no exchange at all: N models
+ * each trained alone on its shard, the machine's ceiling that a
+ * synchronized run is measured against (shmrun --sweep runs it). */
+typedef enum st_balance { ST_BALANCE_STATIC = 0, ST_BALANCE_DYNAMIC = 1, ST_BALANCE_INDEPENDENT = 2 } st_balance;
 
 typedef struct st_train_options {
     const char *model;            /* preset or file (default lenet) */

@@ -13,12 +13,15 @@
 #include "shmtrain/json.h"
 #include "shmtrain/metrics.h"
 
-const char *const sweep_system_name[SWEEP_NSYSTEMS] = {"shmtrain", "pytorch-ddp", "pytorch-ddp-shm"};
-const char *const sweep_system_label[SWEEP_NSYSTEMS] = {"shmtrain", "PyTorch DDP (gloo)", "PyTorch DDP (shm)"};
+const char *const sweep_system_name[SWEEP_NSYSTEMS] = {"shmtrain", "pytorch-ddp", "pytorch-ddp-shm",
+                                                       "shmtrain-independent"};
+const char *const sweep_system_label[SWEEP_NSYSTEMS] = {"shmtrain", "PyTorch DDP (gloo)", "PyTorch DDP (shm)",
+                                                        "independent (no exchange)"};
 
 const char *sweep_label(int system, bool script)
 {
-    static const char *const scripts[SWEEP_NSYSTEMS] = {"script over shm", "script over gloo", "script over shm"};
+    static const char *const scripts[SWEEP_NSYSTEMS] = {"script over shm", "script over gloo", "script over shm",
+                                                        "independent (no exchange)"};
     return script ? scripts[system] : sweep_system_label[system];
 }
 
@@ -279,6 +282,18 @@ static void note_eval(const st_eval_record *e, struct sweep_target target, struc
     r->final_loss = e->test_loss;
 }
 
+static void note_instance(const st_instance_record *in, struct sweep_run *r)
+{
+    const int k = in->rank;
+    if (k < 0 || k >= SWEEP_MAX_INSTANCES || in->steps <= 0)
+        return;
+    r->inst_compute_ms[k] = (float)(1e3 * in->compute_s / (double)in->steps);
+    r->inst_wait_ms[k] = (float)(1e3 * in->wait_s / (double)in->steps);
+    r->inst_p90_ms[k] = (float)(1e3 * in->step_p90_s);
+    if (k >= r->ninst)
+        r->ninst = k + 1;
+}
+
 /* The run's rates and step split from its counted intervals. */
 static int take_rates(struct sweep_run *r, const struct interval_sums *acc, double samples_per_step)
 {
@@ -304,7 +319,8 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
     r->ncurve = 0;
     if (!text || !*text)
         return run_failed(r, "the run wrote no metrics");
-    double instances = NAN, batch = NAN, first_from = 0, prev_step = 0;
+    double instances = NAN, batch = NAN, first_from = 0, prev_step = 0, instance_sum = 0;
+    r->instance_rates = r->ninst = 0;
     struct interval_sums acc = {0};
     st_train_record first_train = {0};
     bool summary = false;
@@ -334,6 +350,10 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
                 strcmp(rec.u.run.backend, r->system == SWEEP_SHMTRAIN ? "shm" : "gloo") != 0)
                 return run_failed(r, "the script's run record names another backend than the sweep chose "
                                      "(SHMTRAIN_TORCH_BACKEND: is shmtrain_torch installed for its python?)");
+            if ((r->system == SWEEP_INDEPENDENT) != !strcmp(rec.u.run.balance, "independent"))
+                return run_failed(r, r->system == SWEEP_INDEPENDENT
+                                         ? "the run record does not say --balance independent: not the ceiling asked for"
+                                         : "the run record says --balance independent: its instances exchanged nothing");
             note_versions(&rec.u.run, v);
             break;
         case ST_RECORD_TRAIN:
@@ -348,7 +368,13 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
             summary = true;
             r->steps = rec.u.summary.steps;
             break;
-        case ST_RECORD_INSTANCE: /* fall through: not in the report yet */
+        case ST_RECORD_INSTANCE:
+            note_instance(&rec.u.instance, r);
+            if (rec.u.instance.samples_per_s > 0) {
+                instance_sum += rec.u.instance.samples_per_s;
+                r->instance_rates++;
+            }
+            break;
         case ST_RECORD_UNKNOWN: break;
         }
     }
@@ -358,7 +384,15 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
         first_interval_only(&acc, &first_train, first_from, instances * batch);
     if (!summary)
         return run_failed(r, "metrics: the run did not finish (no summary record)");
-    return take_rates(r, &acc, instances * batch);
+    if (take_rates(r, &acc, instances * batch) != 0)
+        return -1;
+    /* Independent instances wait for no one: the machine's speed is the sum
+     * of each one's own (rank 0's pace times N would hide the slow one). */
+    if (r->system == SWEEP_INDEPENDENT && r->instance_rates != (int)instances)
+        return run_failed(r, "metrics: an independent run needs every instance's own speed (instance records)");
+    if (r->system == SWEEP_INDEPENDENT)
+        r->samples_per_s = instance_sum;
+    return 0;
 }
 
 int sweep_read_report(const char *text, struct sweep_run *r)
@@ -428,6 +462,41 @@ bool sweep_system_ran(const struct sweep_summary *sums, int nsettings, int syste
     return false;
 }
 
+/* The successful run of (setting, system) closest to the median throughput
+ * (`with_curve`: among those with an accuracy curve), or -1. */
+static int median_run(const struct sweep_run *runs, int nruns, int setting, int system, double median,
+                      bool with_curve)
+{
+    int at = -1;
+    double best = INFINITY;
+    for (int i = 0; i < nruns; i++)
+        if (mine(&runs[i], setting, system) && (!with_curve || runs[i].ncurve > 0) &&
+            fabs(runs[i].samples_per_s - median) < best) {
+            best = fabs(runs[i].samples_per_s - median);
+            at = i;
+        }
+    return at;
+}
+
+/* The instance the others wait for: the most compute a step. */
+static void slowest_instance(const struct sweep_run *r, struct sweep_summary *o)
+{
+    o->slowest_rank = -1;
+    o->imbalance = o->slowest_p90_ms = NAN;
+    if (!r || r->ninst < 2)
+        return;
+    int slow = 0, fast = 0;
+    for (int k = 1; k < r->ninst; k++) {
+        slow = r->inst_compute_ms[k] > r->inst_compute_ms[slow] ? k : slow;
+        fast = r->inst_compute_ms[k] < r->inst_compute_ms[fast] ? k : fast;
+    }
+    if (!(r->inst_compute_ms[fast] > 0))
+        return;
+    o->slowest_rank = slow;
+    o->imbalance = r->inst_compute_ms[slow] / r->inst_compute_ms[fast];
+    o->slowest_p90_ms = r->inst_p90_ms[slow];
+}
+
 #define FIELD(name) field_stat(runs, nruns, s, sys, offsetof(struct sweep_run, name))
 
 void sweep_summarize(const struct sweep_run *runs, int nruns, int nsettings, struct sweep_summary *sums)
@@ -461,13 +530,9 @@ void sweep_summarize(const struct sweep_run *runs, int nruns, int nsettings, str
                              !o->precision[0] || !strcmp(o->precision, runs[i].precision) ? runs[i].precision
                                                                                           : "mixed");
             /* Draw the repeat whose throughput is closest to the median. */
-            double best = INFINITY;
-            for (int i = 0; i < nruns; i++)
-                if (mine(&runs[i], s, sys) && runs[i].ncurve > 0 &&
-                    fabs(runs[i].samples_per_s - o->samples_per_s.median) < best) {
-                    best = fabs(runs[i].samples_per_s - o->samples_per_s.median);
-                    o->curve_run = i;
-                }
+            o->curve_run = median_run(runs, nruns, s, sys, o->samples_per_s.median, true);
+            o->median_run = median_run(runs, nruns, s, sys, o->samples_per_s.median, false);
+            slowest_instance(o->median_run >= 0 ? &runs[o->median_run] : NULL, o);
         }
 }
 

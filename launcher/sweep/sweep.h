@@ -21,10 +21,14 @@
 
 #define SWEEP_MAX_SETTINGS 32
 #define SWEEP_MAX_CURVE 256
+#define SWEEP_MAX_INSTANCES 256   /* instances whose step times a run keeps (192-core servers run 192) */
 
 /* What a run trains with: shmtrain, or PyTorch DDP with gloo's all-reduce or
- * with shmtrain's (the "shm" backend, python/shmtrain_torch). */
-enum sweep_system { SWEEP_SHMTRAIN = 0, SWEEP_TORCH = 1, SWEEP_TORCH_SHM = 2, SWEEP_NSYSTEMS = 3 };
+ * with shmtrain's (the "shm" backend, python/shmtrain_torch); and shmtrain's
+ * instances each alone (--balance independent: no exchange, a model each),
+ * the machine's ceiling that the synchronized run is measured against. */
+enum sweep_system { SWEEP_SHMTRAIN = 0, SWEEP_TORCH = 1, SWEEP_TORCH_SHM = 2, SWEEP_INDEPENDENT = 3,
+                    SWEEP_NSYSTEMS = 4 };
 extern const char *const sweep_system_name[SWEEP_NSYSTEMS];   /* in files: "pytorch-ddp-shm" */
 extern const char *const sweep_system_label[SWEEP_NSYSTEMS];  /* in reports: "PyTorch DDP (shm)" */
 /* A script's sweep names its systems by backend: system 0 "script over shm", 1 "script over gloo". */
@@ -99,6 +103,10 @@ struct sweep_run {
     double final_loss;               /* the last evaluation's loss; NAN when never evaluated */
     double rss_max_mb, rss_total_mb; /* peak per instance: the largest one, and the sum */
     double wall_s;
+    int instance_rates;              /* instance records with their own samples/s (an independent run's
+                                        throughput is their sum) */
+    int ninst;                       /* instance records read: each instance's step, ms a step */
+    float inst_compute_ms[SWEEP_MAX_INSTANCES], inst_wait_ms[SWEEP_MAX_INSTANCES], inst_p90_ms[SWEEP_MAX_INSTANCES];
     char precision[8];               /* what the run record says it computed in ("fp32", "bf16"); "" if unsaid */
     char mode[16];                   /* how a PyTorch peer ran its model, as its run record says; "" if unsaid */
     int ncurve;                      /* test accuracy against wall time */
@@ -131,6 +139,9 @@ struct sweep_summary {
     double compute_ms, allreduce_ms, wait_ms, other_ms, final_accuracy, final_loss;  /* medians */
     double rss_max_mb, rss_total_mb; /* worst over repeats */
     int curve_run;                   /* the run whose accuracy curve is drawn, or -1 */
+    int median_run;                  /* the run closest to the median throughput (its instances shown), or -1 */
+    int slowest_rank;                /* in it: the instance computing slowest a step, -1 when unknown; */
+    double imbalance, slowest_p90_ms;/* its compute over the fastest one's, and its steps' p90 */
     char precision[8];               /* the runs' recorded precision; "" if unsaid, "mixed" if they differ */
 };
 
@@ -170,10 +181,11 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
 
 /* gnuplot input: throughput against instances (with the spread), the time
  * split as stacked bars, test accuracy (`loss`: a language model's
- * validation loss) against wall time.  The script reads the three data
- * files from its own directory and writes three SVGs. */
-void sweep_write_plot_data(FILE *throughput, FILE *split, FILE *curves, const struct sweep_setting *s, int ns,
-                           const struct sweep_run *runs, const struct sweep_summary *sums, bool loss);
+ * validation loss) against wall time, and each instance's compute and wait
+ * a step (the slow one named).  The script reads the four data files from
+ * its own directory and writes four SVGs. */
+void sweep_write_plot_data(FILE *throughput, FILE *split, FILE *curves, FILE *instances, const struct sweep_setting *s,
+                           int ns, const struct sweep_run *runs, const struct sweep_summary *sums, bool loss);
 void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const struct sweep_run *runs,
                          const struct sweep_summary *sums, bool loss);
 

@@ -125,6 +125,11 @@ static void json_system(st_json *j, const struct sweep_summary *o, int sys)
     st_json_number(j, "final_loss", o->final_loss, "%.4f");
     st_json_number(j, "peak_rss_mb_max", o->rss_max_mb, "%.1f");
     st_json_number(j, "peak_rss_mb_total", o->rss_total_mb, "%.1f");
+    if (o->slowest_rank >= 0) {  /* in the repeat closest to the median */
+        st_json_int(j, "slowest_rank", o->slowest_rank);
+        st_json_number(j, "slowest_over_fastest", o->imbalance, "%.3f");
+        st_json_number(j, "slowest_p90_ms", o->slowest_p90_ms, "%.3f");
+    }
     st_json_object_end(j);
 }
 
@@ -251,14 +256,14 @@ struct md_table {
 static void markdown_header(FILE *f, const struct md_table *t)
 {
     fprintf(f, "| setting | asked | precision | %ssamples/s | vs %s | step ms | compute / all-reduce / wait / other ms |%s%s%s "
-               "%s | peak RSS MiB per instance / total |",
+               "%s | peak RSS MiB per instance / total | slowest instance: compute a step vs the fastest's, its p90 |",
             t->script ? "script over shm: " : "", t->base >= 0 ? t->s[t->base].label : "1 x all", *t->tgt ? " time to " : "", *t->tgt ? t->tgt : "",
             *t->tgt ? " (s) |" : "", t->lm ? "final validation loss" : "final test acc. %");
     for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++)
         if (sweep_system_ran(t->sums, t->ns, sys))
             fprintf(f, " %s samples/s | %s / %s |", sweep_label(sys, t->script), sweep_label(SWEEP_SHMTRAIN, t->script),
                     sweep_label(sys, t->script));
-    fprintf(f, "\n|---|---|---|---|---|---|---|%s---|---|", *t->tgt ? "---|" : "");
+    fprintf(f, "\n|---|---|---|---|---|---|---|%s---|---|---|", *t->tgt ? "---|" : "");
     for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++)
         if (sweep_system_ran(t->sums, t->ns, sys))
             fprintf(f, "---|---|");
@@ -308,6 +313,10 @@ static void markdown_row(FILE *f, const struct md_table *t, int i)
     else
         fprintf(f, " %s |", isnan(o->final_accuracy) ? "-" : num(b[7], 64, 100 * o->final_accuracy, 2, "-"));
     fprintf(f, " %s / %s |", num(b[8], 64, o->rss_max_mb, 0, "-"), num(b[9], 64, o->rss_total_mb, 0, "-"));
+    if (o->slowest_rank >= 0)
+        fprintf(f, " rank %d: %.2fx, p90 %.2f ms |", o->slowest_rank, o->imbalance, o->slowest_p90_ms);
+    else
+        fprintf(f, " - |");
     markdown_peers(f, t, i, o);
     fputc('\n', f);
 }
@@ -338,6 +347,14 @@ static void markdown_verdict(FILE *f, const struct md_table *t, bool by_target, 
     if (torch && !t->script)
         fprintf(f, " PyTorch DDP overlaps its all-reduce with the backward pass (on each backend's own thread), "
                    "so its split is not comparable and is left out of the table (it is in the CSV).");
+    fprintf(f, " Slowest instance: in the repeat closest to the median, the instance with the most compute a step "
+               "(the one the others wait for), that compute over the fastest instance's, and its steps' p90 "
+               "(instances.svg draws every instance).");
+    if (sweep_system_ran(t->sums, t->ns, SWEEP_INDEPENDENT))
+        fprintf(f, " Independent: the same plan and pinning, each instance training a model of its own on its shard "
+                   "with nothing exchanged (--balance independent), its throughput the sum of each instance's own: "
+                   "what the machine allows; shmtrain / independent is what synchronising costs (the exchange and "
+                   "waiting for the slowest instance).");
     if (t->script)
         fprintf(f, " The script ran as it is under each setting, its backend replaced (SHMTRAIN_TORCH_BACKEND), "
                    "its threads the instance's cores; its numbers are what it reported (shmtrain_torch.report).");
@@ -367,17 +384,39 @@ void sweep_write_markdown(FILE *f, const struct sweep_report *rep, const struct 
     if (rep->plots_note)
         fprintf(f, "Plots: %s\n\n", rep->plots_note);
     else
-        fprintf(f, "![throughput](throughput.svg)\n\n![time split](timesplit.svg)\n\n![accuracy](accuracy.svg)\n\n");
+        fprintf(f, "![throughput](throughput.svg)\n\n![time split](timesplit.svg)\n\n![accuracy](accuracy.svg)\n\n"
+                   "![instances](instances.svg)\n\n");
     markdown_hardware(f, rep);
 }
 
 /* ---------------------------------------------------------------- plots -- */
 
-void sweep_write_plot_data(FILE *throughput, FILE *split, FILE *curves, const struct sweep_setting *s, int ns,
-                           const struct sweep_run *runs, const struct sweep_summary *sums, bool loss)
+/* Each instance of a setting's median run (shmtrain's): compute and wait a
+ * step, and its steps' p90, one block per setting of several instances. */
+static void write_instances(FILE *f, const struct sweep_setting *s, int ns, const struct sweep_run *runs,
+                            const struct sweep_summary *sums)
 {
+    fprintf(f, "# rank compute_ms wait_ms p90_ms (shmtrain, the repeat closest to the median; a block a setting)\n");
+    for (int i = 0; i < ns; i++) {
+        const int k = sums[i * SWEEP_NSYSTEMS].median_run;
+        if (k < 0 || runs[k].ninst < 2)
+            continue;
+        fprintf(f, "# %s\n", s[i].label);
+        for (int q = 0; q < runs[k].ninst; q++)
+            fprintf(f, "%d %.3f %.3f %.3f\n", q, runs[k].inst_compute_ms[q], runs[k].inst_wait_ms[q],
+                    runs[k].inst_p90_ms[q]);
+        fprintf(f, "\n\n");
+    }
+}
+
+void sweep_write_plot_data(FILE *throughput, FILE *split, FILE *curves, FILE *instances, const struct sweep_setting *s,
+                           int ns, const struct sweep_run *runs, const struct sweep_summary *sums, bool loss)
+{
+    write_instances(instances, s, ns, runs, sums);
     fprintf(throughput, "# instances cores label shm_median shm_min shm_max torch_median torch_min torch_max "
-                        "torch_shm_median torch_shm_min torch_shm_max (torch_shm: PyTorch DDP over shmtrain's all-reduce)\n");
+                        "torch_shm_median torch_shm_min torch_shm_max independent_median independent_min independent_max "
+                        "(torch_shm: PyTorch DDP over shmtrain's all-reduce; independent: shmtrain's instances "
+                        "exchanging nothing)\n");
     fprintf(split, "# label compute_ms allreduce_ms wait_ms other_ms (shmtrain, medians)\n");
     for (int i = 0; i < ns; i++) {
         const struct sweep_summary *o = &sums[i * SWEEP_NSYSTEMS];
@@ -404,10 +443,31 @@ void sweep_write_plot_data(FILE *throughput, FILE *split, FILE *curves, const st
         }
 }
 
+/* instances.svg: a setting's instances side by side, the slow one standing out. */
+static void gnuplot_instances(FILE *f, const struct sweep_setting *s, int ns, const struct sweep_run *runs,
+                              const struct sweep_summary *sums)
+{
+    fprintf(f, "\nset output 'instances.svg'\nset title 'Each instance a step (shmtrain; compute solid, waiting "
+               "dashed)'\nset xlabel 'instance (rank)'\nset ylabel 'ms per step'\nset key top left\nset yrange [0:*]\n"
+               "set xrange [*:*]\n");
+    int block = 0;
+    for (int i = 0; i < ns; i++) {
+        const int k = sums[i * SWEEP_NSYSTEMS].median_run;
+        if (k < 0 || runs[k].ninst < 2)
+            continue;
+        fprintf(f, "%s'instances.dat' index %d using 1:2 with linespoints lw 2 pt 7 lc %d title '%s compute', \\\n"
+                   "     '' index %d using 1:3 with linespoints lw 1 pt 6 dt 2 lc %d title '%s wait'",
+                block ? ", \\\n     " : "plot ", block, i + 1, s[i].label, block, i + 1, s[i].label);
+        block++;
+    }
+    if (!block)
+        fprintf(f, "set label 2 'no setting of several instances' at graph 0.5, 0.5 center\nplot [0:1] [0:1] NaN notitle");
+    fprintf(f, "\n");
+}
+
 void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const struct sweep_run *runs,
                          const struct sweep_summary *sums, bool loss)
 {
-    (void)runs;
     fprintf(f, "# gnuplot script written by shmrun --sweep; run it in this directory: gnuplot plot.gp\n"
                "set terminal svg size 760,440 dynamic font 'sans,12' background '#ffffff'\n"
                "set datafile missing '-'\nset grid ytics lc '#dddddd'\nset border 3\nset tics nomirror\n"
@@ -419,7 +479,7 @@ void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const s
         fprintf(f, "%s'%s' %d", i ? ", " : "", s[i].label, s[i].instances);
     fprintf(f, ")\nset yrange [0:*]\nset offsets graph 0.05, graph 0.05, 0, 0\n");
     fprintf(f, "plot 'throughput.dat' using 1:4:5:6 with yerrorlines lw 2 pt 7 lc '#1f77b4' title 'shmtrain'");
-    static const char *const colour[SWEEP_NSYSTEMS] = {"#1f77b4", "#d62728", "#9467bd"};
+    static const char *const colour[SWEEP_NSYSTEMS] = {"#1f77b4", "#d62728", "#9467bd", "#2ca02c"};
     for (int sys = SWEEP_TORCH; sys < SWEEP_NSYSTEMS; sys++)
         if (sweep_system_ran(sums, ns, sys))
             fprintf(f, ", \\\n     '' using 1:%d:%d:%d with yerrorlines lw 2 pt 5 dt %d lc '%s' title '%s'", 4 + 3 * sys,
@@ -451,5 +511,6 @@ void sweep_write_gnuplot(FILE *f, const struct sweep_setting *s, int ns, const s
         }
     if (!drawn)
         fprintf(f, "set label 1 'no evaluation recorded' at graph 0.5, 0.5 center\nplot [0:1] [0:1] NaN notitle");
-    fprintf(f, "\n");
+    fprintf(f, "\nunset label 1\n");
+    gnuplot_instances(f, s, ns, runs, sums);
 }

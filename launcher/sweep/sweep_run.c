@@ -191,8 +191,35 @@ static int plan_settings(const st_topo *t, const struct sweep_job *j, struct swe
     return 0;
 }
 
+/* The systems a sweep runs: the job's and its peers' (the first nsystems of
+ * sweep.h's), then for shmtrain its independent instances, which a setting
+ * of one instance does not need (it exchanges nothing anyway). */
+static int systems_of(const struct sweep_job *j, int npeer_systems, int *systems)
+{
+    int n = 0;
+    for (; n < npeer_systems; n++)
+        systems[n] = n;
+    if (!j->script)
+        systems[n++] = SWEEP_INDEPENDENT;
+    return n;
+}
+
+/* sweep_order's slots over these systems, without the runs not needed. */
+static int order_slots(const struct sweep_job *j, const struct sweep_setting *s, int ns, const int *systems,
+                       int nsystems, struct sweep_slot *slots)
+{
+    const int n = sweep_order(ns, nsystems, j->repeats, slots);
+    int kept = 0;
+    for (int k = 0; k < n; k++) {
+        slots[k].system = systems[slots[k].system];
+        if (!(slots[k].system == SWEEP_INDEPENDENT && s[slots[k].setting].instances < 2))
+            slots[kept++] = slots[k];
+    }
+    return kept;
+}
+
 static int print_plans(const st_topo *t, const struct sweep_job *j, const struct sweep_setting *s, int ns,
-                       int nsystems)
+                       int npeer_systems)
 {
     for (int i = 0; i < ns; i++) {
         st_plan *p = plan_for(t, j, s[i].instances, s[i].cores, s[i].label, false);
@@ -204,7 +231,8 @@ static int print_plans(const st_topo *t, const struct sweep_job *j, const struct
         st_plan_destroy(p);
     }
     struct sweep_slot slots[SWEEP_MAX_SETTINGS * SWEEP_NSYSTEMS * 64];
-    int n = sweep_order(ns, nsystems, j->repeats, slots);
+    int systems[SWEEP_NSYSTEMS];
+    const int n = order_slots(j, s, ns, systems, systems_of(j, npeer_systems, systems), slots);
     printf("run order (%d runs):", n);
     for (int k = 0; k < n; k++)
         printf("%s%s/%s", k ? ", " : " ", s[slots[k].setting].label, sweep_system_name[slots[k].system]);
@@ -253,7 +281,8 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
         out[k] = NULL;
         return;
     }
-    if (system != SWEEP_SHMTRAIN) {
+    const bool ours = system == SWEEP_SHMTRAIN || system == SWEEP_INDEPENDENT;
+    if (!ours) {
         /* as its users run it: OpenBLAS on its own kernels (some machines
          * set these two, which hold it to older ones) */
         static char *const plain_blas[] = {"env", "-u", "OPENBLAS_CORETYPE", "-u", "OPENBLAS_L2_SIZE"};
@@ -275,7 +304,7 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
         out[k++] = "--grad-accum";
         out[k++] = num[2];
     }
-    if (system != SWEEP_SHMTRAIN && j->torch_mode) {
+    if (!ours && j->torch_mode) {
         out[k++] = "--mode";
         out[k++] = (char *)j->torch_mode;
     }
@@ -283,7 +312,11 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
         out[k++] = "--backend";
         out[k++] = "shm";
     }
-    if (system == SWEEP_SHMTRAIN && !has_flag(j->argv, "--checkpoint")) {
+    if (system == SWEEP_INDEPENDENT) {  /* the last --balance is the one that counts */
+        out[k++] = "--balance";
+        out[k++] = "independent";
+    }
+    if (ours && !has_flag(j->argv, "--checkpoint")) {
         out[k++] = "--checkpoint";
         out[k++] = (char *)rp->checkpoint;
     }
@@ -345,7 +378,8 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
     } else if (launched && sweep_read_metrics(metrics, j->target, r, v) == 0) {
         r->ok = rc == 0;
     }
-    if (r->ok && slot->system != SWEEP_SHMTRAIN && j->torch_mode && strcmp(r->mode, j->torch_mode) != 0) {
+    if (r->ok && slot->system != SWEEP_SHMTRAIN && slot->system != SWEEP_INDEPENDENT && j->torch_mode &&
+        strcmp(r->mode, j->torch_mode) != 0) {
         r->ok = false;  /* a script of the user's that ignores --mode: not the peer asked for */
         snprintf(r->error, sizeof r->error, "--torch-mode %s: the peer's run record says mode '%s'", j->torch_mode,
                  r->mode);
@@ -430,12 +464,13 @@ static const char *draw_plots(const struct sweep_job *j, const struct sweep_sett
 {
     FILE *tp = open_out(j->out_dir, "throughput.dat"), *sp = open_out(j->out_dir, "timesplit.dat");
     FILE *cv = open_out(j->out_dir, "accuracy.dat"), *gp = open_out(j->out_dir, "plot.gp");
-    if (tp && sp && cv && gp) {
-        sweep_write_plot_data(tp, sp, cv, s, ns, runs, sums, j->target.loss);
+    FILE *in = open_out(j->out_dir, "instances.dat");
+    if (tp && sp && cv && gp && in) {
+        sweep_write_plot_data(tp, sp, cv, in, s, ns, runs, sums, j->target.loss);
         sweep_write_gnuplot(gp, s, ns, runs, sums, j->target.loss);
     }
     int bad = close_out(tp, "throughput.dat") | close_out(sp, "timesplit.dat") | close_out(cv, "accuracy.dat") |
-              close_out(gp, "plot.gp");
+              close_out(gp, "plot.gp") | close_out(in, "instances.dat");
     if (bad)
         return "the plot data could not be written";
     char *probe[] = {"gnuplot", "--version", NULL};
@@ -531,7 +566,7 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
     if (check_job(j) != 0 || plan_settings(t, j, s, &ns, &all_cores) != 0)
         return 2;
     if (j->dry_run)  /* what would run with every peer there */
-        return print_plans(t, j, s, ns, j->compare_torch ? SWEEP_NSYSTEMS : 1);
+        return print_plans(t, j, s, ns, j->compare_torch ? SWEEP_TORCH_SHM + 1 : 1);
     char self[1024];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
@@ -541,7 +576,8 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
     self[len] = '\0';
     struct sweep_peers peers;
     sweep_find_peers(j, self, &peers);
-    const int nsystems = peers.nsystems;
+    int systems[SWEEP_NSYSTEMS];
+    const int nsystems = systems_of(j, peers.nsystems, systems);
     char runs_dir[1100];
     snprintf(runs_dir, sizeof runs_dir, "%s/runs", j->out_dir);
     if (make_dir(runs_dir) != 0) {
@@ -556,8 +592,8 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
         fprintf(stderr, "shmrun: out of memory\n");
         return 1;
     }
-    int n = sweep_order(ns, nsystems, j->repeats, slots), done = 0, failed = 0;
-    struct sweep_report rep = {.torch_asked = j->compare_torch || j->script, .torch_available = nsystems > 1,
+    int n = order_slots(j, s, ns, systems, nsystems, slots), done = 0, failed = 0;
+    struct sweep_report rep = {.torch_asked = j->compare_torch || j->script, .torch_available = peers.nsystems > 1,
                                .script = j->script};
     describe_machine(&rep, t, j);
     probe_machine(t, j, &rep);
@@ -567,9 +603,10 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
         clen += (size_t)snprintf(command + clen, sizeof command - clen, "%s%s", a == j->argv ? "" : " ",
                                  a == j->argv ? basename(*a) : *a);
     rep.command = command;
-    fprintf(stderr, "shmrun: sweep of %d setting%s x %d repeat%s%s = %d runs, results in %s/\n", ns,
+    fprintf(stderr, "shmrun: sweep of %d setting%s x %d repeat%s%s%s = %d runs, results in %s/\n", ns,
             ns == 1 ? "" : "s", j->repeats, j->repeats == 1 ? "" : "s",
-            nsystems == 3 ? " x 3 systems" : nsystems == 2 ? " x 2 systems" : "", n, j->out_dir);
+            peers.nsystems == 3 ? " x 3 systems" : peers.nsystems == 2 ? " x 2 systems" : "",
+            nsystems > peers.nsystems ? " (+ each setting's instances alone, no exchange)" : "", n, j->out_dir);
     struct sigaction sa = {.sa_handler = on_interrupt}, old_int, old_term;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);

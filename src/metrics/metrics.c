@@ -93,6 +93,8 @@ static void write_instance(st_json *j, const st_instance_record *r)
     st_json_number(j, "compute_s", r->compute_s, "%.4f");
     st_json_number(j, "exchange_s", r->exchange_s, "%.4f");
     st_json_number(j, "wait_s", r->wait_s, "%.4f");
+    if (r->samples_per_s > 0)
+        st_json_number(j, "samples_per_s", r->samples_per_s, "%.1f");
 }
 
 static void write_summary(st_json *j, const st_summary_record *r)
@@ -113,6 +115,8 @@ static void write_summary(st_json *j, const st_summary_record *r)
         st_json_uint(j, "micro_batches", r->micro_batches);
         st_json_uint(j, "micro_batches_here", r->micro_batches_here);
     }
+    if (r->allreduces_said)
+        st_json_uint(j, "step_allreduces", r->step_allreduces);
     st_json_object_begin(j, "time_to_accuracy_s");
     for (int i = 0; i < r->nreached && i < ST_METRICS_MAX_TARGETS; i++) {
         char key[16];
@@ -257,6 +261,8 @@ static void parse_summary(const char *line, st_summary_record *r)
     r->peak_rss_mb = num(line, "peak_rss_mb");
     r->micro_batches = count(line, "micro_batches");
     r->micro_batches_here = count(line, "micro_batches_here");
+    r->allreduces_said = st_json_find(line, "step_allreduces") != NULL;
+    r->step_allreduces = count(line, "step_allreduces");
     const char *p = st_json_find(line, "time_to_accuracy_s");
     if (!p || *p != '{')
         return;
@@ -346,6 +352,7 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
         r->compute_s = num(line, "compute_s");
         r->exchange_s = num(line, "exchange_s");
         r->wait_s = num(line, "wait_s");
+        r->samples_per_s = num(line, "samples_per_s");
         break;
     }
     case ST_RECORD_UNKNOWN: break;

@@ -95,6 +95,7 @@ void comm_leave(struct train_comm *c, bool failed)
 
 st_status comm_allreduce(struct train_comm *c, float *buf, size_t count, st_dtype wire, st_reduce_op op)
 {
+    c->allreduces++;
 #ifdef SHMTRAIN_HAVE_MPI
     if (c->h)
         return st_hallreduce(c->h, buf, count, ST_DTYPE_F32, wire, op);

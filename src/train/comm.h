@@ -25,6 +25,7 @@ struct train_comm {
     int rank, world;          /* in the whole job */
     int local_rank, local_world;
     char launcher[16];        /* whose variables placed it: "shmrun", "mpirun", "srun", "torchrun", "none" */
+    uint64_t allreduces;      /* comm_allreduce calls so far (the steps' share proves --balance independent) */
 };
 
 /* Join the job's group; `zero_copy_bytes` as in st_group_config. */

@@ -247,7 +247,8 @@ void train_run_record(struct trainer *t)
     snprintf(r.u.run.isa, sizeof r.u.run.isa, "%s", st_nn_onednn_isa());
     snprintf(r.u.run.launcher, sizeof r.u.run.launcher, "%s", t->comm.launcher);
     snprintf(r.u.run.allreduce_dtype, sizeof r.u.run.allreduce_dtype, "%s", st_dtype_name(t->o->allreduce_dtype));
-    snprintf(r.u.run.balance, sizeof r.u.run.balance, "%s", t->bal.dynamic ? "dynamic" : "static");
+    snprintf(r.u.run.balance, sizeof r.u.run.balance, "%s", t->independent ? "independent" : t->bal.dynamic ? "dynamic"
+                                                                                                       : "static");
     /* what was built, not what was asked: a bf16 net may keep layers in fp32 */
     r.u.run.layers = st_net_layers(t->net);
     r.u.run.bf16_layers = st_net_lowp_layers(t->net);
@@ -263,8 +264,9 @@ static double peak_rss_mb(void)
     return getrusage(RUSAGE_SELF, &u) == 0 ? (double)u.ru_maxrss / 1024.0 : 0;
 }
 
-/* Each instance's row: steps, p50, p90, max, compute, exchange, wait. */
-enum { INSTANCE_FIELDS = 7 };
+/* Each instance's row: steps, p50, p90, max, compute, exchange, wait, and
+ * its own samples/s after the first log interval. */
+enum { INSTANCE_FIELDS = 8 };
 
 static void instance_records(struct trainer *t, const float *all)
 {
@@ -274,7 +276,8 @@ static void instance_records(struct trainer *t, const float *all)
         const float *f = all + (size_t)k * INSTANCE_FIELDS;
         st_record rec = {.type = ST_RECORD_INSTANCE,
                          .u.instance = {.rank = k, .steps = (long)f[0], .step_p50_s = f[1], .step_p90_s = f[2],
-                                        .step_max_s = f[3], .compute_s = f[4], .exchange_s = f[5], .wait_s = f[6]}};
+                                        .step_max_s = f[3], .compute_s = f[4], .exchange_s = f[5], .wait_s = f[6],
+                                        .samples_per_s = f[7]}};
         train_record(t, &rec);
         const double steps = f[0] > 0 ? f[0] : 1, compute = f[4] / steps, wait = f[6] / steps;
         if (compute > worst_compute)
@@ -305,8 +308,11 @@ st_status train_instances(struct trainer *t)
     mine[4] = (float)s->compute_s;
     mine[5] = (float)s->exchange_s;
     mine[6] = (float)s->wait_s;
+    mine[7] = (float)step_times_steady_rate(s, (double)t->global_batch / t->world);
     /* every row zero but its owner's: the sum is the gathered table */
     st_status st = comm_allreduce(&t->comm, all, n, ST_DTYPE_F32, ST_SUM);
+    for (int k = 0; st == ST_OK && k < t->world; k++)
+        t->instances_sps += all[(size_t)k * INSTANCE_FIELDS + 7];
     if (st == ST_OK && t->rank == 0)
         instance_records(t, all);
     free(all);
@@ -316,7 +322,8 @@ st_status train_instances(struct trainer *t)
 void train_summary(struct trainer *t, st_train_result *r)
 {
     const double total = st_now_s() - t->start + t->elapsed_before;
-    const double sps = t->train_seconds > 0 ? r->samples_per_s : 0;
+    /* independent instances wait for no one: the machine's speed is the sum of theirs */
+    const double sps = t->train_seconds <= 0 ? 0 : t->independent ? t->instances_sps : r->samples_per_s;
     if (t->text)
         train_say(t, "done: %ld steps in %.1f s (%.0f tokens/s training), final validation loss %.4f (%.3f bits per "
                "%s)\n", r->steps, total, sps * t->context, t->last_loss, t->last_loss / log(2.0), token_unit(t));
@@ -329,7 +336,8 @@ void train_summary(struct trainer *t, st_train_result *r)
                                    .tokens_per_s = t->text ? sps * t->context : 0,
                                    .final_test_accuracy = t->last_acc, .best_test_accuracy = t->best_acc,
                                    .peak_rss_mb = peak_rss_mb(), .micro_batches = t->taken_all,
-                                   .micro_batches_here = t->bal.taken}};
+                                   .micro_batches_here = t->bal.taken, .allreduces_said = true,
+                                   .step_allreduces = t->step_allreduces}};
     for (size_t i = 0; i < NTHRESH; i++)
         if (t->reached_at[i] >= 0) {
             train_say(t, "      reached %.0f%% test accuracy after %.1f s (step %ld)\n", 100 * THRESHOLDS[i],

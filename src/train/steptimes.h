@@ -16,10 +16,16 @@ struct step_times {
     uint32_t bins[STEP_TIME_BINS];
     long steps;
     double max_s, compute_s, exchange_s, wait_s;
+    long warm_steps;          /* the first steps (a log interval) warm caches and pages: not steady */
+    long steady_steps;        /* the steps after them, and their time: the instance's own speed */
+    double steady_s;
 };
 
 /* One step: its whole time and its parts (the wait is part of the exchange). */
 void step_times_add(struct step_times *s, double step_s, double compute_s, double exchange_s, double wait_s);
+/* The instance's own samples/s over its steady steps, `per_step` samples
+ * each (all its steps when none is past the warm-up); 0 when none ran. */
+double step_times_steady_rate(const struct step_times *s, double per_step);
 /* The q-quantile (0 < q <= 1) of the steps so far; 0 when there are none. */
 double step_times_quantile(const struct step_times *s, double q);
 

@@ -197,6 +197,8 @@ static st_status exchange(struct trainer *t)
 {
     const st_dtype wire = t->o->allreduce_dtype;
     st_status st = ST_OK;
+    if (t->independent)  /* the tail holds this rank's own values, as the loop reads them */
+        return ST_OK;
     if (t->ov.started)  /* the buckets went during backward; the tail goes now */
         st = overlap_finish(&t->ov);
     else if (wire == ST_DTYPE_F32)
@@ -210,6 +212,7 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
 {
     const st_train_options *o = t->o;
     const double t0 = st_now_s();
+    const uint64_t calls = t->comm.allreduces;
     float loss, accuracy;
     st_status st;
     if ((st = train_micro_batches(t, &loss, &accuracy)) != ST_OK)
@@ -224,6 +227,7 @@ static st_status train_step(struct trainer *t, float *lr_out, bool *stop)
     if ((st = exchange(t)) != ST_OK)
         return st;
     const double t2 = st_now_s();
+    t->step_allreduces += t->comm.allreduces - calls;
     /* With --bucket-mb a bucket's wait can begin during backward and end
      * here; only the part inside the exchange is the step's waiting. */
     const double waited = comm_wait_seconds(&t->comm) - w0;
@@ -342,6 +346,7 @@ static st_status setup(struct trainer *t)
     t->accum_steps = o->grad_accum > 1 ? o->grad_accum : 1;
     t->global_batch = (size_t)t->world * (size_t)o->batch * (size_t)t->accum_steps;
     const bool dynamic = o->balance == ST_BALANCE_DYNAMIC;
+    t->independent = o->balance == ST_BALANCE_INDEPENDENT;
     if (dynamic && t->stream[0])
         return st_fail(ST_ERR_INVALID, "--balance dynamic: not with --image-folder streamed past --data-memory "
                                        "(each instance decodes its own batches ahead); raise --data-memory, or "
@@ -351,7 +356,7 @@ static st_status setup(struct trainer *t)
         return st;
     /* Dynamic: an instance cannot tell which of its micro-batches is its
      * last, so no bucket can go during backward; they go after it. */
-    if (o->bucket_mb > 0 && !dynamic) {
+    if (o->bucket_mb > 0 && !dynamic && !t->independent) {
         if (!t->comm.any_thread)
             return st_fail(ST_ERR_INVALID, "--bucket-mb: this MPI cannot run collectives from a second thread "
                                            "(no MPI_THREAD_SERIALIZED); leave it at 0");
@@ -521,6 +526,7 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
     if (o->batch < 1 || o->epochs < 0 || o->log_every < 1)
         return st_fail(ST_ERR_INVALID, "--batch-size, --epochs and --log-every must be at least 1");
     t.start = st_now_s();
+    t.times.warm_steps = o->log_every;  /* what the sweep leaves out of a run's speed too */
     st_status st = setup(&t);
     if (st == ST_OK)
         st = maybe_resume(&t);

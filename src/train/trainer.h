@@ -70,6 +70,9 @@ struct trainer {
     long last_eval_step;
     bool saved;                /* a checkpoint of this run (or the one it resumed) is at --checkpoint */
     long replica_checks;       /* --check-replicas checks passed, said at the end */
+    bool independent;          /* --balance independent: no step exchanges anything */
+    uint64_t step_allreduces;  /* all-reduce calls inside this run's steps (0 when independent) */
+    double instances_sps;      /* every instance's own samples/s, summed (train_instances) */
     double reached_at[NTHRESH];
     long reached_step[NTHRESH];
     /* accumulated over the current log interval */
