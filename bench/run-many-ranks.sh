@@ -150,13 +150,15 @@ sweeps() {
     echo "sweep $name: exit $?"; grep -E '^\|' "$work/sweep-$name/report.md" 2>/dev/null | head -12
     keep "sweep-$name.log" "sweep-$name"
   done
-  for j in "${jobs[@]}"; do  # balanced: only where several instances wait for each other
+  # balanced: only where several instances wait for each other, 4 micro-batches a step to
+  # move (a quarter of the steps: the same samples), beside the same job's independent runs
+  for j in "${jobs[@]}"; do
     [[ " ${BALANCE_MODELS:-resnet gpt-mini} " == *" ${j%%|*} "* ]] || continue
     local name=${j%%|*} args=${j#*|}
     # shellcheck disable=SC2086
     timeout 200 /tmp/st/bin/shmrun --sweep "$balanced" --repeats 1 --quiet --sweep-out "$work/sweep-$name-dynamic" \
-      -- /tmp/st/bin/shmtrain $args --allreduce-dtype bf16 --bucket-mb 4 --balance dynamic \
-      > "$work/sweep-$name-dynamic.log" 2>&1
+      -- /tmp/st/bin/shmtrain $args --allreduce-dtype bf16 --bucket-mb 4 --balance dynamic --grad-accum 4 \
+      --max-steps $((15 * pct / 100 + 2)) --log-every $((3 * pct / 100 + 1)) > "$work/sweep-$name-dynamic.log" 2>&1
     echo "sweep $name --balance dynamic: exit $?"; grep -E '^\|' "$work/sweep-$name-dynamic/report.md" 2>/dev/null | head -8
     keep "sweep-$name-dynamic.log" "sweep-$name-dynamic"
   done
