@@ -19,6 +19,10 @@
  *   SHMTRAIN_HEARTBEAT_FILE        where to publish progress     coll's config
  *   SHMTRAIN_CONSOLE_TTY           "1": rank 0 may draw bars     train
  *   SHMTRAIN_LAUNCHER_PID          shmrun's pid: die with it     train (lifeline)
+ *   SHMTRAIN_INDEPENDENT           "1": a sweep's ceiling run of  shmtrain_torch (backend.cpp,
+ *                                  a script: no all-reduce leaves report.py)
+ *                                  a rank (set by the sweep in the
+ *                                  script's environment, not shmrun)
  *   RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE   torchrun's names (always)
  *   MASTER_ADDR MASTER_PORT        127.0.0.1 and a free port     PyTorch's env:// rendezvous
  *                                  per attempt, unless set      (init_process_group)
@@ -43,6 +47,7 @@
 #define ST_ENV_HEARTBEAT_FILE "SHMTRAIN_HEARTBEAT_FILE"
 #define ST_ENV_CONSOLE_TTY "SHMTRAIN_CONSOLE_TTY"
 #define ST_ENV_LAUNCHER_PID "SHMTRAIN_LAUNCHER_PID"
+#define ST_ENV_INDEPENDENT "SHMTRAIN_INDEPENDENT"
 
 /* Fallbacks a program started by another launcher may carry. */
 #define ST_ENV_GENERIC_RANK "RANK"

@@ -347,7 +347,7 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
             if (r->system == SWEEP_TORCH_SHM && rec.u.run.instances > 1 && strcmp(rec.u.run.backend, "shm") != 0)
                 return run_failed(r, "DDP over shm: the peer's run record says its all-reduce was not shm");
             if (!strcmp(rec.u.run.system, "pytorch-script") && rec.u.run.instances > 1 && rec.u.run.backend[0] &&
-                strcmp(rec.u.run.backend, r->system == SWEEP_SHMTRAIN ? "shm" : "gloo") != 0)
+                strcmp(rec.u.run.backend, r->system == SWEEP_TORCH ? "gloo" : "shm") != 0)
                 return run_failed(r, "the script's run record names another backend than the sweep chose "
                                      "(SHMTRAIN_TORCH_BACKEND: is shmtrain_torch installed for its python?)");
             if ((r->system == SWEEP_INDEPENDENT) != !strcmp(rec.u.run.balance, "independent"))

@@ -128,7 +128,8 @@ static void json_system(st_json *j, const struct sweep_summary *o, int sys)
     if (o->slowest_rank >= 0) {  /* in the repeat closest to the median */
         st_json_int(j, "slowest_rank", o->slowest_rank);
         st_json_number(j, "slowest_over_fastest", o->imbalance, "%.3f");
-        st_json_number(j, "slowest_p90_ms", o->slowest_p90_ms, "%.3f");
+        if (isfinite(o->slowest_p90_ms))
+            st_json_number(j, "slowest_p90_ms", o->slowest_p90_ms, "%.3f");
     }
     st_json_object_end(j);
 }
@@ -313,8 +314,10 @@ static void markdown_row(FILE *f, const struct md_table *t, int i)
     else
         fprintf(f, " %s |", isnan(o->final_accuracy) ? "-" : num(b[7], 64, 100 * o->final_accuracy, 2, "-"));
     fprintf(f, " %s / %s |", num(b[8], 64, o->rss_max_mb, 0, "-"), num(b[9], 64, o->rss_total_mb, 0, "-"));
-    if (o->slowest_rank >= 0)
+    if (o->slowest_rank >= 0 && isfinite(o->slowest_p90_ms))
         fprintf(f, " rank %d: %.2fx, p90 %.2f ms |", o->slowest_rank, o->imbalance, o->slowest_p90_ms);
+    else if (o->slowest_rank >= 0)  /* a script's ranks tell their pace, not each step */
+        fprintf(f, " rank %d: %.2fx |", o->slowest_rank, o->imbalance);
     else
         fprintf(f, " - |");
     markdown_peers(f, t, i, o);
@@ -352,7 +355,8 @@ static void markdown_verdict(FILE *f, const struct md_table *t, bool by_target, 
                "(instances.svg draws every instance).");
     if (sweep_system_ran(t->sums, t->ns, SWEEP_INDEPENDENT))
         fprintf(f, " Independent: the same plan and pinning, each instance training a model of its own on its shard "
-                   "with nothing exchanged (--balance independent), its throughput the sum of each instance's own: "
+                   "with nothing exchanged (shmtrain --balance independent; a script's all-reduces kept in each rank, "
+                   "SHMTRAIN_INDEPENDENT=1), its throughput the sum of each instance's own: "
                    "what the machine allows; shmtrain / independent is what synchronising costs (the exchange and "
                    "waiting for the slowest instance).");
     if (t->script)

@@ -192,15 +192,16 @@ static int plan_settings(const st_topo *t, const struct sweep_job *j, struct swe
 }
 
 /* The systems a sweep runs: the job's and its peers' (the first nsystems of
- * sweep.h's), then for shmtrain its independent instances, which a setting
- * of one instance does not need (it exchanges nothing anyway). */
+ * sweep.h's), then its independent instances (shmtrain's --balance
+ * independent; a script's over shm with SHMTRAIN_INDEPENDENT), which a
+ * setting of one instance does not need (it exchanges nothing anyway). */
 static int systems_of(const struct sweep_job *j, int npeer_systems, int *systems)
 {
     int n = 0;
     for (; n < npeer_systems; n++)
         systems[n] = n;
-    if (!j->script)
-        systems[n++] = SWEEP_INDEPENDENT;
+    (void)j;
+    systems[n++] = SWEEP_INDEPENDENT;
     return n;
 }
 
@@ -270,7 +271,9 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
     out[k++] = "--";
     if (j->script) {  /* the user's script as it is, its backend chosen by shmtrain_torch (sweep_peer.h) */
         out[k++] = "env";
-        out[k++] = system == SWEEP_SHMTRAIN ? "SHMTRAIN_TORCH_BACKEND=shm" : "SHMTRAIN_TORCH_BACKEND=gloo";
+        out[k++] = system == SWEEP_TORCH ? "SHMTRAIN_TORCH_BACKEND=gloo" : "SHMTRAIN_TORCH_BACKEND=shm";
+        if (system == SWEEP_INDEPENDENT)  /* the backend keeps every all-reduce local (env.h) */
+            out[k++] = ST_ENV_INDEPENDENT "=1";
         if (st->grad_accum > 1) {  /* --sweep-global-batch: the script reads it (docs/partitioning.md) */
             snprintf(num[2], 16, "%d", st->grad_accum);
             snprintf(accum_env, 48, "SHMTRAIN_GRAD_ACCUM=%s", num[2]);
@@ -357,7 +360,8 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
     struct run_paths rp;
     sweep_run_reset(r, slot->setting, slot->system, slot->repeat, order);
     snprintf(rp.dir, sizeof rp.dir, "%s/runs/%02d-%s-%s-r%d", j->out_dir, order + 1, st->label,
-             j->script ? (slot->system == SWEEP_SHMTRAIN ? "script-shm" : "script-gloo")
+             j->script ? (slot->system == SWEEP_SHMTRAIN ? "script-shm" : slot->system == SWEEP_TORCH ? "script-gloo"
+                                                                                           : "script-independent")
                        : sweep_system_name[slot->system], slot->repeat + 1);
     snprintf(rp.job, sizeof rp.job, "sweep%d-%d", (int)getpid(), order + 1);
     snprintf(rp.report, sizeof rp.report, "%s/report.json", rp.dir);

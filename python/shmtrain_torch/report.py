@@ -14,7 +14,9 @@ writes (RANK, else torch.distributed's rank); the records go to
 SHMTRAIN_METRICS, else shmrun's log folder (SHMTRAIN_LOG_DIR/metrics.jsonl),
 else nowhere: a script run without shmrun pays one dictionary lookup a call.
 A run record at the first call, a train record at every call, a summary at
-exit.
+exit; and at exit every rank adds an instance record with its own steps and
+samples/s (from its first call to its last), which a sweep's ceiling run
+(SHMTRAIN_INDEPENDENT=1: no all-reduce leaves a rank) sums.
 """
 import atexit
 import json
@@ -46,19 +48,21 @@ def _open(samples):
     path = os.environ.get("SHMTRAIN_METRICS")
     if not path and os.environ.get("SHMTRAIN_LOG_DIR"):
         path = os.path.join(os.environ["SHMTRAIN_LOG_DIR"], "metrics.jsonl")
-    if not path or _rank() != 0:
-        return {"file": None}
+    if not path:
+        return {"path": None}
     import sys
     import torch
-    f = open(path, "a", buffering=1)
-    now = time.perf_counter()
-    state = {"file": f, "start": now, "last": now, "first": None, "step": 0, "samples": 0.0, "tokens": 0.0}
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    _write(state, type="run", system="pytorch-script", instances=world, threads=torch.get_num_threads(),
-           model=os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script", params=0,
-           batch_per_instance=round(float(samples) / world) if samples else 0, torch=torch.__version__,
-           backend=_backend(), first_step=0)
-    atexit.register(_summary, state)
+    now, rank, world = time.perf_counter(), _rank(), int(os.environ.get("WORLD_SIZE", "1"))
+    state = {"path": path, "file": open(path, "a", buffering=1) if rank == 0 else None, "start": now, "last": now,
+             "first": None, "step": 0, "samples": 0.0, "tokens": 0.0, "rank": rank,
+             "per_rank": float(samples) / world if samples else 0.0}
+    if rank == 0:
+        run = {"balance": "independent"} if os.environ.get("SHMTRAIN_INDEPENDENT") == "1" else {}
+        _write(state, type="run", system="pytorch-script", instances=world, threads=torch.get_num_threads(),
+               model=os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script", params=0,
+               batch_per_instance=round(float(samples) / world) if samples else 0, torch=torch.__version__,
+               backend=_backend(), first_step=0, **run)
+    atexit.register(_end, state)
     return state
 
 
@@ -73,13 +77,16 @@ def report(step, samples=None, loss=None, tokens=None, accuracy=None, **extra):
     global _state
     if _state is None:
         _state = _open(samples)
-    if _state["file"] is None:
+    if _state["path"] is None:
         return
     now = time.perf_counter()
     span = now - _state["last"]
     steps = int(step) - _state["step"]
     if _state["first"] is None:
         _state["first"] = (now, int(step))
+    if _state["file"] is None:  # another rank: its own pace, told at exit
+        _state["last"], _state["step"] = now, int(step)
+        return
     record = {"type": "train", "step": int(step), "time_s": round(now - _state["start"], 3)}
     if loss is not None:
         record["loss"] = round(float(loss), 6)
@@ -94,6 +101,29 @@ def report(step, samples=None, loss=None, tokens=None, accuracy=None, **extra):
     record.update(extra)
     _write(_state, **record)
     _state["last"], _state["step"] = now, int(step)
+
+
+def _end(state):
+    if state["file"] is not None:
+        _summary(state)
+    _instance(state)
+
+
+def _instance(state):
+    """This rank's steps and samples/s from its first call to its last (the
+    first's interval holds the start-up), appended in one write: every rank
+    adds its line to the same file."""
+    if state["first"] is None:
+        return
+    t0, s0 = state["first"]
+    span, steps = state["last"] - t0, state["step"] - s0
+    record = {"type": "instance", "rank": state["rank"], "steps": steps, "compute_s": round(span, 4),
+              "samples_per_s": round(state["per_rank"] * steps / span, 1) if span > 0 and steps > 0 else 0.0}
+    fd = os.open(state["path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def _summary(state):

@@ -669,8 +669,18 @@ def sweep():
         for system in ("shmtrain", "pytorch-ddp"):  # the script over shm, over gloo
             got = st["systems"].get(system, {})
             assert got.get("samples_per_s", {}).get("median", 0) > 0, (st["label"], system, st["systems"])
+    # 2x1's ranks alone (no all-reduce leaves a rank): its ceiling, from both ranks' own rates
+    alone = rep["settings"][1]["systems"].get("shmtrain-independent", {})
+    assert alone.get("samples_per_s", {}).get("median", 0) > 0, rep["settings"][1]["systems"]
+    assert "shmtrain-independent" not in rep["settings"][0]["systems"], rep["settings"][0]["systems"]
     md = open(os.path.join(d, "a", "report.md")).read()
     assert "script over gloo samples/s" in md and "**Best:" in md, md[:800]
+    assert "| script over shm / independent (no exchange) |" in md, md[:1500]
+    # the ceiling run's all-reduces stay in each rank: values untouched, counted
+    r = subprocess.run([shmrun, "-n", "2", "--oversubscribe", "--log-dir", os.path.join(d, "logs"), "--",
+                        "env", "SHMTRAIN_INDEPENDENT=1", sys.executable, "-c", KEPT_LOCAL],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "kept local" in r.stdout, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
     r = subprocess.run(base + ["--sweep-out", os.path.join(d, "b"), "--", sys.executable, script, "--steps", "6",
                                "--width", "64", "--no-report"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
@@ -678,6 +688,24 @@ def sweep():
     assert "by median wall time" in md, md[:800]
     print(f"sweep: a PyTorch script over shm and gloo in 1x2 (acc 2) and 2x1, its reported rates; without "
           f"reports, ranked by wall time", flush=True)
+
+
+KEPT_LOCAL = """
+import torch, torch.distributed as dist, shmtrain_torch
+dist.init_process_group("shm")
+rank = dist.get_rank()
+x = torch.full((4,), float(rank + 1)); dist.all_reduce(x)
+y = torch.full((4,), 2.0 * (rank + 1)); dist.all_reduce(y, op=dist.ReduceOp.AVG)
+assert x.tolist() == [rank + 1.0] * 4 and y.tolist() == [2.0 * (rank + 1)] * 4, (x, y)
+b = torch.full((1,), float(rank)); dist.broadcast(b, 0)  # the rest still meets
+assert b.item() == 0.0, b
+c = shmtrain_torch.counters()
+assert c["kept_local"] == 2, c
+dist.barrier()
+if rank == 0:
+    print("kept local:", c)
+dist.destroy_process_group()
+"""
 
 
 LAUNCHED = """

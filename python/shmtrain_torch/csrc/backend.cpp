@@ -161,6 +161,12 @@ static void torch_team(void *, int threads, void (*body)(void *, int, int), void
     });
 }
 
+static bool env_is_one(const char *name)
+{
+    const char *v = std::getenv(name);
+    return v && !std::strcmp(v, "1");
+}
+
 static size_t env_mib(const char *name, size_t fallback)
 {
     const char *v = std::getenv(name);
@@ -171,7 +177,7 @@ static size_t env_mib(const char *name, size_t fallback)
 // exchange on any machine, where a timing is the machine's.
 struct Counters {
     std::atomic<uint64_t> calls{0}, inline_calls{0}, bytes_staged{0}, hook_buckets{0}, hook_bytes_in{0}, hook_fallbacks{0},
-        in_flight_max{0}, signature_checks{0};
+        in_flight_max{0}, signature_checks{0}, kept_local{0};
 };
 
 class ShmBackend : public c10d::Backend {
@@ -232,12 +238,16 @@ class ShmBackend : public c10d::Backend {
 
     c10::intrusive_ptr<c10d::Work> allreduce(Tensors &tensors, const c10d::AllreduceOptions &opts) override
     {
+        if (independent_)
+            return kept_local(tensors);
         return reduce_all(tensors, op_of(opts.reduceOp, "all_reduce"), OpType::ALLREDUCE, "all_reduce");
     }
 
     c10::intrusive_ptr<c10d::Work> allreduce_coalesced(Tensors &tensors,
                                                        const c10d::AllreduceCoalescedOptions &opts) override
     {
+        if (independent_)
+            return kept_local(tensors);
         return reduce_all(tensors, op_of(opts.reduceOp, "all_reduce_coalesced"), OpType::ALLREDUCE_COALESCED,
                           "all_reduce_coalesced");
     }
@@ -414,6 +424,8 @@ class ShmBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> hook_allreduce(at::Tensor bucket, int64_t index)
     {
         check_cpu(bucket, "DDP's comm hook");
+        if (independent_)  // the rank's own gradient, as if it trained alone
+            return kept_local(Tensors{bucket});
         const st_dtype type = dtype_of(bucket, "DDP's comm hook");
         TORCH_CHECK(bucket.is_contiguous() && index >= 0, "shm backend: DDP's bucket is not contiguous");
         const size_t bytes = (size_t)bucket.nbytes();
@@ -486,6 +498,7 @@ class ShmBackend : public c10d::Backend {
     size_t region_bytes_ = 0;
     std::thread progress_;
     bool progress_gone_ = false;  // after stop_progress(): calls run in the caller's thread
+    const bool independent_ = env_is_one("SHMTRAIN_INDEPENDENT");  // kept_local
     std::mutex queue_lock_;
     std::condition_variable queue_cv_;
     std::deque<Job> queue_;
@@ -552,6 +565,16 @@ class ShmBackend : public c10d::Backend {
     // cost more than the call, and there is nothing to overlap it with.
     // The order stays the calls' (nothing is ahead of it).
     // (DDP's hook never: its buckets are what backward overlaps.)
+    // SHMTRAIN_INDEPENDENT=1 (shmrun --sweep's ceiling run of a script):
+    // every all-reduce answers with the rank's own tensors, nothing leaving
+    // it, so each rank trains alone on its shard; the other collectives
+    // (DDP's first broadcast, barriers) still meet.  In order with the rest.
+    c10::intrusive_ptr<c10d::Work> kept_local(Tensors tensors)
+    {
+        counters_.kept_local++;
+        return enqueue_job(OpType::ALLREDUCE, tensors, [tensors]() { return tensors; });
+    }
+
     c10::intrusive_ptr<ShmWork> enqueue_job(OpType op, Tensors result, std::function<Tensors()> run,
                                             bool may_inline = true)
     {
@@ -810,7 +833,8 @@ static std::map<std::string, uint64_t> counters(const c10::intrusive_ptr<c10d::B
     return {{"calls", c.calls}, {"inline_calls", c.inline_calls}, {"in_flight", shm_of(backend, "counters")->in_flight()},
             {"bytes_staged", c.bytes_staged}, {"hook_buckets", c.hook_buckets},
             {"hook_bytes_in", c.hook_bytes_in}, {"hook_fallbacks", c.hook_fallbacks},
-            {"in_flight_max", c.in_flight_max}, {"signature_checks", c.signature_checks}};
+            {"in_flight_max", c.in_flight_max}, {"signature_checks", c.signature_checks},
+            {"kept_local", c.kept_local}};
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
