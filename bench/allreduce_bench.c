@@ -574,13 +574,14 @@ int main(int argc, char **argv)
 {
     struct options o = parse(argc, argv);
     if (o.ranks <= 0) {
-        const char *job = getenv(ST_ENV_JOB_ID);
-        const char *r = getenv(ST_ENV_RANK), *w = getenv(ST_ENV_WORLD_SIZE);
-        if (!job || !r || !w) {
+        const char *job = st_env_text(ST_ENV_JOB_ID);
+        int rank = -1, world = 0;
+        if (!job || !st_env_int(ST_ENV_RANK, 0, &rank) || !st_env_int(ST_ENV_WORLD_SIZE, 1, &world) || rank < 0 ||
+            world < 1) {
             fprintf(stderr, "st-allreduce-bench: give -n RANKS or run under shmrun\n");
             return 2;
         }
-        rank_main(atoi(r), atoi(w), job, &o);
+        rank_main(rank, world, job, &o);
         return 0;
     }
     char job[64];

@@ -105,7 +105,7 @@ static void log_environment(const st_plan *p, const struct gang_options *o)
         int n = rank_environment(p, r, o, e);
         fprintf(o->launcher_log, "env rank %d:", r);
         for (int i = 0; i < n; i++) {
-            const char *user = e[i].user_wins ? getenv(e[i].key) : NULL;
+            const char *user = e[i].user_wins ? st_env_text(e[i].key) : NULL;
             if (user)
                 fprintf(o->launcher_log, " %s=%s(user's; would be %s)", e[i].key, user, e[i].value);
             else
@@ -149,7 +149,7 @@ static void exec_instance(const st_topo *t, const st_plan *p, int rank,
     struct env_entry e[MAX_ENV];
     int n = rank_environment(p, rank, o, e);
     for (int i = 0; i < n; i++)
-        if (!(e[i].user_wins && getenv(e[i].key)))
+        if (!(e[i].user_wins && st_env_set(e[i].key)))
             setenv(e[i].key, e[i].value, 1);
     int err_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
     if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(out_fd, STDERR_FILENO) < 0)

@@ -462,10 +462,10 @@ static int run_job(const st_topo *topo, const st_plan *plan, const struct option
     log_header(log, plan, argc, argv, o);
     if (!o->quiet)
         fprintf(stderr, "shmrun: job %s, logs in %s/\n", job, dir);
-    const char *threads = getenv("OMP_NUM_THREADS");
+    const char *threads = st_env_text("OMP_NUM_THREADS");
     if (threads)
         fprintf(stderr, "shmrun: keeping the user's OMP_NUM_THREADS=%s for every instance\n", threads);
-    if (getenv(ST_ENV_GENERIC_RANK) || getenv(ST_ENV_GENERIC_WORLD_SIZE))
+    if (st_env_set(ST_ENV_GENERIC_RANK) || st_env_set(ST_ENV_GENERIC_WORLD_SIZE))
         fprintf(stderr, "shmrun: WARNING: RANK/WORLD_SIZE already set by the user: kept as is; "
                         "shmtrain programs read SHMTRAIN_RANK/SHMTRAIN_WORLD_SIZE\n");
 

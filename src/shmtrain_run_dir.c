@@ -404,7 +404,7 @@ static void write_config(const struct run_dir *rd)
  * sweeps read it there): a link to the run's keeps that true. */
 static void link_metrics_into_log_dir(const char *metrics)
 {
-    const char *log_dir = getenv(ST_ENV_LOG_DIR);
+    const char *log_dir = st_env_text(ST_ENV_LOG_DIR);
     char target[PATH_MAX + RUN_DIR_PATH_MAX + 80], link[RUN_DIR_PATH_MAX + 32];
     if (!log_dir || !*log_dir || !realpath(".", target))
         return;

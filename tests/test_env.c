@@ -96,6 +96,32 @@ static void test_each_launcher(void **state)
 
 /* The lifeline's "started by another launcher" and the run folder's job id
  * come from the same lists as the placement. */
+/* The one reader: an empty variable is an unset one for every reader (a
+ * user's `LOG_DIR=` names no folder), a bad number is refused by name and
+ * leaves the field as it was. */
+static void test_readers(void **state)
+{
+    (void)state;
+    env(NULL);
+    assert_null(st_env_text(ST_ENV_JOB_ID));
+    setenv(ST_ENV_JOB_ID, "", 1);
+    assert_null(st_env_text(ST_ENV_JOB_ID));
+    assert_false(st_env_set(ST_ENV_JOB_ID));
+    setenv(ST_ENV_JOB_ID, "job7", 1);
+    assert_string_equal(st_env_text(ST_ENV_JOB_ID), "job7");
+    assert_true(st_env_set(ST_ENV_JOB_ID));
+    int n = 5;
+    setenv(ST_ENV_RANK, "", 1);
+    assert_true(st_env_int(ST_ENV_RANK, 0, &n) && n == 5);  /* empty: the field kept */
+    setenv(ST_ENV_RANK, "3x", 1);
+    assert_false(st_env_int(ST_ENV_RANK, 0, &n));
+    assert_int_equal(n, 5);
+    assert_non_null(strstr(st_last_error(), ST_ENV_RANK "='3x' is not a whole number"));
+    setenv(ST_ENV_RANK, "3", 1);
+    assert_true(st_env_int(ST_ENV_RANK, 0, &n) && n == 3);
+    env(NULL);
+}
+
 static void test_other_launcher_and_job_id(void **state)
 {
     (void)state;
@@ -188,6 +214,7 @@ static void test_incomplete_or_contradictory(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_readers),
         cmocka_unit_test(test_each_launcher),
         cmocka_unit_test(test_other_launcher_and_job_id),
         cmocka_unit_test(test_simulated_nodes),

@@ -6,23 +6,31 @@
  * started without shmrun sees none of them and runs as a world of one.
  *
  *   variable                       value                         read by
- *   SHMTRAIN_RANK                  rank in ring order            placement
- *   SHMTRAIN_WORLD_SIZE            number of instances           placement
- *   SHMTRAIN_LOCAL_RANK            rank on this node             (programs)
- *   SHMTRAIN_LOCAL_WORLD_SIZE      instances on this node        (programs)
- *   SHMTRAIN_JOB_ID                names shm segments            coll's config
+ *   SHMTRAIN_RANK                  rank in ring order            placement, lifeline
+ *   SHMTRAIN_WORLD_SIZE            number of instances           placement, lifeline
+ *   SHMTRAIN_LOCAL_RANK            rank on this node             placement
+ *   SHMTRAIN_LOCAL_WORLD_SIZE      instances on this node        placement
+ *   SHMTRAIN_JOB_ID                names shm segments            coll's config, placement (the
+ *                                                                run folder's name), lifeline,
+ *                                                                coll-mpi (hier.c)
  *   SHMTRAIN_CORES                 its PUs, "0-15"               (programs)
- *   SHMTRAIN_NUMA_NODES            its NUMA node(s)              (programs)
- *   SHMTRAIN_RESTART_COUNT         0 on the first attempt        train (resume)
+ *   SHMTRAIN_NUMA_NODES            its NUMA node(s)              coll's config
+ *   SHMTRAIN_RESTART_COUNT         0 on the first attempt        train (resume), the run folder
  *   SHMTRAIN_MAX_RESTARTS          --max-restarts                (programs)
- *   SHMTRAIN_LOG_DIR               this attempt's log directory  train (metrics)
+ *   SHMTRAIN_LOG_DIR               this attempt's log directory  train (metrics), the run folder
+ *                                                                (its link), shmtrain_torch's report
  *   SHMTRAIN_HEARTBEAT_FILE        where to publish progress     coll's config
  *   SHMTRAIN_CONSOLE_TTY           "1": rank 0 may draw bars     train
  *   SHMTRAIN_LAUNCHER_PID          shmrun's pid: die with it     train (lifeline)
- *   SHMTRAIN_INDEPENDENT           "1": a sweep's ceiling run of  shmtrain_torch (backend.cpp,
- *                                  a script: no all-reduce leaves report.py)
- *                                  a rank (set by the sweep in the
- *                                  script's environment, not shmrun)
+ *
+ * Every C reader goes through env.c (st_env_text and the typed readers
+ * below): getenv appears nowhere else (tests/env_read_once.sh).
+ *
+ * The sweep adds to a PyTorch script's environment (not shmrun's table):
+ *   SHMTRAIN_TORCH_BACKEND         "shm" or "gloo": init_process_group's   shmtrain_torch
+ *   SHMTRAIN_INDEPENDENT           "1": the ceiling run: no all-reduce     shmtrain_torch (backend.cpp,
+ *                                  leaves a rank                           report.py)
+ *   SHMTRAIN_GRAD_ACCUM            --sweep-global-batch's share            the script
  *   RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE   torchrun's names (always)
  *   MASTER_ADDR MASTER_PORT        127.0.0.1 and a free port     PyTorch's env:// rendezvous
  *                                  per attempt, unless set      (init_process_group)
@@ -48,6 +56,7 @@
 #define ST_ENV_CONSOLE_TTY "SHMTRAIN_CONSOLE_TTY"
 #define ST_ENV_LAUNCHER_PID "SHMTRAIN_LAUNCHER_PID"
 #define ST_ENV_INDEPENDENT "SHMTRAIN_INDEPENDENT"
+#define ST_ENV_TORCH_REGION_MB "SHMTRAIN_TORCH_REGION_MB"  /* the torch backend's zero-copy region (64) */
 
 /* Fallbacks a program started by another launcher may carry. */
 #define ST_ENV_GENERIC_RANK "RANK"
@@ -187,6 +196,7 @@ const char *st_env_group_job_id(void);
  * set the field already), and returns false with a message naming the
  * variable when its value is not what it should be. */
 bool st_env_set(const char *name);   /* set and not empty */
+const char *st_env_text(const char *name);  /* its value; NULL when unset or empty (the one getenv) */
 bool st_env_flag(const char *name);  /* set to anything but "" or "0" */
 bool st_env_int(const char *name, int min, int *field);                /* a whole number >= min */
 bool st_env_bytes(const char *name, size_t never, size_t *field);      /* > 0; "0" is `never` if not 0 */

@@ -47,7 +47,7 @@ static const char *find_torch_script(const char *asked)
     static char found[1024];
     if (asked)
         return access(asked, R_OK) == 0 ? asked : NULL;
-    const char *env = getenv(ST_ENV_TORCH_DDP);
+    const char *env = st_env_text(ST_ENV_TORCH_DDP);
     if (env)
         return access(env, R_OK) == 0 ? env : NULL;
     char paths[2048];
@@ -67,8 +67,8 @@ static const char *find_torch_script(const char *asked)
  * or /usr/local python3 earlier in PATH would hide). */
 static const char *python(void)
 {
-    const char *p = getenv(ST_ENV_PYTHON);
-    if (p && *p)
+    const char *p = st_env_text(ST_ENV_PYTHON);
+    if (p)
         return p;
     if (*SHMTRAIN_TORCH_VENV_PYTHON && access(SHMTRAIN_TORCH_VENV_PYTHON, X_OK) == 0)
         return SHMTRAIN_TORCH_VENV_PYTHON;
@@ -108,7 +108,7 @@ static bool shm_backend_importable(const char *py, const char *self)
     snprintf(path, sizeof path, "%s/shmtrain_torch/__init__.py", built);
     if (access(path, R_OK) != 0)
         return false;
-    const char *old = getenv("PYTHONPATH");
+    const char *old = st_env_text("PYTHONPATH");
     snprintf(path, sizeof path, "%s%s%s", built, old && *old ? ":" : "", old && *old ? old : "");
     return setenv("PYTHONPATH", path, 1) == 0 && sweep_run_quietly(probe, NULL, NULL) == 0;
 }

@@ -33,11 +33,11 @@ st_status st_group_tuning_from_env(st_group_config *c)
         (c->threads <= 0 && !st_env_int(ST_ENV_COLL_THREADS, 1, &c->threads)))
         return ST_ERR_INVALID;
     if (!c->heartbeat_path && st_env_set(ST_ENV_HEARTBEAT_FILE))
-        c->heartbeat_path = getenv(ST_ENV_HEARTBEAT_FILE);
+        c->heartbeat_path = st_env_text(ST_ENV_HEARTBEAT_FILE);
     if (!c->numa_nodes && st_env_set(ST_ENV_NUMA_NODES))
-        c->numa_nodes = getenv(ST_ENV_NUMA_NODES);
+        c->numa_nodes = st_env_text(ST_ENV_NUMA_NODES);
     if (!c->algorithm && st_env_set(ST_ENV_ALLREDUCE_ALGORITHM))
-        c->algorithm = getenv(ST_ENV_ALLREDUCE_ALGORITHM);
+        c->algorithm = st_env_text(ST_ENV_ALLREDUCE_ALGORITHM);
     return ST_OK;
 }
 

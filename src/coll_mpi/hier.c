@@ -43,7 +43,7 @@ static st_status split_nodes(st_hgroup *h)
     st_status st = st_placement_from_env(&pl);
     if (st != ST_OK)
         return st;
-    if (getenv(ST_ENV_NODE_SIZE)) {
+    if (st_env_set(ST_ENV_NODE_SIZE)) {
         if (pl.world != h->world)
             return st_fail(ST_ERR_INVALID, "coll-mpi: %s is set but the environment's world (%d) is not MPI's (%d)",
                            ST_ENV_NODE_SIZE, pl.world, h->world);
@@ -71,7 +71,7 @@ static st_status split_nodes(st_hgroup *h)
 static st_status job_id(st_hgroup *h, char *out, size_t len)
 {
     char base[72] = "";
-    const char *env = getenv(ST_ENV_JOB_ID);
+    const char *env = st_env_text(ST_ENV_JOB_ID);
     if (h->rank == 0)
         snprintf(base, sizeof base, "%s", env && *env ? env : "");
     if (h->rank == 0 && !base[0])

@@ -31,11 +31,13 @@ static const struct source SOURCES[] = {
 };
 enum { SHMRUN = 0, MPIRUN = 1, SRUN = 2, NSOURCES = sizeof SOURCES / sizeof *SOURCES };
 
-bool st_env_set(const char *name)
+const char *st_env_text(const char *name)
 {
     const char *v = name ? getenv(name) : NULL;
-    return v && *v;
+    return v && *v ? v : NULL;
 }
+
+bool st_env_set(const char *name) { return st_env_text(name) != NULL; }
 
 static bool set(const char *name) { return st_env_set(name); }
 

@@ -17,14 +17,11 @@
 
 pid_t st_lifeline_launcher(void)
 {
-    const char *v = getenv(ST_ENV_LAUNCHER_PID);
-    if (v && *v) {
-        char *end;
-        errno = 0;
-        const long pid = strtol(v, &end, 10);
+    if (st_env_set(ST_ENV_LAUNCHER_PID)) {
         /* Not a pid: watch nothing rather than something wrong; the
          * launcher is shmrun, whose death signal still comes. */
-        return !errno && !*end && pid > 1 && pid <= INT_MAX ? (pid_t)pid : 0;
+        int pid = 0;
+        return st_env_int(ST_ENV_LAUNCHER_PID, 2, &pid) ? (pid_t)pid : 0;
     }
     return st_env_other_launcher() ? getppid() : 0;
 }
@@ -35,15 +32,16 @@ _Noreturn void st_lifeline_leave(pid_t launcher)
 {
     st_shm_stop_creating();  /* before the removal: a rank joining right now must not add a name after it */
     st_ckpt_abandon_write();
-    const char *job = getenv(ST_ENV_JOB_ID), *world = getenv(ST_ENV_WORLD_SIZE);
-    if (job && *job)
-        st_segment_cleanup(job, world ? atoi(world) : 1);
+    const char *job = st_env_text(ST_ENV_JOB_ID);
+    int world = 1;
+    if (job && st_env_int(ST_ENV_WORLD_SIZE, 1, &world))
+        st_segment_cleanup(job, world);
     /* stderr may be a pipe to the dead launcher: EPIPE, not SIGPIPE. */
     sigset_t pipe_only;
     sigemptyset(&pipe_only);
     sigaddset(&pipe_only, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_only, NULL);
-    const char *rank = getenv(ST_ENV_RANK);
+    const char *rank = st_env_text(ST_ENV_RANK);
     char line[160];
     const int n = snprintf(line, sizeof line, "shmtrain%s%s: the launcher (pid %d) is gone: leaving without a "
                                               "checkpoint\n", rank ? " rank " : "", rank ? rank : "", (int)launcher);

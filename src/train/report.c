@@ -197,7 +197,7 @@ void train_open_metrics(struct trainer *t)
     if (t->rank != 0)
         return;
     char path[4200];
-    const char *dir = getenv(ST_ENV_LOG_DIR);
+    const char *dir = st_env_text(ST_ENV_LOG_DIR);
     if (t->o->metrics)
         snprintf(path, sizeof path, "%s", t->o->metrics);
     else

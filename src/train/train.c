@@ -325,7 +325,7 @@ static st_status setup(struct trainer *t)
         return st;
     t->rank = t->comm.rank;
     t->world = t->comm.world;
-    t->tty = t->rank == 0 && (isatty(STDOUT_FILENO) || getenv(ST_ENV_CONSOLE_TTY));
+    t->tty = t->rank == 0 && (isatty(STDOUT_FILENO) || st_env_set(ST_ENV_CONSOLE_TTY));
     if ((st = train_load_data(t)) != ST_OK)
         return st;
     t->grads = comm_zero_copy_buffer(&t->comm);
@@ -383,9 +383,11 @@ static st_status setup(struct trainer *t)
 static st_status maybe_resume(struct trainer *t)
 {
     const char *path = t->o->resume;
-    const char *restarts = getenv(ST_ENV_RESTART_COUNT);
+    int restarts = 0;
     struct stat sb;
-    if (!path && restarts && atoi(restarts) > 0 && t->o->checkpoint && stat(t->o->checkpoint, &sb) == 0)
+    if (!st_env_int(ST_ENV_RESTART_COUNT, 0, &restarts))
+        return ST_ERR_INVALID;
+    if (!path && restarts > 0 && t->o->checkpoint && stat(t->o->checkpoint, &sb) == 0)
         path = t->o->checkpoint;  /* a restarted gang continues where it stopped */
     st_status st = train_check_room(t);  /* a full disk is found now, not at the first save */
     if (st == ST_OK && path)

@@ -50,6 +50,7 @@
 
 extern "C" {
 #include "shmtrain/coll.h"
+#include "shmtrain/env.h"
 #include "shmtrain/status.h"
 }
 
@@ -163,14 +164,14 @@ static void torch_team(void *, int threads, void (*body)(void *, int, int), void
 
 static bool env_is_one(const char *name)
 {
-    const char *v = std::getenv(name);
+    const char *v = st_env_text(name);
     return v && !std::strcmp(v, "1");
 }
 
 static size_t env_mib(const char *name, size_t fallback)
 {
-    const char *v = std::getenv(name);
-    return v && *v ? (size_t)std::strtoull(v, nullptr, 10) << 20 : fallback;
+    const char *v = st_env_text(name);
+    return v ? (size_t)std::strtoull(v, nullptr, 10) << 20 : fallback;
 }
 
 // What moved, counted (shmtrain_torch.counters): the structure of the
@@ -192,12 +193,12 @@ class ShmBackend : public c10d::Backend {
         cfg.job_id = job_.c_str();
         cfg.timeout_s = timeout.count() > 0 ? timeout.count() : 0;
         cfg.join_timeout_s = cfg.timeout_s;
-        cfg.zero_copy_bytes = env_mib("SHMTRAIN_TORCH_REGION_MB", 64u << 20);
+        cfg.zero_copy_bytes = env_mib(ST_ENV_TORCH_REGION_MB, 64u << 20);
         cfg.team = torch_team;
         // the most threads a call may split over: SHMTRAIN_COLL_THREADS, else CPUs / ranks (the
         // library's default); how many it gets is the caller's torch.get_num_threads() at the call
         const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        const char *asked = std::getenv("SHMTRAIN_COLL_THREADS");
+        const char *asked = st_env_text(ST_ENV_COLL_THREADS);
         cfg.threads = asked && std::atoi(asked) > 0 ? std::atoi(asked) : std::max(1, (int)(cpus > 0 ? cpus / size : 1));
         check(st_group_create(&g_, &cfg), "joining the group");
         region_ = (char *)st_group_buffer(g_, &region_bytes_);
@@ -498,7 +499,7 @@ class ShmBackend : public c10d::Backend {
     size_t region_bytes_ = 0;
     std::thread progress_;
     bool progress_gone_ = false;  // after stop_progress(): calls run in the caller's thread
-    const bool independent_ = env_is_one("SHMTRAIN_INDEPENDENT");  // kept_local
+    const bool independent_ = env_is_one(ST_ENV_INDEPENDENT);  // kept_local
     std::mutex queue_lock_;
     std::condition_variable queue_cv_;
     std::deque<Job> queue_;
