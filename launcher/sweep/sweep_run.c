@@ -195,15 +195,17 @@ static int plan_settings(const st_topo *t, const struct sweep_job *j, struct swe
  * sweep.h's), then its independent instances (shmtrain's --balance
  * independent; a script's over shm with SHMTRAIN_INDEPENDENT), which a
  * setting of one instance does not need (it exchanges nothing anyway). */
-static int systems_of(const struct sweep_job *j, int npeer_systems, int *systems)
+static int systems_of(int npeer_systems, int *systems)
 {
     int n = 0;
     for (; n < npeer_systems; n++)
         systems[n] = n;
-    (void)j;
     systems[n++] = SWEEP_INDEPENDENT;
     return n;
 }
+
+/* shmtrain itself, synchronized or alone (not a PyTorch peer). */
+static bool ours(int system) { return system == SWEEP_SHMTRAIN || system == SWEEP_INDEPENDENT; }
 
 /* sweep_order's slots over these systems, without the runs not needed. */
 static int order_slots(const struct sweep_job *j, const struct sweep_setting *s, int ns, const int *systems,
@@ -233,7 +235,7 @@ static int print_plans(const st_topo *t, const struct sweep_job *j, const struct
     }
     struct sweep_slot slots[SWEEP_MAX_SETTINGS * SWEEP_NSYSTEMS * 64];
     int systems[SWEEP_NSYSTEMS];
-    const int n = order_slots(j, s, ns, systems, systems_of(j, npeer_systems, systems), slots);
+    const int n = order_slots(j, s, ns, systems, systems_of(npeer_systems, systems), slots);
     printf("run order (%d runs):", n);
     for (int k = 0; k < n; k++)
         printf("%s%s/%s", k ? ", " : " ", s[slots[k].setting].label, sweep_system_name[slots[k].system]);
@@ -284,8 +286,7 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
         out[k] = NULL;
         return;
     }
-    const bool ours = system == SWEEP_SHMTRAIN || system == SWEEP_INDEPENDENT;
-    if (!ours) {
+    if (!ours(system)) {
         /* as its users run it: OpenBLAS on its own kernels (some machines
          * set these two, which hold it to older ones) */
         static char *const plain_blas[] = {"env", "-u", "OPENBLAS_CORETYPE", "-u", "OPENBLAS_L2_SIZE"};
@@ -307,7 +308,7 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
         out[k++] = "--grad-accum";
         out[k++] = num[2];
     }
-    if (!ours && j->torch_mode) {
+    if (!ours(system) && j->torch_mode) {
         out[k++] = "--mode";
         out[k++] = (char *)j->torch_mode;
     }
@@ -319,7 +320,7 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
         out[k++] = "--balance";
         out[k++] = "independent";
     }
-    if (ours && !has_flag(j->argv, "--checkpoint")) {
+    if (ours(system) && !has_flag(j->argv, "--checkpoint")) {
         out[k++] = "--checkpoint";
         out[k++] = (char *)rp->checkpoint;
     }
@@ -382,8 +383,7 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
     } else if (launched && sweep_read_metrics(metrics, j->target, r, v) == 0) {
         r->ok = rc == 0;
     }
-    if (r->ok && slot->system != SWEEP_SHMTRAIN && slot->system != SWEEP_INDEPENDENT && j->torch_mode &&
-        strcmp(r->mode, j->torch_mode) != 0) {
+    if (r->ok && !ours(slot->system) && j->torch_mode && strcmp(r->mode, j->torch_mode) != 0) {
         r->ok = false;  /* a script of the user's that ignores --mode: not the peer asked for */
         snprintf(r->error, sizeof r->error, "--torch-mode %s: the peer's run record says mode '%s'", j->torch_mode,
                  r->mode);
@@ -581,7 +581,7 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
     struct sweep_peers peers;
     sweep_find_peers(j, self, &peers);
     int systems[SWEEP_NSYSTEMS];
-    const int nsystems = systems_of(j, peers.nsystems, systems);
+    const int nsystems = systems_of(peers.nsystems, systems);
     char runs_dir[1100];
     snprintf(runs_dir, sizeof runs_dir, "%s/runs", j->out_dir);
     if (make_dir(runs_dir) != 0) {
