@@ -410,6 +410,7 @@ static void test_bad_flags(void **state)
         {{"--sweep", "9x9", "--", "true"}, "--sweep setting '9x9'"},
         {{"--sweep", "1x1", "--", "true", "--resume"}, "--resume is not allowed in a sweep"},
         {{"--sweep", "1x1", "--", "true", "--metrics", "m"}, "--metrics is not allowed in a sweep"},
+        {{"--sweep", "1x1", "--", "true", "--out", "o"}, "--out is not allowed in a sweep"},
         {{"--sweep", "1x1"}, "--sweep needs the job"},
         {{"--repeats", "2", "--", "true"}, "go with --sweep"},
         {{"--sweep", "1x1", "--repeats", "0", "--", "true"}, "--repeats 0"},

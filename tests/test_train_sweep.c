@@ -165,9 +165,15 @@ static void test_sweep_end_to_end(void **state)
             assert_non_null(strstr(md, "gnuplot is not installed"));
         }
     }
-    /* Nothing lands in the caller's directory (gnuplot's log goes into the sweep's). */
+    /* Nothing lands in the caller's directory (gnuplot's log goes into the sweep's; each run's
+     * folder too, not in runs/, where runs/latest would point at a sweep's run). */
     path_of(path, sizeof path, "plot.log");
     assert_int_not_equal(access(path, F_OK), 0);
+    path_of(path, sizeof path, "runs");
+    assert_int_not_equal(access(path, F_OK), 0);
+    char where[700];
+    snprintf(where, sizeof where, "test -n \"$(find %s/runs -path '*-1x1-shmtrain-r1/run/metrics.jsonl')\"", out);
+    assert_int_equal(system(where), 0);
     /* Checkpoints are not kept and no segment is left behind. */
     snprintf(cmd, sizeof cmd, "test -z \"$(find %s -name '*.ckpt')\"", out);
     assert_int_equal(system(cmd), 0);

@@ -245,7 +245,7 @@ static int print_plans(const st_topo *t, const struct sweep_job *j, const struct
 
 /* ------------------------------------------------------------- running -- */
 
-struct run_paths { char dir[1024], job[96], report[1100], metrics[1300], checkpoint[1100]; };
+struct run_paths { char dir[1024], job[96], report[1100], metrics[1300], checkpoint[1100], out[1100]; };
 
 enum { CHILD_ARGS = 256, CHILD_ARGS_OWN = 40 };  /* a run's argv, and what child_argv adds to the job's */
 
@@ -324,6 +324,10 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
         out[k++] = "--checkpoint";
         out[k++] = (char *)rp->checkpoint;
     }
+    if (ours(system)) {  /* its run folder in the sweep's, not in the user's runs/ (nor runs/latest moved) */
+        out[k++] = "--out";
+        out[k++] = (char *)rp->out;
+    }
     out[k] = NULL;
 }
 
@@ -368,6 +372,7 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
     snprintf(rp.report, sizeof rp.report, "%s/report.json", rp.dir);
     snprintf(rp.metrics, sizeof rp.metrics, "%s/%s/attempt0/metrics.jsonl", rp.dir, rp.job);
     snprintf(rp.checkpoint, sizeof rp.checkpoint, "%s/checkpoint.ckpt", rp.dir);
+    snprintf(rp.out, sizeof rp.out, "%s/run", rp.dir);
     if (make_dir(rp.dir) != 0) {
         snprintf(r->error, sizeof r->error, "cannot create %.120s: %.60s", rp.dir, strerror(errno));
         return;
@@ -425,7 +430,7 @@ static void print_progress(const struct sweep_setting *s, const struct sweep_run
 
 static int check_job(const struct sweep_job *j)
 {
-    static const char *refused[] = {"--metrics", "--resume", "--checkpoint-every", NULL};
+    static const char *refused[] = {"--metrics", "--resume", "--checkpoint-every", "--out", NULL};
     size_t words = 0;
     for (char **a = j->argv; a && *a; a++)
         words++;
