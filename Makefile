@@ -3,8 +3,12 @@
 #   make run        install, build, and train LeNet on Fashion-MNIST with shmrun's
 #                   default partitioning (>= 89% test accuracy); RUN_ARGS adds flags
 #   make            install missing packages, configure and build (build/)
-#   make test       build and run the whole ctest suite
-#   make asan       the same suite under AddressSanitizer + UBSan (build-asan/)
+#   make test       build and run the ctest suite but its `long` label (a few
+#                   minutes on 2 cores)
+#   make test-long  the `long` label alone: the minutes-long numerics and the
+#                   many-rank and many-seed runs (CI runs both)
+#   make asan       the whole suite, long tests too, under AddressSanitizer +
+#                   UBSan (build-asan/)
 #   make fuzz       search every parser with libFuzzer (clang; build-fuzz/) for
 #                   FUZZ_SECONDS each (default 60); a crash fails and is kept in
 #                   build-fuzz/crashes/ (copy it to tests/fuzz/regressions/)
@@ -39,7 +43,7 @@ FUZZERS ?= model ckpt idx cifar text placement npy tokens safetensors image fold
 MUTANTS ?=
 TORCH_PYTHON ?= .deps/torch-venv/bin/python
 
-.PHONY: all deps build test asan fuzz mutate python bench run install clean fresh-root
+.PHONY: all deps build test test-long asan fuzz mutate python bench run install clean fresh-root
 
 all: build
 
@@ -50,12 +54,18 @@ build: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The label a suite leaves out (test) or runs alone (test-long); asan runs all.
+TEST_LABELS ?= -LE long
+
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(TEST_LABELS) $(CTEST_ARGS)
+
+test-long:
+	@$(MAKE) --no-print-directory test TEST_LABELS="-L long"
 
 asan:
 	@$(MAKE) --no-print-directory test BUILD=build-asan BUILD_TYPE=RelWithDebInfo \
-	  SANITIZE=address,undefined
+	  SANITIZE=address,undefined TEST_LABELS=
 
 fuzz:
 	@scripts/install-deps.sh --fuzz

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Mutation testing: does the suite catch planted bugs?
 
-    scripts/mutate.py [--only REGEX] [--tests REGEX] [--list FILE] [--work DIR] [--jobs N]
+    scripts/mutate.py [--only REGEX] [--tests REGEX] [--without-label L] [--list FILE] [--work DIR] [--jobs N]
     make mutate [MUTANTS=REGEX]
 
 Each mutant of tests/mutants/mutants.txt (one line: FILE @@ ORIGINAL @@
@@ -15,6 +15,8 @@ ORIGINAL text is not in the file exactly once (fix the list).
 --tests REGEX runs only the ctest tests it matches (ctest -R) against each
 mutant: a quick first pass over a module's mutants; "killed" there is
 killed, a survivor is then run against the whole suite before it counts.
+--without-label long leaves out the tests `make test` leaves out: which
+mutants only `make test-long` kills (docs/testing.md lists them).
 
 Too slow for CI (a rebuild and a suite run per mutant: one to several
 minutes each on 2 cores; a suite run past three times the unmutated one's
@@ -96,6 +98,7 @@ def main():
     ap.add_argument("--work", default=os.path.join(ROOT, "build-mutate"))
     ap.add_argument("--jobs", default=str(os.cpu_count() or 2))
     ap.add_argument("--tests", default="", help="only the ctest tests this regex matches (a quick first pass)")
+    ap.add_argument("--without-label", default="", help="leave out the tests of this ctest label (ctest -LE)")
     a = ap.parse_args()
     mutants = [m for m in parse(a.list) if re.search(a.only, m["file"] + " " + m["bug"])]
     os.makedirs(a.work, exist_ok=True)
@@ -109,7 +112,8 @@ def main():
             os.utime(stale)
         os.unlink(marker)
     build_cmd = ["cmake", "--build", build, "-j", a.jobs]
-    test_cmd = ["ctest", "--test-dir", build, "-j", a.jobs, "--stop-on-failure"] + (["-R", a.tests] if a.tests else [])
+    test_cmd = ["ctest", "--test-dir", build, "-j", a.jobs, "--stop-on-failure"] + (["-R", a.tests] if a.tests else []) + \
+        (["-LE", a.without_label] if a.without_label else [])
     if run(["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Release"], src, os.path.join(logs, "configure"),
            600) or run(build_cmd, src, os.path.join(logs, "build"), 1800):
         sys.exit(f"mutate: the unmutated copy does not build (see {logs}/configure, {logs}/build)")

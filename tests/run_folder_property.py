@@ -2,7 +2,10 @@
 """The run folder as a property (issue 62): random sequences of runs,
 resumes, overwrites, kills, failed starts and full disks in one directory.
 
-    run_folder_property.py SHMTRAIN [SEEDS]
+    run_folder_property.py SHMTRAIN [SEEDS [FIRST]]
+
+Seeds FIRST .. FIRST+SEEDS-1 (default 3 from 0): the default suite runs
+seed 0, the long one seeds 1-4.
 
 After every step of every sequence:
   - each earlier result is intact (its checkpoint's bytes, its records)
@@ -200,8 +203,9 @@ class World:
 def main():
     shmtrain = os.path.abspath(sys.argv[1])
     seeds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    first = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     ops = ["new_run", "out_run", "out_run", "resume", "resume", "killed", "failed_start", "full_disk"]
-    for seed in range(seeds):
+    for seed in range(first, first + seeds):
         rng = random.Random(seed)
         root = tempfile.mkdtemp()
         w = World(shmtrain, rng, root)

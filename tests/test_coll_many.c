@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "forkranks.h"
+#include "test_half.h"
 #include "shmtrain/bf16.h"
 
 #define STAGING (8u << 10) /* the smallest staging: pieces of 2048 floats, so "past a piece" stays small */
@@ -226,26 +227,27 @@ static void test_3_and_4_ranks(void **state)
     check_world(4, true);
 }
 
-static void test_8_and_16_ranks(void **state)
+static void test_wide_8_and_16_ranks(void **state)
 {
     (void)state;
     check_world(8, true);
     check_world(16, true);
 }
 
-static void test_32_and_64_ranks(void **state)
+static void test_wide_32_and_64_ranks(void **state)
 {
     (void)state;
     check_world(32, false);
     check_world(64, false);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    st_test_half(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_3_and_4_ranks),
-        cmocka_unit_test(test_8_and_16_ranks),
-        cmocka_unit_test(test_32_and_64_ranks),
+        cmocka_unit_test(test_wide_8_and_16_ranks),
+        cmocka_unit_test(test_wide_32_and_64_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

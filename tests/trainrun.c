@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "test_half.h"
 #include "trainrun.h"
 
 const char *tr_shmrun, *tr_shmtrain;
@@ -257,7 +258,6 @@ static int group_teardown(void **state)
 int trainrun_group(const char *name, const struct CMUnitTest *tests, size_t count, int argc, char **argv)
 {
     group_name = name;
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
+    st_test_half(argc, argv);
     return _cmocka_run_group_tests(name, tests, count, group_setup, group_teardown);
 }

@@ -22,7 +22,7 @@ extern char tr_dir[256];
 struct CMUnitTest;
 /* Run a group of tests that train (cmocka_run_group_tests): set up in the
  * group's own directory (trainrun_setup(name)) with the synthetic images
- * written, torn down after; argv[1], if given, filters the tests by name. */
+ * written, torn down after; argv picks the cases (st_test_half). */
 int trainrun_group(const char *name, const struct CMUnitTest *tests, size_t count, int argc, char **argv);
 #define TRAINRUN_GROUP(name, tests, argc, argv) trainrun_group(name, tests, sizeof(tests) / sizeof *(tests), argc, argv)
 int trainrun_setup(const char *name);   /* 0, or -1 when the environment or the directory fails */
