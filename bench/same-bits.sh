@@ -11,7 +11,7 @@
 #   ARGS=... more trainer flags for both builds, e.g. ARGS="--precision bf16")
 set -eu
 [ $# -ge 2 ] || { echo "usage: $0 OLD_BUILD NEW_BUILD [presets...]" >&2; exit 2; }
-old=$1 new=$2
+old=$(cd "$1" && pwd) new=$(cd "$2" && pwd)
 shift 2
 presets=${*:-lenet cnn resnet gpt-mini}
 steps=${STEPS:-60}
@@ -36,9 +36,11 @@ for m in $presets; do
   esac
   for b in old new; do
     eval dir=\$$b
+    # a run refuses a checkpoint or export already there (issue 62): each preset's afresh
+    rm -rf "$tmp/$b.ckpt" "$tmp/$b.safetensors" "$tmp/runs"
     # shellcheck disable=SC2086
-    "$dir/shmtrain" --model "$m" $data ${ARGS:-} --max-steps "$steps" --seed 1 --log-every 1000 \
-      --checkpoint "$tmp/$b.ckpt" > "$tmp/$b.log" 2>&1 &&
+    (cd "$tmp" && "$dir/shmtrain" --model "$m" $data ${ARGS:-} --max-steps "$steps" --seed 1 --log-every 1000 \
+      --checkpoint "$tmp/$b.ckpt") > "$tmp/$b.log" 2>&1 &&
       "$new/shmtrain" export --checkpoint "$tmp/$b.ckpt" --out "$tmp/$b.safetensors" >> "$tmp/$b.log" 2>&1 ||
       { cat "$tmp/$b.log" >&2; exit 1; }
   done

@@ -227,7 +227,7 @@ static int print_version(void)
     st_nn_onednn_version(version, sizeof version);
     st_nn_onednn_library(library, sizeof library);
     printf("shmtrain %s\noneDNN %s (%s), ISA %s, bf16 %s\n", SHMTRAIN_VERSION, version, library, st_nn_onednn_isa(),
-           st_nn_bf16_supported(NULL) ? "native" : "not native here");
+           st_nn_native(ST_DTYPE_BF16, NULL) ? "native" : "not native here");
     return 0;
 }
 

@@ -84,7 +84,7 @@ static inline st_nn_tuning env_tuning(void)
 static inline bool bf16_here(void)
 {
     const st_nn_tuning t = env_tuning();
-    return st_nn_bf16_supported(&t);
+    return st_nn_native(ST_DTYPE_BF16, &t);
 }
 
 static inline st_net *make_net(const st_model *m, int batch, st_backend b, st_dtype precision, bool input_grad)

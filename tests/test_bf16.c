@@ -215,7 +215,7 @@ static void check_layer(const struct layer_case *c, int batch, int threads, uint
 static void test_any_isa_takes_reference_kernels(void **state)
 {
     (void)state;
-    const bool native = st_nn_bf16_supported(NULL), hooked = getenv("LD_PRELOAD") != NULL;
+    const bool native = st_nn_native(ST_DTYPE_BF16, NULL), hooked = getenv("LD_PRELOAD") != NULL;
     st_model *m = parse("input 8 8 8\nconv 16 k3 p1\nflatten\nlinear 10\n");
     st_net_config cfg = {.batch = 2, .precision = ST_DTYPE_BF16};
     for (int any_isa = native ? 0 : 1; any_isa <= 1; any_isa++) {

@@ -33,7 +33,7 @@ static bool bf16_here(void)
 {
     st_nn_tuning t;
     st_nn_tuning_from_env(&t);
-    return st_nn_bf16_supported(&t);
+    return st_nn_native(ST_DTYPE_BF16, &t);
 }
 
 static bool skipped(void)

@@ -140,12 +140,13 @@ bool st_nn_flush_denormals(bool on);
 void st_nn_onednn_version(char *buf, size_t len);
 void st_nn_onednn_library(char *buf, size_t len);
 const char *st_nn_onednn_isa(void);
-/* Whether precision bf16 can run here: oneDNN's ISA has native bf16
- * (AVX512-BF16 or AMX), or the tuning's bf16_any_isa says to take whatever
- * bf16 kernels oneDNN offers (its reference ones on other CPUs: for
- * checking the bf16 path there, tests/bf16_any_isa.c; docs/engine.md).
- * `t` may be NULL: the defaults. */
-bool st_nn_bf16_supported(const st_nn_tuning *t);
+/* Whether oneDNN computes `type` here at full speed: fp32 always; bf16 where
+ * its ISA has native bf16 (AVX512-BF16 or AMX), or the tuning's
+ * bf16_any_isa says to take whatever bf16 kernels oneDNN offers (its
+ * reference ones on other CPUs: for checking the bf16 path there,
+ * tests/bf16_any_isa.c; docs/engine.md); fp16 not (its kernels are not
+ * wired).  `t` may be NULL: the defaults. */
+bool st_nn_native(st_dtype type, const st_nn_tuning *t);
 /* Whether oneDNN's ISA has AMX's bf16 tiles: where a bf16 net's attention
  * runs as oneDNN matmul primitives unless the tuning says otherwise. */
 bool st_nn_amx_supported(void);
@@ -158,7 +159,7 @@ typedef enum st_backend {
 } st_backend;
 
 /* The one check of a precision request: fp32 anywhere; bf16 on the oneDNN
- * backend where st_nn_bf16_supported(); bf16 and fp16 on the reference
+ * backend where st_nn_native(); bf16 and fp16 on the reference
  * backend, which defines them (it rounds values where the plan keeps them
  * low; docs/engine.md, "Low precision").  ST_ERR_INVALID with a message
  * (starting "precision ...") otherwise. */

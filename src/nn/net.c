@@ -124,14 +124,6 @@ static st_status build_graph(st_net *n)
 
 /* ------------------------------------------------------------ lifecycle -- */
 
-/* Indexed by st_backend; a backend missing here is a build error. */
-static const struct nn_backend *const nn_backends[] = {
-    [ST_BACKEND_ONEDNN] = &nn_onednn_backend,
-    [ST_BACKEND_REFERENCE] = &nn_reference_backend,
-};
-_Static_assert(sizeof nn_backends / sizeof *nn_backends == ST_BACKEND_REFERENCE + 1,
-               "every st_backend has an entry in nn_backends");
-
 /* The one place the loss is chosen: fused with the head where the backend
  * can (no [rows, vocabulary] logits held: 2.5 GB a copy for gpt2 at its
  * recipe's batch), whole logits otherwise and under tuning.unfused_loss. */
@@ -167,35 +159,21 @@ static st_status allocate_data(st_net *n)
     return ST_OK;
 }
 
-/* st_net_config.plan_only: what each layer computes in and keeps, from
- * the backend's plan, with no data behind it. */
-static st_status plan_only(st_net *n) { return n->backend->plan(n); }
-
 st_status nn_runnable(const st_net *n)
 {
     return n->params ? ST_OK : st_fail(ST_ERR_INVALID, "net: built as a plan only (st_net_config.plan_only): "
                                                        "nothing runs on it");
 }
 
-st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cfg)
+st_status nn_net_create(st_net **out, const st_model *m, const st_net_config *cfg, const struct nn_backend *backend)
 {
     *out = NULL;
-    if (!m || !cfg || cfg->batch < 1)
-        return st_fail(ST_ERR_INVALID, "net: batch size must be at least 1");
     st_net *n = calloc(1, sizeof *n);
     if (!n)
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
     n->model = m;
     n->cfg = *cfg;
-    if ((size_t)cfg->backend >= sizeof nn_backends / sizeof *nn_backends || !nn_backends[cfg->backend]) {
-        free(n);
-        return st_fail(ST_ERR_INVALID, "net: unknown backend %d", (int)cfg->backend);
-    }
-    st_status st = st_nn_precision_check(cfg->precision, cfg->backend, &cfg->tuning);
-    if (st != ST_OK) {
-        free(n);
-        return st;
-    }
+    st_status st;
     const size_t per_sample = model_largest_activation(m);
     if ((size_t)cfg->batch > MODEL_MAX_BATCH_TENSOR / per_sample) {
         free(n);
@@ -203,15 +181,17 @@ st_status st_net_create(st_net **out, const st_model *m, const st_net_config *cf
                                        "more than one tensor may hold (%zu); use a smaller --batch-size", cfg->batch,
                        per_sample, (size_t)cfg->batch, per_sample, MODEL_MAX_BATCH_TENSOR);
     }
-    n->backend = nn_backends[cfg->backend];
+    n->backend = backend;
     n->batch = cfg->batch;
     n->training = true;
     n->fused_loss = fuses_loss(n);
     if ((st = build_graph(n)) != ST_OK)
         goto fail;
+    /* the contract every backend builds (st_net_config.plan_only: all
+     * there is, with no data behind it) */
+    nn_assign_roles(n);
+    nn_plan_precision(n);
     if (cfg->plan_only) {
-        if ((st = plan_only(n)) != ST_OK)
-            goto fail;
         *out = n;
         return ST_OK;
     }
@@ -493,26 +473,6 @@ void st_net_profile_get(const st_net *n, st_net_profile *p)
 }
 
 /* ------------------------------------------------------ what it runs in -- */
-
-st_status st_nn_precision_check(st_dtype precision, st_backend backend, const st_nn_tuning *t)
-{
-    if (precision == ST_DTYPE_F32)
-        return ST_OK;
-    if (!st_dtype_is_rounding(precision))
-        return st_fail(ST_ERR_INVALID, "precision %s: a net computes in fp32, bf16 or fp16", st_dtype_name(precision));
-    if (backend == ST_BACKEND_REFERENCE)  /* it rounds where the plan says: no kernel needed */
-        return ST_OK;
-    if (precision == ST_DTYPE_F16)
-        return st_fail(ST_ERR_INVALID, "precision fp16: oneDNN's fp16 kernels are not wired here (the reference "
-                                       "backend defines fp16 nets); fp16 travels as a gradient exchange's type "
-                                       "(--allreduce-dtype fp16)");
-    /* No emulated crawl: oneDNN runs bf16 on AVX-512 without BF16 by
-     * emulation, and not at all below it. */
-    if (!st_nn_bf16_supported(t))
-        return st_fail(ST_ERR_INVALID, "precision bf16: this CPU has no native bf16 in oneDNN (its ISA: %s; bf16 "
-                                       "needs AVX512-BF16 or AMX)", st_nn_onednn_isa());
-    return ST_OK;
-}
 
 void st_net_counters_get(const st_net *n, st_net_counters *c) { *c = n->counters; }
 

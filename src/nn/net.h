@@ -145,8 +145,13 @@ void nn_assign_roles(st_net *n);
  * never (the loss reads fp32). */
 bool nn_consumers_take_lowp(const st_net *n, int j);
 /* Every node's compute and stored type from the roles alone, in order (a
- * carrier's input is planned before it). */
+ * carrier's input is planned before it): st_net_create plans before any
+ * backend builds. */
 void nn_plan_precision(st_net *n);
+/* A builder that found no kernel for node j in the plan's low type says
+ * so here: j computes in fp32, and the edges from j on are planned again
+ * (the nodes before j are built: j reads what they keep). */
+void nn_plan_fallback(st_net *n, int j);
 
 /* ---------------------------------------------------- weight_copies.c -- */
 
@@ -166,13 +171,20 @@ void nn_copies_free(st_net *n);
 
 /* A backend runs a built exec graph.  Two implement it: the reference
  * (ref_backend.c, plain C, the definition of every op) and oneDNN
- * (onednn_*.c).  st_net_create picks one from nn_backends[] by
- * st_net_config.backend; nothing else in net.c knows which it is. */
+ * (onednn_*.c).  st_net_create (backends.c) picks one from its table by
+ * st_net_config.backend; nothing in the net knows which it is. */
 struct nn_backend {
     const char *name;
-    st_status (*build)(st_net *n);                     /* after the graph; fills x[].impl */
-    st_status (*plan)(st_net *n);                      /* optional: x[].compute and stored alone, with
-                                                          no data (st_net_config.plan_only) */
+    /* Has it kernels that compute layer x in `type` (bf16, fp16), or, for
+     * a layer that computes in fp32 and writes the low type (lowp_writes),
+     * that write it?  The precision rules ask this and nothing else of a
+     * backend; the plan they make (x[].compute, x[].stored, before build)
+     * is what the backend builds. */
+    bool (*computes)(const st_net *n, const struct xnode *x, st_dtype type);
+    /* ST_OK, or why it builds no net of this precision (bf16, fp16) here:
+     * the one answer st_nn_precision_check gives for it. */
+    st_status (*takes)(st_dtype precision, const st_nn_tuning *t);
+    st_status (*build)(st_net *n);                     /* after the graph and its plan; fills x[].impl */
     st_status (*forward)(st_net *n, const void *input);
     st_status (*backward_from)(st_net *n, const float *d_output);  /* plain gradient of the output */
     st_status (*input_grad)(st_net *n, float *out);    /* plain, when cfg.input_grad */
@@ -188,6 +200,11 @@ struct nn_backend {
     void (*gradient_memory)(const st_net *n, st_net_gradient_memory *m);  /* optional */
 };
 
+/* st_net_create's work once backends.c has picked the backend and
+ * checked the request: the graph, its precision plan, and (unless
+ * plan_only) the data and the backend's build. */
+st_status nn_net_create(st_net **out, const st_model *m, const st_net_config *cfg, const struct nn_backend *backend);
+
 /* ST_OK, or why nothing runs on this net (a plan-only one). */
 st_status nn_runnable(const st_net *n);
 
@@ -197,6 +214,5 @@ st_status nn_runnable(const st_net *n);
  * logit is the label.  The definition both the loss and a fused head use. */
 bool nn_loss_row(const float *z, float *dz, st_bf16 *dz16, int k, int label, int rows, double *row_loss);
 
-extern const struct nn_backend nn_reference_backend, nn_onednn_backend;
 
 #endif

@@ -7,8 +7,6 @@
 #define _GNU_SOURCE
 #include "net.h"
 
-#include "kernels/causal_bf16.h"
-
 /* A convolution reading fewer channels than this stays fp32 in a
  * low-precision net: with one input channel oneDNN's bf16 kernels lose to
  * its fp32 ones, on AMX and on AVX512-BF16 alike, and three (RGB) already
@@ -16,12 +14,11 @@
  * The reference follows it, so both backends plan the same net. */
 #define LOWP_MIN_CONV_CHANNELS 3
 
-/* Has this backend kernels that compute in `low`?  The reference emulates
- * every rounding type; oneDNN's fp16 kernels (AVX512-FP16, AMX-FP16) are
- * not wired, so an fp16 net keeps its layers fp32 there. */
-static bool kernels_in(const st_net *n, st_dtype low)
+/* Has this net's backend kernels that compute x in `low`?  The reference
+ * emulates every rounding type; oneDNN answers per layer kind. */
+static bool kernels_in(const st_net *n, const struct xnode *x, st_dtype low)
 {
-    return n->cfg.backend == ST_BACKEND_REFERENCE || low == ST_DTYPE_BF16;
+    return n->backend->computes(n, x, low);
 }
 
 enum lowp_role lowp_never(const st_net *n, const struct xnode *x, st_dtype low)
@@ -32,7 +29,7 @@ enum lowp_role lowp_never(const st_net *n, const struct xnode *x, st_dtype low)
 
 enum lowp_role lowp_computes(const st_net *n, const struct xnode *x, st_dtype low)
 {
-    if (!kernels_in(n, low))
+    if (!kernels_in(n, x, low))
         return LOWP_NO;
     return x->kind != NODE_CONV || n->x[x->in].nd->c >= LOWP_MIN_CONV_CHANNELS ? LOWP_COMPUTES : LOWP_NO;
 }
@@ -47,29 +44,21 @@ enum lowp_role lowp_carries(const st_net *n, const struct xnode *x, st_dtype low
  * precision for consumers that take it, as PyTorch's autocast keeps only
  * the bf16 copy its linear layer casts: the fp32 output and the conversion
  * pass go (905 MB of gpt2 at batch 12).  Its output gradient is then low
- * too, as autocast's is.  oneDNN's layer norm (tuning.onednn_layernorm)
- * stays fp32. */
+ * too, as autocast's is.  Where the backend writes it (oneDNN's own layer
+ * norm, tuning.onednn_layernorm, does not). */
 enum lowp_role lowp_writes(const st_net *n, const struct xnode *x, st_dtype low)
 {
-    (void)x;
-    if (n->cfg.backend == ST_BACKEND_REFERENCE)
-        return LOWP_WRITES;
-    return low == ST_DTYPE_BF16 && !n->cfg.tuning.onednn_layernorm ? LOWP_WRITES : LOWP_NO;
+    return kernels_in(n, x, low) ? LOWP_WRITES : LOWP_NO;
 }
 
-/* Attention's products in bf16 need the instruction itself on oneDNN's
- * side (its emulation, bf16_any_isa, does not reach a C kernel); the
- * reference rounds the same operands in any rounding type.  Its edges are
- * then low too: its products round Q, K, V and dY as they read them, and
- * its consumers and producer round Y and dQKV as they read them, so an edge
- * rounded once where written holds the same values, and the conversions
- * between the linear layers and attention go (two a block). */
+/* Attention computes in the low type where the backend's kernels do.  Its
+ * edges are then low too: its products round Q, K, V and dY as they read
+ * them, and its consumers and producer round Y and dQKV as they read them,
+ * so an edge rounded once where written holds the same values, and the
+ * conversions between the linear layers and attention go (two a block). */
 enum lowp_role lowp_attention(const st_net *n, const struct xnode *x, st_dtype low)
 {
-    (void)x;
-    if (n->cfg.backend == ST_BACKEND_REFERENCE)
-        return LOWP_COMPUTES;
-    return low == ST_DTYPE_BF16 && causal_bf16_available() && !n->cfg.tuning.attention_fp32 ? LOWP_COMPUTES : LOWP_NO;
+    return kernels_in(n, x, low) ? LOWP_COMPUTES : LOWP_NO;
 }
 
 /* Each layer kind's rule, from the layer table's lowp column. */
@@ -128,10 +117,10 @@ bool nn_consumers_take_lowp(const st_net *n, int j)
     return true;
 }
 
-void nn_plan_precision(st_net *n)
+static void plan_from(st_net *n, int first)
 {
     const st_dtype low = n->cfg.precision;
-    for (int j = 0; j < n->nx; j++) {
+    for (int j = first; j < n->nx; j++) {
         struct xnode *x = &n->x[j];
         bool out = false;
         if (x->lowp_role == LOWP_CARRIES)
@@ -141,4 +130,12 @@ void nn_plan_precision(st_net *n)
         x->stored = out ? low : ST_DTYPE_F32;
         x->compute = x->lowp || (x->lowp_role == LOWP_CARRIES && out) ? low : ST_DTYPE_F32;
     }
+}
+
+void nn_plan_precision(st_net *n) { plan_from(n, 0); }
+
+void nn_plan_fallback(st_net *n, int j)
+{
+    n->x[j].lowp = false;
+    plan_from(n, j);
 }

@@ -300,6 +300,6 @@ st_status dn_build_attention(st_net *n, int j)
              k->name, onednn ? " " : "", onednn ? onednn : "");
     OK(dn_reserve_shared(&n->dnet->head_scratch, &n->dnet->head_scratch_floats,
                          (size_t)omp_get_max_threads() * thread_floats(k, x), "attention's scratch"));
-    OK(dn_seq_io_bf16(n, j, dn_output_lowp(n, j), x->lowp, att_bwd));
+    OK(dn_seq_io_as_planned(n, j, att_bwd));
     return dn_add_step(n, &x->dn->fwd, att_fwd, NODE_ATTENTION);
 }

@@ -449,6 +449,8 @@ st_status dn_build_stem(st_net *n, int j);
  * it (nn_consumers_take_lowp), a carrying layer when its inputs were built
  * bf16. */
 bool dn_output_lowp(const st_net *n, int j);
+/* The plan's type (st_dtype) as oneDNN's: the one mapping between them. */
+dnnl_data_type_t dn_type_of(st_dtype t);
 /* The type node j's output is kept in, once built. */
 dnnl_data_type_t dn_dst_type(const st_net *n, int j);
 
@@ -500,10 +502,11 @@ st_status dn_build_seq_linear(st_net *n, int j);
 void dn_seq_free(struct dn_seq_state *s);
 /* A sequence layer's plain fp32 rows in and out, and its backward step. */
 st_status dn_seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int));
-/* The same with bf16 rows out (the output and its gradient) or in (the
- * input and its gradient) where asked; an edge of the other type is
+/* The same with the rows out (the output and its gradient) in the type the
+ * plan keeps them (x->stored) and in (the input and its gradient) in the
+ * type the node computes in (x->compute); an edge of another type is
  * converted on the way. */
-st_status dn_seq_io_bf16(st_net *n, int j, bool out_bf16, bool in_bf16, st_status (*bwd)(st_net *, int));
+st_status dn_seq_io_as_planned(st_net *n, int j, st_status (*bwd)(st_net *, int));
 static inline float *dn_seq_src(const struct xnode *x) { return dn_mem_ptr(x->dn->seq.src); }
 static inline float *dn_seq_target(const struct xnode *x)
 {

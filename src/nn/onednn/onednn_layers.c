@@ -210,7 +210,7 @@ st_status dn_build_flatten(st_net *n, int j)
     struct xnode *px = &n->x[x->in];
     const struct node *s = px->nd;
     dnnl_dims_t d4 = {n->batch, s->c, s->h, s->w}, d2 = {n->batch, (dnnl_dim_t)s->c * s->h * s->w};
-    const dnnl_data_type_t dt = dn_output_lowp(n, j) ? dnnl_bf16 : dnnl_f32;
+    const dnnl_data_type_t dt = dn_type_of(x->stored);
     const_dnnl_memory_desc_t md4, md2;
     OK(dn_md_tag(n, &md4, 4, d4, dt, dnnl_nchw));
     OK(dn_md_tag(n, &md2, 2, d2, dt, dnnl_nc));
@@ -252,8 +252,8 @@ st_status dn_build_add(st_net *n, int j)
     /* In a's layout, and in bf16 only when both inputs are (a residual
      * stream in fp32 is not rounded to bf16 by a bf16 branch). */
     const_dnnl_memory_desc_t md = a->dn->dst.md;
-    if (!dn_output_lowp(n, j) && dn_dst_type(n, x->in) == dnnl_bf16)
-        OK(dn_md_like(n, &md, md, 0, dnnl_f32));
+    if (dn_dst_type(n, x->in) != dn_type_of(x->stored))
+        OK(dn_md_like(n, &md, md, 0, dn_type_of(x->stored)));
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t p;
     dnnl_memory_t src0 = a->dn->dst.mem, src1 = b->dn->dst.mem, target;

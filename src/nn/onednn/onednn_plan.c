@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include "onednn_internal.h"
+#include "kernels/causal_bf16.h"
 
 /* The last node's output as plain (batch, outputs) logits, and back. */
 static st_status build_loss_io(st_net *n)
@@ -36,8 +37,12 @@ _Static_assert(sizeof builders / sizeof *builders == NODE_KINDS, "a oneDNN build
 
 /* oneDNN 3's ISA values are bit sets, each containing the ones below it:
  * AVX512-BF16, AMX, AVX10 and whatever follows all contain the bf16 bits. */
-bool st_nn_bf16_supported(const st_nn_tuning *t)
+bool st_nn_native(st_dtype type, const st_nn_tuning *t)
 {
+    if (type == ST_DTYPE_F32)
+        return true;
+    if (type != ST_DTYPE_BF16)  /* fp16's kernels (AVX512-FP16, AMX-FP16) are not wired */
+        return false;
     const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
     return (isa & bf16) == bf16 || (t && t->bf16_any_isa);
 }
@@ -48,28 +53,52 @@ bool st_nn_amx_supported(void)
     return (isa & amx) == amx;
 }
 
-static st_dtype dtype_of(const_dnnl_memory_desc_t md)
+/* oneDNN computes in bf16 only (its fp16 kernels, AVX512-FP16 and
+ * AMX-FP16, are not wired); attention's bf16 products need the
+ * instruction itself (its emulation, bf16_any_isa, does not reach a C
+ * kernel), and oneDNN's own layer norm (tuning.onednn_layernorm) writes
+ * fp32 only. */
+static bool onednn_computes(const st_net *n, const struct xnode *x, st_dtype type)
 {
-    const dnnl_data_type_t dt = dn_md_type(md);
-    return dt == dnnl_bf16 ? ST_DTYPE_BF16 : dt == dnnl_s32 ? ST_DTYPE_I32 : ST_DTYPE_F32;
-}
-
-/* What each node computes in and keeps, as built: a builder may have
- * fallen back to fp32 where oneDNN had no bf16 kernel. */
-static void record_precision(st_net *n)
-{
-    for (int j = 0; j < n->nx; j++) {
-        struct xnode *x = &n->x[j];
-        x->stored = dtype_of(x->dn->dst.md);
-        /* a carrying layer computes in what it carries */
-        const bool carried = x->lowp_role == LOWP_CARRIES && x->stored == ST_DTYPE_BF16;
-        x->compute = x->lowp || carried ? ST_DTYPE_BF16 : ST_DTYPE_F32;
+    if (type != ST_DTYPE_BF16)
+        return false;
+    switch (x->kind) {
+    case NODE_ATTENTION: return causal_bf16_available() && !n->cfg.tuning.attention_fp32;
+    case NODE_LAYERNORM: return !n->cfg.tuning.onednn_layernorm;
+    default: return true;
     }
 }
 
-/* Every node's role first: a layer's output type depends on its
- * consumers' (dn_output_lowp). */
-static st_status assign_roles(st_net *n)
+static st_status onednn_takes(st_dtype precision, const st_nn_tuning *t)
+{
+    if (precision == ST_DTYPE_F16)
+        return st_fail(ST_ERR_INVALID, "precision fp16: oneDNN's fp16 kernels are not wired here (the reference "
+                                       "backend defines fp16 nets); fp16 travels as a gradient exchange's type "
+                                       "(--allreduce-dtype fp16)");
+    /* No emulated crawl: oneDNN runs bf16 on AVX-512 without BF16 by
+     * emulation, and not at all below it. */
+    if (!st_nn_native(precision, t))
+        return st_fail(ST_ERR_INVALID, "precision %s: this CPU has no native %s in oneDNN (its ISA: %s; bf16 "
+                                       "needs AVX512-BF16 or AMX)", st_dtype_name(precision), st_dtype_name(precision),
+                       st_nn_onednn_isa());
+    return ST_OK;
+}
+
+/* The plan is the contract: a node whose memory the builders made in
+ * another type than the plan's is a builder's bug, not a new plan (a
+ * fallback is said with nn_plan_fallback before it is built). */
+static st_status built_as_planned(st_net *n)
+{
+    for (int j = 1; j < n->nx; j++) {
+        const st_dtype built = dn_dst_type(n, j) == dnnl_bf16 ? ST_DTYPE_BF16 : ST_DTYPE_F32;
+        if (built != n->x[j].stored)
+            return st_fail(ST_ERR_BACKEND, "net: node %d built to keep %s where the plan says %s", j,
+                           st_dtype_name(built), st_dtype_name(n->x[j].stored));
+    }
+    return ST_OK;
+}
+
+static st_status new_nodes(st_net *n)
 {
     for (int j = 0; j < n->nx; j++) {
         struct xnode *x = &n->x[j];
@@ -77,17 +106,6 @@ static st_status assign_roles(st_net *n)
             return st_fail(ST_ERR_NOMEM, "net: out of memory");
         x->dn->diff_home = -1;
     }
-    nn_assign_roles(n);
-    return ST_OK;
-}
-
-/* st_net_config.plan_only: the roles and the edge types they decide, no
- * primitive and no memory (a builder's fallback to fp32, where oneDNN has
- * no bf16 kernel, shows only in a built net). */
-static st_status onednn_plan(st_net *n)
-{
-    OK(assign_roles(n));
-    nn_plan_precision(n);
     return ST_OK;
 }
 
@@ -100,7 +118,7 @@ static st_status onednn_build(st_net *n)
     n->dnet->opt = n->cfg.tuning;
     TRY(dnnl_engine_create(&n->dnet->eng, dnnl_cpu, 0));
     TRY(dnnl_stream_create(&n->dnet->strm, n->dnet->eng, dnnl_stream_default_flags));
-    OK(assign_roles(n));
+    OK(new_nodes(n));
     n->dnet->diffs_shared = dn_diffs_shared(n);
     for (int j = 0; j < n->nx; j++) {
         n->dnet->cur = j;
@@ -109,7 +127,7 @@ static st_status onednn_build(st_net *n)
     n->dnet->cur = -1;
     OK(dn_chunk_pass(n));
     OK(dn_share_diffs(n));
-    record_precision(n);
+    OK(built_as_planned(n));
     return build_loss_io(n);
 }
 
@@ -236,8 +254,9 @@ static st_status onednn_backward_from(st_net *n, const float *d_output)
 
 const struct nn_backend nn_onednn_backend = {
     .name = "onednn",
+    .computes = onednn_computes,
+    .takes = onednn_takes,
     .build = onednn_build,
-    .plan = onednn_plan,
     .forward = onednn_forward,
     .backward_from = onednn_backward_from,
     .input_grad = onednn_input_grad,

@@ -1,16 +1,20 @@
-/* The bf16 plan as built: the verdicts the builders read (dn_output_lowp
- * for what they write, their producer's memory for what they read), from
- * the roles precision.c assigned for every backend; builders decide
- * nothing. */
+/* The plan as the builders read it: what a node keeps (x->stored, planned
+ * by precision.c for every backend before any builder runs) and the one
+ * mapping from the plan's types to oneDNN's; builders decide nothing (a
+ * layer with no kernel in its planned type says so: nn_plan_fallback). */
 #define _GNU_SOURCE
 #include "onednn_internal.h"
 
-bool dn_output_lowp(const st_net *n, int j)
+bool dn_output_lowp(const st_net *n, int j) { return n->x[j].stored != ST_DTYPE_F32; }
+
+dnnl_data_type_t dn_type_of(st_dtype t)
 {
-    const struct xnode *x = &n->x[j];
-    if (x->lowp_role == LOWP_CARRIES)
-        return dn_dst_type(n, x->in) == dnnl_bf16 && (x->in2 < 0 || dn_dst_type(n, x->in2) == dnnl_bf16);
-    return nn_consumers_take_lowp(n, j);
+    switch (t) {
+    case ST_DTYPE_BF16: return dnnl_bf16;
+    case ST_DTYPE_F16: return dnnl_f16;
+    case ST_DTYPE_I32: return dnnl_s32;
+    default: return dnnl_f32;
+    }
 }
 
 dnnl_data_type_t dn_dst_type(const st_net *n, int j) { return dn_md_type(n->x[j].dn->dst.md); }

@@ -70,9 +70,10 @@ st_status dn_seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int))
     return seq_io_of(n, j, dnnl_f32, bwd);
 }
 
-st_status dn_seq_io_bf16(st_net *n, int j, bool out_bf16, bool in_bf16, st_status (*bwd)(st_net *, int))
+st_status dn_seq_io_as_planned(st_net *n, int j, st_status (*bwd)(st_net *, int))
 {
-    return seq_io_types(n, j, out_bf16 ? dnnl_bf16 : dnnl_f32, in_bf16 ? dnnl_bf16 : dnnl_f32, bwd);
+    const struct xnode *x = &n->x[j];
+    return seq_io_types(n, j, dn_type_of(x->stored), dn_type_of(x->compute), bwd);
 }
 
 void dn_seq_free(struct dn_seq_state *s)
@@ -190,7 +191,7 @@ static st_status build_ln_c(st_net *n, int j)
     s->scratch = bf16 ? nn_lines_alloc((size_t)omp_get_max_threads() * (size_t)x->nd->c, sizeof(float), true) : NULL;
     if (!s->stats || !s->partial || (bf16 && !s->scratch))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
-    OK(seq_io_types(n, j, bf16 ? dnnl_bf16 : dnnl_f32, dnnl_f32, bf16 ? ln_bwd_bf16 : ln_bwd));
+    OK(seq_io_types(n, j, dn_type_of(x->stored), dnnl_f32, bf16 ? ln_bwd_bf16 : ln_bwd));
     return dn_add_step(n, &x->dn->fwd, bf16 ? ln_fwd_bf16 : ln_fwd, NODE_LAYERNORM);
 }
 
@@ -304,7 +305,7 @@ st_status dn_build_gelu(st_net *n, int j)
     snprintf(x->impl, sizeof x->impl, bf16 ? "C, vectorised tanh, bf16 in and out" : "C, vectorised tanh");
     if (!(x->dn->seq.tanh_u = nn_lines_alloc(nn_node_size(n, x->nd), sizeof(float), false)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for GELU");
-    OK(seq_io_of(n, j, bf16 ? dnnl_bf16 : dnnl_f32, bf16 ? gelu_bwd_bf16 : gelu_bwd));
+    OK(seq_io_of(n, j, dn_type_of(x->stored), bf16 ? gelu_bwd_bf16 : gelu_bwd));
     return dn_add_step(n, &x->dn->fwd, bf16 ? gelu_fwd_bf16 : gelu_fwd, NODE_GELU);
 }
 

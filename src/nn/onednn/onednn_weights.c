@@ -240,7 +240,7 @@ struct weights_build {
 };
 
 /* The forward pd: source and weights in the compute type, the output in
- * bf16 where the plan says its consumers take it (dn_output_lowp), else fp32. */
+ * the type the plan keeps it in (x->stored). */
 static st_status weights_fwd_pd(st_net *n, const struct xnode *x, const struct weights_build *b,
                                 dnnl_primitive_desc_t *pd)
 {
@@ -250,9 +250,8 @@ static st_status weights_fwd_pd(st_net *n, const struct xnode *x, const struct w
         OK(dn_md_tag(n, &src_any, 4, w->src, dnnl_f32, dnnl_nhwc));
         OK(dn_md_tag(n, &dst_any, 4, w->dst, dnnl_f32, dnnl_nhwc));
     } else {
-        const bool bf16_out = b->dt == dnnl_bf16 && dn_output_lowp(n, (int)(x - n->x));
         OK(dn_any_md_of(n, &src_any, w->ndims, w->src, b->dt));
-        OK(dn_any_md_of(n, &dst_any, w->ndims, w->dst, bf16_out ? dnnl_bf16 : dnnl_f32));
+        OK(dn_any_md_of(n, &dst_any, w->ndims, w->dst, dn_type_of(x->stored)));
     }
     OK(dn_any_md_of(n, &wei_any, w->ndims, w->wei, b->dt));
     const_dnnl_memory_desc_t bias = x->nd->bias ? b->bias_md : NULL;
@@ -395,7 +394,7 @@ static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
         /* a bf16 reference kernel would crawl: this layer computes in fp32 */
         if (n->dnet->opt.verbose)
             fprintf(stderr, "shmtrain: node %d: no bf16 kernel but oneDNN's reference: fp32\n", j);
-        x->lowp = false;
+        nn_plan_fallback(n, j);
         b->dt = dnnl_f32;
         OK(weights_fwd_pd(n, x, b, &pd));
     }
@@ -559,7 +558,7 @@ st_status dn_build_conv(st_net *n, int j)
 st_status dn_build_weights(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    struct weights_build b = {.dt = x->lowp ? dnnl_bf16 : dnnl_f32};
+    struct weights_build b = {.dt = dn_type_of(x->compute)};
     dn_weights_dims(n, x, &b.w);
     OK(dn_plain_md(n, &b.bias_md, 1, b.w.bias));
     OK(dn_plain_md(n, &b.wei_plain, b.w.ndims, b.w.wei));

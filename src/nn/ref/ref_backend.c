@@ -360,12 +360,18 @@ static const struct node *weights_of(const st_net *n, const struct xnode *x)
 
 static bool computes_low(const struct xnode *x) { return x->lowp && x->lowp_role == LOWP_COMPUTES; }
 
-/* The plan, as for every backend: the reference has a kernel for each. */
-static st_status ref_plan(st_net *n)
+/* It rounds where the plan says, in any rounding type, on any CPU: every
+ * layer computes in any of them, and no precision is refused. */
+static st_status ref_takes(st_dtype precision, const st_nn_tuning *t)
 {
-    nn_assign_roles(n);
-    nn_plan_precision(n);
+    (void)precision, (void)t;
     return ST_OK;
+}
+
+static bool ref_computes(const st_net *n, const struct xnode *x, st_dtype type)
+{
+    (void)n, (void)x, (void)type;
+    return true;
 }
 
 /* A layer computing low: its weight copy (the net registers it with the
@@ -388,7 +394,6 @@ static st_status low_buffers(st_net *n, struct xnode *x, size_t sz, size_t in_sz
 
 static st_status ref_build(st_net *n)
 {
-    ref_plan(n);
     for (int j = 0; j < n->nx; j++) {
         struct xnode *x = &n->x[j];
         const size_t sz = nn_node_size(n, x->nd);
@@ -528,8 +533,9 @@ static st_status ref_input_grad(st_net *n, float *out)
 
 const struct nn_backend nn_reference_backend = {
     .name = "reference",
+    .computes = ref_computes,
+    .takes = ref_takes,
     .build = ref_build,
-    .plan = ref_plan,
     .forward = ref_forward,
     .backward_from = ref_backward_from,
     .input_grad = ref_input_grad,
