@@ -57,8 +57,8 @@ static double run_op(st_net *n, const struct op *o)
     if (o->step) {
         if (o->step(n, o->node) != ST_OK)
             die("a C step");
-    } else if (dnnl_primitive_execute(o->prim, n->dnet->strm, o->nargs, o->args) != dnnl_success ||
-               dnnl_stream_wait(n->dnet->strm) != dnnl_success) {
+    } else if (dnnl_primitive_execute(o->prim, dn_net(n)->strm, o->nargs, o->args) != dnnl_success ||
+               dnnl_stream_wait(dn_net(n)->strm) != dnnl_success) {
         fprintf(stderr, "st-op-bound: node %d: a primitive failed\n", o->node);
         exit(1);
     }
@@ -76,11 +76,11 @@ static int collect(st_net *n, struct timed_list *out)
 {
     int k = 0;
     for (int j = 1; j < n->nx; j++)
-        out[k++] = (struct timed_list){.ops = &n->x[j].dn->fwd, .node = j};
-    out[k++] = (struct timed_list){.ops = &n->dnet->to_logits, .node = -1};
-    out[k++] = (struct timed_list){.ops = &n->dnet->from_dlast, .node = -2};
+        out[k++] = (struct timed_list){.ops = &dn_state(&n->x[j])->fwd, .node = j};
+    out[k++] = (struct timed_list){.ops = &dn_net(n)->to_logits, .node = -1};
+    out[k++] = (struct timed_list){.ops = &dn_net(n)->from_dlast, .node = -2};
     for (int j = n->nx - 1; j >= 1; j--)
-        out[k++] = (struct timed_list){.ops = &n->x[j].dn->bwd, .node = j};
+        out[k++] = (struct timed_list){.ops = &dn_state(&n->x[j])->bwd, .node = j};
     for (int i = 0; i < k; i++) {
         out[i].in_step = calloc((size_t)out[i].ops->n + 1, sizeof(double));
         out[i].alone = calloc((size_t)out[i].ops->n + 1, sizeof(double));
@@ -131,7 +131,7 @@ static void list(st_net *n, const struct timed_list *l, int k)
         for (int o = 0; o < l[i].ops->n; o++)
             s += l[i].in_step[o], a += l[i].alone[o];
         const int j = l[i].node;
-        const bool backward = j == -2 || (j >= 0 && l[i].ops == &n->x[j].dn->bwd);
+        const bool backward = j == -2 || (j >= 0 && l[i].ops == &dn_state(&n->x[j])->bwd);
         printf("%-5d %-10s %-8s %-9s %4d %12.1f %12.1f %8.2f\n", j,
                j >= 0 ? node_kind_name(n->x[j].kind) : j == -1 ? "(logits)" : "(loss)",
                j < 0 ? "-" : st_dtype_name(n->x[j].compute), backward ? "backward" : "forward", l[i].ops->n, s * 1e6,

@@ -29,7 +29,7 @@ static st_net *small_net(st_model **m)
     const st_net_config cfg = {.batch = 1, .backend = ST_BACKEND_ONEDNN};
     if (st_net_create(&n, *m, &cfg) != ST_OK)
         fail_msg("net: %s", st_last_error());
-    n->dnet->cur = -1;
+    dn_net(n)->cur = -1;
     return n;
 }
 
@@ -82,7 +82,7 @@ static dnnl_primitive_t reorder(st_net *n, dnnl_memory_desc_t from, dnnl_memory_
 {
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t r;
-    assert_int_equal(dnnl_reorder_primitive_desc_create(&pd, from, n->dnet->eng, to, n->dnet->eng, NULL), dnnl_success);
+    assert_int_equal(dnnl_reorder_primitive_desc_create(&pd, from, dn_net(n)->eng, to, dn_net(n)->eng, NULL), dnnl_success);
     assert_int_equal(dnnl_primitive_create(&r, pd), dnnl_success);
     dnnl_primitive_desc_destroy(pd);
     return r;
@@ -164,9 +164,9 @@ static void weight_reorders_land_right(bool two_steps)
                               (long long)d[0], (long long)d[1], (long long)d[2], (long long)d[3],
                               dnnl_fmt_tag2str(tags[t]));
             for (int i = 0; i < ops.n; i++)
-                assert_int_equal(dnnl_primitive_execute(ops.v[i].prim, n->dnet->strm, ops.v[i].nargs, ops.v[i].args),
+                assert_int_equal(dnnl_primitive_execute(ops.v[i].prim, dn_net(n)->strm, ops.v[i].nargs, ops.v[i].args),
                                  dnnl_success);
-            assert_int_equal(dnnl_stream_wait(n->dnet->strm), dnnl_success);
+            assert_int_equal(dnnl_stream_wait(dn_net(n)->strm), dnnl_success);
             double sum = 0;
             for (size_t i = 0; i < bytes / sizeof(float); i++)
                 sum += b[i];  /* padding counts: it must be 0, not NaN */

@@ -22,12 +22,9 @@
 #include "model/model.h"
 #include "shmtrain/bf16.h"
 #include "shmtrain/optim.h"
-#include "ref/ref.h"
 
-/* One exec node: graph facts both backends share.  Each backend keeps its
- * own state behind its pointer (NULL for the other backend). */
-struct ref_node;     /* ref_backend.c */
-struct onednn_node;  /* onednn_internal.h */
+/* One exec node: graph facts every backend shares, and the backend's own
+ * state for it behind one pointer of the backend's type (`be`). */
 
 /* What a layer does in a net of a low precision (bf16, fp16): the layer
  * table's lowp column answers per layer (precision.c). */
@@ -51,8 +48,7 @@ struct xnode {
     bool lowp;               /* computes in the net's low precision (COMPUTES or INSIDE) */
     st_dtype compute;        /* what it computes in, as built */
     st_dtype stored;         /* the type its output is kept in */
-    struct ref_node *ref;    /* reference backend state */
-    struct onednn_node *dn;  /* oneDNN backend state */
+    void *be;                /* the backend's state for this node (its type: ref_state, dn_state) */
 };
 
 struct st_net {
@@ -79,7 +75,7 @@ struct st_net {
     st_weight_copy *copies;            /* the low-precision weights the kernels read (weight_copies.c) */
     int ncopies, cap_copies;
     bool copies_stale;                 /* the parameters may have changed since the copies were written */
-    struct onednn_net *dnet; /* engine, stream, loss reorders; NULL for the reference */
+    void *be_net;            /* the backend's state for the net, if it keeps one (oneDNN: dn_net) */
     const struct nn_backend *backend;  /* what runs the graph (struct nn_backend, below) */
     st_grads_ready_fn grads_ready;     /* st_net_on_grads_ready, or NULL */
     void *grads_ready_ctx;

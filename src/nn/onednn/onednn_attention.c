@@ -153,7 +153,7 @@ static st_status dot_bwd(const struct head_job *j, long b, long h, float *scratc
 
 static size_t matmul_scratch(const struct xnode *x, long t, long hs)
 {
-    return (void)t, (void)hs, dn_causal_scratch_bytes(x->dn->seq.causal);
+    return (void)t, (void)hs, dn_causal_scratch_bytes(dn_state(x)->seq.causal);
 }
 
 static float *stats_of(const struct head_job *j, long b, long h)
@@ -163,13 +163,13 @@ static float *stats_of(const struct head_job *j, long b, long h)
 
 static st_status matmul_fwd(const struct head_job *j, long b, long h, float *scratch)
 {
-    return dn_causal_forward(j->x->dn->seq.causal, omp_get_thread_num(), head_of(j, j->out, b, h), NULL,
+    return dn_causal_forward(dn_state(j->x)->seq.causal, omp_get_thread_num(), head_of(j, j->out, b, h), NULL,
                              head_of(j, j->qkv, b, h), stats_of(j, b, h), scratch);
 }
 
 static st_status matmul_bwd(const struct head_job *j, long b, long h, float *scratch)
 {
-    return dn_causal_backward(j->x->dn->seq.causal, omp_get_thread_num(), head_of(j, j->out, b, h), NULL,
+    return dn_causal_backward(dn_state(j->x)->seq.causal, omp_get_thread_num(), head_of(j, j->out, b, h), NULL,
                               head_of(j, j->dy, b, h), head_of(j, j->qkv, b, h), stats_of(j, b, h), scratch);
 }
 
@@ -205,12 +205,12 @@ static st_status run_heads(st_net *n, int j, bool backward)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    const struct attention_kernel *k = &KERNELS[x->dn->seq.att_kernel];
+    const struct attention_kernel *k = &KERNELS[dn_state(x)->seq.att_kernel];
     const long c = nd->c;
-    const struct head_job job = {x, nd->t, c, c / nd->heads, rows_in(x->dn->seq.src, 3 * c),
-                                 backward ? rows_in(x->dn->diff.mem, c) : (dn_rows){0},
-                                 backward ? rows_in(x->dn->seq.target, 3 * c) : rows_in(x->dn->dst.mem, c),
-                                 x->dn->seq.stats};
+    const struct head_job job = {x, nd->t, c, c / nd->heads, rows_in(dn_state(x)->seq.src, 3 * c),
+                                 backward ? rows_in(dn_state(x)->diff.mem, c) : (dn_rows){0},
+                                 backward ? rows_in(dn_state(x)->seq.target, 3 * c) : rows_in(dn_state(x)->dst.mem, c),
+                                 dn_state(x)->seq.stats};
     if (!job.out.at)
         return ST_OK;
     const size_t per_thread = thread_floats(k, x);
@@ -218,7 +218,7 @@ static st_status run_heads(st_net *n, int j, bool backward)
     st_kept_error kept;
 #pragma omp parallel for schedule(static)
     for (long bh = 0; bh < n->batch * nd->heads; bh++) {
-        float *scratch = n->dnet->head_scratch + (size_t)omp_get_thread_num() * per_thread;
+        float *scratch = dn_net(n)->head_scratch + (size_t)omp_get_thread_num() * per_thread;
         const st_status s = (backward ? k->backward : k->forward)(&job, bh / nd->heads, bh % nd->heads, scratch);
         if (s != ST_OK)
 #pragma omp critical(attention_failure)
@@ -236,7 +236,7 @@ static st_status att_bwd(st_net *n, int j) { return run_heads(n, j, true); }
  * SHMTRAIN_ATTENTION_MATMUL asks, not under SHMTRAIN_ATTENTION_DOT. */
 static bool wants_matmul(const st_net *n, bool lowp)
 {
-    const st_nn_tuning *t = &n->dnet->opt;
+    const st_nn_tuning *t = &dn_net(n)->opt;
     if (!lowp)
         return !t->attention_tiles;
     return !t->attention_dot && (t->attention_matmul || st_nn_amx_supported());
@@ -250,7 +250,7 @@ static bool wants_matmul(const st_net *n, bool lowp)
  * products. */
 static int choose_kernel(const struct xnode *x)
 {
-    const bool matmul = x->dn->seq.causal && !dn_causal_is_reference(x->dn->seq.causal);
+    const bool matmul = dn_state(x)->seq.causal && !dn_causal_is_reference(dn_state(x)->seq.causal);
     if (!x->lowp)
         return matmul ? KERNEL_FP32_MATMUL : KERNEL_FP32;
     return matmul ? KERNEL_MATMUL : KERNEL_DOT;
@@ -260,7 +260,7 @@ static int choose_kernel(const struct xnode *x)
  * once, shared by every attention layer of the shape. */
 static st_status net_causal(st_net *n, long t, long hs, bool f32, dn_causal **out)
 {
-    struct onednn_net *d = n->dnet;
+    struct onednn_net *d = dn_net(n);
     for (int i = 0; i < d->ncausal; i++)
         if (dn_causal_fits(d->causal[i], t, hs, f32)) {
             *out = d->causal[i];
@@ -288,18 +288,18 @@ st_status dn_build_attention(st_net *n, int j)
     const struct node *nd = x->nd;
     const long hs = nd->c / nd->heads;
     if (wants_matmul(n, x->lowp))
-        OK(net_causal(n, nd->t, hs, !x->lowp, &x->dn->seq.causal));
-    x->dn->seq.att_kernel = choose_kernel(x);
-    const bool matmul = x->dn->seq.att_kernel == KERNEL_MATMUL || x->dn->seq.att_kernel == KERNEL_FP32_MATMUL;
+        OK(net_causal(n, nd->t, hs, !x->lowp, &dn_state(x)->seq.causal));
+    dn_state(x)->seq.att_kernel = choose_kernel(x);
+    const bool matmul = dn_state(x)->seq.att_kernel == KERNEL_MATMUL || dn_state(x)->seq.att_kernel == KERNEL_FP32_MATMUL;
     if (matmul &&
-        !(x->dn->seq.stats = calloc((size_t)(n->batch * nd->heads * 2 * nd->t), sizeof(float))))
+        !(dn_state(x)->seq.stats = calloc((size_t)(n->batch * nd->heads * 2 * nd->t), sizeof(float))))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for attention's softmax statistics");
-    const struct attention_kernel *k = &KERNELS[x->dn->seq.att_kernel];
-    const char *onednn = matmul ? dn_causal_impl(x->dn->seq.causal) : NULL;
+    const struct attention_kernel *k = &KERNELS[dn_state(x)->seq.att_kernel];
+    const char *onednn = matmul ? dn_causal_impl(dn_state(x)->seq.causal) : NULL;
     snprintf(x->impl, sizeof x->impl, "%s%s%s per sample and head, C softmax, P computed again in backward",
              k->name, onednn ? " " : "", onednn ? onednn : "");
-    OK(dn_reserve_shared(&n->dnet->head_scratch, &n->dnet->head_scratch_floats,
+    OK(dn_reserve_shared(&dn_net(n)->head_scratch, &dn_net(n)->head_scratch_floats,
                          (size_t)omp_get_max_threads() * thread_floats(k, x), "attention's scratch"));
     OK(dn_seq_io_as_planned(n, j, att_bwd));
-    return dn_add_step(n, &x->dn->fwd, att_fwd, NODE_ATTENTION);
+    return dn_add_step(n, &dn_state(x)->fwd, att_fwd, NODE_ATTENTION);
 }

@@ -17,17 +17,17 @@
 static st_status conv_maxpool2_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    struct onednn_node *dn = x->dn;
+    struct onednn_node *dn = dn_state(x);
     const struct maxpool2_shape shape = {dn->pool.src, dn->pool.dst, dn->chunk.images, x->nd->h, x->nd->w};
     const float *src = dn_mem_ptr(dn->chunk.full_src);
     const float *out = dn_mem_ptr(dn->chunk.args[dn->chunk.nargs - 1].memory);
-    float *dst = dn_mem_ptr(x->dn->dst.mem);
+    float *dst = dn_mem_ptr(dn_state(x)->dst.mem);
     for (int i = 0; i < n->batch; i += dn->chunk.images) {
         dnnl_status_t s = dnnl_memory_set_data_handle(dn->chunk.src, (void *)(src + i * dn->chunk.src_image));
         if (s == dnnl_success)
-            s = dnnl_primitive_execute(dn->chunk.conv, n->dnet->strm, dn->chunk.nargs, dn->chunk.args);
+            s = dnnl_primitive_execute(dn->chunk.conv, dn_net(n)->strm, dn->chunk.nargs, dn->chunk.args);
         if (s != dnnl_success) {
-            n->dnet->cur = x->in;
+            dn_net(n)->cur = x->in;
             return dn_dnnl_error(n, "dnnl_primitive_execute (convolution chunk)", s);
         }
         maxpool2_forward(&shape, out, dst + i * dn->pool.dst.sn, dn->pool.arg + i * dn->pool.dst.sn, dn->pool.relu);
@@ -51,9 +51,9 @@ static void add_into(dnnl_memory_t total, dnnl_memory_t part)
 static st_status maxpool2_conv_bwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    const struct onednn_node *dn = x->dn;
+    const struct onednn_node *dn = dn_state(x);
     const struct maxpool2_shape shape = {dn->pool.src, dn->pool.dst, dn->chunk.images, x->nd->h, x->nd->w};
-    const float *src = dn_mem_ptr(dn->chunk.full_src), *dy = dn_mem_ptr(dn->pool.relu ? dn->pool.diff : x->dn->diff.mem);
+    const float *src = dn_mem_ptr(dn->chunk.full_src), *dy = dn_mem_ptr(dn->pool.relu ? dn->pool.diff : dn_state(x)->diff.mem);
     float *dx = dn_mem_ptr(dn->chunk.diff);
     for (int i = 0; i < n->batch; i += dn->chunk.images) {
         maxpool2_backward(&shape, dy + i * dn->pool.dst.sn, dn->pool.arg + i * dn->pool.dst.sn, dx);
@@ -64,11 +64,11 @@ static st_status maxpool2_conv_bwd(st_net *n, int j)
                                   {DNNL_ARG_DIFF_BIAS, first ? dn->chunk.total_db : dn->chunk.db}};
         dnnl_status_t s = dnnl_memory_set_data_handle(dn->chunk.src, (void *)(src + i * dn->chunk.src_image));
         if (s == dnnl_success)
-            s = dnnl_primitive_execute(dn->chunk.bwd_w, n->dnet->strm, dn->chunk.total_db ? 4 : 3, args);
+            s = dnnl_primitive_execute(dn->chunk.bwd_w, dn_net(n)->strm, dn->chunk.total_db ? 4 : 3, args);
         if (s == dnnl_success)
-            s = dnnl_stream_wait(n->dnet->strm);
+            s = dnnl_stream_wait(dn_net(n)->strm);
         if (s != dnnl_success) {
-            n->dnet->cur = x->in;
+            dn_net(n)->cur = x->in;
             return dn_dnnl_error(n, "dnnl_primitive_execute (convolution backward chunk)", s);
         }
         if (!first) {
@@ -87,12 +87,12 @@ static st_status maxpool2_conv_bwd(st_net *n, int j)
 static st_status chunk_the_conv_bwd(st_net *n, int j, const_dnnl_primitive_desc_t chunk_fwd_pd, bool *moved)
 {
     struct xnode *x = &n->x[j], *px = &n->x[x->in];
-    struct onednn_node *dn = x->dn;
-    struct oplist *pb = &px->dn->bwd;
+    struct onednn_node *dn = dn_state(x);
+    struct oplist *pb = &dn_state(px)->bwd;
     *moved = false;
     if (n->x[px->in].wants_diff || !pb->n || pb->v[0].step || pb->v[0].prof != NODE_CONV ||
         (pb->n == 2 && pb->v[1].prim && pb->v[1].prof != NODE_KINDS) || pb->n > 2 ||
-        dn_arg_of(&pb->v[0], DNNL_ARG_SRC) != dn->chunk.full_src || dn_arg_of(&pb->v[0], DNNL_ARG_DIFF_DST) != px->dn->diff.mem)
+        dn_arg_of(&pb->v[0], DNNL_ARG_SRC) != dn->chunk.full_src || dn_arg_of(&pb->v[0], DNNL_ARG_DIFF_DST) != dn_state(px)->diff.mem)
         return ST_OK;
     const struct op *bw = &pb->v[0];
     dnnl_memory_t dw = dn_arg_of(bw, DNNL_ARG_DIFF_WEIGHTS), db = dn_arg_of(bw, DNNL_ARG_DIFF_BIAS);
@@ -131,13 +131,13 @@ static st_status chunk_the_conv_bwd(st_net *n, int j, const_dnnl_primitive_desc_
 static st_status chunk_the_conv(st_net *n, int j, int *chunk)
 {
     struct xnode *x = &n->x[j], *px = &n->x[x->in];
-    struct onednn_node *dn = x->dn;
-    struct oplist *pf = &px->dn->fwd;
+    struct onednn_node *dn = dn_state(x);
+    struct oplist *pf = &dn_state(px)->fwd;
     *chunk = 0;
     if (px->kind != NODE_CONV || px->lowp || px->consumers != 1 || px->fuse_relu || !pf->n || pf->v[pf->n - 1].step ||
         pf->v[pf->n - 1].prof != NODE_CONV)
         return ST_OK;
-    const size_t image = dnnl_memory_desc_get_size(px->dn->dst.md) / (size_t)n->batch;
+    const size_t image = dnnl_memory_desc_get_size(dn_state(px)->dst.md) / (size_t)n->batch;
     int c = 0;
     for (int k = 1; k < n->batch && image * (size_t)n->batch > CHUNK_BYTES; k++)
         if (n->batch % k == 0 && image * (size_t)k <= CHUNK_BYTES)
@@ -153,7 +153,7 @@ static st_status chunk_the_conv(st_net *n, int j, int *chunk)
      * the strides of size-1 dimensions, which kernels match by tag. */
     const_dnnl_memory_desc_t src_md, dst_md;
     OK(dn_md_like(n, &src_md, dn_query(full, dnnl_query_src_md, 0), c, dnnl_f32));  /* the batch is outermost */
-    OK(dn_md_like(n, &dst_md, px->dn->dst.md, c, dnnl_f32));
+    OK(dn_md_like(n, &dst_md, dn_state(px)->dst.md, c, dnnl_f32));
     struct weights_layer w;
     dn_weights_dims(n, px, &w);
     dnnl_primitive_desc_t pd;
@@ -186,7 +186,7 @@ static st_status chunk_the_conv(st_net *n, int j, int *chunk)
 static st_status chunk_pool(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    struct onednn_node *dn = x->dn;
+    struct onednn_node *dn = dn_state(x);
     int images;
     OK(chunk_the_conv(n, j, &images));
     if (!images)
@@ -204,13 +204,13 @@ static st_status chunk_pool(st_net *n, int j)
 
 st_status dn_chunk_pass(st_net *n)
 {
-    if (n->dnet->opt.no_chunks)
+    if (dn_net(n)->opt.no_chunks)
         return ST_OK;
     for (int j = 0; j < n->nx; j++) {
-        n->dnet->cur = j;  /* the node the ops are for, and messages name */
+        dn_net(n)->cur = j;  /* the node the ops are for, and messages name */
         if (dn_is_c_maxpool(n, j))
             OK(chunk_pool(n, j));
     }
-    n->dnet->cur = -1;
+    dn_net(n)->cur = -1;
     return ST_OK;
 }

@@ -5,7 +5,7 @@
 
 st_status dn_dnnl_error(const st_net *n, const char *call, dnnl_status_t s)
 {
-    const struct onednn_net *d = n->dnet;
+    const struct onednn_net *d = dn_net(n);
     const struct xnode *x = d && d->cur >= 0 && d->cur < n->nx ? &n->x[d->cur] : NULL;
     char call_name[64];
     snprintf(call_name, sizeof call_name, "%.*s", (int)strcspn(call, "("), call);
@@ -30,7 +30,7 @@ static bool grow(void **v, int *cap, int n, size_t elem)
 
 static st_status keep_md(st_net *n, dnnl_memory_desc_t md)
 {
-    struct onednn_net *d = n->dnet;
+    struct onednn_net *d = dn_net(n);
     if (!grow((void **)&d->mds, &d->cap_mds, d->nmds, sizeof *d->mds)) {
         dnnl_memory_desc_destroy(md);
         return st_fail(ST_ERR_NOMEM, "oneDNN: out of memory");
@@ -41,7 +41,7 @@ static st_status keep_md(st_net *n, dnnl_memory_desc_t md)
 
 static st_status keep_mem(st_net *n, dnnl_memory_t m)
 {
-    struct onednn_net *d = n->dnet;
+    struct onednn_net *d = dn_net(n);
     if (!grow((void **)&d->mems, &d->cap_mems, d->nmems, sizeof *d->mems)) {
         dnnl_memory_destroy(m);
         return st_fail(ST_ERR_NOMEM, "oneDNN: out of memory");
@@ -54,7 +54,7 @@ static st_status keep_mem(st_net *n, dnnl_memory_t m)
  * layouts' padding must be zero: primitives assume it). */
 st_status dn_mem_new(st_net *n, dnnl_memory_t *out, const_dnnl_memory_desc_t md, void *handle)
 {
-    TRY(dnnl_memory_create(out, md, n->dnet->eng, handle ? handle : DNNL_MEMORY_ALLOCATE));
+    TRY(dnnl_memory_create(out, md, dn_net(n)->eng, handle ? handle : DNNL_MEMORY_ALLOCATE));
     OK(keep_mem(n, *out));
     if (!handle) {
         void *p = NULL;
@@ -66,7 +66,7 @@ st_status dn_mem_new(st_net *n, dnnl_memory_t *out, const_dnnl_memory_desc_t md,
 
 st_status dn_mem_unbacked(st_net *n, dnnl_memory_t *out, const_dnnl_memory_desc_t md)
 {
-    TRY(dnnl_memory_create(out, md, n->dnet->eng, DNNL_MEMORY_NONE));
+    TRY(dnnl_memory_create(out, md, dn_net(n)->eng, DNNL_MEMORY_NONE));
     return keep_mem(n, *out);
 }
 
@@ -135,7 +135,7 @@ static st_status choose_impl(st_net *n, dnnl_primitive_desc_t *pd, const char *a
 
 st_status dn_pd_keep(st_net *n, const char *call, dnnl_status_t created, dnnl_primitive_desc_t *pd, const char *avoid)
 {
-    struct onednn_net *d = n->dnet;
+    struct onednn_net *d = dn_net(n);
     if (created != dnnl_success) {
         *pd = NULL;
         return dn_dnnl_error(n, call, created);
@@ -163,7 +163,7 @@ st_status dn_pd_keep(st_net *n, const char *call, dnnl_status_t created, dnnl_pr
 const char *dn_conv_avoid(const st_net *n, const_dnnl_memory_desc_t src)
 {
     struct dn_layout l;
-    if (n->dnet->opt.brgconv || !dn_layout_of(src, &l))
+    if (dn_net(n)->opt.brgconv || !dn_layout_of(src, &l))
         return NULL;
     bool nhwc = l.ndims == 4 && l.nblks == 0 && l.strides[1] == 1;
     return nhwc && l.dims[1] < 16 ? "brg" : NULL;
@@ -171,7 +171,7 @@ const char *dn_conv_avoid(const st_net *n, const_dnnl_memory_desc_t src)
 
 st_status dn_prim_new(st_net *n, dnnl_primitive_t *out, const_dnnl_primitive_desc_t pd)
 {
-    struct onednn_net *d = n->dnet;
+    struct onednn_net *d = dn_net(n);
     TRY(dnnl_primitive_create(out, pd));
     if (!grow((void **)&d->prims, &d->cap_prims, d->nprims, sizeof *d->prims)) {
         dnnl_primitive_destroy(*out);
@@ -302,7 +302,7 @@ st_status dn_md_like(st_net *n, const_dnnl_memory_desc_t *out, const_dnnl_memory
 {
     struct dn_layout l;
     if (!dn_layout_of(md, &l) || l.offset0)
-        return st_fail(ST_ERR_BACKEND, "oneDNN: a layout the engine cannot rebuild (node %d)", n->dnet->cur);
+        return st_fail(ST_ERR_BACKEND, "oneDNN: a layout the engine cannot rebuild (node %d)", dn_net(n)->cur);
     const dnnl_format_tag_t tag = l.nblks ? tag_of(&l, md) : dnnl_format_tag_undef;
     if (batch > 0)
         l.dims[0] = batch;  /* the outermost dimension: the other strides stay */
@@ -323,7 +323,7 @@ st_status dn_add_op(st_net *n, struct oplist *l, dnnl_primitive_t prim, int prof
     struct op *o = &l->v[l->n++];
     memset(o, 0, sizeof *o);
     o->prim = prim;
-    o->node = n->dnet->cur;
+    o->node = dn_net(n)->cur;
     o->prof = prof;
     va_list ap;
     va_start(ap, prof);
@@ -383,81 +383,37 @@ st_status dn_set_dst(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md)
  * buffers (onednn_diffs.c), none until the plan is finished. */
 static st_status diff_mem_new(st_net *n, const struct xnode *x, dnnl_memory_t *mem, const_dnnl_memory_desc_t md)
 {
-    return x->dn->diff_deferred ? dn_mem_unbacked(n, mem, md) : dn_mem_new(n, mem, md, NULL);
+    return dn_state(x)->diff_deferred ? dn_mem_unbacked(n, mem, md) : dn_mem_new(n, mem, md, NULL);
 }
 
 /* Where a second consumer's gradient waits to be added to the first's. */
 st_status dn_accum_new(st_net *n, struct xnode *x)
 {
-    const_dnnl_memory_desc_t md = x->dn->diff.md;
+    const_dnnl_memory_desc_t md = dn_state(x)->diff.md;
     dnnl_primitive_desc_t pd;
-    OK(diff_mem_new(n, x, &x->dn->diff_tmp.mem, md));
-    x->dn->diff_tmp.md = dn_mem_md(x->dn->diff_tmp.mem);
-    OK(DN_PD(n, pd, NULL, dnnl_binary_primitive_desc_create(&pd, n->dnet->eng, dnnl_binary_add, md, md, md, NULL)));
-    return dn_prim_new(n, &x->dn->accum, pd);
+    OK(diff_mem_new(n, x, &dn_state(x)->diff_tmp.mem, md));
+    dn_state(x)->diff_tmp.md = dn_mem_md(dn_state(x)->diff_tmp.mem);
+    OK(DN_PD(n, pd, NULL, dnnl_binary_primitive_desc_create(&pd, dn_net(n)->eng, dnnl_binary_add, md, md, md, NULL)));
+    return dn_prim_new(n, &dn_state(x)->accum, pd);
 }
 
 /* The same, the gradient kept in node `home`'s gradient buffer (same
  * layout) when home >= 0. */
 st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md, int home)
 {
-    OK(dn_mem_new(n, &x->dn->dst.mem, md, NULL));
-    x->dn->dst.md = dn_mem_md(x->dn->dst.mem);
-    x->dn->diff_home = home;
-    x->dn->diff_deferred = n->dnet->diffs_shared;
-    if (home >= 0 && !x->dn->diff_deferred)
-        OK(dn_mem_new(n, &x->dn->diff.mem, md, dn_mem_ptr(n->x[home].dn->diff.mem)));
+    OK(dn_mem_new(n, &dn_state(x)->dst.mem, md, NULL));
+    dn_state(x)->dst.md = dn_mem_md(dn_state(x)->dst.mem);
+    dn_state(x)->diff_home = home;
+    dn_state(x)->diff_deferred = dn_net(n)->diffs_shared;
+    if (home >= 0 && !dn_state(x)->diff_deferred)
+        OK(dn_mem_new(n, &dn_state(x)->diff.mem, md, dn_mem_ptr(dn_state(&n->x[home])->diff.mem)));
     else
-        OK(diff_mem_new(n, x, &x->dn->diff.mem, md));
-    x->dn->diff.md = dn_mem_md(x->dn->diff.mem);
+        OK(diff_mem_new(n, x, &dn_state(x)->diff.mem, md));
+    dn_state(x)->diff.md = dn_mem_md(dn_state(x)->diff.mem);
     if (x->consumers > 1)
         OK(dn_accum_new(n, x));
-    x->dn->elems = dnnl_memory_desc_get_size(md) / (dn_md_type(md) == dnnl_bf16 ? sizeof(st_bf16) : sizeof(float));
+    dn_state(x)->elems = dnnl_memory_desc_get_size(md) / (dn_md_type(md) == dnnl_bf16 ? sizeof(st_bf16) : sizeof(float));
     return ST_OK;
-}
-
-/* The gradient w.r.t. producer p's output, computed by node j in layout
- * `md`, must reach p->diff (first writer) or be added to it.  Returns in
- * *target the memory j's backward primitive should write: p's own buffer
- * when layouts agree, else a scratch one followed by a reorder.  With
- * `computed` set, the gradient already sits in that memory (flatten's view,
- * add's own diff) and is only delivered. */
-st_status dn_deliver(st_net *n, int j, int p, const_dnnl_memory_desc_t md, dnnl_memory_t computed,
-                     dnnl_memory_t *target)
-{
-    struct xnode *px = &n->x[p];
-    struct oplist *bwd = &n->x[j].dn->bwd;
-    *target = NULL;
-    if (!px->wants_diff)
-        return ST_OK;
-    bool first = px->first_writer == j;
-    dnnl_memory_t dest = first ? px->dn->diff.mem : px->dn->diff_tmp.mem;
-    if (computed && first && computed == n->x[j].dn->diff.mem && n->x[j].dn->diff_home == p)
-        return ST_OK;  /* it is already there: the two share a buffer (add's) */
-    if (!computed && dn_same(md, px->dn->dst.md)) {
-        *target = dest;
-    } else {
-        if (!computed)
-            OK(dn_bwd_temp(n, DN_TEMP_DIFF_SRC, md, &computed));
-        *target = computed;
-        OK(dn_add_reorder(n, bwd, computed, dest));
-    }
-    if (!first)
-        OK(dn_add_op(n, bwd, px->dn->accum, NODE_KINDS, DNNL_ARG_SRC_0, px->dn->diff.mem, DNNL_ARG_SRC_1,
-                  px->dn->diff_tmp.mem, DNNL_ARG_DST, px->dn->diff.mem, -1));
-    return ST_OK;
-}
-
-/* Forward input of node x in the layout `want`, reordering if needed. */
-st_status dn_input_as(st_net *n, struct xnode *x, const_dnnl_memory_desc_t want, dnnl_memory_t *out)
-{
-    struct xnode *px = &n->x[x->in];
-    if (dn_same(want, px->dn->dst.md)) {
-        *out = px->dn->dst.mem;
-        return ST_OK;
-    }
-    OK(dn_mem_new(n, out, want, NULL));
-    return dn_add_reorder(n, &x->dn->fwd, px->dn->dst.mem, *out);
 }
 
 /* --------------------------------------------------- conv and linear -- */

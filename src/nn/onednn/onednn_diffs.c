@@ -81,7 +81,7 @@ static int gather_claims(const st_net *n, struct claim *c)
 {
     int k = 0;
     for (int j = 0; j < n->nx; j++) {
-        const struct onednn_node *dn = n->x[j].dn;
+        const struct onednn_node *dn = dn_state(&n->x[j]);
         if (dn->diff_deferred && dn->diff_home < 0)
             c[k++] = (struct claim){.bytes = dnnl_memory_desc_get_size(dn->diff.md), .lo = j, .hi = last_step(n, j),
                                     .mem = {dn->diff.mem}, .nmem = 1, .buffer = -1};
@@ -90,12 +90,12 @@ static int gather_claims(const st_net *n, struct claim *c)
                                     .hi = last_step(n, j), .mem = {dn->diff_tmp.mem}, .nmem = 1, .buffer = -1};
     }
     for (int j = 0; j < n->nx; j++) {  /* an add sharing its input's buffer joins that input's claim */
-        const struct onednn_node *dn = n->x[j].dn;
+        const struct onednn_node *dn = dn_state(&n->x[j]);
         if (!dn->diff_deferred || dn->diff_home < 0)
             continue;
         for (int i = 0; i < k; i++)
             for (int m = 0; m < c[i].nmem; m++)
-                if (c[i].mem[m] == n->x[dn->diff_home].dn->diff.mem && c[i].nmem < 8) {
+                if (c[i].mem[m] == dn_state(&n->x[dn->diff_home])->diff.mem && c[i].nmem < 8) {
                     c[i].mem[c[i].nmem++] = dn->diff.mem;
                     c[i].hi = c[i].hi > last_step(n, j) ? c[i].hi : last_step(n, j);
                     break;
@@ -119,8 +119,8 @@ static int place(struct claim *c, int i, int buffers)
 
 st_status dn_bwd_temp(st_net *n, enum dn_temp purpose, const_dnnl_memory_desc_t md, dnnl_memory_t *out)
 {
-    struct dn_bwd_temps *t = &n->dnet->temps;
-    if (!n->dnet->diffs_shared)
+    struct dn_bwd_temps *t = &dn_net(n)->temps;
+    if (!dn_net(n)->diffs_shared)
         return dn_mem_new(n, out, md, NULL);
     if (t->n == t->cap) {
         const int cap = t->cap ? 2 * t->cap : 16;
@@ -141,7 +141,7 @@ st_status dn_bwd_temp(st_net *n, enum dn_temp purpose, const_dnnl_memory_desc_t 
 
 st_status dn_user_scratchpad(st_net *n, const_dnnl_primitive_attr_t *out)
 {
-    struct onednn_net *d = n->dnet;
+    struct onednn_net *d = dn_net(n);
     if (!d->user_scratchpad) {
         TRY(dnnl_primitive_attr_create(&d->user_scratchpad));
         TRY(dnnl_primitive_attr_set_scratchpad_mode(d->user_scratchpad, dnnl_scratchpad_mode_user));
@@ -177,7 +177,7 @@ static st_status place_temps(struct onednn_net *d)
 
 st_status dn_share_diffs(st_net *n)
 {
-    struct onednn_net *d = n->dnet;
+    struct onednn_net *d = dn_net(n);
     if (!d->diffs_shared)
         return ST_OK;
     OK(place_temps(d));
@@ -225,10 +225,10 @@ void dn_diffs_free(struct onednn_net *d)
  * consumer adds in), and the buffers behind them. */
 void dn_gradient_memory(const st_net *n, st_net_gradient_memory *m)
 {
-    const struct onednn_net *d = n->dnet;
+    const struct onednn_net *d = dn_net(n);
     *m = (st_net_gradient_memory){0};
     for (int j = 0; j < n->nx; j++) {
-        const struct onednn_node *dn = n->x[j].dn;
+        const struct onednn_node *dn = dn_state(&n->x[j]);
         const dnnl_memory_t mems[2] = {dn->diff.mem, dn->diff_tmp.mem};
         for (int k = 0; k < 2; k++) {
             if (!mems[k] || !dn_mem_ptr(mems[k]))

@@ -81,7 +81,7 @@ static st_status matmul(st_net *n, dnnl_primitive_t p, dnnl_memory_t src, void *
     TRY(dnnl_memory_set_data_handle(wei, wei_ptr));
     TRY(dnnl_memory_set_data_handle(dst, dst_ptr));
     const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
-    TRY(dnnl_primitive_execute(p, n->dnet->strm, 3, args));
+    TRY(dnnl_primitive_execute(p, dn_net(n)->strm, 3, args));
     return ST_OK;
 }
 
@@ -94,8 +94,8 @@ static const struct dn_head_matmuls *matmuls_for(const struct dn_head_state *h, 
 static st_status chunk_logits(st_net *n, const struct xnode *x, long r0, long m, float *out)
 {
     const struct node *e = table_of(n, x);
-    const struct dn_head_state *h = &x->dn->head;
-    const float *src = (const float *)dn_mem_ptr(x->dn->seq.src) + r0 * e->c;
+    const struct dn_head_state *h = &dn_state(x)->head;
+    const float *src = (const float *)dn_mem_ptr(dn_state(x)->seq.src) + r0 * e->c;
     if (!x->lowp)
         return sgemm(n, 'N', 'T', m, e->vocab, e->c, src, e->c, n->params + e->w_off, e->c, 0.0f, out, e->vocab);
     const struct dn_head_matmuls *mm = matmuls_for(h, m);
@@ -110,9 +110,9 @@ static st_status chunk_logits(st_net *n, const struct xnode *x, long r0, long m,
 static st_status chunk_grads(st_net *n, const struct xnode *x, long r0, long m, const float *dz, bool fused)
 {
     const struct node *e = table_of(n, x);
-    const struct dn_head_state *h = &x->dn->head;
-    const float *src = (const float *)dn_mem_ptr(x->dn->seq.src) + r0 * e->c;
-    float *dx = x->dn->seq.target ? (float *)dn_mem_ptr(x->dn->seq.target) + r0 * e->c : NULL;
+    const struct dn_head_state *h = &dn_state(x)->head;
+    const float *src = (const float *)dn_mem_ptr(dn_state(x)->seq.src) + r0 * e->c;
+    float *dx = dn_state(x)->seq.target ? (float *)dn_mem_ptr(dn_state(x)->seq.target) + r0 * e->c : NULL;
     float *dtable = n->grads + e->w_off;
     if (!x->lowp) {
         if (dx)
@@ -133,7 +133,7 @@ static st_status chunk_grads(st_net *n, const struct xnode *x, long r0, long m, 
     if (mm->rows_blocked) {
         TRY(dnnl_memory_set_data_handle(mm->rows, h->rows));
         const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, mm->rows}, {DNNL_ARG_TO, mm->rows_dtable}};
-        TRY(dnnl_primitive_execute(mm->rows_blocked, n->dnet->strm, 2, args));
+        TRY(dnnl_primitive_execute(mm->rows_blocked, dn_net(n)->strm, 2, args));
         rows = dn_mem_ptr(mm->rows_dtable);
     }
     return matmul(n, r0 ? mm->dtable_add : mm->dtable, mm->dz_t, h->dz, mm->rows_dtable, rows, h->dtable, dtable);
@@ -150,7 +150,7 @@ static void head_time(st_net *n, double t0)
 st_status dn_head_loss(st_net *n, const int *labels, int rows, bool gradient, double *row_loss, int *correct)
 {
     const struct xnode *x = &n->x[n->nx - 1];
-    struct dn_head_state *h = &x->dn->head;
+    struct dn_head_state *h = &dn_state(x)->head;
     const int vocab = table_of(n, x)->vocab, all = (int)nn_rows(n, x->nd);
     int right = 0;
     h->grads_done = false;
@@ -172,7 +172,7 @@ st_status dn_head_loss(st_net *n, const int *labels, int rows, bool gradient, do
             OK(chunk_grads(n, x, r0, m, h->logits, true));
         head_time(n, t0);
     }
-    TRY(dnnl_stream_wait(n->dnet->strm));
+    TRY(dnnl_stream_wait(dn_net(n)->strm));
     h->grads_done = gradient && rows == all;
     *correct = right;
     return ST_OK;
@@ -181,23 +181,23 @@ st_status dn_head_loss(st_net *n, const int *labels, int rows, bool gradient, do
 st_status dn_head_output(st_net *n, float *out)
 {
     const struct xnode *x = &n->x[n->nx - 1];
-    const long rows = (long)nn_rows(n, x->nd), vocab = table_of(n, x)->vocab, chunk = x->dn->head.chunk;
+    const long rows = (long)nn_rows(n, x->nd), vocab = table_of(n, x)->vocab, chunk = dn_state(x)->head.chunk;
     for (long r0 = 0; r0 < rows; r0 += chunk)
         OK(chunk_logits(n, x, r0, rows - r0 < chunk ? rows - r0 : chunk, out + r0 * vocab));
-    TRY(dnnl_stream_wait(n->dnet->strm));
+    TRY(dnnl_stream_wait(dn_net(n)->strm));
     return ST_OK;
 }
 
-void dn_head_take_gradient(st_net *n, const float *dy) { n->x[n->nx - 1].dn->head.dy = dy; }
+void dn_head_take_gradient(st_net *n, const float *dy) { dn_state(&n->x[n->nx - 1])->head.dy = dy; }
 
 static st_status head_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    x->dn->head.grads_done = false;
+    dn_state(x)->head.grads_done = false;
     if (n->fused_loss)  /* the loss computes the logits, a chunk at a time */
         return ST_OK;
-    const long rows = (long)nn_rows(n, x->nd), vocab = table_of(n, x)->vocab, chunk = x->dn->head.chunk;
-    float *logits = dn_mem_ptr(x->dn->dst.mem);
+    const long rows = (long)nn_rows(n, x->nd), vocab = table_of(n, x)->vocab, chunk = dn_state(x)->head.chunk;
+    float *logits = dn_mem_ptr(dn_state(x)->dst.mem);
     for (long r0 = 0; r0 < rows; r0 += chunk)
         OK(chunk_logits(n, x, r0, rows - r0 < chunk ? rows - r0 : chunk, logits + r0 * vocab));
     return ST_OK;
@@ -208,8 +208,8 @@ static st_status head_fwd(st_net *n, int j)
 static st_status head_bwd(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    struct dn_head_state *h = &x->dn->head;
-    const float *dy = n->fused_loss ? h->dy : dn_mem_ptr(x->dn->diff.mem);
+    struct dn_head_state *h = &dn_state(x)->head;
+    const float *dy = n->fused_loss ? h->dy : dn_mem_ptr(dn_state(x)->diff.mem);
     h->dy = NULL;
     if (!dy) {
         if (!h->grads_done)
@@ -248,7 +248,7 @@ static st_status matmul_pd(st_net *n, dnnl_primitive_t *p, const_dnnl_memory_des
         }
     }
     dnnl_primitive_desc_t pd;
-    st_status st = DN_PD(n, pd, NULL, dnnl_matmul_primitive_desc_create(&pd, n->dnet->eng, src, wei, NULL, dst, attr));
+    st_status st = DN_PD(n, pd, NULL, dnnl_matmul_primitive_desc_create(&pd, dn_net(n)->eng, src, wei, NULL, dst, attr));
     dnnl_primitive_attr_destroy(attr);
     if (st == ST_OK && chosen)
         *chosen = dn_query(pd, dnnl_query_weights_md, 0);
@@ -259,7 +259,7 @@ static st_status matmul_pd(st_net *n, dnnl_primitive_t *p, const_dnnl_memory_des
  * step, counted as a weight reorder. */
 static st_status table_reorder(st_net *n, struct xnode *x, dnnl_memory_t from, dnnl_memory_t to)
 {
-    struct oplist *l = &x->dn->fwd;
+    struct oplist *l = &dn_state(x)->fwd;
     const int at = l->n;
     OK(dn_add_reorder(n, l, from, to));
     l->v[at].counted = OP_COUNTS_WEIGHT_REORDER;
@@ -272,7 +272,7 @@ static st_status build_matmuls(st_net *n, const struct xnode *x, struct dn_head_
 {
     const struct node *e = table_of(n, x);
     const long v = e->vocab, c = e->c;
-    const struct dn_head_state *h = &x->dn->head;
+    const struct dn_head_state *h = &dn_state(x)->head;
     const_dnnl_memory_desc_t rows, out, dz, dz_t, dx_out;
     OK(dn_md2(n, &rows, m, c, dnnl_bf16, dnnl_ab));
     OK(dn_md2(n, &out, m, v, dnnl_f32, dnnl_ab));
@@ -298,7 +298,7 @@ static st_status build_matmuls(st_net *n, const struct xnode *x, struct dn_head_
     if (!dn_same(rows_read, rows)) {
         dnnl_primitive_desc_t r;
         OK(dn_mem_new(n, &mm->rows_dtable, rows_read, NULL));
-        OK(DN_PD(n, r, NULL, dnnl_reorder_primitive_desc_create(&r, rows, n->dnet->eng, rows_read, n->dnet->eng, NULL)));
+        OK(DN_PD(n, r, NULL, dnnl_reorder_primitive_desc_create(&r, rows, dn_net(n)->eng, rows_read, dn_net(n)->eng, NULL)));
         OK(dn_prim_new(n, &mm->rows_blocked, r));
     }
     return matmul_pd(n, &mm->dtable_add, dz_t, dn_mem_md(mm->rows_dtable), dn_mem_md(h->dtable), true, NULL);
@@ -315,11 +315,11 @@ static st_status build_matmuls(st_net *n, const struct xnode *x, struct dn_head_
  * SHMTRAIN_ONEDNN_IP_PLAIN keeps the plain table. */
 static st_status blocked_tables(st_net *n, struct xnode *x, long m, bool paired[2])
 {
-    struct dn_head_state *h = &x->dn->head;
+    struct dn_head_state *h = &dn_state(x)->head;
     const struct node *e = table_of(n, x);
     const long v = e->vocab, c = e->c;
     paired[0] = paired[1] = false;
-    if (!dn_amx_rows(n, x) || n->dnet->opt.ip_plain)
+    if (!dn_amx_rows(n, x) || dn_net(n)->opt.ip_plain)
         return ST_OK;
     const_dnnl_memory_desc_t rows, out, dz, dx_out, any_t, any, logits_md, dx_md;
     OK(dn_md2(n, &rows, m, c, dnnl_bf16, dnnl_ab));
@@ -343,7 +343,7 @@ static st_status blocked_tables(st_net *n, struct xnode *x, long m, bool paired[
 static st_status plain_table(st_net *n, struct xnode *x, const bool paired[2])
 {
     const struct node *e = table_of(n, x);
-    struct dn_head_state *h = &x->dn->head;
+    struct dn_head_state *h = &dn_state(x)->head;
     if (paired[0] && paired[1])
         return ST_OK;
     const_dnnl_memory_desc_t table, table_t;
@@ -362,7 +362,7 @@ static st_status plain_table(st_net *n, struct xnode *x, const bool paired[2])
 static st_status build_bf16(st_net *n, struct xnode *x, long rows)
 {
     const struct node *e = table_of(n, x);
-    struct dn_head_state *h = &x->dn->head;
+    struct dn_head_state *h = &dn_state(x)->head;
     const long v = e->vocab, c = e->c;
     const_dnnl_memory_desc_t dtable;
     OK(dn_md2(n, &dtable, v, c, dnnl_f32, dnnl_ab));
@@ -384,17 +384,17 @@ static st_status build_output(st_net *n, struct xnode *x, const_dnnl_memory_desc
 {
     if (!n->fused_loss)
         return dn_set_dst(n, x, md);
-    OK(dn_mem_unbacked(n, &x->dn->dst.mem, md));
-    x->dn->dst.md = dn_mem_md(x->dn->dst.mem);
-    OK(dn_mem_unbacked(n, &x->dn->diff.mem, md));
-    x->dn->diff.md = dn_mem_md(x->dn->diff.mem);
+    OK(dn_mem_unbacked(n, &dn_state(x)->dst.mem, md));
+    dn_state(x)->dst.md = dn_mem_md(dn_state(x)->dst.mem);
+    OK(dn_mem_unbacked(n, &dn_state(x)->diff.mem, md));
+    dn_state(x)->diff.md = dn_mem_md(dn_state(x)->diff.mem);
     return ST_OK;
 }
 
 st_status dn_build_head(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    struct dn_head_state *h = &x->dn->head;
+    struct dn_head_state *h = &dn_state(x)->head;
     const struct node *e = table_of(n, x);
     const long rows = (long)nn_rows(n, x->nd);
     h->chunk = chunk_rows(n, rows, e->vocab);
@@ -404,7 +404,7 @@ st_status dn_build_head(st_net *n, int j)
     OK(dn_md2(n, &out, rows, e->vocab, dnnl_f32, dnnl_ab));
     OK(dn_md2(n, &in, rows, e->c, dnnl_f32, dnnl_ab));
     OK(build_output(n, x, out));
-    OK(dn_input_as(n, x, in, &x->dn->seq.src));
+    OK(dn_input_as(n, x, in, &dn_state(x)->seq.src));
     if (n->fused_loss && !(h->logits = nn_lines_alloc((size_t)h->chunk * (size_t)e->vocab, sizeof(float), false)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for the head's chunk of logits");
     if (x->lowp)
@@ -412,11 +412,11 @@ st_status dn_build_head(st_net *n, int j)
     if (h->table_logits) {
         const size_t said = strlen(x->impl);
         snprintf(x->impl + said, sizeof x->impl - said, ", AMX-blocked%s",
-                 x->dn->weights_paired ? " by the optimizer" : "");
+                 dn_state(x)->weights_paired ? " by the optimizer" : "");
     }
-    OK(dn_add_step(n, &x->dn->bwd, head_bwd, NODE_HEAD));
-    OK(dn_deliver(n, j, x->in, in, NULL, &x->dn->seq.target));
-    return dn_add_step(n, &x->dn->fwd, head_fwd, NODE_HEAD);
+    OK(dn_add_step(n, &dn_state(x)->bwd, head_bwd, NODE_HEAD));
+    OK(dn_deliver(n, j, x->in, in, NULL, &dn_state(x)->seq.target));
+    return dn_add_step(n, &dn_state(x)->fwd, head_fwd, NODE_HEAD);
 }
 
 void dn_head_free(struct dn_head_state *h)

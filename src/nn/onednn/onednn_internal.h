@@ -295,6 +295,11 @@ struct onednn_net {
     } temps;
 };
 
+/* The net's backend pointers, as oneDNN's: the state behind each node's
+ * `be` and the net's `be_net` (net.h keeps them opaque). */
+static inline struct onednn_node *dn_state(const struct xnode *x) { return x->be; }
+static inline struct onednn_net *dn_net(const st_net *n) { return n->be_net; }
+
 #define TRY(call)                                                                        \
     do {                                                                                 \
         dnnl_status_t s_ = (call);                                                       \
@@ -419,7 +424,7 @@ st_status dn_weights_fwd_pd(st_net *n, const struct xnode *x, const struct weigh
 st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
 st_status dn_build_weights(st_net *n, int j);
 /* Where oneDNN has AMX, does a bf16 inner product have rows enough a step
- * for the tiles' kernels to pay (see AMX_ROWS in onednn_weights.c)? */
+ * for the tiles' kernels to pay (see AMX_ROWS in onednn_cpu.c)? */
 bool dn_amx_rows(const st_net *n, const struct xnode *x);
 /* The backward pass's own view of a tensor: `have` if its layout is `want`,
  * else a scratch memory refreshed by a reorder (appended to `bwd`). */
@@ -507,10 +512,10 @@ st_status dn_seq_io(st_net *n, int j, st_status (*bwd)(st_net *, int));
  * type the node computes in (x->compute); an edge of another type is
  * converted on the way. */
 st_status dn_seq_io_as_planned(st_net *n, int j, st_status (*bwd)(st_net *, int));
-static inline float *dn_seq_src(const struct xnode *x) { return dn_mem_ptr(x->dn->seq.src); }
+static inline float *dn_seq_src(const struct xnode *x) { return dn_mem_ptr(dn_state(x)->seq.src); }
 static inline float *dn_seq_target(const struct xnode *x)
 {
-    return x->dn->seq.target ? dn_mem_ptr(x->dn->seq.target) : NULL;
+    return dn_state(x)->seq.target ? dn_mem_ptr(dn_state(x)->seq.target) : NULL;
 }
 /* onednn_attention.c: the attention layer and the choice of its kernel. */
 st_status dn_build_attention(st_net *n, int j);

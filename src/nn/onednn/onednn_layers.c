@@ -9,16 +9,16 @@
 static bool relu_fits_pool(const st_net *n, const struct xnode *x)
 {
     const struct xnode *px = &n->x[x->in];
-    return px->kind == NODE_MAXPOOL && px->dn->pool.arg && px->consumers == 1;
+    return px->kind == NODE_MAXPOOL && dn_state(px)->pool.arg && px->consumers == 1;
 }
 
 static st_status build_relu_in_pool(st_net *n, struct xnode *x)
 {
     struct xnode *px = &n->x[x->in];
-    OK(dn_set_dst(n, x, px->dn->dst.md));  /* the gradient memories; dst is then the pool's own */
-    x->dn->dst.mem = px->dn->dst.mem;
-    px->dn->pool.relu = true;
-    px->dn->pool.diff = x->dn->diff.mem;
+    OK(dn_set_dst(n, x, dn_state(px)->dst.md));  /* the gradient memories; dst is then the pool's own */
+    dn_state(x)->dst.mem = dn_state(px)->dst.mem;
+    dn_state(px)->pool.relu = true;
+    dn_state(px)->pool.diff = dn_state(x)->diff.mem;
     snprintf(x->impl, sizeof x->impl, "in the max-pool before it");
     return ST_OK;
 }
@@ -35,28 +35,28 @@ st_status dn_build_eltwise(st_net *n, int j, dnnl_alg_kind_t alg)
 {
     struct xnode *x = &n->x[j];
     struct xnode *px = &n->x[x->in];
-    const_dnnl_memory_desc_t in = px->dn->dst.md;
+    const_dnnl_memory_desc_t in = dn_state(px)->dst.md;
     dnnl_primitive_desc_t fpd, bpd;
     dnnl_primitive_t f, b;
     OK(DN_PD(n, fpd, NULL,
-             dnnl_eltwise_forward_primitive_desc_create(&fpd, n->dnet->eng, dnnl_forward_training, alg, in, in, 0, 0,
+             dnnl_eltwise_forward_primitive_desc_create(&fpd, dn_net(n)->eng, dnnl_forward_training, alg, in, in, 0, 0,
                                                         NULL)));
     dn_impl_name(x, fpd);
     OK(dn_set_dst(n, x, dn_query(fpd, dnnl_query_dst_md, 0)));
     OK(dn_prim_new(n, &f, fpd));
-    OK(dn_add_op(n, &x->dn->fwd, f, x->kind, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_DST, x->dn->dst.mem, -1));
+    OK(dn_add_op(n, &dn_state(x)->fwd, f, x->kind, DNNL_ARG_SRC, dn_state(px)->dst.mem, DNNL_ARG_DST, dn_state(x)->dst.mem, -1));
     if (!px->wants_diff)
         return ST_OK;
     OK(DN_PD(n, bpd, NULL,
-             dnnl_eltwise_backward_primitive_desc_create(&bpd, n->dnet->eng, alg, in, in, in, 0, 0, fpd, NULL)));
+             dnnl_eltwise_backward_primitive_desc_create(&bpd, dn_net(n)->eng, alg, in, in, in, 0, 0, fpd, NULL)));
     OK(dn_prim_new(n, &b, bpd));
-    OK(dn_add_op(n, &x->dn->bwd, b, x->kind, -1));
-    int at = x->dn->bwd.n - 1;
+    OK(dn_add_op(n, &dn_state(x)->bwd, b, x->kind, -1));
+    int at = dn_state(x)->bwd.n - 1;
     dnnl_memory_t target;
     OK(dn_deliver(n, j, x->in, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
-    struct op *o = &x->dn->bwd.v[at];
-    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, px->dn->dst.mem};
-    o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, x->dn->diff.mem};
+    struct op *o = &dn_state(x)->bwd.v[at];
+    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, dn_state(px)->dst.mem};
+    o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem};
     o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, target};
     o->nargs = 3;
     return ST_OK;
@@ -66,7 +66,7 @@ static st_status bn_running_stats(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    const float *mean = dn_mem_ptr(x->dn->bn.mean), *var = dn_mem_ptr(x->dn->bn.var);
+    const float *mean = dn_mem_ptr(dn_state(x)->bn.mean), *var = dn_mem_ptr(dn_state(x)->bn.var);
     const double m = (double)n->batch * nd->h * nd->w;
     float *rm = n->buffers + nd->buf_off, *rv = rm + nd->c;
     for (int c = 0; c < nd->c; c++) {
@@ -82,8 +82,8 @@ st_status dn_build_bn(st_net *n, int j)
     struct xnode *px = &n->x[x->in];
     const struct node *nd = x->nd;
     const unsigned flags = dnnl_use_scale | dnnl_use_shift;
-    const_dnnl_memory_desc_t in = px->dn->dst.md;
-    dnnl_engine_t eng = n->dnet->eng;
+    const_dnnl_memory_desc_t in = dn_state(px)->dst.md;
+    dnnl_engine_t eng = dn_net(n)->eng;
     dnnl_primitive_desc_t tpd, ipd, bpd;
     dnnl_primitive_t tp, ip, bp;
     OK(DN_PD(n, tpd, NULL,
@@ -97,18 +97,18 @@ st_status dn_build_bn(st_net *n, int j)
     dnnl_memory_t scale, shift, dscale, dshift, rmean, rvar;
     OK(dn_mem_new(n, &scale, dn_arg_md(tpd, DNNL_ARG_SCALE), n->params + nd->w_off));
     OK(dn_mem_new(n, &shift, dn_arg_md(tpd, DNNL_ARG_SHIFT), n->params + nd->b_off));
-    OK(dn_mem_new(n, &x->dn->bn.mean, dn_arg_md(tpd, DNNL_ARG_MEAN), NULL));
-    OK(dn_mem_new(n, &x->dn->bn.var, dn_arg_md(tpd, DNNL_ARG_VARIANCE), NULL));
+    OK(dn_mem_new(n, &dn_state(x)->bn.mean, dn_arg_md(tpd, DNNL_ARG_MEAN), NULL));
+    OK(dn_mem_new(n, &dn_state(x)->bn.var, dn_arg_md(tpd, DNNL_ARG_VARIANCE), NULL));
     OK(dn_mem_new(n, &rmean, dn_arg_md(ipd, DNNL_ARG_MEAN), n->buffers + nd->buf_off));
     OK(dn_mem_new(n, &rvar, dn_arg_md(ipd, DNNL_ARG_VARIANCE), n->buffers + nd->buf_off + nd->c));
     OK(dn_prim_new(n, &tp, tpd));
     OK(dn_prim_new(n, &ip, ipd));
-    OK(dn_add_op(n, &x->dn->fwd, tp, NODE_BATCHNORM, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_SCALE, scale,
-              DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, x->dn->dst.mem, DNNL_ARG_MEAN, x->dn->bn.mean,
-              DNNL_ARG_VARIANCE, x->dn->bn.var, -1));
-    OK(dn_add_step(n, &x->dn->fwd, bn_running_stats, NODE_BATCHNORM));
-    OK(dn_add_op(n, &x->dn->fwd_infer, ip, NODE_BATCHNORM, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_SCALE, scale,
-              DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, x->dn->dst.mem, DNNL_ARG_MEAN, rmean, DNNL_ARG_VARIANCE,
+    OK(dn_add_op(n, &dn_state(x)->fwd, tp, NODE_BATCHNORM, DNNL_ARG_SRC, dn_state(px)->dst.mem, DNNL_ARG_SCALE, scale,
+              DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, dn_state(x)->dst.mem, DNNL_ARG_MEAN, dn_state(x)->bn.mean,
+              DNNL_ARG_VARIANCE, dn_state(x)->bn.var, -1));
+    OK(dn_add_step(n, &dn_state(x)->fwd, bn_running_stats, NODE_BATCHNORM));
+    OK(dn_add_op(n, &dn_state(x)->fwd_infer, ip, NODE_BATCHNORM, DNNL_ARG_SRC, dn_state(px)->dst.mem, DNNL_ARG_SCALE, scale,
+              DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, dn_state(x)->dst.mem, DNNL_ARG_MEAN, rmean, DNNL_ARG_VARIANCE,
               rvar, -1));
     OK(DN_PD(n, bpd, NULL,
              dnnl_batch_normalization_backward_primitive_desc_create(&bpd, eng, dnnl_backward, in, in, in, 1e-5f, flags,
@@ -116,17 +116,17 @@ st_status dn_build_bn(st_net *n, int j)
     OK(dn_prim_new(n, &bp, bpd));
     OK(dn_mem_new(n, &dscale, dn_arg_md(bpd, DNNL_ARG_DIFF_SCALE), n->grads + nd->w_off));
     OK(dn_mem_new(n, &dshift, dn_arg_md(bpd, DNNL_ARG_DIFF_SHIFT), n->grads + nd->b_off));
-    OK(dn_add_op(n, &x->dn->bwd, bp, NODE_BATCHNORM, -1));
-    int at = x->dn->bwd.n - 1;
+    OK(dn_add_op(n, &dn_state(x)->bwd, bp, NODE_BATCHNORM, -1));
+    int at = dn_state(x)->bwd.n - 1;
     dnnl_memory_t target = NULL;
     if (px->wants_diff)
         OK(dn_deliver(n, j, x->in, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
     else
         OK(dn_mem_new(n, &target, in, NULL));  /* computed anyway, then dropped */
-    struct op *o = &x->dn->bwd.v[at];
+    struct op *o = &dn_state(x)->bwd.v[at];
     /* No SHIFT: oneDNN 3's backward refuses it as an argument it does not read. */
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, px->dn->dst.mem}, {DNNL_ARG_MEAN, x->dn->bn.mean},
-                              {DNNL_ARG_VARIANCE, x->dn->bn.var}, {DNNL_ARG_DIFF_DST, x->dn->diff.mem},
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, dn_state(px)->dst.mem}, {DNNL_ARG_MEAN, dn_state(x)->bn.mean},
+                              {DNNL_ARG_VARIANCE, dn_state(x)->bn.var}, {DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem},
                               {DNNL_ARG_SCALE, scale}, {DNNL_ARG_DIFF_SRC, target},
                               {DNNL_ARG_DIFF_SCALE, dscale}, {DNNL_ARG_DIFF_SHIFT, dshift}};
     memcpy(o->args, args, sizeof args);
@@ -144,16 +144,16 @@ st_status dn_build_bn(st_net *n, int j)
  * their outputs). */
 static void scale_by_mask(const struct xnode *x, const void *in, void *out)
 {
-    const float *ms = x->dn->dropout.mask_scale;
+    const float *ms = dn_state(x)->dropout.mask_scale;
     if (x->stored == ST_DTYPE_BF16) {
         const st_bf16 *a = in;
         st_bf16 *b = out;
-        for (size_t i = 0; i < x->dn->elems; i++)
+        for (size_t i = 0; i < dn_state(x)->elems; i++)
             b[i] = st_bf16_from_f32(st_bf16_to_f32(a[i]) * ms[i]);
     } else {
         const float *a = in;
         float *b = out;
-        for (size_t i = 0; i < x->dn->elems; i++)
+        for (size_t i = 0; i < dn_state(x)->elems; i++)
             b[i] = a[i] * ms[i];
     }
 }
@@ -161,18 +161,18 @@ static void scale_by_mask(const struct xnode *x, const void *in, void *out)
 static st_status dropout_fwd(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    float *ms = x->dn->dropout.mask_scale;
+    float *ms = dn_state(x)->dropout.mask_scale;
     const float p = x->nd->drop, scale = 1.0f / (1.0f - p);
-    for (size_t i = 0; i < x->dn->elems; i++)
+    for (size_t i = 0; i < dn_state(x)->elems; i++)
         ms[i] = !n->training ? 1.0f : dropout_keep(n->dropout_seed, j, i, p) ? scale : 0.0f;
-    scale_by_mask(x, dn_mem_ptr(n->x[x->in].dn->dst.mem), dn_mem_ptr(x->dn->dst.mem));
+    scale_by_mask(x, dn_mem_ptr(dn_state(&n->x[x->in])->dst.mem), dn_mem_ptr(dn_state(x)->dst.mem));
     return ST_OK;
 }
 
 static st_status dropout_bwd(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
-    scale_by_mask(x, dn_mem_ptr(x->dn->diff.mem), dn_mem_ptr(x->dn->dropout.diff_src));
+    scale_by_mask(x, dn_mem_ptr(dn_state(x)->diff.mem), dn_mem_ptr(dn_state(x)->dropout.diff_src));
     return ST_OK;
 }
 
@@ -181,16 +181,16 @@ st_status dn_build_dropout(st_net *n, int j)
     struct xnode *x = &n->x[j];
     struct xnode *px = &n->x[x->in];
     snprintf(x->impl, sizeof x->impl, "C loop");
-    OK(dn_set_dst(n, x, px->dn->dst.md));
-    if (!(x->dn->dropout.mask_scale = nn_lines_alloc(x->dn->elems, sizeof(float), true)))
+    OK(dn_set_dst(n, x, dn_state(px)->dst.md));
+    if (!(dn_state(x)->dropout.mask_scale = nn_lines_alloc(dn_state(x)->elems, sizeof(float), true)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
-    OK(dn_add_step(n, &x->dn->fwd, dropout_fwd, NODE_DROPOUT));
+    OK(dn_add_step(n, &dn_state(x)->fwd, dropout_fwd, NODE_DROPOUT));
     if (!px->wants_diff)
         return ST_OK;
-    OK(dn_mem_new(n, &x->dn->dropout.diff_src, px->dn->dst.md, NULL));
-    OK(dn_add_step(n, &x->dn->bwd, dropout_bwd, NODE_DROPOUT));
+    OK(dn_mem_new(n, &dn_state(x)->dropout.diff_src, dn_state(px)->dst.md, NULL));
+    OK(dn_add_step(n, &dn_state(x)->bwd, dropout_bwd, NODE_DROPOUT));
     dnnl_memory_t target;
-    return dn_deliver(n, j, x->in, px->dn->dst.md, x->dn->dropout.diff_src, &target);
+    return dn_deliver(n, j, x->in, dn_state(px)->dst.md, dn_state(x)->dropout.diff_src, &target);
 }
 
 /* An input already in plain NCHW (mlp's) is read where it is: the input's
@@ -198,7 +198,7 @@ st_status dn_build_dropout(st_net *n, int j)
 static st_status flatten_alias(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    TRY(dnnl_memory_set_data_handle(x->dn->dst.mem, dn_mem_ptr(n->x[x->in].dn->dst.mem)));
+    TRY(dnnl_memory_set_data_handle(dn_state(x)->dst.mem, dn_mem_ptr(dn_state(&n->x[x->in])->dst.mem)));
     return ST_OK;
 }
 
@@ -217,16 +217,16 @@ st_status dn_build_flatten(st_net *n, int j)
     snprintf(x->impl, sizeof x->impl, "reorder to nchw");
     OK(dn_set_dst(n, x, md2));
     dnnl_memory_t view, dview, target;
-    if (dn_same(px->dn->dst.md, md4)) {
+    if (dn_same(dn_state(px)->dst.md, md4)) {
         snprintf(x->impl, sizeof x->impl, "a view of its input");
-        OK(dn_add_step(n, &x->dn->fwd, flatten_alias, NODE_FLATTEN));
+        OK(dn_add_step(n, &dn_state(x)->fwd, flatten_alias, NODE_FLATTEN));
     } else {
-        OK(dn_mem_new(n, &view, md4, dn_mem_ptr(x->dn->dst.mem)));
-        OK(dn_add_reorder(n, &x->dn->fwd, px->dn->dst.mem, view));
+        OK(dn_mem_new(n, &view, md4, dn_mem_ptr(dn_state(x)->dst.mem)));
+        OK(dn_add_reorder(n, &dn_state(x)->fwd, dn_state(px)->dst.mem, view));
     }
     if (!px->wants_diff)
         return ST_OK;
-    OK(dn_mem_new(n, &dview, md4, dn_mem_ptr(x->dn->diff.mem)));
+    OK(dn_mem_new(n, &dview, md4, dn_mem_ptr(dn_state(x)->diff.mem)));
     return dn_deliver(n, j, x->in, md4, dview, &target);
 }
 
@@ -239,7 +239,7 @@ static int add_diff_home(const st_net *n, const struct xnode *x, const_dnnl_memo
     const int ins[2] = {x->in2, x->in};
     for (int k = 0; k < 2; k++) {
         const struct xnode *p = &n->x[ins[k]];
-        if (p->wants_diff && p->consumers == 1 && dn_same(p->dn->diff.md, md))
+        if (p->wants_diff && p->consumers == 1 && dn_same(dn_state(p)->diff.md, md))
             return ins[k];
     }
     return -1;
@@ -251,31 +251,31 @@ st_status dn_build_add(st_net *n, int j)
     struct xnode *a = &n->x[x->in], *b = &n->x[x->in2];
     /* In a's layout, and in bf16 only when both inputs are (a residual
      * stream in fp32 is not rounded to bf16 by a bf16 branch). */
-    const_dnnl_memory_desc_t md = a->dn->dst.md;
+    const_dnnl_memory_desc_t md = dn_state(a)->dst.md;
     if (dn_dst_type(n, x->in) != dn_type_of(x->stored))
         OK(dn_md_like(n, &md, md, 0, dn_type_of(x->stored)));
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t p;
-    dnnl_memory_t src0 = a->dn->dst.mem, src1 = b->dn->dst.mem, target;
-    if (!dn_same(a->dn->dst.md, md)) {
+    dnnl_memory_t src0 = dn_state(a)->dst.mem, src1 = dn_state(b)->dst.mem, target;
+    if (!dn_same(dn_state(a)->dst.md, md)) {
         OK(dn_mem_new(n, &src0, md, NULL));
-        OK(dn_add_reorder(n, &x->dn->fwd, a->dn->dst.mem, src0));
+        OK(dn_add_reorder(n, &dn_state(x)->fwd, dn_state(a)->dst.mem, src0));
     }
-    if (!dn_same(b->dn->dst.md, md)) {
+    if (!dn_same(dn_state(b)->dst.md, md)) {
         OK(dn_mem_new(n, &src1, md, NULL));
-        OK(dn_add_reorder(n, &x->dn->fwd, b->dn->dst.mem, src1));
+        OK(dn_add_reorder(n, &dn_state(x)->fwd, dn_state(b)->dst.mem, src1));
     }
-    OK(DN_PD(n, pd, NULL, dnnl_binary_primitive_desc_create(&pd, n->dnet->eng, dnnl_binary_add, md, md, md, NULL)));
+    OK(DN_PD(n, pd, NULL, dnnl_binary_primitive_desc_create(&pd, dn_net(n)->eng, dnnl_binary_add, md, md, md, NULL)));
     dn_impl_name(x, pd);
     OK(dn_set_dst_diff_in(n, x, md, add_diff_home(n, x, md)));
     OK(dn_prim_new(n, &p, pd));
-    OK(dn_add_op(n, &x->dn->fwd, p, NODE_ADD, DNNL_ARG_SRC_0, src0, DNNL_ARG_SRC_1, src1, DNNL_ARG_DST,
-              x->dn->dst.mem, -1));
+    OK(dn_add_op(n, &dn_state(x)->fwd, p, NODE_ADD, DNNL_ARG_SRC_0, src0, DNNL_ARG_SRC_1, src1, DNNL_ARG_DST,
+              dn_state(x)->dst.mem, -1));
     /* The gradient passes unchanged to both inputs: free to the one whose
      * buffer it shares, a copy to the other (copies, because a producer
      * with other consumers has its diff added to later). */
-    OK(dn_deliver(n, j, x->in, x->dn->dst.md, x->dn->diff.mem, &target));
-    return dn_deliver(n, j, x->in2, x->dn->dst.md, x->dn->diff.mem, &target);
+    OK(dn_deliver(n, j, x->in, dn_state(x)->dst.md, dn_state(x)->diff.mem, &target));
+    return dn_deliver(n, j, x->in2, dn_state(x)->dst.md, dn_state(x)->diff.mem, &target);
 }
 
 st_status dn_build_input(st_net *n, int j)
@@ -289,10 +289,10 @@ st_status dn_build_input(st_net *n, int j)
     else
         OK(dn_plain_md(n, &md, 4, d));
     snprintf(x->impl, sizeof x->impl, nd->tokens ? "user token ids" : "user nchw");
-    OK(dn_mem_new(n, &n->dnet->input_user, md, n->logits /* replaced each forward */));
-    x->dn->dst.mem = n->dnet->input_user;
-    x->dn->dst.md = dn_mem_md(x->dn->dst.mem);
-    OK(dn_mem_new(n, &x->dn->diff.mem, md, NULL));
-    x->dn->diff.md = dn_mem_md(x->dn->diff.mem);
+    OK(dn_mem_new(n, &dn_net(n)->input_user, md, n->logits /* replaced each forward */));
+    dn_state(x)->dst.mem = dn_net(n)->input_user;
+    dn_state(x)->dst.md = dn_mem_md(dn_state(x)->dst.mem);
+    OK(dn_mem_new(n, &dn_state(x)->diff.mem, md, NULL));
+    dn_state(x)->diff.md = dn_mem_md(dn_state(x)->diff.mem);
     return x->consumers > 1 ? dn_accum_new(n, x) : ST_OK;
 }

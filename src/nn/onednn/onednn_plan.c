@@ -1,7 +1,5 @@
 /* The oneDNN backend's build, executor and teardown, and its function table. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
-
 #include "onednn_internal.h"
 #include "kernels/causal_bf16.h"
 
@@ -12,15 +10,15 @@ static st_status build_loss_io(st_net *n)
         return ST_OK;
     struct xnode *last = &n->x[n->nx - 1];
     const struct node *nd = last->nd;
-    struct onednn_net *d = n->dnet;
+    struct onednn_net *d = dn_net(n);
     const_dnnl_memory_desc_t md;
     dnnl_dims_t d4 = {n->batch, nd->c, nd->h, nd->w}, d2 = {(dnnl_dim_t)nn_rows(n, nd), nd->c};
     OK(dn_plain_md(n, &md, nd->flat ? 2 : 4, nd->flat ? d2 : d4));
     OK(dn_mem_new(n, &d->logits_user, md, n->logits));
     OK(dn_mem_new(n, &d->dlast_user, md, n->dlogits));
     d->cur = n->nx - 1;
-    OK(dn_add_reorder(n, &d->to_logits, last->dn->dst.mem, d->logits_user));
-    OK(dn_add_reorder(n, &d->from_dlast, d->dlast_user, last->dn->diff.mem));
+    OK(dn_add_reorder(n, &d->to_logits, dn_state(last)->dst.mem, d->logits_user));
+    OK(dn_add_reorder(n, &d->from_dlast, d->dlast_user, dn_state(last)->diff.mem));
     d->cur = -1;
     return ST_OK;
 }
@@ -35,23 +33,6 @@ static st_status (*const builders[])(st_net *n, int j) = {
 };
 _Static_assert(sizeof builders / sizeof *builders == NODE_KINDS, "a oneDNN builder per layer kind");
 
-/* oneDNN 3's ISA values are bit sets, each containing the ones below it:
- * AVX512-BF16, AMX, AVX10 and whatever follows all contain the bf16 bits. */
-bool st_nn_native(st_dtype type, const st_nn_tuning *t)
-{
-    if (type == ST_DTYPE_F32)
-        return true;
-    if (type != ST_DTYPE_BF16)  /* fp16's kernels (AVX512-FP16, AMX-FP16) are not wired */
-        return false;
-    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
-    return (isa & bf16) == bf16 || (t && t->bf16_any_isa);
-}
-
-bool st_nn_amx_supported(void)
-{
-    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
-    return (isa & amx) == amx;
-}
 
 /* oneDNN computes in bf16 only (its fp16 kernels, AVX512-FP16 and
  * AMX-FP16, are not wired); attention's bf16 products need the
@@ -102,29 +83,29 @@ static st_status new_nodes(st_net *n)
 {
     for (int j = 0; j < n->nx; j++) {
         struct xnode *x = &n->x[j];
-        if (!(x->dn = calloc(1, sizeof *x->dn)))
+        if (!(x->be = calloc(1, sizeof(struct onednn_node))))
             return st_fail(ST_ERR_NOMEM, "net: out of memory");
-        x->dn->diff_home = -1;
+        dn_state(x)->diff_home = -1;
     }
     return ST_OK;
 }
 
 static st_status onednn_build(st_net *n)
 {
-    n->dnet = calloc(1, sizeof *n->dnet);
-    if (!n->dnet)
+    n->be_net = calloc(1, sizeof(struct onednn_net));
+    if (!dn_net(n))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
-    n->dnet->cur = -1;
-    n->dnet->opt = n->cfg.tuning;
-    TRY(dnnl_engine_create(&n->dnet->eng, dnnl_cpu, 0));
-    TRY(dnnl_stream_create(&n->dnet->strm, n->dnet->eng, dnnl_stream_default_flags));
+    dn_net(n)->cur = -1;
+    dn_net(n)->opt = n->cfg.tuning;
+    TRY(dnnl_engine_create(&dn_net(n)->eng, dnnl_cpu, 0));
+    TRY(dnnl_stream_create(&dn_net(n)->strm, dn_net(n)->eng, dnnl_stream_default_flags));
     OK(new_nodes(n));
-    n->dnet->diffs_shared = dn_diffs_shared(n);
+    dn_net(n)->diffs_shared = dn_diffs_shared(n);
     for (int j = 0; j < n->nx; j++) {
-        n->dnet->cur = j;
+        dn_net(n)->cur = j;
         OK(builders[n->x[j].kind](n, j));
     }
-    n->dnet->cur = -1;
+    dn_net(n)->cur = -1;
     OK(dn_chunk_pass(n));
     OK(dn_share_diffs(n));
     OK(built_as_planned(n));
@@ -141,9 +122,9 @@ static st_status run(st_net *n, const struct oplist *l)
             if (st != ST_OK)
                 return st;
         } else {
-            dnnl_status_t s = dnnl_primitive_execute(o->prim, n->dnet->strm, o->nargs, o->args);
+            dnnl_status_t s = dnnl_primitive_execute(o->prim, dn_net(n)->strm, o->nargs, o->args);
             if (s != dnnl_success) {
-                n->dnet->cur = o->node;
+                dn_net(n)->cur = o->node;
                 return dn_dnnl_error(n, "dnnl_primitive_execute", s);
             }
         }
@@ -161,10 +142,10 @@ static st_status run(st_net *n, const struct oplist *l)
 
 static st_status onednn_forward(st_net *n, const void *input)
 {
-    struct onednn_net *d = n->dnet;
+    struct onednn_net *d = dn_net(n);
     TRY(dnnl_memory_set_data_handle(d->input_user, (void *)input));
     for (int j = 1; j < n->nx; j++) {
-        const struct onednn_node *dn = n->x[j].dn;
+        const struct onednn_node *dn = dn_state(&n->x[j]);
         bool infer = !n->training && dn->fwd_infer.n > 0;
         OK(run(n, infer ? &dn->fwd_infer : &dn->fwd));
     }
@@ -175,7 +156,7 @@ static st_status onednn_forward(st_net *n, const void *input)
 
 static st_status onednn_set_last_diff(st_net *n, const float *plain)
 {
-    struct onednn_net *d = n->dnet;
+    struct onednn_net *d = dn_net(n);
     TRY(dnnl_memory_set_data_handle(d->dlast_user, (void *)plain));
     return run(n, &d->from_dlast);
 }
@@ -183,28 +164,28 @@ static st_status onednn_set_last_diff(st_net *n, const float *plain)
 static st_status onednn_backward(st_net *n)
 {
     for (int j = n->nx - 1; j >= 1; j--) {
-        OK(run(n, &n->x[j].dn->bwd));
+        OK(run(n, &dn_state(&n->x[j])->bwd));
         if (n->grads_ready && n->x[j].nd->w_count) {
-            TRY(dnnl_stream_wait(n->dnet->strm));  /* CPU streams run in order; be sure */
+            TRY(dnnl_stream_wait(dn_net(n)->strm));  /* CPU streams run in order; be sure */
             nn_grads_ready(n, j);
         }
     }
-    TRY(dnnl_stream_wait(n->dnet->strm));
+    TRY(dnnl_stream_wait(dn_net(n)->strm));
     return ST_OK;
 }
 
 static st_status onednn_input_grad(st_net *n, float *out)
 {
     const struct xnode *x = &n->x[0];
-    memcpy(out, dn_mem_ptr(x->dn->diff.mem), dnnl_memory_desc_get_size(x->dn->diff.md));
+    memcpy(out, dn_mem_ptr(dn_state(x)->diff.mem), dnnl_memory_desc_get_size(dn_state(x)->diff.md));
     return ST_OK;
 }
 
 static void onednn_destroy(st_net *n)
 {
-    struct onednn_net *d = n->dnet;
+    struct onednn_net *d = dn_net(n);
     for (int j = 0; n->x && j < n->nx; j++) {
-        struct onednn_node *dn = n->x[j].dn;
+        struct onednn_node *dn = dn_state(&n->x[j]);
         if (!dn)
             continue;
         free(dn->fwd.v);
@@ -265,35 +246,3 @@ const struct nn_backend nn_onednn_backend = {
     .output = dn_head_output,
     .gradient_memory = dn_gradient_memory,
 };
-
-/* -------------------------------------------------------------- report -- */
-
-void st_nn_onednn_version(char *buf, size_t len)
-{
-    const dnnl_version_t *v = dnnl_version();
-    snprintf(buf, len, "%d.%d.%d", v->major, v->minor, v->patch);
-}
-
-void st_nn_onednn_library(char *buf, size_t len)
-{
-    Dl_info info;
-    snprintf(buf, len, "%s", dladdr((void *)dnnl_version, &info) && info.dli_fname ? info.dli_fname : "(unknown)");
-}
-
-const char *st_nn_onednn_isa(void)
-{
-    switch (dnnl_get_effective_cpu_isa()) {
-    case dnnl_cpu_isa_sse41: return "sse41";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    case dnnl_cpu_isa_avx2_vnni_2: return "avx2_vnni_2";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_fp16: return "avx512_core_fp16";
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    case dnnl_cpu_isa_avx512_core_amx_fp16: return "avx512_core_amx_fp16";
-    default: return "newer than this build knows";
-    }
-}

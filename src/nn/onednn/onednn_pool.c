@@ -34,9 +34,9 @@ static bool channel_innermost(const_dnnl_memory_desc_t md, struct pool_layout *p
 static st_status maxpool2_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    const struct onednn_node *dn = x->dn;
+    const struct onednn_node *dn = dn_state(x);
     const struct maxpool2_shape shape = {dn->pool.src, dn->pool.dst, n->batch, x->nd->h, x->nd->w};
-    maxpool2_forward(&shape, dn_mem_ptr(n->x[x->in].dn->dst.mem), dn_mem_ptr(x->dn->dst.mem), dn->pool.arg, dn->pool.relu);
+    maxpool2_forward(&shape, dn_mem_ptr(dn_state(&n->x[x->in])->dst.mem), dn_mem_ptr(dn_state(x)->dst.mem), dn->pool.arg, dn->pool.relu);
     return ST_OK;
 }
 
@@ -44,12 +44,12 @@ static st_status maxpool2_bwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct xnode *px = &n->x[x->in];
-    const struct onednn_node *dn = x->dn;
+    const struct onednn_node *dn = dn_state(x);
     const struct maxpool2_shape shape = {dn->pool.src, dn->pool.dst, n->batch, x->nd->h, x->nd->w};
     float *dx = dn_mem_ptr(dn->pool.target);
     if (!dn->pool.edges_zeroed && (px->nd->h != 2 * x->nd->h || px->nd->w != 2 * x->nd->w))
-        memset(dx, 0, dnnl_memory_desc_get_size(px->dn->dst.md));  /* an odd edge row/column gets no gradient */
-    maxpool2_backward(&shape, dn_mem_ptr(dn->pool.relu ? dn->pool.diff : x->dn->diff.mem), dn->pool.arg, dx);
+        memset(dx, 0, dnnl_memory_desc_get_size(dn_state(px)->dst.md));  /* an odd edge row/column gets no gradient */
+    maxpool2_backward(&shape, dn_mem_ptr(dn->pool.relu ? dn->pool.diff : dn_state(x)->diff.mem), dn->pool.arg, dx);
     return ST_OK;
 }
 
@@ -57,13 +57,13 @@ static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
 {
     struct xnode *x = &n->x[j];
     struct xnode *px = &n->x[x->in];
-    struct onednn_node *dn = x->dn;
+    struct onednn_node *dn = dn_state(x);
     dnnl_dims_t dd = {n->batch, x->nd->c, x->nd->h, x->nd->w};
     const_dnnl_memory_desc_t md;
     dnnl_format_tag_t dtag;
     OK(dn_md_tag(n, &md, 4, dd, dnnl_f32, tag));
     OK(dn_set_dst(n, x, md));
-    if (!channel_innermost(x->dn->dst.md, &dn->pool.dst, &dtag) || dn->pool.dst.block != dn->pool.src.block)
+    if (!channel_innermost(dn_state(x)->dst.md, &dn->pool.dst, &dtag) || dn->pool.dst.block != dn->pool.src.block)
         return st_fail(ST_ERR_BACKEND, "max-pool: unexpected output layout (model line %d)", x->nd->line);
     if (!(dn->pool.arg = calloc(dn->elems, 1)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
@@ -72,11 +72,11 @@ static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
     if (!px->wants_diff)
         return ST_OK;
     OK(dn_add_step(n, &dn->bwd, maxpool2_bwd, NODE_MAXPOOL));
-    OK(dn_deliver(n, j, x->in, px->dn->dst.md, NULL, &dn->pool.target));
-    if (px->consumers == 1 && dn->pool.target == px->dn->diff.mem) {
+    OK(dn_deliver(n, j, x->in, dn_state(px)->dst.md, NULL, &dn->pool.target));
+    if (px->consumers == 1 && dn->pool.target == dn_state(px)->diff.mem) {
         /* Only this pool writes there, never to an odd edge: zero it once
          * instead of every step (2 MB for cnn's second pool). */
-        memset(dn_mem_ptr(dn->pool.target), 0, dnnl_memory_desc_get_size(px->dn->dst.md));
+        memset(dn_mem_ptr(dn->pool.target), 0, dnnl_memory_desc_get_size(dn_state(px)->dst.md));
         dn->pool.edges_zeroed = true;
     }
     return ST_OK;
@@ -84,7 +84,7 @@ static st_status build_maxpool2(st_net *n, int j, dnnl_format_tag_t tag)
 
 bool dn_is_c_maxpool(const st_net *n, int j)
 {
-    const struct oplist *f = &n->x[j].dn->fwd;
+    const struct oplist *f = &dn_state(&n->x[j])->fwd;
     return n->x[j].kind == NODE_MAXPOOL && f->n == 1 && f->v[0].step == maxpool2_fwd;
 }
 
@@ -94,8 +94,8 @@ st_status dn_build_pool(st_net *n, int j)
     struct xnode *px = &n->x[x->in];
     const struct node *nd = x->nd, *s = px->nd;
     dnnl_format_tag_t tag;
-    if (x->kind == NODE_MAXPOOL && nd->k == 2 && nd->s == 2 && nd->p == 0 && !n->dnet->opt.onednn_pool &&
-        channel_innermost(px->dn->dst.md, &x->dn->pool.src, &tag))
+    if (x->kind == NODE_MAXPOOL && nd->k == 2 && nd->s == 2 && nd->p == 0 && !dn_net(n)->opt.onednn_pool &&
+        channel_innermost(dn_state(px)->dst.md, &dn_state(x)->pool.src, &tag))
         return build_maxpool2(n, j, tag);
     dnnl_alg_kind_t alg = x->kind == NODE_MAXPOOL ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
     dnnl_dims_t kernel = {nd->k, nd->k}, strides = {nd->s, nd->s}, pad = {nd->p, nd->p}, dil = {0, 0};
@@ -109,7 +109,7 @@ st_status dn_build_pool(st_net *n, int j)
     dnnl_primitive_desc_t fpd, bpd;
     dnnl_primitive_t f, b;
     OK(DN_PD(n, fpd, NULL,
-             dnnl_pooling_forward_primitive_desc_create(&fpd, n->dnet->eng, dnnl_forward_training, alg, px->dn->dst.md,
+             dnnl_pooling_forward_primitive_desc_create(&fpd, dn_net(n)->eng, dnnl_forward_training, alg, dn_state(px)->dst.md,
                                                         dst_any, strides, kernel, dil, pad, pad, NULL)));
     dn_impl_name(x, fpd);
     OK(dn_set_dst(n, x, dn_query(fpd, dnnl_query_dst_md, 0)));
@@ -119,21 +119,21 @@ st_status dn_build_pool(st_net *n, int j)
     if (wsmd && dnnl_memory_desc_query(wsmd, dnnl_query_ndims_s32, &ws_ndims) == dnnl_success && ws_ndims > 0)
         OK(dn_mem_new(n, &ws, wsmd, NULL));
     OK(dn_prim_new(n, &f, fpd));
-    OK(dn_add_op(n, &x->dn->fwd, f, x->kind, DNNL_ARG_SRC, px->dn->dst.mem, DNNL_ARG_DST, x->dn->dst.mem,
+    OK(dn_add_op(n, &dn_state(x)->fwd, f, x->kind, DNNL_ARG_SRC, dn_state(px)->dst.mem, DNNL_ARG_DST, dn_state(x)->dst.mem,
                  DNNL_ARG_WORKSPACE, ws, -1));
     if (!px->wants_diff)
         return ST_OK;
     /* The forward pd as a hint is required here: oneDNN 3.7.2 faults without one. */
     OK(DN_PD(n, bpd, NULL,
-             dnnl_pooling_backward_primitive_desc_create(&bpd, n->dnet->eng, alg, px->dn->dst.md, x->dn->dst.md,
+             dnnl_pooling_backward_primitive_desc_create(&bpd, dn_net(n)->eng, alg, dn_state(px)->dst.md, dn_state(x)->dst.md,
                                                          strides, kernel, dil, pad, pad, fpd, NULL)));
     OK(dn_prim_new(n, &b, bpd));
-    OK(dn_add_op(n, &x->dn->bwd, b, x->kind, -1));
-    int at = x->dn->bwd.n - 1;
+    OK(dn_add_op(n, &dn_state(x)->bwd, b, x->kind, -1));
+    int at = dn_state(x)->bwd.n - 1;
     dnnl_memory_t target;
     OK(dn_deliver(n, j, x->in, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
-    struct op *o = &x->dn->bwd.v[at];
-    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, x->dn->diff.mem};
+    struct op *o = &dn_state(x)->bwd.v[at];
+    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem};
     o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WORKSPACE, ws};
     o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, target};
     o->nargs = 3;

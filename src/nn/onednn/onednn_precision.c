@@ -17,4 +17,4 @@ dnnl_data_type_t dn_type_of(st_dtype t)
     }
 }
 
-dnnl_data_type_t dn_dst_type(const st_net *n, int j) { return dn_md_type(n->x[j].dn->dst.md); }
+dnnl_data_type_t dn_dst_type(const st_net *n, int j) { return dn_md_type(dn_state(&n->x[j])->dst.md); }

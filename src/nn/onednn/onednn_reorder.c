@@ -132,8 +132,8 @@ static size_t larger(size_t a, size_t b)
 static st_status run_once(st_net *n, dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to)
 {
     dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-    TRY(dnnl_primitive_execute(r, n->dnet->strm, 2, args));
-    TRY(dnnl_stream_wait(n->dnet->strm));
+    TRY(dnnl_primitive_execute(r, dn_net(n)->strm, 2, args));
+    TRY(dnnl_stream_wait(dn_net(n)->strm));
     return ST_OK;
 }
 
@@ -165,9 +165,9 @@ st_status dn_reorder_verify(st_net *n, dnnl_primitive_t r, const_dnnl_memory_des
         goto out;
     }
     memset(dst, 0xff, to_bytes);  /* NaN, or -1: no pattern value */
-    dnnl_status_t s = dnnl_memory_create(&ms, own_from, n->dnet->eng, src);
+    dnnl_status_t s = dnnl_memory_create(&ms, own_from, dn_net(n)->eng, src);
     if (s == dnnl_success)
-        s = dnnl_memory_create(&md, own_to, n->dnet->eng, dst);
+        s = dnnl_memory_create(&md, own_to, dn_net(n)->eng, dst);
     if (s != dnnl_success) {
         st = dn_dnnl_error(n, "dnnl_memory_create", s);
         goto out;
@@ -192,7 +192,7 @@ static st_status checked_reorder(st_net *n, const_dnnl_memory_desc_t from, const
                                  dnnl_primitive_t *r, bool *right)
 {
     dnnl_primitive_desc_t pd;
-    OK(DN_PD(n, pd, NULL, dnnl_reorder_primitive_desc_create(&pd, from, n->dnet->eng, to, n->dnet->eng, NULL)));
+    OK(DN_PD(n, pd, NULL, dnnl_reorder_primitive_desc_create(&pd, from, dn_net(n)->eng, to, dn_net(n)->eng, NULL)));
     OK(dn_prim_new(n, r, pd));
     return dn_reorder_verify(n, *r, from, to, right);
 }
@@ -234,7 +234,7 @@ static void say_reorder(const st_net *n, const char *what, const_dnnl_memory_des
     char a[256], b[256];
     dn_md_str(a, sizeof a, from);
     dn_md_str(b, sizeof b, to);
-    const int node = n->dnet->cur;
+    const int node = dn_net(n)->cur;
     fprintf(stderr, "shmtrain: node %d (line %d): %s %s -> %s (%zu bytes)\n", node,
             node >= 0 ? n->x[node].nd->line : 0, what, a, b, dnnl_memory_desc_get_size(to));
 }
@@ -267,7 +267,7 @@ st_status dn_add_reorder(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_m
     bool right, done;
     const int at = l->n;
     OK(checked_reorder(n, a, b, &r, &right));
-    if (n->dnet->opt.verbose)  /* which layouts meet where: the cost a profile calls "reorders" */
+    if (dn_net(n)->opt.verbose)  /* which layouts meet where: the cost a profile calls "reorders" */
         say_reorder(n, right ? "reorder" : "reorder (oneDNN's misplaces elements: two steps instead)", a, b);
     if (right) {
         OK(dn_add_op(n, l, r, NODE_KINDS, DNNL_ARG_FROM, from, DNNL_ARG_TO, to, -1));
@@ -285,5 +285,5 @@ st_status dn_add_reorder(st_net *n, struct oplist *l, dnnl_memory_t from, dnnl_m
     st_nn_onednn_version(version, sizeof version);
     return st_fail(ST_ERR_BACKEND, "oneDNN %s: its reorder %s -> %s puts elements in the wrong place, and so does "
                                    "every two-step path tried (node %d); use another oneDNN release", version, sa, sb,
-                   n->dnet->cur);
+                   dn_net(n)->cur);
 }

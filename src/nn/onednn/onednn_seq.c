@@ -52,12 +52,12 @@ static st_status seq_io_types(st_net *n, int j, dnnl_data_type_t out_dt, dnnl_da
     OK(plain_rows_of(n, x->nd, out_dt, &out));
     OK(dn_set_dst(n, x, out));
     if (x->in < 0 || x->kind == NODE_EMBED)
-        return bwd ? dn_add_step(n, &x->dn->bwd, bwd, x->kind) : ST_OK;
+        return bwd ? dn_add_step(n, &dn_state(x)->bwd, bwd, x->kind) : ST_OK;
     OK(plain_rows_of(n, n->x[x->in].nd, in_dt, &in));
-    OK(dn_input_as(n, x, in, &x->dn->seq.src));
+    OK(dn_input_as(n, x, in, &dn_state(x)->seq.src));
     if (bwd)
-        OK(dn_add_step(n, &x->dn->bwd, bwd, x->kind));
-    return dn_deliver(n, j, x->in, in, NULL, &x->dn->seq.target);
+        OK(dn_add_step(n, &dn_state(x)->bwd, bwd, x->kind));
+    return dn_deliver(n, j, x->in, in, NULL, &dn_state(x)->seq.target);
 }
 
 static st_status seq_io_of(st_net *n, int j, dnnl_data_type_t dt, st_status (*bwd)(st_net *, int))
@@ -90,9 +90,9 @@ static st_status embed_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    const int32_t *ids = dn_mem_ptr(n->dnet->input_user);
+    const int32_t *ids = dn_mem_ptr(dn_net(n)->input_user);
     const float *wte = n->params + nd->w_off, *wpe = n->params + nd->b_off;
-    float *y = dn_mem_ptr(x->dn->dst.mem);
+    float *y = dn_mem_ptr(dn_state(x)->dst.mem);
     const long rows = (long)nn_rows(n, nd), c = nd->c, t = nd->t;
 #pragma omp parallel for schedule(static)
     for (long r = 0; r < rows; r++) {
@@ -108,8 +108,8 @@ static st_status embed_bwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    const int32_t *ids = dn_mem_ptr(n->dnet->input_user);
-    const float *dy = dn_mem_ptr(x->dn->diff.mem);
+    const int32_t *ids = dn_mem_ptr(dn_net(n)->input_user);
+    const float *dy = dn_mem_ptr(dn_state(x)->diff.mem);
     float *dwte = n->grads + nd->w_off, *dwpe = n->grads + nd->b_off;
     const long c = nd->c, t = nd->t, samples = n->batch;
 #pragma omp parallel for schedule(static)
@@ -135,7 +135,7 @@ st_status dn_build_embed(st_net *n, int j)
     struct xnode *x = &n->x[j];
     snprintf(x->impl, sizeof x->impl, "C gather");
     OK(dn_seq_io(n, j, embed_bwd));
-    return dn_add_step(n, &x->dn->fwd, embed_fwd, NODE_EMBED);
+    return dn_add_step(n, &dn_state(x)->fwd, embed_fwd, NODE_EMBED);
 }
 
 /* ------------------------------------------------------- layer norm -- */
@@ -144,7 +144,7 @@ static st_status ln_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    seq_ln_fwd(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.stats, dn_seq_src(x), n->params + nd->w_off,
+    seq_ln_fwd(dn_mem_ptr(dn_state(x)->dst.mem), dn_state(x)->seq.stats, dn_seq_src(x), n->params + nd->w_off,
                n->params + nd->b_off, (long)nn_rows(n, nd), nd->c);
     return ST_OK;
 }
@@ -153,8 +153,8 @@ static st_status ln_bwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    seq_ln_bwd(dn_seq_target(x), n->grads + nd->w_off, n->grads + nd->b_off, x->dn->seq.partial, dn_seq_src(x),
-               dn_mem_ptr(x->dn->diff.mem), n->params + nd->w_off, x->dn->seq.stats, (long)nn_rows(n, nd), nd->c);
+    seq_ln_bwd(dn_seq_target(x), n->grads + nd->w_off, n->grads + nd->b_off, dn_state(x)->seq.partial, dn_seq_src(x),
+               dn_mem_ptr(dn_state(x)->diff.mem), n->params + nd->w_off, dn_state(x)->seq.stats, (long)nn_rows(n, nd), nd->c);
     return ST_OK;
 }
 
@@ -164,8 +164,8 @@ static st_status ln_fwd_bf16(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    seq_ln_fwd_bf16(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.stats, dn_seq_src(x), n->params + nd->w_off,
-                    n->params + nd->b_off, (long)nn_rows(n, nd), nd->c, x->dn->seq.scratch);
+    seq_ln_fwd_bf16(dn_mem_ptr(dn_state(x)->dst.mem), dn_state(x)->seq.stats, dn_seq_src(x), n->params + nd->w_off,
+                    n->params + nd->b_off, (long)nn_rows(n, nd), nd->c, dn_state(x)->seq.scratch);
     return ST_OK;
 }
 
@@ -173,9 +173,9 @@ static st_status ln_bwd_bf16(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    seq_ln_bwd_bf16(dn_seq_target(x), n->grads + nd->w_off, n->grads + nd->b_off, x->dn->seq.partial, dn_seq_src(x),
-                    dn_mem_ptr(x->dn->diff.mem), n->params + nd->w_off, x->dn->seq.stats, (long)nn_rows(n, nd),
-                    nd->c, x->dn->seq.scratch);
+    seq_ln_bwd_bf16(dn_seq_target(x), n->grads + nd->w_off, n->grads + nd->b_off, dn_state(x)->seq.partial, dn_seq_src(x),
+                    dn_mem_ptr(dn_state(x)->diff.mem), n->params + nd->w_off, dn_state(x)->seq.stats, (long)nn_rows(n, nd),
+                    nd->c, dn_state(x)->seq.scratch);
     return ST_OK;
 }
 
@@ -185,14 +185,14 @@ static st_status build_ln_c(st_net *n, int j)
     const size_t rows = nn_rows(n, x->nd);
     const bool bf16 = dn_output_lowp(n, j);
     snprintf(x->impl, sizeof x->impl, bf16 ? "C rows, written in bf16" : "C rows");
-    struct dn_seq_state *s = &x->dn->seq;
+    struct dn_seq_state *s = &dn_state(x)->seq;
     s->stats = calloc(2 * rows, sizeof(float));
     s->partial = nn_lines_alloc(seq_ln_partial_floats(x->nd->c), sizeof(float), true);
     s->scratch = bf16 ? nn_lines_alloc((size_t)omp_get_max_threads() * (size_t)x->nd->c, sizeof(float), true) : NULL;
     if (!s->stats || !s->partial || (bf16 && !s->scratch))
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
     OK(seq_io_types(n, j, dn_type_of(x->stored), dnnl_f32, bf16 ? ln_bwd_bf16 : ln_bwd));
-    return dn_add_step(n, &x->dn->fwd, bf16 ? ln_fwd_bf16 : ln_fwd, NODE_LAYERNORM);
+    return dn_add_step(n, &dn_state(x)->fwd, bf16 ? ln_fwd_bf16 : ln_fwd, NODE_LAYERNORM);
 }
 
 /* oneDNN 3's layer normalisation (its jit kernel came in 2.7), under
@@ -205,7 +205,7 @@ static st_status build_ln_onednn(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    dnnl_engine_t eng = n->dnet->eng;
+    dnnl_engine_t eng = dn_net(n)->eng;
     const unsigned flags = dnnl_use_scale | dnnl_use_shift;
     const dnnl_dims_t rows = {(dnnl_dim_t)nn_rows(n, nd)}, c = {nd->c};
     const_dnnl_memory_desc_t data, stat, vec;
@@ -223,7 +223,7 @@ static st_status build_ln_onednn(st_net *n, int j)
     dn_impl_name(x, fpd);
     dn_impl_name(x, bpd);
     OK(dn_set_dst(n, x, data));
-    OK(dn_input_as(n, x, data, &x->dn->seq.src));
+    OK(dn_input_as(n, x, data, &dn_state(x)->seq.src));
     dnnl_memory_t scale, shift, mean, var, dscale, dshift, target;
     OK(dn_mem_new(n, &scale, vec, n->params + nd->w_off));
     OK(dn_mem_new(n, &shift, vec, n->params + nd->b_off));
@@ -233,20 +233,20 @@ static st_status build_ln_onednn(st_net *n, int j)
     OK(dn_mem_new(n, &var, stat, NULL));
     OK(dn_prim_new(n, &f, fpd));
     OK(dn_prim_new(n, &b, bpd));
-    OK(dn_add_op(n, &x->dn->fwd, f, NODE_LAYERNORM, DNNL_ARG_SRC, x->dn->seq.src, DNNL_ARG_DST, x->dn->dst.mem,
+    OK(dn_add_op(n, &dn_state(x)->fwd, f, NODE_LAYERNORM, DNNL_ARG_SRC, dn_state(x)->seq.src, DNNL_ARG_DST, dn_state(x)->dst.mem,
                  DNNL_ARG_MEAN, mean, DNNL_ARG_VARIANCE, var, DNNL_ARG_SCALE, scale, DNNL_ARG_SHIFT, shift, -1));
-    OK(dn_add_op(n, &x->dn->bwd, b, NODE_LAYERNORM, -1));
-    const int at = x->dn->bwd.n - 1;
+    OK(dn_add_op(n, &dn_state(x)->bwd, b, NODE_LAYERNORM, -1));
+    const int at = dn_state(x)->bwd.n - 1;
     OK(dn_deliver(n, j, x->in, data, NULL, &target));
     if (!target)
         OK(dn_mem_new(n, &target, data, NULL));  /* computed anyway, then dropped */
     /* SHIFT too: oneDNN 3's backward wants it here (unlike batch norm's) */
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, x->dn->seq.src}, {DNNL_ARG_MEAN, mean},
-                              {DNNL_ARG_VARIANCE, var},       {DNNL_ARG_DIFF_DST, x->dn->diff.mem},
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, dn_state(x)->seq.src}, {DNNL_ARG_MEAN, mean},
+                              {DNNL_ARG_VARIANCE, var},       {DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem},
                               {DNNL_ARG_SCALE, scale},        {DNNL_ARG_SHIFT, shift},
                               {DNNL_ARG_DIFF_SRC, target},    {DNNL_ARG_DIFF_SCALE, dscale},
                               {DNNL_ARG_DIFF_SHIFT, dshift}};
-    struct op *o = &x->dn->bwd.v[at];
+    struct op *o = &dn_state(x)->bwd.v[at];
     memcpy(o->args, args, sizeof args);
     o->nargs = (int)(sizeof args / sizeof *args);
     return ST_OK;
@@ -254,7 +254,7 @@ static st_status build_ln_onednn(st_net *n, int j)
 
 st_status dn_build_ln(st_net *n, int j)
 {
-    return n->dnet->opt.onednn_layernorm ? build_ln_onednn(n, j) : build_ln_c(n, j);
+    return dn_net(n)->opt.onednn_layernorm ? build_ln_onednn(n, j) : build_ln_c(n, j);
 }
 
 /* ------------------------------------------------------------- GELU -- */
@@ -264,7 +264,7 @@ st_status dn_build_ln(st_net *n, int j)
 static st_status gelu_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    seq_gelu_fwd(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.tanh_u, dn_seq_src(x), (long)nn_node_size(n, x->nd));
+    seq_gelu_fwd(dn_mem_ptr(dn_state(x)->dst.mem), dn_state(x)->seq.tanh_u, dn_seq_src(x), (long)nn_node_size(n, x->nd));
     return ST_OK;
 }
 
@@ -273,7 +273,7 @@ static st_status gelu_bwd(st_net *n, int j)
     const struct xnode *x = &n->x[j];
     float *dx = dn_seq_target(x);
     if (dx)
-        seq_gelu_bwd(dx, dn_mem_ptr(x->dn->diff.mem), dn_seq_src(x), x->dn->seq.tanh_u, (long)nn_node_size(n, x->nd));
+        seq_gelu_bwd(dx, dn_mem_ptr(dn_state(x)->diff.mem), dn_seq_src(x), dn_state(x)->seq.tanh_u, (long)nn_node_size(n, x->nd));
     return ST_OK;
 }
 
@@ -283,7 +283,7 @@ static st_status gelu_bwd(st_net *n, int j)
 static st_status gelu_fwd_bf16(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    seq_gelu_fwd_bf16(dn_mem_ptr(x->dn->dst.mem), x->dn->seq.tanh_u, dn_mem_ptr(x->dn->seq.src),
+    seq_gelu_fwd_bf16(dn_mem_ptr(dn_state(x)->dst.mem), dn_state(x)->seq.tanh_u, dn_mem_ptr(dn_state(x)->seq.src),
                       (long)nn_node_size(n, x->nd));
     return ST_OK;
 }
@@ -291,9 +291,9 @@ static st_status gelu_fwd_bf16(st_net *n, int j)
 static st_status gelu_bwd_bf16(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    st_bf16 *dx = x->dn->seq.target ? dn_mem_ptr(x->dn->seq.target) : NULL;
+    st_bf16 *dx = dn_state(x)->seq.target ? dn_mem_ptr(dn_state(x)->seq.target) : NULL;
     if (dx)
-        seq_gelu_bwd_bf16(dx, dn_mem_ptr(x->dn->diff.mem), dn_mem_ptr(x->dn->seq.src), x->dn->seq.tanh_u,
+        seq_gelu_bwd_bf16(dx, dn_mem_ptr(dn_state(x)->diff.mem), dn_mem_ptr(dn_state(x)->seq.src), dn_state(x)->seq.tanh_u,
                           (long)nn_node_size(n, x->nd));
     return ST_OK;
 }
@@ -303,10 +303,10 @@ st_status dn_build_gelu(st_net *n, int j)
     struct xnode *x = &n->x[j];
     const bool bf16 = dn_output_lowp(n, j);
     snprintf(x->impl, sizeof x->impl, bf16 ? "C, vectorised tanh, bf16 in and out" : "C, vectorised tanh");
-    if (!(x->dn->seq.tanh_u = nn_lines_alloc(nn_node_size(n, x->nd), sizeof(float), false)))
+    if (!(dn_state(x)->seq.tanh_u = nn_lines_alloc(nn_node_size(n, x->nd), sizeof(float), false)))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for GELU");
     OK(seq_io_of(n, j, dn_type_of(x->stored), bf16 ? gelu_bwd_bf16 : gelu_bwd));
-    return dn_add_step(n, &x->dn->fwd, bf16 ? gelu_fwd_bf16 : gelu_fwd, NODE_GELU);
+    return dn_add_step(n, &dn_state(x)->fwd, bf16 ? gelu_fwd_bf16 : gelu_fwd, NODE_GELU);
 }
 
 /* ------------------------------------------------ linear on [T, C] -- */
@@ -345,7 +345,7 @@ static st_status seq_linear_fwd(st_net *n, int j)
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     const long rows = (long)nn_rows(n, nd), out = nd->c, in = n->x[x->in].nd->c;
-    float *y = dn_mem_ptr(x->dn->dst.mem);
+    float *y = dn_mem_ptr(dn_state(x)->dst.mem);
     if (nd->bias) {  /* the bias rows first, the product added to them: no second pass over y */
         const float *b = n->params + nd->b_off;
 #pragma omp parallel for schedule(static)
@@ -372,7 +372,7 @@ static st_status seq_linear_fwd(st_net *n, int j)
 static st_status wgrad_from_transposed(st_net *n, enum dn_wgrad_form form, const float *dy, const float *src,
                                        long rows, long in, long out, float *dw, float *db)
 {
-    float *dyt = n->dnet->transposed, *xt = dyt + out * rows;
+    float *dyt = dn_net(n)->transposed, *xt = dyt + out * rows;
 #pragma omp parallel for schedule(static)
     for (long c = 0; c < out; c += COLUMN_BLOCK)
         nn_transpose(dyt + c * rows, rows, dy + c, out, rows, out - c < COLUMN_BLOCK ? out - c : COLUMN_BLOCK,
@@ -391,9 +391,9 @@ static st_status seq_linear_bwd(st_net *n, int j)
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     const long rows = (long)nn_rows(n, nd), out = nd->c, in = n->x[x->in].nd->c;
-    const float *dy = dn_mem_ptr(x->dn->diff.mem), *w = n->params + nd->w_off;
+    const float *dy = dn_mem_ptr(dn_state(x)->diff.mem), *w = n->params + nd->w_off;
     float *dx = dn_seq_target(x);
-    const enum dn_wgrad_form form = dn_wgrad_form(rows, in, out, n->dnet->opt.seq_tn);
+    const enum dn_wgrad_form form = dn_wgrad_form(rows, in, out, dn_net(n)->opt.seq_tn);
     if (form != DN_WGRAD_TN)
         OK(wgrad_from_transposed(n, form, dy, dn_seq_src(x), rows, in, out, n->grads + nd->w_off,
                                  nd->bias ? n->grads + nd->b_off : NULL));
@@ -412,13 +412,13 @@ st_status dn_build_seq_linear(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const long rows = (long)nn_rows(n, x->nd), out = x->nd->c, in = n->x[x->in].nd->c;
-    const enum dn_wgrad_form form = dn_wgrad_form(rows, in, out, n->dnet->opt.seq_tn);
+    const enum dn_wgrad_form form = dn_wgrad_form(rows, in, out, dn_net(n)->opt.seq_tn);
     if (form != DN_WGRAD_TN)  /* dY transposed, and X if it is too */
-        OK(dn_reserve_shared(&n->dnet->transposed, &n->dnet->transposed_floats,
+        OK(dn_reserve_shared(&dn_net(n)->transposed, &dn_net(n)->transposed_floats,
                           (size_t)(rows * (out + (form == DN_WGRAD_NT ? in : 0))), "the linear layers' transposes"));
     static const char *const dw_from[] = {[DN_WGRAD_TN] = "dY^T X", [DN_WGRAD_NN] = "dY^T, X transposed",
                                           [DN_WGRAD_NT] = "dY^T and X^T"};
     snprintf(x->impl, sizeof x->impl, "sgemm, dW from %s", dw_from[form]);
     OK(dn_seq_io(n, j, seq_linear_bwd));
-    return dn_add_step(n, &x->dn->fwd, seq_linear_fwd, NODE_LINEAR);
+    return dn_add_step(n, &dn_state(x)->fwd, seq_linear_fwd, NODE_LINEAR);
 }

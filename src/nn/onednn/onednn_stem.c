@@ -15,7 +15,7 @@ bool dn_stem_fits(const st_net *n, const struct xnode *x)
     const struct node *nd = x->nd;
     return x->kind == NODE_CONV && in->kind == NODE_INPUT && !in->nd->tokens && in->nd->c == 1 && !in->wants_diff &&
            nd->c <= STEM_MAX_CHANNELS && nd->s == 1 && nd->k <= STEM_MAX_KERNEL && !x->lowp &&
-           !n->dnet->opt.onednn_stem;
+           !dn_net(n)->opt.onednn_stem;
 }
 
 /* Threads this step runs: the pool's, at most as many as it has scratch for. */
@@ -29,10 +29,10 @@ static st_status stem_fwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    const struct dn_stem_state *st = &x->dn->stem;
-    const float *in = dn_mem_ptr(n->x[x->in].dn->dst.mem), *w = n->params + nd->w_off;
+    const struct dn_stem_state *st = &dn_state(x)->stem;
+    const float *in = dn_mem_ptr(dn_state(&n->x[x->in])->dst.mem), *w = n->params + nd->w_off;
     const float *bias = nd->bias ? n->params + nd->b_off : NULL;
-    float *y = dn_mem_ptr(x->dn->dst.mem);
+    float *y = dn_mem_ptr(dn_state(x)->dst.mem);
     const long batch = n->batch, in_image = st->shape.h * st->shape.w;
     const long out_image = st->shape.oh * st->shape.ow * st->shape.c;
 #pragma omp parallel num_threads(step_threads(st))
@@ -49,9 +49,9 @@ static st_status stem_bwd(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
-    const struct dn_stem_state *st = &x->dn->stem;
-    const float *in = dn_mem_ptr(n->x[x->in].dn->dst.mem), *dy = dn_mem_ptr(x->dn->diff.mem);
-    const float *y = x->fuse_relu ? dn_mem_ptr(x->dn->dst.mem) : NULL;
+    const struct dn_stem_state *st = &dn_state(x)->stem;
+    const float *in = dn_mem_ptr(dn_state(&n->x[x->in])->dst.mem), *dy = dn_mem_ptr(dn_state(x)->diff.mem);
+    const float *y = x->fuse_relu ? dn_mem_ptr(dn_state(x)->dst.mem) : NULL;
     const long batch = n->batch, in_image = st->shape.h * st->shape.w;
     const long out_image = st->shape.oh * st->shape.ow * st->shape.c;
     int threads = 1;
@@ -85,7 +85,7 @@ st_status dn_build_stem(st_net *n, int j)
 {
     struct xnode *x = &n->x[j];
     const struct node *nd = x->nd, *in = n->x[x->in].nd;
-    struct dn_stem_state *st = &x->dn->stem;
+    struct dn_stem_state *st = &dn_state(x)->stem;
     st->shape = (struct stem_shape){.h = in->h, .w = in->w, .c = nd->c, .k = nd->k, .pad = nd->p, .oh = nd->h,
                                     .ow = nd->w};
     st->threads = omp_get_max_threads();
@@ -97,6 +97,6 @@ st_status dn_build_stem(st_net *n, int j)
     OK(dn_md_tag(n, &md, 4, dims, dnnl_f32, dnnl_nhwc));
     OK(dn_set_dst(n, x, md));
     snprintf(x->impl, sizeof x->impl, "C stem, 8 channels of 2 pixels a vector, nhwc");
-    OK(dn_add_step(n, &x->dn->fwd, stem_fwd, NODE_CONV));
-    return dn_add_step(n, &x->dn->bwd, stem_bwd, NODE_CONV);
+    OK(dn_add_step(n, &dn_state(x)->fwd, stem_fwd, NODE_CONV));
+    return dn_add_step(n, &dn_state(x)->bwd, stem_bwd, NODE_CONV);
 }

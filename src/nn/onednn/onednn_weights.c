@@ -33,7 +33,7 @@ st_status dn_weights_fwd_pd(st_net *n, const struct xnode *x, const struct weigh
 {
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
-    dnnl_engine_t eng = n->dnet->eng;
+    dnnl_engine_t eng = dn_net(n)->eng;
     const dnnl_dims_t no_dilation = {0};
     st_status st = ST_OK;
     if (x->fuse_relu) {
@@ -75,25 +75,7 @@ out:
  * kernels are worth the (small) weight reorders. */
 static bool plain_weights(const st_net *n, const struct xnode *x)
 {
-    return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && !x->lowp;  /* bf16 reads converted weights */
-}
-
-/* Where oneDNN has AMX, a bf16 inner product of at least this many rows a
- * step takes oneDNN's blocked weights: only its brgemm kernels run on the
- * tiles (on the plain layout gemm:jit computes with AVX512-BF16, at less
- * than half the forward's rate), and from about here the tiles save more
- * than the blocked copy and reorders cost (docs/benchmarks.md, 0o, steps:
- * gpt-mini at 768 rows 1.28x, gpt and gpt2 at 1024 1.19x and 1.08x, mlp at
- * 1024 1.07x; mlp at 64 and 256 rows 0.77x and 0.81x).  The weight
- * gradient stays plain either way (blocked, then reordered into the flat
- * buffer, those steps ran 1.06-1.15x slower).  The weight gradient's
- * matmul (onednn_wgrad.c) and the head's blocked table (onednn_head.c) go
- * by the same rows (dn_amx_rows). */
-#define AMX_ROWS 512
-
-bool dn_amx_rows(const st_net *n, const struct xnode *x)
-{
-    return st_nn_amx_supported() && nn_rows(n, x->nd) >= AMX_ROWS;
+    return x->kind == NODE_LINEAR && !dn_net(n)->opt.ip_any && !x->lowp;  /* bf16 reads converted weights */
 }
 
 /* A bf16 inner product reads the optimizer's bf16 copy of its weights in
@@ -102,8 +84,8 @@ bool dn_amx_rows(const st_net *n, const struct xnode *x)
  * than the reorder it replaced), but for AMX's many rows (above). */
 static bool bf16_plain_weights(const st_net *n, const struct xnode *x)
 {
-    const bool amx_blocked = dn_amx_rows(n, x) && !n->dnet->opt.ip_plain;
-    return x->kind == NODE_LINEAR && !n->dnet->opt.ip_any && x->lowp && !amx_blocked;
+    const bool amx_blocked = dn_amx_rows(n, x) && !dn_net(n)->opt.ip_plain;
+    return x->kind == NODE_LINEAR && !dn_net(n)->opt.ip_any && x->lowp && !amx_blocked;
 }
 
 /* Small channel counts waste most of a 16-wide block; nhwc avoids that
@@ -114,7 +96,7 @@ static bool use_nhwc(st_net *n, const struct xnode *x, const struct weights_laye
 {
     if (x->kind != NODE_CONV || x->nd->c > 16 || n->x[x->in].nd->c >= 16 || x->lowp)
         return false;
-    dnnl_engine_t eng = n->dnet->eng;
+    dnnl_engine_t eng = dn_net(n)->eng;
     const dnnl_dims_t no_dilation = {0};
     const_dnnl_memory_desc_t src, dst, wei, bias;
     dnnl_primitive_desc_t fpd = NULL, bpd = NULL, wpd = NULL;
@@ -150,23 +132,12 @@ out:
     return fast;
 }
 
-st_status dn_bwd_input(st_net *n, struct oplist *bwd, dnnl_memory_t have, const_dnnl_memory_desc_t want,
-                       enum dn_temp purpose, dnnl_memory_t *out)
-{
-    if (dn_same(want, dn_mem_md(have))) {
-        *out = have;
-        return ST_OK;
-    }
-    OK(dn_bwd_temp(n, purpose, want, out));
-    return dn_add_reorder(n, bwd, have, *out);
-}
-
 st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass,
                                const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei,
                                const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst,
                                const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd)
 {
-    dnnl_engine_t eng = n->dnet->eng;
+    dnnl_engine_t eng = dn_net(n)->eng;
     const dnnl_dims_t no_dilation = {0};
     if (x->kind == NODE_CONV && weights_pass)
         return DN_PD(n, *pd, dn_conv_avoid(n, src),
@@ -200,7 +171,7 @@ static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_l
                         const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd)
 {
     const_dnnl_memory_desc_t wei_any, src_any, dst_any, wei_plain, dst;
-    OK(dn_md_like(n, &dst, x->dn->dst.md, 0, dt));
+    OK(dn_md_like(n, &dst, dn_state(x)->dst.md, 0, dt));
     OK(dn_any_md_of(n, &wei_any, w->ndims, w->wei, weights_pass ? dnnl_f32 : dt));
     /* A bf16 layer's weight gradient straight into the flat buffer where a
      * real kernel writes it there: no reorder of it each step. */
@@ -210,18 +181,18 @@ static st_status bwd_pd(st_net *n, const struct xnode *x, const struct weights_l
         if (!weights_pass && dt == dnnl_bf16)
             OK(dn_md_like(n, &wei_plain, wei_plain, 0, dnnl_bf16));
         OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, wei_plain, bias, dst, hint, pd));
-        if (!dn_is_reference_impl(*pd) || (x->lowp && n->dnet->opt.bf16_any_isa))
+        if (!dn_is_reference_impl(*pd) || (x->lowp && dn_net(n)->opt.bf16_any_isa))
             return ST_OK;
     }
     OK(dn_conv_or_ip_bwd_pd(n, x, w, weights_pass, src, wei_any, bias, dst, hint, pd));
-    if (!dn_is_reference_impl(*pd) || (x->lowp && n->dnet->opt.bf16_any_isa))
+    if (!dn_is_reference_impl(*pd) || (x->lowp && dn_net(n)->opt.bf16_any_isa))
         return ST_OK;
-    if (n->dnet->opt.verbose) {
+    if (dn_net(n)->opt.verbose) {
         char a[256], b[256];
         dn_md_str(a, sizeof a, src);
         dn_md_str(b, sizeof b, dst);
         fprintf(stderr, "shmtrain: node %d: backward-%s gets only a reference kernel with src %s, dst %s: "
-                        "letting it choose\n", n->dnet->cur, weights_pass ? "weights" : "data", a, b);
+                        "letting it choose\n", dn_net(n)->cur, weights_pass ? "weights" : "data", a, b);
     }
     OK(dn_any_md_of(n, &src_any, w->ndims, w->src, dt));
     OK(dn_any_md_of(n, &dst_any, w->ndims, w->dst, dt));
@@ -261,7 +232,7 @@ static st_status weights_fwd_pd(st_net *n, const struct xnode *x, const struct w
         if (b->dt == dnnl_bf16)
             OK(dn_md_like(n, &plain, b->wei_plain, 0, dnnl_bf16));
         OK(dn_weights_fwd_pd(n, x, w, src_any, plain, bias, dst_any, pd));
-        if (dn_is_reference_impl(*pd) && !(b->dt == dnnl_bf16 && n->dnet->opt.bf16_any_isa))
+        if (dn_is_reference_impl(*pd) && !(b->dt == dnnl_bf16 && dn_net(n)->opt.bf16_any_isa))
             *pd = NULL;  /* owned by the net's pd list, freed with it */
     }
     if (!*pd)
@@ -280,7 +251,7 @@ static st_status add_weight_copy(st_net *n, const struct xnode *x, dnnl_memory_t
     const size_t count = x->nd->w_count, bytes = dnnl_memory_desc_get_size(md);
     if (!dn_layout_of(md, &l) || bytes / sizeof(st_bf16) > UINT32_MAX)
         return st_fail(ST_ERR_BACKEND, "net: node %d: its bf16 weights' layout is not one the engine can write",
-                       n->dnet->cur);
+                       dn_net(n)->cur);
     uint32_t *index = malloc(count * sizeof *index);
     if (!index)
         return st_fail(ST_ERR_NOMEM, "net: out of memory");
@@ -332,13 +303,13 @@ st_status dn_add_pair_copy(st_net *n, struct xnode *x, size_t offset, long rows,
 {
     st_copy_layout layout;
     *added = false;
-    if (n->dnet->opt.reordered_copies)
+    if (dn_net(n)->opt.reordered_copies)
         return ST_OK;
     OK(dn_pair_layout(n, dn_mem_md(mem), rows, cols, &layout));
     if (layout == ST_COPY_LISTED)
         return ST_OK;
     /* its padding stays as dn_mem_new left it: zero */
-    *added = x->dn->weights_paired = true;
+    *added = dn_state(x)->weights_paired = true;
     return nn_copy_add_pairs(n, offset, rows, cols, dn_mem_ptr(mem), layout);
 }
 
@@ -386,13 +357,13 @@ static st_status weights_into(st_net *n, struct xnode *x, struct oplist *l, dnnl
 static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
 {
     struct xnode *x = &n->x[j];
-    struct onednn_node *dn = x->dn;
+    struct onednn_node *dn = dn_state(x);
     const struct node *nd = x->nd;
     dnnl_primitive_desc_t pd;
     OK(weights_fwd_pd(n, x, b, &pd));
-    if (x->lowp && dn_is_reference_impl(pd) && !n->dnet->opt.bf16_any_isa) {
+    if (x->lowp && dn_is_reference_impl(pd) && !dn_net(n)->opt.bf16_any_isa) {
         /* a bf16 reference kernel would crawl: this layer computes in fp32 */
-        if (n->dnet->opt.verbose)
+        if (dn_net(n)->opt.verbose)
             fprintf(stderr, "shmtrain: node %d: no bf16 kernel but oneDNN's reference: fp32\n", j);
         nn_plan_fallback(n, j);
         b->dt = dnnl_f32;
@@ -417,22 +388,22 @@ static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
     dnnl_primitive_t fwd;
     OK(dn_prim_new(n, &fwd, pd));
     return dn_add_op(n, &dn->fwd, fwd, x->kind, DNNL_ARG_SRC, dn->src, DNNL_ARG_WEIGHTS, b->w_fwd, DNNL_ARG_BIAS,
-                  b_user, DNNL_ARG_DST, x->dn->dst.mem, -1);
+                  b_user, DNNL_ARG_DST, dn_state(x)->dst.mem, -1);
 }
 
 /* A fused ReLU's backward: the gradient becomes the pre-activation
  * gradient, in place, from the forward output. */
 static st_status build_fused_relu_bwd(st_net *n, struct xnode *x)
 {
-    const_dnnl_memory_desc_t md = x->dn->dst.md;
+    const_dnnl_memory_desc_t md = dn_state(x)->dst.md;
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t p;
     OK(DN_PD(n, pd, NULL,
-             dnnl_eltwise_backward_primitive_desc_create(&pd, n->dnet->eng, dnnl_eltwise_relu_use_dst_for_bwd, md, md,
+             dnnl_eltwise_backward_primitive_desc_create(&pd, dn_net(n)->eng, dnnl_eltwise_relu_use_dst_for_bwd, md, md,
                                                          md, 0.0f, 0.0f, NULL, NULL)));
     OK(dn_prim_new(n, &p, pd));
-    return dn_add_op(n, &x->dn->bwd, p, NODE_RELU, DNNL_ARG_DST, x->dn->dst.mem, DNNL_ARG_DIFF_DST, x->dn->diff.mem,
-                     DNNL_ARG_DIFF_SRC, x->dn->diff.mem, -1);
+    return dn_add_op(n, &dn_state(x)->bwd, p, NODE_RELU, DNNL_ARG_DST, dn_state(x)->dst.mem, DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem,
+                     DNNL_ARG_DIFF_SRC, dn_state(x)->diff.mem, -1);
 }
 
 /* The forward's own description of its source, not the producer's: they
@@ -448,7 +419,7 @@ static const_dnnl_memory_desc_t fwd_src_md(const struct weights_build *b)
 static st_status build_weights_bwd_w(st_net *n, int j, struct weights_build *b)
 {
     struct xnode *x = &n->x[j];
-    struct onednn_node *dn = x->dn;
+    struct onednn_node *dn = dn_state(x);
     const struct node *nd = x->nd;
     dnnl_primitive_desc_t pd;
     dnnl_memory_t src, ddst, dw_user, dw, db_user = NULL;
@@ -461,7 +432,7 @@ static st_status build_weights_bwd_w(st_net *n, int j, struct weights_build *b)
     OK(bwd_pd(n, x, &b->w, true, b->dt, fwd_src_md(b), nd->bias ? b->bias_md : NULL, b->fwd_pd, &pd));
     dn_impl_name(x, pd);
     OK(dn_bwd_input(n, &dn->bwd, dn->src, dn_query(pd, dnnl_query_src_md, 0), DN_TEMP_SRC, &src));
-    OK(dn_bwd_input(n, &dn->bwd, x->dn->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), DN_TEMP_DIFF_DST, &ddst));
+    OK(dn_bwd_input(n, &dn->bwd, dn_state(x)->diff.mem, dn_query(pd, dnnl_query_diff_dst_md, 0), DN_TEMP_DIFF_DST, &ddst));
     b->ddst = ddst;
     OK(dn_mem_new(n, &dw_user, b->wei_plain, n->grads + nd->w_off));
     if (nd->bias)
@@ -481,7 +452,7 @@ static st_status build_weights_bwd_w(st_net *n, int j, struct weights_build *b)
 static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_build *b)
 {
     struct xnode *x = &n->x[j];
-    struct onednn_node *dn = x->dn;
+    struct onednn_node *dn = dn_state(x);
     dnnl_primitive_desc_t pd;
     dnnl_memory_t ddst;
     /* The input gradient in the type its producer keeps it in: bf16 where
@@ -495,7 +466,7 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
     if (dn_same(want, dn_mem_md(b->ddst)))
         ddst = b->ddst;  /* converted (or reordered) once for both passes, before either runs */
     else
-        OK(dn_bwd_input(n, &dn->bwd, x->dn->diff.mem, want, DN_TEMP_DIFF_DST_DATA, &ddst));
+        OK(dn_bwd_input(n, &dn->bwd, dn_state(x)->diff.mem, want, DN_TEMP_DIFF_DST_DATA, &ddst));
     dn_impl_name(x, pd);
     /* The weights change every step: fp32 ones are reordered into this
      * layout every backward pass (after the optimizer ran); bf16 ones are
@@ -533,7 +504,7 @@ static st_status mark_precision(struct xnode *x, const struct weights_build *b)
     memmove(x->impl + t, x->impl, keep);
     memcpy(x->impl, tag, t);
     x->impl[t + keep] = '\0';
-    if (x->dn->weights_paired)
+    if (dn_state(x)->weights_paired)
         snprintf(x->impl + t + keep, sizeof x->impl - t - keep, ", weights in AMX's layout from the optimizer");
     return ST_OK;
 }

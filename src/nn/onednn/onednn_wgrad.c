@@ -27,7 +27,7 @@
 bool dn_wgrad_matmul_wanted(const st_net *n, const struct xnode *x)
 {
     const long in = n->x[x->in].nd->c * n->x[x->in].nd->h * n->x[x->in].nd->w, out = x->nd->c;
-    return x->kind == NODE_LINEAR && x->lowp && !n->dnet->opt.wgrad_ip && dn_amx_rows(n, x) &&
+    return x->kind == NODE_LINEAR && x->lowp && !dn_net(n)->opt.wgrad_ip && dn_amx_rows(n, x) &&
            in >= WGRAD_MIN_WIDTH && out >= WGRAD_MIN_WIDTH;
 }
 
@@ -52,11 +52,11 @@ ST_MULTIVERSION static void column_sums(float *restrict sum, const st_bf16 *rest
 static st_status wgrad_step(st_net *n, int j)
 {
     const struct xnode *x = &n->x[j];
-    const struct dn_wgrad_state *w = &x->dn->wgrad;
+    const struct dn_wgrad_state *w = &dn_state(x)->wgrad;
     const st_bf16 *dy = dn_mem_ptr(w->dy);
     TRY(dnnl_memory_set_data_handle(w->dy_t, (void *)dy));
     const dnnl_exec_arg_t product[] = {{DNNL_ARG_SRC, w->dy_t}, {DNNL_ARG_WEIGHTS, w->x}, {DNNL_ARG_DST, w->dw}};
-    TRY(dnnl_primitive_execute(w->product, n->dnet->strm, 3, product));
+    TRY(dnnl_primitive_execute(w->product, dn_net(n)->strm, 3, product));
     if (!x->nd->bias)
         return ST_OK;
     float *db = n->grads + x->nd->b_off;
@@ -77,7 +77,7 @@ static st_status make_primitives(st_net *n, struct xnode *x, const struct weight
     OK(dn_md2(n, &dy_t, out, rows, dnnl_bf16, dnnl_ba));
     OK(dn_md2(n, &dw, out, in, dnnl_f32, dnnl_ab));
     dnnl_primitive_desc_t pd;
-    OK(DN_PD(n, pd, NULL, dnnl_matmul_primitive_desc_create(&pd, n->dnet->eng, dy_t, xs, NULL, dw, NULL)));
+    OK(DN_PD(n, pd, NULL, dnnl_matmul_primitive_desc_create(&pd, dn_net(n)->eng, dy_t, xs, NULL, dw, NULL)));
     *real = !dn_is_reference_impl(pd);
     if (!*real)
         return ST_OK;
@@ -90,15 +90,15 @@ static st_status make_primitives(st_net *n, struct xnode *x, const struct weight
 st_status dn_build_wgrad_matmul(st_net *n, int j, const struct weights_layer *wl, dnnl_memory_t *ddst, bool *built)
 {
     struct xnode *x = &n->x[j];
-    struct dn_wgrad_state *w = &x->dn->wgrad;
+    struct dn_wgrad_state *w = &dn_state(x)->wgrad;
     const_dnnl_memory_desc_t dy, xs;
     OK(dn_md2(n, &dy, (long)wl->dst[0], (long)wl->dst[1], dnnl_bf16, dnnl_ab));
     OK(dn_md2(n, &xs, (long)wl->src[0], (long)wl->src[1], dnnl_bf16, dnnl_ab));
     OK(make_primitives(n, x, wl, w, xs, built));
     if (!*built)
         return ST_OK;
-    OK(dn_bwd_input(n, &x->dn->bwd, x->dn->src, xs, DN_TEMP_SRC, &w->x));
-    OK(dn_bwd_input(n, &x->dn->bwd, x->dn->diff.mem, dy, DN_TEMP_DIFF_DST, &w->dy));
+    OK(dn_bwd_input(n, &dn_state(x)->bwd, dn_state(x)->src, xs, DN_TEMP_SRC, &w->x));
+    OK(dn_bwd_input(n, &dn_state(x)->bwd, dn_state(x)->diff.mem, dy, DN_TEMP_DIFF_DST, &w->dy));
     *ddst = w->dy;
-    return dn_add_step(n, &x->dn->bwd, wgrad_step, x->kind);
+    return dn_add_step(n, &dn_state(x)->bwd, wgrad_step, x->kind);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "net.h"
+#include "ref/ref.h"
 
 static struct conv_shape window_shape(const st_net *n, const struct xnode *x, const struct node *src)
 {
@@ -57,6 +58,9 @@ struct ref_node {
     float *dy_low;           /* its output's gradient rounded, when the output is kept in fp32 */
 };
 
+/* The state behind a node's `be`, as the reference's. */
+static inline struct ref_node *ref_state(const struct xnode *x) { return x->be; }
+
 /* What one layer's reference step reads and writes. */
 struct ref_step {
     st_net *n;
@@ -79,14 +83,14 @@ static bool scratch_none(struct xnode *x, size_t sz)
     return true;
 }
 
-static bool scratch_argmax(struct xnode *x, size_t sz) { return (x->ref->argmax = calloc(sz, sizeof(int))) != NULL; }
-static bool scratch_mask(struct xnode *x, size_t sz) { return (x->ref->mask = calloc(sz, 1)) != NULL; }
+static bool scratch_argmax(struct xnode *x, size_t sz) { return (ref_state(x)->argmax = calloc(sz, sizeof(int))) != NULL; }
+static bool scratch_mask(struct xnode *x, size_t sz) { return (ref_state(x)->mask = calloc(sz, 1)) != NULL; }
 
 /* Layer norm's mean and 1/sigma per row (sz / c rows). */
 static bool scratch_ln_stats(struct xnode *x, size_t sz)
 {
     const size_t rows = sz / (size_t)x->nd->c;
-    return (x->ref->mean = calloc(rows, sizeof(float))) && (x->ref->rstd = calloc(rows, sizeof(float)));
+    return (ref_state(x)->mean = calloc(rows, sizeof(float))) && (ref_state(x)->rstd = calloc(rows, sizeof(float)));
 }
 
 /* Attention's weights: heads x T x T per sample (sz / (T c) samples). */
@@ -94,13 +98,13 @@ static bool scratch_att(struct xnode *x, size_t sz)
 {
     const struct node *nd = x->nd;
     const size_t samples = sz / ((size_t)nd->t * nd->c);
-    return (x->ref->att = calloc(samples * nd->heads * nd->t * nd->t, sizeof(float))) != NULL;
+    return (ref_state(x)->att = calloc(samples * nd->heads * nd->t * nd->t, sizeof(float))) != NULL;
 }
 
 static bool scratch_bn_stats(struct xnode *x, size_t sz)
 {
     (void)sz;
-    return (x->ref->mean = calloc((size_t)x->nd->c, sizeof(float))) && (x->ref->var = calloc((size_t)x->nd->c, sizeof(float)));
+    return (ref_state(x)->mean = calloc((size_t)x->nd->c, sizeof(float))) && (ref_state(x)->var = calloc((size_t)x->nd->c, sizeof(float)));
 }
 
 /* ------------------------------------------------------- forward steps -- */
@@ -126,7 +130,7 @@ static void relu_ref_forward(const struct ref_step *t) { ref_relu_fwd(t->y, t->s
 static void maxpool_ref_forward(const struct ref_step *t)
 {
     struct conv_shape cs = window_shape(t->n, t->x, t->s);
-    ref_maxpool_fwd(t->y, t->x->ref->argmax, t->src, &cs);
+    ref_maxpool_fwd(t->y, ref_state(t->x)->argmax, t->src, &cs);
 }
 
 static void avgpool_ref_forward(const struct ref_step *t)
@@ -141,8 +145,8 @@ static void bn_ref_forward(const struct ref_step *t)
     const struct node *nd = t->nd;
     const float *g = n->params + nd->w_off, *b = n->params + nd->b_off;
     if (n->training) {
-        ref_bn_fwd_train(t->y, t->x->ref->mean, t->x->ref->var, t->src, g, b, n->batch, nd->c, nd->h * nd->w, 1e-5f);
-        update_running_stats(n, nd, t->x->ref->mean, t->x->ref->var);
+        ref_bn_fwd_train(t->y, ref_state(t->x)->mean, ref_state(t->x)->var, t->src, g, b, n->batch, nd->c, nd->h * nd->w, 1e-5f);
+        update_running_stats(n, nd, ref_state(t->x)->mean, ref_state(t->x)->var);
     } else {
         const float *rm = n->buffers + nd->buf_off;
         ref_bn_fwd_infer(t->y, t->src, g, b, rm, rm + nd->c, n->batch, nd->c, nd->h * nd->w, 1e-5f);
@@ -154,8 +158,8 @@ static void dropout_ref_forward(const struct ref_step *t)
     const st_net *n = t->n;
     const float drop = t->nd->drop, scale = 1.0f / (1.0f - drop);
     for (size_t i = 0; i < t->sz; i++) {
-        t->x->ref->mask[i] = !n->training || dropout_keep(n->dropout_seed, t->j, i, drop);
-        t->y[i] = n->training ? (t->x->ref->mask[i] ? t->src[i] * scale : 0.0f) : t->src[i];
+        ref_state(t->x)->mask[i] = !n->training || dropout_keep(n->dropout_seed, t->j, i, drop);
+        t->y[i] = n->training ? (ref_state(t->x)->mask[i] ? t->src[i] * scale : 0.0f) : t->src[i];
     }
 }
 
@@ -163,7 +167,7 @@ static void flatten_ref_forward(const struct ref_step *t) { memcpy(t->y, t->src,
 
 static void add_ref_forward(const struct ref_step *t)
 {
-    const float *b = t->n->x[t->x->in2].ref->dst;
+    const float *b = ref_state(&t->n->x[t->x->in2])->dst;
     for (size_t i = 0; i < t->sz; i++)
         t->y[i] = t->src[i] + b[i];
 }
@@ -177,13 +181,13 @@ static void embed_ref_forward(const struct ref_step *t)
 static void ln_ref_forward(const struct ref_step *t)
 {
     const float *p = t->n->params;
-    ref_ln_fwd(t->y, t->x->ref->mean, t->x->ref->rstd, t->src, p + t->nd->w_off, p + t->nd->b_off,
+    ref_ln_fwd(t->y, ref_state(t->x)->mean, ref_state(t->x)->rstd, t->src, p + t->nd->w_off, p + t->nd->b_off,
                (int)nn_rows(t->n, t->nd), t->nd->c, 1e-5f);
 }
 
 static void att_ref_forward(const struct ref_step *t)
 {
-    ref_attention_fwd(t->y, t->x->ref->att, t->src, t->n->batch, t->nd->t, t->nd->c, t->nd->heads, t->low);
+    ref_attention_fwd(t->y, ref_state(t->x)->att, t->src, t->n->batch, t->nd->t, t->nd->c, t->nd->heads, t->low);
 }
 
 static void gelu_ref_forward(const struct ref_step *t) { ref_gelu_fwd(t->y, t->src, t->sz); }
@@ -205,10 +209,10 @@ static void ref_deliver(st_net *n, int p, int j, const float *grad)
         return;
     const size_t sz = nn_node_size(n, px->nd);
     if (px->first_writer == j) {
-        memcpy(px->ref->diff, grad, sz * sizeof(float));
+        memcpy(ref_state(px)->diff, grad, sz * sizeof(float));
     } else {
         for (size_t i = 0; i < sz; i++)
-            px->ref->diff[i] += grad[i];
+            ref_state(px)->diff[i] += grad[i];
     }
 }
 
@@ -248,7 +252,7 @@ static bool maxpool_ref_backward(const struct ref_step *t)
 {
     struct conv_shape cs = window_shape(t->n, t->x, t->s);
     if (t->dx)
-        ref_maxpool_bwd(t->dx, t->dy, t->x->ref->argmax, &cs);
+        ref_maxpool_bwd(t->dx, t->dy, ref_state(t->x)->argmax, &cs);
     return t->dx != NULL;
 }
 
@@ -264,7 +268,7 @@ static bool bn_ref_backward(const struct ref_step *t)
 {
     st_net *n = t->n;
     const struct node *nd = t->nd;
-    ref_bn_bwd(t->dx, n->grads + nd->w_off, n->grads + nd->b_off, t->dy, t->src, t->x->ref->mean, t->x->ref->var,
+    ref_bn_bwd(t->dx, n->grads + nd->w_off, n->grads + nd->b_off, t->dy, t->src, ref_state(t->x)->mean, ref_state(t->x)->var,
                n->params + nd->w_off, n->batch, nd->c, nd->h * nd->w, 1e-5f);
     return t->dx != NULL;
 }
@@ -273,7 +277,7 @@ static bool dropout_ref_backward(const struct ref_step *t)
 {
     const float scale = t->n->training ? 1.0f / (1.0f - t->nd->drop) : 1.0f;
     for (size_t i = 0; t->dx && i < t->sz; i++)
-        t->dx[i] = t->x->ref->mask[i] ? t->dy[i] * scale : 0.0f;
+        t->dx[i] = ref_state(t->x)->mask[i] ? t->dy[i] * scale : 0.0f;
     return t->dx != NULL;
 }
 
@@ -299,15 +303,15 @@ static bool embed_ref_backward(const struct ref_step *t)
 static bool ln_ref_backward(const struct ref_step *t)
 {
     st_net *n = t->n;
-    ref_ln_bwd(t->dx, n->grads + t->nd->w_off, n->grads + t->nd->b_off, t->dy, t->src, t->x->ref->mean,
-               t->x->ref->rstd, n->params + t->nd->w_off, (int)nn_rows(n, t->nd), t->nd->c);
+    ref_ln_bwd(t->dx, n->grads + t->nd->w_off, n->grads + t->nd->b_off, t->dy, t->src, ref_state(t->x)->mean,
+               ref_state(t->x)->rstd, n->params + t->nd->w_off, (int)nn_rows(n, t->nd), t->nd->c);
     return t->dx != NULL;
 }
 
 static bool att_ref_backward(const struct ref_step *t)
 {
     if (t->dx)
-        ref_attention_bwd(t->dx, t->dy, t->src, t->x->ref->att, t->n->batch, t->nd->t, t->nd->c, t->nd->heads,
+        ref_attention_bwd(t->dx, t->dy, t->src, ref_state(t->x)->att, t->n->batch, t->nd->t, t->nd->c, t->nd->heads,
                           t->low);
     return t->dx != NULL;
 }
@@ -380,7 +384,7 @@ static bool ref_computes(const st_net *n, const struct xnode *x, st_dtype type)
 static st_status low_buffers(st_net *n, struct xnode *x, size_t sz, size_t in_sz)
 {
     const struct node *w = weights_of(n, x);
-    struct ref_node *r = x->ref;
+    struct ref_node *r = ref_state(x);
     const bool weights = w->w_count > 0;
     r->low_weights = weights ? malloc(w->w_count * sizeof(uint16_t)) : NULL;
     r->wide = weights ? malloc(w->w_count * sizeof(float)) : NULL;
@@ -400,12 +404,12 @@ static st_status ref_build(st_net *n)
         const size_t in_sz = x->in >= 0 ? nn_node_size(n, n->x[x->in].nd) : 0;
         snprintf(x->impl, sizeof x->impl, x->compute == ST_DTYPE_F32 ? "reference" : "reference, %s",
                  st_dtype_name(x->compute));
-        if (!(x->ref = calloc(1, sizeof *x->ref)))
+        if (!(x->be = calloc(1, sizeof(struct ref_node))))
             return st_fail(ST_ERR_NOMEM, "net: out of memory for layer %d", j);
-        x->ref->dst = calloc(sz, sizeof(float));
-        x->ref->diff = calloc(sz, sizeof(float));
-        x->ref->diff_src = in_sz ? calloc(in_sz, sizeof(float)) : NULL;
-        bool ok = x->ref->dst && x->ref->diff && (!in_sz || x->ref->diff_src);
+        ref_state(x)->dst = calloc(sz, sizeof(float));
+        ref_state(x)->diff = calloc(sz, sizeof(float));
+        ref_state(x)->diff_src = in_sz ? calloc(in_sz, sizeof(float)) : NULL;
+        bool ok = ref_state(x)->dst && ref_state(x)->diff && (!in_sz || ref_state(x)->diff_src);
         if (!ok || !ref_layers[x->kind].scratch(x, sz))
             return st_fail(ST_ERR_NOMEM, "net: out of memory for layer %d", j);
         st_status st = computes_low(x) ? low_buffers(n, x, sz, in_sz) : ST_OK;
@@ -419,15 +423,15 @@ static void ref_destroy(st_net *n)
 {
     for (int j = 0; n->x && j < n->nx; j++) {
         struct xnode *x = &n->x[j];
-        if (!x->ref)
+        if (!ref_state(x))
             continue;
-        void *owned[] = {x->ref->dst, x->ref->diff, x->ref->diff_src, x->ref->argmax, x->ref->mean, x->ref->var,
-                         x->ref->mask, x->ref->rstd, x->ref->att, x->ref->low_weights, x->ref->wide,
-                         x->ref->src_low, x->ref->dy_low};
+        void *owned[] = {ref_state(x)->dst, ref_state(x)->diff, ref_state(x)->diff_src, ref_state(x)->argmax, ref_state(x)->mean, ref_state(x)->var,
+                         ref_state(x)->mask, ref_state(x)->rstd, ref_state(x)->att, ref_state(x)->low_weights, ref_state(x)->wide,
+                         ref_state(x)->src_low, ref_state(x)->dy_low};
         for (size_t k = 0; k < sizeof owned / sizeof *owned; k++)
             free(owned[k]);
-        free(x->ref);
-        x->ref = NULL;
+        free(x->be);
+        x->be = NULL;
     }
 }
 
@@ -436,14 +440,14 @@ static struct ref_step step_of(st_net *n, int j)
     struct xnode *x = &n->x[j];
     const struct xnode *px = x->in >= 0 ? &n->x[x->in] : NULL;
     struct ref_step t = {.n = n, .x = x, .j = j, .nd = x->nd, .s = px ? px->nd : NULL,
-                         .src = px ? px->ref->dst : NULL, .y = x->ref->dst, .dy = x->ref->diff,
-                         .dx = px && px->wants_diff ? x->ref->diff_src : NULL, .sz = nn_node_size(n, x->nd),
+                         .src = px ? ref_state(px)->dst : NULL, .y = ref_state(x)->dst, .dy = ref_state(x)->diff,
+                         .dx = px && px->wants_diff ? ref_state(x)->diff_src : NULL, .sz = nn_node_size(n, x->nd),
                          .low = x->lowp ? n->cfg.precision : ST_DTYPE_F32};
     t.w = n->params + weights_of(n, x)->w_off;
     if (computes_low(x)) {
-        t.w = x->ref->wide ? x->ref->wide : t.w;
-        t.src = x->ref->src_low ? x->ref->src_low : t.src;
-        t.dy = x->ref->dy_low ? x->ref->dy_low : t.dy;
+        t.w = ref_state(x)->wide ? ref_state(x)->wide : t.w;
+        t.src = ref_state(x)->src_low ? ref_state(x)->src_low : t.src;
+        t.dy = ref_state(x)->dy_low ? ref_state(x)->dy_low : t.dy;
     }
     return t;
 }
@@ -462,10 +466,10 @@ static void convert(st_net *n, float *dst, const float *src, size_t count)
 static void forward_inputs_low(st_net *n, const struct xnode *x)
 {
     const struct node *w = weights_of(n, x);
-    if (x->ref->wide)
-        st_dtype_convert_n(x->ref->wide, ST_DTYPE_F32, x->ref->low_weights, n->cfg.precision, w->w_count);
-    if (x->ref->src_low)
-        convert(n, x->ref->src_low, n->x[x->in].ref->dst, nn_node_size(n, n->x[x->in].nd));
+    if (ref_state(x)->wide)
+        st_dtype_convert_n(ref_state(x)->wide, ST_DTYPE_F32, ref_state(x)->low_weights, n->cfg.precision, w->w_count);
+    if (ref_state(x)->src_low)
+        convert(n, ref_state(x)->src_low, ref_state(&n->x[x->in])->dst, nn_node_size(n, n->x[x->in].nd));
 }
 
 static st_status ref_forward(st_net *n, const void *input)
@@ -483,7 +487,7 @@ static st_status ref_forward(st_net *n, const void *input)
         if (n->profiling)
             n->prof[n->x[j].kind] += st_now_s() - t0;
     }
-    memcpy(n->logits, n->x[n->nx - 1].ref->dst, st_net_output_size(n) * sizeof(float));
+    memcpy(n->logits, ref_state(&n->x[n->nx - 1])->dst, st_net_output_size(n) * sizeof(float));
     return ST_OK;
 }
 
@@ -493,9 +497,9 @@ static st_status ref_forward(st_net *n, const void *input)
 static void output_gradient_low(st_net *n, const struct xnode *x)
 {
     const size_t sz = nn_node_size(n, x->nd);
-    st_dtype_round_n(x->ref->diff, x->stored, sz);
-    if (computes_low(x) && x->ref->dy_low)
-        convert(n, x->ref->dy_low, x->ref->diff, sz);
+    st_dtype_round_n(ref_state(x)->diff, x->stored, sz);
+    if (computes_low(x) && ref_state(x)->dy_low)
+        convert(n, ref_state(x)->dy_low, ref_state(x)->diff, sz);
 }
 
 static st_status ref_backward(st_net *n)
@@ -505,7 +509,7 @@ static st_status ref_backward(st_net *n)
         struct ref_step t = step_of(n, j);
         if (t.x->in >= 0) {  /* the input node has nothing to pass back */
             if (t.x->fuse_relu)
-                ref_relu_bwd(t.x->ref->diff, t.x->ref->diff, t.y, t.sz);
+                ref_relu_bwd(ref_state(t.x)->diff, ref_state(t.x)->diff, t.y, t.sz);
             output_gradient_low(n, t.x);
             if (ref_layers[t.x->kind].backward(&t))
                 ref_deliver(n, t.x->in, j, t.dx);
@@ -515,19 +519,19 @@ static st_status ref_backward(st_net *n)
             n->prof[n->x[j].kind] += st_now_s() - t0;
     }
     if (n->cfg.input_grad)
-        memcpy(n->input_grad, n->x[0].ref->diff, nn_node_size(n, n->x[0].nd) * sizeof(float));
+        memcpy(n->input_grad, ref_state(&n->x[0])->diff, nn_node_size(n, n->x[0].nd) * sizeof(float));
     return ST_OK;
 }
 
 static st_status ref_backward_from(st_net *n, const float *d_output)
 {
-    memcpy(n->x[n->nx - 1].ref->diff, d_output, st_net_output_size(n) * sizeof(float));
+    memcpy(ref_state(&n->x[n->nx - 1])->diff, d_output, st_net_output_size(n) * sizeof(float));
     return ref_backward(n);
 }
 
 static st_status ref_input_grad(st_net *n, float *out)
 {
-    memcpy(out, n->x[0].ref->diff, nn_node_size(n, n->x[0].nd) * sizeof(float));
+    memcpy(out, ref_state(&n->x[0])->diff, nn_node_size(n, n->x[0].nd) * sizeof(float));
     return ST_OK;
 }
 

@@ -1,0 +1,62 @@
+/* The edges between nodes as the builders wire them: a node's input in the
+ * layout its primitive wants, and a gradient delivered to its producer (or
+ * added into it), each reordered through a temporary where the layouts
+ * differ.  Above the context (memories, primitives), the reorders and the
+ * backward temporaries; below every builder. */
+#define _GNU_SOURCE
+#include "onednn_internal.h"
+
+/* The gradient w.r.t. producer p's output, computed by node j in layout
+ * `md`, must reach p->diff (first writer) or be added to it.  Returns in
+ * *target the memory j's backward primitive should write: p's own buffer
+ * when layouts agree, else a scratch one followed by a reorder.  With
+ * `computed` set, the gradient already sits in that memory (flatten's view,
+ * add's own diff) and is only delivered. */
+st_status dn_deliver(st_net *n, int j, int p, const_dnnl_memory_desc_t md, dnnl_memory_t computed,
+                     dnnl_memory_t *target)
+{
+    struct xnode *px = &n->x[p];
+    struct oplist *bwd = &dn_state(&n->x[j])->bwd;
+    *target = NULL;
+    if (!px->wants_diff)
+        return ST_OK;
+    bool first = px->first_writer == j;
+    dnnl_memory_t dest = first ? dn_state(px)->diff.mem : dn_state(px)->diff_tmp.mem;
+    if (computed && first && computed == dn_state(&n->x[j])->diff.mem && dn_state(&n->x[j])->diff_home == p)
+        return ST_OK;  /* it is already there: the two share a buffer (add's) */
+    if (!computed && dn_same(md, dn_state(px)->dst.md)) {
+        *target = dest;
+    } else {
+        if (!computed)
+            OK(dn_bwd_temp(n, DN_TEMP_DIFF_SRC, md, &computed));
+        *target = computed;
+        OK(dn_add_reorder(n, bwd, computed, dest));
+    }
+    if (!first)
+        OK(dn_add_op(n, bwd, dn_state(px)->accum, NODE_KINDS, DNNL_ARG_SRC_0, dn_state(px)->diff.mem, DNNL_ARG_SRC_1,
+                  dn_state(px)->diff_tmp.mem, DNNL_ARG_DST, dn_state(px)->diff.mem, -1));
+    return ST_OK;
+}
+
+/* Forward input of node x in the layout `want`, reordering if needed. */
+st_status dn_input_as(st_net *n, struct xnode *x, const_dnnl_memory_desc_t want, dnnl_memory_t *out)
+{
+    struct xnode *px = &n->x[x->in];
+    if (dn_same(want, dn_state(px)->dst.md)) {
+        *out = dn_state(px)->dst.mem;
+        return ST_OK;
+    }
+    OK(dn_mem_new(n, out, want, NULL));
+    return dn_add_reorder(n, &dn_state(x)->fwd, dn_state(px)->dst.mem, *out);
+}
+
+st_status dn_bwd_input(st_net *n, struct oplist *bwd, dnnl_memory_t have, const_dnnl_memory_desc_t want,
+                       enum dn_temp purpose, dnnl_memory_t *out)
+{
+    if (dn_same(want, dn_mem_md(have))) {
+        *out = have;
+        return ST_OK;
+    }
+    OK(dn_bwd_temp(n, purpose, want, out));
+    return dn_add_reorder(n, bwd, have, *out);
+}
