@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -17,106 +18,139 @@ static const char *const TYPE_NAMES[] = {[ST_RECORD_RUN] = "run", [ST_RECORD_TRA
                                          [ST_RECORD_EVAL] = "eval", [ST_RECORD_SUMMARY] = "summary",
                                          [ST_RECORD_INSTANCE] = "instance"};
 
-static void optional_string(st_json *j, const char *key, const char *value)
-{
-    if (value[0])
-        st_json_string(j, key, value);
-}
+/* --------------------------------------------------------- the fields -- */
 
-static void write_run(st_json *j, const st_run_record *r)
+/* Every record's fields, once: the writer says them in this order, the
+ * reader reads them back, both from these tables.  A key is its struct
+ * member's name. */
+enum field_type { F_STRING, F_INT, F_LONG, F_LLONG, F_U64, F_NUMBER };
+enum field_when {
+    W_ALWAYS,
+    W_SET,        /* a number above 0, a string not empty */
+    W_ABOVE_ONE,  /* grad_accum: one is said by saying nothing */
+    W_FLAG,       /* the writer's own field: the bool at `cond`, set on reading when the key is there */
+    W_WITH_LAST   /* said with the field before it (a pair: layers and bf16_layers) */
+};
+
+struct field {
+    const char *key;
+    enum field_type type;
+    size_t at, size;         /* the member's offset and size */
+    const char *format;      /* a number's */
+    enum field_when when;
+    size_t cond;             /* W_FLAG: the bool's offset */
+};
+
+#define FIELD(rec, member, type, format, when, cond) \
+    {#member, type, offsetof(rec, member), sizeof(((rec *)0)->member), format, when, cond}
+#define RUN(m, t, w) FIELD(st_run_record, m, t, NULL, w, 0)
+static const struct field RUN_FIELDS[] = {
+    RUN(system, F_STRING, W_ALWAYS), RUN(instances, F_INT, W_ALWAYS), RUN(threads, F_INT, W_ALWAYS),
+    RUN(model, F_STRING, W_ALWAYS), RUN(params, F_LLONG, W_ALWAYS), RUN(batch_per_instance, F_INT, W_ALWAYS),
+    RUN(onednn, F_STRING, W_SET), RUN(isa, F_STRING, W_SET), RUN(launcher, F_STRING, W_SET),
+    RUN(torch, F_STRING, W_SET), RUN(backend, F_STRING, W_SET), RUN(mode, F_STRING, W_SET),
+    RUN(allreduce_dtype, F_STRING, W_SET), RUN(precision, F_STRING, W_SET), RUN(recipe, F_STRING, W_SET),
+    RUN(layers, F_INT, W_SET), FIELD(st_run_record, bf16_layers, F_INT, NULL, W_WITH_LAST, 0),
+    RUN(first_step, F_U64, W_ALWAYS), RUN(context, F_INT, W_SET), RUN(grad_accum, F_INT, W_ABOVE_ONE),
+    RUN(balance, F_STRING, W_SET),
+};
+#define TRAIN(m, format, w) FIELD(st_train_record, m, F_NUMBER, format, w, 0)
+static const struct field TRAIN_FIELDS[] = {
+    FIELD(st_train_record, step, F_U64, NULL, W_ALWAYS, 0), TRAIN(epoch, "%.4f", W_ALWAYS),
+    TRAIN(loss, "%.6f", W_ALWAYS), TRAIN(accuracy, "%.5f", W_ALWAYS), TRAIN(lr, "%.6g", W_ALWAYS),
+    TRAIN(samples_per_s, "%.1f", W_ALWAYS), TRAIN(tokens_per_s, "%.1f", W_SET), TRAIN(time_s, "%.3f", W_ALWAYS),
+    TRAIN(compute_s, "%.4f", W_ALWAYS), TRAIN(allreduce_s, "%.4f", W_ALWAYS), TRAIN(wait_s, "%.4f", W_ALWAYS),
+    TRAIN(data_s, "%.4f", W_SET),
+    FIELD(st_train_record, page_faults, F_NUMBER, "%.1f", W_FLAG, offsetof(st_train_record, faults_said)),
+};
+#define EVAL(m, format) FIELD(st_eval_record, m, F_NUMBER, format, W_ALWAYS, 0)
+static const struct field EVAL_FIELDS[] = {
+    FIELD(st_eval_record, step, F_U64, NULL, W_ALWAYS, 0), FIELD(st_eval_record, epoch, F_U64, NULL, W_ALWAYS, 0),
+    EVAL(test_loss, "%.6f"), EVAL(test_accuracy, "%.5f"), EVAL(time_s, "%.3f"), EVAL(eval_s, "%.3f"),
+    FIELD(st_eval_record, predictions, F_U64, NULL, W_ALWAYS, 0),
+};
+#define SUMMARY(m, format, w) FIELD(st_summary_record, m, F_NUMBER, format, w, 0)
+static const struct field SUMMARY_FIELDS[] = {
+    FIELD(st_summary_record, steps, F_LONG, NULL, W_ALWAYS, 0),
+    FIELD(st_summary_record, instances, F_INT, NULL, W_ALWAYS, 0),
+    FIELD(st_summary_record, batch_per_instance, F_INT, NULL, W_ALWAYS, 0),
+    SUMMARY(total_s, "%.3f", W_ALWAYS), SUMMARY(train_s, "%.3f", W_ALWAYS), SUMMARY(samples_per_s, "%.1f", W_ALWAYS),
+    SUMMARY(tokens_per_s, "%.1f", W_SET), SUMMARY(final_test_accuracy, "%.5f", W_ALWAYS),
+    SUMMARY(best_test_accuracy, "%.5f", W_ALWAYS), SUMMARY(peak_rss_mb, "%.1f", W_SET),
+    FIELD(st_summary_record, micro_batches, F_U64, NULL, W_SET, 0),
+    FIELD(st_summary_record, micro_batches_here, F_U64, NULL, W_WITH_LAST, 0),
+    FIELD(st_summary_record, step_allreduces, F_U64, NULL, W_FLAG, offsetof(st_summary_record, allreduces_said)),
+};
+#define INSTANCE(m, format, w) FIELD(st_instance_record, m, F_NUMBER, format, w, 0)
+static const struct field INSTANCE_FIELDS[] = {
+    FIELD(st_instance_record, rank, F_INT, NULL, W_ALWAYS, 0),
+    FIELD(st_instance_record, steps, F_LONG, NULL, W_ALWAYS, 0),
+    INSTANCE(step_p50_s, "%.6f", W_ALWAYS), INSTANCE(step_p90_s, "%.6f", W_ALWAYS),
+    INSTANCE(step_max_s, "%.6f", W_ALWAYS), INSTANCE(compute_s, "%.4f", W_ALWAYS),
+    INSTANCE(exchange_s, "%.4f", W_ALWAYS), INSTANCE(wait_s, "%.4f", W_ALWAYS),
+    INSTANCE(samples_per_s, "%.1f", W_SET),
+};
+
+static const struct fields {
+    const struct field *v;
+    size_t n;
+} FIELDS[] = {
+#define OF(table) {table, sizeof table / sizeof *table}
+    [ST_RECORD_RUN] = OF(RUN_FIELDS), [ST_RECORD_TRAIN] = OF(TRAIN_FIELDS), [ST_RECORD_EVAL] = OF(EVAL_FIELDS),
+    [ST_RECORD_SUMMARY] = OF(SUMMARY_FIELDS), [ST_RECORD_INSTANCE] = OF(INSTANCE_FIELDS),
+#undef OF
+};
+_Static_assert(sizeof FIELDS / sizeof *FIELDS == ST_RECORD_INSTANCE + 1, "a field table per record type");
+
+/* A field's value as a number (a string: its length), for W_SET. */
+static double value_of(const struct field *f, const char *rec)
 {
-    st_json_string(j, "system", r->system);
-    st_json_int(j, "instances", r->instances);
-    st_json_int(j, "threads", r->threads);
-    st_json_string(j, "model", r->model);
-    st_json_int(j, "params", r->params);
-    st_json_int(j, "batch_per_instance", r->batch_per_instance);
-    optional_string(j, "onednn", r->onednn);
-    optional_string(j, "isa", r->isa);
-    optional_string(j, "launcher", r->launcher);
-    optional_string(j, "torch", r->torch);
-    optional_string(j, "backend", r->backend);
-    optional_string(j, "mode", r->mode);
-    optional_string(j, "allreduce_dtype", r->allreduce_dtype);
-    optional_string(j, "precision", r->precision);
-    optional_string(j, "recipe", r->recipe);
-    if (r->layers > 0) {
-        st_json_int(j, "layers", r->layers);
-        st_json_int(j, "bf16_layers", r->bf16_layers);
+    const char *p = rec + f->at;
+    switch (f->type) {
+    case F_STRING: return (double)strlen(p);
+    case F_INT: return *(const int *)(const void *)p;
+    case F_LONG: return (double)*(const long *)(const void *)p;
+    case F_LLONG: return (double)*(const long long *)(const void *)p;
+    case F_U64: return (double)*(const unsigned long long *)(const void *)p;
+    case F_NUMBER: return *(const double *)(const void *)p;
     }
-    st_json_uint(j, "first_step", r->first_step);
-    if (r->context > 0)
-        st_json_int(j, "context", r->context);
-    if (r->grad_accum > 1)
-        st_json_int(j, "grad_accum", r->grad_accum);
-    optional_string(j, "balance", r->balance);
+    return 0;
 }
 
-static void write_train(st_json *j, const st_train_record *r)
+static bool said(const struct field *f, const char *rec)
 {
-    st_json_uint(j, "step", r->step);
-    st_json_number(j, "epoch", r->epoch, "%.4f");
-    st_json_number(j, "loss", r->loss, "%.6f");
-    st_json_number(j, "accuracy", r->accuracy, "%.5f");
-    st_json_number(j, "lr", r->lr, "%.6g");
-    st_json_number(j, "samples_per_s", r->samples_per_s, "%.1f");
-    if (r->tokens_per_s > 0)
-        st_json_number(j, "tokens_per_s", r->tokens_per_s, "%.1f");
-    st_json_number(j, "time_s", r->time_s, "%.3f");
-    st_json_number(j, "compute_s", r->compute_s, "%.4f");
-    st_json_number(j, "allreduce_s", r->allreduce_s, "%.4f");
-    st_json_number(j, "wait_s", r->wait_s, "%.4f");
-    if (r->data_s > 0)
-        st_json_number(j, "data_s", r->data_s, "%.4f");
-    if (r->faults_said)
-        st_json_number(j, "page_faults", r->page_faults, "%.1f");
-}
-
-static void write_eval(st_json *j, const st_eval_record *r)
-{
-    st_json_uint(j, "step", r->step);
-    st_json_uint(j, "epoch", r->epoch);
-    st_json_number(j, "test_loss", r->test_loss, "%.6f");
-    st_json_number(j, "test_accuracy", r->test_accuracy, "%.5f");
-    st_json_number(j, "time_s", r->time_s, "%.3f");
-    st_json_number(j, "eval_s", r->eval_s, "%.3f");
-    st_json_uint(j, "predictions", r->predictions);
-}
-
-static void write_instance(st_json *j, const st_instance_record *r)
-{
-    st_json_int(j, "rank", r->rank);
-    st_json_int(j, "steps", r->steps);
-    st_json_number(j, "step_p50_s", r->step_p50_s, "%.6f");
-    st_json_number(j, "step_p90_s", r->step_p90_s, "%.6f");
-    st_json_number(j, "step_max_s", r->step_max_s, "%.6f");
-    st_json_number(j, "compute_s", r->compute_s, "%.4f");
-    st_json_number(j, "exchange_s", r->exchange_s, "%.4f");
-    st_json_number(j, "wait_s", r->wait_s, "%.4f");
-    if (r->samples_per_s > 0)
-        st_json_number(j, "samples_per_s", r->samples_per_s, "%.1f");
-}
-
-static void write_summary(st_json *j, const st_summary_record *r)
-{
-    st_json_int(j, "steps", r->steps);
-    st_json_int(j, "instances", r->instances);
-    st_json_int(j, "batch_per_instance", r->batch_per_instance);
-    st_json_number(j, "total_s", r->total_s, "%.3f");
-    st_json_number(j, "train_s", r->train_s, "%.3f");
-    st_json_number(j, "samples_per_s", r->samples_per_s, "%.1f");
-    if (r->tokens_per_s > 0)
-        st_json_number(j, "tokens_per_s", r->tokens_per_s, "%.1f");
-    st_json_number(j, "final_test_accuracy", r->final_test_accuracy, "%.5f");
-    st_json_number(j, "best_test_accuracy", r->best_test_accuracy, "%.5f");
-    if (r->peak_rss_mb > 0)
-        st_json_number(j, "peak_rss_mb", r->peak_rss_mb, "%.1f");
-    if (r->micro_batches > 0) {
-        st_json_uint(j, "micro_batches", r->micro_batches);
-        st_json_uint(j, "micro_batches_here", r->micro_batches_here);
+    switch (f->when) {
+    case W_ALWAYS: return true;
+    case W_SET: return value_of(f, rec) > 0;
+    case W_ABOVE_ONE: return value_of(f, rec) > 1;
+    case W_FLAG: return *(const bool *)(const void *)(rec + f->cond);
+    case W_WITH_LAST: return said(f - 1, rec);
     }
-    if (r->allreduces_said)
-        st_json_uint(j, "step_allreduces", r->step_allreduces);
+    return false;
+}
+
+static void write_fields(st_json *j, st_record_type type, const void *record)
+{
+    const struct fields *t = &FIELDS[type];
+    const char *rec = record;
+    for (size_t i = 0; i < t->n; i++) {
+        const struct field *f = &t->v[i];
+        const void *p = rec + f->at;
+        if (!said(f, rec))
+            continue;
+        switch (f->type) {
+        case F_STRING: st_json_string(j, f->key, p); break;
+        case F_INT: st_json_int(j, f->key, *(const int *)p); break;
+        case F_LONG: st_json_int(j, f->key, *(const long *)p); break;
+        case F_LLONG: st_json_int(j, f->key, *(const long long *)p); break;
+        case F_U64: st_json_uint(j, f->key, *(const unsigned long long *)p); break;
+        case F_NUMBER: st_json_number(j, f->key, *(const double *)p, f->format); break;
+        }
+    }
+}
+
+static void write_reached(st_json *j, const st_summary_record *r)
+{
     st_json_object_begin(j, "time_to_accuracy_s");
     for (int i = 0; i < r->nreached && i < ST_METRICS_MAX_TARGETS; i++) {
         char key[16];
@@ -138,14 +172,9 @@ static char *record_line(const st_record *r, size_t *len)
     st_json_init(&j, m);
     st_json_object_begin(&j, NULL);
     st_json_string(&j, "type", TYPE_NAMES[r->type]);
-    switch (r->type) {
-    case ST_RECORD_RUN: write_run(&j, &r->u.run); break;
-    case ST_RECORD_TRAIN: write_train(&j, &r->u.train); break;
-    case ST_RECORD_EVAL: write_eval(&j, &r->u.eval); break;
-    case ST_RECORD_SUMMARY: write_summary(&j, &r->u.summary); break;
-    case ST_RECORD_INSTANCE: write_instance(&j, &r->u.instance); break;
-    case ST_RECORD_UNKNOWN: break;
-    }
+    write_fields(&j, r->type, &r->u);
+    if (r->type == ST_RECORD_SUMMARY)
+        write_reached(&j, &r->u.summary);
     st_json_object_end(&j);
     fputc('\n', m);
     if (fclose(m) != 0) {
@@ -247,22 +276,28 @@ static int int_count(const char *line, const char *key)
     return v < INT_MAX ? (int)v : INT_MAX;
 }
 
-static void parse_summary(const char *line, st_summary_record *r)
+static void read_fields(const char *line, st_record_type type, void *record)
 {
-    r->steps = (long)count(line, "steps");
-    r->instances = int_count(line, "instances");
-    r->batch_per_instance = int_count(line, "batch_per_instance");
-    r->total_s = num(line, "total_s");
-    r->train_s = num(line, "train_s");
-    r->samples_per_s = num(line, "samples_per_s");
-    r->tokens_per_s = num(line, "tokens_per_s");
-    r->final_test_accuracy = num(line, "final_test_accuracy");
-    r->best_test_accuracy = num(line, "best_test_accuracy");
-    r->peak_rss_mb = num(line, "peak_rss_mb");
-    r->micro_batches = count(line, "micro_batches");
-    r->micro_batches_here = count(line, "micro_batches_here");
-    r->allreduces_said = st_json_find(line, "step_allreduces") != NULL;
-    r->step_allreduces = count(line, "step_allreduces");
+    const struct fields *t = &FIELDS[type];
+    char *rec = record;
+    for (size_t i = 0; i < t->n; i++) {
+        const struct field *f = &t->v[i];
+        void *p = rec + f->at;
+        switch (f->type) {
+        case F_STRING: st_json_get_string(line, f->key, p, f->size); break;
+        case F_INT: *(int *)p = int_count(line, f->key); break;
+        case F_LONG: *(long *)p = (long)count(line, f->key); break;
+        case F_LLONG: *(long long *)p = (long long)count(line, f->key); break;
+        case F_U64: *(unsigned long long *)p = count(line, f->key); break;
+        case F_NUMBER: *(double *)p = num(line, f->key); break;
+        }
+        if (f->when == W_FLAG)
+            *(bool *)(rec + f->cond) = st_json_find(line, f->key) != NULL;
+    }
+}
+
+static void read_reached(const char *line, st_summary_record *r)
+{
     const char *p = st_json_find(line, "time_to_accuracy_s");
     if (!p || *p != '{')
         return;
@@ -286,76 +321,9 @@ st_record_type st_metrics_parse(const char *line, st_record *out)
     for (int t = ST_RECORD_RUN; t <= ST_RECORD_INSTANCE; t++)
         if (!strcmp(type, TYPE_NAMES[t]))
             out->type = (st_record_type)t;
-    switch (out->type) {
-    case ST_RECORD_RUN: {
-        st_run_record *r = &out->u.run;
-        st_json_get_string(line, "system", r->system, sizeof r->system);
-        r->instances = int_count(line, "instances");
-        r->threads = int_count(line, "threads");
-        r->batch_per_instance = int_count(line, "batch_per_instance");
-        st_json_get_string(line, "model", r->model, sizeof r->model);
-        r->params = (long long)count(line, "params");
-        st_json_get_string(line, "onednn", r->onednn, sizeof r->onednn);
-        st_json_get_string(line, "isa", r->isa, sizeof r->isa);
-        st_json_get_string(line, "launcher", r->launcher, sizeof r->launcher);
-        st_json_get_string(line, "torch", r->torch, sizeof r->torch);
-        st_json_get_string(line, "backend", r->backend, sizeof r->backend);
-        st_json_get_string(line, "mode", r->mode, sizeof r->mode);
-        st_json_get_string(line, "allreduce_dtype", r->allreduce_dtype, sizeof r->allreduce_dtype);
-        st_json_get_string(line, "precision", r->precision, sizeof r->precision);
-        st_json_get_string(line, "recipe", r->recipe, sizeof r->recipe);
-        r->layers = int_count(line, "layers");
-        r->bf16_layers = int_count(line, "bf16_layers");
-        r->first_step = count(line, "first_step");
-        r->context = int_count(line, "context");
-        r->grad_accum = int_count(line, "grad_accum");
-        st_json_get_string(line, "balance", r->balance, sizeof r->balance);
-        break;
-    }
-    case ST_RECORD_TRAIN: {
-        st_train_record *r = &out->u.train;
-        r->step = count(line, "step");
-        r->epoch = num(line, "epoch");
-        r->loss = num(line, "loss");
-        r->accuracy = num(line, "accuracy");
-        r->lr = num(line, "lr");
-        r->samples_per_s = num(line, "samples_per_s");
-        r->tokens_per_s = num(line, "tokens_per_s");
-        r->time_s = num(line, "time_s");
-        r->compute_s = num(line, "compute_s");
-        r->allreduce_s = num(line, "allreduce_s");
-        r->wait_s = num(line, "wait_s");
-        r->data_s = num(line, "data_s");
-        r->faults_said = st_json_find(line, "page_faults") != NULL;
-        r->page_faults = num(line, "page_faults");
-        break;
-    }
-    case ST_RECORD_EVAL: {
-        st_eval_record *r = &out->u.eval;
-        r->step = count(line, "step");
-        r->epoch = count(line, "epoch");
-        r->test_loss = num(line, "test_loss");
-        r->test_accuracy = num(line, "test_accuracy");
-        r->time_s = num(line, "time_s");
-        r->eval_s = num(line, "eval_s");
-        r->predictions = count(line, "predictions");
-        break;
-    }
-    case ST_RECORD_SUMMARY: parse_summary(line, &out->u.summary); break;
-    case ST_RECORD_INSTANCE: {
-        st_instance_record *r = &out->u.instance;
-        r->rank = int_count(line, "rank");
-        r->steps = (long)count(line, "steps");
-        r->step_p50_s = num(line, "step_p50_s");
-        r->step_p90_s = num(line, "step_p90_s");
-        r->step_max_s = num(line, "step_max_s");
-        r->compute_s = num(line, "compute_s");
-        r->exchange_s = num(line, "exchange_s");
-        r->wait_s = num(line, "wait_s");
-        r->samples_per_s = num(line, "samples_per_s");
-        break;
-    }
-    case ST_RECORD_UNKNOWN: break;
-    }
+    if (out->type != ST_RECORD_UNKNOWN)
+        read_fields(line, out->type, &out->u);
+    if (out->type == ST_RECORD_SUMMARY)
+        read_reached(line, &out->u.summary);
     return out->type;
 }
