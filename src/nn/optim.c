@@ -205,29 +205,6 @@ static const float *piece(const float *g, size_t at, size_t n, float gs, float *
     return buf;
 }
 
-static void sgd_step(st_optim *o, float *restrict p, const float *restrict g, float gs, float lr)
-{
-    const float mu = o->cfg.momentum, wd = o->cfg.weight_decay;
-    const bool first = o->steps == 0, nesterov = o->cfg.nesterov;
-    const size_t chunks = chunk_count(o);
-    float *mom = o->state;
-#pragma omp parallel for schedule(static) if (chunks > 4)
-    for (size_t c = 0; c < chunks; c++) {
-        size_t n;
-        const size_t lo = chunk_at(o, c, &n);
-        float buf[SCALED];
-        for (size_t at = lo; at < lo + n; at += SCALED) {
-            const size_t k = lo + n - at < SCALED ? lo + n - at : SCALED;
-            const float *gp = piece(g, at, k, gs, buf);
-            if (mom)
-                sgd_momentum(p + at, gp, mom + at, k, lr, wd, mu, first, nesterov);
-            else
-                sgd_plain(p + at, gp, k, lr, wd);
-        }
-        write_copies(o, p, lo, n);
-    }
-}
-
 ST_MULTIVERSION
 static void adamw_chunk(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, size_t n,
                         float lr, float wd, float b1, float b2, float c1, float c2, float eps,
@@ -241,13 +218,38 @@ static void adamw_chunk(float *restrict p, const float *restrict g, float *restr
     }
 }
 
-static void adamw_step(st_optim *o, float *restrict p, const float *restrict g, float gs, float lr)
+/* A rule's constants for one step, and its moments (NULL: none). */
+struct update {
+    float lr, wd, mu, b1, b2, c1, c2, eps;
+    bool first, nesterov;
+    float *m, *v;
+    const uint8_t *decays;
+};
+
+/* One rule over the parameters' piece [at, at + k), g its gradient as the update reads it. */
+typedef void update_rule(const struct update *u, float *restrict p, const float *restrict g, size_t at, size_t k);
+
+static void sgd_piece(const struct update *u, float *restrict p, const float *restrict g, size_t at, size_t k)
 {
-    const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps, wd = o->cfg.weight_decay;
-    const double t = (double)(o->steps + 1);
-    const float c1 = (float)(1.0 - pow(b1, t)), c2 = (float)sqrt(1.0 - pow(b2, t));
+    if (u->m)
+        sgd_momentum(p + at, g, u->m + at, k, u->lr, u->wd, u->mu, u->first, u->nesterov);
+    else
+        sgd_plain(p + at, g, k, u->lr, u->wd);
+}
+
+static void adamw_piece(const struct update *u, float *restrict p, const float *restrict g, size_t at, size_t k)
+{
+    adamw_chunk(p + at, g, u->m + at, u->v + at, k, u->lr, u->wd, u->b1, u->b2, u->c1, u->c2, u->eps,
+                u->decays ? u->decays + at : NULL);
+}
+
+/* Every rule's walk: the chunks over the threads (each writing its weight
+ * copies while its parameters are in cache), each chunk in pieces of the
+ * scaled gradient. */
+static void each_piece(st_optim *o, float *restrict p, const float *restrict g, float gs, update_rule *rule,
+                       const struct update *u)
+{
     const size_t chunks = chunk_count(o);
-    float *m = o->state, *v = o->state + o->count;
 #pragma omp parallel for schedule(static) if (chunks > 4)
     for (size_t c = 0; c < chunks; c++) {
         size_t n;
@@ -255,11 +257,28 @@ static void adamw_step(st_optim *o, float *restrict p, const float *restrict g, 
         float buf[SCALED];
         for (size_t at = lo; at < lo + n; at += SCALED) {
             const size_t k = lo + n - at < SCALED ? lo + n - at : SCALED;
-            adamw_chunk(p + at, piece(g, at, k, gs, buf), m + at, v + at, k, lr, wd, b1, b2, c1, c2, eps,
-                        o->cfg.decay_mask ? o->cfg.decay_mask + at : NULL);
+            rule(u, p, piece(g, at, k, gs, buf), at, k);
         }
         write_copies(o, p, lo, n);
     }
+}
+
+static void sgd_step(st_optim *o, float *restrict p, const float *restrict g, float gs, float lr)
+{
+    const struct update u = {.lr = lr, .wd = o->cfg.weight_decay, .mu = o->cfg.momentum, .first = o->steps == 0,
+                             .nesterov = o->cfg.nesterov, .m = o->state};
+    each_piece(o, p, g, gs, sgd_piece, &u);
+}
+
+static void adamw_step(st_optim *o, float *restrict p, const float *restrict g, float gs, float lr)
+{
+    const double t = (double)(o->steps + 1);
+    const float b1 = o->cfg.beta1, b2 = o->cfg.beta2;
+    const struct update u = {.lr = lr, .wd = o->cfg.weight_decay, .b1 = b1, .b2 = b2,
+                             .c1 = (float)(1.0 - pow(b1, t)), .c2 = (float)sqrt(1.0 - pow(b2, t)),
+                             .eps = o->cfg.eps, .m = o->state, .v = o->state + o->count,
+                             .decays = o->cfg.decay_mask};
+    each_piece(o, p, g, gs, adamw_piece, &u);
 }
 
 void st_optim_step_scaled(st_optim *o, float *params, const float *grads, float grad_scale, float lr)
