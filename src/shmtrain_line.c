@@ -12,7 +12,7 @@
 #include "shmtrain/ckpt.h"
 #include "shmtrain/config_text.h"
 #include "shmtrain/nn.h"
-#include "shmtrain_options.h"
+#include "shmtrain_words.h"
 #include "shmtrain_run_dir.h"
 
 /* The words getopt reads: the model's recipe (its `train` line), then

@@ -1,7 +1,8 @@
 /* shmtrain's command line: the training flags read into st_train_options,
- * and the parsing helpers the subcommands share.  A bad flag ends the
- * program with exit status 2 and one line naming it (the program's
- * contract, docs/training.md), so these functions exit rather than return. */
+ * (the parsing helpers the subcommands share: shmtrain_words.h).  A bad
+ * flag ends the program with exit status 2 and one line naming it (the
+ * program's contract, docs/training.md), so these functions exit rather
+ * than return. */
 #ifndef SHMTRAIN_OPTIONS_H
 #define SHMTRAIN_OPTIONS_H
 
@@ -12,16 +13,9 @@
 #include "shmtrain/train.h"
 #include "shmtrain_run_dir.h"
 
+#include "shmtrain_words.h"
+
 #define ONE_BILLION 1000000000L
-
-void shmtrain_bad(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-/* A whole number / a number in [min, max], or exit 2 naming `flag`. */
-long shmtrain_whole(const char *flag, const char *v, long min, long max);
-double shmtrain_number(const char *flag, const char *v, double min, double max);
-
-/* Exit 2 unless every word of argv is one of `opts` spelled in full. */
-void shmtrain_check_spelling(int argc, char **argv, const struct option *opts, const char *program);
 
 /* What main does after reading the flags. */
 enum shmtrain_action { ACTION_TRAIN, ACTION_SUMMARY, ACTION_HELP, ACTION_VERSION };

@@ -21,7 +21,6 @@ KNOWN_CIRCLES = [
     {"src/coll/choose.c", "src/coll/coll.c", "src/coll/direct.c", "src/coll/inline.c", "src/coll/ring.c",
      "src/coll/rsag.c", "src/coll/two_level.c"},
     {"src/train/keep.c", "src/train/report.c", "src/train/train.c"},
-    {"src/shmtrain_line.c", "src/shmtrain_options.c"},
 ]
 
 
