@@ -60,14 +60,16 @@ static const struct {
     bool (*takes)(const st_group *g, const struct coll_call *c);
     st_status (*run)(st_group *g, const struct coll_call *c);
 } ALGORITHMS[COLL_NALGOS] = {
-    [COLL_INLINE] = {"inline", coll_inline_takes, coll_inline_run},
-    [COLL_DIRECT] = {"direct", coll_direct_takes, coll_direct_run},
-    [COLL_RING] = {"ring", coll_ring_takes, coll_ring_run},
-    [COLL_RSAG] = {"rsag", coll_rsag_takes, coll_rsag_run},
-    [COLL_TWO_LEVEL] = {"two-level", coll_two_level_takes, coll_two_level_run},
+#define ALGORITHM(KIND, file, name, copying) [COLL_##KIND] = {name, coll_##file##_takes, coll_##file##_run},
+    COLL_ALGORITHMS(ALGORITHM)
+#undef ALGORITHM
 };
 
-static const char *const NAMES[] = {"inline", "direct", "ring", "rsag", "two-level", NULL};
+static const char *const NAMES[] = {
+#define NAME(KIND, file, name, copying) name,
+    COLL_ALGORITHMS(NAME)
+#undef NAME
+    NULL};
 
 const char *const *st_allreduce_algorithms(void) { return NAMES; }
 

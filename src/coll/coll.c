@@ -164,11 +164,9 @@ static st_status allreduce(st_group *g, void *buf, size_t count, st_dtype user, 
 }
 
 static const char *const PATH_NAMES[COLL_NALGOS][2] = {
-    [COLL_INLINE] = {"inline", "inline"},
-    [COLL_DIRECT] = {"direct", "direct"},
-    [COLL_RING] = {"ring-copy", "ring"},
-    [COLL_RSAG] = {"rsag-copy", "rsag"},
-    [COLL_TWO_LEVEL] = {"two-level-copy", "two-level"},
+#define PATHS(KIND, file, name, copying) [COLL_##KIND] = {copying, name},
+    COLL_ALGORITHMS(PATHS)
+#undef PATHS
 };
 
 const char *st_allreduce_algorithm(const st_group *g, const void *buf, size_t count, st_dtype dtype)

@@ -73,7 +73,24 @@ struct inline_line {
 };
 
 /* The all-reduce algorithms, in the order of the table's columns. */
-enum coll_algo { COLL_INLINE, COLL_DIRECT, COLL_RING, COLL_RSAG, COLL_TWO_LEVEL, COLL_NALGOS, COLL_TABLE = -1 };
+/* The all-reduce algorithms, written once: each one file of its own
+ * (coll_<file>_takes, coll_<file>_run), the name a program forces it by
+ * (SHMTRAIN_ALLREDUCE_ALGO, st_allreduce_algorithms), and the name its
+ * copying path reports (a buffer outside the zero-copy region). */
+#define COLL_ALGORITHMS(X)                                \
+    X(INLINE, inline, "inline", "inline")                 \
+    X(DIRECT, direct, "direct", "direct")                 \
+    X(RING, ring, "ring", "ring-copy")                    \
+    X(RSAG, rsag, "rsag", "rsag-copy")                    \
+    X(TWO_LEVEL, two_level, "two-level", "two-level-copy")
+
+enum coll_algo {
+#define COLL_ALGO_ENUM(KIND, file, name, copying) COLL_##KIND,
+    COLL_ALGORITHMS(COLL_ALGO_ENUM)
+#undef COLL_ALGO_ENUM
+    COLL_NALGOS,
+    COLL_TABLE = -1
+};
 
 /* The NUMA layout the two-level all-reduce runs over: ranks grouped by
  * node (nodes in increasing number, ranks in rank order within one), every
