@@ -1,8 +1,8 @@
 /* The public collectives: argument checks, the call an algorithm runs
- * (choose.c picks it), one rank alone, the stage between the halves of an
- * all-reduce, broadcast and barrier, written against the wait/publish
- * protocol of sync.c (which says how it works; docs/collectives.md has
- * diagrams).
+ * (choose.c picks it), one rank alone, broadcast and barrier, written
+ * against the wait/publish protocol of sync.c (which says how it works;
+ * docs/collectives.md has diagrams).  The top of src/coll: what the
+ * algorithms share is below them all, in parts.c.
  */
 #define _GNU_SOURCE
 #include "shmtrain/coll.h"
@@ -18,51 +18,6 @@
 #include "coll_internal.h"
 #include "shmtrain/bf16.h"
 #include "shmtrain/env.h"
-
-/* --------------------------------------------------------------- stage -- */
-
-st_status coll_run_stage(const struct coll_stage *sg, float *part, size_t n, st_reduce_op op)
-{
-    st_status st = n ? sg->fn(sg->ctx, part, n) : ST_OK;
-    if (st == ST_OK && op == ST_AVG)
-        for (size_t i = 0; i < n; i++)
-            part[i] /= sg->divisor;
-    return st;
-}
-
-float *coll_scratch_f32(st_group *g, size_t n)
-{
-    if (n == 0)
-        n = 1;  /* a slice may be empty; its scratch still exists */
-    if (n > g->stage_f32_len) {
-        float *p = realloc(g->stage_f32, n * sizeof *p);
-        if (!p)
-            return NULL;
-        g->stage_f32 = p;
-        g->stage_f32_len = n;
-    }
-    return g->stage_f32;
-}
-
-st_status coll_finish_rounded(st_group *g, float *sums, void *out, st_dtype wire, size_t n, st_reduce_op op,
-                              const struct coll_stage *sg)
-{
-    if (sg) {
-        st_status st = coll_run_stage(sg, sums, n, op);
-        if (st != ST_OK)
-            return st;
-    } else if (op == ST_AVG) {
-        for (size_t i = 0; i < n; i++)
-            sums[i] /= (float)g->world;
-    }
-    st_dtype_convert_n(out, wire, sums, ST_DTYPE_F32, n);
-    return ST_OK;
-}
-
-char *coll_seg_at(const st_group *g, int q, size_t off)
-{
-    return (char *)g->segs[q].base + off;
-}
 
 /* ------------------------------------------------------------ the call -- */
 
@@ -93,23 +48,6 @@ static struct coll_call describe(const st_group *g, void *buf, size_t count, st_
     return c;
 }
 
-static bool floating(st_dtype t)
-{
-    return t == ST_DTYPE_F32 || t == ST_DTYPE_BF16 || t == ST_DTYPE_F16 || t == ST_DTYPE_F64;
-}
-
-st_status coll_check_payload(st_dtype t, st_reduce_op op)
-{
-    if (op != ST_SUM && op != ST_AVG && op != ST_MAX && op != ST_MIN)
-        return st_fail(ST_ERR_INVALID, "coll: allreduce: unknown reduce op %d", (int)op);
-    if (!floating(t) && t != ST_DTYPE_I32 && t != ST_DTYPE_I64)
-        return st_fail(ST_ERR_INVALID, "coll: allreduce: element type %d is not fp32, bf16, fp16, fp64, i32 or i64",
-                       (int)t);
-    if (op == ST_AVG && !floating(t))
-        return st_fail(ST_ERR_INVALID, "coll: allreduce: an average of %s (integers): use SUM and divide",
-                       st_dtype_name(t));
-    return ST_OK;
-}
 
 static st_status check_allreduce(const st_group *g, const void *buf, size_t count)
 {
@@ -255,13 +193,6 @@ static st_status barrier(st_group *g)
 
 /* ------------------------------------------------- the public collectives -- */
 
-/* A collective that completed is progress the launcher can see. */
-st_status coll_progressed(st_group *g, st_status st)
-{
-    if (st == ST_OK)
-        st_heartbeat_beat(&g->hb, coll_coarse_now_s());
-    return st;
-}
 
 static st_status make_stage(st_shard_fn between, void *ctx, int divisor, struct coll_stage *out)
 {

@@ -14,7 +14,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "shmtrain/ckpt.h"
+#include "shmtrain/nn.h"
+#include "shmtrain/optim.h"
 #include "shmtrain/paths.h"
+#include "shmtrain/text.h"
 #include "trainer.h"
 
 #define PATH_LEN 4096
@@ -109,4 +113,24 @@ st_status train_check_room(const struct trainer *t)
                    "disk, or --no-checkpoint", ckpt, need / 1e6, copies, one / 1e6,
                    o->checkpoint_every > 0 && o->keep_last ? ", --keep's" : "", o->keep_best ? ", the best" : "", dir,
                    free_bytes / 1e6);
+}
+
+st_status train_save_to(struct trainer *t, const char *path)
+{
+    size_t nb, no;
+    st_ckpt c = {.model_text = (char *)st_model_text(t->model),
+                 .params = st_net_params(t->net, &c.nparams),
+                 .buffers = st_net_buffers(t->net, &nb),
+                 .optim_state = st_optim_state(t->opt, &no),
+                 .optim_kind = (uint32_t)t->o->optim.kind,
+                 .optim_steps = st_optim_steps(t->opt),
+                 .epoch = t->epoch, .epoch_pos = t->epoch_pos, .step = t->step, .seed = t->o->seed,
+                 .world_size = (uint32_t)t->world, .best_accuracy = t->best_acc,
+                 .elapsed_s = st_now_s() - t->start + t->elapsed_before,
+                 .alphabet = t->text ? (uint8_t *)st_text_alphabet(t->text) : NULL,
+                 .nalphabet = t->text ? (uint32_t)st_text_alphabet_len(t->text) : 0,
+                 .has_kept_best = isfinite(t->kept_best), .kept_best = t->kept_best};
+    c.nbuffers = nb;
+    c.noptim = no;
+    return st_ckpt_write(path, &c);
 }

@@ -49,21 +49,6 @@ void train_record(struct trainer *t, const st_record *r)
     }
 }
 
-void train_say(const struct trainer *t, const char *fmt, ...)
-{
-    if (t->rank != 0)
-        return;
-    va_list ap;
-    if (t->o->quiet)
-        return;
-    if (t->tty)
-        fputs("\r\033[K", stdout);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    fflush(stdout);
-}
-
 /* Language models count tokens: a window is `context` of them. */
 static double rate_per_sample(const struct trainer *t) { return t->text ? t->context : 1; }
 static const char *rate_unit(const struct trainer *t) { return t->text ? "tokens/s" : "samples/s"; }

@@ -60,26 +60,6 @@ st_status st_train_model_load(st_model **m, const char *name)
 
 /* --------------------------------------------------------- checkpoints -- */
 
-st_status train_save_to(struct trainer *t, const char *path)
-{
-    size_t nb, no;
-    st_ckpt c = {.model_text = (char *)st_model_text(t->model),
-                 .params = st_net_params(t->net, &c.nparams),
-                 .buffers = st_net_buffers(t->net, &nb),
-                 .optim_state = st_optim_state(t->opt, &no),
-                 .optim_kind = (uint32_t)t->o->optim.kind,
-                 .optim_steps = st_optim_steps(t->opt),
-                 .epoch = t->epoch, .epoch_pos = t->epoch_pos, .step = t->step, .seed = t->o->seed,
-                 .world_size = (uint32_t)t->world, .best_accuracy = t->best_acc,
-                 .elapsed_s = st_now_s() - t->start + t->elapsed_before,
-                 .alphabet = t->text ? (uint8_t *)st_text_alphabet(t->text) : NULL,
-                 .nalphabet = t->text ? (uint32_t)st_text_alphabet_len(t->text) : 0,
-                 .has_kept_best = isfinite(t->kept_best), .kept_best = t->kept_best};
-    c.nbuffers = nb;
-    c.noptim = no;
-    return st_ckpt_write(path, &c);
-}
-
 static st_status save(struct trainer *t)
 {
     if (t->rank != 0 || !t->o->checkpoint)  /* --no-checkpoint */

@@ -129,11 +129,10 @@ st_status train_instances(struct trainer *t);
 size_t train_eval_samples(const struct trainer *t);
 st_status train_fill_eval_batch(struct trainer *t, size_t first, int *valid);
 
-/* report.c: a progress line (rank 0, unless --quiet); a metrics record
- * (rank 0's --metrics file, if open). */
+/* say.c: a progress line (rank 0, unless --quiet). */
 void train_say(const struct trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* A checkpoint of the run as it is now, at `path` (rank 0's to call). */
+/* keep.c: a checkpoint of the run as it is now, at `path` (rank 0's to call). */
 st_status train_save_to(struct trainer *t, const char *path);
 
 /* src/train/keep.c: which checkpoints a run keeps beside --checkpoint's.
