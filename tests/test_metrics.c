@@ -79,7 +79,8 @@ static void test_records_round_trip(void **state)
     st_record in[4] = {
         {.type = ST_RECORD_RUN, .u.run = {.system = "shmtrain", .instances = 2, .threads = 1, .model = "my \"lenet\"",
                                           .params = 61706, .batch_per_instance = 64, .onednn = "2.6.3",
-                                          .isa = "avx2", .first_step = 120, .balance = "dynamic"}},
+                                          .isa = "avx2", .first_step = 120, .balance = "dynamic",
+                                          .grad_accum = 1, .bf16_layers = 3}},
         {.type = ST_RECORD_TRAIN, .u.train = {.step = 50, .epoch = 0.25, .loss = 0.5, .accuracy = 0.75, .lr = 0.05,
                                               .samples_per_s = 1234.5, .time_s = 2.5, .compute_s = 1.25,
                                               .allreduce_s = 0.125, .wait_s = 0.0625, .faults_said = true,
@@ -97,6 +98,8 @@ static void test_records_round_trip(void **state)
     assert_int_equal(strncmp(text, "{\"type\":\"run\",\"system\":\"shmtrain\",\"instances\":2,", 48), 0);
     assert_non_null(strstr(text, "\"time_to_accuracy_s\":{\"0.85\":4.25,\"0.89\":7.50}"));
     assert_null(strstr(text, "\"torch\""));  /* empty strings of other writers are left out */
+    assert_null(strstr(text, "\"grad_accum\""));   /* one micro-batch a step: said by saying nothing */
+    assert_null(strstr(text, "\"bf16_layers\""));  /* said with the layers only, and these are not said */
     assert_null(strstr(text, "\"backend\""));
     assert_null(strstr(text, "\"mode\""));
     st_record out[4];

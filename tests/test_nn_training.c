@@ -117,6 +117,41 @@ static void test_optimizers_match_torch_rules(void **state)
     assert_true(fabsf(grads[0] - 0.6f) < 1e-4f && fabsf(grads[1] - 0.8f) < 1e-4f);
 }
 
+/* The rules of the one-parameter test above, on every parameter of a buffer
+ * that spans several chunks and several of their pieces (4096 floats), with
+ * an odd tail: each element stepped as a plain loop of the same rule steps
+ * it (within 2 ulp: the optimizer's loops may fuse a multiply-add). */
+static void test_every_parameter_steps(void **state)
+{
+    (void)state;
+    enum { N = 3 * 65536 + 4096 + 7 };
+    float *p = malloc(N * sizeof(float)), *g = malloc(N * sizeof(float)), *want = malloc(N * sizeof(float));
+    assert_non_null(p), assert_non_null(g), assert_non_null(want);
+    const st_optim_config kinds[] = {{.kind = ST_OPTIM_SGD, .weight_decay = 0.1f},
+                                     {.kind = ST_OPTIM_SGD, .momentum = 0.9f, .weight_decay = 0.1f},
+                                     {.kind = ST_OPTIM_ADAMW, .weight_decay = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f,
+                                      .eps = 1e-8f}};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        st_optim *o;
+        assert_int_equal(st_optim_create(&o, N, &kinds[k]), ST_OK);
+        for (size_t i = 0; i < N; i++) {
+            p[i] = 1.0f + (float)(i % 97) / 97.0f;
+            g[i] = 0.5f - (float)(i % 13) / 13.0f;
+            /* one step from zero state: SGD p - lr (g + wd p) (momentum's first buffer is d itself);
+               AdamW p (1 - lr wd) - lr g / (|g| + eps') */
+            want[i] = kinds[k].kind == ST_OPTIM_SGD ? p[i] - 0.1f * (g[i] + 0.1f * p[i])
+                                                     : p[i] * (1.0f - 0.1f * 0.01f) - 0.1f * (g[i] / (fabsf(g[i]) + 1e-8f));
+        }
+        st_optim_step(o, p, g, 0.1f);
+        for (size_t i = 0; i < N; i++)
+            if (!(fabsf(p[i] - want[i]) <= 2e-6f * fabsf(want[i]) + 1e-6f))
+                fail_msg("optimizer %zu: parameter %zu of %d stepped to %.9g, its rule gives %.9g", k, i, N, p[i],
+                         want[i]);
+        st_optim_destroy(o);
+    }
+    free(p), free(g), free(want);
+}
+
 /* The norm as defined before it ran on every thread: 16 float lanes a
  * block of 4096, every block's lanes added in double in order. */
 static double norm_in_order(const float *g, size_t n)
@@ -305,6 +340,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_training_drives_loss_down_deterministically),
         cmocka_unit_test(test_optimizers_match_torch_rules),
+        cmocka_unit_test(test_every_parameter_steps),
         cmocka_unit_test(test_clip_scale_in_the_update),
         cmocka_unit_test(test_loss_matches_finite_differences),
         cmocka_unit_test(test_profile_accounts_for_the_step),
