@@ -209,6 +209,8 @@ static void test_sweep_global_batch(void **state)
     if (r.code != 0)
         fail_msg("sweep failed (%d): %s", r.code, r.err);
     char path[400];
+    path_of(path, sizeof path, "runs");  /* each run's folder in the sweep's, not the caller's runs/ */
+    assert_int_not_equal(access(path, F_OK), 0);
     snprintf(path, sizeof path, "%s/sweep.json", out);
     char *json = slurp_or_empty(path);
     const char *settings[] = {"\"setting\":\"1x1 acc 2\",\"system\":\"shmtrain\"",
