@@ -1,5 +1,7 @@
-/* shmtrain's training flags (src/shmtrain_options.h): the help, the table,
- * one reader per topic (the help's groups), the checks across flags. */
+/* shmtrain's training flags (src/shmtrain_options.h).  One table gives each
+ * flag its name, value, field, range, help group and help text; getopt's
+ * table, the reader, --help and config.txt all walk it, so a new flag is one
+ * row.  The checks across flags follow the table. */
 #define _GNU_SOURCE
 #include "shmtrain_options.h"
 
@@ -19,167 +21,322 @@
 #include "shmtrain_line.h"
 #include "shmtrain_run_dir.h"
 
-void shmtrain_usage(FILE *f)
-{
-    fprintf(f,
-"usage: shmtrain [options]                     train (under shmrun for several instances)\n"
-"       shmtrain sample --checkpoint FILE --prompt TEXT [options]   continue a text (sample --help)\n"
-"       shmtrain export --checkpoint FILE --out MODEL.safetensors   for PyTorch (export --help)\n"
-"       shmtrain --version | --help\n"
-"model:\n"
-"  --model NAME|FILE        mlp, lenet, cnn, resnet, gpt-mini, gpt, gpt2 or a model file (default lenet)\n"
-"  --summary                print the model's layers, output shapes and parameters, and exit\n"
-"  --init-from MODEL.safetensors    start from these weights (shmtrain export's, by PyTorch's names)\n"
-"data:\n"
-"  --data DIR               IDX directory (default /usr/share/datasets/fashion-mnist)\n"
-"  --train-images F --train-labels F --test-images F --test-labels F   IDX files\n"
-"  --cifar DIR              CIFAR-10 binary batches instead; --cifar100 DIR for CIFAR-100\n"
-"  --npy-images F --npy-labels F [--npy-test-images F --npy-test-labels F]   NumPy arrays (np.save):\n"
-"                           images uint8 or float32 in [0,1], NHWC or NCHW; labels integers\n"
-"  --image-folder ROOT      images (PNG, JPEG) in torchvision's ImageFolder layout: ROOT/train/CLASS/*\n"
-"                           and ROOT/val/CLASS/*, or ROOT/CLASS/* (then --val-fraction is held out)\n"
-"  --image-size S           resize the shorter side to S, then crop the model's input from the centre\n"
-"  --data-memory GB         a folder decoding to more is streamed batch by batch (a quarter of RAM)\n"
-"  --data-workers N         streaming: decoding threads per instance, a batch ahead (2)\n"
-"  --val-fraction F         held out for testing when the data has no test split (0.1)\n"
-"  --train-subset N --test-subset N   use only the first N samples\n"
-"  --augment                random crop (padding 4) and horizontal flip\n"
-"  --text PATH              a language model's text: a file or a directory of files; its last 10%%\n"
-"                           validates, or give --text twice (training, validation)\n"
-"  --tokens chars|bytes     token ids: the text's characters (default) or all 256 bytes\n"
-"  --tokens-bin F [--val-bin F] [--vocab N]   token ids from another tokenizer: nanoGPT's .bin\n"
-"                           (uint16) or llm.c's; without --val-bin the last 10%% validates; ids < N\n"
-"optimisation:\n"
-"  --epochs N (1; with --max-steps alone, as many as it takes)   --max-steps N (the step budget;\n"
-"                   with --epochs too, whichever ends first; 0: evaluate only)\n"
-"  --batch-size B (64, per instance)\n"
-"  --grad-accum N (1)       micro-batches of B per optimizer step, their gradients averaged and\n"
-"                           exchanged once (nanoGPT's gradient_accumulation_steps)\n"
-"  --balance static|dynamic|independent (static)   dynamic: a node's instances take the step's\n"
-"                           instances x N micro-batches from a shared counter, so none waits for a\n"
-"                           slow one; independent: no exchange, each trains its own model on its\n"
-"                           shard (the speed the machine allows without synchronising)\n"
-"  --optimizer sgd|adamw (sgd)   --lr LR (0.05)   --momentum M (0.9)   --nesterov\n"
-"  --weight-decay W (0; language models: matrices only)   --beta2 B (AdamW, 0.999)\n"
-"  --clip-norm C (off)   --scale-lr (lr x instances)\n"
-"  --schedule constant|step|cosine   --warmup STEPS   --step-size STEPS --gamma G   --min-lr LR\n"
-"  --seed S (1)   --target-accuracy A (stop once the test accuracy reaches A)\n"
-"  --target-loss L          stop once the validation loss is at most L (language models)\n"
-"evaluation and outputs:\n"
-"  --eval-every K (0 = each epoch)   --eval-windows N (language models: 256; 0 = all)\n"
-"  --log-every K (50)   --quiet\n"
-"  --out DIR                the run's folder: shmtrain.ckpt, metrics.jsonl, TensorBoard's events,\n"
-"                           scalars.csv, console.log, config.txt (default runs/MODEL-JOB or\n"
-"                           runs/MODEL-UTC TIME; runs/latest: the newest's checkpoint)\n"
-"  --resume [DIR|FILE]      go on from a run's folder (alone: runs/latest) or a checkpoint file\n"
-"  --checkpoint FILE --metrics FILE   these outputs here, not in the run folder   --no-checkpoint\n"
-"  --overwrite              write over the run in --out DIR, --checkpoint or --metrics (an output\n"
-"                           holding a result is refused unless resumed or overwritten)\n"
-"  --checkpoint-every K     also every K steps (a failed one is a warning)\n"
-"  --keep K                 keep the last K of those as FILE-stepN.ckpt   --keep-best  best.ckpt:\n"
-"                           the best evaluation's (validation loss, or test accuracy)\n"
-"  --config FILE            settings as 'key value' lines (a run's config.txt repeats it); flags\n"
-"                           given on the command line replace the file's\n"
-"several instances:\n"
-"  --allreduce-dtype fp32|bf16|fp16   the gradient exchange (bf16, fp16: half the bytes, summed in fp32)\n"
-"  --bucket-mb MB           all-reduce gradients in buckets of MB during backward (0: after it)\n"
-"  --check-replicas K       check every K steps that all instances hold identical parameters\n"
-"precision:\n"
-"  --precision fp32|bf16    compute: bf16 runs convolutions and linear layers in bf16 (native bf16\n"
-"                           CPUs: AVX512-BF16 or AMX), parameters and optimizer stay fp32\n"
-"  --no-flush-denormals     keep denormal floats (slower late in training)\n"
-"exit status: 0 done, 1 failed, 2 bad flag, 75 stopped because another instance failed,\n"
-"  130 stopped on request (checkpointed)\n");
-}
-
-enum {
-    O_MODEL = 256, O_DATA, O_TRI, O_TRL, O_TEI, O_TEL, O_CIFAR, O_CIFAR100, O_TRS, O_TES, O_AUG, O_EPOCHS,
-    O_MAXSTEPS, O_BATCH, O_OPT, O_LR, O_MOM, O_NEST, O_WD, O_CLIP, O_SCALE, O_SCHED, O_WARM, O_STEPSZ, O_GAMMA,
-    O_MINLR, O_SEED, O_TARGET, O_NOFLUSH, O_EVAL, O_LOG, O_METRICS, O_QUIET, O_CKPT, O_CKPTE, O_RESUME, O_CHECK,
-    O_ARDTYPE, O_PRECISION, O_BUCKET, O_ACCUM, O_TEXT, O_TOKENS, O_EVALWIN, O_BETA2, O_TLOSS, O_SUMMARY, O_INIT,
-    O_TOKBIN, O_VALBIN, O_VOCAB, O_NPYI, O_NPYL, O_NPYTI, O_NPYTL, O_VALFRAC, O_IMGDIR, O_IMGSIZE, O_DATAMEM,
-    O_DATAWORK, O_VERSION, O_OUT, O_OVERWRITE, O_CONFIG, O_NOCKPT, O_KEEP, O_KEEPBEST, O_BALANCE
+/* What one reading of the line fills. */
+struct parse {
+    st_train_options *o;
+    struct run_dir_request *rq;
+    bool momentum_set, summary;
 };
 
-static const struct option training_flags[] = {
-    {"model", 1, 0, O_MODEL}, {"summary", 0, 0, O_SUMMARY}, {"init-from", 1, 0, O_INIT},
-    {"data", 1, 0, O_DATA}, {"train-images", 1, 0, O_TRI}, {"train-labels", 1, 0, O_TRL},
-    {"test-images", 1, 0, O_TEI}, {"test-labels", 1, 0, O_TEL}, {"cifar", 1, 0, O_CIFAR},
-    {"cifar100", 1, 0, O_CIFAR100}, {"npy-images", 1, 0, O_NPYI}, {"npy-labels", 1, 0, O_NPYL},
-    {"npy-test-images", 1, 0, O_NPYTI}, {"npy-test-labels", 1, 0, O_NPYTL}, {"image-folder", 1, 0, O_IMGDIR},
-    {"image-size", 1, 0, O_IMGSIZE}, {"data-memory", 1, 0, O_DATAMEM}, {"data-workers", 1, 0, O_DATAWORK},
-    {"val-fraction", 1, 0, O_VALFRAC}, {"train-subset", 1, 0, O_TRS}, {"test-subset", 1, 0, O_TES},
-    {"augment", 0, 0, O_AUG}, {"text", 1, 0, O_TEXT}, {"tokens", 1, 0, O_TOKENS}, {"tokens-bin", 1, 0, O_TOKBIN},
-    {"val-bin", 1, 0, O_VALBIN}, {"vocab", 1, 0, O_VOCAB}, {"epochs", 1, 0, O_EPOCHS},
-    {"max-steps", 1, 0, O_MAXSTEPS}, {"batch-size", 1, 0, O_BATCH}, {"grad-accum", 1, 0, O_ACCUM},
-    {"balance", 1, 0, O_BALANCE},
-    {"optimizer", 1, 0, O_OPT}, {"lr", 1, 0, O_LR}, {"momentum", 1, 0, O_MOM}, {"nesterov", 0, 0, O_NEST},
-    {"weight-decay", 1, 0, O_WD}, {"beta2", 1, 0, O_BETA2}, {"clip-norm", 1, 0, O_CLIP},
-    {"scale-lr", 0, 0, O_SCALE}, {"schedule", 1, 0, O_SCHED}, {"warmup", 1, 0, O_WARM},
-    {"step-size", 1, 0, O_STEPSZ}, {"gamma", 1, 0, O_GAMMA}, {"min-lr", 1, 0, O_MINLR}, {"seed", 1, 0, O_SEED},
-    {"target-accuracy", 1, 0, O_TARGET}, {"target-loss", 1, 0, O_TLOSS}, {"eval-every", 1, 0, O_EVAL},
-    {"eval-windows", 1, 0, O_EVALWIN}, {"log-every", 1, 0, O_LOG}, {"metrics", 1, 0, O_METRICS},
-    {"quiet", 0, 0, O_QUIET}, {"checkpoint", 1, 0, O_CKPT}, {"checkpoint-every", 1, 0, O_CKPTE},
-    {"resume", 2, 0, O_RESUME}, {"out", 1, 0, O_OUT}, {"overwrite", 0, 0, O_OVERWRITE}, {"config", 1, 0, O_CONFIG},
-    {"no-checkpoint", 0, 0, O_NOCKPT}, {"keep", 1, 0, O_KEEP}, {"keep-best", 0, 0, O_KEEPBEST}, {"allreduce-dtype", 1, 0, O_ARDTYPE}, {"bucket-mb", 1, 0, O_BUCKET},
-    {"check-replicas", 1, 0, O_CHECK}, {"precision", 1, 0, O_PRECISION},
-    {"no-flush-denormals", 0, 0, O_NOFLUSH}, {"version", 0, 0, O_VERSION}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+/* How a flag's value is read and where it goes; K_HEADING rows name the
+ * help's groups, K_HOOK flags are read by their `then` alone. */
+enum flag_kind { K_HEADING, K_STR, K_INT, K_LONG, K_U64, K_FLOAT, K_DOUBLE, K_BOOL, K_OFF_BOOL, K_DTYPE, K_CHOICE,
+                 K_HOOK };
 
-/* ---------------------------------------------------- the settings in effect --
- * config.txt repeats a run: every setting that shapes it, with the value it
- * had (a default as much as a flag), so that a later change of a default
- * does not change what the file repeats.  Read back by --config, each
- * gives the same field (floats printed to their last bit).  Outputs (--out,
- * --checkpoint, --metrics, --resume, --config, --quiet) are not settings. */
-enum setting_kind { K_STR, K_INT, K_LONG, K_U64, K_FLOAT, K_DOUBLE, K_BOOL, K_OFF_BOOL, K_DTYPE, K_CHOICE };
+enum flag_trait {
+    SETTING = 1,     /* config.txt repeats it (outputs and one-off actions do not) */
+    SKIP_ZERO = 2,   /* zero means "not given" there */
+    OPTIONAL = 4,    /* the value may be left out (--resume) */
+    IN_REQUEST = 8,  /* the field is run_dir_request's, not st_train_options' */
+};
 
-struct setting {
-    const char *flag;
-    enum setting_kind kind;
-    size_t offset;
-    bool skip_zero;                /* zero means "not given" (or the flag takes no zero) */
-    const char *const *choices;    /* K_CHOICE: the flag's words by the field's value */
+struct flag {
+    const char *name;
+    const char *value;          /* the value's name in the help (a choice's: its words); NULL: the flag takes none */
+    enum flag_kind kind;
+    size_t offset, size;        /* the field */
+    double min, max;            /* a number's range */
+    const char *const *choices; /* K_CHOICE: the words by the field's value */
+    unsigned traits;
+    void (*then)(struct parse *p, const char *v);  /* what the flag means beyond its field, or NULL */
+    const char *help;           /* '\n' continues it on the next line, under the first */
 };
 
 static const char *const optimizers[] = {"sgd", "adamw", NULL}, *const schedules[] = {"constant", "step", "cosine", NULL},
                          *const token_kinds[] = {"chars", "bytes", NULL},
                          *const balances[] = {"static", "dynamic", "independent", NULL};
 
-#define AT(field) offsetof(st_train_options, field)
-static const struct setting settings[] = {
-    {"model", K_STR, AT(model), 1, 0}, {"init-from", K_STR, AT(init_from), 1, 0}, {"data", K_STR, AT(data_dir), 1, 0},
-    {"train-images", K_STR, AT(train_images), 1, 0}, {"train-labels", K_STR, AT(train_labels), 1, 0},
-    {"test-images", K_STR, AT(test_images), 1, 0}, {"test-labels", K_STR, AT(test_labels), 1, 0},
-    {"npy-images", K_STR, AT(npy_images), 1, 0}, {"npy-labels", K_STR, AT(npy_labels), 1, 0},
-    {"npy-test-images", K_STR, AT(npy_test_images), 1, 0}, {"npy-test-labels", K_STR, AT(npy_test_labels), 1, 0},
-    {"image-folder", K_STR, AT(image_folder), 1, 0}, {"image-size", K_INT, AT(image_size), 1, 0},
-    {"data-memory", K_DOUBLE, AT(data_memory_gb), 1, 0}, {"data-workers", K_INT, AT(data_workers), 0, 0},
-    {"val-fraction", K_FLOAT, AT(val_fraction), 0, 0}, {"train-subset", K_LONG, AT(train_subset), 1, 0},
-    {"test-subset", K_LONG, AT(test_subset), 1, 0}, {"augment", K_BOOL, AT(augment), 0, 0},
-    {"tokens", K_CHOICE, AT(text_tokens), 0, token_kinds}, {"tokens-bin", K_STR, AT(tokens_bin), 1, 0},
-    {"val-bin", K_STR, AT(val_bin), 1, 0}, {"vocab", K_LONG, AT(vocab), 1, 0},
-    {"epochs", K_INT, AT(epochs), 1, 0}, {"max-steps", K_LONG, AT(max_steps), 1, 0},
-    {"batch-size", K_INT, AT(batch), 0, 0}, {"grad-accum", K_INT, AT(grad_accum), 1, 0},
-    {"balance", K_CHOICE, AT(balance), 0, balances},
-    {"optimizer", K_CHOICE, AT(optim.kind), 0, optimizers}, {"lr", K_FLOAT, AT(schedule.lr), 0, 0},
-    {"momentum", K_FLOAT, AT(optim.momentum), 0, 0}, {"nesterov", K_BOOL, AT(optim.nesterov), 0, 0},
-    {"weight-decay", K_FLOAT, AT(optim.weight_decay), 0, 0}, {"beta2", K_FLOAT, AT(optim.beta2), 1, 0},
-    {"clip-norm", K_FLOAT, AT(clip_norm), 1, 0}, {"scale-lr", K_BOOL, AT(scale_lr), 0, 0},
-    {"schedule", K_CHOICE, AT(schedule.kind), 0, schedules}, {"warmup", K_U64, AT(schedule.warmup), 0, 0},
-    {"step-size", K_U64, AT(schedule.step_size), 1, 0}, {"gamma", K_FLOAT, AT(schedule.gamma), 1, 0},
-    {"min-lr", K_FLOAT, AT(schedule.min_lr), 0, 0}, {"seed", K_U64, AT(seed), 0, 0},
-    {"target-accuracy", K_FLOAT, AT(target_accuracy), 1, 0}, {"target-loss", K_FLOAT, AT(target_loss), 1, 0},
-    {"eval-every", K_LONG, AT(eval_every), 0, 0}, {"eval-windows", K_LONG, AT(eval_windows), 0, 0},
-    {"log-every", K_LONG, AT(log_every), 0, 0}, {"checkpoint-every", K_LONG, AT(checkpoint_every), 1, 0},
-    {"keep", K_INT, AT(keep_last), 1, 0}, {"keep-best", K_BOOL, AT(keep_best), 0, 0},
-    {"allreduce-dtype", K_DTYPE, AT(allreduce_dtype), 0, 0}, {"bucket-mb", K_DOUBLE, AT(bucket_mb), 1, 0},
-    {"check-replicas", K_LONG, AT(check_replicas), 1, 0}, {"precision", K_DTYPE, AT(precision), 0, 0},
-    {"no-flush-denormals", K_OFF_BOOL, AT(flush_denormals), 0, 0},
+static void then_cifar100(struct parse *p, const char *v) { (void)v; p->o->cifar100 = true; }
+static void then_cifar10(struct parse *p, const char *v) { (void)v; p->o->cifar100 = false; }
+static void then_momentum(struct parse *p, const char *v) { (void)v; p->momentum_set = true; }
+static void then_summary(struct parse *p, const char *v) { (void)v; p->summary = true; }
+static void then_checkpoint(struct parse *p, const char *v) { (void)v; p->rq->checkpoint_named = true; }
+static void then_metrics(struct parse *p, const char *v) { (void)v; p->rq->metrics_named = true; }
+static void then_config(struct parse *p, const char *v) { (void)p, (void)v; }  /* read by merge_line */
+static void then_resume(struct parse *p, const char *v) { p->o->resume = v ? v : ""; }  /* "": run_dir_prepare says which */
+/* nothing trained: an evaluation of what it starts from */
+static void then_max_steps(struct parse *p, const char *v) { (void)v; p->o->evaluate_only = p->o->max_steps == 0; }
+
+static void then_text(struct parse *p, const char *v)
+{
+    if (p->o->ntext == 2)
+        shmtrain_bad("--text: at most two (training, then validation)");
+    p->o->text[p->o->ntext++] = v;
+}
+
+static void then_precision(struct parse *p, const char *v)
+{
+    (void)v;
+    if (st_nn_precision_check(p->o->precision, ST_BACKEND_ONEDNN, &p->o->tuning) != ST_OK)
+        shmtrain_bad("--%s", st_last_error());
+}
+
+#define OPT(f) offsetof(st_train_options, f), sizeof(((st_train_options *)0)->f)
+#define REQ(f) offsetof(struct run_dir_request, f), sizeof(((struct run_dir_request *)0)->f)
+#define HEADING(text) {text, NULL, K_HEADING, 0, 0, 0, 0, NULL, 0, NULL, NULL}
+#define TEXT(name, value, at, traits, then, help) {name, value, K_STR, at, 0, 0, NULL, traits, then, help}
+#define NUMBER(name, value, kind, at, min, max, traits, then, help) \
+    {name, value, kind, at, min, max, NULL, traits, then, help}
+#define SWITCH(name, kind, at, traits, help) {name, NULL, kind, at, 0, 0, NULL, traits, NULL, help}
+#define CHOICE(name, at, words, traits, help) {name, "WORD", K_CHOICE, at, 0, 0, words, traits, NULL, help}
+#define DTYPE(name, value, at, traits, then, help) {name, value, K_DTYPE, at, 0, 0, NULL, traits, then, help}
+#define HOOK(name, value, traits, then, help) {name, value, K_HOOK, 0, 0, 0, 0, NULL, traits, then, help}
+
+static const struct flag flags[] = {
+    HEADING("model"),
+    TEXT("model", "NAME|FILE", OPT(model), SETTING | SKIP_ZERO, NULL,
+         "mlp, lenet, cnn, resnet, gpt-mini, gpt, gpt2 or a model file (default lenet)"),
+    HOOK("summary", NULL, 0, then_summary, "print the model's layers, output shapes and parameters, and exit"),
+    TEXT("init-from", "MODEL.safetensors", OPT(init_from), SETTING | SKIP_ZERO, NULL,
+         "start from these weights (shmtrain export's, by PyTorch's names)"),
+    HEADING("data"),
+    TEXT("data", "DIR", OPT(data_dir), SETTING | SKIP_ZERO, NULL,
+         "IDX directory (default /usr/share/datasets/fashion-mnist)"),
+    TEXT("train-images", "F", OPT(train_images), SETTING | SKIP_ZERO, NULL, "IDX files instead: the training images"),
+    TEXT("train-labels", "F", OPT(train_labels), SETTING | SKIP_ZERO, NULL, "their labels"),
+    TEXT("test-images", "F", OPT(test_images), SETTING | SKIP_ZERO, NULL, "the test images"),
+    TEXT("test-labels", "F", OPT(test_labels), SETTING | SKIP_ZERO, NULL, "their labels"),
+    TEXT("cifar", "DIR", OPT(cifar_dir), 0, then_cifar10, "CIFAR-10 binary batches instead"),
+    TEXT("cifar100", "DIR", OPT(cifar_dir), 0, then_cifar100, "CIFAR-100's"),
+    TEXT("npy-images", "F", OPT(npy_images), SETTING | SKIP_ZERO, NULL,
+         "NumPy arrays (np.save) instead: images uint8 or float32 in [0,1],\nNHWC or NCHW"),
+    TEXT("npy-labels", "F", OPT(npy_labels), SETTING | SKIP_ZERO, NULL, "their labels, integers"),
+    TEXT("npy-test-images", "F", OPT(npy_test_images), SETTING | SKIP_ZERO, NULL, "the test images (optional)"),
+    TEXT("npy-test-labels", "F", OPT(npy_test_labels), SETTING | SKIP_ZERO, NULL, "their labels"),
+    TEXT("image-folder", "ROOT", OPT(image_folder), SETTING | SKIP_ZERO, NULL,
+         "images (PNG, JPEG) in torchvision's ImageFolder layout: ROOT/train/CLASS/*\n"
+         "and ROOT/val/CLASS/*, or ROOT/CLASS/* (then --val-fraction is held out)"),
+    NUMBER("image-size", "S", K_INT, OPT(image_size), 1, 16384, SETTING | SKIP_ZERO, NULL,
+           "resize the shorter side to S, then crop the model's input from the centre"),
+    NUMBER("data-memory", "GB", K_DOUBLE, OPT(data_memory_gb), 1e-9, 1e6, SETTING | SKIP_ZERO, NULL,
+           "a folder decoding to more is streamed batch by batch (a quarter of RAM)"),
+    NUMBER("data-workers", "N", K_INT, OPT(data_workers), 0, 256, SETTING, NULL,
+           "streaming: decoding threads per instance, a batch ahead (2)"),
+    NUMBER("val-fraction", "F", K_FLOAT, OPT(val_fraction), 0, 0.9, SETTING, NULL,
+           "held out for testing when the data has no test split (0.1)"),
+    NUMBER("train-subset", "N", K_LONG, OPT(train_subset), 1, ONE_BILLION, SETTING | SKIP_ZERO, NULL,
+           "use only the first N training samples"),
+    NUMBER("test-subset", "N", K_LONG, OPT(test_subset), 1, ONE_BILLION, SETTING | SKIP_ZERO, NULL,
+           "use only the first N test samples"),
+    SWITCH("augment", K_BOOL, OPT(augment), SETTING, "random crop (padding 4) and horizontal flip"),
+    HOOK("text", "PATH", 0, then_text,
+         "a language model's text: a file or a directory of files; its last 10%\n"
+         "validates, or give --text twice (training, validation)"),
+    CHOICE("tokens", OPT(text_tokens), token_kinds, SETTING,
+           "token ids: the text's characters (default) or all 256 bytes"),
+    TEXT("tokens-bin", "F", OPT(tokens_bin), SETTING | SKIP_ZERO, NULL,
+         "token ids from another tokenizer: nanoGPT's .bin (uint16) or llm.c's"),
+    TEXT("val-bin", "F", OPT(val_bin), SETTING | SKIP_ZERO, NULL, "their validation ids (without it the last 10% validates)"),
+    NUMBER("vocab", "N", K_LONG, OPT(vocab), 1, 65536, SETTING | SKIP_ZERO, NULL, "their ids are < N"),
+    HEADING("optimisation"),
+    NUMBER("epochs", "N", K_INT, OPT(epochs), 1, 1000000, SETTING | SKIP_ZERO, NULL,
+           "passes over the data (1; with --max-steps alone, as many as it takes)"),
+    NUMBER("max-steps", "N", K_LONG, OPT(max_steps), 0, LONG_MAX, SETTING | SKIP_ZERO, then_max_steps,
+           "the step budget (with --epochs too, whichever ends first; 0: evaluate only)"),
+    NUMBER("batch-size", "B", K_INT, OPT(batch), 1, 1 << 20, SETTING, NULL, "samples per instance and micro-batch (64)"),
+    NUMBER("grad-accum", "N", K_INT, OPT(grad_accum), 1, 4096, SETTING | SKIP_ZERO, NULL,
+           "micro-batches of B per optimizer step, their gradients averaged and\n"
+           "exchanged once (nanoGPT's gradient_accumulation_steps; 1)"),
+    CHOICE("balance", OPT(balance), balances, SETTING,
+           "static: each instance its own micro-batches (the default);\n"
+           "dynamic: a node's instances take the step's instances x N\n"
+           "micro-batches from a shared counter, so none waits for a slow one;\n"
+           "independent: no exchange, each trains its own model on its shard\n"
+           "(the speed the machine allows without synchronising)"),
+    CHOICE("optimizer", OPT(optim.kind), optimizers, SETTING, "SGD with momentum, or AdamW (sgd)"),
+    NUMBER("lr", "LR", K_FLOAT, OPT(schedule.lr), 0, 100, SETTING, NULL, "the learning rate (0.05)"),
+    NUMBER("momentum", "M", K_FLOAT, OPT(optim.momentum), 0, 0.999, SETTING, then_momentum, "(0.9; AdamW's beta1)"),
+    SWITCH("nesterov", K_BOOL, OPT(optim.nesterov), SETTING, "Nesterov's momentum (SGD)"),
+    NUMBER("weight-decay", "W", K_FLOAT, OPT(optim.weight_decay), 0, 1, SETTING, NULL,
+           "(0; language models: matrices only)"),
+    NUMBER("beta2", "B", K_FLOAT, OPT(optim.beta2), 0, 0.99999, SETTING | SKIP_ZERO, NULL, "AdamW's (0.999)"),
+    NUMBER("clip-norm", "C", K_FLOAT, OPT(clip_norm), 0, 1e6, SETTING | SKIP_ZERO, NULL,
+           "clip the gradient's norm to C (off)"),
+    SWITCH("scale-lr", K_BOOL, OPT(scale_lr), SETTING, "lr x instances"),
+    CHOICE("schedule", OPT(schedule.kind), schedules, SETTING, "the learning rate's (constant)"),
+    NUMBER("warmup", "STEPS", K_U64, OPT(schedule.warmup), 0, LONG_MAX, SETTING, NULL, "linear from 0 over STEPS"),
+    NUMBER("step-size", "STEPS", K_U64, OPT(schedule.step_size), 1, LONG_MAX, SETTING | SKIP_ZERO, NULL,
+           "step schedule: lr x G every STEPS"),
+    NUMBER("gamma", "G", K_FLOAT, OPT(schedule.gamma), 0, 1, SETTING | SKIP_ZERO, NULL, "step schedule's factor"),
+    NUMBER("min-lr", "LR", K_FLOAT, OPT(schedule.min_lr), 0, 100, SETTING, NULL, "cosine schedule's floor"),
+    NUMBER("seed", "S", K_U64, OPT(seed), 0, LONG_MAX, SETTING, NULL, "(1)"),
+    NUMBER("target-accuracy", "A", K_FLOAT, OPT(target_accuracy), 0, 1, SETTING | SKIP_ZERO, NULL,
+           "stop once the test accuracy reaches A"),
+    NUMBER("target-loss", "L", K_FLOAT, OPT(target_loss), 0, 1e6, SETTING | SKIP_ZERO, NULL,
+           "stop once the validation loss is at most L (language models)"),
+    HEADING("evaluation and outputs"),
+    NUMBER("eval-every", "K", K_LONG, OPT(eval_every), 0, LONG_MAX, SETTING, NULL, "steps (0 = each epoch)"),
+    NUMBER("eval-windows", "N", K_LONG, OPT(eval_windows), 0, ONE_BILLION, SETTING, NULL,
+           "language models' validation windows (256; 0 = all)"),
+    NUMBER("log-every", "K", K_LONG, OPT(log_every), 1, LONG_MAX, SETTING, NULL, "steps (50)"),
+    SWITCH("quiet", K_BOOL, OPT(quiet), 0, "print only the summary"),
+    TEXT("out", "DIR", REQ(out), IN_REQUEST, NULL,
+         "the run's folder: shmtrain.ckpt, metrics.jsonl, TensorBoard's events,\n"
+         "scalars.csv, console.log, config.txt (default runs/MODEL-JOB or\n"
+         "runs/MODEL-UTC TIME; runs/latest: the newest's checkpoint)"),
+    HOOK("resume", "[DIR|FILE]", OPTIONAL, then_resume,
+         "go on from a run's folder (alone: runs/latest) or a checkpoint file"),
+    TEXT("checkpoint", "FILE", OPT(checkpoint), 0, then_checkpoint, "the checkpoint here, not in the run folder"),
+    TEXT("metrics", "FILE", OPT(metrics), 0, then_metrics, "the metrics here, not in the run folder"),
+    SWITCH("no-checkpoint", K_BOOL, REQ(no_checkpoint), IN_REQUEST, "save none"),
+    SWITCH("overwrite", K_BOOL, REQ(overwrite), IN_REQUEST,
+           "write over the run in --out DIR, --checkpoint or --metrics (an output\n"
+           "holding a result is refused unless resumed or overwritten)"),
+    NUMBER("checkpoint-every", "K", K_LONG, OPT(checkpoint_every), 0, LONG_MAX, SETTING | SKIP_ZERO, NULL,
+           "also every K steps (a failed one is a warning)"),
+    NUMBER("keep", "K", K_INT, OPT(keep_last), 1, 1000000, SETTING | SKIP_ZERO, NULL,
+           "keep the last K of those as FILE-stepN.ckpt"),
+    SWITCH("keep-best", K_BOOL, OPT(keep_best), SETTING,
+           "best.ckpt: the best evaluation's (validation loss, or test accuracy)"),
+    HOOK("config", "FILE", 0, then_config,
+         "settings as 'key value' lines (a run's config.txt repeats it); flags\n"
+         "given on the command line replace the file's"),
+    HEADING("several instances"),
+    DTYPE("allreduce-dtype", "fp32|bf16|fp16", OPT(allreduce_dtype), SETTING, NULL,
+          "the gradient exchange (bf16, fp16: half the bytes, summed in fp32)"),
+    NUMBER("bucket-mb", "MB", K_DOUBLE, OPT(bucket_mb), 0, 1024, SETTING | SKIP_ZERO, NULL,
+           "all-reduce gradients in buckets of MB during backward (0: after it)"),
+    NUMBER("check-replicas", "K", K_LONG, OPT(check_replicas), 1, LONG_MAX, SETTING | SKIP_ZERO, NULL,
+           "check every K steps that all instances hold identical parameters"),
+    HEADING("precision"),
+    DTYPE("precision", "fp32|bf16", OPT(precision), SETTING, then_precision,
+          "compute: bf16 runs convolutions and linear layers in bf16 (native bf16\n"
+          "CPUs: AVX512-BF16 or AMX), parameters and optimizer stay fp32"),
+    SWITCH("no-flush-denormals", K_OFF_BOOL, OPT(flush_denormals), SETTING, "keep denormal floats (slower late in training)"),
+    HOOK("version", NULL, 0, NULL, NULL),
+    HOOK("help", NULL, 0, NULL, NULL),
 };
-#undef AT
+#define FLAGS (sizeof flags / sizeof *flags)
+
+/* getopt's table, from the flags': each flag's code is 256 + its row. */
+static const struct option *getopt_table(void)
+{
+    static struct option table[FLAGS + 1];
+    if (table[0].name)
+        return table;
+    size_t n = 0;
+    for (size_t i = 0; i < FLAGS; i++)
+        if (flags[i].kind != K_HEADING)
+            table[n++] = (struct option){flags[i].name, !flags[i].value ? no_argument
+                                                        : flags[i].traits & OPTIONAL ? optional_argument
+                                                                                     : required_argument,
+                                         NULL, 256 + (int)i};
+    return table;
+}
+
+static size_t kind_size(enum flag_kind kind)
+{
+    switch (kind) {
+    case K_STR: return sizeof(const char *);
+    case K_INT: case K_CHOICE: return sizeof(int);
+    case K_LONG: return sizeof(long);
+    case K_U64: return sizeof(uint64_t);
+    case K_FLOAT: return sizeof(float);
+    case K_DOUBLE: return sizeof(double);
+    case K_BOOL: case K_OFF_BOOL: return sizeof(bool);
+    case K_DTYPE: return sizeof(st_dtype);
+    default: return 0;
+    }
+}
+
+/* "a, b or c" of a choice's words, for its refusal. */
+static void choice_words(const char *const *words, char *buf, size_t len)
+{
+    size_t used = 0;
+    for (int i = 0; words[i] && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i == 0 ? "" : words[i + 1] ? ", " : " or ", words[i]);
+}
+
+static long whole_bound(double b) { return b >= (double)LONG_MAX ? LONG_MAX : (long)b; }
+
+/* The flag's value into its field, as its kind reads it. */
+static void store(const struct flag *f, const char *v, struct parse *p)
+{
+    char *field = (f->traits & IN_REQUEST ? (char *)p->rq : (char *)p->o) + f->offset, flag[64], words[128];
+    if (kind_size(f->kind) != f->size)
+        shmtrain_bad("--%s: the flags' table gives it a field of %zu bytes", f->name, f->size);
+    snprintf(flag, sizeof flag, "--%s", f->name);
+    switch (f->kind) {
+    case K_STR: *(const char **)field = v; break;
+    case K_INT: *(int *)field = (int)shmtrain_whole(flag, v, whole_bound(f->min), whole_bound(f->max)); break;
+    case K_LONG: *(long *)field = shmtrain_whole(flag, v, whole_bound(f->min), whole_bound(f->max)); break;
+    case K_U64: *(uint64_t *)field = (uint64_t)shmtrain_whole(flag, v, whole_bound(f->min), whole_bound(f->max)); break;
+    case K_FLOAT: *(float *)field = (float)shmtrain_number(flag, v, f->min, (float)f->max); break;
+    case K_DOUBLE: *(double *)field = shmtrain_number(flag, v, f->min, f->max); break;
+    case K_BOOL: *(bool *)field = true; break;
+    case K_OFF_BOOL: *(bool *)field = false; break;
+    case K_DTYPE:
+        if (!st_dtype_parse(v, (st_dtype *)field))
+            shmtrain_bad("%s '%s': use fp32, bf16 or fp16", flag, v);
+        break;
+    case K_CHOICE: {  /* the field's values in the order of the words */
+        int k = 0;
+        while (f->choices[k] && strcmp(v, f->choices[k]))
+            k++;
+        choice_words(f->choices, words, sizeof words);
+        if (!f->choices[k])
+            shmtrain_bad("%s '%s': use %s", flag, v, words);
+        *(int *)field = k;
+        break;
+    }
+    case K_HEADING: case K_HOOK: break;
+    }
+    if (f->then)
+        f->then(p, v);
+}
+
+void shmtrain_usage(FILE *f)
+{
+    fprintf(f,
+"usage: shmtrain [options]                     train (under shmrun for several instances)\n"
+"       shmtrain sample --checkpoint FILE --prompt TEXT [options]   continue a text (sample --help)\n"
+"       shmtrain export --checkpoint FILE --out MODEL.safetensors   for PyTorch (export --help)\n"
+"       shmtrain --version | --help\n");
+    for (size_t i = 0; i < FLAGS; i++) {
+        const struct flag *fl = &flags[i];
+        if (fl->kind == K_HEADING) {
+            fprintf(f, "%s:\n", fl->name);
+            continue;
+        }
+        if (!fl->help)
+            continue;
+        char named[96], words[64] = "";
+        if (fl->kind == K_CHOICE)  /* its words, as the value's name */
+            for (int k = 0; fl->choices[k]; k++)
+                snprintf(words + strlen(words), sizeof words - strlen(words), "%s%s", k ? "|" : "", fl->choices[k]);
+        const char *value = fl->kind == K_CHOICE ? words : fl->value;
+        const int width = snprintf(named, sizeof named, "--%s%s%s", fl->name, value ? " " : "", value ? value : "");
+        fprintf(f, "  %-*s", width < 24 ? 25 : width + 4, named);
+        for (const char *h = fl->help; *h;) {  /* a continued line under the first */
+            const size_t line = strcspn(h, "\n");
+            fprintf(f, "%.*s\n", (int)line, h);
+            h += line + (h[line] == '\n');
+            if (*h)
+                fprintf(f, "%27s", "");
+        }
+    }
+    fprintf(f, "exit status: 0 done, 1 failed, 2 bad flag, 75 stopped because another instance failed,\n"
+               "  130 stopped on request (checkpointed)\n");
+}
+
+/* ---------------------------------------------------- the settings in effect --
+ * config.txt repeats a run: every setting that shapes it, with the value it
+ * had (a default as much as a flag), so that a later change of a default
+ * does not change what the file repeats.  Read back by --config, each
+ * gives the same field (floats printed to their last bit). */
 
 /* One setting's value as text into buf; false when it is not to be written. */
-static bool setting_value(const struct setting *s, const st_train_options *o, char *buf, size_t len)
+static bool setting_value(const struct flag *s, const st_train_options *o, char *buf, size_t len)
 {
     const char *field = (const char *)o + s->offset;
     double number = 0;
@@ -211,8 +368,18 @@ static bool setting_value(const struct setting *s, const st_train_options *o, ch
             if (snprintf(buf, len, "%.*g", digits, number) > 0 && strtod(buf, NULL) == number)
                 break;
         break;
+    case K_HEADING: case K_HOOK: return false;
     }
-    return !(s->skip_zero && number == 0);
+    return !(s->traits & SKIP_ZERO && number == 0);
+}
+
+static void write_setting(FILE *f, const char *key, const char *value, bool quote)
+{
+    char *quoted = quote ? st_config_quote(value) : NULL;
+    if (quote && !quoted)
+        shmtrain_bad("out of memory");
+    fprintf(f, quoted ? "%s %s\n" : "%s\n", key, quoted);
+    free(quoted);
 }
 
 char *shmtrain_settings_text(const st_train_options *o, bool no_checkpoint)
@@ -223,26 +390,18 @@ char *shmtrain_settings_text(const st_train_options *o, bool no_checkpoint)
     if (!f)
         shmtrain_bad("out of memory");
     fprintf(f, "# the settings in effect; `shmtrain --config THIS` repeats the run (shmrun -n as `instances` says)\n");
-    for (size_t i = 0; i < sizeof settings / sizeof *settings; i++) {
-        if (!setting_value(&settings[i], o, value, sizeof value))
+    for (size_t i = 0; i < FLAGS; i++) {
+        if (!(flags[i].traits & SETTING) || !setting_value(&flags[i], o, value, sizeof value))
             continue;
-        if (!strcmp(settings[i].flag, "data") && (o->cifar_dir || o->image_folder || o->npy_images || o->ntext ||
-                                                  o->tokens_bin || o->train_images))
+        if (!strcmp(flags[i].name, "data") && (o->cifar_dir || o->image_folder || o->npy_images || o->ntext ||
+                                                o->tokens_bin || o->train_images))
             continue;  /* another source replaces the default IDX folder */
-        char *quoted = value[0] || settings[i].kind == K_STR ? st_config_quote(value) : NULL;
-        fprintf(f, quoted ? "%s %s\n" : "%s\n", settings[i].flag, quoted);
-        free(quoted);
+        write_setting(f, flags[i].name, value, value[0] || flags[i].kind == K_STR);
     }
-    if (o->cifar_dir) {
-        char *quoted = st_config_quote(o->cifar_dir);
-        fprintf(f, "%s %s\n", o->cifar100 ? "cifar100" : "cifar", quoted ? quoted : "");
-        free(quoted);
-    }
-    for (int i = 0; i < o->ntext; i++) {
-        char *quoted = st_config_quote(o->text[i]);
-        fprintf(f, "text %s\n", quoted ? quoted : "");
-        free(quoted);
-    }
+    if (o->cifar_dir)  /* one field for two flags */
+        write_setting(f, o->cifar100 ? "cifar100" : "cifar", o->cifar_dir, true);
+    for (int i = 0; i < o->ntext; i++)
+        write_setting(f, "text", o->text[i], true);
     if (no_checkpoint)
         fprintf(f, "no-checkpoint\n");
     if (o->evaluate_only)
@@ -250,130 +409,6 @@ char *shmtrain_settings_text(const st_train_options *o, bool no_checkpoint)
     if (fclose(f) != 0)
         shmtrain_bad("out of memory");
     return text;
-}
-
-static st_dtype dtype_flag(const char *flag, const char *v)
-{
-    st_dtype t;
-    if (!st_dtype_parse(v, &t))
-        shmtrain_bad("%s '%s': use fp32, bf16 or fp16", flag, v);
-    return t;
-}
-
-/* One reader per group of the help; each says whether the flag was its. */
-static bool model_or_data_flag(int c, char *v, st_train_options *o)
-{
-    switch (c) {
-    case O_MODEL: o->model = v; break;
-    case O_INIT: o->init_from = v; break;
-    case O_DATA: o->data_dir = v; break;
-    case O_TRI: o->train_images = v; break;
-    case O_TRL: o->train_labels = v; break;
-    case O_TEI: o->test_images = v; break;
-    case O_TEL: o->test_labels = v; break;
-    case O_CIFAR: o->cifar_dir = v; break;
-    case O_CIFAR100: o->cifar_dir = v; o->cifar100 = true; break;
-    case O_NPYI: o->npy_images = v; break;
-    case O_NPYL: o->npy_labels = v; break;
-    case O_NPYTI: o->npy_test_images = v; break;
-    case O_NPYTL: o->npy_test_labels = v; break;
-    case O_IMGDIR: o->image_folder = v; break;
-    case O_IMGSIZE: o->image_size = (int)shmtrain_whole("--image-size", v, 1, 16384); break;
-    case O_DATAMEM: o->data_memory_gb = shmtrain_number("--data-memory", v, 1e-9, 1e6); break;
-    case O_DATAWORK: o->data_workers = (int)shmtrain_whole("--data-workers", v, 0, 256); break;
-    case O_VALFRAC: o->val_fraction = shmtrain_number("--val-fraction", v, 0, 0.9f); break;
-    case O_TRS: o->train_subset = shmtrain_whole("--train-subset", v, 1, ONE_BILLION); break;
-    case O_TES: o->test_subset = shmtrain_whole("--test-subset", v, 1, ONE_BILLION); break;
-    case O_AUG: o->augment = true; break;
-    case O_TEXT:
-        if (o->ntext == 2)
-            shmtrain_bad("--text: at most two (training, then validation)");
-        o->text[o->ntext++] = v;
-        break;
-    case O_TOKENS:
-        if (!strcmp(v, "chars")) o->text_tokens = ST_TEXT_CHARS;
-        else if (!strcmp(v, "bytes")) o->text_tokens = ST_TEXT_BYTES;
-        else shmtrain_bad("--tokens '%s': use chars or bytes", v);
-        break;
-    case O_TOKBIN: o->tokens_bin = v; break;
-    case O_VALBIN: o->val_bin = v; break;
-    case O_VOCAB: o->vocab = shmtrain_whole("--vocab", v, 1, 65536); break;
-    default: return false;
-    }
-    return true;
-}
-
-static bool optimisation_flag(int c, char *v, st_train_options *o, bool *momentum_set)
-{
-    switch (c) {
-    case O_EPOCHS: o->epochs = (int)shmtrain_whole("--epochs", v, 1, 1000000); break;
-    case O_MAXSTEPS:
-        o->max_steps = shmtrain_whole("--max-steps", v, 0, LONG_MAX);
-        o->evaluate_only = o->max_steps == 0;  /* nothing trained: an evaluation of what it starts from */
-        break;
-    case O_BATCH: o->batch = (int)shmtrain_whole("--batch-size", v, 1, 1 << 20); break;
-    case O_ACCUM: o->grad_accum = (int)shmtrain_whole("--grad-accum", v, 1, 4096); break;
-    case O_BALANCE:  /* st_balance's values in the order of their words */
-        for (o->balance = 0; balances[o->balance] && strcmp(v, balances[o->balance]);)
-            o->balance++;
-        if (!balances[o->balance])
-            shmtrain_bad("--balance '%s': use static, dynamic or independent", v);
-        break;
-    case O_OPT:
-        if (!strcmp(v, "sgd")) o->optim.kind = ST_OPTIM_SGD;
-        else if (!strcmp(v, "adamw")) o->optim.kind = ST_OPTIM_ADAMW;
-        else shmtrain_bad("--optimizer '%s': use sgd or adamw", v);
-        break;
-    case O_LR: o->schedule.lr = shmtrain_number("--lr", v, 0, 100); break;
-    case O_MOM: o->optim.momentum = shmtrain_number("--momentum", v, 0, 0.999f); *momentum_set = true; break;
-    case O_NEST: o->optim.nesterov = true; break;
-    case O_WD: o->optim.weight_decay = shmtrain_number("--weight-decay", v, 0, 1); break;
-    case O_BETA2: o->optim.beta2 = shmtrain_number("--beta2", v, 0, 0.99999f); break;
-    case O_CLIP: o->clip_norm = shmtrain_number("--clip-norm", v, 0, 1e6); break;
-    case O_SCALE: o->scale_lr = true; break;
-    case O_SCHED:
-        if (!strcmp(v, "constant")) o->schedule.kind = ST_SCHED_CONSTANT;
-        else if (!strcmp(v, "step")) o->schedule.kind = ST_SCHED_STEP;
-        else if (!strcmp(v, "cosine")) o->schedule.kind = ST_SCHED_COSINE;
-        else shmtrain_bad("--schedule '%s': use constant, step or cosine", v);
-        break;
-    case O_WARM: o->schedule.warmup = (uint64_t)shmtrain_whole("--warmup", v, 0, LONG_MAX); break;
-    case O_STEPSZ: o->schedule.step_size = (uint64_t)shmtrain_whole("--step-size", v, 1, LONG_MAX); break;
-    case O_GAMMA: o->schedule.gamma = shmtrain_number("--gamma", v, 0, 1); break;
-    case O_MINLR: o->schedule.min_lr = shmtrain_number("--min-lr", v, 0, 100); break;
-    case O_SEED: o->seed = (uint64_t)shmtrain_whole("--seed", v, 0, LONG_MAX); break;
-    case O_TARGET: o->target_accuracy = shmtrain_number("--target-accuracy", v, 0, 1); break;
-    case O_TLOSS: o->target_loss = shmtrain_number("--target-loss", v, 0, 1e6); break;
-    default: return false;
-    }
-    return true;
-}
-
-static bool output_or_run_flag(int c, char *v, st_train_options *o)
-{
-    switch (c) {
-    case O_EVAL: o->eval_every = shmtrain_whole("--eval-every", v, 0, LONG_MAX); break;
-    case O_EVALWIN: o->eval_windows = shmtrain_whole("--eval-windows", v, 0, ONE_BILLION); break;
-    case O_LOG: o->log_every = shmtrain_whole("--log-every", v, 1, LONG_MAX); break;
-    case O_METRICS: o->metrics = v; break;
-    case O_QUIET: o->quiet = true; break;
-    case O_CKPT: o->checkpoint = v; break;
-    case O_CKPTE: o->checkpoint_every = shmtrain_whole("--checkpoint-every", v, 0, LONG_MAX); break;
-    case O_KEEP: o->keep_last = (int)shmtrain_whole("--keep", v, 1, 1000000); break;
-    case O_KEEPBEST: o->keep_best = true; break;
-    case O_RESUME: o->resume = v ? v : ""; break;  /* "": run_dir_prepare says which */
-    case O_ARDTYPE: o->allreduce_dtype = dtype_flag("--allreduce-dtype", v); break;
-    case O_BUCKET: o->bucket_mb = shmtrain_number("--bucket-mb", v, 0, 1024); break;
-    case O_CHECK: o->check_replicas = shmtrain_whole("--check-replicas", v, 1, LONG_MAX); break;
-    case O_PRECISION:
-        o->precision = dtype_flag("--precision", v);
-        if (st_nn_precision_check(o->precision, ST_BACKEND_ONEDNN, &o->tuning) != ST_OK)
-            shmtrain_bad("--%s", st_last_error());
-        break;
-    case O_NOFLUSH: o->flush_denormals = false; break;
-    default: return false;
-    }
-    return true;
 }
 
 /* An output the run could not write is found now, not after training: the
@@ -439,6 +474,7 @@ static void check_combinations(st_train_options *o, const struct run_dir_request
         check_output_path("--metrics", o->metrics);
 }
 
+
 static bool asks_for(int argc, char **argv, const char *a, const char *b)
 {
     for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
@@ -447,24 +483,10 @@ static bool asks_for(int argc, char **argv, const char *a, const char *b)
     return false;
 }
 
-/* The flags that say where a run's outputs go, for run_dir_prepare. */
-static bool run_dir_flag(int c, char *v, struct run_dir_request *rq)
-{
-    switch (c) {
-    case O_OUT: rq->out = v; break;
-    case O_OVERWRITE: rq->overwrite = true; break;
-    case O_NOCKPT: rq->no_checkpoint = true; break;
-    case O_CONFIG: break;  /* read by merge_line */
-    case O_CKPT: rq->checkpoint_named = true; return false;
-    case O_METRICS: rq->metrics_named = true; return false;
-    default: return false;
-    }
-    return true;
-}
-
 enum shmtrain_action shmtrain_parse(int argc, char **argv, st_train_options *o, struct run_dir_request *rq)
 {
-    shmtrain_check_spelling(argc, argv, training_flags, "");
+    const struct option *table = getopt_table();
+    shmtrain_check_spelling(argc, argv, table, "");
     /* --help and --version answer whatever else the line holds (a model
      * that does not load included), as git's and gcc's do. */
     if (asks_for(argc, argv, "--help", "-h"))
@@ -472,29 +494,28 @@ enum shmtrain_action shmtrain_parse(int argc, char **argv, st_train_options *o, 
     if (asks_for(argc, argv, "--version", NULL))
         return ACTION_VERSION;
     int n;
-    char **words = shmtrain_merge_line(argc, argv, training_flags, o, &n);
-    bool momentum_set = false, summary = false;
+    char **words = shmtrain_merge_line(argc, argv, table, o, &n);
+    struct parse p = {.o = o, .rq = rq};
     opterr = 0;
     optind = 1;
     int c;
-    while ((c = getopt_long(n, words, ":h", training_flags, NULL)) != -1) {
-        if (c == O_RESUME && !optarg && optind < n && words[optind][0] != '-')
-            optarg = words[optind++];  /* "--resume FILE" as users type it: shmtrain has no operands */
-        if (run_dir_flag(c, optarg, rq) || model_or_data_flag(c, optarg, o) ||
-            optimisation_flag(c, optarg, o, &momentum_set) || output_or_run_flag(c, optarg, o))
-            continue;
-        if (c == O_SUMMARY)
-            summary = true;
-        else if (c == ':')
+    while ((c = getopt_long(n, words, ":h", table, NULL)) != -1) {
+        if (c >= 256 && (size_t)(c - 256) < FLAGS) {
+            const struct flag *f = &flags[c - 256];
+            if (f->traits & OPTIONAL && !optarg && optind < n && words[optind][0] != '-')
+                optarg = words[optind++];  /* "--resume FILE" as users type it: shmtrain has no operands */
+            store(f, optarg, &p);
+        } else if (c == ':') {
             shmtrain_bad("%s needs a value", words[optind - 1]);
-        else
+        } else {
             shmtrain_bad("unknown option '%s'", words[optind - 1]);
+        }
     }
     if (optind < n)
         shmtrain_bad("unexpected argument '%s'", words[optind]);
-    if (summary)
+    if (p.summary)
         return ACTION_SUMMARY;
-    check_combinations(o, rq, momentum_set);
+    check_combinations(o, rq, p.momentum_set);
     rq->config_text = shmtrain_settings_text(o, rq->no_checkpoint);
     return ACTION_TRAIN;
 }

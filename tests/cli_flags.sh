@@ -34,6 +34,10 @@ expect value-not-flag 1 "x.ckpt: cannot open" -- "$shmtrain" sample --checkpoint
 expect version-anywhere 0 "^shmtrain [0-9]" -- "$shmtrain" --quiet --version
 expect version-after-bad-model 0 "^shmtrain [0-9]" -- "$shmtrain" --model nothing-here --version
 expect help-anywhere 0 "^usage: shmtrain" -- "$shmtrain" --max-steps 3 --help
+# --help from the flags' table: below the usage block every line is a group's
+# heading or indented (a flag, or its help continued under the first line)
+"$shmtrain" --help | awk 'NR > 4 && !/^  / && !/^[a-z][a-z ]*:$/ && !/^exit status:/ {
+  print "FAIL help-layout: " $0; bad = 1 } END { exit bad }' || failed=1
 expect shmrun-version 0 "^shmrun [0-9]" -- "$shmrun" --quiet --version
 
 # bad values: exit 2, and range errors say so

@@ -38,6 +38,7 @@ static inline int recorded(struct sweep_setting *s, struct sweep_run *runs)
                                     .steps = 300, .samples_per_s = sps[i][r], .step_ms = 1000 * 64.0 / sps[i][r],
                                     .compute_ms = 4, .allreduce_ms = 1, .wait_ms = 0.5, .other_ms = 0.25,
                                     .time_to_target_s = ttt[i][r], .final_accuracy = 0.8 + 0.01 * r,
+                                    .final_loss = 0.5 - 0.01 * r,
                                     .rss_max_mb = 100 + r, .rss_total_mb = 100.0 * s[i].instances + r, .wall_s = 10,
                                     .ncurve = 2, .curve_s = {1, 2}, .curve_acc = {0.5, 0.8}, .precision = "fp32"};
             if (s[i].instances == 2) {  /* rank 1 computes 1.25x rank 0's, which waits for it */
@@ -57,7 +58,7 @@ static inline int recorded(struct sweep_setting *s, struct sweep_run *runs)
         runs[n] = (struct sweep_run){.setting = 0, .system = SWEEP_TORCH, .repeat = r, .order = n, .ok = true,
                                      .samples_per_s = 50, .step_ms = 1.28, .compute_ms = 1, .allreduce_ms = NAN,
                                      .wait_ms = NAN, .other_ms = NAN, .time_to_target_s = NAN, .final_accuracy = 0.7,
-                                     .rss_max_mb = 300, .rss_total_mb = 300, .wall_s = 20,
+                                     .final_loss = NAN, .rss_max_mb = 300, .rss_total_mb = 300, .wall_s = 20,
                                      .ncurve = 1, .curve_s = {3}, .curve_acc = {0.7}};
         n++;
     }

@@ -80,7 +80,7 @@ static void test_records_round_trip(void **state)
         {.type = ST_RECORD_RUN, .u.run = {.system = "shmtrain", .instances = 2, .threads = 1, .model = "my \"lenet\"",
                                           .params = 61706, .batch_per_instance = 64, .onednn = "2.6.3",
                                           .isa = "avx2", .first_step = 120, .balance = "dynamic",
-                                          .grad_accum = 1, .bf16_layers = 3}},
+                                          .grad_accum = 1, .lowp_layers = 3}},
         {.type = ST_RECORD_TRAIN, .u.train = {.step = 50, .epoch = 0.25, .loss = 0.5, .accuracy = 0.75, .lr = 0.05,
                                               .samples_per_s = 1234.5, .time_s = 2.5, .compute_s = 1.25,
                                               .allreduce_s = 0.125, .wait_s = 0.0625, .faults_said = true,
@@ -99,7 +99,7 @@ static void test_records_round_trip(void **state)
     assert_non_null(strstr(text, "\"time_to_accuracy_s\":{\"0.85\":4.25,\"0.89\":7.50}"));
     assert_null(strstr(text, "\"torch\""));  /* empty strings of other writers are left out */
     assert_null(strstr(text, "\"grad_accum\""));   /* one micro-batch a step: said by saying nothing */
-    assert_null(strstr(text, "\"bf16_layers\""));  /* said with the layers only, and these are not said */
+    assert_null(strstr(text, "\"lowp_layers\""));  /* said with the layers only, and these are not said */
     assert_null(strstr(text, "\"backend\""));
     assert_null(strstr(text, "\"mode\""));
     st_record out[4];
@@ -186,12 +186,35 @@ static void test_language_model_fields(void **state)
     free(lines);
 }
 
+static void write_one(FILE *f, const void *arg) { st_metrics_write(f, arg); }
+
+/* The low-precision layers are "lowp_layers" since session 36; a record
+ * written before says "bf16_layers", and a run folder of then still reads.
+ * A record with both keys means the new one. */
+static void test_renamed_field_still_read(void **state)
+{
+    (void)state;
+    st_record in = {.type = ST_RECORD_RUN, .u.run = {.system = "shmtrain", .model = "cnn", .layers = 9,
+                                                     .lowp_layers = 7}};
+    char *text = capture(write_one, &in);
+    assert_non_null(strstr(text, "\"layers\":9,\"lowp_layers\":7,"));
+    assert_null(strstr(text, "bf16_layers"));
+    free(text);
+    st_record out;
+    assert_int_equal(st_metrics_parse("{\"type\":\"run\",\"layers\":9,\"bf16_layers\":5}", &out), ST_RECORD_RUN);
+    assert_int_equal(out.u.run.lowp_layers, 5);
+    assert_int_equal(st_metrics_parse("{\"type\":\"run\",\"bf16_layers\":5,\"lowp_layers\":6}", &out),
+                     ST_RECORD_RUN);
+    assert_int_equal(out.u.run.lowp_layers, 6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_writer),
         cmocka_unit_test(test_records_round_trip),
         cmocka_unit_test(test_language_model_fields),
+        cmocka_unit_test(test_renamed_field_still_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,12 +74,12 @@ static void test_csv(void **state)
     char *csv = written(csv_of, &x);
     assert_int_equal(count_lines(csv), 1 + x.nruns);
     assert_true(strncmp(csv, "setting,instances,cores_per_instance,system,repeat,order,ok,samples_per_s,", 72) == 0);
-    assert_non_null(strstr(csv, "\n1x2,1,2,shmtrain,1,1,1,100.0,640.000,4.000,1.000,0.500,0.250,3.00,0.8000,100.0,"
-                                "100.0,10.00,300,fp32,\n"));
+    assert_non_null(strstr(csv, "\n1x2,1,2,shmtrain,1,1,1,100.0,640.000,4.000,1.000,0.500,0.250,3.00,0.8000,0.5000,"
+                                "100.0,100.0,10.00,300,fp32,\n"));
     /* The failed run: empty numbers, its error quoted (it has a comma). */
-    assert_non_null(strstr(csv, "\n2x1,2,1,shmtrain,3,9,0,,,4.000,1.000,0.500,0.250,,0.8200,102.0,202.0,10.00,300,"
+    assert_non_null(strstr(csv, "\n2x1,2,1,shmtrain,3,9,0,,,4.000,1.000,0.500,0.250,,0.8200,0.4800,102.0,202.0,10.00,300,"
                                 "fp32,\"an instance failed, exit 1\"\n"));
-    assert_non_null(strstr(csv, "\n1x2,1,2,pytorch-ddp,1,10,1,50.0,1.280,1.000,,,,,0.7000,300.0,300.0,20.00,0,,\n"));
+    assert_non_null(strstr(csv, "\n1x2,1,2,pytorch-ddp,1,10,1,50.0,1.280,1.000,,,,,0.7000,,300.0,300.0,20.00,0,,\n"));
     free(csv);
 }
 

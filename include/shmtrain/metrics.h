@@ -48,7 +48,8 @@ typedef struct st_run_record {
     char precision[8];               /* compute, as built: "bf16" when any layer computes in bf16
                                         (mixed), else "fp32"; "" when not said */
     char recipe[160];                /* the effective optimizer, schedule, decay and clipping in words */
-    int layers, bf16_layers;         /* the net's layers, and how many compute in bf16 (0, 0: not said) */
+    int layers, lowp_layers;         /* the net's layers, and how many compute below fp32 (0, 0: not said;
+                                        older records: "bf16_layers") */
     unsigned long long first_step;   /* > 0 after a resume */
     int context;                     /* a language model's tokens per sample (window); 0 otherwise */
     int grad_accum;                  /* micro-batches per optimizer step; written when > 1, else 0 (one) */

@@ -41,23 +41,63 @@ static void csv_field(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* A run's measures, once: runs.csv's columns and report.json's keys, in
+ * this order, each with its decimals (NAN: not measured). */
+struct measure {
+    const char *key;
+    size_t at;
+    int decimals;
+};
+#define RUN(key, member, decimals) {key, offsetof(struct sweep_run, member), decimals}
+static const struct measure RUN_MEASURES[] = {
+    RUN("samples_per_s", samples_per_s, 1), RUN("step_ms", step_ms, 3), RUN("compute_ms", compute_ms, 3),
+    RUN("allreduce_ms", allreduce_ms, 3), RUN("wait_ms", wait_ms, 3), RUN("other_ms", other_ms, 3),
+    RUN("time_to_target_s", time_to_target_s, 2), RUN("final_accuracy", final_accuracy, 4),
+    RUN("final_loss", final_loss, 4), RUN("peak_rss_mb_max", rss_max_mb, 1),
+    RUN("peak_rss_mb_total", rss_total_mb, 1), RUN("wall_s", wall_s, 2),
+};
+#undef RUN
+/* A setting's medians (and worst memory) beside its statistics. */
+#define SUMMARY(key, member, decimals) {key, offsetof(struct sweep_summary, member), decimals}
+static const struct measure SUMMARY_MEASURES[] = {
+    SUMMARY("compute_ms", compute_ms, 3), SUMMARY("allreduce_ms", allreduce_ms, 3), SUMMARY("wait_ms", wait_ms, 3),
+    SUMMARY("other_ms", other_ms, 3), SUMMARY("final_accuracy", final_accuracy, 4),
+    SUMMARY("final_loss", final_loss, 4), SUMMARY("peak_rss_mb_max", rss_max_mb, 1),
+    SUMMARY("peak_rss_mb_total", rss_total_mb, 1),
+};
+#undef SUMMARY
+#define COUNT(table) (sizeof table / sizeof *table)
+
+static double measured(const struct measure *m, const void *record)
+{
+    return *(const double *)(const void *)((const char *)record + m->at);
+}
+
+static void json_measures(st_json *j, const struct measure *m, size_t n, const void *record)
+{
+    for (size_t i = 0; i < n; i++) {
+        char format[8];
+        snprintf(format, sizeof format, "%%.%df", m[i].decimals);
+        st_json_number(j, m[i].key, measured(&m[i], record), format);
+    }
+}
+
 void sweep_write_csv(FILE *f, const struct sweep_setting *s, const struct sweep_run *runs, int nruns)
 {
-    fprintf(f, "setting,instances,cores_per_instance,system,repeat,order,ok,samples_per_s,step_ms,compute_ms,"
-               "allreduce_ms,wait_ms,other_ms,time_to_target_s,final_accuracy,peak_rss_mb_max,peak_rss_mb_total,"
-               "wall_s,steps,precision,error\n");
+    fprintf(f, "setting,instances,cores_per_instance,system,repeat,order,ok,");
+    for (size_t k = 0; k < COUNT(RUN_MEASURES); k++)
+        fprintf(f, "%s,", RUN_MEASURES[k].key);
+    fprintf(f, "steps,precision,error\n");
     for (int i = 0; i < nruns; i++) {
         const struct sweep_run *r = &runs[i];
         const struct sweep_setting *st = &s[r->setting];
-        char b[12][32];
-        fprintf(f, "%s,%d,%d,%s,%d,%d,%d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%ld,", st->label, st->instances,
-                st->cores, sweep_system_name[r->system], r->repeat + 1, r->order + 1, r->ok,
-                num(b[0], 32, r->samples_per_s, 1, ""), num(b[1], 32, r->step_ms, 3, ""),
-                num(b[2], 32, r->compute_ms, 3, ""), num(b[3], 32, r->allreduce_ms, 3, ""),
-                num(b[4], 32, r->wait_ms, 3, ""), num(b[5], 32, r->other_ms, 3, ""),
-                num(b[6], 32, r->time_to_target_s, 2, ""), num(b[7], 32, r->final_accuracy, 4, ""),
-                num(b[8], 32, r->rss_max_mb, 1, ""), num(b[9], 32, r->rss_total_mb, 1, ""),
-                num(b[10], 32, r->wall_s, 2, ""), r->steps);
+        fprintf(f, "%s,%d,%d,%s,%d,%d,%d,", st->label, st->instances, st->cores, sweep_system_name[r->system],
+                r->repeat + 1, r->order + 1, r->ok);
+        for (size_t k = 0; k < COUNT(RUN_MEASURES); k++) {
+            char b[32];
+            fprintf(f, "%s,", num(b, sizeof b, measured(&RUN_MEASURES[k], r), RUN_MEASURES[k].decimals, ""));
+        }
+        fprintf(f, "%ld,", r->steps);
         csv_field(f, r->precision);
         fputc(',', f);
         csv_field(f, r->ok ? "" : r->error);
@@ -117,14 +157,7 @@ static void json_system(st_json *j, const struct sweep_summary *o, int sys)
     json_stat(j, "samples_per_s", o->samples_per_s, "%.1f");
     json_stat(j, "step_ms", o->step_ms, "%.3f");
     json_stat(j, "time_to_target_s", o->time_to_target_s, "%.2f");
-    st_json_number(j, "compute_ms", o->compute_ms, "%.3f");
-    st_json_number(j, "allreduce_ms", o->allreduce_ms, "%.3f");
-    st_json_number(j, "wait_ms", o->wait_ms, "%.3f");
-    st_json_number(j, "other_ms", o->other_ms, "%.3f");
-    st_json_number(j, "final_accuracy", o->final_accuracy, "%.4f");
-    st_json_number(j, "final_loss", o->final_loss, "%.4f");
-    st_json_number(j, "peak_rss_mb_max", o->rss_max_mb, "%.1f");
-    st_json_number(j, "peak_rss_mb_total", o->rss_total_mb, "%.1f");
+    json_measures(j, SUMMARY_MEASURES, COUNT(SUMMARY_MEASURES), o);
     if (o->slowest_rank >= 0) {  /* in the repeat closest to the median */
         st_json_int(j, "slowest_rank", o->slowest_rank);
         st_json_number(j, "slowest_over_fastest", o->imbalance, "%.3f");
@@ -145,18 +178,7 @@ static void json_run(st_json *j, const struct sweep_setting *s, const struct swe
     st_json_string(j, "error", r->ok ? "" : r->error);
     st_json_int(j, "steps", r->steps);
     st_json_string(j, "precision", r->precision);
-    st_json_number(j, "samples_per_s", r->samples_per_s, "%.1f");
-    st_json_number(j, "step_ms", r->step_ms, "%.3f");
-    st_json_number(j, "compute_ms", r->compute_ms, "%.3f");
-    st_json_number(j, "allreduce_ms", r->allreduce_ms, "%.3f");
-    st_json_number(j, "wait_ms", r->wait_ms, "%.3f");
-    st_json_number(j, "other_ms", r->other_ms, "%.3f");
-    st_json_number(j, "time_to_target_s", r->time_to_target_s, "%.2f");
-    st_json_number(j, "final_accuracy", r->final_accuracy, "%.4f");
-    st_json_number(j, "final_loss", r->final_loss, "%.4f");
-    st_json_number(j, "peak_rss_mb_max", r->rss_max_mb, "%.1f");
-    st_json_number(j, "peak_rss_mb_total", r->rss_total_mb, "%.1f");
-    st_json_number(j, "wall_s", r->wall_s, "%.2f");
+    json_measures(j, RUN_MEASURES, COUNT(RUN_MEASURES), r);
     st_json_array_begin(j, "curve");
     for (int k = 0; k < r->ncurve; k++) {
         st_json_array_begin(j, NULL);

@@ -59,14 +59,15 @@ static const struct {
     const char *name;
     bool (*takes)(const st_group *g, const struct coll_call *c);
     st_status (*run)(st_group *g, const struct coll_call *c);
+    coll_piece_fn piece;
 } ALGORITHMS[COLL_NALGOS] = {
-#define ALGORITHM(KIND, file, name, copying) [COLL_##KIND] = {name, coll_##file##_takes, coll_##file##_run},
+#define ALGORITHM(KIND, file, name, copying, piece) [COLL_##KIND] = {name, coll_##file##_takes, coll_##file##_run, piece},
     COLL_ALGORITHMS(ALGORITHM)
 #undef ALGORITHM
 };
 
 static const char *const NAMES[] = {
-#define NAME(KIND, file, name, copying) name,
+#define NAME(KIND, file, name, copying, piece) name,
     COLL_ALGORITHMS(NAME)
 #undef NAME
     NULL};
@@ -190,9 +191,11 @@ enum coll_algo coll_choose_again(st_group *g, const struct coll_call *c)
 
 /* The counts up to which every call of a payload type is inline, whichever
  * its path (the table's own answer, asked once), so a small call skips
- * the choice (and its cost, a sixth of a 4-byte call's) altogether. */
+ * the choice (and its cost, a sixth of a 4-byte call's) altogether and
+ * goes straight to the inline algorithm's one piece. */
 void coll_choose_small(st_group *g)
 {
+    g->small.piece = ALGORITHMS[COLL_INLINE].piece;
     for (int w = 0; w < 2; w++) {
         const st_dtype t = w ? ST_DTYPE_BF16 : ST_DTYPE_F32;
         const size_t cap = g->inline_lines * (INLINE_PAYLOAD / coll_esize(t));
@@ -204,6 +207,6 @@ void coll_choose_small(st_group *g)
                 break;
             n++;
         }
-        g->inline_upto[w] = n;
+        g->small.upto[w] = n;
     }
 }

@@ -93,8 +93,8 @@ static st_status allreduce(st_group *g, void *buf, size_t count, st_dtype user, 
     if (count == 0)
         return ST_OK;
     g->ctr.calls++;
-    if (user == wire && coll_fast_payload(wire, op) && count <= g->inline_upto[wire == ST_DTYPE_BF16])
-        return coll_inline_piece(g, buf, count, wire, op, sg);  /* coll_choose's answer, kept */
+    if (user == wire && coll_fast_payload(wire, op) && count <= g->small.upto[wire == ST_DTYPE_BF16])
+        return g->small.piece(g, buf, count, wire, op, sg);  /* coll_choose's answer, kept */
     const struct coll_call c = describe(g, buf, count, user, wire, op, sg);
     if (g->world == 1)
         return alone(g, &c);
@@ -102,7 +102,7 @@ static st_status allreduce(st_group *g, void *buf, size_t count, st_dtype user, 
 }
 
 static const char *const PATH_NAMES[COLL_NALGOS][2] = {
-#define PATHS(KIND, file, name, copying) [COLL_##KIND] = {copying, name},
+#define PATHS(KIND, file, name, copying, piece) [COLL_##KIND] = {copying, name},
     COLL_ALGORITHMS(PATHS)
 #undef PATHS
 };

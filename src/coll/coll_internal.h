@@ -72,20 +72,25 @@ struct inline_line {
     _Atomic uint64_t seq;
 };
 
-/* The all-reduce algorithms, in the order of the table's columns. */
 /* The all-reduce algorithms, written once: each one file of its own
  * (coll_<file>_takes, coll_<file>_run), the name a program forces it by
- * (SHMTRAIN_ALLREDUCE_ALGO, st_allreduce_algorithms), and the name its
- * copying path reports (a buffer outside the zero-copy region). */
-#define COLL_ALGORITHMS(X)                                \
-    X(INLINE, inline, "inline", "inline")                 \
-    X(DIRECT, direct, "direct", "direct")                 \
-    X(RING, ring, "ring", "ring-copy")                    \
-    X(RSAG, rsag, "rsag", "rsag-copy")                    \
-    X(TWO_LEVEL, two_level, "two-level", "two-level-copy")
+ * (SHMTRAIN_ALLREDUCE_ALGO, st_allreduce_algorithms), the name its
+ * copying path reports (a buffer outside the zero-copy region), and its
+ * one-piece call for small messages, where it has one (coll_small_piece). */
+#define COLL_ALGORITHMS(X)                                                   \
+    X(INLINE, inline, "inline", "inline", coll_inline_piece)                 \
+    X(DIRECT, direct, "direct", "direct", NULL)                              \
+    X(RING, ring, "ring", "ring-copy", NULL)                                 \
+    X(RSAG, rsag, "rsag", "rsag-copy", NULL)                                 \
+    X(TWO_LEVEL, two_level, "two-level", "two-level-copy", NULL)
+
+struct coll_stage;
+/* An algorithm's one piece of a payload of the wire's type, reduced in place. */
+typedef st_status (*coll_piece_fn)(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op,
+                                   const struct coll_stage *sg);
 
 enum coll_algo {
-#define COLL_ALGO_ENUM(KIND, file, name, copying) COLL_##KIND,
+#define COLL_ALGO_ENUM(KIND, file, name, copying, piece) COLL_##KIND,
     COLL_ALGORITHMS(COLL_ALGO_ENUM)
 #undef COLL_ALGO_ENUM
     COLL_NALGOS,
@@ -118,8 +123,11 @@ struct st_group {
     } last;
     int *numa;                    /* [world] each rank's NUMA node, -1 unknown */
     int remote_ranks;             /* ranks known to sit on another NUMA node than this one */
-    size_t inline_upto[2];        /* [wire f32, bf16]: counts up to which the choice is
-                                     inline (coll_choose's, kept for small calls' sake) */
+    struct {                      /* small calls, which skip the choice (coll_choose_small's) */
+        size_t upto[2];           /* [wire f32, bf16]: counts up to which the table's answer is `piece`'s
+                                     algorithm on either path */
+        coll_piece_fn piece;      /* that algorithm's one-piece call */
+    } small;
     struct coll_levels lv;
     st_coll_counters ctr;
     size_t seg_bytes, zc_off, staging_off, results_off, results_bytes, slots_off, inline_off;
@@ -182,7 +190,7 @@ st_status coll_inline_run(st_group *g, const struct coll_call *c);
 /* One inline piece of a payload of the wire's type (at most the lines' capacity). */
 st_status coll_inline_piece(st_group *g, void *buf, size_t count, st_dtype dtype, st_reduce_op op,
                             const struct coll_stage *sg);
-/* choose.c: inline_upto for the group, once its layout is known. */
+/* choose.c: the group's small calls (g->small), once its layout is known. */
 void coll_choose_small(st_group *g);
 bool coll_direct_takes(const st_group *g, const struct coll_call *c);
 st_status coll_direct_run(st_group *g, const struct coll_call *c);

@@ -29,7 +29,7 @@ enum field_when {
     W_SET,        /* a number above 0, a string not empty */
     W_ABOVE_ONE,  /* grad_accum: one is said by saying nothing */
     W_FLAG,       /* the writer's own field: the bool at `cond`, set on reading when the key is there */
-    W_WITH_LAST   /* said with the field before it (a pair: layers and bf16_layers) */
+    W_WITH_LAST   /* said with the field before it (a pair: layers and lowp_layers) */
 };
 
 struct field {
@@ -39,10 +39,11 @@ struct field {
     const char *format;      /* a number's */
     enum field_when when;
     size_t cond;             /* W_FLAG: the bool's offset */
+    const char *was;         /* the key older writers gave it, read where the key is not there */
 };
 
 #define FIELD(rec, member, type, format, when, cond) \
-    {#member, type, offsetof(rec, member), sizeof(((rec *)0)->member), format, when, cond}
+    {#member, type, offsetof(rec, member), sizeof(((rec *)0)->member), format, when, cond, NULL}
 #define RUN(m, t, w) FIELD(st_run_record, m, t, NULL, w, 0)
 static const struct field RUN_FIELDS[] = {
     RUN(system, F_STRING, W_ALWAYS), RUN(instances, F_INT, W_ALWAYS), RUN(threads, F_INT, W_ALWAYS),
@@ -50,7 +51,8 @@ static const struct field RUN_FIELDS[] = {
     RUN(onednn, F_STRING, W_SET), RUN(isa, F_STRING, W_SET), RUN(launcher, F_STRING, W_SET),
     RUN(torch, F_STRING, W_SET), RUN(backend, F_STRING, W_SET), RUN(mode, F_STRING, W_SET),
     RUN(allreduce_dtype, F_STRING, W_SET), RUN(precision, F_STRING, W_SET), RUN(recipe, F_STRING, W_SET),
-    RUN(layers, F_INT, W_SET), FIELD(st_run_record, bf16_layers, F_INT, NULL, W_WITH_LAST, 0),
+    RUN(layers, F_INT, W_SET), 
+    {"lowp_layers", F_INT, offsetof(st_run_record, lowp_layers), sizeof(int), NULL, W_WITH_LAST, 0, "bf16_layers"},
     RUN(first_step, F_U64, W_ALWAYS), RUN(context, F_INT, W_SET), RUN(grad_accum, F_INT, W_ABOVE_ONE),
     RUN(balance, F_STRING, W_SET),
 };
@@ -283,13 +285,14 @@ static void read_fields(const char *line, st_record_type type, void *record)
     for (size_t i = 0; i < t->n; i++) {
         const struct field *f = &t->v[i];
         void *p = rec + f->at;
+        const char *key = f->was && !st_json_find(line, f->key) ? f->was : f->key;
         switch (f->type) {
-        case F_STRING: st_json_get_string(line, f->key, p, f->size); break;
-        case F_INT: *(int *)p = int_count(line, f->key); break;
-        case F_LONG: *(long *)p = (long)count(line, f->key); break;
-        case F_LLONG: *(long long *)p = (long long)count(line, f->key); break;
-        case F_U64: *(unsigned long long *)p = count(line, f->key); break;
-        case F_NUMBER: *(double *)p = num(line, f->key); break;
+        case F_STRING: st_json_get_string(line, key, p, f->size); break;
+        case F_INT: *(int *)p = int_count(line, key); break;
+        case F_LONG: *(long *)p = (long)count(line, key); break;
+        case F_LLONG: *(long long *)p = (long long)count(line, key); break;
+        case F_U64: *(unsigned long long *)p = count(line, key); break;
+        case F_NUMBER: *(double *)p = num(line, key); break;
         }
         if (f->when == W_FLAG)
             *(bool *)(rec + f->cond) = st_json_find(line, f->key) != NULL;

@@ -236,9 +236,9 @@ void train_run_record(struct trainer *t)
                                                                                                        : "static");
     /* what was built, not what was asked: a bf16 net may keep layers in fp32 */
     r.u.run.layers = st_net_layers(t->net);
-    r.u.run.bf16_layers = st_net_lowp_layers(t->net);
+    r.u.run.lowp_layers = st_net_lowp_layers(t->net);
     snprintf(r.u.run.precision, sizeof r.u.run.precision, "%s",
-             st_dtype_name(r.u.run.bf16_layers > 0 ? ST_DTYPE_BF16 : ST_DTYPE_F32));
+             st_dtype_name(r.u.run.lowp_layers > 0 ? t->o->precision : ST_DTYPE_F32));
     train_record(t, &r);
 }
 

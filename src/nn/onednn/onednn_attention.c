@@ -107,7 +107,7 @@ static size_t dot_scratch(const struct xnode *x, long t, long hs)
 /* parts column blocks of a head's rows (c apart) <-> dense [t, parts * hs] fp32. */
 static float *widened(float *dense, dn_rows r, long c, long t, long hs, int parts)
 {
-    if (!r.bf16)
+    if (r.type != ST_DTYPE_BF16)
         return r.at;
     for (long i = 0; i < t; i++)
         for (int k = 0; k < parts; k++)
@@ -117,7 +117,7 @@ static float *widened(float *dense, dn_rows r, long c, long t, long hs, int part
 
 static void narrow(dn_rows r, const float *dense, long c, long t, long hs, int parts)
 {
-    for (long i = 0; r.bf16 && i < t; i++)
+    for (long i = 0; r.type == ST_DTYPE_BF16 && i < t; i++)
         for (int k = 0; k < parts; k++)
             st_bf16_from_f32_n(dn_rows_at(r, i, k * c), dense + (i * parts + k) * hs, (size_t)hs);
 }
@@ -134,7 +134,8 @@ static st_status dot_fwd(const struct head_job *j, long b, long h, float *scratc
     float *wide = wide_area(j, scratch), *y32 = wide + 4 * t * hs;
     const dn_rows qkv = head_of(j, j->qkv, b, h), y = head_of(j, j->out, b, h);
     const float *q = widened(wide, qkv, c, t, hs, 3);
-    causal_bf16_forward(y.bf16 ? y32 : y.at, y.bf16 ? hs : c, NULL, q, qkv.bf16 ? 3 * hs : 3 * c, t, hs, scratch);
+    const bool y_narrow = y.type == ST_DTYPE_BF16, qkv_narrow = qkv.type == ST_DTYPE_BF16;
+    causal_bf16_forward(y_narrow ? y32 : y.at, y_narrow ? hs : c, NULL, q, qkv_narrow ? 3 * hs : 3 * c, t, hs, scratch);
     narrow(y, y32, c, t, hs, 1);
     return ST_OK;
 }
@@ -145,7 +146,9 @@ static st_status dot_bwd(const struct head_job *j, long b, long h, float *scratc
     float *wide = wide_area(j, scratch), *dq32 = wide + 4 * t * hs;
     const dn_rows qkv = head_of(j, j->qkv, b, h), dy = head_of(j, j->dy, b, h), dq = head_of(j, j->out, b, h);
     const float *q = widened(wide, qkv, c, t, hs, 3), *g = widened(wide + 3 * t * hs, dy, c, t, hs, 1);
-    causal_bf16_backward(dq.bf16 ? dq32 : dq.at, NULL, g, dy.bf16 ? hs : c, q, qkv.bf16 ? 3 * hs : 3 * c, t, hs,
+    const bool dq_narrow = dq.type == ST_DTYPE_BF16, dy_narrow = dy.type == ST_DTYPE_BF16,
+               qkv_narrow = qkv.type == ST_DTYPE_BF16;
+    causal_bf16_backward(dq_narrow ? dq32 : dq.at, NULL, g, dy_narrow ? hs : c, q, qkv_narrow ? 3 * hs : 3 * c, t, hs,
                          scratch);
     narrow(dq, dq32, c, t, hs, 3);
     return ST_OK;
@@ -196,8 +199,8 @@ static size_t thread_floats(const struct attention_kernel *k, const struct xnode
 static dn_rows rows_in(dnnl_memory_t m, long ld)
 {
     if (!m)
-        return (dn_rows){NULL, ld, false};
-    return (dn_rows){dn_mem_ptr(m), ld, dn_md_type(dn_mem_md(m)) == dnnl_bf16};
+        return (dn_rows){NULL, ld, ST_DTYPE_F32};
+    return (dn_rows){dn_mem_ptr(m), ld, dn_md_type(dn_mem_md(m)) == dnnl_bf16 ? ST_DTYPE_BF16 : ST_DTYPE_F32};
 }
 
 /* Every head of the layer; a failure on any thread is the pass's, with its message. */

@@ -286,7 +286,7 @@ static void pack_head(const dn_causal *c, void *dst, dn_rows src, long col)
     const long t = c->t, hs = c->hs;
     for (long i = 0; i < t; i++) {
         const void *row = dn_rows_at(src, i, col);
-        if (src.bf16 == !c->f32)
+        if ((src.type == ST_DTYPE_BF16) == !c->f32)
             memcpy((char *)dst + i * hs * operand_bytes(c), row, (size_t)hs * operand_bytes(c));
         else if (c->f32)
             st_bf16_to_f32_n((float *)dst + i * hs, row, (size_t)hs);
@@ -333,7 +333,7 @@ static void keep_weights(const dn_causal *c, const struct head_bufs *h, long s, 
 static void place(dn_rows dst, long row, long col, const float *out, long n, long hs)
 {
     for (long r = 0; r < n; r++)
-        if (dst.bf16)
+        if (dst.type == ST_DTYPE_BF16)
             st_bf16_from_f32_n(dn_rows_at(dst, row + r, col), out + r * hs, (size_t)hs);
         else
             memcpy(dn_rows_at(dst, row + r, col), out + r * hs, (size_t)hs * sizeof *out);

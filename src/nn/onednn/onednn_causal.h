@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "shmtrain/dtype.h"
 #include "shmtrain/status.h"
 
 typedef struct dn_causal dn_causal;
@@ -60,13 +61,13 @@ bool dn_causal_is_reference(const dn_causal *c);
 typedef struct {
     void *at;  /* read only where an input */
     long ld;
-    bool bf16;
+    st_dtype type;  /* ST_DTYPE_F32 or ST_DTYPE_BF16 */
 } dn_rows;
 
 /* Element (row, col) of r. */
 static inline void *dn_rows_at(dn_rows r, long row, long col)
 {
-    return (char *)r.at + (row * r.ld + col) * (r.bf16 ? 2 : 4);
+    return (char *)r.at + (row * r.ld + col) * (r.type == ST_DTYPE_BF16 ? 2 : 4);
 }
 
 /* y = P V (rows of hs), P = causal softmax(Q K^T / sqrt(hs)), Q, K, V the

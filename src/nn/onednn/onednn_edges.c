@@ -60,3 +60,28 @@ st_status dn_bwd_input(st_net *n, struct oplist *bwd, dnnl_memory_t have, const_
     OK(dn_bwd_temp(n, purpose, want, out));
     return dn_add_reorder(n, bwd, have, *out);
 }
+
+st_status dn_add_bwd_op(st_net *n, int j, dnnl_primitive_t prim, const_dnnl_memory_desc_t md, struct op **op, ...)
+{
+    dnnl_exec_arg_t args[10];
+    int nargs = 0;
+    va_list ap;
+    va_start(ap, op);
+    for (int key; (key = va_arg(ap, int)) != -1 && nargs < 9;)
+        args[nargs++] = (dnnl_exec_arg_t){key, va_arg(ap, dnnl_memory_t)};
+    va_end(ap);
+    struct oplist *bwd = &dn_state(&n->x[j])->bwd;
+    OK(dn_add_op(n, bwd, prim, n->x[j].kind, -1));
+    const int at = bwd->n - 1;  /* the delivery may grow the list: the op is found again by its place */
+    dnnl_memory_t target;
+    OK(dn_deliver(n, j, n->x[j].in, md, NULL, &target));
+    if (!target)
+        OK(dn_mem_new(n, &target, md, NULL));  /* computed anyway, then dropped */
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, target};
+    struct op *o = &bwd->v[at];
+    memcpy(o->args, args, (size_t)nargs * sizeof *args);
+    o->nargs = nargs;
+    if (op)
+        *op = o;
+    return ST_OK;
+}

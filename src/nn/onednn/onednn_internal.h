@@ -379,6 +379,13 @@ st_status dn_set_dst(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md);
 st_status dn_set_dst_diff_in(st_net *n, struct xnode *x, const_dnnl_memory_desc_t md, int home);
 st_status dn_deliver(st_net *n, int j, int p, const_dnnl_memory_desc_t md, dnnl_memory_t computed, dnnl_memory_t *target);
 st_status dn_input_as(st_net *n, struct xnode *x, const_dnnl_memory_desc_t want, dnnl_memory_t *out);
+/* Node j's backward primitive `prim`: its arguments (key, memory pairs
+ * ending in -1) and DNNL_ARG_DIFF_SRC of layout md, which goes where
+ * dn_deliver says or, where the input wants no gradient, to a memory of its
+ * own (oneDNN computes it anyway).  The op goes in before what the delivery
+ * adds (a reorder, a sum), which read what it writes.  *op (if op): the
+ * op, valid until the list grows. */
+st_status dn_add_bwd_op(st_net *n, int j, dnnl_primitive_t prim, const_dnnl_memory_desc_t md, struct op **op, ...);
 st_status dn_accum_new(st_net *n, struct xnode *x);
 bool dn_is_reference_impl(const_dnnl_primitive_desc_t pd);
 dnnl_memory_t dn_arg_of(const struct op *o, int key);

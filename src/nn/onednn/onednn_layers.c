@@ -50,16 +50,8 @@ st_status dn_build_eltwise(st_net *n, int j, dnnl_alg_kind_t alg)
     OK(DN_PD(n, bpd, NULL,
              dnnl_eltwise_backward_primitive_desc_create(&bpd, dn_net(n)->eng, alg, in, in, in, 0, 0, fpd, NULL)));
     OK(dn_prim_new(n, &b, bpd));
-    OK(dn_add_op(n, &dn_state(x)->bwd, b, x->kind, -1));
-    int at = dn_state(x)->bwd.n - 1;
-    dnnl_memory_t target;
-    OK(dn_deliver(n, j, x->in, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
-    struct op *o = &dn_state(x)->bwd.v[at];
-    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_SRC, dn_state(px)->dst.mem};
-    o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem};
-    o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, target};
-    o->nargs = 3;
-    return ST_OK;
+    return dn_add_bwd_op(n, j, b, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, DNNL_ARG_SRC, dn_state(px)->dst.mem,
+                         DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem, -1);
 }
 
 static st_status bn_running_stats(st_net *n, int j)
@@ -116,22 +108,11 @@ st_status dn_build_bn(st_net *n, int j)
     OK(dn_prim_new(n, &bp, bpd));
     OK(dn_mem_new(n, &dscale, dn_arg_md(bpd, DNNL_ARG_DIFF_SCALE), n->grads + nd->w_off));
     OK(dn_mem_new(n, &dshift, dn_arg_md(bpd, DNNL_ARG_DIFF_SHIFT), n->grads + nd->b_off));
-    OK(dn_add_op(n, &dn_state(x)->bwd, bp, NODE_BATCHNORM, -1));
-    int at = dn_state(x)->bwd.n - 1;
-    dnnl_memory_t target = NULL;
-    if (px->wants_diff)
-        OK(dn_deliver(n, j, x->in, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
-    else
-        OK(dn_mem_new(n, &target, in, NULL));  /* computed anyway, then dropped */
-    struct op *o = &dn_state(x)->bwd.v[at];
     /* No SHIFT: oneDNN 3's backward refuses it as an argument it does not read. */
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, dn_state(px)->dst.mem}, {DNNL_ARG_MEAN, dn_state(x)->bn.mean},
-                              {DNNL_ARG_VARIANCE, dn_state(x)->bn.var}, {DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem},
-                              {DNNL_ARG_SCALE, scale}, {DNNL_ARG_DIFF_SRC, target},
-                              {DNNL_ARG_DIFF_SCALE, dscale}, {DNNL_ARG_DIFF_SHIFT, dshift}};
-    memcpy(o->args, args, sizeof args);
-    o->nargs = (int)(sizeof args / sizeof *args);
-    return ST_OK;
+    return dn_add_bwd_op(n, j, bp, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, DNNL_ARG_SRC,
+                         dn_state(px)->dst.mem, DNNL_ARG_MEAN, dn_state(x)->bn.mean, DNNL_ARG_VARIANCE,
+                         dn_state(x)->bn.var, DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem, DNNL_ARG_SCALE, scale,
+                         DNNL_ARG_DIFF_SCALE, dscale, DNNL_ARG_DIFF_SHIFT, dshift, -1);
 }
 
 /* --------------------------------------------- dropout, flatten, add -- */

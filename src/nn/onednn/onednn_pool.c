@@ -128,14 +128,6 @@ st_status dn_build_pool(st_net *n, int j)
              dnnl_pooling_backward_primitive_desc_create(&bpd, dn_net(n)->eng, alg, dn_state(px)->dst.md, dn_state(x)->dst.md,
                                                          strides, kernel, dil, pad, pad, fpd, NULL)));
     OK(dn_prim_new(n, &b, bpd));
-    OK(dn_add_op(n, &dn_state(x)->bwd, b, x->kind, -1));
-    int at = dn_state(x)->bwd.n - 1;
-    dnnl_memory_t target;
-    OK(dn_deliver(n, j, x->in, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, &target));
-    struct op *o = &dn_state(x)->bwd.v[at];
-    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem};
-    o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WORKSPACE, ws};
-    o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, target};
-    o->nargs = 3;
-    return ST_OK;
+    return dn_add_bwd_op(n, j, b, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, DNNL_ARG_DIFF_DST,
+                         dn_state(x)->diff.mem, DNNL_ARG_WORKSPACE, ws, -1);
 }

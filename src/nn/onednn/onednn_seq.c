@@ -224,7 +224,7 @@ static st_status build_ln_onednn(st_net *n, int j)
     dn_impl_name(x, bpd);
     OK(dn_set_dst(n, x, data));
     OK(dn_input_as(n, x, data, &dn_state(x)->seq.src));
-    dnnl_memory_t scale, shift, mean, var, dscale, dshift, target;
+    dnnl_memory_t scale, shift, mean, var, dscale, dshift;
     OK(dn_mem_new(n, &scale, vec, n->params + nd->w_off));
     OK(dn_mem_new(n, &shift, vec, n->params + nd->b_off));
     OK(dn_mem_new(n, &dscale, vec, n->grads + nd->w_off));
@@ -235,21 +235,10 @@ static st_status build_ln_onednn(st_net *n, int j)
     OK(dn_prim_new(n, &b, bpd));
     OK(dn_add_op(n, &dn_state(x)->fwd, f, NODE_LAYERNORM, DNNL_ARG_SRC, dn_state(x)->seq.src, DNNL_ARG_DST, dn_state(x)->dst.mem,
                  DNNL_ARG_MEAN, mean, DNNL_ARG_VARIANCE, var, DNNL_ARG_SCALE, scale, DNNL_ARG_SHIFT, shift, -1));
-    OK(dn_add_op(n, &dn_state(x)->bwd, b, NODE_LAYERNORM, -1));
-    const int at = dn_state(x)->bwd.n - 1;
-    OK(dn_deliver(n, j, x->in, data, NULL, &target));
-    if (!target)
-        OK(dn_mem_new(n, &target, data, NULL));  /* computed anyway, then dropped */
     /* SHIFT too: oneDNN 3's backward wants it here (unlike batch norm's) */
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, dn_state(x)->seq.src}, {DNNL_ARG_MEAN, mean},
-                              {DNNL_ARG_VARIANCE, var},       {DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem},
-                              {DNNL_ARG_SCALE, scale},        {DNNL_ARG_SHIFT, shift},
-                              {DNNL_ARG_DIFF_SRC, target},    {DNNL_ARG_DIFF_SCALE, dscale},
-                              {DNNL_ARG_DIFF_SHIFT, dshift}};
-    struct op *o = &dn_state(x)->bwd.v[at];
-    memcpy(o->args, args, sizeof args);
-    o->nargs = (int)(sizeof args / sizeof *args);
-    return ST_OK;
+    return dn_add_bwd_op(n, j, b, data, NULL, DNNL_ARG_SRC, dn_state(x)->seq.src, DNNL_ARG_MEAN, mean,
+                         DNNL_ARG_VARIANCE, var, DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem, DNNL_ARG_SCALE, scale,
+                         DNNL_ARG_SHIFT, shift, DNNL_ARG_DIFF_SCALE, dscale, DNNL_ARG_DIFF_SHIFT, dshift, -1);
 }
 
 st_status dn_build_ln(st_net *n, int j)

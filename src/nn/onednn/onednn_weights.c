@@ -477,19 +477,11 @@ static st_status build_weights_bwd_data(st_net *n, int j, const struct weights_b
         OK(dn_mem_new(n, &w_bwd, wb, NULL));
         OK(weights_into(n, x, &dn->bwd, b->w_user, w_bwd));
     }
-    /* Arguments are filled in after dn_deliver() decided where diff_src goes;
-     * the reorder it may add must run after this primitive. */
     dnnl_primitive_t bd;
+    struct op *o;
     OK(dn_prim_new(n, &bd, pd));
-    OK(dn_add_op(n, &dn->bwd, bd, x->kind, -1));
-    int at = dn->bwd.n - 1;
-    dnnl_memory_t diff_src;
-    OK(dn_deliver(n, j, x->in, dn_query(pd, dnnl_query_diff_src_md, 0), NULL, &diff_src));
-    struct op *o = &dn->bwd.v[at];
-    o->args[0] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, ddst};
-    o->args[1] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, w_bwd};
-    o->args[2] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, diff_src};
-    o->nargs = 3;
+    OK(dn_add_bwd_op(n, j, bd, dn_query(pd, dnnl_query_diff_src_md, 0), &o, DNNL_ARG_DIFF_DST, ddst, DNNL_ARG_WEIGHTS,
+                     w_bwd, -1));
     return dn_op_scratchpad(n, o, pd);
 }
 
