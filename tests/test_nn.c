@@ -79,6 +79,8 @@ static const char *const LAYERS[] = {
     "input 16 4 4\nsave a\nrelu\nadd a",
     "input 8 8 8\nsave a\nconv 16 k3 s2 p1\nadd a proj",
     "input 4 6 6\nsave a\nconv 4 k3 p1\nbatchnorm\nadd a\nrelu",
+    "input 4 6 6\nconv 8 k3 p1\nbatchnorm\nrelu\nconv 3 k1",  /* the ReLU runs inside the batch norm */
+    "input 16 4 4\nbatchnorm\nrelu",                            /* ... on the input, no gradient wanted there */
 };
 
 /* input_grad: also compare d(loss)/d(input); without it the first layer
@@ -371,6 +373,7 @@ static const char *const FD_MODELS[] = {
     "input 3 6 6\nmaxpool k2\nconv 2 k1",
     "input 3 6 6\navgpool k3 s2 p1\nconv 2 k1",
     "input 4 4 4\nbatchnorm\nconv 3 k1",
+    "input 4 4 4\nconv 4 k3 p1\nbatchnorm\nrelu\nconv 3 k1",
     "input 4 4 4\ndropout 0.5\nconv 3 k1",
     "input 4 4 4\nsave a\nconv 4 k3 p1\nadd a\nconv 2 k1",
 };
@@ -479,6 +482,38 @@ static void test_no_gradient_flows_to_the_input(void **state)
     assert_non_null(strstr(line, "conv"));
 }
 
+/* A ReLU that is a batch norm's only consumer runs inside it (resnet's
+ * four after a norm): one layer fewer, said in the net's description; a
+ * ReLU after an add, or after a norm something else reads too, stays. */
+static void test_relu_fuses_into_batchnorm(void **state)
+{
+    (void)state;
+    const struct {
+        const char *text;
+        int layers;
+    } cases[] = {
+        {"input 4 6 6\nconv 8 k3 p1\nbatchnorm\nrelu\nconv 3 k1", 3},
+        {"input 4 6 6\nsave a\nconv 4 k3 p1\nbatchnorm\nadd a\nrelu", 4},
+        {"input 4 6 6\nbatchnorm\nsave a\nrelu\nadd a", 3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        st_model *m = parse(cases[i].text);
+        st_net *n = make_net(m, 2, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
+        assert_int_equal(st_net_layers(n), cases[i].layers);
+        char *text = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream(&text, &size);
+        assert_non_null(f);
+        st_net_describe_precision(n, f);
+        fclose(f);
+        if ((strstr(text, "batchnorm") && strstr(strstr(text, "batchnorm"), "relu fused")) != (i == 0))
+            fail_msg("%s: the description says %s", cases[i].text, text);
+        free(text);
+        st_net_destroy(n);
+        st_model_destroy(m);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -490,6 +525,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_presets_gradients),
         cmocka_unit_test(test_no_gradient_flows_to_the_input),
+        cmocka_unit_test(test_relu_fuses_into_batchnorm),
         cmocka_unit_test(test_grads_ready_callbacks),
     };
     if (argc > 1)

@@ -73,7 +73,10 @@ st_status dn_build_bn(st_net *n, int j)
     struct xnode *x = &n->x[j];
     struct xnode *px = &n->x[x->in];
     const struct node *nd = x->nd;
-    const unsigned flags = dnnl_use_scale | dnnl_use_shift;
+    /* A ReLU after it runs inside (its gradient's mask, a bit an element,
+     * in the workspace): resnet's ReLUs read and wrote their tensors once
+     * more each pass, 9% of its step (st-roofline, docs/benchmarks.md). */
+    const unsigned flags = dnnl_use_scale | dnnl_use_shift | (x->fuse_relu ? dnnl_fuse_norm_relu : 0);
     const_dnnl_memory_desc_t in = dn_state(px)->dst.md;
     dnnl_engine_t eng = dn_net(n)->eng;
     dnnl_primitive_desc_t tpd, ipd, bpd;
@@ -86,18 +89,20 @@ st_status dn_build_bn(st_net *n, int j)
                                                                     flags | dnnl_use_global_stats, NULL)));
     dn_impl_name(x, tpd);
     OK(dn_set_dst(n, x, dn_query(tpd, dnnl_query_dst_md, 0)));
-    dnnl_memory_t scale, shift, dscale, dshift, rmean, rvar;
+    dnnl_memory_t scale, shift, dscale, dshift, rmean, rvar, ws = NULL;
     OK(dn_mem_new(n, &scale, dn_arg_md(tpd, DNNL_ARG_SCALE), n->params + nd->w_off));
     OK(dn_mem_new(n, &shift, dn_arg_md(tpd, DNNL_ARG_SHIFT), n->params + nd->b_off));
     OK(dn_mem_new(n, &dn_state(x)->bn.mean, dn_arg_md(tpd, DNNL_ARG_MEAN), NULL));
     OK(dn_mem_new(n, &dn_state(x)->bn.var, dn_arg_md(tpd, DNNL_ARG_VARIANCE), NULL));
     OK(dn_mem_new(n, &rmean, dn_arg_md(ipd, DNNL_ARG_MEAN), n->buffers + nd->buf_off));
     OK(dn_mem_new(n, &rvar, dn_arg_md(ipd, DNNL_ARG_VARIANCE), n->buffers + nd->buf_off + nd->c));
+    if (x->fuse_relu)
+        OK(dn_mem_new(n, &ws, dn_query(tpd, dnnl_query_workspace_md, 0), NULL));
     OK(dn_prim_new(n, &tp, tpd));
     OK(dn_prim_new(n, &ip, ipd));
     OK(dn_add_op(n, &dn_state(x)->fwd, tp, NODE_BATCHNORM, DNNL_ARG_SRC, dn_state(px)->dst.mem, DNNL_ARG_SCALE, scale,
               DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, dn_state(x)->dst.mem, DNNL_ARG_MEAN, dn_state(x)->bn.mean,
-              DNNL_ARG_VARIANCE, dn_state(x)->bn.var, -1));
+              DNNL_ARG_VARIANCE, dn_state(x)->bn.var, DNNL_ARG_WORKSPACE, ws, -1));
     OK(dn_add_step(n, &dn_state(x)->fwd, bn_running_stats, NODE_BATCHNORM));
     OK(dn_add_op(n, &dn_state(x)->fwd_infer, ip, NODE_BATCHNORM, DNNL_ARG_SRC, dn_state(px)->dst.mem, DNNL_ARG_SCALE, scale,
               DNNL_ARG_SHIFT, shift, DNNL_ARG_DST, dn_state(x)->dst.mem, DNNL_ARG_MEAN, rmean, DNNL_ARG_VARIANCE,
@@ -112,7 +117,7 @@ st_status dn_build_bn(st_net *n, int j)
     return dn_add_bwd_op(n, j, bp, dn_query(bpd, dnnl_query_diff_src_md, 0), NULL, DNNL_ARG_SRC,
                          dn_state(px)->dst.mem, DNNL_ARG_MEAN, dn_state(x)->bn.mean, DNNL_ARG_VARIANCE,
                          dn_state(x)->bn.var, DNNL_ARG_DIFF_DST, dn_state(x)->diff.mem, DNNL_ARG_SCALE, scale,
-                         DNNL_ARG_DIFF_SCALE, dscale, DNNL_ARG_DIFF_SHIFT, dshift, -1);
+                         DNNL_ARG_DIFF_SCALE, dscale, DNNL_ARG_DIFF_SHIFT, dshift, DNNL_ARG_WORKSPACE, ws, -1);
 }
 
 /* --------------------------------------------- dropout, flatten, add -- */
