@@ -34,90 +34,15 @@
 #include "net.h"
 #include "onednn/onednn_internal.h"
 #include "shmtrain/dtype.h"
+#include "op_timing.h"
 #include "step_rig.h"
 
-enum { PASSES = 5, ALONE = 9, STEPS = 11 };
-
-struct timed_list {
-    const struct oplist *ops;
-    int node;          /* for --list; -1: the logits' reorder, -2: the loss gradient's */
-    double *in_step;   /* per op: the median over passes */
-    double *alone;
-};
+enum { STEPS = 11 };
 
 static void die(const char *what)
 {
     fprintf(stderr, "st-op-bound: %s: %s\n", what, st_last_error());
     exit(1);
-}
-
-static double run_op(st_net *n, const struct op *o)
-{
-    const double t0 = rig_now();
-    if (o->step) {
-        if (o->step(n, o->node) != ST_OK)
-            die("a C step");
-    } else if (dnnl_primitive_execute(o->prim, dn_net(n)->strm, o->nargs, o->args) != dnnl_success ||
-               dnnl_stream_wait(dn_net(n)->strm) != dnnl_success) {
-        fprintf(stderr, "st-op-bound: node %d: a primitive failed\n", o->node);
-        exit(1);
-    }
-    return rig_now() - t0;
-}
-
-static double median(double *v, int k)
-{
-    rig_sort(v, k);
-    return v[k / 2];
-}
-
-/* The step's operations in its order: forward, logits, loss gradient, backward. */
-static int collect(st_net *n, struct timed_list *out)
-{
-    int k = 0;
-    for (int j = 1; j < n->nx; j++)
-        out[k++] = (struct timed_list){.ops = &dn_state(&n->x[j])->fwd, .node = j};
-    out[k++] = (struct timed_list){.ops = &dn_net(n)->to_logits, .node = -1};
-    out[k++] = (struct timed_list){.ops = &dn_net(n)->from_dlast, .node = -2};
-    for (int j = n->nx - 1; j >= 1; j--)
-        out[k++] = (struct timed_list){.ops = &dn_state(&n->x[j])->bwd, .node = j};
-    for (int i = 0; i < k; i++) {
-        out[i].in_step = calloc((size_t)out[i].ops->n + 1, sizeof(double));
-        out[i].alone = calloc((size_t)out[i].ops->n + 1, sizeof(double));
-        if (!out[i].in_step || !out[i].alone)
-            die("out of memory");
-    }
-    return k;
-}
-
-/* One round's operation times; returns the sums in the step and alone. */
-static void time_ops(st_net *n, struct timed_list *l, int k, double *in_step, double *alone)
-{
-    *in_step = *alone = 0;
-    size_t total = 0;
-    for (int i = 0; i < k; i++)
-        total += (size_t)l[i].ops->n;
-    double *passes = malloc((total + 1) * PASSES * sizeof(double));
-    if (!passes)
-        die("out of memory");
-    for (int p = 0; p < PASSES; p++) {
-        size_t at = 0;
-        for (int i = 0; i < k; i++)
-            for (int o = 0; o < l[i].ops->n; o++)
-                passes[(at++) * PASSES + p] = run_op(n, &l[i].ops->v[o]);
-    }
-    size_t at = 0;
-    for (int i = 0; i < k; i++)
-        for (int o = 0; o < l[i].ops->n; o++, at++) {
-            double runs[ALONE], *v = passes + at * PASSES;
-            l[i].in_step[o] = median(v, PASSES);
-            for (int r = 0; r < ALONE; r++)
-                runs[r] = run_op(n, &l[i].ops->v[o]);
-            l[i].alone[o] = median(runs, ALONE);
-            *in_step += l[i].in_step[o];
-            *alone += l[i].alone[o];
-        }
-    free(passes);
 }
 
 static void list(st_net *n, const struct timed_list *l, int k)
@@ -127,11 +52,9 @@ static void list(st_net *n, const struct timed_list *l, int k)
     for (int i = 0; i < k; i++) {
         if (!l[i].ops->n)
             continue;
-        double s = 0, a = 0;
-        for (int o = 0; o < l[i].ops->n; o++)
-            s += l[i].in_step[o], a += l[i].alone[o];
+        const double s = op_timing_list_sum(&l[i], false), a = op_timing_list_sum(&l[i], true);
         const int j = l[i].node;
-        const bool backward = j == -2 || (j >= 0 && l[i].ops == &dn_state(&n->x[j])->bwd);
+        const bool backward = l[i].backward;
         printf("%-5d %-10s %-8s %-9s %4d %12.1f %12.1f %8.2f\n", j,
                j >= 0 ? node_kind_name(n->x[j].kind) : j == -1 ? "(logits)" : "(loss)",
                j < 0 ? "-" : st_dtype_name(n->x[j].compute), backward ? "backward" : "forward", l[i].ops->n, s * 1e6,
@@ -175,7 +98,7 @@ int main(int argc, char **argv)
     struct timed_list *l = calloc(2 * (size_t)n->nx + 2, sizeof *l);
     if (!l)
         die("out of memory");
-    const int k = collect(n, l);
+    const int k = op_timing_collect(n, l, "st-op-bound");
     size_t P;
     st_net_params(n, &P);
     float *saved = malloc(P * sizeof(float));
@@ -193,9 +116,9 @@ int main(int argc, char **argv)
             rig_step(&r);
             steps[s] = rig_now() - t0;
         }
-        const double step = median(steps, STEPS);
+        const double step = op_timing_median(steps, STEPS);
         double in_step, alone;
-        time_ops(n, l, k, &in_step, &alone);
+        op_timing_round(n, l, k, &in_step, &alone);
         step_ms[round] = step * 1e3;
         bound_ms[round] = (step - in_step + alone) * 1e3;
         share[round] = bound_ms[round] / step_ms[round];
@@ -206,10 +129,9 @@ int main(int argc, char **argv)
                round + 1, step * 1e3, in_step * 1e3, alone * 1e3, (step - in_step) * 1e3, bound_ms[round], share[round]);
     }
     printf("%s %s, batch %d, %d thread%s: step %.3f ms, bound %.3f ms, share %.3f (medians of %d rounds)\n", model,
-           st_dtype_name(precision), batch, threads, threads > 1 ? "s" : "", median(step_ms, rounds),
-           median(bound_ms, rounds), median(share, rounds), rounds);
-    for (int i = 0; i < k; i++)
-        free(l[i].in_step), free(l[i].alone);
+           st_dtype_name(precision), batch, threads, threads > 1 ? "s" : "", op_timing_median(step_ms, rounds),
+           op_timing_median(bound_ms, rounds), op_timing_median(share, rounds), rounds);
+    op_timing_free(l, k);
     free(l);
     free(saved);
     rig_destroy(&r);

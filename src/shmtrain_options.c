@@ -208,6 +208,9 @@ static const struct flag flags[] = {
            "all-reduce gradients in buckets of MB during backward (0: after it)"),
     NUMBER("check-replicas", "K", K_LONG, OPT(check_replicas), 1, LONG_MAX, SETTING | SKIP_ZERO, NULL,
            "check every K steps that all instances hold identical parameters"),
+    SWITCH("tune", K_BOOL, OPT(tune), 0,
+           "measure the engine's kernels for this model on this CPU first and keep the\n"
+           "answer (~/.cache/shmtrain); later runs read it (docs/engine.md)"),
     HEADING("precision"),
     DTYPE("precision", "fp32|bf16", OPT(precision), SETTING, then_precision,
           "compute: bf16 runs convolutions and linear layers in bf16 (native bf16\n"

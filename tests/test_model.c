@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model.h"  /* model_layer_flops: the layer table's `flops` column */
 #include "shmtrain/nn.h"
 
 static void test_parser_errors(void **state)
@@ -232,6 +233,37 @@ static void test_model_files_match_presets(void **state)
     }
 }
 
+/* The FLOPs the roofline sets layers against, counted by hand: a
+ * multiply-add is two, attention's products over the causal pairs. */
+static void test_layer_flops(void **state)
+{
+    (void)state;
+    st_model *m = NULL;
+    /* 32 outputs of 26 x 26, each 9 products of a 3x3 one-channel filter */
+    assert_int_equal(st_model_parse(&m, "input 1 28 28\nconv 32 k3\nflatten\nlinear 10\n", "flops"), ST_OK);
+    assert_true(model_layer_flops(m, 1, false, false) == 2.0 * 9 * 32 * 26 * 26);
+    assert_true(model_layer_flops(m, 1, true, false) == 2.0 * 9 * 32 * 26 * 26);  /* weights only */
+    assert_true(model_layer_flops(m, 1, true, true) == 2 * 2.0 * 9 * 32 * 26 * 26);
+    assert_true(model_layer_flops(m, 2, false, true) == 0);                       /* flatten moves data */
+    assert_true(model_layer_flops(m, 3, false, true) == 2.0 * 32 * 26 * 26 * 10);
+    st_model_destroy(m);
+    /* a GPT block on 8 tokens of 4 features, 2 heads: qkv 4->12, attention,
+     * proj 4->4, MLP 4->16->4 at every position; the tied head 4->16 */
+    assert_int_equal(st_model_parse(&m, "input tokens 8\nembed 16 4\nblock heads 2\nlayernorm\nhead tied\n", "flops"),
+                     ST_OK);
+    double forward = 0, attention = 0;
+    for (int i = 0; i < m->n; i++) {
+        forward += model_layer_flops(m, i, false, true);
+        if (m->nodes[i].kind == NODE_ATTENTION) {
+            attention = model_layer_flops(m, i, false, true);
+            assert_true(model_layer_flops(m, i, true, true) == 2 * attention);
+        }
+    }
+    assert_true(attention == 2.0 * 2 * 4 * (8 * 9 / 2));
+    assert_true(forward == 8 * 2.0 * (4 * 12 + 4 * 4 + 4 * 16 + 16 * 4 + 4 * 16) + attention);
+    st_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_model_files_match_presets),
         cmocka_unit_test(test_train_line),
         cmocka_unit_test(test_tensor_names),
+        cmocka_unit_test(test_layer_flops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

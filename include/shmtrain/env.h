@@ -140,6 +140,12 @@
 #define ST_ENV_NN_VERBOSE "SHMTRAIN_NN_VERBOSE"
 #define ST_ENV_BF16_ANY_ISA "SHMTRAIN_BF16_ANY_ISA"
 
+/* Where the trainer keeps the kernels st_nn_tune chose (src/train/kernels.c):
+ * $XDG_CACHE_HOME/shmtrain, else $HOME/.cache/shmtrain, as the XDG base
+ * directories say. */
+#define ST_ENV_XDG_CACHE_HOME "XDG_CACHE_HOME"
+#define ST_ENV_HOME "HOME"
+
 /* The heartbeat file: one fixed-size text record rewritten in place,
  *   "beats=<n> state=<run|wait> peer=<rank or -1>\n"  padded to 63 bytes + '\n'.
  * beats grows while the instance makes progress (collectives complete, or

@@ -55,6 +55,8 @@ typedef struct st_run_record {
     int grad_accum;                  /* micro-batches per optimizer step; written when > 1, else 0 (one) */
     char balance[16];                /* who computes them: "static", "dynamic", "independent" (--balance:
                                         no exchange, a model per instance); "" not said */
+    char kernels[256];               /* the kernel switches measured on this CPU and kept (st_nn_tune):
+                                        "SHMTRAIN_ONEDNN_POOL (0.93 of the step)", "the defaults"; "" not said */
 } st_run_record;
 
 typedef struct st_train_record {

@@ -72,6 +72,7 @@ typedef struct st_train_options {
     long checkpoint_every;        /* steps; 0 = only at the end */
     int keep_last;                /* with checkpoint_every: keep FILE-stepN.ckpt of the last K saves (0: none) */
     bool keep_best;               /* keep the best evaluation's checkpoint beside the checkpoint */
+    bool tune;                    /* measure the engine's kernels on this CPU first (st_nn_tune), and keep the answer */
     const char *keep_best_path;   /* its file (a run folder's best.ckpt); NULL: st_train_best_path's */
     const char *resume_hint;      /* what `--resume` takes to go on from the checkpoint (a run's folder);
                                      NULL: the checkpoint's name */

@@ -46,10 +46,14 @@ typedef struct st_nn_tuning {
                               ones without native bf16: tests/bf16_any_isa.c) */
 } st_nn_tuning;
 
-/* One switch: its environment name and its field. */
+/* One switch: its environment name and its field, and whether it picks a
+ * kernel the same numbers go through (the tuner may turn it on: st_nn_tune,
+ * include/shmtrain/tune.h), or changes what is computed or said (fp32
+ * attention in a bf16 net, verbosity, the test hook). */
 typedef struct st_nn_switch {
     const char *env;       /* "SHMTRAIN_ONEDNN_NO_CHUNKS" */
     size_t offset;         /* offsetof(st_nn_tuning, no_chunks) */
+    bool kernel;
 } st_nn_switch;
 
 /* Every switch, `*count` of them. */

@@ -54,7 +54,7 @@ static const struct field RUN_FIELDS[] = {
     RUN(layers, F_INT, W_SET), 
     {"lowp_layers", F_INT, offsetof(st_run_record, lowp_layers), sizeof(int), NULL, W_WITH_LAST, 0, "bf16_layers"},
     RUN(first_step, F_U64, W_ALWAYS), RUN(context, F_INT, W_SET), RUN(grad_accum, F_INT, W_ABOVE_ONE),
-    RUN(balance, F_STRING, W_SET),
+    RUN(balance, F_STRING, W_SET), RUN(kernels, F_STRING, W_SET),
 };
 #define TRAIN(m, format, w) FIELD(st_train_record, m, F_NUMBER, format, w, 0)
 static const struct field TRAIN_FIELDS[] = {

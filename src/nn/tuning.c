@@ -8,20 +8,22 @@
 #include <stddef.h>
 #include <string.h>
 
-#define SWITCH(NAME, field) {ST_ENV_##NAME, offsetof(st_nn_tuning, field)}
+#define KERNEL(NAME, field) {ST_ENV_##NAME, offsetof(st_nn_tuning, field), true}
+#define OTHER(NAME, field) {ST_ENV_##NAME, offsetof(st_nn_tuning, field), false}
 static const st_nn_switch SWITCHES[] = {
-    SWITCH(ONEDNN_NO_CHUNKS, no_chunks),
-    SWITCH(ONEDNN_BRGCONV, brgconv),     SWITCH(ONEDNN_IP_ANY, ip_any),
-    SWITCH(ONEDNN_IP_PLAIN, ip_plain),   SWITCH(ONEDNN_WGRAD_IP, wgrad_ip),
-    SWITCH(ONEDNN_REORDERED_COPIES, reordered_copies),
-    SWITCH(ONEDNN_POOL, onednn_pool),       SWITCH(ONEDNN_STEM, onednn_stem),
-    SWITCH(ONEDNN_SEQ_TN, seq_tn),       SWITCH(ONEDNN_LAYERNORM, onednn_layernorm),
-    SWITCH(ONEDNN_UNFUSED_LOSS, unfused_loss), SWITCH(ATTENTION_FP32, attention_fp32),
-    SWITCH(ATTENTION_MATMUL, attention_matmul), SWITCH(ATTENTION_DOT, attention_dot),
-    SWITCH(ATTENTION_TILES, attention_tiles),
-    SWITCH(NN_VERBOSE, verbose),         SWITCH(BF16_ANY_ISA, bf16_any_isa),
+    KERNEL(ONEDNN_NO_CHUNKS, no_chunks),
+    KERNEL(ONEDNN_BRGCONV, brgconv),     KERNEL(ONEDNN_IP_ANY, ip_any),
+    KERNEL(ONEDNN_IP_PLAIN, ip_plain),   KERNEL(ONEDNN_WGRAD_IP, wgrad_ip),
+    KERNEL(ONEDNN_REORDERED_COPIES, reordered_copies),
+    KERNEL(ONEDNN_POOL, onednn_pool),       KERNEL(ONEDNN_STEM, onednn_stem),
+    KERNEL(ONEDNN_SEQ_TN, seq_tn),       KERNEL(ONEDNN_LAYERNORM, onednn_layernorm),
+    KERNEL(ONEDNN_UNFUSED_LOSS, unfused_loss), OTHER(ATTENTION_FP32, attention_fp32),
+    KERNEL(ATTENTION_MATMUL, attention_matmul), KERNEL(ATTENTION_DOT, attention_dot),
+    KERNEL(ATTENTION_TILES, attention_tiles),
+    OTHER(NN_VERBOSE, verbose),          OTHER(BF16_ANY_ISA, bf16_any_isa),
 };
-#undef SWITCH
+#undef KERNEL
+#undef OTHER
 
 const st_nn_switch *st_nn_switches(int *count)
 {

@@ -317,7 +317,8 @@ static st_status setup(struct trainer *t)
         st_model_decay_mask(t->model, t->decay_mask);
         oc.decay_mask = t->decay_mask;
     }
-    if ((st = st_net_create(&t->net, t->model, &nc)) != ST_OK || (st = st_optim_create(&t->opt, t->P, &oc)) != ST_OK)
+    if ((st = train_kernels(t, &nc)) != ST_OK || (st = st_net_create(&t->net, t->model, &nc)) != ST_OK ||
+        (st = st_optim_create(&t->opt, t->P, &oc)) != ST_OK)
         return st;
     t->params = st_net_params(t->net, NULL);
     int ncopies;

@@ -32,6 +32,7 @@ struct trainer {
     int rank, world;
     st_model *model;
     st_net *net;
+    char kernels[256];         /* which kernel switches run and why (train_kernels), for the run record */
     float *params;           /* the net's, for the optimizer: taken once, as st_net_params
                                 makes the next forward pass rewrite the bf16 weight copies */
     st_optim *opt;
@@ -128,6 +129,11 @@ st_status train_instances(struct trainer *t);
  * of global batch `first` (valid: how many are real). */
 size_t train_eval_samples(const struct trainer *t);
 st_status train_fill_eval_batch(struct trainer *t, size_t first, int *valid);
+
+/* kernels.c: the engine's kernel switches for this run into nc->tuning
+ * (rank 0's measurement with --tune, or the answer one kept; the same on
+ * every rank), said in t->kernels. */
+st_status train_kernels(struct trainer *t, st_net_config *nc);
 
 /* say.c: a progress line (rank 0, unless --quiet). */
 void train_say(const struct trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -67,6 +67,16 @@ void summary_embed(const st_model *m, int i, char *desc, size_t len);
 void summary_attention(const st_model *m, int i, char *desc, size_t len);
 void summary_head(const st_model *m, int i, char *desc, size_t len);
 
+/* The layer table's `flops` column (model_flops.c): a layer's forward
+ * floating-point operations per sample. */
+double flops_none(const st_model *m, int i);
+double flops_weighted(const st_model *m, int i);
+double flops_head(const st_model *m, int i);
+double flops_attention(const st_model *m, int i);
+/* Node i's floating-point operations per sample, forward or backward (with
+ * its input's gradient where input_grad). */
+double model_layer_flops(const st_model *m, int i, bool backward, bool input_grad);
+
 /* Rows a layer's plain activation has per sample: positions, or 1. */
 /* A batch's activation is indexed with int by the kernels: batch x the
  * largest one-sample activation (attention's scores included) must fit. */

@@ -154,7 +154,7 @@ void summary_head(const st_model *m, int i, char *desc, size_t len)
 }
 
 static summary_fn *const summaries[] = {
-#define SUMMARY(KIND, keyword, parse, init, scratch, fwd, bwd, build, bf16, summary) [NODE_##KIND] = summary,
+#define SUMMARY(KIND, keyword, parse, init, scratch, fwd, bwd, build, bf16, summary, ...) [NODE_##KIND] = summary,
     NN_LAYER_TABLE(SUMMARY)
 #undef SUMMARY
 };

@@ -1,0 +1,34 @@
+#!/bin/sh
+# Issue 66's --tune as a user meets it: the kernels measured once and kept
+# in the user's cache folder ($XDG_CACHE_HOME/shmtrain, else
+# ~/.cache/shmtrain), said, written in the run record, read back by the next
+# run without --tune, never written into config.txt; under shmrun rank 0's
+# answer for every instance, so the replicas stay identical.
+# Usage: tune_cli.sh SHMTRAIN SHMRUN
+set -u
+shmtrain=$1 shmrun=$2
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+. "$(dirname "$0")/cli_expect.sh"
+cd "$tmp" || exit 1
+small="--model mlp --max-steps 3 --train-subset 256 --test-subset 64"
+
+expect measured 0 "kernels: .*, measured in .* kept in $tmp/cache/shmtrain/kernels-" -- \
+  env XDG_CACHE_HOME="$tmp/cache" "$shmtrain" $small --tune --out r1
+[ "$(ls "$tmp/cache/shmtrain" | grep -c '^kernels-.*\.txt$')" = 1 ] || { echo "FAIL kept: no one answer file"; failed=1; }
+chose=$(sed -n 's/^chose //p' "$tmp"/cache/shmtrain/kernels-*.txt)
+grep -q "\"kernels\":\"$chose\"" r1/metrics.jsonl || { echo "FAIL record: no \"kernels\":\"$chose\" in the run record"; failed=1; }
+grep -q '^tune' r1/config.txt && { echo "FAIL config: --tune is an action, not a setting of the run"; failed=1; }
+expect read-back 0 "kernels: $chose (kept in $tmp/cache/shmtrain/kernels-" -- \
+  env XDG_CACHE_HOME="$tmp/cache" "$shmtrain" $small --out r2
+grep -q "\"kernels\":\"$chose\"" r2/metrics.jsonl || { echo "FAIL record: the read-back run's record"; failed=1; }
+expect measured-again 0 "kernels: .*, measured in .* kept in $tmp/cache/shmtrain/kernels-" -- \
+  env XDG_CACHE_HOME="$tmp/cache" "$shmtrain" $small --tune --out r2b
+expect home-cache 0 "kept in $tmp/home/.cache/shmtrain/kernels-" -- \
+  env -u XDG_CACHE_HOME HOME="$tmp/home" "$shmtrain" $small --tune --out r3
+expect two-instances 0 "all 2 instances held identical parameters at each of 3 checks" -- \
+  env XDG_CACHE_HOME="$tmp/cache2" "$shmrun" -n 2 --oversubscribe --log-dir "$tmp/logs" -- "$shmtrain" $small \
+  --tune --check-replicas 1 --out r4
+[ "$(ls "$tmp/cache2/shmtrain" | wc -l)" = 1 ] || { echo "FAIL two-instances: rank 0 alone keeps an answer"; failed=1; }
+exit $failed
