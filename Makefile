@@ -39,7 +39,7 @@ CMAKE_ARGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DSHMTRAIN_WERROR=$(WERROR) \
 
 RUN_ARGS ?=
 FUZZ_SECONDS ?= 60
-FUZZERS ?= model ckpt idx cifar text placement npy tokens safetensors image folder metrics config
+FUZZERS ?= model ckpt idx cifar text placement npy tokens safetensors image folder metrics config tunekept
 MUTANTS ?=
 TORCH_PYTHON ?= .deps/torch-venv/bin/python
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "shmtrain/tuning.h"
+#include "tune_kept.h"
 
 enum { WARM_STEPS = 2, TIMED_STEPS = 5 };  /* per net and candidate: 14 steps each switch that changes the net */
 #define KEEP_BELOW 0.97  /* a switch must take 3% off the step: the rounds' spread here is 1-2% */
@@ -150,21 +151,7 @@ static bool read_cached(const char *path, const char *key, st_nn_tuned *out)
     const size_t got = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[got] = '\0';
-    const size_t k = strlen(key);
-    if (strncmp(text, key, k) || strncmp(text + k, "chose ", 6))
-        return false;  /* another key under the same hash, or a cut file: measure */
-    char *line = text + k + 6;
-    line[strcspn(line, "\n")] = '\0';
-    snprintf(out->chose, sizeof out->chose, "%s", line);
-    int n;
-    const st_nn_switch *sw = st_nn_switches(&n);
-    for (int i = 0; i < n; i++) {
-        const size_t len = strlen(sw[i].env);
-        for (const char *p = strstr(line, sw[i].env); p; p = strstr(p + 1, sw[i].env))
-            if ((p == line || p[-1] == ' ') && (p[len] == ' ' || p[len] == '\0'))
-                *field(&out->tuning, &sw[i]) = sw[i].kernel;
-    }
-    return true;
+    return nn_tune_read_kept(text, key, out);
 }
 
 /* Written whole or not at all: a temporary file renamed over the old. */

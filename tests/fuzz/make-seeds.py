@@ -190,3 +190,13 @@ put("config", "config.txt", "# the settings in effect\nmodel gpt-mini\ntext \"a 
     "batch-size 12\naugment\ninstances 2\n")
 put("config", "user.cfg", "model=lenet   # a comment\n--lr = 0.05\n\n  epochs 3\nname \"quo\\\"te\\x41\\n\"\n")
 put("config", "windows.cfg", b"\xef\xbb\xbfmodel mlp\r\nmax-steps 1\r\n")
+
+# the kernel tuner's kept answers (fuzz_tunekept.c): under the harness's key,
+# one choosing switches (a kernel one, one that is none, an unknown word), the
+# defaults, and another key's
+TUNE_KEY = ("# shmtrain's kernels\nmachine a CPU\nonednn 3.2.0 avx512_core\nmodel 0123456789abcdef\n"
+            "batch 64\nthreads 2\nprecision fp32\nswitches\n")
+put("tunekept", "chose.txt", TUNE_KEY + "chose SHMTRAIN_ONEDNN_POOL (0.93 of the step) SHMTRAIN_NN_VERBOSE "
+    "SHMTRAIN_NOT_A_SWITCH\nmeasured in 1.2 s: 14 kernel switches tried, 3 timed\n")
+put("tunekept", "defaults.txt", TUNE_KEY + "chose the defaults\nmeasured in 0.3 s: 14 kernel switches tried, 1 timed\n")
+put("tunekept", "other-key.txt", TUNE_KEY.replace("batch 64", "batch 32") + "chose SHMTRAIN_ONEDNN_POOL\n")
