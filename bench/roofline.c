@@ -283,77 +283,96 @@ static void report(struct row *rows, int k, int top, double step, const struct m
     free(order);
 }
 
-int main(int argc, char **argv)
+struct options {
+    const char *model;
+    int batch, threads, top;
+    bool csv;
+    st_dtype precision;
+};
+
+static bool parse(int argc, char **argv, struct options *o)
 {
-    const char *model = NULL;
-    int batch = 64, threads = 1, top = 8;
-    bool csv = false;
-    st_dtype precision = ST_DTYPE_F32;
+    *o = (struct options){.batch = 64, .threads = 1, .top = 8, .precision = ST_DTYPE_F32};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--batch") && v)
-            batch = atoi(v), i++;
+            o->batch = atoi(v), i++;
         else if (!strcmp(a, "--threads") && v)
-            threads = atoi(v), i++;
+            o->threads = atoi(v), i++;
         else if (!strcmp(a, "--top") && v)
-            top = atoi(v), i++;
-        else if (!strcmp(a, "--precision") && v && st_dtype_parse(v, &precision) &&
-                 (precision == ST_DTYPE_F32 || precision == ST_DTYPE_BF16))
+            o->top = atoi(v), i++;
+        else if (!strcmp(a, "--precision") && v && st_dtype_parse(v, &o->precision) &&
+                 (o->precision == ST_DTYPE_F32 || o->precision == ST_DTYPE_BF16))
             i++;
         else if (!strcmp(a, "--csv"))
-            csv = true;
-        else if (a[0] != '-' && !model)
-            model = a;
-        else {
-            fprintf(stderr, "usage: st-roofline MODEL [--batch B] [--threads N] [--precision fp32|bf16] [--top K] "
-                            "[--csv]\n");
-            return 2;
-        }
+            o->csv = true;
+        else if (a[0] != '-' && !o->model)
+            o->model = a;
+        else
+            return false;
     }
-    if (!model || batch < 1 || threads < 1 || top < 1) {
-        fprintf(stderr, "st-roofline: a model, and a batch, threads and --top of at least 1\n");
+    return o->model && o->batch >= 1 && o->threads >= 1 && o->top >= 1;
+}
+
+/* The step's median time, after warm-up steps. */
+static double median_step(struct step_rig *r)
+{
+    double steps[STEPS];
+    for (int w = 0; w < 3; w++)
+        rig_step(r);
+    for (int s = 0; s < STEPS; s++) {
+        const double t0 = rig_now();
+        rig_step(r);
+        steps[s] = rig_now() - t0;
+    }
+    return op_timing_median(steps, STEPS);
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    if (!parse(argc, argv, &o)) {
+        fprintf(stderr, "usage: st-roofline MODEL [--batch B >= 1] [--threads N >= 1] [--precision fp32|bf16] "
+                        "[--top K >= 1] [--csv]\n");
         return 2;
     }
     struct step_rig r;
-    rig_create_in(&r, "st-roofline", model, batch, threads, precision);
+    rig_create_in(&r, "st-roofline", o.model, o.batch, o.threads, o.precision);
     st_net *n = r.net;
     if (n->fused_loss) {  /* its head's products run inside st_net_loss, outside every op list */
         fprintf(stderr, "st-roofline: %s ends in a tied head whose loss is fused with it: its products run outside "
-                        "the layers' op lists; st-gemm-bound %s sets its step against the matmul rate\n", model, model);
+                        "the layers' op lists; st-gemm-bound %s sets its step against the matmul rate\n", o.model,
+                o.model);
         rig_destroy(&r);
         return 2;
     }
+    const bool bf16 = o.precision == ST_DTYPE_BF16;
     struct machine m = {0};
-    measure_machine(n, threads, precision == ST_DTYPE_BF16, &m);
+    measure_machine(n, o.threads, bf16, &m);
     struct timed_list *l = calloc(2 * (size_t)n->nx + 2, sizeof *l);
     struct row *rows = calloc(2 * (size_t)n->nx + 2, sizeof *rows);
     if (!l || !rows)
         die("out of memory");
     const int k = op_timing_collect(n, l, "st-roofline");
-    for (int w = 0; w < 3; w++)
-        rig_step(&r);
-    double steps[STEPS], in_step, alone;
-    for (int s = 0; s < STEPS; s++) {
-        const double t0 = rig_now();
-        rig_step(&r);
-        steps[s] = rig_now() - t0;
-    }
+    const double step = median_step(&r);
+    double in_step, alone;
     op_timing_round(n, l, k, &in_step, &alone);
-    measure_machine(n, threads, precision == ST_DTYPE_BF16, &m);
+    measure_machine(n, o.threads, bf16, &m);
     for (int i = 0; i < k; i++) {
-        describe(&r, &l[i], &rows[i], batch);
+        describe(&r, &l[i], &rows[i], o.batch);
         bound_row(&rows[i], &m);
     }
     merge_moved(rows, k);
     for (int i = 0; i < k; i++)
         bound_row(&rows[i], &m);
     char bf16_rate[48] = "";
-    if (precision == ST_DTYPE_BF16)
+    if (bf16)
         snprintf(bf16_rate, sizeof bf16_rate, ", bf16 matmul %.1f GFLOP/s", m.bf16_gflops);
-    if (!csv)
-        printf("%s %s, batch %d, %d thread%s: fp32 matmul %.1f GFLOP/s%s, copy %.2f GB/s\n\n", model,
-               st_dtype_name(precision), batch, threads, threads > 1 ? "s" : "", m.fp32_gflops, bf16_rate, m.copy_gbs);
-    report(rows, k, top, op_timing_median(steps, STEPS), &m, csv);
+    if (!o.csv)
+        printf("%s %s, batch %d, %d thread%s: fp32 matmul %.1f GFLOP/s%s, copy %.2f GB/s\n\n", o.model,
+               st_dtype_name(o.precision), o.batch, o.threads, o.threads > 1 ? "s" : "", m.fp32_gflops, bf16_rate,
+               m.copy_gbs);
+    report(rows, k, o.top, step, &m, o.csv);
     op_timing_free(l, k);
     free(l), free(rows);
     rig_destroy(&r);
