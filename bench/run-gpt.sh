@@ -28,7 +28,7 @@ run_shm() { # model n c precision -> tokens/s
   "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- "$build/shmtrain" --model "$1" --text "$text" \
     --batch-size 12 --optimizer adamw --lr 1e-3 --weight-decay 0.1 --beta2 0.99 --clip-norm 1 \
     --max-steps "$((steps + log))" --log-every "$log" --eval-windows 1 --quiet --metrics "$tmp/m.jsonl" \
-    --checkpoint "$tmp/c.ckpt" --precision "$4"
+    --checkpoint "$tmp/c.ckpt" --overwrite --precision "$4"
   grep '"type":"train"' "$tmp/m.jsonl" | tail -n +2 | sed 's/.*"samples_per_s":\([0-9.]*\).*/\1/' | median |
     awk -v t="$(context "$1")" '{print $1 * t}'
 }

@@ -22,7 +22,7 @@ for r in $(seq 1 "$rounds"); do
     extra=(); [ "${m#gpt}" != "$m" ] && extra=(--text /usr/share/games/fortunes --optimizer adamw --lr 1e-3 --batch-size 12 --eval-windows 4)
     for b in 0 "$mb"; do
       "${mpi[@]}" "$build/shmtrain" --model "$m" "${extra[@]}" --max-steps "$steps" --log-every $((steps / 4)) \
-        --bucket-mb "$b" --metrics "$tmp/m.jsonl" --checkpoint "$tmp/c.ckpt" --quiet
+        --bucket-mb "$b" --metrics "$tmp/m.jsonl" --checkpoint "$tmp/c.ckpt" --overwrite --quiet
       sps=$(grep '"type":"train"' "$tmp/m.jsonl" | tail -n +2 | sed 's/.*"samples_per_s":\([0-9.]*\).*/\1/' | median)
       echo "$r $m $b $sps" | tee -a "$tmp/all.txt"
     done

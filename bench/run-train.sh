@@ -27,13 +27,13 @@ median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 samples() { grep '"type":"train"' "$1" | tail -n +2 | sed 's/.*"samples_per_s":\([0-9.]*\).*/\1/' | median; }
 run_shm() { # model n c -> samples/s
   "$build/shmrun" -n "$2" -c "$3" --quiet --log-dir "$tmp/logs" -- "$build/shmtrain" --model "$1" \
-    --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/m.jsonl" --checkpoint "$tmp/c.ckpt"
+    --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/m.jsonl" --checkpoint "$tmp/c.ckpt" --overwrite
   samples "$tmp/m.jsonl"
 }
 run_apart() { # model -> samples/s of two independent 1-core jobs run at once (no all-reduce)
   for k in 0 1; do
     "$build/shmrun" -n 1 -c 1 --cores-list "$k" --quiet --log-dir "$tmp/logs" -- "$build/shmtrain" --model "$1" \
-      --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/a$k.jsonl" --checkpoint "$tmp/a$k.ckpt" &
+      --max-steps "$((steps + 100))" --log-every 100 --quiet --metrics "$tmp/a$k.jsonl" --checkpoint "$tmp/a$k.ckpt" --overwrite &
   done
   wait
   echo "$(samples "$tmp/a0.jsonl") $(samples "$tmp/a1.jsonl")" | awk '{print $1 + $2}'
@@ -114,7 +114,7 @@ echo "|---|---|---|---|"
 for m in $models; do for p in $parts; do
   n=${p%x*}; c=${p#*x}
   "$build/shmrun" -n "$n" -c "$c" --quiet --log-dir "$tmp/logs" -- "$build/shmtrain" --model "$m" --epochs 5 \
-    --eval-every 100 --target-accuracy 0.85 --quiet --metrics "$tmp/t.jsonl" --checkpoint "$tmp/c.ckpt"
+    --eval-every 100 --target-accuracy 0.85 --quiet --metrics "$tmp/t.jsonl" --checkpoint "$tmp/c.ckpt" --overwrite
   s=$(sed -n 's/.*"0.85":\([0-9.]*\).*/\1/p' "$tmp/t.jsonl" | tail -1)
   st=$(grep '"type":"eval"' "$tmp/t.jsonl" | tail -1 | sed 's/.*"step":\([0-9]*\).*/\1/')
   echo "| $m | $p | ${s:-not reached} | $st |"
