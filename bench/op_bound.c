@@ -56,7 +56,7 @@ static void list(st_net *n, const struct timed_list *l, int k)
         const int j = l[i].node;
         const bool backward = l[i].backward;
         printf("%-5d %-10s %-8s %-9s %4d %12.1f %12.1f %8.2f\n", j,
-               j >= 0 ? node_kind_name(n->x[j].kind) : j == -1 ? "(logits)" : "(loss)",
+               l[i].fused_loss ? "head+loss" : j >= 0 ? node_kind_name(n->x[j].kind) : j == -1 ? "(logits)" : "(loss)",
                j < 0 ? "-" : st_dtype_name(n->x[j].compute), backward ? "backward" : "forward", l[i].ops->n, s * 1e6,
                a * 1e6, a > 0 ? s / a : 0);
     }
@@ -98,7 +98,7 @@ int main(int argc, char **argv)
     struct timed_list *l = calloc(2 * (size_t)n->nx + 2, sizeof *l);
     if (!l)
         die("out of memory");
-    const int k = op_timing_collect(n, l, "st-op-bound");
+    const int k = op_timing_collect(n, r.labels, l, "st-op-bound");
     size_t P;
     st_net_params(n, &P);
     float *saved = malloc(P * sizeof(float));

@@ -11,6 +11,7 @@
 enum { PASSES = 5, ALONE = 9 };
 
 static const char *tool_name = "op-timing";
+static const int *loss_labels;  /* a C step's signature has no room for them */
 
 static void die(const char *what)
 {
@@ -38,15 +39,38 @@ double op_timing_median(double *v, int k)
     return v[k / 2];
 }
 
-int op_timing_collect(st_net *n, struct timed_list *out, const char *tool)
+static st_status fused_loss(st_net *n, int node)
+{
+    (void)node;
+    return st_net_loss(n, loss_labels, NULL, NULL);
+}
+
+/* The fused head and loss as a list of one C step, in place of the head's
+ * forward list (freed with the lists). */
+static struct timed_list fused_list(st_net *n)
+{
+    struct oplist *l = calloc(1, sizeof *l);
+    struct op *o = calloc(1, sizeof *o);
+    if (!l || !o)
+        die("out of memory");
+    *o = (struct op){.step = fused_loss, .node = n->nx - 1, .prof = NODE_HEAD};
+    *l = (struct oplist){.v = o, .n = 1, .cap = 1};
+    return (struct timed_list){.ops = l, .node = n->nx - 1, .fused_loss = true};
+}
+
+int op_timing_collect(st_net *n, const int *labels, struct timed_list *out, const char *tool)
 {
     tool_name = tool;
+    loss_labels = labels;
+    const int last = n->fused_loss ? n->nx - 2 : n->nx - 1;  /* the last layer timed as itself */
     int k = 0;
-    for (int j = 1; j < n->nx; j++)
+    for (int j = 1; j <= last; j++)
         out[k++] = (struct timed_list){.ops = &dn_state(&n->x[j])->fwd, .node = j};
+    if (n->fused_loss)
+        out[k++] = fused_list(n);
     out[k++] = (struct timed_list){.ops = &dn_net(n)->to_logits, .node = -1};
     out[k++] = (struct timed_list){.ops = &dn_net(n)->from_dlast, .node = -2, .backward = true};
-    for (int j = n->nx - 1; j >= 1; j--)
+    for (int j = last; j >= 1; j--)
         out[k++] = (struct timed_list){.ops = &dn_state(&n->x[j])->bwd, .node = j, .backward = true};
     for (int i = 0; i < k; i++) {
         out[i].in_step = calloc((size_t)out[i].ops->n + 1, sizeof(double));
@@ -96,6 +120,9 @@ double op_timing_list_sum(const struct timed_list *l, bool alone)
 
 void op_timing_free(struct timed_list *l, int k)
 {
-    for (int i = 0; i < k; i++)
+    for (int i = 0; i < k; i++) {
         free(l[i].in_step), free(l[i].alone);
+        if (l[i].fused_loss)
+            free(l[i].ops->v), free((void *)l[i].ops);
+    }
 }

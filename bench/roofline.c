@@ -17,14 +17,17 @@
  * its bytes are the sizes of the memories its ops read and write (each
  * once; scratchpads left out; a C step: its input and output edges).  Its
  * bound is the larger of FLOPs / rate and bytes / bandwidth; share = bound /
- * time, lost = time - bound.  A language model ending in a tied head is
- * refused (its fused loss runs its products outside the op lists:
- * st-gemm-bound covers it).  The rates are measured before and after the
+ * time, lost = time - bound.  A tied head whose loss is fused with it
+ * (gpt presets) is one row, "head+loss": its three products' FLOPs, and
+ * per chunk of rows the table read three times and its gradient read and
+ * written, the chunk's logits written, read and written by the loss, read
+ * by two products, the rows read twice and their gradient written.  The rates are measured before and after the
  * step's timing and the higher kept (a shared machine drifts; the bound is
  * then the stricter).  Markdown (the layers, the step's sums, the top K by
  * time lost), or --csv: one row per layer and pass. */
 #define _GNU_SOURCE
 #include <dnnl.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,13 +163,25 @@ static double list_bytes(st_net *n, const struct timed_list *l)
     return bytes;
 }
 
+/* What the fused head and loss read and write (the file's comment). */
+static double fused_bytes(st_net *n, const struct xnode *x)
+{
+    const struct dn_head_state *h = &dn_state(x)->head;
+    const struct node *nd = x->nd;
+    const double rows = (double)nn_rows(n, nd), chunks = ceil(rows / (double)h->chunk);
+    const double width = n->model->nodes[nd->in].c, vocab = nd->vocab;
+    const double elt = x->compute == ST_DTYPE_BF16 ? 2 : 4;
+    const double table = vocab * width * elt, table_grad = vocab * width * 4;
+    return chunks * (3 * table + 2 * table_grad) + rows * vocab * 4 * 5 + rows * width * elt * 3;
+}
+
 static void describe(const struct step_rig *r, const struct timed_list *l, struct row *w, int batch)
 {
     st_net *n = r->net;
     w->l = l;
     w->index = -1;
     w->seconds = op_timing_list_sum(l, false);
-    w->bytes = list_bytes(n, l);
+    w->bytes = l->fused_loss ? fused_bytes(n, &n->x[l->node]) : list_bytes(n, l);
     if (l->node < 0) {
         snprintf(w->layer, sizeof w->layer, "%s", l->node == -1 ? "(logits)" : "(loss gradient)");
         w->computes = "-";
@@ -177,10 +192,13 @@ static void describe(const struct step_rig *r, const struct timed_list *l, struc
     char shape[32];
     st_shape_str(&x->nd->shape, shape, sizeof shape);
     w->index = i;
-    snprintf(w->layer, sizeof w->layer, "#%d %s %s", i, node_kind_name(x->kind), shape);
+    snprintf(w->layer, sizeof w->layer, "#%d %s%s %s", i, node_kind_name(x->kind), l->fused_loss ? "+loss" : "",
+             shape);
     w->computes = st_dtype_name(x->compute);
     const bool input_grad = x->in >= 0 && n->x[x->in].wants_diff;
     w->flops = model_layer_flops(r->model, i, l->backward, input_grad) * batch;
+    if (l->fused_loss)
+        w->flops += model_layer_flops(r->model, i, true, input_grad) * batch;
 }
 
 struct machine {
@@ -243,12 +261,13 @@ static void print_row(const struct row *w, bool csv)
     const double ms = w->seconds * 1e3, share = w->seconds > 0 ? w->bound / w->seconds : 0;
     const double gflops = w->seconds > 0 ? w->flops / w->seconds / 1e9 : 0, gbs = w->seconds > 0 ? w->bytes / w->seconds / 1e9 : 0;
     if (csv)
-        printf("%s,%s,%s,%.4f,%.4f,%.3f,%.1f,%.2f,%.4f,%.3f,%.4f\n", w->layer, w->l->backward ? "backward" : "forward",
+        printf("%s,%s,%s,%.4f,%.6f,%.3f,%.1f,%.2f,%.4f,%.3f,%.4f\n", w->layer,
+               w->l->fused_loss ? "forward+backward" : w->l->backward ? "backward" : "forward",
                w->computes, ms, w->flops / 1e9, w->bytes / 1e6, gflops, gbs, w->bound * 1e3, share,
                (w->seconds - w->bound) * 1e3);
     else
         printf("| %s | %s | %s | %.3f | %.3f | %.2f | %.1f | %.2f | %.3f | %.2f | %.3f |\n", w->layer,
-               w->l->backward ? "bwd" : "fwd", w->computes, ms, w->flops / 1e9, w->bytes / 1e6, gflops, gbs,
+               w->l->fused_loss ? "fwd+bwd" : w->l->backward ? "bwd" : "fwd", w->computes, ms, w->flops / 1e9, w->bytes / 1e6, gflops, gbs,
                w->bound * 1e3, share, (w->seconds - w->bound) * 1e3);
 }
 
@@ -267,10 +286,13 @@ static void report(struct row *rows, int k, int top, double step, const struct m
     }
     if (csv)
         return;
+    char of_bf16[40] = "";
+    if (m->bf16_gflops > 0)
+        snprintf(of_bf16, sizeof of_bf16, ", %.2f of the bf16 one", flops / step / 1e9 / m->bf16_gflops);
     printf("\nstep %.3f ms (median of %d): its layers %.3f ms, bound %.3f ms: **%.2f of the roofline**; "
-           "%.2f GFLOP a step at %.1f GFLOP/s = %.2f of the fp32 matmul rate\n",
+           "%.2f GFLOP a step at %.1f GFLOP/s = %.2f of the fp32 matmul rate%s\n",
            step * 1e3, STEPS, in_rows * 1e3, bounds * 1e3, bounds / step, flops / 1e9, flops / step / 1e9,
-           flops / step / 1e9 / m->fp32_gflops);
+           flops / step / 1e9 / m->fp32_gflops, of_bf16);
     struct row **order = malloc((size_t)k * sizeof *order);
     if (!order)
         die("out of memory");
@@ -339,13 +361,6 @@ int main(int argc, char **argv)
     struct step_rig r;
     rig_create_in(&r, "st-roofline", o.model, o.batch, o.threads, o.precision);
     st_net *n = r.net;
-    if (n->fused_loss) {  /* its head's products run inside st_net_loss, outside every op list */
-        fprintf(stderr, "st-roofline: %s ends in a tied head whose loss is fused with it: its products run outside "
-                        "the layers' op lists; st-gemm-bound %s sets its step against the matmul rate\n", o.model,
-                o.model);
-        rig_destroy(&r);
-        return 2;
-    }
     const bool bf16 = o.precision == ST_DTYPE_BF16;
     struct machine m = {0};
     measure_machine(n, o.threads, bf16, &m);
@@ -353,7 +368,7 @@ int main(int argc, char **argv)
     struct row *rows = calloc(2 * (size_t)n->nx + 2, sizeof *rows);
     if (!l || !rows)
         die("out of memory");
-    const int k = op_timing_collect(n, l, "st-roofline");
+    const int k = op_timing_collect(n, r.labels, l, "st-roofline");
     const double step = median_step(&r);
     double in_step, alone;
     op_timing_round(n, l, k, &in_step, &alone);
