@@ -25,8 +25,9 @@
 
 /* --summary: the model's layers, shapes and parameters; with --precision
  * bf16, what each layer computes in and keeps, from the net's plan alone
- * (gpt2's whole net at its recipe's batch took 24 GB to print this). */
-static int print_summary(const st_train_options *o)
+ * (gpt2's whole net at its recipe's batch took 24 GB to print this);
+ * =kernels: then the whole net built, each layer's kernels. */
+static int print_summary(const st_train_options *o, bool kernels)
 {
     st_model *m = NULL;
     st_net *n = NULL;
@@ -41,6 +42,11 @@ static int print_summary(const st_train_options *o)
         printf("\n");
         st_net_describe_precision(n, stdout);
         st_net_destroy(n);
+    }
+    if (kernels) {
+        printf("\n");
+        if (st_train_describe_kernels(o, stdout) != ST_OK)
+            goto fail;
     }
     st_model_destroy(m);
     return 0;
@@ -249,7 +255,8 @@ int main(int argc, char **argv)
     switch (shmtrain_parse(argc, argv, &o, &rq)) {
     case ACTION_HELP: shmtrain_usage(stdout); return 0;
     case ACTION_VERSION: return print_version();
-    case ACTION_SUMMARY: return print_summary(&o);
+    case ACTION_SUMMARY: return print_summary(&o, false);
+    case ACTION_SUMMARY_KERNELS: return print_summary(&o, true);
     case ACTION_TRAIN: break;
     }
     static struct run_dir rd;

@@ -25,7 +25,8 @@
 struct parse {
     st_train_options *o;
     struct run_dir_request *rq;
-    bool momentum_set, summary;
+    bool momentum_set;
+    enum { SUMMARY_NONE, SUMMARY_LAYERS, SUMMARY_KERNELS } summary;
 };
 
 /* How a flag's value is read and where it goes; K_HEADING rows name the
@@ -59,7 +60,12 @@ static const char *const optimizers[] = {"sgd", "adamw", NULL}, *const schedules
 static void then_cifar100(struct parse *p, const char *v) { (void)v; p->o->cifar100 = true; }
 static void then_cifar10(struct parse *p, const char *v) { (void)v; p->o->cifar100 = false; }
 static void then_momentum(struct parse *p, const char *v) { (void)v; p->momentum_set = true; }
-static void then_summary(struct parse *p, const char *v) { (void)v; p->summary = true; }
+static void then_summary(struct parse *p, const char *v)
+{
+    if (v && strcmp(v, "kernels"))
+        shmtrain_bad("--summary: '%s': the one value it takes is 'kernels'", v);
+    p->summary = v ? SUMMARY_KERNELS : SUMMARY_LAYERS;
+}
 static void then_checkpoint(struct parse *p, const char *v) { (void)v; p->rq->checkpoint_named = true; }
 static void then_metrics(struct parse *p, const char *v) { (void)v; p->rq->metrics_named = true; }
 static void then_config(struct parse *p, const char *v) { (void)p, (void)v; }  /* read by merge_line */
@@ -96,7 +102,10 @@ static const struct flag flags[] = {
     HEADING("model"),
     TEXT("model", "NAME|FILE", OPT(model), SETTING | SKIP_ZERO, NULL,
          "mlp, lenet, cnn, resnet, gpt-mini, gpt, gpt2 or a model file (default lenet)"),
-    HOOK("summary", NULL, 0, then_summary, "print the model's layers, output shapes and parameters, and exit"),
+    HOOK("summary", "[kernels]", OPTIONAL, then_summary,
+         "print the model's layers, output shapes and parameters, and exit; with kernels,\n"
+         "also build the net as the run would and print each layer's kernels and what\n"
+         "chose them (the run folder's kernels.txt)"),
     TEXT("init-from", "MODEL.safetensors", OPT(init_from), SETTING | SKIP_ZERO, NULL,
          "start from these weights (shmtrain export's, by PyTorch's names)"),
     HEADING("data"),
@@ -517,7 +526,7 @@ enum shmtrain_action shmtrain_parse(int argc, char **argv, st_train_options *o, 
     if (optind < n)
         shmtrain_bad("unexpected argument '%s'", words[optind]);
     if (p.summary)
-        return ACTION_SUMMARY;
+        return p.summary == SUMMARY_KERNELS ? ACTION_SUMMARY_KERNELS : ACTION_SUMMARY;
     check_combinations(o, rq, p.momentum_set);
     rq->config_text = shmtrain_settings_text(o, rq->no_checkpoint);
     return ACTION_TRAIN;

@@ -18,7 +18,7 @@
 #define ONE_BILLION 1000000000L
 
 /* What main does after reading the flags. */
-enum shmtrain_action { ACTION_TRAIN, ACTION_SUMMARY, ACTION_HELP, ACTION_VERSION };
+enum shmtrain_action { ACTION_TRAIN, ACTION_SUMMARY, ACTION_SUMMARY_KERNELS, ACTION_HELP, ACTION_VERSION };
 
 /* Reads the training flags (after the model's recipe and --config's file,
  * which they override) into `o` (st_train_defaults first) and where the

@@ -30,7 +30,7 @@
  * check for a folder that holds a run looks for (a prefix where the name
  * goes on: "events.out.tfevents." and the step checkpoints). */
 static const char *const RUN_FILES[] = {CHECKPOINT_NAME, "best.ckpt", "metrics.jsonl", "scalars.csv", "console.log",
-                                        "config.txt",    "curves.svg", "curves.gp",     NULL};
+                                        "config.txt",    "curves.svg", "curves.gp",     "kernels.txt", NULL};
 static const char *const RUN_FILE_PREFIXES[] = {"events.out.tfevents.", "shmtrain-step", NULL};
 
 static bool is_dir(const char *path)

@@ -12,7 +12,7 @@
  *
  * The folder's files (RUN_FILES): shmtrain.ckpt, best.ckpt,
  * shmtrain-stepN.ckpt (--keep), metrics.jsonl, events.out.tfevents.*,
- * scalars.csv, console.log, config.txt, curves.svg, curves.gp.  runs/latest
+ * scalars.csv, console.log, config.txt, curves.svg, curves.gp, kernels.txt.  runs/latest
  * is a link to the newest run's checkpoint (a file, so that TensorBoard's
  * `--logdir runs` does not list the newest run twice): `--resume` alone,
  * `sample --checkpoint runs/latest` and `export --checkpoint runs/latest`

@@ -2,7 +2,8 @@
  * and read back under its key, a kept answer that is not this request's
  * measured again, only kernel switches ever taken from a file, the
  * caller's switches kept, and a cache it cannot write a warning with the
- * answer intact.  What it picks is the machine's business; that each
+ * answer intact, a switch kept only where it wins two races in a row (its
+ * races scripted).  What it picks is the machine's business; that each
  * switch computes what the defaults do is test_switches'. */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -19,6 +20,7 @@
 
 #include "shmtrain/nn.h"
 #include "shmtrain/tune.h"
+#include "tune_kept.h"
 
 static const char *const MODEL = "input 1 28 28\nconv 8 k3\nrelu\nmaxpool k2\nlinear 10\n";
 
@@ -144,11 +146,53 @@ static void test_callers_switches_and_unwritable_cache(void **state)
     assert_int_equal(system(rm), 0);
 }
 
+/* Scripted races: a candidate's first race gives first_ratio; a race right
+ * after a win (below tune.h's 3%) gives second_ratio. */
+static int races;
+static double first_ratio, second_ratio;
+static bool after_a_win;
+
+static st_status scripted(const void *arg, st_net *best, st_net *candidate, double *ratio)
+{
+    (void)arg, (void)best, (void)candidate;
+    races++;
+    *ratio = after_a_win ? second_ratio : first_ratio;
+    after_a_win = !after_a_win && *ratio < 0.97;
+    return ST_OK;
+}
+
+/* A win that does not repeat at once is noise, and nothing is kept; a win
+ * that does is kept at its second ratio; a loss is raced once. */
+static void test_a_win_must_repeat(void **state)
+{
+    (void)state;
+    st_model *m = NULL;
+    assert_int_equal(st_model_parse(&m, MODEL, "tune"), ST_OK);
+    const st_nn_tune_request rq = request(m, NULL);
+    st_nn_tuned out;
+    nn_tune_set_race(scripted);
+    races = 0, first_ratio = 0.5, second_ratio = 1.0;
+    assert_int_equal(st_nn_tune(&rq, &out), ST_OK);
+    assert_true(out.timed > 0);
+    assert_int_equal(races, 2 * out.timed);
+    assert_string_equal(out.chose, "the defaults");
+    races = 0, first_ratio = 1.0, second_ratio = 0.5;  /* lost the first: no second race */
+    assert_int_equal(st_nn_tune(&rq, &out), ST_OK);
+    assert_int_equal(races, out.timed);
+    assert_string_equal(out.chose, "the defaults");
+    races = 0, first_ratio = 0.5, second_ratio = 0.9;
+    assert_int_equal(st_nn_tune(&rq, &out), ST_OK);
+    assert_non_null(strstr(out.chose, " (0.90 of the step)"));
+    nn_tune_set_race(NULL);
+    st_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kept_and_read_back),
         cmocka_unit_test(test_callers_switches_and_unwritable_cache),
+        cmocka_unit_test(test_a_win_must_repeat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

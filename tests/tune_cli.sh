@@ -3,7 +3,9 @@
 # in the user's cache folder ($XDG_CACHE_HOME/shmtrain, else
 # ~/.cache/shmtrain), said, written in the run record, read back by the next
 # run without --tune, never written into config.txt; under shmrun rank 0's
-# answer for every instance, so the replicas stay identical.
+# answer for every instance, so the replicas stay identical.  What chose
+# the kernels and each layer's are in the run folder's kernels.txt, and
+# `--summary=kernels` prints the same before any run.
 # Usage: tune_cli.sh SHMTRAIN SHMRUN
 set -u
 shmtrain=$1 shmrun=$2
@@ -31,4 +33,23 @@ expect two-instances 0 "all 2 instances held identical parameters at each of 3 c
   env XDG_CACHE_HOME="$tmp/cache2" "$shmrun" -n 2 --oversubscribe --log-dir "$tmp/logs" -- "$shmtrain" $small \
   --tune --check-replicas 1 --out r4
 [ "$(ls "$tmp/cache2/shmtrain" | wc -l)" = 1 ] || { echo "FAIL two-instances: rank 0 alone keeps an answer"; failed=1; }
+
+# kernels.txt: who chose, then every layer of mlp (input, then linear, relu, ...) with its kernels
+layers() { grep -E '^ +[0-9]+ [a-z]+ +line ' "$1"; }
+said() { grep -q "$2" "$1" || { echo "FAIL kernels.txt: $1 does not say '$2'"; failed=1; }; }
+said r1/kernels.txt "^# chosen by measurement on this CPU, this run's --tune (.* s, [0-9]* switches tried): $chose\$"
+said r2/kernels.txt "^# chosen by measurement on this CPU, kept by an earlier --tune in $tmp/cache/shmtrain/kernels-.*: $chose\$"
+expect defaults 0 "" -- env XDG_CACHE_HOME="$tmp/empty" "$shmtrain" $small --out r5
+said r5/kernels.txt "^# the engine's defaults: nothing measured"
+# mlp's net: input, flatten, three linear layers, the two relus inside the linear before each
+[ "$(layers r5/kernels.txt | wc -l)" = 5 ] && [ "$(layers r5/kernels.txt | grep -c ' linear .*+relu')" = 2 ] ||
+  { echo "FAIL kernels.txt: not a line for each of the net's layers"; layers r5/kernels.txt; failed=1; }
+layers r5/kernels.txt | grep -q ' linear .* fp32 .*gemm\| linear .* fp32 .*jit' ||
+  { echo "FAIL kernels.txt: no linear layer's kernel named"; failed=1; }
+env XDG_CACHE_HOME="$tmp/cache" "$shmtrain" $small --summary=kernels >summary.txt 2>&1 ||
+  { echo "FAIL summary: --summary=kernels failed: $(tail -1 summary.txt)"; failed=1; }
+[ "$(layers summary.txt)" = "$(layers r2/kernels.txt)" ] && grep -q "kept by an earlier --tune" summary.txt ||
+  { echo "FAIL summary: --summary=kernels does not say what the run's kernels.txt says"; failed=1; }
+expect bad-summary 2 "^shmtrain: --summary: 'layers': the one value it takes is 'kernels'" -- \
+  "$shmtrain" --model mlp --summary=layers
 exit $failed

@@ -446,7 +446,8 @@ void st_net_describe(const st_net *n, FILE *f)
 {
     for (int j = 0; j < n->nx; j++) {
         const struct xnode *x = &n->x[j];
-        fprintf(f, "%3d %-10s line %-3d %s%s%s\n", j, node_kind_name(x->kind), x->nd->line, x->impl,
+        fprintf(f, "%3d %-10s line %-3d %-4s %s%s%s\n", j, node_kind_name(x->kind), x->nd->line,
+                st_dtype_name(x->compute), x->impl,
                 x->fuse_relu ? " +relu" : "",
                 x->in >= 0 && !n->x[x->in].wants_diff ? " (no gradient to its input)" : "");
     }

@@ -83,8 +83,9 @@ static st_status step(const struct trial *tr, st_net *n, double *seconds)
 /* The candidate's step over the best's: each warmed, then their steps in
  * alternation (a shared machine drifts within seconds; the first net built
  * also pays the first touches), the ratio of the medians. */
-static st_status race(const struct trial *tr, st_net *best, st_net *candidate, double *ratio)
+static st_status race(const void *arg, st_net *best, st_net *candidate, double *ratio)
 {
+    const struct trial *tr = arg;
     double tb[TIMED_STEPS], tc[TIMED_STEPS], unused;
     st_status st = ST_OK;
     for (int s = 0; st == ST_OK && s < WARM_STEPS; s++)
@@ -99,6 +100,22 @@ static st_status race(const struct trial *tr, st_net *best, st_net *candidate, d
     qsort(tc, TIMED_STEPS, sizeof *tc, by_value);
     *ratio = tc[TIMED_STEPS / 2] / tb[TIMED_STEPS / 2];
     return ST_OK;
+}
+
+static nn_tune_race_fn *racer = race;
+
+void nn_tune_set_race(nn_tune_race_fn *r) { racer = r ? r : race; }
+
+/* A switch is kept where it wins two races, the second run at once after
+ * the first: one race under a passing load kept SHMTRAIN_ONEDNN_NO_CHUNKS
+ * for cnn at "0.27 of the step" (measured beside CI's tests) where it runs
+ * at 0.99 (st-step-ab, unloaded).  The ratio kept is the second's. */
+static st_status wins_twice(const struct trial *tr, st_net *best, st_net *candidate, double *ratio)
+{
+    st_status st = racer(tr, best, candidate, ratio);
+    if (st == ST_OK && *ratio < KEEP_BELOW)
+        st = racer(tr, best, candidate, ratio);
+    return st;
 }
 
 /* The CPU's model name as Linux says it ("unnamed" elsewhere). */
@@ -222,7 +239,7 @@ static st_status measure(const struct trial *tr, st_nn_tuned *out)
         double ratio = 1;
         if ((st = build(tr, &t, &candidate, &built)) == ST_OK && strcmp(built, best_built)) {
             out->timed++;
-            st = race(tr, best, candidate, &ratio);
+            st = wins_twice(tr, best, candidate, &ratio);
         }
         if (st == ST_OK && ratio < KEEP_BELOW) {
             st_net *old = best;

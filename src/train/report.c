@@ -237,7 +237,7 @@ void train_run_record(struct trainer *t)
     /* what was built, not what was asked: a bf16 net may keep layers in fp32 */
     r.u.run.layers = st_net_layers(t->net);
     r.u.run.lowp_layers = st_net_lowp_layers(t->net);
-    snprintf(r.u.run.kernels, sizeof r.u.run.kernels, "%s", t->kernels);
+    snprintf(r.u.run.kernels, sizeof r.u.run.kernels, "%s", t->tuned.chose);
     snprintf(r.u.run.precision, sizeof r.u.run.precision, "%s",
              st_dtype_name(r.u.run.lowp_layers > 0 ? t->o->precision : ST_DTYPE_F32));
     train_record(t, &r);

@@ -320,6 +320,7 @@ static st_status setup(struct trainer *t)
     if ((st = train_kernels(t, &nc)) != ST_OK || (st = st_net_create(&t->net, t->model, &nc)) != ST_OK ||
         (st = st_optim_create(&t->opt, t->P, &oc)) != ST_OK)
         return st;
+    train_kernels_keep(t);
     t->params = st_net_params(t->net, NULL);
     int ncopies;
     const st_weight_copy *copies = st_net_weight_copies(t->net, &ncopies);

@@ -21,6 +21,7 @@
 #include "shmtrain/optim.h"
 #include "shmtrain/text.h"
 #include "shmtrain/train.h"
+#include "shmtrain/tune.h"
 
 #define TAIL 5    /* extra floats reduced with the gradients: loss, correct, stop, non-finite,
                      micro-batches computed */
@@ -32,7 +33,8 @@ struct trainer {
     int rank, world;
     st_model *model;
     st_net *net;
-    char kernels[256];         /* which kernel switches run and why (train_kernels), for the run record */
+    st_nn_tuned tuned;       /* the kernel switches this run takes and what chose them (train_kernels) */
+    st_nn_tuning asked;      /* the caller's switches, before the tuner's answer */
     float *params;           /* the net's, for the optimizer: taken once, as st_net_params
                                 makes the next forward pass rewrite the bf16 weight copies */
     st_optim *opt;
@@ -132,8 +134,10 @@ st_status train_fill_eval_batch(struct trainer *t, size_t first, int *valid);
 
 /* kernels.c: the engine's kernel switches for this run into nc->tuning
  * (rank 0's measurement with --tune, or the answer one kept; the same on
- * every rank), said in t->kernels. */
+ * every rank), kept in t->tuned; train_kernels_keep then writes what chose
+ * them and each layer's kernels into the run folder's kernels.txt. */
 st_status train_kernels(struct trainer *t, st_net_config *nc);
+void train_kernels_keep(const struct trainer *t);
 
 /* say.c: a progress line (rank 0, unless --quiet). */
 void train_say(const struct trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
