@@ -45,7 +45,7 @@ static int print_summary(const st_train_options *o, bool kernels)
     }
     if (kernels) {
         printf("\n");
-        if (st_train_describe_kernels(o, stdout) != ST_OK)
+        if (st_train_describe_kernels(m, o, stdout) != ST_OK)
             goto fail;
     }
     st_model_destroy(m);

@@ -32,7 +32,7 @@ import time
 SMALL = ["--model", "mlp", "--train-subset", "512", "--test-subset", "64", "--seed", "5", "--log-every", "2",
          "--eval-every", "4"]
 RUN_FILES = ("shmtrain.ckpt", "best.ckpt", "metrics.jsonl", "scalars.csv", "console.log", "config.txt",
-             "curves.svg", "curves.gp")
+             "curves.svg", "curves.gp", "kernels.txt")
 RUN_PREFIXES = ("events.out.tfevents.", "shmtrain-step")
 
 try:

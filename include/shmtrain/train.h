@@ -117,11 +117,12 @@ void st_train_best_path(const char *checkpoint, char *out, size_t len);
  * with the file named in st_last_error(). */
 st_status st_train_run(const st_train_options *o, st_train_result *r);
 
-/* Each layer's kernels as a run of `o` would build them (the tuner's kept
- * answer read, nothing measured; omp_get_max_threads() threads), and what
- * chose them: the text of a run folder's kernels.txt.  Builds the whole
- * net at o->batch (its memory, for the moment it takes). */
-st_status st_train_describe_kernels(const st_train_options *o, FILE *f);
+/* Each layer's kernels as a run of `o` would build them for model `m`
+ * (o->model's, as st_train_model_load reads it; the tuner's kept answer
+ * read, nothing measured; omp_get_max_threads() threads), and what chose
+ * them: the text of a run folder's kernels.txt.  Builds the whole net at
+ * o->batch (its memory, for the moment it takes). */
+st_status st_train_describe_kernels(const st_model *m, const st_train_options *o, FILE *f);
 
 /* Sampling from a language model's checkpoint (shmtrain sample): prints
  * the prompt and `tokens` more, drawn at `temperature` (0: greedy) from the

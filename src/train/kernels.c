@@ -128,15 +128,12 @@ void train_kernels_keep(const struct trainer *t)
     }
 }
 
-st_status st_train_describe_kernels(const st_train_options *o, FILE *f)
+st_status st_train_describe_kernels(const st_model *m, const st_train_options *o, FILE *f)
 {
-    st_model *m = NULL;
     st_net *n = NULL;
     st_nn_tuned a;
     const st_net_config nc = {.batch = o->batch, .precision = o->precision, .tuning = o->tuning};
-    st_status st = st_train_model_load(&m, o->model);
-    if (st == ST_OK)
-        st = answer_for(m, &nc, false, &a);
+    st_status st = answer_for(m, &nc, false, &a);
     if (st == ST_OK) {
         st_net_config built = nc;
         built.tuning = a.tuning;
@@ -145,6 +142,5 @@ st_status st_train_describe_kernels(const st_train_options *o, FILE *f)
     if (st == ST_OK)
         describe(f, n, &a, &o->tuning, false);
     st_net_destroy(n);
-    st_model_destroy(m);
     return st;
 }
