@@ -50,6 +50,14 @@ env XDG_CACHE_HOME="$tmp/cache" "$shmtrain" $small --summary=kernels >summary.tx
   { echo "FAIL summary: --summary=kernels failed: $(tail -1 summary.txt)"; failed=1; }
 [ "$(layers summary.txt)" = "$(layers r2/kernels.txt)" ] && grep -q "kept by an earlier --tune" summary.txt ||
   { echo "FAIL summary: --summary=kernels does not say what the run's kernels.txt says"; failed=1; }
+# a switch the environment sets is the caller's; a kept answer's switch is applied and said as the tuner's
+env XDG_CACHE_HOME="$tmp/empty" SHMTRAIN_ONEDNN_IP_ANY=1 "$shmtrain" --model mlp --summary=kernels >env.txt 2>&1
+said env.txt "^# SHMTRAIN_ONEDNN_IP_ANY on: the caller's (the environment)\$"
+sed -i 's/^chose .*/chose SHMTRAIN_ONEDNN_IP_ANY (0.90 of the step)/' "$tmp"/cache/shmtrain/kernels-*.txt
+env XDG_CACHE_HOME="$tmp/cache" "$shmtrain" --model mlp --summary=kernels >kept.txt 2>&1
+said kept.txt "^# SHMTRAIN_ONEDNN_IP_ANY on: kept by the measurement\$"
+[ "$(layers kept.txt)" = "$(layers env.txt)" ] ||
+  { echo "FAIL summary: the kept answer's switch not in the net --summary=kernels built"; failed=1; }
 expect bad-summary 2 "^shmtrain: --summary: 'layers': the one value it takes is 'kernels'" -- \
   "$shmtrain" --model mlp --summary=layers
 exit $failed

@@ -87,9 +87,10 @@ st_status train_kernels(struct trainer *t, st_net_config *nc)
  * before the tuner's answer. */
 static void describe(FILE *f, const st_net *n, const st_nn_tuned *a, const st_nn_tuning *asked, bool measured)
 {
-    fprintf(f, "# each layer's kernels: forward / backward-data / backward-weights, by oneDNN's name for its\n"
-               "# implementation (the first it offers for the shape) or the engine's own C step, and what fused\n"
-               "# or moved it; the engine's choices are its switches (docs/engine.md)\n");
+    fprintf(f, "# each layer's kernels: forward / backward-weights / backward-data (none where its input takes\n"
+               "# no gradient), by oneDNN's name for its implementation (the first it offers for the shape) or\n"
+               "# the engine's own C step, and what fused or moved it; the engine's choices are its switches\n"
+               "# (docs/engine.md)\n");
     if (a->cached)
         fprintf(f, "# chosen by measurement on this CPU, kept by an earlier --tune in %s: %s\n", a->cache_file,
                 a->chose);
