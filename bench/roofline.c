@@ -154,7 +154,9 @@ static double list_bytes(st_net *n, const struct timed_list *l)
             const struct xnode *x = &n->x[l->node];
             const double out = md_bytes(dn_state(x)->dst.mem);
             const double in = x->in >= 0 ? md_bytes(dn_state(&n->x[x->in])->dst.mem) : 0;
-            bytes += l->backward ? out + 2 * in : out + in;
+            /* the GELU keeps its tanh, fp32, for its backward: written, then read */
+            const double kept = dn_state(x)->seq.tanh_u ? (double)nn_node_size(n, x->nd) * sizeof(float) : 0;
+            bytes += (l->backward ? out + 2 * in : out + in) + kept;
         }
         for (int a = 0; a < op->nargs; a++)
             if (op->args[a].arg != DNNL_ARG_SCRATCHPAD)
