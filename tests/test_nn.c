@@ -78,7 +78,8 @@ static const char *const LAYERS[] = {
     "input 6 96 96\nconv 6 k3 p1\nrelu\nmaxpool k2",  /* the same in nhwc, bias and padding */
     "input 16 4 4\nsave a\nrelu\nadd a",
     "input 8 8 8\nsave a\nconv 16 k3 s2 p1\nadd a proj",
-    "input 4 6 6\nsave a\nconv 4 k3 p1\nbatchnorm\nadd a\nrelu",
+    "input 4 6 6\nsave a\nconv 4 k3 p1\nbatchnorm\nadd a\nrelu",         /* the ReLU runs inside the add */
+    "input 4 6 6\nconv 4 k3 p1\nsave a\nconv 4 k3 p1\nadd a\nrelu\nconv 3 k1", /* ... its gradient to two layers */
     "input 4 6 6\nconv 8 k3 p1\nbatchnorm\nrelu\nconv 3 k1",  /* the ReLU runs inside the batch norm */
     "input 16 4 4\nbatchnorm\nrelu",                            /* ... on the input, no gradient wanted there */
 };
@@ -376,6 +377,7 @@ static const char *const FD_MODELS[] = {
     "input 4 4 4\nconv 4 k3 p1\nbatchnorm\nrelu\nconv 3 k1",
     "input 4 4 4\ndropout 0.5\nconv 3 k1",
     "input 4 4 4\nsave a\nconv 4 k3 p1\nadd a\nconv 2 k1",
+    "input 4 4 4\nsave a\nconv 4 k3 p1\nadd a\nrelu\nconv 2 k1",
 };
 
 static void test_finite_differences(void **state)
@@ -485,16 +487,18 @@ static void test_no_gradient_flows_to_the_input(void **state)
 /* A ReLU that is a batch norm's only consumer runs inside it (resnet's
  * four after a norm): one layer fewer, said in the net's description; a
  * ReLU after an add, or after a norm something else reads too, stays. */
-static void test_relu_fuses_into_batchnorm(void **state)
+static void test_relu_fuses_into_norm_and_add(void **state)
 {
     (void)state;
     const struct {
         const char *text;
         int layers;
+        const char *fused;  /* the kind whose line says "relu fused", NULL: none */
     } cases[] = {
-        {"input 4 6 6\nconv 8 k3 p1\nbatchnorm\nrelu\nconv 3 k1", 3},
-        {"input 4 6 6\nsave a\nconv 4 k3 p1\nbatchnorm\nadd a\nrelu", 4},
-        {"input 4 6 6\nbatchnorm\nsave a\nrelu\nadd a", 3},
+        {"input 4 6 6\nconv 8 k3 p1\nbatchnorm\nrelu\nconv 3 k1", 3, "batchnorm"},
+        {"input 4 6 6\nsave a\nconv 4 k3 p1\nbatchnorm\nadd a\nrelu", 3, "add"},
+        {"input 4 6 6\nbatchnorm\nsave a\nrelu\nadd a", 3, NULL},                /* the norm read twice */
+        {"input 4 6 6\nsave a\nconv 4 k3 p1\nadd a\nsave b\nrelu\nadd b", 4, NULL}, /* the add read twice */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         st_model *m = parse(cases[i].text);
@@ -506,8 +510,15 @@ static void test_relu_fuses_into_batchnorm(void **state)
         assert_non_null(f);
         st_net_describe_precision(n, f);
         fclose(f);
-        if ((strstr(text, "batchnorm") && strstr(strstr(text, "batchnorm"), "relu fused")) != (i == 0))
-            fail_msg("%s: the description says %s", cases[i].text, text);
+        bool seen = false;
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+            const bool fused = strstr(line, "relu fused") != NULL;
+            if (fused && !(cases[i].fused && strstr(line, cases[i].fused)))
+                fail_msg("%s: a ReLU fused where it should not be: %s", cases[i].text, line);
+            seen |= fused;
+        }
+        if (cases[i].fused && !seen)
+            fail_msg("%s: no ReLU fused into the %s", cases[i].text, cases[i].fused);
         free(text);
         st_net_destroy(n);
         st_model_destroy(m);
@@ -525,7 +536,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_presets_gradients),
         cmocka_unit_test(test_no_gradient_flows_to_the_input),
-        cmocka_unit_test(test_relu_fuses_into_batchnorm),
+        cmocka_unit_test(test_relu_fuses_into_norm_and_add),
         cmocka_unit_test(test_grads_ready_callbacks),
     };
     if (argc > 1)

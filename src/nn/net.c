@@ -76,7 +76,7 @@ static st_status build_graph(st_net *n)
         const struct node *src = nd->in >= 0 ? &m->nodes[nd->in] : NULL;
         bool relu_after_weights = nd->kind == NODE_RELU && src &&
                                   (src->kind == NODE_CONV || src->kind == NODE_LINEAR ||
-                                   src->kind == NODE_BATCHNORM) &&
+                                   src->kind == NODE_BATCHNORM || src->kind == NODE_ADD) &&
                                   count_consumers(m, nd->in) == 1 && !n->x[in].fuse_relu;
         const struct node *next = i + 1 < m->n ? &m->nodes[i + 1] : NULL;
         bool pool_next = next && next->kind == NODE_MAXPOOL && next->in == i && count_consumers(m, i) == 1;

@@ -1,7 +1,7 @@
 /* Internal: an executable network.
  *
  * Exec nodes are the model's nodes after two rewrites that do not change the
- * math: a ReLU that is the only consumer of a conv/linear/batch norm is fused into it
+ * math: a ReLU that is the only consumer of a conv/linear/batch norm/add is fused into it
  * (unless a max-pool follows, see below), and "conv, relu, maxpool" runs as
  * "conv, maxpool, relu" (max and ReLU commute; the ReLU then touches a
  * tensor four times smaller).

@@ -427,6 +427,11 @@ struct weights_layer {
 };
 
 void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_layer *w);
+/* A fused ReLU (x->fuse_relu): the forward's post-op (*attr NULL where
+ * none is fused; the caller destroys it), and the backward's first op, the
+ * gradient made the pre-activation's in place from the forward output. */
+st_status dn_relu_attr(st_net *n, const struct xnode *x, dnnl_primitive_attr_t *attr);
+st_status dn_build_fused_relu_bwd(st_net *n, struct xnode *x);
 st_status dn_weights_fwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst, dnnl_primitive_desc_t *pd);
 st_status dn_conv_or_ip_bwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w, bool weights_pass, const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias, const_dnnl_memory_desc_t dst, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
 st_status dn_build_weights(st_net *n, int j);

@@ -251,12 +251,21 @@ st_status dn_build_add(st_net *n, int j)
         OK(dn_mem_new(n, &src1, md, NULL));
         OK(dn_add_reorder(n, &dn_state(x)->fwd, dn_state(b)->dst.mem, src1));
     }
-    OK(DN_PD(n, pd, NULL, dnnl_binary_primitive_desc_create(&pd, dn_net(n)->eng, dnnl_binary_add, md, md, md, NULL)));
+    /* A ReLU after it (resnet's blocks) runs as its post-op: one pass
+     * over the sum less each step (st-roofline: 1.8% of resnet's). */
+    dnnl_primitive_attr_t attr;
+    OK(dn_relu_attr(n, x, &attr));
+    const st_status st = DN_PD(n, pd, NULL, dnnl_binary_primitive_desc_create(&pd, dn_net(n)->eng, dnnl_binary_add,
+                                                                              md, md, md, attr));
+    dnnl_primitive_attr_destroy(attr);
+    OK(st);
     dn_impl_name(x, pd);
     OK(dn_set_dst_diff_in(n, x, md, add_diff_home(n, x, md)));
     OK(dn_prim_new(n, &p, pd));
     OK(dn_add_op(n, &dn_state(x)->fwd, p, NODE_ADD, DNNL_ARG_SRC_0, src0, DNNL_ARG_SRC_1, src1, DNNL_ARG_DST,
               dn_state(x)->dst.mem, -1));
+    if (x->fuse_relu)  /* before the deliveries: both inputs take the pre-activation gradient */
+        OK(dn_build_fused_relu_bwd(n, x));
     /* The gradient passes unchanged to both inputs: free to the one whose
      * buffer it shares, a copy to the other (copies, because a producer
      * with other consumers has its diff added to later). */

@@ -27,28 +27,38 @@ void dn_weights_dims(const st_net *n, const struct xnode *x, struct weights_laye
     w->pad[0] = w->pad[1] = nd->p;
 }
 
+st_status dn_relu_attr(st_net *n, const struct xnode *x, dnnl_primitive_attr_t *attr)
+{
+    *attr = NULL;
+    if (!x->fuse_relu)
+        return ST_OK;
+    dnnl_post_ops_t po = NULL;
+    dnnl_status_t s = dnnl_primitive_attr_create(attr);
+    if (s == dnnl_success)
+        s = dnnl_post_ops_create(&po);
+    if (s == dnnl_success)
+        s = dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.0f, 0.0f);
+    if (s == dnnl_success)
+        s = dnnl_primitive_attr_set_post_ops(*attr, po);
+    dnnl_post_ops_destroy(po);
+    if (s != dnnl_success) {
+        dnnl_primitive_attr_destroy(*attr);
+        *attr = NULL;
+        return dn_dnnl_error(n, "dnnl_post_ops_append_eltwise", s);
+    }
+    return ST_OK;
+}
+
 st_status dn_weights_fwd_pd(st_net *n, const struct xnode *x, const struct weights_layer *w,
                             const_dnnl_memory_desc_t src, const_dnnl_memory_desc_t wei, const_dnnl_memory_desc_t bias,
                             const_dnnl_memory_desc_t dst, dnnl_primitive_desc_t *pd)
 {
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_attr_t attr;
     dnnl_engine_t eng = dn_net(n)->eng;
     const dnnl_dims_t no_dilation = {0};
-    st_status st = ST_OK;
-    if (x->fuse_relu) {
-        dnnl_status_t s = dnnl_primitive_attr_create(&attr);
-        if (s == dnnl_success)
-            s = dnnl_post_ops_create(&po);
-        if (s == dnnl_success)
-            s = dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.0f, 0.0f);
-        if (s == dnnl_success)
-            s = dnnl_primitive_attr_set_post_ops(attr, po);
-        if (s != dnnl_success) {
-            st = dn_dnnl_error(n, "dnnl_post_ops_append_eltwise", s);
-            goto out;
-        }
-    }
+    st_status st = dn_relu_attr(n, x, &attr);
+    if (st != ST_OK)
+        return st;
     if (x->kind == NODE_CONV)
         st = DN_PD(n, *pd, dn_conv_avoid(n, src),
                    dnnl_convolution_forward_primitive_desc_create(pd, eng, dnnl_forward_training,
@@ -58,11 +68,7 @@ st_status dn_weights_fwd_pd(st_net *n, const struct xnode *x, const struct weigh
         st = DN_PD(n, *pd, NULL,
                    dnnl_inner_product_forward_primitive_desc_create(pd, eng, dnnl_forward_training, src, wei, bias,
                                                                     dst, attr));
-out:
-    if (po)
-        dnnl_post_ops_destroy(po);
-    if (attr)
-        dnnl_primitive_attr_destroy(attr);
+    dnnl_primitive_attr_destroy(attr);
     return st;
 }
 
@@ -391,9 +397,7 @@ static st_status build_weights_fwd(st_net *n, int j, struct weights_build *b)
                   b_user, DNNL_ARG_DST, dn_state(x)->dst.mem, -1);
 }
 
-/* A fused ReLU's backward: the gradient becomes the pre-activation
- * gradient, in place, from the forward output. */
-static st_status build_fused_relu_bwd(st_net *n, struct xnode *x)
+st_status dn_build_fused_relu_bwd(st_net *n, struct xnode *x)
 {
     const_dnnl_memory_desc_t md = dn_state(x)->dst.md;
     dnnl_primitive_desc_t pd;
@@ -527,7 +531,7 @@ st_status dn_build_weights(st_net *n, int j)
     OK(dn_plain_md(n, &b.wei_plain, b.w.ndims, b.w.wei));
     OK(build_weights_fwd(n, j, &b));
     if (x->fuse_relu)
-        OK(build_fused_relu_bwd(n, x));
+        OK(dn_build_fused_relu_bwd(n, x));
     OK(build_weights_bwd_w(n, j, &b));
     if (n->x[x->in].wants_diff)  /* else the first layer: nobody needs d/d(input) */
         OK(build_weights_bwd_data(n, j, &b));
