@@ -120,9 +120,12 @@ void train_kernels_keep(const struct trainer *t)
     snprintf(path, sizeof path, "%s/kernels.txt", t->o->events_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
-    if (f)
+    bool ok = f != NULL;
+    if (f) {
         describe(f, t->net, &t->tuned, &t->asked, t->o->tune);
-    const bool ok = f && !ferror(f) && fclose(f) == 0;
+        ok = !ferror(f);
+        ok = fclose(f) == 0 && ok;
+    }
     if (!ok || rename(tmp, path) != 0) {
         fprintf(stderr, "shmtrain: warning: %s not written: %s\n", path, strerror(errno));
         unlink(tmp);
