@@ -97,17 +97,20 @@ static inline st_net *make_net(const st_model *m, int batch, st_backend b, st_dt
     return n;
 }
 
-/* What st_net_describe says of the net, as text (the caller frees it). */
-static inline char *net_description(const st_net *n)
+/* What `say` (st_net_describe, st_net_describe_precision) says of the
+ * net, as text (the caller frees it). */
+static inline char *net_text(const st_net *n, void (*say)(const st_net *, FILE *))
 {
     char *text = NULL;
     size_t size = 0;
     FILE *f = open_memstream(&text, &size);
     assert_non_null(f);
-    st_net_describe(n, f);
+    say(n, f);
     fclose(f);
     return text;
 }
+
+static inline char *net_description(const st_net *n) { return net_text(n, st_net_describe); }
 
 /* max |a - b| (NaN counts as the worst), where, and max |b| (at least `floor`). */
 static inline double max_diff(const float *a, const float *b, size_t n, double floor, size_t *at, double *scale)

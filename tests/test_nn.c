@@ -504,12 +504,7 @@ static void test_relu_fuses_into_norm_and_add(void **state)
         st_model *m = parse(cases[i].text);
         st_net *n = make_net(m, 2, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
         assert_int_equal(st_net_layers(n), cases[i].layers);
-        char *text = NULL;
-        size_t size = 0;
-        FILE *f = open_memstream(&text, &size);
-        assert_non_null(f);
-        st_net_describe_precision(n, f);
-        fclose(f);
+        char *text = net_text(n, st_net_describe_precision);
         bool seen = false;
         for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
             const bool fused = strstr(line, "relu fused") != NULL;
