@@ -79,5 +79,7 @@ def ddp_comm_hook(state, bucket):
 def counters(group=None):
     """What the group's shm backend moved: calls, bytes staged through the
     segment by plain collectives, DDP hook buckets and their bytes copied in,
-    the most calls in flight at once, the ranks' agreement checks."""
+    the most calls in flight at once, the ranks' agreement checks, the
+    progress thread's wake-ups (a small call run in the caller's thread
+    wakes it only when a call was queued meanwhile)."""
     return dict(_C.counters(_backend(group)))
