@@ -178,7 +178,8 @@ static size_t env_mib(const char *name, size_t fallback)
 // exchange on any machine, where a timing is the machine's.
 struct Counters {
     std::atomic<uint64_t> calls{0}, inline_calls{0}, bytes_staged{0}, hook_buckets{0}, hook_bytes_in{0}, hook_fallbacks{0},
-        in_flight_max{0}, signature_checks{0}, kept_local{0}, progress_wakeups{0};
+        in_flight_max{0}, signature_checks{0}, kept_local{0}, progress_wakeups{0},
+        wait_ns{0};  // the library's time waiting for peers, as of the last call's end
 };
 
 class ShmBackend : public c10d::Backend {
@@ -615,7 +616,9 @@ class ShmBackend : public c10d::Backend {
         return w;
     }
 
-    static void run_job(Job &job)
+    // One call at a time (running_), so the group's wait clock is read by
+    // the thread that just moved it; the counter is what other threads read.
+    void run_job(Job &job)
     {
         std::exception_ptr error;
         try {
@@ -623,6 +626,7 @@ class ShmBackend : public c10d::Backend {
         } catch (...) {
             error = std::current_exception();
         }
+        counters_.wait_ns = (uint64_t)(st_group_wait_seconds(g_) * 1e9);
         job.work->complete(error, job.value);
     }
 
@@ -843,7 +847,8 @@ static std::map<std::string, uint64_t> counters(const c10::intrusive_ptr<c10d::B
             {"bytes_staged", c.bytes_staged}, {"hook_buckets", c.hook_buckets},
             {"hook_bytes_in", c.hook_bytes_in}, {"hook_fallbacks", c.hook_fallbacks},
             {"in_flight_max", c.in_flight_max}, {"signature_checks", c.signature_checks},
-            {"kept_local", c.kept_local}, {"progress_wakeups", c.progress_wakeups}};
+            {"kept_local", c.kept_local}, {"progress_wakeups", c.progress_wakeups},
+            {"wait_ns", c.wait_ns}};
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
