@@ -9,20 +9,28 @@
 #
 #   bench/run-balance.sh [BUILD_DIR] [ROUNDS] [STEPS] [MODELS] [ACCUM]
 #
-# defaults: build 3 60 "mlp cnn gpt-mini" 4.  Prints round, instances, model,
+# defaults: build 3 60 "mlp cnn gpt-mini" 4.  STREAM=1: the image models train
+# on a folder of 32 x 32 PNGs (st-decode-bench --make png32, 4,000) streamed
+# past --data-memory, each instance decoding its batches (dynamic: as taken,
+# static: one ahead).  Prints round, instances, model,
 # balance, samples/s (the run's own, training only) and rank 0's share of
 # the micro-batches; then dynamic / static, static / independent and
 # dynamic / independent per round and the medians.
 set -euo pipefail
 build=${1:-build}; rounds=${2:-3}; steps=${3:-60}; models=${4:-mlp cnn gpt-mini}; accum=${5:-4}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+images=()
+if [ "${STREAM:-0}" = 1 ]; then
+  "$build/bench/st-decode-bench" --dir "$tmp/png32" --make png32 --count 4000 > /dev/null
+  images=(--image-folder "$tmp/png32" --data-memory 0.001)
+fi
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs," \
      "$(lscpu | grep -o 'avx512_bf16\|amx_bf16' | sort -u | tr '\n' ' '); $steps steps, --grad-accum $accum"
 for r in $(seq 1 "$rounds"); do
   for n in 3 2; do
     for m in $models; do
-      extra=(--batch-size 16); [ "${m#gpt}" != "$m" ] && extra=(--text /usr/share/games/fortunes --batch-size 4 --eval-windows 4)
+      extra=(--batch-size 16 "${images[@]}"); [ "${m#gpt}" != "$m" ] && extra=(--text /usr/share/games/fortunes --batch-size 4 --eval-windows 4)
       for b in static dynamic independent; do
         "$build/shmrun" -n "$n" --oversubscribe --quiet --log-dir "$tmp/logs" -- "$build/shmtrain" --model "$m" \
           "${extra[@]}" --grad-accum "$accum" --balance "$b" --max-steps "$steps" --log-every "$steps" \

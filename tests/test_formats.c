@@ -22,6 +22,7 @@
 
 #include "trainrun.h"
 #include "shmtrain/data.h"
+#include "shmtrain/metrics.h"
 #include "shmtrain/nn.h"
 
 /* ------------------------------------------------------------ .npy -- */
@@ -497,6 +498,38 @@ static void test_folder_bad_inputs(void **state)
 /* The synthetic set as a folder of grey PNGs (class folders, files named
  * by index) and as arrays in the folder's order (by class, then index):
  * both train to the same bits, on one rank and on two. */
+/* --balance dynamic over a folder streamed past --data-memory: each
+ * micro-batch decoded as an instance takes it (none ahead: which instance
+ * takes the next is not known), every one of a step taken once (the
+ * summary's count), and training where static's goes (test_balance's
+ * tolerance: the same micro-batches summed in another order). */
+static void dynamic_streams_as_static(const char *root)
+{
+    char *args[] = {"--image-folder", (char *)root, "--data-memory", "0.001", "--max-steps", "40", "--grad-accum",
+                    "2", "--batch-size", "16", "--balance", "static", NULL};
+    st_ckpt s = trained(2, "bs.ckpt", args, NULL);
+    args[11] = "dynamic";
+    st_ckpt d = trained(2, "bd.ckpt", args, NULL);
+    char path[512];
+    path_of(path, sizeof path, "metrics.jsonl");
+    char *metrics = slurp_or_empty(path);
+    const char *summary = strstr(metrics, "\"type\":\"summary\"");
+    assert_non_null(summary);
+    assert_non_null(strstr(summary, "\"micro_batches\":160"));  /* 40 steps x 2 instances x 2 */
+    st_record rec;  /* rank 0 decoded what it took, nothing ahead */
+    const char *end = strchr(summary, '\n');
+    char line[2048];
+    snprintf(line, sizeof line, "{%.*s", (int)(end ? end - summary : (long)strlen(summary)), summary);
+    assert_int_equal(st_metrics_parse(line, &rec), ST_RECORD_SUMMARY);
+    assert_true(rec.u.summary.micro_batches_here > 0);
+    assert_int_equal(rec.u.summary.samples_decoded, rec.u.summary.micro_batches_here * 16);
+    double scale, apart = ckpt_max_abs_diff(&s, &d, &scale);
+    if (!(apart <= 1e-5 * scale))
+        fail_msg("dynamic streamed: parameters %.3g apart of %.3g from static's", apart, scale);
+    free(metrics);
+    st_ckpt_free(&s), st_ckpt_free(&d);
+}
+
 static void test_folder_trains_as_npy(void **state)
 {
     (void)state;
@@ -564,6 +597,7 @@ static void test_folder_trains_as_npy(void **state)
         assert_memory_equal(a.params, b.params, a.nparams * sizeof(float));
         st_ckpt_free(&a), st_ckpt_free(&b);
     }
+    dynamic_streams_as_static(root);
     struct child_run r = run_on(0, "bad.ckpt", (char *[]){"--image-folder", root, "--npy-images", tri, "--npy-labels",
                                                           trl, NULL});
     assert_int_equal(r.code, 2);

@@ -93,7 +93,7 @@ static void test_records_round_trip(void **state)
                                                   .nreached = 2, .reached_accuracy = {0.85, 0.89},
                                                   .reached_s = {4.25, 7.5}, .micro_batches = 5622,
                                                   .micro_batches_here = 2899, .allreduces_said = true,
-                                                  .step_allreduces = 0}}};
+                                                  .step_allreduces = 0, .samples_decoded = 185535}}};
     char *text = capture(write_records, in);
     assert_int_equal(strncmp(text, "{\"type\":\"run\",\"system\":\"shmtrain\",\"instances\":2,", 48), 0);
     assert_non_null(strstr(text, "\"time_to_accuracy_s\":{\"0.85\":4.25,\"0.89\":7.50}"));
@@ -125,6 +125,7 @@ static void test_records_round_trip(void **state)
     assert_string_equal(out[0].u.run.balance, "dynamic");
     assert_int_equal(out[3].u.summary.micro_batches, 5622);  /* not taken for micro_batches_here's */
     assert_int_equal(out[3].u.summary.micro_batches_here, 2899);
+    assert_int_equal(out[3].u.summary.samples_decoded, 185535);
     assert_true(out[3].u.summary.allreduces_said && out[3].u.summary.step_allreduces == 0);  /* 0 is said */
     assert_true(out[3].u.summary.reached_accuracy[1] == 0.89 && out[3].u.summary.reached_s[1] == 7.5);
     st_record junk;

@@ -135,6 +135,9 @@ st_status st_stream_create(st_stream **out, const st_folder *f, int split, const
 void st_stream_destroy(st_stream *s);
 st_status st_stream_request(st_stream *s, const st_batch_spec *spec);
 st_status st_stream_take(st_stream *s, const st_batch_spec *spec, float *x, int *labels, int *valid);
+/* Samples decoded so far, taken or not (a batch requested and never taken
+ * is decoding spent for nothing). */
+unsigned long long st_stream_decoded(st_stream *s);
 /* Per-channel mean and deviation as st_dataset_stats, over at most `cap`
  * of the split's images drawn by a fixed seed (all of them, in order, when
  * there are no more: then the same as the decoded set's).  Batches are

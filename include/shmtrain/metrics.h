@@ -89,6 +89,8 @@ typedef struct st_summary_record {
                                         ru_maxrss), MiB; 0: not said */
     unsigned long long micro_batches;      /* computed by all instances, counted each step; 0: not said */
     unsigned long long micro_batches_here; /* of those, by the writing instance (rank 0) */
+    unsigned long long samples_decoded;    /* training samples the writing instance decoded (a folder
+                                              streamed past --data-memory); 0: not streamed, not written */
     bool allreduces_said;            /* step_allreduces is the writer's (shmtrain's); else not written */
     unsigned long long step_allreduces;    /* all-reduce calls inside the training steps, every kind (gradients,
                                         buckets, the tail); 0 under --balance independent */

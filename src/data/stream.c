@@ -35,6 +35,7 @@ struct st_stream {
     pthread_t *threads;
     int nthreads;
     bool stopping;
+    unsigned long long decoded;   /* samples, by every thread */
 };
 
 static bool same_batch(const st_batch_spec *a, const st_batch_spec *b)
@@ -75,6 +76,7 @@ static struct job *claim(struct st_stream *s, int *k)
 static void finish(struct st_stream *s, struct job *j)
 {
     pthread_mutex_lock(&s->lock);
+    s->decoded++;
     if (++j->done == j->batch)
         pthread_cond_broadcast(&s->finished);
     pthread_mutex_unlock(&s->lock);
@@ -188,6 +190,14 @@ st_status st_stream_take(st_stream *s, const st_batch_spec *spec, float *x, int 
     pthread_mutex_unlock(&s->lock);
     free(scratch);
     return st;
+}
+
+unsigned long long st_stream_decoded(st_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    const unsigned long long n = s->decoded;
+    pthread_mutex_unlock(&s->lock);
+    return n;
 }
 
 st_status st_stream_create(st_stream **out, const st_folder *f, int split, const st_dataset *labels, int workers)

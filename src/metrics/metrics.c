@@ -81,6 +81,7 @@ static const struct field SUMMARY_FIELDS[] = {
     SUMMARY(best_test_accuracy, "%.5f", W_ALWAYS), SUMMARY(peak_rss_mb, "%.1f", W_SET),
     FIELD(st_summary_record, micro_batches, F_U64, NULL, W_SET, 0),
     FIELD(st_summary_record, micro_batches_here, F_U64, NULL, W_WITH_LAST, 0),
+    FIELD(st_summary_record, samples_decoded, F_U64, NULL, W_SET, 0),
     FIELD(st_summary_record, step_allreduces, F_U64, NULL, W_FLAG, offsetof(st_summary_record, allreduces_said)),
 };
 #define INSTANCE(m, format, w) FIELD(st_instance_record, m, F_NUMBER, format, w, 0)

@@ -323,6 +323,7 @@ void train_summary(struct trainer *t, st_train_result *r)
                                    .final_test_accuracy = t->last_acc, .best_test_accuracy = t->best_acc,
                                    .peak_rss_mb = peak_rss_mb(), .micro_batches = t->taken_all,
                                    .micro_batches_here = t->bal.taken, .allreduces_said = true,
+                                   .samples_decoded = t->stream[0] ? st_stream_decoded(t->stream[0]) : 0,
                                    .step_allreduces = t->step_allreduces}};
     for (size_t i = 0; i < NTHRESH; i++)
         if (t->reached_at[i] >= 0) {

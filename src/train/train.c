@@ -329,10 +329,6 @@ static st_status setup(struct trainer *t)
     t->global_batch = (size_t)t->world * (size_t)o->batch * (size_t)t->accum_steps;
     const bool dynamic = o->balance == ST_BALANCE_DYNAMIC;
     t->independent = o->balance == ST_BALANCE_INDEPENDENT;
-    if (dynamic && t->stream[0])
-        return st_fail(ST_ERR_INVALID, "--balance dynamic: not with --image-folder streamed past --data-memory "
-                                       "(each instance decodes its own batches ahead); raise --data-memory, or "
-                                       "use --balance static");
     if ((st = accum_init(&t->acc, t->grads, t->P, t->accum_steps, dynamic)) != ST_OK ||
         (st = balance_init(&t->bal, &t->comm, t->accum_steps, dynamic)) != ST_OK)
         return st;

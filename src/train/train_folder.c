@@ -94,12 +94,15 @@ static bool next_batch(struct trainer *t, const st_batch_spec *spec, int micro, 
     return true;
 }
 
+/* The batch taken, decoded ahead where the next one is known.  Under
+ * --balance dynamic it is not (whichever instance is free takes the next
+ * micro-batch), so each is decoded as it is taken, the workers helping. */
 st_status train_stream_batch(struct trainer *t, const st_batch_spec *spec, int micro)
 {
     const double t0 = st_now_s();
     st_status st = st_stream_take(t->stream[0], spec, t->x, t->y, NULL);
     st_batch_spec next;
-    if (st == ST_OK && next_batch(t, spec, micro, &next))
+    if (st == ST_OK && !t->bal.dynamic && next_batch(t, spec, micro, &next))
         st = st_stream_request(t->stream[0], &next);
     t->t_data += st_now_s() - t0;
     return st;
