@@ -80,6 +80,10 @@ static const char *const LAYERS[] = {
     "input 8 8 8\nsave a\nconv 16 k3 s2 p1\nadd a proj",
     "input 4 6 6\nsave a\nconv 4 k3 p1\nbatchnorm\nadd a\nrelu",         /* the ReLU runs inside the add */
     "input 4 6 6\nconv 4 k3 p1\nsave a\nconv 4 k3 p1\nadd a\nrelu\nconv 3 k1", /* ... its gradient to two layers */
+    /* the add's gradient read in place by the sum into a's (no copy into a's buffer first); not where
+     * the ReLU inside its home's backward masks that buffer in place */
+    "input 4 6 6\nconv 4 k3 p1\nsave a\nconv 4 k3 p1\nbatchnorm\nadd a\nrelu\nconv 3 k1",
+    "input 4 6 6\nconv 4 k3 p1\nsave a\nconv 4 k3 p1\nrelu\nadd a\nconv 3 k1",
     "input 4 6 6\nconv 8 k3 p1\nbatchnorm\nrelu\nconv 3 k1",  /* the ReLU runs inside the batch norm */
     "input 16 4 4\nbatchnorm\nrelu",                            /* ... on the input, no gradient wanted there */
 };
@@ -520,10 +524,50 @@ static void test_relu_fuses_into_norm_and_add(void **state)
     }
 }
 
+/* A residual block's add keeps its gradient in its branch's buffer; the
+ * block's input, which a convolution reads too, gets it by that
+ * convolution's sum reading it where it lies: one pass over the input's
+ * gradient fewer a step than a copy into its buffer first.  Counted:
+ * the same-precision reorders a step of a block whose branch ends in a
+ * batch norm, against one whose branch ends in a ReLU that masks the
+ * buffer in place (the copy stays: the sum comes after the mask). */
+static unsigned long long activation_reorders_a_step(const char *text)
+{
+    st_model *m = parse(text);
+    st_net *n = make_net(m, 2, ST_BACKEND_ONEDNN, ST_DTYPE_F32, false);
+    st_net_init(n, 3);
+    const size_t in = st_model_input_size(m) * 2, out = st_net_output_size(n);
+    float *x = malloc(in * 4), *dy = malloc(out * 4);
+    fill_rand(x, in, 1);
+    fill_rand(dy, out, 2);
+    st_net_counters_reset(n);
+    assert_int_equal(st_net_forward(n, x), ST_OK);
+    assert_int_equal(st_net_backward_from(n, dy), ST_OK);
+    st_net_counters c;
+    st_net_counters_get(n, &c);
+    free(x), free(dy);
+    st_net_destroy(n);
+    st_model_destroy(m);
+    return c.activation_reorders;
+}
+
+static void test_residual_gradient_read_in_place(void **state)
+{
+    (void)state;
+    const unsigned long long norm = activation_reorders_a_step(
+        "input 4 6 6\nconv 4 k3 p1\nsave a\nconv 4 k3 p1\nbatchnorm\nadd a\nrelu\nconv 3 k1");
+    const unsigned long long masked = activation_reorders_a_step(
+        "input 4 6 6\nconv 4 k3 p1\nsave a\nconv 4 k3 p1\nrelu\nadd a\nrelu\nconv 3 k1");
+    print_message("same-precision reorders a step: %llu (branch ends in a norm), %llu (in a masking ReLU)\n", norm,
+                  masked);
+    assert_int_equal(norm + 1, masked);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_comparison_catches_a_wrong_gradient),
+        cmocka_unit_test(test_residual_gradient_read_in_place),
         cmocka_unit_test(test_layers_match_reference_1_thread),
         cmocka_unit_test(test_layers_match_reference_2_threads),
         cmocka_unit_test(test_first_layers_backward_in_chunks),

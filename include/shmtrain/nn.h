@@ -278,6 +278,8 @@ typedef struct st_net_counters {
     unsigned long long conversions;      /* an activation or its gradient converted between fp32 and the low precision */
     unsigned long long converted_bytes;  /* bytes those conversions read */
     unsigned long long weight_reorders;  /* a parameter or its gradient reordered or converted */
+    unsigned long long activation_reorders; /* an activation or its gradient copied or relaid in its own
+                                               precision (oneDNN's backend; the reference copies none) */
 } st_net_counters;
 void st_net_counters_get(const st_net *n, st_net_counters *c);
 void st_net_counters_reset(st_net *n);

@@ -12,6 +12,36 @@
  * when layouts agree, else a scratch one followed by a reorder.  With
  * `computed` set, the gradient already sits in that memory (flatten's view,
  * add's own diff) and is only delivered. */
+/* Add j's gradient, kept in its other input's buffer (its home), read
+ * where it lies by the next writer of p backward: that writer's sum takes
+ * it in place of p's buffer, which would otherwise hold a copy of it (a
+ * pass over a residual block's input each step).  Only where the home's
+ * buffer stays as the add left it until then: its own (image models; a
+ * GPT's gradient buffers are shared by liveness), written by nothing else
+ * (no ReLU's backward in place on it), in p's layout. */
+static bool read_in_place_later(st_net *n, int j, int p, const_dnnl_memory_desc_t md, dnnl_memory_t computed)
+{
+    const struct xnode *x = &n->x[j], *px = &n->x[p];
+    const int home = dn_state(x)->diff_home;
+    if (x->kind != NODE_ADD || home < 0 || home == p || computed != dn_state(x)->diff.mem || px->consumers < 2 ||
+        n->x[home].fuse_relu || dn_diffs_shared(n) || !dn_same(md, dn_state(px)->diff.md))
+        return false;
+    for (int k = j - 1; k > p; k--) {
+        if (n->x[k].in != p && n->x[k].in2 != p)
+            continue;
+        struct oplist *bwd = &dn_state(&n->x[k])->bwd;  /* its sum into p's buffer, made when k was built */
+        for (int i = 0; i < bwd->n; i++) {
+            struct op *o = &bwd->v[i];
+            if (o->prim != dn_state(px)->accum || o->nargs != 3 || o->args[0].memory != dn_state(px)->diff.mem)
+                continue;
+            o->args[0].memory = computed;
+            return true;
+        }
+        return false;
+    }
+    return false;
+}
+
 st_status dn_deliver(st_net *n, int j, int p, const_dnnl_memory_desc_t md, dnnl_memory_t computed,
                      dnnl_memory_t *target)
 {
@@ -24,6 +54,8 @@ st_status dn_deliver(st_net *n, int j, int p, const_dnnl_memory_desc_t md, dnnl_
     dnnl_memory_t dest = first ? dn_state(px)->diff.mem : dn_state(px)->diff_tmp.mem;
     if (computed && first && computed == dn_state(&n->x[j])->diff.mem && dn_state(&n->x[j])->diff_home == p)
         return ST_OK;  /* it is already there: the two share a buffer (add's) */
+    if (computed && first && read_in_place_later(n, j, p, md, computed))
+        return ST_OK;
     if (!computed && dn_same(md, dn_state(px)->dst.md)) {
         *target = dest;
     } else {

@@ -101,7 +101,8 @@
 enum op_counted {
     OP_COUNTS_NOTHING = 0,
     OP_COUNTS_CONVERSION,                /* an activation or gradient between fp32 and bf16 */
-    OP_COUNTS_WEIGHT_REORDER             /* a parameter or its gradient, to or from the flat buffers */
+    OP_COUNTS_WEIGHT_REORDER,            /* a parameter or its gradient, to or from the flat buffers */
+    OP_COUNTS_ACTIVATION_REORDER         /* an activation or gradient copied or relaid in its own type */
 };
 
 struct op {

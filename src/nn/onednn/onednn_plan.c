@@ -135,6 +135,8 @@ static st_status run(st_net *n, const struct oplist *l)
             n->counters.converted_bytes += o->counted_bytes;
         } else if (o->counted == OP_COUNTS_WEIGHT_REORDER) {
             n->counters.weight_reorders++;
+        } else if (o->counted == OP_COUNTS_ACTIVATION_REORDER) {
+            n->counters.activation_reorders++;
         }
     }
     return ST_OK;

@@ -257,6 +257,8 @@ static void count_reorder(const st_net *n, struct oplist *l, int at, dnnl_memory
     } else if (dn_md_type(dn_mem_md(from)) != dn_md_type(dn_mem_md(to))) {
         o->counted = OP_COUNTS_CONVERSION;
         o->counted_bytes = dnnl_memory_desc_get_size(dn_mem_md(from));
+    } else {
+        o->counted = OP_COUNTS_ACTIVATION_REORDER;
     }
 }
 
