@@ -6,12 +6,6 @@
 #define _GNU_SOURCE
 #include "onednn_internal.h"
 
-/* The gradient w.r.t. producer p's output, computed by node j in layout
- * `md`, must reach p->diff (first writer) or be added to it.  Returns in
- * *target the memory j's backward primitive should write: p's own buffer
- * when layouts agree, else a scratch one followed by a reorder.  With
- * `computed` set, the gradient already sits in that memory (flatten's view,
- * add's own diff) and is only delivered. */
 /* Add j's gradient, kept in its other input's buffer (its home), read
  * where it lies by the next writer of p backward: that writer's sum takes
  * it in place of p's buffer, which would otherwise hold a copy of it (a
@@ -42,6 +36,12 @@ static bool read_in_place_later(st_net *n, int j, int p, const_dnnl_memory_desc_
     return false;
 }
 
+/* The gradient w.r.t. producer p's output, computed by node j in layout
+ * `md`, must reach p->diff (first writer) or be added to it.  Returns in
+ * *target the memory j's backward primitive should write: p's own buffer
+ * when layouts agree, else a scratch one followed by a reorder.  With
+ * `computed` set, the gradient already sits in that memory (flatten's view,
+ * add's own diff) and is only delivered. */
 st_status dn_deliver(st_net *n, int j, int p, const_dnnl_memory_desc_t md, dnnl_memory_t computed,
                      dnnl_memory_t *target)
 {
