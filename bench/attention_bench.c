@@ -8,14 +8,15 @@
  * shows it: run it at --threads 1 and at all of them.
  *
  *   st-attention-bench [--t 1024] [--hs 64] [--tasks 24] [--threads N] [--reps 5]
- *                      [--fp32] [--matmul [--stripe 64] [--bf16-rows]] [--offset BYTES]
+ *                      [--fp32] [--matmul [--stripe 64] [--bf16-rows]] [--small] [--offset BYTES]
  *
  * By default causal_bf16.c's AVX512-BF16 dot products; --fp32: causal.c's
  * fp32 tiles (as the layer runs them: P and dS whole in the thread's
  * scratch); --matmul: onednn_causal.c's oneDNN matmul primitives (AMX where
  * the CPU has it) in stripes of --stripe rows, on fp32 rows or, with
  * --bf16-rows, on bf16 ones (a bf16 net's edges); --matmul --fp32: the same
- * products on fp32 operands (an fp32 net's).  --offset: each thread's
+ * products on fp32 operands (an fp32 net's); --small: causal_small.c's
+ * short-context fp32 kernel (AVX-512; T up to 256).  --offset: each thread's
  * scratch that many bytes past a cache line (the net's was 16 past one,
  * malloc's, until nn_lines_alloc; docs/benchmarks.md 0l).  Denormals are
  * flushed on every thread, as shmtrain and st-step-bench run. */
@@ -30,11 +31,12 @@
 
 #include "kernels/causal.h"
 #include "kernels/causal_bf16.h"
+#include "kernels/causal_small.h"
 #include "kernels/seq_kernels.h"
 #include "onednn/onednn_causal.h"
 #include "shmtrain/nn.h"
 
-enum kernel { DOT, FP32, MATMUL };
+enum kernel { DOT, FP32, MATMUL, SMALL };
 
 struct config {
     long t, hs, tasks, stripe, offset;
@@ -58,6 +60,10 @@ static int parse(struct config *c, int argc, char **argv)
         if (!strcmp(a, "--fp32") || !strcmp(a, "--matmul")) {  /* both: the matmul on fp32 operands */
             c->fp32 = c->fp32 || a[2] == 'f';
             c->kernel = a[2] == 'm' || c->kernel == MATMUL ? MATMUL : FP32;
+            continue;
+        }
+        if (!strcmp(a, "--small")) {
+            c->kernel = SMALL;
             continue;
         }
         if (!strcmp(a, "--bf16-rows")) {
@@ -128,6 +134,11 @@ static double pass(const struct config *c, int backward, float *qkv, float *dy, 
             failed |= dn_causal_backward(c->matmul, th, rout, NULL, rdy, rq, head_stats, s) != ST_OK;
         else if (c->kernel == MATMUL)
             failed |= dn_causal_forward(c->matmul, th, rout, NULL, rq, head_stats, s) != ST_OK;
+        else if (c->kernel == SMALL && backward)
+            causal_small_backward(out + k * t * ld, out + k * t * ld + hs, out + k * t * ld + 2 * hs, ld, g, ldy, q,
+                                  q + hs, q + 2 * hs, ld, t, hs, head_stats, s);
+        else if (c->kernel == SMALL)
+            causal_small_forward(out + k * t * ld, ldy, q, q + hs, q + 2 * hs, ld, t, hs, head_stats, s);
         else if (c->kernel == FP32 && backward)
             fp32_backward(out + k * t * ld, g, ldy, q, ld, t, hs, s);
         else if (c->kernel == FP32)
@@ -151,6 +162,9 @@ int main(int argc, char **argv)
     st_nn_flush_denormals(true);  /* as shmtrain runs: a peaked softmax's P and its products would make denormals */
     if (c.kernel == DOT && !causal_bf16_available())
         return fprintf(stderr, "st-attention-bench: this CPU has no AVX512-BF16 (try --fp32 or --matmul)\n"), 1;
+    if (c.kernel == SMALL && !causal_small_fits(c.t, c.hs))
+        return fprintf(stderr, "st-attention-bench: --small takes AVX-512, T up to %d, head sizes 16, 32, 48, 64\n",
+                       CAUSAL_SMALL_MAX_T), 1;
     const long t = c.t, hs = c.hs;
     dnnl_engine_t engine = NULL;
     if (c.kernel == MATMUL && (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
@@ -158,6 +172,7 @@ int main(int argc, char **argv)
         return fprintf(stderr, "st-attention-bench: %s\n", st_last_error()), 1;
     const size_t bytes = c.kernel == FP32     ? (size_t)(2 * t * t + t * hs) * 4
                          : c.kernel == MATMUL ? dn_causal_scratch_bytes(c.matmul)
+                         : c.kernel == SMALL  ? causal_small_scratch_bytes(t, hs)
                                               : causal_bf16_scratch_bytes(t, hs);
     const size_t per_thread = (bytes + 63) / 64 * 64;
     float *qkv = malloc((size_t)(c.tasks * t * 3 * hs) * 4), *dy = malloc((size_t)(c.tasks * t * hs) * 4);
@@ -188,7 +203,8 @@ int main(int argc, char **argv)
     const double macs = (double)t * t * hs / 2, rounds = ceil((double)c.tasks / c.threads);
     char kernel[96] = "bf16 dot products (causal_bf16.c)";
     if (c.kernel != DOT)
-        snprintf(kernel, sizeof kernel, "%s", c.kernel == FP32 ? "fp32 tiles (causal.c)"
+        snprintf(kernel, sizeof kernel, "%s", c.kernel == SMALL  ? "fp32 short-context heads (causal_small.c)"
+                                              : c.kernel == FP32 ? "fp32 tiles (causal.c)"
                                                   : c.fp32   ? "fp32 oneDNN matmul, "
                                                              : "bf16 oneDNN matmul, ");
     if (c.kernel == MATMUL)

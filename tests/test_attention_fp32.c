@@ -31,6 +31,7 @@
 #include "attention_shapes.h"
 #include "nettest.h"
 
+#include "kernels/causal_small.h"
 #include "onednn/onednn_causal.h"
 #include "ref/ref.h"
 #include "shmtrain/bf16.h"
@@ -152,28 +153,93 @@ static void test_fp32_matmul_against_reference(void **state)
     dnnl_engine_destroy(engine);
 }
 
-/* An fp32 net's attention runs the fp32 matmul by default and causal.c's
- * tiles under SHMTRAIN_ATTENTION_TILES (test_switches compares what the
- * two compute); a bf16 net's attention made fp32 (SHMTRAIN_ATTENTION_FP32)
- * runs the fp32 matmul too. */
+/* causal_small.c's short-context kernel against the reference, with the
+ * same allowance as the matmul (the same products over at most T terms in
+ * another order, and the softmax's reciprocal): T that cut its blocks of 6
+ * queries and its 16-key vectors (1, 5, 6, 7, 16, 17, 64, 97, 130, 256),
+ * every head size it takes, one head and several, each head's rows where
+ * the layer's lie (Q, K, V in [T, 3C] rows; dY in [T, C]), its scratch
+ * NaNs to start with.  The same inputs give the same bits a second time
+ * (a sum in a fixed order). */
+static void run_small_shape(const struct shape *sh, uint64_t seed)
+{
+    const int t = sh->t, hs = sh->hs, c = hs * sh->heads, row = 3 * c;
+    const size_t nq = (size_t)t * row, ny = (size_t)t * c;
+    float *qkv = malloc(nq * 4), *dy = malloc(ny * 4), *att = malloc(sh->heads * (size_t)t * t * 4);
+    float *y = calloc(ny, 4), *ry = calloc(ny, 4), *dq = calloc(nq, 4), *rdq = calloc(nq, 4), *dq2 = calloc(nq, 4);
+    float *stats = malloc((size_t)t * 2 * 4);
+    void *scratch = aligned_alloc(64, causal_small_scratch_bytes(t, hs) / 64 * 64 + 64);
+    assert_true(qkv && dy && att && y && ry && dq && rdq && dq2 && stats && scratch);
+    memset(scratch, 0xff, causal_small_scratch_bytes(t, hs));  /* NaNs: a read of scratch it never wrote shows */
+    uint64_t s = seed;
+    for (size_t i = 0; i < nq; i++)
+        qkv[i] = value(&s, 2.0f);
+    for (size_t i = 0; i < ny; i++)
+        dy[i] = value(&s, 1.0f);
+    ref_attention_fwd(ry, att, qkv, 1, t, c, sh->heads, ST_DTYPE_F32);
+    ref_attention_bwd(rdq, dy, qkv, att, 1, t, c, sh->heads, ST_DTYPE_F32);
+    for (int pass = 0; pass < 2; pass++)
+        for (int h = 0; h < sh->heads; h++) {
+            const float *q = qkv + h * hs;
+            float *d = (pass ? dq2 : dq) + h * hs;
+            causal_small_forward(y + h * hs, c, q, q + c, q + 2 * c, row, t, hs, stats, scratch);
+            causal_small_backward(d, d + c, d + 2 * c, row, dy + h * hs, c, q, q + c, q + 2 * c, row, t, hs, stats,
+                                  scratch);
+        }
+    check("Y", sh, 0, y, ry, ny);
+    check("dQKV", sh, 0, dq, rdq, nq);
+    if (memcmp(dq, dq2, nq * sizeof *dq) != 0)
+        fail_msg("T %d, head size %d: the same inputs gave other bits", t, hs);
+    free(qkv), free(dy), free(att), free(y), free(ry), free(dq), free(rdq), free(dq2), free(stats), free(scratch);
+}
+
+static void test_small_heads_against_reference(void **state)
+{
+    (void)state;
+    if (!causal_small_fits(64, 32))
+        skip();  /* no AVX-512 here: the layer takes the matmul (test_the_net_chooses_it) */
+    static const int ts[] = {1, 5, 6, 7, 16, 17, 64, 97, 130, CAUSAL_SMALL_MAX_T};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        for (int hs = 16; hs <= 64; hs += 16) {
+            const struct shape sh = {ts[i], hs, 1 + (int)(i + (size_t)hs / 16) % 3};
+            assert_true(causal_small_fits(sh.t, sh.hs));
+            run_small_shape(&sh, 7000 + i * 64 + (size_t)hs);
+        }
+    assert_false(causal_small_fits(CAUSAL_SMALL_MAX_T + 1, 32));
+    assert_false(causal_small_fits(64, 24));
+    assert_false(causal_small_fits(64, 80));
+}
+
+/* An fp32 net's attention runs the short-context kernel where it fits
+ * (AVX-512; T 40, head size 32 here), the fp32 matmul under
+ * SHMTRAIN_ATTENTION_MATMUL or where it does not fit (head size 24) and
+ * causal.c's tiles under SHMTRAIN_ATTENTION_TILES (test_switches compares
+ * what they compute); a bf16 net's attention made fp32
+ * (SHMTRAIN_ATTENTION_FP32) runs the fp32 matmul (its edges may be bf16). */
 static void test_the_net_chooses_it(void **state)
 {
     (void)state;
-    st_model *m = NULL;
-    assert_int_equal(st_model_parse(&m, "input tokens 40\nembed 13 64\nlinear 192\nattention heads 2\nhead tied\n",
-                                    "test"), ST_OK);
+    const bool small = causal_small_fits(40, 32);
     const struct {
+        const char *width;
         st_dtype precision;
         st_nn_tuning tuning;
         const char *says;
     } cases[] = {
-        {ST_DTYPE_F32, {0}, "causal fp32 oneDNN matmul"},
-        {ST_DTYPE_F32, {.attention_tiles = true}, "causal fp32 tiles"},
-        {ST_DTYPE_BF16, {.attention_fp32 = true}, "causal fp32 oneDNN matmul"},
+        {"64", ST_DTYPE_F32, {0}, small ? "causal fp32 short-context heads" : "causal fp32 oneDNN matmul"},
+        {"48", ST_DTYPE_F32, {0}, "causal fp32 oneDNN matmul"},
+        {"64", ST_DTYPE_F32, {.attention_matmul = true}, "causal fp32 oneDNN matmul"},
+        {"64", ST_DTYPE_F32, {.attention_tiles = true}, "causal fp32 tiles"},
+        {"64", ST_DTYPE_BF16, {.attention_fp32 = true}, "causal fp32 oneDNN matmul"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         if (cases[i].precision == ST_DTYPE_BF16 && !__builtin_cpu_supports("avx512bf16"))
             continue;  /* a bf16 net needs native bf16 */
+        char text[160];
+        snprintf(text, sizeof text, "input tokens 40\nembed 13 %s\nlinear %d\nattention heads 2\nhead tied\n",
+                 cases[i].width, 3 * atoi(cases[i].width));
+        st_model *m = NULL;
+        assert_int_equal(st_model_parse(&m, text, "test"), ST_OK);
         st_net_config cfg = {.batch = 2, .precision = cases[i].precision, .tuning = cases[i].tuning};
         st_net *n;
         assert_int_equal(st_net_create(&n, m, &cfg), ST_OK);
@@ -182,14 +248,15 @@ static void test_the_net_chooses_it(void **state)
             fail_msg("case %zu: the net did not say \"%s\":\n%s", i, cases[i].says, said);
         free(said);
         st_net_destroy(n);
+        st_model_destroy(m);
     }
-    st_model_destroy(m);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32_matmul_against_reference),
+        cmocka_unit_test(test_small_heads_against_reference),
         cmocka_unit_test(test_the_net_chooses_it),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -25,23 +25,30 @@ static const struct {
     int batch;
     st_dtype precision;  /* fp32 unless the switch acts in a bf16 net */
     int amx;             /* 1: only where oneDNN has AMX, -1: only where it has not (the other is the default) */
+    bool avx512;         /* only where the CPU has AVX-512F (without it the switch's path is the default) */
 } CASES[] = {
     /* cnn's first convolution: 64 x 32 x 26 x 26 outputs do not fit L2, so it runs in its max-pool's chunks */
-    {"SHMTRAIN_ONEDNN_NO_CHUNKS", "cnn", 64, ST_DTYPE_F32, 0},
-    {"SHMTRAIN_ONEDNN_BRGCONV", "lenet", 16, ST_DTYPE_F32, 0},   /* its second convolution reads 6 channels, nhwc */
-    {"SHMTRAIN_ONEDNN_STEM", "lenet", 16, ST_DTYPE_F32, 0},      /* one channel into 6: stem.c */
-    {"SHMTRAIN_ONEDNN_IP_ANY", "mlp", 16, ST_DTYPE_F32, 0},
-    {"SHMTRAIN_ONEDNN_IP_PLAIN", "gpt-mini", 8, ST_DTYPE_BF16, 1},  /* 8 x 64 = 512 rows: AMX's blocked weights */
-    {"SHMTRAIN_ONEDNN_WGRAD_IP", "gpt", 2, ST_DTYPE_BF16, 1},  /* 512 rows, 384 wide: dW as a matmul on the tiles */
-    {"SHMTRAIN_ONEDNN_REORDERED_COPIES", "gpt-mini", 8, ST_DTYPE_BF16, 1},  /* AMX's blocked weights and tables */
-    {"SHMTRAIN_ONEDNN_POOL", "lenet", 16, ST_DTYPE_F32, 0},
-    {"SHMTRAIN_ONEDNN_SEQ_TN", "gpt-mini", 2, ST_DTYPE_F32, 0},
-    {"SHMTRAIN_ONEDNN_LAYERNORM", "gpt-mini", 2, ST_DTYPE_F32, 0},
-    {"SHMTRAIN_ONEDNN_UNFUSED_LOSS", "gpt-mini", 2, ST_DTYPE_F32, 0},  /* one chunk: the same products, the same bits */
-    {"SHMTRAIN_ATTENTION_FP32", "gpt-mini", 2, ST_DTYPE_BF16, 0},  /* where the CPU has AVX512-BF16 */
-    {"SHMTRAIN_ATTENTION_MATMUL", "gpt-mini", 2, ST_DTYPE_BF16, -1},
-    {"SHMTRAIN_ATTENTION_DOT", "gpt-mini", 2, ST_DTYPE_BF16, 1},
-    {"SHMTRAIN_ATTENTION_TILES", "gpt-mini", 2, ST_DTYPE_F32, 0},
+    {"SHMTRAIN_ONEDNN_NO_CHUNKS", "cnn", 64, ST_DTYPE_F32, 0, false},
+    /* lenet's second convolution reads 6 channels, nhwc */
+    {"SHMTRAIN_ONEDNN_BRGCONV", "lenet", 16, ST_DTYPE_F32, 0, false},
+    {"SHMTRAIN_ONEDNN_STEM", "lenet", 16, ST_DTYPE_F32, 0, false},      /* one channel into 6: stem.c */
+    {"SHMTRAIN_ONEDNN_IP_ANY", "mlp", 16, ST_DTYPE_F32, 0, false},
+    /* 8 x 64 = 512 rows: AMX's blocked weights */
+    {"SHMTRAIN_ONEDNN_IP_PLAIN", "gpt-mini", 8, ST_DTYPE_BF16, 1, false},
+    /* 512 rows, 384 wide: dW as a matmul on the tiles */
+    {"SHMTRAIN_ONEDNN_WGRAD_IP", "gpt", 2, ST_DTYPE_BF16, 1, false},
+    /* AMX's blocked weights and tables */
+    {"SHMTRAIN_ONEDNN_REORDERED_COPIES", "gpt-mini", 8, ST_DTYPE_BF16, 1, false},
+    {"SHMTRAIN_ONEDNN_POOL", "lenet", 16, ST_DTYPE_F32, 0, false},
+    {"SHMTRAIN_ONEDNN_SEQ_TN", "gpt-mini", 2, ST_DTYPE_F32, 0, false},
+    {"SHMTRAIN_ONEDNN_LAYERNORM", "gpt-mini", 2, ST_DTYPE_F32, 0, false},
+    /* one chunk: the same products, the same bits */
+    {"SHMTRAIN_ONEDNN_UNFUSED_LOSS", "gpt-mini", 2, ST_DTYPE_F32, 0, false},
+    {"SHMTRAIN_ATTENTION_FP32", "gpt-mini", 2, ST_DTYPE_BF16, 0, false},  /* where the CPU has AVX512-BF16 */
+    {"SHMTRAIN_ATTENTION_MATMUL", "gpt-mini", 2, ST_DTYPE_BF16, -1, false},
+    {"SHMTRAIN_ATTENTION_MATMUL", "gpt-mini", 2, ST_DTYPE_F32, 0, true},  /* fp32: not the short-context kernel */
+    {"SHMTRAIN_ATTENTION_DOT", "gpt-mini", 2, ST_DTYPE_BF16, 1, false},
+    {"SHMTRAIN_ATTENTION_TILES", "gpt-mini", 2, ST_DTYPE_F32, 0, false},
 };
 
 /* Forward, loss, backward of `n` with these parameters on this batch. */
@@ -81,6 +88,10 @@ static void check_switch(int k)
     if (CASES[k].amx && (CASES[k].amx > 0) != st_nn_amx_supported()) {
         print_message("    %-30s skipped: the default where oneDNN %s AMX\n", CASES[k].env,
                       CASES[k].amx > 0 ? "has no" : "has");
+        return;
+    }
+    if (CASES[k].avx512 && !__builtin_cpu_supports("avx512f")) {
+        print_message("    %-30s skipped: the default without AVX-512F\n", CASES[k].env);
         return;
     }
     st_model *m = NULL;

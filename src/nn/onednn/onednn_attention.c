@@ -1,11 +1,15 @@
 /* Causal attention, the layer: every sample's every head a task over the
- * threads, each thread with its own scratch, through one of four kernels
+ * threads, each thread with its own scratch, through one of five kernels
  * chosen in one place (choose_kernel):
+ *   fp32 short   causal_small.c's short-context heads in AVX-512 registers:
+ *                an fp32 net's where the head fits (T up to 256, head size
+ *                16 to 64; gpt-mini's head 2.0-2.2x the matmul's speed on a
+ *                Zen 4 core, gpt's 1.2-1.3x; docs/benchmarks.md 0zb);
  *   fp32 tiles   causal.c's tiles, P and dS whole in the thread's scratch
  *                (SHMTRAIN_ATTENTION_TILES, or oneDNN's reference kernels);
  *   fp32 matmul  onednn_causal.c's oneDNN matmul primitives in stripes on
- *                fp32 operands: an fp32 attention's (a head 2.2x the
- *                tiles' speed on an AVX-512 core, 1.3x under oneDNN's
+ *                fp32 operands: an fp32 attention's elsewhere (a head 2.2x
+ *                the tiles' speed on an AVX-512 core, 1.3x under oneDNN's
  *                AVX2 gemm; docs/benchmarks.md 0s);
  *   dot          causal_bf16.c's AVX512-BF16 dot products in stripes of
  *                rows (a bf16 net's);
@@ -34,6 +38,7 @@
 
 #include "kernels/causal.h"
 #include "kernels/causal_bf16.h"
+#include "kernels/causal_small.h"
 #include "kernels/seq_kernels.h"
 #include "onednn_internal.h"
 
@@ -41,7 +46,7 @@
  * 256 measured on AVX512-BF16, 128 within 2% (docs/benchmarks.md, 0l). */
 #define MATMUL_STRIPE_ROWS 64
 
-enum { KERNEL_FP32, KERNEL_FP32_MATMUL, KERNEL_DOT, KERNEL_MATMUL };
+enum { KERNEL_FP32, KERNEL_FP32_MATMUL, KERNEL_FP32_SMALL, KERNEL_DOT, KERNEL_MATMUL };
 
 /* One layer's pass: Q, K and V of sample b's head h are qkv's rows from
  * b * t, columns h * hs (and C, 2C further) of 3C; y, dy rows of C.  Each
@@ -176,6 +181,31 @@ static st_status matmul_bwd(const struct head_job *j, long b, long h, float *scr
                               head_of(j, j->dy, b, h), head_of(j, j->qkv, b, h), stats_of(j, b, h), scratch);
 }
 
+/* The short-context kernel reads and writes an fp32 net's rows where they
+ * lie: Q, K, V in qkv's, the gradients into the qkv gradient's columns. */
+static size_t small_scratch(const struct xnode *x, long t, long hs)
+{
+    return (void)x, causal_small_scratch_bytes(t, hs);
+}
+
+static st_status small_fwd(const struct head_job *j, long b, long h, float *scratch)
+{
+    const float *q = head_of(j, j->qkv, b, h).at;
+    causal_small_forward(head_of(j, j->out, b, h).at, j->c, q, q + j->c, q + 2 * j->c, 3 * j->c, j->t, j->hs,
+                         stats_of(j, b, h), scratch);
+    return ST_OK;
+}
+
+static st_status small_bwd(const struct head_job *j, long b, long h, float *scratch)
+{
+    const long c = j->c;
+    const float *q = head_of(j, j->qkv, b, h).at;
+    float *dq = head_of(j, j->out, b, h).at;
+    causal_small_backward(dq, dq + c, dq + 2 * c, 3 * c, head_of(j, j->dy, b, h).at, c, q, q + c, q + 2 * c, 3 * c,
+                          j->t, j->hs, stats_of(j, b, h), scratch);
+    return ST_OK;
+}
+
 static const struct attention_kernel {
     const char *name;  /* the layer's description */
     size_t (*scratch_bytes)(const struct xnode *x, long t, long hs);
@@ -184,6 +214,8 @@ static const struct attention_kernel {
 } KERNELS[] = {
     [KERNEL_FP32] = {"causal fp32 tiles", fp32_scratch, fp32_fwd, fp32_bwd},
     [KERNEL_FP32_MATMUL] = {"causal fp32 oneDNN matmul in stripes", matmul_scratch, matmul_fwd, matmul_bwd},
+    [KERNEL_FP32_SMALL] = {"causal fp32 short-context heads in AVX-512 registers", small_scratch, small_fwd,
+                           small_bwd},
     [KERNEL_DOT] = {"causal bf16 dot products in stripes", dot_scratch, dot_fwd, dot_bwd},
     [KERNEL_MATMUL] = {"causal bf16 oneDNN matmul in stripes", matmul_scratch, matmul_fwd, matmul_bwd},
 };
@@ -245,15 +277,27 @@ static bool wants_matmul(const st_net *n, bool lowp)
     return !t->attention_dot && (t->attention_matmul || st_nn_amx_supported());
 }
 
+/* The short-context kernel: an fp32 net's attention (every edge fp32) on a
+ * head it fits (causal_small_fits: AVX-512, head size 16 to 64, T up to
+ * 256), unless SHMTRAIN_ATTENTION_TILES or _MATMUL asks for another. */
+static bool wants_small(const st_net *n, const struct xnode *x)
+{
+    const st_nn_tuning *t = &dn_net(n)->opt;
+    return !x->lowp && n->cfg.precision == ST_DTYPE_F32 && !t->attention_tiles && !t->attention_matmul &&
+           causal_small_fits(x->nd->t, x->nd->c / x->nd->heads);
+}
+
 /* oneDNN's matmul where the net made its primitives (wants_matmul) and
  * they are not oneDNN's reference kernels (a CPU without native bf16,
  * under SHMTRAIN_BF16_ANY_ISA); else an fp32 attention's tiles (an fp32
  * net's, or where the CPU has no AVX512-BF16 (precision.c: the layer is
  * then fp32) or SHMTRAIN_ATTENTION_FP32 asks) and a bf16 one's dot
- * products. */
-static int choose_kernel(const struct xnode *x)
+ * products; the short-context kernel before either where it is wanted. */
+static int choose_kernel(const struct xnode *x, bool small)
 {
     const bool matmul = dn_state(x)->seq.causal && !dn_causal_is_reference(dn_state(x)->seq.causal);
+    if (small)
+        return KERNEL_FP32_SMALL;
     if (!x->lowp)
         return matmul ? KERNEL_FP32_MATMUL : KERNEL_FP32;
     return matmul ? KERNEL_MATMUL : KERNEL_DOT;
@@ -290,11 +334,13 @@ st_status dn_build_attention(st_net *n, int j)
     struct xnode *x = &n->x[j];
     const struct node *nd = x->nd;
     const long hs = nd->c / nd->heads;
-    if (wants_matmul(n, x->lowp))
+    const bool small = wants_small(n, x);
+    if (!small && wants_matmul(n, x->lowp))
         OK(net_causal(n, nd->t, hs, !x->lowp, &dn_state(x)->seq.causal));
-    dn_state(x)->seq.att_kernel = choose_kernel(x);
-    const bool matmul = dn_state(x)->seq.att_kernel == KERNEL_MATMUL || dn_state(x)->seq.att_kernel == KERNEL_FP32_MATMUL;
-    if (matmul &&
+    dn_state(x)->seq.att_kernel = choose_kernel(x, small);
+    const int chosen = dn_state(x)->seq.att_kernel;
+    const bool matmul = chosen == KERNEL_MATMUL || chosen == KERNEL_FP32_MATMUL;
+    if ((matmul || small) &&
         !(dn_state(x)->seq.stats = calloc((size_t)(n->batch * nd->heads * 2 * nd->t), sizeof(float))))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for attention's softmax statistics");
     const struct attention_kernel *k = &KERNELS[dn_state(x)->seq.att_kernel];
