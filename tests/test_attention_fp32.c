@@ -1,6 +1,7 @@
 /* fp32 attention's products as oneDNN matmul primitives (onednn_causal.c on
- * fp32 operands, an fp32 net's attention) against the reference backend's
- * attention (ref_seq.c), forward and backward, in stripes of 32, 7 and 100
+ * fp32 operands: an fp32 net's attention where causal_small.c's
+ * short-context kernel, tested below, does not run) against the reference
+ * backend's attention (ref_seq.c), forward and backward, in stripes of 32, 7 and 100
  * rows (the last past the transposed softmax's blocks of 64 queries), on
  * shapes that cut every stripe: T of 1, 7, 9, 33, 40, 70, 97 and 130,
  * head sizes 1 to 64, one head and several.
