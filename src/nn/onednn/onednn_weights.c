@@ -94,6 +94,29 @@ static bool bf16_plain_weights(const st_net *n, const struct xnode *x)
     return x->kind == NODE_LINEAR && !dn_net(n)->opt.ip_any && x->lowp && !amx_blocked;
 }
 
+/* The output of a small-channel conv read in nhwc: nhwc too, unless it has
+ * a whole 16-wide block of channels and the net's next convolution reads
+ * in blocks (its input 16 channels or more), where nhwc only meant
+ * reorders: resnet's first conv (3 -> 16) feeds two convolutions and a
+ * residual add in blocks, four 4 MB activation reorders a step (its step
+ * 1.02-1.03x faster without them); lenet's second (6 -> 16) feeds a pool
+ * and a flatten, which read nhwc as well (1.1-1.2x slower in blocks;
+ * docs/benchmarks.md 0zb). */
+static bool next_conv_blocked(const st_net *n, const struct xnode *x)
+{
+    for (int k = (int)(x - n->x) + 1; k < n->nx; k++)
+        if (n->x[k].kind == NODE_CONV)
+            return n->x[n->x[k].in].nd->c >= 16;
+    return false;
+}
+
+static st_status nhwc_output(st_net *n, const struct xnode *x, const struct weights_layer *w,
+                             const_dnnl_memory_desc_t *dst)
+{
+    const bool blocked = x->nd->c == 16 && next_conv_blocked(n, x);
+    return dn_md_tag(n, dst, 4, w->dst, dnnl_f32, blocked ? dnnl_aBcd16b : dnnl_nhwc);
+}
+
 /* Small channel counts waste most of a 16-wide block; nhwc avoids that
  * (calibration: lenet's 6-channel conv).  But only if all three passes get
  * a real kernel in nhwc: oneDNN 2.6 gives some nhwc backward passes only
@@ -107,7 +130,7 @@ static bool use_nhwc(st_net *n, const struct xnode *x, const struct weights_laye
     const_dnnl_memory_desc_t src, dst, wei, bias;
     dnnl_primitive_desc_t fpd = NULL, bpd = NULL, wpd = NULL;
     bool fast = false;
-    if (dn_md_tag(n, &src, 4, w->src, dnnl_f32, dnnl_nhwc) || dn_md_tag(n, &dst, 4, w->dst, dnnl_f32, dnnl_nhwc) ||
+    if (dn_md_tag(n, &src, 4, w->src, dnnl_f32, dnnl_nhwc) || nhwc_output(n, x, w, &dst) ||
         dn_any_md(n, &wei, 4, w->wei) || dn_plain_md(n, &bias, 1, w->bias))
         return false;
     if (!x->nd->bias)
@@ -225,7 +248,7 @@ static st_status weights_fwd_pd(st_net *n, const struct xnode *x, const struct w
     const_dnnl_memory_desc_t src_any, wei_any, dst_any;
     if (use_nhwc(n, x, w)) {
         OK(dn_md_tag(n, &src_any, 4, w->src, dnnl_f32, dnnl_nhwc));
-        OK(dn_md_tag(n, &dst_any, 4, w->dst, dnnl_f32, dnnl_nhwc));
+        OK(nhwc_output(n, x, w, &dst_any));
     } else {
         OK(dn_any_md_of(n, &src_any, w->ndims, w->src, b->dt));
         OK(dn_any_md_of(n, &dst_any, w->ndims, w->dst, dn_type_of(x->stored)));
