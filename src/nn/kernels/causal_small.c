@@ -21,7 +21,6 @@
 
 enum { ROWS = 6, CHUNK = 4, LANES = 16 };
 
-static long min_of(long a, long b) { return a < b ? a : b; }
 static long padded(long t) { return (t + LANES - 1) / LANES * LANES; }
 
 /* A thread's scratch: K^T and V^T (hs x tp), P and dS (rows x tp). */
@@ -42,6 +41,14 @@ size_t causal_small_scratch_bytes(long t, long hs)
     return carve(t, hs, NULL, &b) * sizeof(float);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f")))
+#define INLINE AVX512 static inline __attribute__((always_inline))
+
+static long min_of(long a, long b) { return a < b ? a : b; }
+
 /* dst (hs x tp) = src's t rows transposed, zeros past column t, so the
  * scores' tiles past the last key read numbers. */
 static void transpose_padded(float *dst, long tp, const float *src, long ld, long t, long hs)
@@ -50,12 +57,6 @@ static void transpose_padded(float *dst, long tp, const float *src, long ld, lon
     for (long d = 0; d < hs && t < tp; d++)
         memset(dst + d * tp + t, 0, (size_t)(tp - t) * sizeof *dst);
 }
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
-#define AVX512 __attribute__((target("avx512f")))
-#define INLINE AVX512 static inline __attribute__((always_inline))
 
 bool causal_small_fits(long t, long hs)
 {
