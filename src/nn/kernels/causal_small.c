@@ -90,6 +90,14 @@ static __mmask16 counted(long v, long i)
     return i >= from + LANES - 1 ? (__mmask16)0xffff : i < from ? 0 : (__mmask16)((1u << (i - from + 1)) - 1);
 }
 
+/* e^(score - max) of vector v of query i's row, zero where it does not
+ * attend: the forward pass and backward's P again share it, so their bits. */
+INLINE __m512 weight_unscaled(const float *row, long v, long i, float mx)
+{
+    const __m512 shifted = _mm512_sub_ps(_mm512_loadu_ps(row + v * LANES), _mm512_set1_ps(mx));
+    return _mm512_maskz_mov_ps(counted(v, i), exp16(shifted));
+}
+
 /* out's rows (tp apart), vectors v0 .. v0 + nv - 1, = alpha a_r . kt's
  * columns, over the hs dimensions in order. */
 INLINE void score_tile(float *out, long tp, const float *const a[ROWS], const float *kt, long hs, long v0, const int nv,
@@ -136,8 +144,7 @@ AVX512 static void softmax_row(float *row, long i, long nvec, float *max, float 
         m = _mm512_mask_max_ps(m, counted(v, i), m, _mm512_loadu_ps(row + v * LANES));
     const float mx = _mm512_reduce_max_ps(m);
     for (long v = 0; v < nvec; v++) {
-        const __m512 e = _mm512_maskz_mov_ps(counted(v, i), exp16(_mm512_sub_ps(_mm512_loadu_ps(row + v * LANES),
-                                                                                _mm512_set1_ps(mx))));
+        const __m512 e = weight_unscaled(row, v, i, mx);
         sum = _mm512_add_ps(sum, e);
         _mm512_storeu_ps(row + v * LANES, e);
     }
@@ -152,9 +159,7 @@ AVX512 static void softmax_row(float *row, long i, long nvec, float *max, float 
 AVX512 static void weights_again(float *row, long i, long nvec, float mx, float inv)
 {
     for (long v = 0; v < nvec; v++) {
-        const __m512 e = _mm512_maskz_mov_ps(counted(v, i), exp16(_mm512_sub_ps(_mm512_loadu_ps(row + v * LANES),
-                                                                                _mm512_set1_ps(mx))));
-        _mm512_storeu_ps(row + v * LANES, _mm512_mul_ps(e, _mm512_set1_ps(inv)));
+        _mm512_storeu_ps(row + v * LANES, _mm512_mul_ps(weight_unscaled(row, v, i, mx), _mm512_set1_ps(inv)));
     }
 }
 
