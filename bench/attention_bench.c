@@ -8,7 +8,7 @@
  * shows it: run it at --threads 1 and at all of them.
  *
  *   st-attention-bench [--t 1024] [--hs 64] [--tasks 24] [--threads N] [--reps 5]
- *                      [--fp32] [--matmul [--stripe 64] [--bf16-rows]] [--small] [--offset BYTES]
+ *                      [--fp32] [--matmul [--stripe 64] [--bf16-rows]] [--small|--small-bf16] [--offset BYTES]
  *
  * By default causal_bf16.c's AVX512-BF16 dot products; --fp32: causal.c's
  * fp32 tiles (as the layer runs them: P and dS whole in the thread's
@@ -16,7 +16,10 @@
  * the CPU has it) in stripes of --stripe rows, on fp32 rows or, with
  * --bf16-rows, on bf16 ones (a bf16 net's edges); --matmul --fp32: the same
  * products on fp32 operands (an fp32 net's); --small: causal_small.c's
- * short-context fp32 kernel (AVX-512; T up to 256).  --offset: each thread's
+ * short-context fp32 kernel (AVX-512; T up to 256); --small-bf16: the same
+ * with P and dS rounded to bf16 values, as a bf16 net's layer runs it (its
+ * widening and narrowing of the rows, the dot products' too, not timed).
+ * --offset: each thread's
  * scratch that many bytes past a cache line (the net's was 16 past one,
  * malloc's, until nn_lines_alloc; docs/benchmarks.md 0l).  Denormals are
  * flushed on every thread, as shmtrain and st-step-bench run. */
@@ -41,7 +44,7 @@ enum kernel { DOT, FP32, MATMUL, SMALL };
 struct config {
     long t, hs, tasks, stripe, offset;
     int threads, reps;
-    bool bf16_rows, fp32;
+    bool bf16_rows, fp32, small_bf16;
     enum kernel kernel;
     dn_causal *matmul;
 };
@@ -62,8 +65,9 @@ static int parse(struct config *c, int argc, char **argv)
             c->kernel = a[2] == 'm' || c->kernel == MATMUL ? MATMUL : FP32;
             continue;
         }
-        if (!strcmp(a, "--small")) {
+        if (!strcmp(a, "--small") || !strcmp(a, "--small-bf16")) {
             c->kernel = SMALL;
+            c->small_bf16 = a[7] == '-';
             continue;
         }
         if (!strcmp(a, "--bf16-rows")) {
@@ -117,6 +121,7 @@ static double pass(const struct config *c, int backward, float *qkv, float *dy, 
                    char *scratch, size_t per_thread)
 {
     const long t = c->t, hs = c->hs, ld = 3 * hs, ldy = hs;
+    const enum causal_small_operands ops = c->small_bf16 ? CAUSAL_SMALL_BF16 : CAUSAL_SMALL_FP32;
     const double t0 = now();
     int failed = 0;
 #pragma omp parallel for schedule(static) num_threads(c->threads) reduction(| : failed)
@@ -136,9 +141,9 @@ static double pass(const struct config *c, int backward, float *qkv, float *dy, 
             failed |= dn_causal_forward(c->matmul, th, rout, NULL, rq, head_stats, s) != ST_OK;
         else if (c->kernel == SMALL && backward)
             causal_small_backward(out + k * t * ld, out + k * t * ld + hs, out + k * t * ld + 2 * hs, ld, g, ldy, q,
-                                  q + hs, q + 2 * hs, ld, t, hs, head_stats, s);
+                                  q + hs, q + 2 * hs, ld, t, hs, head_stats, s, ops);
         else if (c->kernel == SMALL)
-            causal_small_forward(out + k * t * ld, ldy, q, q + hs, q + 2 * hs, ld, t, hs, head_stats, s);
+            causal_small_forward(out + k * t * ld, ldy, q, q + hs, q + 2 * hs, ld, t, hs, head_stats, s, ops);
         else if (c->kernel == FP32 && backward)
             fp32_backward(out + k * t * ld, g, ldy, q, ld, t, hs, s);
         else if (c->kernel == FP32)
@@ -202,8 +207,10 @@ int main(int argc, char **argv)
         }
     const double macs = (double)t * t * hs / 2, rounds = ceil((double)c.tasks / c.threads);
     char kernel[96] = "bf16 dot products (causal_bf16.c)";
+    const char *small = c.small_bf16 ? "bf16-valued short-context heads (causal_small.c)"
+                                     : "fp32 short-context heads (causal_small.c)";
     if (c.kernel != DOT)
-        snprintf(kernel, sizeof kernel, "%s", c.kernel == SMALL  ? "fp32 short-context heads (causal_small.c)"
+        snprintf(kernel, sizeof kernel, "%s", c.kernel == SMALL  ? small
                                               : c.kernel == FP32 ? "fp32 tiles (causal.c)"
                                                   : c.fp32   ? "fp32 oneDNN matmul, "
                                                              : "bf16 oneDNN matmul, ");

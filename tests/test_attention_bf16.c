@@ -38,6 +38,7 @@
 #include "nettest.h"
 
 #include "kernels/causal_bf16.h"
+#include "kernels/causal_small.h"
 #include "onednn/onednn_causal.h"
 #include "ref/ref.h"
 #include "shmtrain/bf16.h"
@@ -147,28 +148,39 @@ static void nearer_its_definition(const struct shape *sh, const float *qkv, cons
     free(att), free(ly), free(ldq);
 }
 
-/* The kernel under test: causal_bf16.c's (matmul NULL) or onednn_causal.c's. */
+/* The kernel under test: causal_bf16.c's (matmul NULL), onednn_causal.c's,
+ * or causal_small.c's with bf16 operands (small; it keeps no P to look at). */
 struct kernel {
     dn_causal *matmul;
+    bool small;
     void *scratch;
-    float *stats;  /* matmul: the head's softmax statistics, from its forward pass to its backward */
+    float *stats;  /* matmul, small: the head's softmax statistics, from its forward pass to its backward */
 };
+
+/* stripe: the matmul's rows a stripe; 0: the dot products; SMALL: causal_small.c. */
+enum { SMALL = -1 };
 
 static struct kernel kernel_for(dnnl_engine_t engine, long stripe, long t, long hs)
 {
-    struct kernel k = {NULL, NULL, malloc((size_t)t * 2 * sizeof(float))};
+    struct kernel k = {NULL, stripe == SMALL, NULL, malloc((size_t)t * 2 * sizeof(float))};
     assert_non_null(k.stats);
-    if (stripe && dn_causal_create(&k.matmul, engine, t, hs, stripe, 1, false) != ST_OK)
+    if (stripe > 0 && dn_causal_create(&k.matmul, engine, t, hs, stripe, 1, false) != ST_OK)
         fail_msg("%s", st_last_error());
-    k.scratch = aligned_alloc(64, (k.matmul ? dn_causal_scratch_bytes(k.matmul) : causal_bf16_scratch_bytes(t, hs)) /
-                                          64 * 64 + 64);
+    const size_t bytes = k.matmul ? dn_causal_scratch_bytes(k.matmul)
+                         : k.small ? causal_small_scratch_bytes(t, hs)
+                                   : causal_bf16_scratch_bytes(t, hs);
+    k.scratch = aligned_alloc(64, bytes / 64 * 64 + 64);
     assert_non_null(k.scratch);
+    memset(k.scratch, 0xff, bytes);  /* NaNs: a read of scratch never written shows */
     return k;
 }
 
 static void forward(const struct kernel *k, float *y, long ldy, float *p, const float *q, long ld, long t, long hs)
 {
-    if (k->matmul)
+    if (k->small)
+        causal_small_forward(y, ldy, q, q + ld / 3, q + 2 * ld / 3, ld, t, hs, k->stats, k->scratch,
+                             CAUSAL_SMALL_BF16);
+    else if (k->matmul)
         assert_int_equal(dn_causal_forward(k->matmul, 0, (dn_rows){y, ldy, false}, p, (dn_rows){(float *)q, ld, false},
                                            k->stats, k->scratch),
                          ST_OK);
@@ -179,7 +191,10 @@ static void forward(const struct kernel *k, float *y, long ldy, float *p, const 
 static void backward(const struct kernel *k, float *dq, float *p, const float *dy, long ldy, const float *q, long ld,
                      long t, long hs)
 {
-    if (k->matmul)
+    if (k->small)
+        causal_small_backward(dq, dq + ld / 3, dq + 2 * ld / 3, ld, dy, ldy, q, q + ld / 3, q + 2 * ld / 3, ld, t, hs,
+                              k->stats, k->scratch, CAUSAL_SMALL_BF16);
+    else if (k->matmul)
         assert_int_equal(dn_causal_backward(k->matmul, 0, (dn_rows){dq, ld, false}, p, (dn_rows){(float *)dy, ldy, false},
                                             (dn_rows){(float *)q, ld, false}, k->stats, k->scratch),
                          ST_OK);
@@ -246,9 +261,10 @@ static void run_shape(const struct shape *sh, uint64_t seed, dnnl_engine_t engin
     for (int h = 0; h < sh->heads; h++) {
         forward(&kn, y + h * hs, c, p, qkv + h * hs, row, t, hs);
         backward(&kn, dq + h * hs, p2, dy + h * hs, c, qkv + h * hs, row, t, hs);
-        if (memcmp(p, p2, (size_t)t * t * sizeof *p) != 0)
+        if (!kn.small && memcmp(p, p2, (size_t)t * t * sizeof *p) != 0)
             fail_msg("T %d, head size %d: P in backward is not forward's bits", t, hs);
-        check("P", sh, p, att + (size_t)h * t * t, no_rounding, (size_t)t * t);
+        if (!kn.small)
+            check("P", sh, p, att + (size_t)h * t * t, no_rounding, (size_t)t * t);
         const struct head_case k = {t, hs, c, qkv, dy, att + (size_t)h * t * t, h};
         bounds(&k, by, bdq);
     }
@@ -293,12 +309,32 @@ static void test_matmul_products_against_reference(void **state)
     dnnl_engine_destroy(engine);
 }
 
+/* causal_small.c's kernel with bf16 operands (P and dS rounded) on every
+ * head size it takes and T that cut its blocks of 6 queries and its
+ * 16-key vectors, against the same allowance: it rounds what the dot
+ * products round, and sums the same exact products in fp32 in another
+ * order. */
+static void test_small_heads_against_reference(void **state)
+{
+    (void)state;
+    if (!causal_bf16_available() || !causal_small_fits(64, 32))
+        skip();  /* no bf16 attention here, or no AVX-512 for the kernel */
+    static const int ts[] = {1, 7, 17, 64, 130};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        for (int hs = 16; hs <= 64; hs += 16) {
+            const struct shape sh = {ts[i], hs, 1 + (int)(i + (size_t)hs / 16) % 2};
+            run_shape(&sh, 5000 + i * 64 + (size_t)hs, NULL, SMALL);
+        }
+}
+
 /* In a bf16 net the attention layer runs the bf16 kernel in both passes:
  * its output and every gradient differ (bit for bit) from the same net with
- * SHMTRAIN_ATTENTION_FP32, and the layer says bf16: oneDNN's matmul where
- * oneDNN has AMX, the dot products elsewhere, and the other one under the
- * switch that forces it (test_switches compares what it computes with the
- * default's). */
+ * SHMTRAIN_ATTENTION_FP32, and the layer says bf16: the short-context
+ * kernel where it fits (AVX-512; T 40, head size 32 here: 1280 of its
+ * 4096), else (T 80 x 64) oneDNN's
+ * matmul where oneDNN has AMX and the dot products elsewhere; the dot
+ * products under SHMTRAIN_ATTENTION_DOT and the matmul under _MATMUL
+ * (test_switches compares what they compute with the default's). */
 static void test_the_net_runs_it_both_ways(void **state)
 {
     (void)state;
@@ -315,17 +351,39 @@ static void test_the_net_runs_it_both_ways(void **state)
     }
     assert_int_equal(st_net_layer_compute(nets[0], 2), ST_DTYPE_BF16);
     assert_int_equal(st_net_layer_compute(nets[1], 2), ST_DTYPE_F32);
-    const bool amx = st_nn_amx_supported();
-    cfg.tuning = (st_nn_tuning){.attention_matmul = !amx, .attention_dot = amx};
-    st_net *other;
-    assert_int_equal(st_net_create(&other, m, &cfg), ST_OK);
-    char *said[2] = {net_description(nets[0]), net_description(other)};
     const char *dot = "bf16 dot products", *matmul = "bf16 oneDNN matmul";
-    if (!strstr(said[0], amx ? matmul : dot) || !strstr(said[1], amx ? dot : matmul))
-        fail_msg("oneDNN %s AMX; the attention layers said:\n%s\nand under SHMTRAIN_ATTENTION_%s:\n%s",
-                 amx ? "has" : "has no", said[0], amx ? "DOT" : "MATMUL", said[1]);
-    free(said[0]), free(said[1]);
-    st_net_destroy(other);
+    const char *chosen = causal_small_fits(40, 32) ? "bf16 short-context heads" : st_nn_amx_supported() ? matmul : dot;
+    const struct {
+        st_nn_tuning tuning;
+        const char *says;
+    } asked[] = {{{.attention_dot = true}, dot}, {{.attention_matmul = true}, matmul}};
+    char *said = net_description(nets[0]);
+    if (!strstr(said, chosen))
+        fail_msg("the attention layer should say %s:\n%s", chosen, said);
+    free(said);
+    /* a head past the short kernel's area (T 80 x 64 dimensions: 5120) takes the matmul or the dot products */
+    st_model *wide = NULL;
+    st_net *past;
+    assert_int_equal(st_model_parse(&wide, "input tokens 80\nembed 13 128\nlinear 384\nattention heads 2\n"
+                                           "head tied\n", "test"), ST_OK);
+    cfg.tuning = (st_nn_tuning){0};
+    assert_int_equal(st_net_create(&past, wide, &cfg), ST_OK);
+    said = net_description(past);
+    if (!strstr(said, st_nn_amx_supported() ? matmul : dot))
+        fail_msg("a T 80 x 64 head should take the %s:\n%s", st_nn_amx_supported() ? matmul : dot, said);
+    free(said);
+    st_net_destroy(past);
+    st_model_destroy(wide);
+    for (size_t i = 0; i < sizeof asked / sizeof *asked; i++) {
+        st_net *other;
+        cfg.tuning = asked[i].tuning;
+        assert_int_equal(st_net_create(&other, m, &cfg), ST_OK);
+        said = net_description(other);
+        if (!strstr(said, asked[i].says))
+            fail_msg("asked for the %s, the attention layer said:\n%s", asked[i].says, said);
+        free(said);
+        st_net_destroy(other);
+    }
     size_t P;
     st_net_init(nets[0], 3);
     float *params = st_net_params(nets[1], &P);
@@ -404,6 +462,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_bf16_against_reference),
         cmocka_unit_test(test_matmul_products_against_reference),
+        cmocka_unit_test(test_small_heads_against_reference),
         cmocka_unit_test(test_the_net_runs_it_both_ways),
         cmocka_unit_test(test_two_head_shapes_in_one_net),
     };

@@ -183,9 +183,9 @@ static void run_small_shape(const struct shape *sh, uint64_t seed)
         for (int h = 0; h < sh->heads; h++) {
             const float *q = qkv + h * hs;
             float *d = (pass ? dq2 : dq) + h * hs;
-            causal_small_forward(y + h * hs, c, q, q + c, q + 2 * c, row, t, hs, stats, scratch);
+            causal_small_forward(y + h * hs, c, q, q + c, q + 2 * c, row, t, hs, stats, scratch, CAUSAL_SMALL_FP32);
             causal_small_backward(d, d + c, d + 2 * c, row, dy + h * hs, c, q, q + c, q + 2 * c, row, t, hs, stats,
-                                  scratch);
+                                  scratch, CAUSAL_SMALL_FP32);
         }
     check("Y", sh, 0, y, ry, ny);
     check("dQKV", sh, 0, dq, rdq, nq);

@@ -35,4 +35,10 @@ static inline float st_bf16_to_f32(st_bf16 h)
 void st_bf16_from_f32_n(st_bf16 *restrict out, const float *restrict in, size_t n);
 void st_bf16_to_f32_n(float *restrict out, const st_bf16 *restrict in, size_t n);
 
+/* The same on `rows` rows of n elements, ldo and ldi elements apart: one
+ * call for a matrix's columns (an attention head's, 32 elements a row, where
+ * a call a row cost a third of the conversion). */
+void st_bf16_from_f32_rows(st_bf16 *out, size_t ldo, const float *in, size_t ldi, size_t rows, size_t n);
+void st_bf16_to_f32_rows(float *out, size_t ldo, const st_bf16 *in, size_t ldi, size_t rows, size_t n);
+
 #endif

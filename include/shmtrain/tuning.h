@@ -35,11 +35,11 @@ typedef struct st_nn_tuning {
     bool unfused_loss;     /* a tied head's whole logits, then the loss over them, instead of the
                               two fused in chunks of rows (onednn_head.c) */
     bool attention_fp32;   /* attention's products in fp32 in a bf16 net (causal.c, not causal_bf16.c) */
-    bool attention_matmul; /* attention's products as oneDNN matmul primitives (onednn_causal.c): a bf16
-                              net's where oneDNN has no AMX too (with AMX they are the default), an fp32
-                              net's where the short-context kernel (causal_small.c) would run */
-    bool attention_dot;    /* ... as causal_bf16.c's AVX512-BF16 dot products where oneDNN has AMX too
-                              (without it they are the default) */
+    bool attention_matmul; /* attention's products as oneDNN matmul primitives (onednn_causal.c) where
+                              the short-context kernel (causal_small.c) would run, and in a bf16 net where
+                              oneDNN has no AMX (with AMX they are the default past the short kernel) */
+    bool attention_dot;    /* ... as causal_bf16.c's AVX512-BF16 dot products where the short-context
+                              kernel or, with AMX, the matmul would run (elsewhere they are the default) */
     bool attention_tiles;  /* fp32 attention's products in causal.c's tiles instead of the short-context
                               kernel (causal_small.c) or oneDNN's fp32 matmul primitives (onednn_causal.c) */
     bool verbose;          /* print every reorder, fallback and kernel the build chooses */

@@ -76,16 +76,23 @@ __attribute__((target("avx512f,avx512bf16"))) static void from_f32_native(st_bf1
 
 void st_bf16_from_f32_n(st_bf16 *restrict out, const float *restrict in, size_t n)
 {
+    st_bf16_from_f32_rows(out, n, in, n, 1, n);
+}
+
+void st_bf16_from_f32_rows(st_bf16 *out, size_t ldo, const float *in, size_t ldi, size_t rows, size_t n)
+{
 #ifdef HAVE_NATIVE_BF16
     static int native = -1;  /* a benign race: every thread finds the same */
     if (native < 0)
         native = __builtin_cpu_supports("avx512bf16");
     if (native) {
-        from_f32_native(out, in, n);
+        for (size_t r = 0; r < rows; r++)
+            from_f32_native(out + r * ldo, in + r * ldi, n);
         return;
     }
 #endif
-    from_f32_portable(out, in, n);
+    for (size_t r = 0; r < rows; r++)
+        from_f32_portable(out + r * ldo, in + r * ldi, n);
 }
 
 ST_CLONES_BY_EXTENSION
@@ -94,6 +101,19 @@ void st_bf16_to_f32_n(float *restrict out, const st_bf16 *restrict in, size_t n)
     for (size_t i = 0; i < n; i++) {
         const uint32_t u = (uint32_t)in[i] << 16;
         memcpy(&out[i], &u, sizeof u);
+    }
+}
+
+ST_CLONES_BY_EXTENSION
+void st_bf16_to_f32_rows(float *out, size_t ldo, const st_bf16 *in, size_t ldi, size_t rows, size_t n)
+{
+    for (size_t r = 0; r < rows; r++) {
+        float *restrict o = out + r * ldo;
+        const st_bf16 *restrict i16 = in + r * ldi;
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t u = (uint32_t)i16[i] << 16;
+            memcpy(&o[i], &u, sizeof u);
+        }
     }
 }
 

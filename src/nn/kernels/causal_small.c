@@ -98,6 +98,24 @@ INLINE __m512 weight_unscaled(const float *row, long v, long i, float mx)
     return _mm512_maskz_mov_ps(counted(v, i), exp16(shifted));
 }
 
+/* x rounded to the nearest bf16 value (ties to even), kept in fp32: what a
+ * bf16 net's products take P and dS as (ref_seq.c's as_low).  Integer
+ * operations, so AVX-512F alone runs it; P and dS are finite. */
+INLINE __m512 bf16_value(__m512 x)
+{
+    const __m512i i = _mm512_castps_si512(x);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(i, 16), _mm512_set1_epi32(1));
+    const __m512i up = _mm512_add_epi32(i, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    return _mm512_castsi512_ps(_mm512_and_si512(up, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* A row's nvec vectors as bf16 values, in place. */
+AVX512 static void round_row(float *row, long nvec)
+{
+    for (long v = 0; v < nvec; v++)
+        _mm512_storeu_ps(row + v * LANES, bf16_value(_mm512_loadu_ps(row + v * LANES)));
+}
+
 /* out's rows (tp apart), vectors v0 .. v0 + nv - 1, = alpha a_r . kt's
  * columns, over the hs dimensions in order. */
 INLINE void score_tile(float *out, long tp, const float *const a[ROWS], const float *kt, long hs, long v0, const int nv,
@@ -257,7 +275,7 @@ static void block_rows(const float *a[ROWS], float *out[ROWS], const float *src,
 }
 
 AVX512 void causal_small_forward(float *y, long ldy, const float *q, const float *k, const float *v, long ld, long t,
-                                 long hs, float *stats, void *scratch)
+                                 long hs, float *stats, void *scratch, enum causal_small_operands operands)
 {
     struct bufs b;
     carve(t, hs, scratch, &b);
@@ -275,6 +293,8 @@ AVX512 void causal_small_forward(float *y, long ldy, const float *q, const float
             softmax_row(b.p + r * tp, min_of(i0 + r, t - 1), nvec, &mx, &inv);
             if (out[r])
                 stats[i0 + r] = mx, stats[t + i0 + r] = inv;
+            if (operands == CAUSAL_SMALL_BF16)
+                round_row(b.p + r * tp, nvec);
         }
         mix(out, b.p, tp, v, ld, last + 1, hs);
     }
@@ -282,7 +302,8 @@ AVX512 void causal_small_forward(float *y, long ldy, const float *q, const float
 
 /* P, dS and dQ of one block of queries. */
 AVX512 static void backward_block(const struct bufs *b, float *dq, long lddq, const float *dy, long lddy,
-                                  const float *q, const float *k, long ld, long t, long hs, const float *stats, long i0)
+                                  const float *q, const float *k, long ld, long t, long hs, const float *stats, long i0,
+                                  enum causal_small_operands operands)
 {
     const long tp = padded(t), last = min_of(i0 + ROWS, t) - 1, nvec = last / LANES + 1;
     const float alpha = 1.0f / sqrtf((float)hs);
@@ -296,13 +317,15 @@ AVX512 static void backward_block(const struct bufs *b, float *dq, long lddq, co
         const long i = min_of(i0 + r, t - 1);
         weights_again(p + r * tp, i, nvec, stats[i], stats[t + i]);
         softmax_bwd_row(ds + r * tp, p + r * tp, nvec, alpha);
+        if (operands == CAUSAL_SMALL_BF16)  /* after dS, which takes P unrounded as the reference does */
+            round_row(p + r * tp, nvec), round_row(ds + r * tp, nvec);
     }
     mix(out, ds, tp, k, ld, last + 1, hs);  /* dQ = dS K */
 }
 
 AVX512 void causal_small_backward(float *dq, float *dk, float *dv, long lddq, const float *dy, long lddy,
                                   const float *q, const float *k, const float *v, long ld, long t, long hs,
-                                  const float *stats, void *scratch)
+                                  const float *stats, void *scratch, enum causal_small_operands operands)
 {
     struct bufs b;
     carve(t, hs, scratch, &b);
@@ -310,7 +333,7 @@ AVX512 void causal_small_backward(float *dq, float *dk, float *dv, long lddq, co
     transpose_padded(b.kt, tp, k, ld, t, hs);
     transpose_padded(b.vt, tp, v, ld, t, hs);
     for (long i0 = 0; i0 < t; i0 += ROWS)
-        backward_block(&b, dq, lddq, dy, lddy, q, k, ld, t, hs, stats, i0);
+        backward_block(&b, dq, lddq, dy, lddy, q, k, ld, t, hs, stats, i0, operands);
     for (long j0 = 0; j0 < t; j0 += ROWS) {
         long col[ROWS];
         float *outk[ROWS], *outv[ROWS];
@@ -329,17 +352,18 @@ AVX512 void causal_small_backward(float *dq, float *dk, float *dv, long lddq, co
 bool causal_small_fits(long t, long hs) { return (void)t, (void)hs, false; }
 
 void causal_small_forward(float *y, long ldy, const float *q, const float *k, const float *v, long ld, long t, long hs,
-                          float *stats, void *scratch)
+                          float *stats, void *scratch, enum causal_small_operands operands)
 {
-    (void)y, (void)ldy, (void)q, (void)k, (void)v, (void)ld, (void)t, (void)hs, (void)stats, (void)scratch;
+    (void)y, (void)ldy, (void)q, (void)k, (void)v, (void)ld, (void)t, (void)hs, (void)stats, (void)scratch,
+        (void)operands;
 }
 
 void causal_small_backward(float *dq, float *dk, float *dv, long lddq, const float *dy, long lddy, const float *q,
                            const float *k, const float *v, long ld, long t, long hs, const float *stats,
-                           void *scratch)
+                           void *scratch, enum causal_small_operands operands)
 {
     (void)dq, (void)dk, (void)dv, (void)lddq, (void)dy, (void)lddy, (void)q, (void)k, (void)v, (void)ld, (void)t,
-        (void)hs, (void)stats, (void)scratch;
+        (void)hs, (void)stats, (void)scratch, (void)operands;
 }
 
 #endif

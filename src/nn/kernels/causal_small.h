@@ -32,6 +32,13 @@
  * multiple of 16 up to 64, 1 <= t <= CAUSAL_SMALL_MAX_T. */
 bool causal_small_fits(long t, long hs);
 
+/* What the products take: fp32's P and dS as computed (an fp32 net's), or
+ * rounded to bf16 values (ties to even) before their products, as a bf16
+ * net's attention defines (ref_seq.c): the caller hands Q, K, V and dY as
+ * bf16 values in fp32, so each product is of two bf16 values, exact in
+ * fp32, summed in fp32 as causal_bf16.c's dot products sum them. */
+enum causal_small_operands { CAUSAL_SMALL_FP32, CAUSAL_SMALL_BF16 };
+
 /* The scratch one head needs (a thread's, 64-byte aligned). */
 size_t causal_small_scratch_bytes(long t, long hs);
 
@@ -39,12 +46,12 @@ size_t causal_small_scratch_bytes(long t, long hs);
  * and v: the head's t rows, ld floats apart.  stats: 2t floats, each query's
  * softmax max, then each one's reciprocal of its sum. */
 void causal_small_forward(float *y, long ldy, const float *q, const float *k, const float *v, long ld, long t, long hs,
-                          float *stats, void *scratch);
+                          float *stats, void *scratch, enum causal_small_operands operands);
 
 /* The gradients of q, k and v into dq, dk and dv (rows lddq floats apart)
  * from dy's (lddy apart) and the forward pass's statistics. */
 void causal_small_backward(float *dq, float *dk, float *dv, long lddq, const float *dy, long lddy, const float *q,
                            const float *k, const float *v, long ld, long t, long hs, const float *stats,
-                           void *scratch);
+                           void *scratch, enum causal_small_operands operands);
 
 #endif

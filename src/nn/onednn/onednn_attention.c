@@ -1,10 +1,15 @@
 /* Causal attention, the layer: every sample's every head a task over the
- * threads, each thread with its own scratch, through one of five kernels
+ * threads, each thread with its own scratch, through one of six kernels
  * chosen in one place (choose_kernel):
  *   fp32 short   causal_small.c's short-context heads in AVX-512 registers:
  *                an fp32 net's where the head fits (T up to 256, head size
  *                16 to 64; gpt-mini's head 2.0-2.2x the matmul's speed on a
  *                Zen 4 core, gpt's 1.2-1.3x; docs/benchmarks.md 0zb);
+ *   bf16 short   the same on a bf16 net's short heads (T x head size up
+ *                to 4096, SMALL_BF16_MAX_AREA), P and dS rounded
+ *                to bf16 values before their products (the bf16 net's
+ *                definition) and the rows widened and narrowed a head at a
+ *                time as the dot products' are (0zc);
  *   fp32 tiles   causal.c's tiles, P and dS whole in the thread's scratch
  *                (SHMTRAIN_ATTENTION_TILES, or oneDNN's reference kernels);
  *   fp32 matmul  onednn_causal.c's oneDNN matmul primitives in stripes on
@@ -12,9 +17,10 @@
  *                the tiles' speed on an AVX-512 core, 1.3x under oneDNN's
  *                AVX2 gemm; docs/benchmarks.md 0s);
  *   dot          causal_bf16.c's AVX512-BF16 dot products in stripes of
- *                rows (a bf16 net's);
+ *                rows (a bf16 net's where the short kernel does not fit);
  *   bf16 matmul  the same primitives on bf16 operands, on AMX's tiles: a
- *                bf16 net's where oneDNN has AMX (a head 2.5x the dot
+ *                bf16 net's where oneDNN has AMX and the short kernel does
+ *                not fit (gpt2's T 1024; a head 2.5x the dot
  *                products' speed, gpt2's bf16 step 1.18x, 0o); without AMX
  *                a head ran 1-17% slower than the dot products (0l, 11-12%
  *                in 0o).  SHMTRAIN_ATTENTION_DOT and _MATMUL force either.
@@ -35,6 +41,7 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <omp.h>
+#include <string.h>
 
 #include "kernels/causal.h"
 #include "kernels/causal_bf16.h"
@@ -46,7 +53,7 @@
  * 256 measured on AVX512-BF16, 128 within 2% (docs/benchmarks.md, 0l). */
 #define MATMUL_STRIPE_ROWS 64
 
-enum { KERNEL_FP32, KERNEL_FP32_MATMUL, KERNEL_FP32_SMALL, KERNEL_DOT, KERNEL_MATMUL };
+enum { KERNEL_FP32, KERNEL_FP32_MATMUL, KERNEL_FP32_SMALL, KERNEL_BF16_SMALL, KERNEL_DOT, KERNEL_MATMUL };
 
 /* One layer's pass: Q, K and V of sample b's head h are qkv's rows from
  * b * t, columns h * hs (and C, 2C further) of 3C; y, dy rows of C.  Each
@@ -114,17 +121,17 @@ static float *widened(float *dense, dn_rows r, long c, long t, long hs, int part
 {
     if (r.type != ST_DTYPE_BF16)
         return r.at;
-    for (long i = 0; i < t; i++)
-        for (int k = 0; k < parts; k++)
-            st_bf16_to_f32_n(dense + (i * parts + k) * hs, dn_rows_at(r, i, k * c), (size_t)hs);
+    for (int k = 0; k < parts; k++)
+        st_bf16_to_f32_rows(dense + k * hs, (size_t)(parts * hs), dn_rows_at(r, 0, k * c), (size_t)r.ld, (size_t)t,
+                            (size_t)hs);
     return dense;
 }
 
 static void narrow(dn_rows r, const float *dense, long c, long t, long hs, int parts)
 {
-    for (long i = 0; r.type == ST_DTYPE_BF16 && i < t; i++)
-        for (int k = 0; k < parts; k++)
-            st_bf16_from_f32_n(dn_rows_at(r, i, k * c), dense + (i * parts + k) * hs, (size_t)hs);
+    for (int k = 0; r.type == ST_DTYPE_BF16 && k < parts; k++)
+        st_bf16_from_f32_rows(dn_rows_at(r, 0, k * c), (size_t)r.ld, dense + k * hs, (size_t)(parts * hs), (size_t)t,
+                              (size_t)hs);
 }
 
 /* The widening area past the kernel's scratch: qkv, then dy, then the result. */
@@ -192,7 +199,7 @@ static st_status small_fwd(const struct head_job *j, long b, long h, float *scra
 {
     const float *q = head_of(j, j->qkv, b, h).at;
     causal_small_forward(head_of(j, j->out, b, h).at, j->c, q, q + j->c, q + 2 * j->c, 3 * j->c, j->t, j->hs,
-                         stats_of(j, b, h), scratch);
+                         stats_of(j, b, h), scratch, CAUSAL_SMALL_FP32);
     return ST_OK;
 }
 
@@ -202,7 +209,68 @@ static st_status small_bwd(const struct head_job *j, long b, long h, float *scra
     const float *q = head_of(j, j->qkv, b, h).at;
     float *dq = head_of(j, j->out, b, h).at;
     causal_small_backward(dq, dq + c, dq + 2 * c, 3 * c, head_of(j, j->dy, b, h).at, c, q, q + c, q + 2 * c, 3 * c,
-                          j->t, j->hs, stats_of(j, b, h), scratch);
+                          j->t, j->hs, stats_of(j, b, h), scratch, CAUSAL_SMALL_FP32);
+    return ST_OK;
+}
+
+/* In a bf16 net the same kernel takes the head's rows widened into the
+ * thread's scratch as the dot products do (an fp32 edge's rounded there
+ * to bf16 values, as the products' operands are), rounds P and dS, and
+ * writes its results there to be narrowed. */
+static size_t small_bf16_scratch(const struct xnode *x, long t, long hs)
+{
+    return (void)x, (causal_small_scratch_bytes(t, hs) + 63) / 64 * 64 + (size_t)(7 * t * hs) * 4;
+}
+
+static float *small_wide_area(const struct head_job *j, float *scratch)
+{
+    return scratch + (causal_small_scratch_bytes(j->t, j->hs) + 63) / 64 * 16;
+}
+
+/* A head's rows as bf16 values in dense [t, parts * hs] fp32. */
+static const float *bf16_values(float *dense, dn_rows r, long c, long t, long hs, int parts)
+{
+    if (r.type == ST_DTYPE_BF16)
+        return widened(dense, r, c, t, hs, parts);
+    for (long i = 0; i < t; i++)
+        for (int k = 0; k < parts; k++) {
+            const float *src = dn_rows_at(r, i, k * c);
+            for (long d = 0; d < hs; d++)
+                dense[(i * parts + k) * hs + d] = st_bf16_to_f32(st_bf16_from_f32(src[d]));
+        }
+    return dense;
+}
+
+/* dense [t, parts * hs] into a head's rows, rounded where they are bf16. */
+static void store(dn_rows r, const float *dense, long c, long t, long hs, int parts)
+{
+    if (r.type == ST_DTYPE_BF16)
+        narrow(r, dense, c, t, hs, parts);
+    for (long i = 0; r.type != ST_DTYPE_BF16 && i < t; i++)
+        for (int k = 0; k < parts; k++)
+            memcpy(dn_rows_at(r, i, k * c), dense + (i * parts + k) * hs, (size_t)hs * sizeof *dense);
+}
+
+static st_status small_bf16_fwd(const struct head_job *j, long b, long h, float *scratch)
+{
+    const long t = j->t, c = j->c, hs = j->hs;
+    float *wide = small_wide_area(j, scratch), *y32 = wide + 4 * t * hs;
+    const float *q = bf16_values(wide, head_of(j, j->qkv, b, h), c, t, hs, 3);
+    causal_small_forward(y32, hs, q, q + hs, q + 2 * hs, 3 * hs, t, hs, stats_of(j, b, h), scratch,
+                         CAUSAL_SMALL_BF16);
+    store(head_of(j, j->out, b, h), y32, c, t, hs, 1);
+    return ST_OK;
+}
+
+static st_status small_bf16_bwd(const struct head_job *j, long b, long h, float *scratch)
+{
+    const long t = j->t, c = j->c, hs = j->hs;
+    float *wide = small_wide_area(j, scratch), *dq32 = wide + 4 * t * hs;
+    const float *q = bf16_values(wide, head_of(j, j->qkv, b, h), c, t, hs, 3);
+    const float *g = bf16_values(wide + 3 * t * hs, head_of(j, j->dy, b, h), c, t, hs, 1);
+    causal_small_backward(dq32, dq32 + hs, dq32 + 2 * hs, 3 * hs, g, hs, q, q + hs, q + 2 * hs, 3 * hs, t, hs,
+                          stats_of(j, b, h), scratch, CAUSAL_SMALL_BF16);
+    store(head_of(j, j->out, b, h), dq32, c, t, hs, 3);
     return ST_OK;
 }
 
@@ -211,13 +279,16 @@ static const struct attention_kernel {
     size_t (*scratch_bytes)(const struct xnode *x, long t, long hs);
     st_status (*forward)(const struct head_job *j, long b, long h, float *scratch);
     st_status (*backward)(const struct head_job *j, long b, long h, float *scratch);
+    bool keeps_stats;  /* each head's softmax max and reciprocal, from forward to backward (seq.stats) */
 } KERNELS[] = {
-    [KERNEL_FP32] = {"causal fp32 tiles", fp32_scratch, fp32_fwd, fp32_bwd},
-    [KERNEL_FP32_MATMUL] = {"causal fp32 oneDNN matmul in stripes", matmul_scratch, matmul_fwd, matmul_bwd},
+    [KERNEL_FP32] = {"causal fp32 tiles", fp32_scratch, fp32_fwd, fp32_bwd, false},
+    [KERNEL_FP32_MATMUL] = {"causal fp32 oneDNN matmul in stripes", matmul_scratch, matmul_fwd, matmul_bwd, true},
     [KERNEL_FP32_SMALL] = {"causal fp32 short-context heads in AVX-512 registers", small_scratch, small_fwd,
-                           small_bwd},
-    [KERNEL_DOT] = {"causal bf16 dot products in stripes", dot_scratch, dot_fwd, dot_bwd},
-    [KERNEL_MATMUL] = {"causal bf16 oneDNN matmul in stripes", matmul_scratch, matmul_fwd, matmul_bwd},
+                           small_bwd, true},
+    [KERNEL_BF16_SMALL] = {"causal bf16 short-context heads in AVX-512 registers, fp32 products of bf16 values",
+                           small_bf16_scratch, small_bf16_fwd, small_bf16_bwd, true},
+    [KERNEL_DOT] = {"causal bf16 dot products in stripes", dot_scratch, dot_fwd, dot_bwd, false},
+    [KERNEL_MATMUL] = {"causal bf16 oneDNN matmul in stripes", matmul_scratch, matmul_fwd, matmul_bwd, true},
 };
 
 /* A thread's share of the net's scratch, in floats: a whole number of
@@ -277,14 +348,28 @@ static bool wants_matmul(const st_net *n, bool lowp)
     return !t->attention_dot && (t->attention_matmul || st_nn_amx_supported());
 }
 
-/* The short-context kernel: an fp32 net's attention (every edge fp32) on a
- * head it fits (causal_small_fits: AVX-512, head size 16 to 64, T up to
- * 256), unless SHMTRAIN_ATTENTION_TILES or _MATMUL asks for another. */
+/* A bf16 net's heads up to this T x head size take the short-context
+ * kernel: its fp32 multiply-adds beat the dot products' bf16 pairs and the
+ * matmul while a head's fixed costs dominate (gpt-mini's 64 x 32: forward
+ * 1.3-1.8x, backward 1.6-1.7x the dot products' speed on a Zen 4 core),
+ * tie at 5120 (80 x 64, 160 x 32) and lose past it (gpt's 256 x 64: 0.78x
+ * and 0.73x of the matmul's speed); docs/benchmarks.md 0zc. */
+#define SMALL_BF16_MAX_AREA 4096
+
+/* The short-context kernel on a head it fits (causal_small_fits: AVX-512,
+ * head size 16 to 64, T up to 256): an fp32 net's attention (every edge
+ * fp32), and a bf16 one's up to SMALL_BF16_MAX_AREA, unless
+ * SHMTRAIN_ATTENTION_MATMUL asks for another, or _TILES in an fp32 net, or
+ * _DOT in a bf16 one. */
 static bool wants_small(const st_net *n, const struct xnode *x)
 {
     const st_nn_tuning *t = &dn_net(n)->opt;
-    return !x->lowp && n->cfg.precision == ST_DTYPE_F32 && !t->attention_tiles && !t->attention_matmul &&
-           causal_small_fits(x->nd->t, x->nd->c / x->nd->heads);
+    const long hs = x->nd->c / x->nd->heads;
+    if (t->attention_matmul || !causal_small_fits(x->nd->t, hs))
+        return false;
+    if (x->lowp)
+        return !t->attention_dot && x->nd->t * hs <= SMALL_BF16_MAX_AREA;
+    return n->cfg.precision == ST_DTYPE_F32 && !t->attention_tiles;
 }
 
 /* oneDNN's matmul where the net made its primitives (wants_matmul) and
@@ -297,7 +382,7 @@ static int choose_kernel(const struct xnode *x, bool small)
 {
     const bool matmul = dn_state(x)->seq.causal && !dn_causal_is_reference(dn_state(x)->seq.causal);
     if (small)
-        return KERNEL_FP32_SMALL;
+        return x->lowp ? KERNEL_BF16_SMALL : KERNEL_FP32_SMALL;
     if (!x->lowp)
         return matmul ? KERNEL_FP32_MATMUL : KERNEL_FP32;
     return matmul ? KERNEL_MATMUL : KERNEL_DOT;
@@ -340,10 +425,10 @@ st_status dn_build_attention(st_net *n, int j)
     dn_state(x)->seq.att_kernel = choose_kernel(x, small);
     const int chosen = dn_state(x)->seq.att_kernel;
     const bool matmul = chosen == KERNEL_MATMUL || chosen == KERNEL_FP32_MATMUL;
-    if ((matmul || small) &&
+    const struct attention_kernel *k = &KERNELS[chosen];
+    if (k->keeps_stats &&
         !(dn_state(x)->seq.stats = calloc((size_t)(n->batch * nd->heads * 2 * nd->t), sizeof(float))))
         return st_fail(ST_ERR_NOMEM, "net: out of memory for attention's softmax statistics");
-    const struct attention_kernel *k = &KERNELS[dn_state(x)->seq.att_kernel];
     const char *onednn = matmul ? dn_causal_impl(dn_state(x)->seq.causal) : NULL;
     snprintf(x->impl, sizeof x->impl, "%s%s%s per sample and head, C softmax, P computed again in backward",
              k->name, onednn ? " " : "", onednn ? onednn : "");
