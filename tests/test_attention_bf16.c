@@ -331,8 +331,8 @@ static void test_small_heads_against_reference(void **state)
  * its output and every gradient differ (bit for bit) from the same net with
  * SHMTRAIN_ATTENTION_FP32, and the layer says bf16: the short-context
  * kernel where it fits (AVX-512; T 40, head size 32 here: 1280 of its
- * 4096), else (T 80 x 64) oneDNN's
- * matmul where oneDNN has AMX and the dot products elsewhere; the dot
+ * 4096), else oneDNN's matmul where oneDNN has AMX or T is up to 256 (T 80
+ * x 64) and the dot products elsewhere (T 272); the dot
  * products under SHMTRAIN_ATTENTION_DOT and the matmul under _MATMUL
  * (test_switches compares what they compute with the default's). */
 static void test_the_net_runs_it_both_ways(void **state)
@@ -352,7 +352,7 @@ static void test_the_net_runs_it_both_ways(void **state)
     assert_int_equal(st_net_layer_compute(nets[0], 2), ST_DTYPE_BF16);
     assert_int_equal(st_net_layer_compute(nets[1], 2), ST_DTYPE_F32);
     const char *dot = "bf16 dot products", *matmul = "bf16 oneDNN matmul";
-    const char *chosen = causal_small_fits(40, 32) ? "bf16 short-context heads" : st_nn_amx_supported() ? matmul : dot;
+    const char *chosen = causal_small_fits(40, 32) ? "bf16 short-context heads" : matmul;
     const struct {
         st_nn_tuning tuning;
         const char *says;
@@ -361,19 +361,26 @@ static void test_the_net_runs_it_both_ways(void **state)
     if (!strstr(said, chosen))
         fail_msg("the attention layer should say %s:\n%s", chosen, said);
     free(said);
-    /* a head past the short kernel's area (T 80 x 64 dimensions: 5120) takes the matmul or the dot products */
-    st_model *wide = NULL;
-    st_net *past;
-    assert_int_equal(st_model_parse(&wide, "input tokens 80\nembed 13 128\nlinear 384\nattention heads 2\n"
-                                           "head tied\n", "test"), ST_OK);
+    /* past the short kernel's area (T 80 x 64 dimensions: 5120) the matmul; past T 256 too
+     * (272 x 16) only where oneDNN has AMX, the dot products elsewhere */
+    const struct {
+        const char *text, *says;
+    } past[] = {{"input tokens 80\nembed 13 128\nlinear 384\nattention heads 2\nhead tied\n", matmul},
+                {"input tokens 272\nembed 13 32\nlinear 96\nattention heads 2\nhead tied\n",
+                 st_nn_amx_supported() ? matmul : dot}};
     cfg.tuning = (st_nn_tuning){0};
-    assert_int_equal(st_net_create(&past, wide, &cfg), ST_OK);
-    said = net_description(past);
-    if (!strstr(said, st_nn_amx_supported() ? matmul : dot))
-        fail_msg("a T 80 x 64 head should take the %s:\n%s", st_nn_amx_supported() ? matmul : dot, said);
-    free(said);
-    st_net_destroy(past);
-    st_model_destroy(wide);
+    for (size_t i = 0; i < sizeof past / sizeof *past; i++) {
+        st_model *wide = NULL;
+        st_net *net;
+        assert_int_equal(st_model_parse(&wide, past[i].text, "test"), ST_OK);
+        assert_int_equal(st_net_create(&net, wide, &cfg), ST_OK);
+        said = net_description(net);
+        if (!strstr(said, past[i].says))
+            fail_msg("this head should take the %s:\n%s\n%s", past[i].says, past[i].text, said);
+        free(said);
+        st_net_destroy(net);
+        st_model_destroy(wide);
+    }
     for (size_t i = 0; i < sizeof asked / sizeof *asked; i++) {
         st_net *other;
         cfg.tuning = asked[i].tuning;

@@ -36,10 +36,10 @@ typedef struct st_nn_tuning {
                               two fused in chunks of rows (onednn_head.c) */
     bool attention_fp32;   /* attention's products in fp32 in a bf16 net (causal.c, not causal_bf16.c) */
     bool attention_matmul; /* attention's products as oneDNN matmul primitives (onednn_causal.c) where
-                              the short-context kernel (causal_small.c) would run, and in a bf16 net where
-                              oneDNN has no AMX (with AMX they are the default past the short kernel) */
+                              the short-context kernel (causal_small.c) would run, and in a bf16 net without
+                              AMX past T 256 (elsewhere they are the default past the short kernel) */
     bool attention_dot;    /* ... as causal_bf16.c's AVX512-BF16 dot products where the short-context
-                              kernel or, with AMX, the matmul would run (elsewhere they are the default) */
+                              kernel or the matmul would run (the default only past T 256 without AMX) */
     bool attention_tiles;  /* fp32 attention's products in causal.c's tiles instead of the short-context
                               kernel (causal_small.c) or oneDNN's fp32 matmul primitives (onednn_causal.c) */
     bool verbose;          /* print every reorder, fallback and kernel the build chooses */

@@ -17,13 +17,15 @@
  *                the tiles' speed on an AVX-512 core, 1.3x under oneDNN's
  *                AVX2 gemm; docs/benchmarks.md 0s);
  *   dot          causal_bf16.c's AVX512-BF16 dot products in stripes of
- *                rows (a bf16 net's where the short kernel does not fit);
- *   bf16 matmul  the same primitives on bf16 operands, on AMX's tiles: a
- *                bf16 net's where oneDNN has AMX and the short kernel does
- *                not fit (gpt2's T 1024; a head 2.5x the dot
- *                products' speed, gpt2's bf16 step 1.18x, 0o); without AMX
- *                a head ran 1-17% slower than the dot products (0l, 11-12%
- *                in 0o).  SHMTRAIN_ATTENTION_DOT and _MATMUL force either.
+ *                rows (a bf16 net's past T 256 without AMX: gpt2's);
+ *   bf16 matmul  the same primitives on bf16 operands (on AMX's tiles
+ *                where it has them): a bf16 net's past the short kernel where
+ *                oneDNN has AMX (gpt2's T 1024; a head 2.5x the dot
+ *                products' speed, gpt2's bf16 step 1.18x, 0o) or T is up
+ *                to 256 (MATMUL_BF16_MAX_T_WITHOUT_AMX; gpt's, 0zc); at
+ *                T 1024 without AMX a head ran 1-17% slower than the dot
+ *                products (0l, 11-12% in 0o).  SHMTRAIN_ATTENTION_DOT and
+ *                _MATMUL force either.
  *
  * Attention keeps no T x T matrix between its passes: the forward pass
  * makes P for one sample and head in its thread's scratch and drops it,
@@ -337,15 +339,24 @@ static st_status run_heads(st_net *n, int j, bool backward)
 static st_status att_fwd(st_net *n, int j) { return run_heads(n, j, false); }
 static st_status att_bwd(st_net *n, int j) { return run_heads(n, j, true); }
 
+/* Without AMX a bf16 head of up to this T runs faster as oneDNN's matmul
+ * (AVX512-BF16's brgemm) than as the dot products: gpt's 256 x 64 head
+ * 1.44-1.5x, its bf16 step 1.03-1.04x on a Zen 4 core (docs/benchmarks.md
+ * 0zc); at T 1024 the dot products were 11-12% faster on a Xeon held to
+ * AVX512-BF16 (0o) and level on the Zen 4, so gpt2's keep them. */
+#define MATMUL_BF16_MAX_T_WITHOUT_AMX 256
+
 /* Primitives for oneDNN's matmul: an fp32 attention's unless
- * SHMTRAIN_ATTENTION_TILES; a bf16 one's where oneDNN has AMX, or
- * SHMTRAIN_ATTENTION_MATMUL asks, not under SHMTRAIN_ATTENTION_DOT. */
-static bool wants_matmul(const st_net *n, bool lowp)
+ * SHMTRAIN_ATTENTION_TILES; a bf16 one's where oneDNN has AMX or the
+ * head is short, or SHMTRAIN_ATTENTION_MATMUL asks, not under
+ * SHMTRAIN_ATTENTION_DOT. */
+static bool wants_matmul(const st_net *n, const struct xnode *x)
 {
     const st_nn_tuning *t = &dn_net(n)->opt;
-    if (!lowp)
+    if (!x->lowp)
         return !t->attention_tiles;
-    return !t->attention_dot && (t->attention_matmul || st_nn_amx_supported());
+    return !t->attention_dot &&
+           (t->attention_matmul || st_nn_amx_supported() || x->nd->t <= MATMUL_BF16_MAX_T_WITHOUT_AMX);
 }
 
 /* A bf16 net's heads up to this T x head size take the short-context
@@ -420,7 +431,7 @@ st_status dn_build_attention(st_net *n, int j)
     const struct node *nd = x->nd;
     const long hs = nd->c / nd->heads;
     const bool small = wants_small(n, x);
-    if (!small && wants_matmul(n, x->lowp))
+    if (!small && wants_matmul(n, x))
         OK(net_causal(n, nd->t, hs, !x->lowp, &dn_state(x)->seq.causal));
     dn_state(x)->seq.att_kernel = choose_kernel(x, small);
     const int chosen = dn_state(x)->seq.att_kernel;
