@@ -7,7 +7,12 @@
 #   2. gpt2 at batch GPT2_BATCH x 1024 in bf16 and fp32 at THREADS (the issue's ">= 50% of
 #      the AMX bf16 matmul rate"), the same tool;
 #   3. the kernel tuner there: `shmtrain --tune` for cnn, resnet and gpt-mini at THREADS,
-#      its verdict, its cost and each layer's kernels (the run folder's kernels.txt).
+#      its verdict, its cost and each layer's kernels (the run folder's kernels.txt);
+#   4. attention's defaults chosen on a Zen 4 (docs/benchmarks.md 0zb, 0zc) asked again on
+#      AMX: gpt-mini's head (T 64, 32 dimensions) in each kernel, fp32 and bf16, then its
+#      bf16 step with oneDNN's matmul (B) against the short-context kernel (A), and gpt's
+#      bf16 step with the dot products (B) against the matmul (A) with oneDNN held to
+#      AVX512-BF16 (the rule for T up to 256 without AMX).  About a minute and a half more.
 #
 # Here, first: ../shared/tools/device-bundle.sh build
 # There (the device tool, from the repository root, carrying .device):
@@ -72,3 +77,15 @@ for model in cnn resnet gpt-mini; do
   cp "$work/tune-$model/kernels.txt" "$work/kernels-$model.txt" 2>/dev/null
   rm -rf "$work/tune-$model" "$work/cache"
 done
+
+# 4. Attention's short-head defaults on this CPU.
+for kernel in --small "--matmul --fp32" --small-bf16 "--matmul --bf16-rows" ""; do
+  # shellcheck disable=SC2086
+  timeout 30 st-attention-bench --t 64 --hs 32 --tasks 128 --threads 1 --reps 10 $kernel
+done > "$work/short-heads.txt" 2>&1
+export OMP_NUM_THREADS=1
+timeout 60 st-step-ab SHMTRAIN_ATTENTION_MATMUL=1 --models gpt-mini --threads 1 --blocks 8 --block-seconds 0.5 \
+  --precision bf16 >> "$work/short-heads.txt" 2>&1
+ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 timeout 90 st-step-ab SHMTRAIN_ATTENTION_DOT=1 --models gpt --batch 12 \
+  --threads 1 --blocks 6 --block-seconds 1 --precision bf16 >> "$work/short-heads.txt" 2>&1
+grep -E '^(#|forward|backward|gpt)' "$work/short-heads.txt" | tee -a "$work/summary.txt"
