@@ -70,15 +70,19 @@ static struct expect two_level(const struct counter_arg *a, int N, int r)
 
 /* ring: N-1 reduce-scatter steps over every segment but r (reading ours
  * and the left's, writing ours), N-1 all-gather steps over every segment
- * but r+1 (reading the left's); one wait per step and chunk, one at the end. */
+ * but r+1 (reading the left's); one wait per step and chunk, one at the end.
+ * An ordinary buffer: only what the right neighbour reads is staged. */
 static struct expect ring(const struct counter_arg *a, int N, int r)
 {
     const size_t n = a->count, e = sizeof(float), rs = n - part(n, N, r), ag = n - part(n, N, (r + 1) % N);
     struct expect x = {2 * (uint64_t)(N - 1) + 1, (2 * rs + ag) * e, (rs + ag) * e, (rs + ag) * e, 0};
     if (node_of(a, (r + N - 1) % N) != node_of(a, r))
         x.remote = x.peer;
-    if (!a->zero_copy)
-        x.read += 2 * n * e, x.written += 2 * n * e;  /* staging in and out */
+    if (!a->zero_copy) {  /* staged: segment r in, the final segment r+1 out, each gathered one into staging
+                             for the right neighbour but the last step's (segment r+2) */
+        const size_t extra = part(n, N, r) + part(n, N, (r + 1) % N) + ag - part(n, N, (r + 2) % N);
+        x.read += extra * e, x.written += extra * e;
+    }
     return x;
 }
 

@@ -350,6 +350,8 @@ void coll_add_into(float *restrict dst, const float *restrict src, size_t n);
 void coll_add_into_div(float *restrict dst, const float *restrict src, size_t n, float div);
 void coll_copy_to_user(void *dst, const void *src, size_t bytes);
 void coll_add_to_user(float *dst, const float *src, size_t n);
+/* dst = (own + theirs) / div (div 1: the plain sum), own a caller's buffer. */
+void coll_add_out(float *dst, const float *own, const float *theirs, size_t n, float div);
 /* bf16 payloads: sums[i - lo] = bufs[0][i] + ... + bufs[world-1][i] in
  * fp32, rank order, for i in [lo, hi), bit for bit the scalar definition
  * (bf16.h); rounding them is st_bf16_from_f32_n. */

@@ -78,6 +78,46 @@ void coll_add_to_user(float *dst, const float *src, size_t n)
 }
 
 ST_CLONES_BY_EXTENSION
+static void add_out_forward(float *restrict dst, const float *restrict own, const float *restrict theirs, size_t n,
+                            float div)
+{
+    if (div == 1.0f)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = own[i] + theirs[i];
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = (own[i] + theirs[i]) / div;
+}
+
+ST_CLONES_BY_EXTENSION
+static void add_out_backward(float *dst, const float *own, const float *theirs, size_t n, float div)
+{
+    size_t i = n;
+    for (; i >= 8; i -= 8) {
+        coll_f8 a, b;
+        memcpy(&a, own + i - 8, sizeof a);
+        memcpy(&b, theirs + i - 8, sizeof b);
+        a += b;
+        if (div != 1.0f)
+            a /= div;
+        memcpy(dst + i - 8, &a, sizeof a);
+    }
+    while (i-- > 0)
+        dst[i] = div != 1.0f ? (own[i] + theirs[i]) / div : own[i] + theirs[i];
+}
+
+/* dst (a segment array) = (own + theirs) / div, own a caller's buffer:
+ * the sum of ring.c's dst += theirs, bit for bit, in the order that does
+ * not alias. */
+void coll_add_out(float *dst, const float *own, const float *theirs, size_t n, float div)
+{
+    if (aliases_forward(dst, own))
+        add_out_backward(dst, own, theirs, n, div);
+    else
+        add_out_forward(dst, own, theirs, n, div);
+}
+
+ST_CLONES_BY_EXTENSION
 void coll_add_into_div(float *restrict dst, const float *restrict src, size_t n, float div)
 {
     for (size_t i = 0; i < n; i++)

@@ -504,12 +504,45 @@ def hooked_rank(rank, world, port, name, b, out, hook, late):
     dist.destroy_process_group()
 
 
+def plain_rank(rank, world, port, out):
+    """A plain all_reduce of 4 MiB (one staging piece), one thread a rank:
+    the library's staged ring on the tensor itself, counted."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), SHMTRAIN_COLL_THREADS="1")
+    torch.set_num_threads(1)
+    dist.init_process_group("shm", rank=rank, world_size=world)
+    n = 1 << 20
+    x = torch.arange(n, dtype=torch.float32) % 1000 + rank
+    before = shmtrain_torch.counters()
+    dist.all_reduce(x)
+    after = shmtrain_torch.counters()
+    same(x, 2 * (torch.arange(n, dtype=torch.float32) % 1000) + 1, "a plain 4 MiB all_reduce")
+    torch.save({k: after[k] - before[k] for k in after}, f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
 def counted():
     """DDP through the comm hook: bitwise the plain path's; each step's
     gradients copied into the segment once (counted) and none staged;
-    calls in flight while backward goes on."""
+    calls in flight while backward goes on.  A plain all_reduce: only what
+    the peer reads copied into the segment (the library's counters)."""
     import tempfile
     d = tempfile.mkdtemp()
+    mp.spawn(plain_rank, args=(2, free_port(), os.path.join(d, "plain")), nprocs=2)
+    e = 4 << 20  # n e bytes
+    for r in range(2):
+        c = torch.load(os.path.join(d, f"plain.{r}"))
+        # the ring staged (docs/collectives.md): segment r in, the sums of the other half made from this rank's
+        # tensor and the peer's staging and copied out, the peer's final half read into the tensor: read 2.5 n e,
+        # written 2 n e; the agreement check (128 bytes, inline: one synchronisation) (N+1) 128 and 2 x 128.
+        # The tensor copied into the segment whole and back (the backend's path before) read 4.5 n e and
+        # wrote 4 n e; the 64-bit check before went the general way (rsag through staging, 3 synchronisations).
+        want = (e * 5 // 2 + 3 * 128, 2 * e + 2 * 128, e + 128)
+        got = (c["coll_bytes_read"], c["coll_bytes_written"], c["coll_peer_bytes_read"])
+        assert got == want, (r, got, want)
+        assert c["coll_syncs"] == 1 + 2 * 16 + 1, c  # the check; the ring's 2 steps of 16 chunks, its end
+        assert c["bytes_staged"] == e and c["calls"] == 1, c
+    print(f"counted: a plain 4 MiB all_reduce read {want[0]} and wrote {want[1]} bytes a rank "
+          f"(2.5 and 2 x the message), {want[2]} of them from the peer", flush=True)
     for name in ("resnet", "gpt-mini"):
         runs = {}
         for hook in (False, True):

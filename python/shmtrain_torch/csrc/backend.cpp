@@ -10,9 +10,9 @@
 // (another device, a dtype or op the library does not do) is raised by the
 // call itself, by name.
 //
-// Data moves through the group's segment: an all-reduce copies its tensor
-// into this rank's region, reduces it there on the library's zero-copy path
-// (peers' regions read directly) and copies it back; DDP's comm hook
+// Data moves through the group's segment: an all-reduce takes the library's
+// staged path on the tensor itself (only what peers read is copied in, the
+// result written straight into the tensor); DDP's comm hook
 // (shmtrain_torch.ddp_comm_hook) copies a bucket in and hands DDP the
 // reduced region itself, which DDP copies into the gradients as it would
 // its own bucket: one copy in, the result read in place (PyTorch 2.13 lets
@@ -267,7 +267,7 @@ class ShmBackend : public c10d::Backend {
         const bool root = getRank() == opts.rootRank;
         return enqueue(OpType::REDUCE, tensors, [this, copies, tensors, op, root]() mutable {
             for (size_t k = 0; k < copies.size(); k++) {
-                reduce_in_region(copies[k], op, "reduce");
+                reduce_plain(copies[k], op, "reduce");
                 if (root)
                     tensors[k].copy_(copies[k]);
             }
@@ -422,7 +422,7 @@ class ShmBackend : public c10d::Backend {
     // bucket: a user's hook that keeps the step before's result (a future's
     // value aliases the slot) finds it intact after this step's call; DDP
     // itself copies each result out at once.  Where the buckets do not fit
-    // twice in half the region: the bucket itself, reduced in place.
+    // twice in the region: the bucket itself, reduced in place.
     c10::intrusive_ptr<c10d::Work> hook_allreduce(at::Tensor bucket, int64_t index)
     {
         check_cpu(bucket, "DDP's comm hook");
@@ -473,6 +473,7 @@ class ShmBackend : public c10d::Backend {
     }
 
     Counters &counters() { return counters_; }
+    const st_group *group() const { return g_; }
     size_t in_flight() const { return in_flight_; }
 
     static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
@@ -516,7 +517,6 @@ class ShmBackend : public c10d::Backend {
     std::atomic<uint64_t> seq_{0};
     std::mutex hook_lock_;
     std::vector<Slot> slots_;
-    size_t slots_end_ = 0;  // the plain path's scratch begins here
     Counters counters_;
 
     static std::mutex &live_lock()
@@ -658,21 +658,39 @@ class ShmBackend : public c10d::Backend {
         }
     }
 
-    // What every rank's call must agree on, as one number; every rank
-    // reduces it, negated too, with MAX: a rank whose call differs (another
-    // size, dtype, op or collective) is refused on every rank, as gloo
-    // refuses one, never left with partial results.  A few hundred
-    // nanoseconds (the library's inline all-reduce of 16 bytes).
+    // What every rank's call must agree on, as one number, checked by one
+    // all-reduce on every rank: a rank whose call differs (another size,
+    // dtype, op or collective) is refused on every rank, as gloo refuses
+    // one, never left with partial results.
     static uint64_t signature(const at::Tensor &t, st_dtype type, st_reduce_op op)
     {
         return ((uint64_t)t.numel() << 8) | ((uint64_t)type << 4) | (uint64_t)op;
     }
+    // The number as 16 nibbles b and their squares, summed over the ranks
+    // in fp32 (exact: each sum is at most 225 x world): the sum of
+    // (c - b)^2 over the ranks' nibbles c, S2 - 2 b S1 + world b^2, is 0 on
+    // every rank exactly when every rank's b is the same.  fp32 sums take
+    // the library's inline all-reduce (one synchronisation, 128 bytes),
+    // where a 64-bit MAX took its general path (three, and the segment's
+    // staging).
     void agree(uint64_t sig, const char *what)
     {
-        int64_t both[2] = {(int64_t)sig, -(int64_t)sig};
-        check(st_allreduce(g_, both, 2, ST_DTYPE_I64, ST_DTYPE_I64, ST_MAX), what);
+        constexpr int kNibbles = 16;
+        float sums[2 * kNibbles];
+        for (int k = 0; k < kNibbles; k++) {
+            const float b = (float)((sig >> (4 * k)) & 15);
+            sums[k] = b;
+            sums[kNibbles + k] = b * b;
+        }
+        check(st_allreduce(g_, sums, 2 * kNibbles, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM), what);
         counters_.signature_checks++;
-        if (both[0] != (int64_t)sig || -both[1] != (int64_t)sig)
+        const float world = (float)getSize();
+        bool differ = false;
+        for (int k = 0; k < kNibbles; k++) {
+            const float b = (float)((sig >> (4 * k)) & 15);
+            differ |= sums[kNibbles + k] - 2 * b * sums[k] + world * b * b != 0.0f;
+        }
+        if (differ)
             C10_THROW_ERROR(DistBackendError,
                             std::string("shm backend: ") + what + ": the ranks' calls differ (count, dtype or op): "
                             "rank " + std::to_string(getRank()) + " called it with " + std::to_string(sig >> 8) +
@@ -692,7 +710,7 @@ class ShmBackend : public c10d::Backend {
         Slot &s = slots_[(size_t)index];
         s = Slot{};
         s.bytes = bytes;
-        if (at + need <= region_bytes_ / 2) {  // half the region: the other half stays the plain path's scratch
+        if (at + need <= region_bytes_) {
             s.offset[0] = at;
             s.offset[1] = at + need / 2;
         }
@@ -726,7 +744,7 @@ class ShmBackend : public c10d::Backend {
         return enqueue(type, tensors, [this, tensors, op, what]() mutable {
             for (auto &t : tensors) {
                 at::Tensor d = dense(t);
-                reduce_in_region(d, op, what);
+                reduce_plain(d, op, what);
                 give_back(t, d);
             }
         });
@@ -734,36 +752,22 @@ class ShmBackend : public c10d::Backend {
     c10::intrusive_ptr<ShmWork> reduce_all_one(at::Tensor t, st_reduce_op op, OpType type, const char *what)
     {
         return enqueue_job(type, Tensors{t}, [this, t, op, what]() mutable {
-            reduce_in_region(t, op, what);
+            reduce_plain(t, op, what);
             return Tensors{t};
         });
     }
 
-    // t (contiguous) through the region's scratch, in pieces of it: copied
-    // in, reduced on the zero-copy path, copied back.  Without a region,
-    // the library's staged path on t itself.
-    void reduce_in_region(at::Tensor &t, st_reduce_op op, const char *what)
+    // t (contiguous) on the library's staged path: a copy of t through the
+    // region would add a full copy in and out to the zero-copy sum (6.5 n e
+    // a rank at 2 ranks against the staged ring's 4.5; 1.4-2.7x the time on
+    // a Zen 4 guest, docs/benchmarks.md 0zd).
+    void reduce_plain(at::Tensor &t, st_reduce_op op, const char *what)
     {
         const st_dtype type = dtype_of(t, what);
         agree(signature(t, type, op), what);
-        const size_t esize = (size_t)t.element_size(), n = (size_t)t.numel();
-        const size_t scratch = region_bytes_ > slots_end() ? (region_bytes_ - slots_end()) / esize * esize : 0;
-        char *data = (char *)t.data_ptr();
-        if (scratch < esize || n * esize <= 2048) {  // small: the inline path copies no more
-            check(st_allreduce(g_, data, n, type, type, op), what);
-            return;
-        }
-        char *room = region_ + slots_end();
-        for (size_t done = 0; done < n;) {
-            const size_t m = std::min(n - done, scratch / esize);
-            std::memcpy(room, data + done * esize, m * esize);
-            check(st_allreduce(g_, room, m, type, type, op), what);
-            std::memcpy(data + done * esize, room, m * esize);
-            counters_.bytes_staged += m * esize;
-            done += m;
-        }
+        check(st_allreduce(g_, t.data_ptr(), (size_t)t.numel(), type, type, op), what);
+        counters_.bytes_staged += (size_t)t.nbytes();
     }
-    size_t slots_end() const { return region_bytes_ / 2; }
 
     void check_gather(const char *what, const at::Tensor &output, const at::Tensor &input)
     {
@@ -843,7 +847,11 @@ static c10::intrusive_ptr<c10d::Work> hook_allreduce(const c10::intrusive_ptr<c1
 static std::map<std::string, uint64_t> counters(const c10::intrusive_ptr<c10d::Backend> &backend)
 {
     auto &c = shm_of(backend, "counters")->counters();
-    return {{"calls", c.calls}, {"inline_calls", c.inline_calls}, {"in_flight", shm_of(backend, "counters")->in_flight()},
+    st_coll_counters lib{};
+    st_group_counters(shm_of(backend, "counters")->group(), &lib);
+    return {{"coll_bytes_read", lib.bytes_read}, {"coll_bytes_written", lib.bytes_written},
+            {"coll_peer_bytes_read", lib.peer_bytes_read}, {"coll_syncs", lib.syncs},
+            {"calls", c.calls}, {"inline_calls", c.inline_calls}, {"in_flight", shm_of(backend, "counters")->in_flight()},
             {"bytes_staged", c.bytes_staged}, {"hook_buckets", c.hook_buckets},
             {"hook_bytes_in", c.hook_bytes_in}, {"hook_fallbacks", c.hook_fallbacks},
             {"in_flight_max", c.in_flight_max}, {"signature_checks", c.signature_checks},

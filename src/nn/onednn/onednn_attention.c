@@ -109,13 +109,25 @@ static st_status fp32_bwd(const struct head_job *j, long b, long h, float *p)
     return ST_OK;
 }
 
+/* A kernel's scratch, then from the next cache line a widening area of
+ * 7 t hs floats: a head's Q, K and V side by side (3 hs floats a row), its
+ * dY, then its results (up to 3 hs a row) as dense fp32. */
+static size_t with_wide_area(size_t kernel_bytes, long t, long hs)
+{
+    return (kernel_bytes + 63) / 64 * 64 + (size_t)(7 * t * hs) * 4;
+}
+
+static float *wide_area(float *scratch, size_t kernel_bytes)
+{
+    return scratch + (kernel_bytes + 63) / 64 * 16;
+}
+
 /* The dot products read and write fp32 rows: a head's bf16 rows are
- * widened into the thread's scratch first (its Q, K and V side by side,
- * 3 hs floats a row) and its bf16 results narrowed from there, a head's
- * rows at a time while they are in cache. */
+ * widened into the thread's scratch first and its bf16 results narrowed
+ * from there, a head's rows at a time while they are in cache. */
 static size_t dot_scratch(const struct xnode *x, long t, long hs)
 {
-    return (void)x, (causal_bf16_scratch_bytes(t, hs) + 63) / 64 * 64 + (size_t)(7 * t * hs) * 4;
+    return (void)x, with_wide_area(causal_bf16_scratch_bytes(t, hs), t, hs);
 }
 
 /* parts column blocks of a head's rows (c apart) <-> dense [t, parts * hs] fp32. */
@@ -136,16 +148,10 @@ static void narrow(dn_rows r, const float *dense, long c, long t, long hs, int p
                               (size_t)hs);
 }
 
-/* The widening area past the kernel's scratch: qkv, then dy, then the result. */
-static float *wide_area(const struct head_job *j, float *scratch)
-{
-    return scratch + (causal_bf16_scratch_bytes(j->t, j->hs) + 63) / 64 * 16;
-}
-
 static st_status dot_fwd(const struct head_job *j, long b, long h, float *scratch)
 {
     const long t = j->t, c = j->c, hs = j->hs;
-    float *wide = wide_area(j, scratch), *y32 = wide + 4 * t * hs;
+    float *wide = wide_area(scratch, causal_bf16_scratch_bytes(t, hs)), *y32 = wide + 4 * t * hs;
     const dn_rows qkv = head_of(j, j->qkv, b, h), y = head_of(j, j->out, b, h);
     const float *q = widened(wide, qkv, c, t, hs, 3);
     const bool y_narrow = y.type == ST_DTYPE_BF16, qkv_narrow = qkv.type == ST_DTYPE_BF16;
@@ -157,7 +163,7 @@ static st_status dot_fwd(const struct head_job *j, long b, long h, float *scratc
 static st_status dot_bwd(const struct head_job *j, long b, long h, float *scratch)
 {
     const long t = j->t, c = j->c, hs = j->hs;
-    float *wide = wide_area(j, scratch), *dq32 = wide + 4 * t * hs;
+    float *wide = wide_area(scratch, causal_bf16_scratch_bytes(t, hs)), *dq32 = wide + 4 * t * hs;
     const dn_rows qkv = head_of(j, j->qkv, b, h), dy = head_of(j, j->dy, b, h), dq = head_of(j, j->out, b, h);
     const float *q = widened(wide, qkv, c, t, hs, 3), *g = widened(wide + 3 * t * hs, dy, c, t, hs, 1);
     const bool dq_narrow = dq.type == ST_DTYPE_BF16, dy_narrow = dy.type == ST_DTYPE_BF16,
@@ -221,12 +227,7 @@ static st_status small_bwd(const struct head_job *j, long b, long h, float *scra
  * writes its results there to be narrowed. */
 static size_t small_bf16_scratch(const struct xnode *x, long t, long hs)
 {
-    return (void)x, (causal_small_scratch_bytes(t, hs) + 63) / 64 * 64 + (size_t)(7 * t * hs) * 4;
-}
-
-static float *small_wide_area(const struct head_job *j, float *scratch)
-{
-    return scratch + (causal_small_scratch_bytes(j->t, j->hs) + 63) / 64 * 16;
+    return (void)x, with_wide_area(causal_small_scratch_bytes(t, hs), t, hs);
 }
 
 /* A head's rows as bf16 values in dense [t, parts * hs] fp32. */
@@ -256,7 +257,7 @@ static void store(dn_rows r, const float *dense, long c, long t, long hs, int pa
 static st_status small_bf16_fwd(const struct head_job *j, long b, long h, float *scratch)
 {
     const long t = j->t, c = j->c, hs = j->hs;
-    float *wide = small_wide_area(j, scratch), *y32 = wide + 4 * t * hs;
+    float *wide = wide_area(scratch, causal_small_scratch_bytes(t, hs)), *y32 = wide + 4 * t * hs;
     const float *q = bf16_values(wide, head_of(j, j->qkv, b, h), c, t, hs, 3);
     causal_small_forward(y32, hs, q, q + hs, q + 2 * hs, 3 * hs, t, hs, stats_of(j, b, h), scratch,
                          CAUSAL_SMALL_BF16);
@@ -267,7 +268,7 @@ static st_status small_bf16_fwd(const struct head_job *j, long b, long h, float 
 static st_status small_bf16_bwd(const struct head_job *j, long b, long h, float *scratch)
 {
     const long t = j->t, c = j->c, hs = j->hs;
-    float *wide = small_wide_area(j, scratch), *dq32 = wide + 4 * t * hs;
+    float *wide = wide_area(scratch, causal_small_scratch_bytes(t, hs)), *dq32 = wide + 4 * t * hs;
     const float *q = bf16_values(wide, head_of(j, j->qkv, b, h), c, t, hs, 3);
     const float *g = bf16_values(wide + 3 * t * hs, head_of(j, j->dy, b, h), c, t, hs, 1);
     causal_small_backward(dq32, dq32 + hs, dq32 + 2 * hs, 3 * hs, g, hs, q, q + hs, q + 2 * hs, 3 * hs, t, hs,
