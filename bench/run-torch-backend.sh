@@ -10,7 +10,8 @@
 #     the fortunes (bench/torch_gpt.py, batch 12), over gloo and over shm:
 #     samples/s (the median of each run's per-interval rates after the first)
 #     and the all-reduce's time in flight over training time (bench/torch_comm.py's
-#     hook; gloo's overlaps backward, shm's is time backward waited)
+#     hook; both overlap backward), the part backward waited for at its end, and
+#     over shm the part of that spent waiting for a slower rank
 #
 #   bench/run-torch-backend.sh [BUILD_DIR] [ROUNDS] [STEPS] [RANKS] [MAX]
 # defaults: build 3 60 2 64M.  The peer's Python: bench/peer.sh; the backend
@@ -41,13 +42,14 @@ ddp() { # model backend -> "samples/s share"
   rm -f "$tmp/m.jsonl"
   "$build/shmrun" -n "$ranks" -c 1 --quiet --log-dir "$tmp/logs" -- "${peer[@]}" "${args[@]}" --backend "$2" \
     --max-steps "$steps" --log-every "$log" --metrics "$tmp/m.jsonl" > /dev/null 2> "$tmp/err" ||
-    { tail -3 "$tmp/err" >&2; echo "nan nan nan"; return; }
+    { tail -3 "$tmp/err" >&2; echo "nan nan nan nan"; return; }
   grep '"type":"train"' "$tmp/m.jsonl" | tail -n +2 | "${peer[@]}" -c '
 import json, statistics, sys
 r = [json.loads(l) for l in sys.stdin]
 ar, comp = sum(x["allreduce_s"] for x in r), sum(x["compute_s"] for x in r)
 exposed = sum(x.get("wait_s", 0) for x in r)
-print(statistics.median(x["samples_per_s"] for x in r), ar / (ar + comp), exposed / (ar + comp))'
+peer = sum(x.get("peer_wait_s", 0) for x in r)
+print(statistics.median(x["samples_per_s"] for x in r), ar / (ar + comp), exposed / (ar + comp), peer / (ar + comp))'
 }
 for r in $(seq 1 "$rounds"); do
   for m in resnet gpt-mini; do for b in gloo shm; do
@@ -57,15 +59,16 @@ done
 echo
 echo "## DDP, $ranks x 1 cores, $steps steps, $rounds rounds"
 echo
-echo "| model | gloo samples/s | shm samples/s | shm / gloo | in flight, gloo | in flight, shm | exposed, gloo | exposed, shm |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "| model | gloo samples/s | shm samples/s | shm / gloo | in flight, gloo | in flight, shm | exposed, gloo | exposed, shm | of it waiting for the peer, shm |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 median_of() { awk -v m="$1" -v b="$2" -v c="$3" '$1==m && $2==b {print $c}' "$tmp/ddp.txt" | median; }
 for m in resnet gpt-mini; do
   awk -v m=$m -v g="$(median_of $m gloo 3)" -v s="$(median_of $m shm 3)" -v gs="$(median_of $m gloo 4)" -v ss="$(median_of $m shm 4)" \
-      -v ge="$(median_of $m gloo 5)" -v se="$(median_of $m shm 5)" \
-    'BEGIN {printf "| %s | %.1f | %.1f | %.2fx | %.1f%% | %.1f%% | %.2f%% | %.2f%% |\n", m, g, s, s / g, 100 * gs,
-            100 * ss, 100 * ge, 100 * se}'
+      -v ge="$(median_of $m gloo 5)" -v se="$(median_of $m shm 5)" -v sp="$(median_of $m shm 6)" \
+    'BEGIN {printf "| %s | %.1f | %.1f | %.2fx | %.1f%% | %.1f%% | %.2f%% | %.2f%% | %.2f%% |\n", m, g, s, s / g, 100 * gs,
+            100 * ss, 100 * ge, 100 * se, 100 * sp}'
 done
 echo
 echo "in flight: the all-reduces' time in flight over the step's (it overlaps backward on both backends);"
-echo "exposed: what backward waited for after its last bucket's call (the exchange's exposed share)"
+echo "exposed: what backward waited for after its last bucket's call (the exchange's exposed share);"
+echo "of it waiting for the peer: the part the library spent blocked on a slower rank (shm's counters)"

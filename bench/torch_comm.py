@@ -8,7 +8,8 @@ the segment once, the result read there; SHMTRAIN_TORCH_HOOK=0: the plain
 all_reduce instead).  Both backends' calls are asynchronous, so the time in
 flight overlaps the rest of backward; what backward waited for at its end
 (from the last bucket's call to backward's return) is InFlight.exposed:
-the exchange's exposed share of the step.
+the exchange's exposed share of the step; over shm, InFlight.exposed_peer_wait
+is the part of it the library spent waiting for a slower rank.
 """
 import os
 import time
@@ -16,12 +17,26 @@ import time
 import torch.distributed as dist
 
 
+def _peer_wait_s():
+    """Over shm, the library's seconds blocked waiting for peers so far
+    (shmtrain_torch.counters()["wait_ns"], as of the last call's end);
+    None over gloo, which has no such count."""
+    if dist.get_backend() != "shm":
+        return None
+    import shmtrain_torch
+    return shmtrain_torch.counters()["wait_ns"] * 1e-9
+
+
 class InFlight:
     """Seconds DDP's all-reduces were in flight, summed over buckets; the
-    part of them backward waited for at its end."""
+    part of them backward waited for at its end, and of that part, over shm,
+    what the library spent waiting for the other ranks (a slower peer's
+    backward, not the exchange's own work)."""
     seconds = 0.0
     exposed = 0.0
+    exposed_peer_wait = 0.0
     last_call = None
+    wait_at_call = None
 
     @classmethod
     def after_backward(cls):
@@ -29,6 +44,8 @@ class InFlight:
         if cls.last_call is not None:
             cls.exposed += time.perf_counter() - cls.last_call
             cls.last_call = None
+            if cls.wait_at_call is not None:
+                cls.exposed_peer_wait += _peer_wait_s() - cls.wait_at_call
 
 
 def _plain(state, bucket):
@@ -52,6 +69,7 @@ def timed_allreduce_hook(state, bucket):
         _hook = _choose()
     t0 = time.perf_counter()
     InFlight.last_call = t0
+    InFlight.wait_at_call = _peer_wait_s()
     fut = _hook(state, bucket)
 
     def done(f):

@@ -268,7 +268,7 @@ def main():
 
     step, done, train_s = 0, False, 0.0
     compute = loss_sum = correct = 0.0
-    interval_steps, hook.seconds, hook.exposed = 0, 0.0, 0.0
+    interval_steps, hook.seconds, hook.exposed, hook.exposed_peer_wait = 0, 0.0, 0.0, 0.0
     interval_start = time.perf_counter()
     train_start = interval_start
     last_eval = -1
@@ -303,12 +303,13 @@ def main():
                      loss=round(loss_sum / interval_steps, 6), accuracy=round(correct / interval_steps, 5),
                      lr=opt.param_groups[0]["lr"], samples_per_s=round(interval_steps * world * a.batch_size * a.grad_accum / span, 1),
                      time_s=round(time.perf_counter() - start, 3), compute_s=round(compute - hook.seconds, 4),
-                     allreduce_s=round(hook.seconds, 4), wait_s=round(hook.exposed, 4))
+                     allreduce_s=round(hook.seconds, 4), wait_s=round(hook.exposed, 4),
+                     peer_wait_s=round(hook.exposed_peer_wait, 4))
                 if rank == 0 and not a.quiet:
                     print(f"step {step}/{total} loss {loss_sum / interval_steps:.4f} "
                           f"{interval_steps * world * a.batch_size * a.grad_accum / span:.0f} samples/s", flush=True)
                 compute = loss_sum = correct = 0.0
-                interval_steps, hook.seconds, hook.exposed = 0, 0.0, 0.0
+                interval_steps, hook.seconds, hook.exposed, hook.exposed_peer_wait = 0, 0.0, 0.0, 0.0
                 interval_start = time.perf_counter()
             if a.eval_every and step % a.eval_every == 0:
                 interval_start += evaluate(step, epoch)

@@ -326,7 +326,7 @@ def main():
     for k in range(a.warm_steps):
         step(k)
     t0 = time.perf_counter()
-    InFlight.seconds = InFlight.exposed = 0.0
+    InFlight.seconds = InFlight.exposed = InFlight.exposed_peer_wait = 0.0
     eval_s, last_log, loss_sum, acc_sum, since = 0.0, t0, 0.0, 0.0, 0
     last_loss, last_acc, best_acc, done = float("nan"), 0.0, 0.0, 0
 
@@ -357,9 +357,10 @@ def main():
                   "loss": round(loss_sum / since, 6), "accuracy": round(acc_sum / since, 5),
                   "lr": lr_at(a, k, total), "samples_per_s": round(sps, 1), "tokens_per_s": round(sps * t, 1),
                   "time_s": round(now - start, 3), "compute_s": round(now - last_log - InFlight.seconds, 4),
-                  "allreduce_s": round(InFlight.seconds, 4), "wait_s": round(InFlight.exposed, 4)})
+                  "allreduce_s": round(InFlight.seconds, 4), "wait_s": round(InFlight.exposed, 4),
+                  "peer_wait_s": round(InFlight.exposed_peer_wait, 4)})
             last_log, loss_sum, acc_sum, since = now, 0.0, 0.0, 0
-            InFlight.seconds = InFlight.exposed = 0.0
+            InFlight.seconds = InFlight.exposed = InFlight.exposed_peer_wait = 0.0
         if a.eval_every and done % a.eval_every == 0:
             run_eval(done)
             if a.target_loss > 0 and last_loss <= a.target_loss:
