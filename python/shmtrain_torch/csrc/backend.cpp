@@ -2,9 +2,8 @@
 // over libshmtrain-coll (include/shmtrain/coll.h), which does the work.
 //
 // Calls are asynchronous, as gloo's are: each returns a Work at once and a
-// progress thread of the group runs the calls in order (the library's group
-// is used by that thread alone), so DDP's buckets are exchanged while
-// backward goes on.  A Work completes (its future too) when its call has;
+// progress thread of the group runs the calls in order (call_queue.h), so
+// DDP's buckets are exchanged while backward goes on.  A Work completes (its future too) when its call has;
 // a failure (a dead peer: DistBackendError) is raised from wait() and from
 // the future.  Arguments are checked in the caller's thread, so a refusal
 // (another device, a dtype or op the library does not do) is raised by the
@@ -32,125 +31,24 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <ATen/Parallel.h>
 
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <functional>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
-#include <thread>
 #include <unistd.h>
 
+#include "call_queue.h"
+#include "tensors.h"
+
 extern "C" {
-#include "shmtrain/coll.h"
 #include "shmtrain/env.h"
 #include "shmtrain/status.h"
 }
 
 namespace shmtrain {
-
-using c10d::OpType;
-using Tensors = std::vector<at::Tensor>;
-
-// A call of the group: pending until the progress thread has run it.
-class ShmWork : public c10d::Work {
-  public:
-    ShmWork(OpType op, Tensors result, uint64_t seq)
-        : c10d::Work(-1, op), result_(std::move(result)), seq_(seq),
-          future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get())))
-    {
-    }
-    // The progress thread: the future first (DDP's callbacks run on it), then waiters.
-    void complete(std::exception_ptr error, Tensors value)
-    {
-        if (error)
-            future_->setError(error);
-        else
-            future_->markCompleted(c10::IValue(value.empty() ? result_ : value));
-        finish(error);
-    }
-    std::vector<at::Tensor> result() override { return result_; }
-    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-    uint64_t getSequencenumber() const override { return seq_; }
-
-  private:
-    Tensors result_;
-    uint64_t seq_;
-    c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
-
-static void check(st_status st, const char *what)
-{
-    if (st != ST_OK)
-        C10_THROW_ERROR(DistBackendError, std::string("shm backend: ") + what + ": " + st_last_error());
-}
-
-// The library's element type for a tensor's, or a refusal naming both.
-static st_dtype dtype_of(const at::Tensor &t, const char *what)
-{
-    switch (t.scalar_type()) {
-    case at::kFloat: return ST_DTYPE_F32;
-    case at::kBFloat16: return ST_DTYPE_BF16;
-    case at::kHalf: return ST_DTYPE_F16;
-    case at::kInt: return ST_DTYPE_I32;
-    case at::kLong: return ST_DTYPE_I64;
-    case at::kDouble: return ST_DTYPE_F64;
-    default:
-        TORCH_CHECK(false, "shm backend: ", what, " of ", t.scalar_type(),
-                    " is not supported (float32, float64, bfloat16, float16, int32, int64)");
-    }
-}
-
-static const char *op_name(const c10d::ReduceOp &op)
-{
-    switch (op.op_) {
-    case c10d::ReduceOp::SUM: return "SUM";
-    case c10d::ReduceOp::AVG: return "AVG";
-    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
-    case c10d::ReduceOp::MIN: return "MIN";
-    case c10d::ReduceOp::MAX: return "MAX";
-    case c10d::ReduceOp::BAND: return "BAND";
-    case c10d::ReduceOp::BOR: return "BOR";
-    case c10d::ReduceOp::BXOR: return "BXOR";
-    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
-    default: return "an unknown op";
-    }
-}
-
-static st_reduce_op op_of(const c10d::ReduceOp &op, const char *what)
-{
-    switch (op.op_) {
-    case c10d::ReduceOp::SUM: return ST_SUM;
-    case c10d::ReduceOp::AVG: return ST_AVG;
-    case c10d::ReduceOp::MAX: return ST_MAX;
-    case c10d::ReduceOp::MIN: return ST_MIN;
-    default:
-        TORCH_CHECK(false, "shm backend: ", what, " with reduce op ", op_name(op),
-                    " is not supported (SUM, AVG, MAX, MIN)");
-    }
-}
-
-static void check_cpu(const at::Tensor &t, const char *what)
-{
-    TORCH_CHECK(t.device().is_cpu(), "shm backend: ", what, " of a tensor on ", t.device(),
-                ": shared memory reaches CPU tensors only");
-}
-
-// A contiguous tensor to work on: t itself, or a copy written back after.
-static at::Tensor dense(const at::Tensor &t) { return t.is_contiguous() ? t : t.contiguous(); }
-
-static void give_back(at::Tensor &t, const at::Tensor &worked)
-{
-    if (!worked.is_same(t))
-        t.copy_(worked);
-}
 
 // The library's copies and sums on PyTorch's intra-op pool (the progress
 // thread's, set to the caller's thread count for each call).
@@ -174,14 +72,6 @@ static size_t env_mib(const char *name, size_t fallback)
     return v ? (size_t)std::strtoull(v, nullptr, 10) << 20 : fallback;
 }
 
-// What moved, counted (shmtrain_torch.counters): the structure of the
-// exchange on any machine, where a timing is the machine's.
-struct Counters {
-    std::atomic<uint64_t> calls{0}, inline_calls{0}, bytes_staged{0}, hook_buckets{0}, hook_bytes_in{0}, hook_fallbacks{0},
-        in_flight_max{0}, signature_checks{0}, kept_local{0}, progress_wakeups{0},
-        wait_ns{0};  // the library's time waiting for peers, as of the last call's end
-};
-
 class ShmBackend : public c10d::Backend {
   public:
     ShmBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, std::chrono::duration<float> timeout)
@@ -203,7 +93,7 @@ class ShmBackend : public c10d::Backend {
         cfg.threads = asked && std::atoi(asked) > 0 ? std::atoi(asked) : std::max(1, (int)(cpus > 0 ? cpus / size : 1));
         check(st_group_create(&g_, &cfg), "joining the group");
         region_ = (char *)st_group_buffer(g_, &region_bytes_);
-        progress_ = std::thread([this] { progress(); });
+        queue_.start(g_);
         std::lock_guard<std::mutex> lock(live_lock());
         live().insert(this);
     }
@@ -213,8 +103,7 @@ class ShmBackend : public c10d::Backend {
             std::lock_guard<std::mutex> lock(live_lock());
             live().erase(this);
         }
-        stop_progress();
-        finished_.clear();
+        queue_.stop();
         st_group_destroy(g_);
     }
 
@@ -228,15 +117,15 @@ class ShmBackend : public c10d::Backend {
     {
         std::lock_guard<std::mutex> lock(live_lock());
         for (ShmBackend *b : live())
-            b->stop_progress();
+            b->queue_.stop();
     }
 
     const std::string getBackendName() const override { return "shm"; }
 
     // TORCH_DISTRIBUTED_DEBUG=DETAIL checks every collective's fingerprint
     // across ranks by these: every rank counts its calls from 0 alike.
-    void setSequenceNumberForGroup() override { seq_ = 0; }
-    uint64_t getSequenceNumberForGroup() override { return seq_; }
+    void setSequenceNumberForGroup() override { queue_.reset_sequence(); }
+    uint64_t getSequenceNumberForGroup() override { return queue_.sequence(); }
 
     c10::intrusive_ptr<c10d::Work> allreduce(Tensors &tensors, const c10d::AllreduceOptions &opts) override
     {
@@ -446,7 +335,7 @@ class ShmBackend : public c10d::Backend {
         const double scale = 1.0 / getSize();
         if (!slot.defined()) {
             counters_.hook_fallbacks++;
-            return enqueue_job(OpType::ALLREDUCE, Tensors{bucket}, [this, bucket, scale, type]() mutable {
+            return queue_.enqueue(OpType::ALLREDUCE, Tensors{bucket}, [this, bucket, scale, type]() mutable {
                 bucket.mul_(scale);
                 agree(signature(bucket, type, ST_SUM), "DDP's comm hook");
                 check(st_allreduce(g_, bucket.data_ptr(), (size_t)bucket.numel(), type, type, ST_SUM),
@@ -455,7 +344,7 @@ class ShmBackend : public c10d::Backend {
             }, false);
         }
         counters_.hook_bytes_in += bytes;
-        return enqueue_job(OpType::ALLREDUCE, Tensors{bucket}, [this, bucket, slot, scale, type]() mutable {
+        return queue_.enqueue(OpType::ALLREDUCE, Tensors{bucket}, [this, bucket, slot, scale, type]() mutable {
             agree(signature(slot, type, ST_SUM), "DDP's comm hook");
             at::mul_out(slot, bucket, at::scalar_tensor(scale, at::kDouble));  // DDP's wrapped scalar
             check(st_allreduce(g_, slot.data_ptr(), (size_t)slot.numel(), type, type, ST_SUM), "DDP's comm hook");
@@ -474,7 +363,7 @@ class ShmBackend : public c10d::Backend {
 
     Counters &counters() { return counters_; }
     const st_group *group() const { return g_; }
-    size_t in_flight() const { return in_flight_; }
+    size_t in_flight() const { return queue_.in_flight(); }
 
     static c10::intrusive_ptr<c10d::Backend> create(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
                                                     const std::chrono::duration<float> &timeout)
@@ -483,12 +372,6 @@ class ShmBackend : public c10d::Backend {
     }
 
   private:
-    struct Job {
-        c10::intrusive_ptr<ShmWork> work;
-        std::function<Tensors()> run;
-        int threads;
-        Tensors value;
-    };
     struct Slot {
         size_t bytes = 0;
         size_t offset[2] = {SIZE_MAX, SIZE_MAX};
@@ -499,25 +382,11 @@ class ShmBackend : public c10d::Backend {
     std::string job_;
     char *region_ = nullptr;
     size_t region_bytes_ = 0;
-    std::thread progress_;
-    bool progress_gone_ = false;  // after stop_progress(): calls run in the caller's thread
     const bool independent_ = env_is_one(ST_ENV_INDEPENDENT);  // kept_local
-    std::mutex queue_lock_;
-    std::condition_variable queue_cv_;
-    std::deque<Job> queue_;
-    // Finished calls, let go of by a caller's thread (the next call's, or
-    // the destructor's): the last reference to a tensor Python knows may
-    // need the GIL to drop, which a thread of ours must not take while the
-    // interpreter shuts down (Python ends such a thread mid-frame).
-    std::vector<Job> finished_;
-    bool stopping_ = false;
-    bool running_ = false;  // a call is in the library (the progress thread's, or a caller's small one)
-    static constexpr size_t kInlineBytes = 256u << 10;
-    std::atomic<size_t> in_flight_{0};
-    std::atomic<uint64_t> seq_{0};
     std::mutex hook_lock_;
     std::vector<Slot> slots_;
     Counters counters_;
+    CallQueue queue_{counters_};
 
     static std::mutex &live_lock()
     {
@@ -530,34 +399,10 @@ class ShmBackend : public c10d::Backend {
         return s;
     }
 
-    // The queue run to its end, then the progress thread gone.
-    void stop_progress()
-    {
-        {
-            std::lock_guard<std::mutex> lock(queue_lock_);
-            stopping_ = true;
-        }
-        queue_cv_.notify_all();
-        if (progress_.joinable()) {
-            // A backend freed by a Python thread with calls in flight: a
-            // call's Python callback needs the GIL that thread holds.
-            // PyTorch 2.13 keeps the backend to the process's end (after
-            // destroy_process_group and gc.collect() too), so today only
-            // drain_all, GIL let go, gets here; a PyTorch that frees it
-            // sooner would hang without this.
-            std::optional<pybind11::gil_scoped_release> free;
-            if (Py_IsInitialized() && PyGILState_Check())
-                free.emplace();
-            progress_.join();
-        }
-        std::lock_guard<std::mutex> lock(queue_lock_);
-        progress_gone_ = true;
-    }
-
     // The caller's thread: a Work now, the call on the progress thread.
     c10::intrusive_ptr<c10d::Work> enqueue(OpType op, Tensors result, std::function<void()> run)
     {
-        return enqueue_job(op, std::move(result), [run]() {
+        return queue_.enqueue(op, std::move(result), [run]() {
             run();
             return Tensors{};
         });
@@ -574,88 +419,7 @@ class ShmBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> kept_local(Tensors tensors)
     {
         counters_.kept_local++;
-        return enqueue_job(OpType::ALLREDUCE, tensors, [tensors]() { return tensors; });
-    }
-
-    c10::intrusive_ptr<ShmWork> enqueue_job(OpType op, Tensors result, std::function<Tensors()> run,
-                                            bool may_inline = true)
-    {
-        size_t bytes = 0;
-        for (const auto &t : result)
-            bytes += (size_t)t.nbytes();
-        auto w = c10::make_intrusive<ShmWork>(op, std::move(result), ++seq_);
-        std::vector<Job> done;
-        std::unique_lock<std::mutex> lock(queue_lock_);
-        done.swap(finished_);
-        counters_.calls++;
-        if (progress_gone_)  // at exit: one caller at a time in the library
-            queue_cv_.wait(lock, [this] { return !running_; });
-        if ((may_inline && bytes <= kInlineBytes && queue_.empty() && !running_) || progress_gone_) {
-            running_ = true;
-            lock.unlock();
-            counters_.inline_calls++;
-            Job job{w, std::move(run), 0, {}};
-            run_job(job);
-            lock.lock();
-            running_ = false;
-            // Only a call queued meanwhile, or a caller at exit, waits for
-            // this: waking the idle progress thread on every small call
-            // switched this CPU to it and back: 4.5 -> 2.1 us a 4-byte call.
-            const bool waited_for = !queue_.empty() || progress_gone_;
-            lock.unlock();
-            if (waited_for)
-                queue_cv_.notify_one();
-            return w;
-        }
-        queue_.push_back(Job{w, std::move(run), at::get_num_threads(), {}});
-        lock.unlock();
-        const size_t n = ++in_flight_;
-        if (n > counters_.in_flight_max)
-            counters_.in_flight_max = n;
-        queue_cv_.notify_one();
-        return w;
-    }
-
-    // One call at a time (running_), so the group's wait clock is read by
-    // the thread that just moved it; the counter is what other threads read.
-    void run_job(Job &job)
-    {
-        std::exception_ptr error;
-        try {
-            job.value = job.run();
-        } catch (...) {
-            error = std::current_exception();
-        }
-        counters_.wait_ns = (uint64_t)(st_group_wait_seconds(g_) * 1e9);
-        job.work->complete(error, job.value);
-    }
-
-    // The progress thread: the calls in the order they came, each to its end.
-    void progress()
-    {
-        int threads = 0;
-        for (;;) {
-            Job job;
-            {
-                std::unique_lock<std::mutex> lock(queue_lock_);
-                while (!stopping_ && (queue_.empty() || running_)) {
-                    queue_cv_.wait(lock);
-                    counters_.progress_wakeups++;
-                }
-                if (queue_.empty())
-                    return;
-                job = std::move(queue_.front());
-                queue_.pop_front();
-                running_ = true;
-            }
-            if (job.threads != threads)  // the caller's intra-op threads, this thread's pool
-                at::set_num_threads(threads = job.threads);
-            run_job(job);
-            in_flight_--;
-            std::lock_guard<std::mutex> lock(queue_lock_);
-            running_ = false;
-            finished_.push_back(std::move(job));
-        }
+        return queue_.enqueue(OpType::ALLREDUCE, tensors, [tensors]() { return tensors; });
     }
 
     // What every rank's call must agree on, as one number, checked by one
@@ -751,7 +515,7 @@ class ShmBackend : public c10d::Backend {
     }
     c10::intrusive_ptr<ShmWork> reduce_all_one(at::Tensor t, st_reduce_op op, OpType type, const char *what)
     {
-        return enqueue_job(type, Tensors{t}, [this, t, op, what]() mutable {
+        return queue_.enqueue(type, Tensors{t}, [this, t, op, what]() mutable {
             reduce_plain(t, op, what);
             return Tensors{t};
         });
