@@ -31,19 +31,35 @@ static bool aliases_forward(const void *dst, const void *src)
 
 typedef float coll_f8 __attribute__((vector_size(32)));
 
+/* dst = (own + theirs) / div (div 1: the plain sum), first element first,
+ * or last element first (where own may be dst: coll_add_to_user's +=). */
 ST_CLONES_BY_EXTENSION
-static void add_backward(float *dst, const float *src, size_t n)
+static void add_out_forward(float *restrict dst, const float *restrict own, const float *restrict theirs, size_t n,
+                            float div)
+{
+    if (div == 1.0f)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = own[i] + theirs[i];
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = (own[i] + theirs[i]) / div;
+}
+
+ST_CLONES_BY_EXTENSION
+static void add_out_backward(float *dst, const float *own, const float *theirs, size_t n, float div)
 {
     size_t i = n;
     for (; i >= 8; i -= 8) {
         coll_f8 a, b;
-        memcpy(&a, dst + i - 8, sizeof a);
-        memcpy(&b, src + i - 8, sizeof b);
+        memcpy(&a, own + i - 8, sizeof a);
+        memcpy(&b, theirs + i - 8, sizeof b);
         a += b;
+        if (div != 1.0f)
+            a /= div;
         memcpy(dst + i - 8, &a, sizeof a);
     }
     while (i-- > 0)
-        dst[i] += src[i];
+        dst[i] = div != 1.0f ? (own[i] + theirs[i]) / div : own[i] + theirs[i];
 }
 
 ST_CLONES_BY_EXTENSION
@@ -72,38 +88,9 @@ void coll_copy_to_user(void *dst, const void *src, size_t bytes)
 void coll_add_to_user(float *dst, const float *src, size_t n)
 {
     if (aliases_forward(dst, src))
-        add_backward(dst, src, n);
+        add_out_backward(dst, dst, src, n, 1.0f);
     else
         coll_add_into(dst, src, n);
-}
-
-ST_CLONES_BY_EXTENSION
-static void add_out_forward(float *restrict dst, const float *restrict own, const float *restrict theirs, size_t n,
-                            float div)
-{
-    if (div == 1.0f)
-        for (size_t i = 0; i < n; i++)
-            dst[i] = own[i] + theirs[i];
-    else
-        for (size_t i = 0; i < n; i++)
-            dst[i] = (own[i] + theirs[i]) / div;
-}
-
-ST_CLONES_BY_EXTENSION
-static void add_out_backward(float *dst, const float *own, const float *theirs, size_t n, float div)
-{
-    size_t i = n;
-    for (; i >= 8; i -= 8) {
-        coll_f8 a, b;
-        memcpy(&a, own + i - 8, sizeof a);
-        memcpy(&b, theirs + i - 8, sizeof b);
-        a += b;
-        if (div != 1.0f)
-            a /= div;
-        memcpy(dst + i - 8, &a, sizeof a);
-    }
-    while (i-- > 0)
-        dst[i] = div != 1.0f ? (own[i] + theirs[i]) / div : own[i] + theirs[i];
 }
 
 /* dst (a segment array) = (own + theirs) / div, own a caller's buffer:
