@@ -34,13 +34,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
 #include <unistd.h>
 
+#include "agreement.h"
 #include "call_queue.h"
+#include "hook_slots.h"
 #include "tensors.h"
 
 extern "C" {
@@ -92,7 +95,9 @@ class ShmBackend : public c10d::Backend {
         const char *asked = st_env_text(ST_ENV_COLL_THREADS);
         cfg.threads = asked && std::atoi(asked) > 0 ? std::atoi(asked) : std::max(1, (int)(cpus > 0 ? cpus / size : 1));
         check(st_group_create(&g_, &cfg), "joining the group");
-        region_ = (char *)st_group_buffer(g_, &region_bytes_);
+        size_t region_bytes = 0;
+        char *region = (char *)st_group_buffer(g_, &region_bytes);
+        slots_ = std::make_unique<HookSlots>(region, region_bytes);
         queue_.start(g_);
         std::lock_guard<std::mutex> lock(live_lock());
         live().insert(this);
@@ -305,13 +310,11 @@ class ShmBackend : public c10d::Backend {
     }
 
     // DDP's comm hook: the bucket, scaled by 1 / world as DDP's own path
-    // scales each gradient, written into this rank's region in one pass,
-    // summed there, and the region's slot handed back as the result (DDP
-    // copies it into the gradients, as it would its bucket).  Two slots a
-    // bucket: a user's hook that keeps the step before's result (a future's
-    // value aliases the slot) finds it intact after this step's call; DDP
-    // itself copies each result out at once.  Where the buckets do not fit
-    // twice in the region: the bucket itself, reduced in place.
+    // scales each gradient, written into its slot of this rank's region in
+    // one pass, summed there, and the slot handed back as the result (DDP
+    // copies it into the gradients, as it would its bucket; hook_slots.h).
+    // Where the buckets do not fit twice in the region: the bucket itself,
+    // reduced in place.
     c10::intrusive_ptr<c10d::Work> hook_allreduce(at::Tensor bucket, int64_t index)
     {
         check_cpu(bucket, "DDP's comm hook");
@@ -319,18 +322,7 @@ class ShmBackend : public c10d::Backend {
             return kept_local(Tensors{bucket});
         const st_dtype type = dtype_of(bucket, "DDP's comm hook");
         TORCH_CHECK(bucket.is_contiguous() && index >= 0, "shm backend: DDP's bucket is not contiguous");
-        const size_t bytes = (size_t)bucket.nbytes();
-        at::Tensor slot;
-        {
-            std::lock_guard<std::mutex> lock(hook_lock_);
-            if ((size_t)index >= slots_.size())
-                slots_.resize((size_t)index + 1);
-            if (slots_[(size_t)index].bytes != bytes)  // a new layout (DDP rebuilds its buckets after step 1)
-                lay_out_slots(index, bytes);
-            Slot &s = slots_[(size_t)index];
-            if (s.offset[0] != SIZE_MAX)
-                slot = at::from_blob(region_ + s.offset[s.uses++ & 1], bucket.sizes(), bucket.options());
-        }
+        at::Tensor slot = slots_->take(bucket, index);
         counters_.hook_buckets++;
         const double scale = 1.0 / getSize();
         if (!slot.defined()) {
@@ -343,7 +335,7 @@ class ShmBackend : public c10d::Backend {
                 return Tensors{bucket};
             }, false);
         }
-        counters_.hook_bytes_in += bytes;
+        counters_.hook_bytes_in += (size_t)bucket.nbytes();
         return queue_.enqueue(OpType::ALLREDUCE, Tensors{bucket}, [this, bucket, slot, scale, type]() mutable {
             agree(signature(slot, type, ST_SUM), "DDP's comm hook");
             at::mul_out(slot, bucket, at::scalar_tensor(scale, at::kDouble));  // DDP's wrapped scalar
@@ -372,19 +364,10 @@ class ShmBackend : public c10d::Backend {
     }
 
   private:
-    struct Slot {
-        size_t bytes = 0;
-        size_t offset[2] = {SIZE_MAX, SIZE_MAX};
-        uint64_t uses = 0;
-    };
-
     st_group *g_ = nullptr;
     std::string job_;
-    char *region_ = nullptr;
-    size_t region_bytes_ = 0;
+    std::unique_ptr<HookSlots> slots_;  // in the group's region
     const bool independent_ = env_is_one(ST_ENV_INDEPENDENT);  // kept_local
-    std::mutex hook_lock_;
-    std::vector<Slot> slots_;
     Counters counters_;
     CallQueue queue_{counters_};
 
@@ -422,62 +405,21 @@ class ShmBackend : public c10d::Backend {
         return queue_.enqueue(OpType::ALLREDUCE, tensors, [tensors]() { return tensors; });
     }
 
-    // What every rank's call must agree on, as one number, checked by one
-    // all-reduce on every rank: a rank whose call differs (another size,
-    // dtype, op or collective) is refused on every rank, as gloo refuses
-    // one, never left with partial results.
+    // The ranks' agreement on this call (agreement.h), refused on every
+    // rank by name where any rank's differs.
     static uint64_t signature(const at::Tensor &t, st_dtype type, st_reduce_op op)
     {
-        return ((uint64_t)t.numel() << 8) | ((uint64_t)type << 4) | (uint64_t)op;
+        return call_signature(t, type, op);
     }
-    // The number as 16 nibbles b and their squares, summed over the ranks
-    // in fp32 (exact: each sum is at most 225 x world): the sum of
-    // (c - b)^2 over the ranks' nibbles c, S2 - 2 b S1 + world b^2, is 0 on
-    // every rank exactly when every rank's b is the same.  fp32 sums take
-    // the library's inline all-reduce (one synchronisation, 128 bytes),
-    // where a 64-bit MAX took its general path (three, and the segment's
-    // staging).
     void agree(uint64_t sig, const char *what)
     {
-        constexpr int kNibbles = 16;
-        float sums[2 * kNibbles];
-        for (int k = 0; k < kNibbles; k++) {
-            const float b = (float)((sig >> (4 * k)) & 15);
-            sums[k] = b;
-            sums[kNibbles + k] = b * b;
-        }
-        check(st_allreduce(g_, sums, 2 * kNibbles, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM), what);
+        const bool same = ranks_agree(g_, getSize(), sig, what);
         counters_.signature_checks++;
-        const float world = (float)getSize();
-        bool differ = false;
-        for (int k = 0; k < kNibbles; k++) {
-            const float b = (float)((sig >> (4 * k)) & 15);
-            differ |= sums[kNibbles + k] - 2 * b * sums[k] + world * b * b != 0.0f;
-        }
-        if (differ)
+        if (!same)
             C10_THROW_ERROR(DistBackendError,
                             std::string("shm backend: ") + what + ": the ranks' calls differ (count, dtype or op): "
                             "rank " + std::to_string(getRank()) + " called it with " + std::to_string(sig >> 8) +
                             " elements; every rank must make the same call");
-    }
-
-    // The slots of bucket `index`, after those before it: both parities' in
-    // the region, or none (SIZE_MAX) where they do not fit.  Every rank
-    // sees the same buckets in the same order, so every rank lays them out
-    // alike (the library reads a peer's slot at this rank's offset).
-    void lay_out_slots(int64_t index, size_t bytes)
-    {
-        size_t at = 0;
-        for (int64_t k = 0; k < index; k++)
-            at += 2 * ((slots_[(size_t)k].bytes + 63) / 64 * 64);
-        const size_t need = 2 * ((bytes + 63) / 64 * 64);
-        Slot &s = slots_[(size_t)index];
-        s = Slot{};
-        s.bytes = bytes;
-        if (at + need <= region_bytes_) {
-            s.offset[0] = at;
-            s.offset[1] = at + need / 2;
-        }
     }
 
     // Rank 0 names the job's segments under this incarnation's number (a
