@@ -11,10 +11,12 @@
 #     samples/s (the median of each run's per-interval rates after the first)
 #     and the all-reduce's time in flight over training time (bench/torch_comm.py's
 #     hook; both overlap backward), the part backward waited for at its end, and
-#     over shm the part of that spent waiting for a slower rank
+#     over shm the part of that spent waiting for a slower rank; BUCKETS="default 1"
+#     runs each model at each DDP bucket_cap_mb (default: DDP's own, a 1 MiB first
+#     bucket then 25 MiB), a row each
 #
-#   bench/run-torch-backend.sh [BUILD_DIR] [ROUNDS] [STEPS] [RANKS] [MAX]
-# defaults: build 3 60 2 64M.  The peer's Python: bench/peer.sh; the backend
+#   [ALLREDUCE=0] [BUCKETS=...] bench/run-torch-backend.sh [BUILD_DIR] [ROUNDS] [STEPS] [RANKS] [MAX]
+# defaults: build 3 60 2 64M; ALLREDUCE=0 skips part 1.  The peer's Python: bench/peer.sh; the backend
 # is the one the build put in BUILD_DIR/python (make, with PyTorch installed).
 set -euo pipefail
 build=${1:-build}; rounds=${2:-3}; steps=${3:-60}; ranks=${4:-2}; max=${5:-64M}
@@ -26,19 +28,23 @@ export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
   { echo "run-torch-backend.sh: no shmtrain_torch in $build/python (build with PyTorch installed)" >&2; exit 2; }
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
-echo "## all_reduce, $ranks ranks"
-ROUNDS=$rounds PEERS="gloo torch-shm" "$here/run-allreduce.sh" "$build" "$ranks" --max "$max"
+buckets=${BUCKETS:-default}
+if [ "${ALLREDUCE:-1}" != 0 ]; then
+  echo "## all_reduce, $ranks ranks"
+  ROUNDS=$rounds PEERS="gloo torch-shm" "$here/run-allreduce.sh" "$build" "$ranks" --max "$max"
+fi
 
 "$here/fake-cifar.sh" "$tmp/cifar" 1000
 text=${TEXT:-/usr/share/games/fortunes}
 log=$((steps / 6 > 0 ? steps / 6 : 1))
-ddp() { # model backend -> "samples/s share"
+ddp() { # model backend bucket_mb -> "samples/s share"
   local args
   if [ "$1" = resnet ]; then
     args=("$here/torch_ddp.py" --model resnet --cifar "$tmp/cifar" --batch-size 32 --test-subset 64 --epochs 100)
   else
     args=("$here/torch_gpt.py" --model gpt-mini --text "$text" --batch-size 12 --eval-windows 1)
   fi
+  [ "$3" = default ] || args+=(--bucket-cap-mb "$3")
   rm -f "$tmp/m.jsonl"
   "$build/shmrun" -n "$ranks" -c 1 --quiet --log-dir "$tmp/logs" -- "${peer[@]}" "${args[@]}" --backend "$2" \
     --max-steps "$steps" --log-every "$log" --metrics "$tmp/m.jsonl" > /dev/null 2> "$tmp/err" ||
@@ -52,17 +58,17 @@ peer = sum(x.get("peer_wait_s", 0) for x in r)
 print(statistics.median(x["samples_per_s"] for x in r), ar / (ar + comp), exposed / (ar + comp), peer / (ar + comp))'
 }
 for r in $(seq 1 "$rounds"); do
-  for m in resnet gpt-mini; do for b in gloo shm; do
-    echo "$m $b $(ddp $m $b)" >> "$tmp/ddp.txt"
-  done; done
+  for m in resnet gpt-mini; do for c in $buckets; do for b in gloo shm; do
+    echo "$m/$c $b $(ddp $m $b $c)" >> "$tmp/ddp.txt"
+  done; done; done
 done
 echo
 echo "## DDP, $ranks x 1 cores, $steps steps, $rounds rounds"
 echo
-echo "| model | gloo samples/s | shm samples/s | shm / gloo | in flight, gloo | in flight, shm | exposed, gloo | exposed, shm | of it waiting for the peer, shm |"
+echo "| model / DDP bucket MB | gloo samples/s | shm samples/s | shm / gloo | in flight, gloo | in flight, shm | exposed, gloo | exposed, shm | of it waiting for the peer, shm |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 median_of() { awk -v m="$1" -v b="$2" -v c="$3" '$1==m && $2==b {print $c}' "$tmp/ddp.txt" | median; }
-for m in resnet gpt-mini; do
+for m in $(for x in resnet gpt-mini; do for c in $buckets; do echo "$x/$c"; done; done); do
   awk -v m=$m -v g="$(median_of $m gloo 3)" -v s="$(median_of $m shm 3)" -v gs="$(median_of $m gloo 4)" -v ss="$(median_of $m shm 4)" \
       -v ge="$(median_of $m gloo 5)" -v se="$(median_of $m shm 5)" -v sp="$(median_of $m shm 6)" \
     'BEGIN {printf "| %s | %.1f | %.1f | %.2fx | %.1f%% | %.1f%% | %.2f%% | %.2f%% | %.2f%% |\n", m, g, s, s / g, 100 * gs,

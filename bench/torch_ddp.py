@@ -122,6 +122,8 @@ def parse_args():
     add("--metrics")
     add("--quiet", action="store_true")
     add("--backend", choices=("gloo", "shm"), default="gloo")  # shm: shmtrain's (python/shmtrain_torch)
+    add("--bucket-cap-mb", type=float,
+        help="DDP's bucket_cap_mb (default: DDP's own, a 1 MiB first bucket then 25 MiB)")
     add("--precision", choices=("fp32", "bf16"), default="fp32")  # bf16: torch.autocast(cpu, bfloat16)
     add("--mode", choices=("eager", "channels_last", "compile"), default="eager")
     add("--grad-accum", type=int, default=1)  # micro-batches per step, DDP's no_sync on all but the last
@@ -208,7 +210,7 @@ def main():
     params = sum(p.numel() for p in model.parameters())
     layout = torch.channels_last if a.mode == "channels_last" else torch.contiguous_format
     model = model.to(memory_format=layout)
-    net = torch.nn.parallel.DistributedDataParallel(model)
+    net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=a.bucket_cap_mb)
     forward = torch.compile(net) if a.mode == "compile" else net
     hook = InFlight
     net.register_comm_hook(None, timed_allreduce_hook)

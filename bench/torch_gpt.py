@@ -209,6 +209,8 @@ def parse_args():
     add("--clip-norm", type=float, default=0.0)
     add("--seed", type=int, default=1)
     add("--backend", choices=("gloo", "shm"), default="gloo")  # shm: shmtrain's (python/shmtrain_torch)
+    add("--bucket-cap-mb", type=float,
+        help="DDP's bucket_cap_mb (default: DDP's own, a 1 MiB first bucket then 25 MiB)")
     add("--precision", choices=("fp32", "bf16"), default="fp32")
     add("--mode", choices=("eager", "compile"), default="eager",
         help="compile: torch.compile the model, before DDP (nanoGPT's default)")
@@ -272,7 +274,7 @@ def main():
                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, a.beta2), eps=1e-8)
     net = torch.compile(model) if a.mode == "compile" else model
     if world > 1:
-        net = nn.parallel.DistributedDataParallel(net)
+        net = nn.parallel.DistributedDataParallel(net, bucket_cap_mb=a.bucket_cap_mb)
         net.register_comm_hook(None, timed_allreduce_hook)
     per_epoch = max(1, len(ids) // (t * world * a.batch_size * a.grad_accum))
     steps = a.max_steps if a.max_steps else per_epoch * a.epochs
