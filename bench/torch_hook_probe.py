@@ -1,6 +1,7 @@
 """What a DDP bucket costs over shm with nothing beside it: the comm hook's
-call to its result (shmtrain_torch.ddp_comm_hook's own path: the bucket
-scaled into its slot, the zero-copy sum), the copy DDP then makes of the
+call to its result (shmtrain_torch.ddp_comm_hook: from three ranks the
+bucket scaled into its slot and the zero-copy sum, at two in place on the
+staged ring), the copy DDP then makes of the
 result into the gradients, a plain all_reduce of the same tensor, and DDP's
 own path without a hook (the bucket divided by the world, an asynchronous
 all_reduce, its future); the

@@ -71,15 +71,18 @@ def ddp_comm_hook(state, bucket):
     shmtrain_torch.ddp_comm_hook)`; state: the process group, None for the
     default): the gradients' mean over the group, as DDP's own path computes
     it, with the bucket copied into the shared segment once and the result
-    read there in place."""
+    read there in place; at two ranks, DDP's own path (the bucket in place on
+    the library's staged ring: the same bytes, no copy into lines not in
+    cache; docs/torch.md)."""
     work = _C.hook_allreduce(_backend(state), bucket.buffer(), bucket.index())
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
 def counters(group=None):
     """What the group's shm backend moved: calls, bytes staged through the
-    segment by plain collectives, DDP hook buckets and their bytes copied in,
-    the most calls in flight at once, the ranks' agreement checks, the
-    progress thread's wake-ups (a small call run in the caller's thread
-    wakes it only when a call was queued meanwhile)."""
+    segment by plain collectives, DDP hook buckets and their bytes copied in
+    (or reduced in place: hook_in_place at two ranks, hook_fallbacks where
+    the region is too small), the most calls in flight at once, the ranks'
+    agreement checks, the progress thread's wake-ups (a small call run in
+    the caller's thread wakes it only when a call was queued meanwhile)."""
     return dict(_C.counters(_backend(group)))

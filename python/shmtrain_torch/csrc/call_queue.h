@@ -59,7 +59,7 @@ class ShmWork : public c10d::Work {
 // exchange on any machine, where a timing is the machine's.
 struct Counters {
     std::atomic<uint64_t> calls{0}, inline_calls{0}, bytes_staged{0}, hook_buckets{0}, hook_bytes_in{0}, hook_fallbacks{0},
-        in_flight_max{0}, signature_checks{0}, kept_local{0}, progress_wakeups{0},
+        hook_in_place{0}, in_flight_max{0}, signature_checks{0}, kept_local{0}, progress_wakeups{0},
         wait_ns{0};  // the library's time waiting for peers, as of the last call's end
 };
 
