@@ -3,9 +3,10 @@ bucket) registered as a comm hook that adds each bucket's time in flight to
 InFlight.seconds.  bench/torch_ddp.py and bench/torch_gpt.py use it, over
 gloo or over shmtrain's "shm" backend (--backend).
 
-Over shm the hook is shmtrain_torch.ddp_comm_hook (the bucket copied into
-the segment once, the result read there; SHMTRAIN_TORCH_HOOK=0: the plain
-all_reduce instead).  Both backends' calls are asynchronous, so the time in
+Over shm the hook is shmtrain_torch.ddp_comm_hook (from three ranks the
+bucket copied into the segment once, the result read there; at two, in
+place on the staged ring; SHMTRAIN_TORCH_HOOK=0: the plain all_reduce
+instead).  Both backends' calls are asynchronous, so the time in
 flight overlaps the rest of backward; what backward waited for at its end
 (from the last bucket's call to backward's return) is InFlight.exposed:
 the exchange's exposed share of the step; over shm, InFlight.exposed_peer_wait

@@ -12,12 +12,13 @@
 // Data moves through the group's segment: an all-reduce takes the library's
 // staged path on the tensor itself (only what peers read is copied in, the
 // result written straight into the tensor); DDP's comm hook
-// (shmtrain_torch.ddp_comm_hook) copies a bucket in and hands DDP the
-// reduced region itself, which DDP copies into the gradients as it would
-// its own bucket: one copy in, the result read in place (PyTorch 2.13 lets
-// no backend allocate DDP's CPU buckets; docs/torch.md).  The copies and
-// sums run on the rank's intra-op threads (PyTorch's pool), the same bits
-// at any thread count.
+// (shmtrain_torch.ddp_comm_hook) from three ranks copies a bucket in and
+// hands DDP the reduced region itself, which DDP copies into the gradients
+// as it would its own bucket: one copy in, the result read in place
+// (PyTorch 2.13 lets no backend allocate DDP's CPU buckets; docs/torch.md);
+// at two ranks it reduces the bucket in place, as DDP's own path does.
+// The copies and sums run on the rank's intra-op threads (PyTorch's pool),
+// the same bits at any thread count.
 //
 // Ranks meet through the Store init_process_group gives this group: a
 // counter there numbers each incarnation of the group (a group destroyed
