@@ -336,7 +336,7 @@ class ShmBackend : public c10d::Backend {
             (in_place ? counters_.hook_in_place : counters_.hook_fallbacks)++;
             return queue_.enqueue(OpType::ALLREDUCE, Tensors{bucket}, [this, bucket, scale, type]() mutable {
                 bucket.mul_(scale);
-                agree(signature(bucket, type, ST_SUM), "DDP's comm hook");
+                agree(call_signature(bucket, type, ST_SUM), "DDP's comm hook");
                 check(st_allreduce(g_, bucket.data_ptr(), (size_t)bucket.numel(), type, type, ST_SUM),
                       "DDP's comm hook");
                 return Tensors{bucket};
@@ -344,7 +344,7 @@ class ShmBackend : public c10d::Backend {
         }
         counters_.hook_bytes_in += (size_t)bucket.nbytes();
         return queue_.enqueue(OpType::ALLREDUCE, Tensors{bucket}, [this, bucket, slot, scale, type]() mutable {
-            agree(signature(slot, type, ST_SUM), "DDP's comm hook");
+            agree(call_signature(slot, type, ST_SUM), "DDP's comm hook");
             at::mul_out(slot, bucket, at::scalar_tensor(scale, at::kDouble));  // DDP's wrapped scalar
             check(st_allreduce(g_, slot.data_ptr(), (size_t)slot.numel(), type, type, ST_SUM), "DDP's comm hook");
             return Tensors{slot};
@@ -414,10 +414,6 @@ class ShmBackend : public c10d::Backend {
 
     // The ranks' agreement on this call (agreement.h), refused on every
     // rank by name where any rank's differs.
-    static uint64_t signature(const at::Tensor &t, st_dtype type, st_reduce_op op)
-    {
-        return call_signature(t, type, op);
-    }
     void agree(uint64_t sig, const char *what)
     {
         const bool same = ranks_agree(g_, getSize(), sig, what);
@@ -477,7 +473,7 @@ class ShmBackend : public c10d::Backend {
     void reduce_plain(at::Tensor &t, st_reduce_op op, const char *what)
     {
         const st_dtype type = dtype_of(t, what);
-        agree(signature(t, type, op), what);
+        agree(call_signature(t, type, op), what);
         check(st_allreduce(g_, t.data_ptr(), (size_t)t.numel(), type, type, op), what);
         counters_.bytes_staged += (size_t)t.nbytes();
     }
@@ -522,7 +518,7 @@ class ShmBackend : public c10d::Backend {
     void scatter_into(at::Tensor &output, const at::Tensor &input, st_reduce_op op, const char *what)
     {
         at::Tensor out = dense(output), in = dense(input);
-        agree(signature(out, dtype_of(out, what), op), what);
+        agree(call_signature(out, dtype_of(out, what), op), what);
         check(st_reduce_scatter(g_, in.data_ptr(), out.data_ptr(), (size_t)out.numel(), dtype_of(out, what), op),
               what);
         give_back(output, out);
