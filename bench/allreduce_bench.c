@@ -41,7 +41,6 @@
 #include <errno.h>
 #include <omp.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,8 +50,11 @@
 #include <unistd.h>
 
 #include "shmtrain/bf16.h"
+#include "shmtrain/clock.h"
 #include "shmtrain/coll.h"
 #include "shmtrain/env.h"
+
+#include "machine_probes.h"
 
 #ifdef WITH_MPI
 #include <mpi.h>
@@ -84,13 +86,6 @@ struct rank_ctx {
     float *mpi_buf;     /* f32: MPI sums no bf16 */
 #endif
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what)
 {
@@ -274,95 +269,21 @@ static struct timing time_op(struct rank_ctx *c, reduce_fn fn, void *buf, st_dty
     for (int i = 0; i < 9; i++)
         if (fn(c, buf, n) != 0)
             die("warm-up");
-    double t0 = now_s();
+    double t0 = st_now_s();
     if (fn(c, buf, n) != 0)
         die("probe");
-    int iters = agree_iters(c, now_s() - t0, o->seconds);
+    int iters = agree_iters(c, st_now_s() - t0, o->seconds);
     for (int it = 0; it < iters; it++) {
         if (o->refill)
             load_inputs(c, buf, bytes);
         if (st_barrier(c->g) != ST_OK)
             die("barrier");
-        double start = now_s();
+        double start = st_now_s();
         if (fn(c, buf, n) != 0)
             die("all-reduce");
-        c->times[it] = now_s() - start;
+        c->times[it] = st_now_s() - start;
     }
     return summarise(c, c->times, iters);
-}
-
-/* The one-way time of a cache line between the cores of ranks 0 and 1:
- * each stores the round number in its own line of its zero-copy region and
- * spins on the other's; median over batches of round trips, halved. */
-static double pingpong_probe(struct rank_ctx *c)
-{
-    enum { ROUNDS = 2000, BATCHES = 51 };
-    float ns = 0;
-    if (c->world >= 2 && c->zc) {
-        _Atomic uint64_t *mine = c->zc;
-        const _Atomic uint64_t *theirs = st_group_peer_buffer(c->g, c->rank ^ 1);
-        double t[BATCHES];
-        uint64_t round = 0;
-        for (int b = 0; b < BATCHES && c->rank < 2; b++) {
-            double t0 = now_s();
-            for (int i = 0; i < ROUNDS; i++) {
-                round++;
-                if (c->rank == 0) {
-                    atomic_store_explicit(mine, round, memory_order_release);
-                    while (atomic_load_explicit(theirs, memory_order_acquire) != round)
-                        ;
-                } else {
-                    while (atomic_load_explicit(theirs, memory_order_acquire) != round)
-                        ;
-                    atomic_store_explicit(mine, round, memory_order_release);
-                }
-            }
-            t[b] = (now_s() - t0) / ROUNDS / 2;
-        }
-        if (c->rank < 2) {
-            qsort(t, BATCHES, sizeof *t, by_value);
-            ns = (float)(t[BATCHES / 2] * 1e9);
-        }
-        *mine = 0;
-    }
-    if (st_broadcast(c->g, &ns, sizeof ns, 0) != ST_OK)
-        die("broadcast");
-    return ns;
-}
-
-/* Copy bandwidth, counting bytes read + written: of rank 0's first core
- * alone (`alone`), or of every rank with all its threads at once, each
- * thread copying `per_thread` bytes of its own (first touched by that
- * thread), so every partition of the cores moves the same bytes, well past
- * the caches: the memory's limit. */
-static double copy_probe(struct rank_ctx *c, size_t per_thread, bool alone)
-{
-    const int threads = alone ? 1 : omp_get_max_threads();
-    const bool active = !alone || c->rank == 0;
-    const size_t bytes = per_thread * (size_t)threads;
-    char *a = malloc(bytes), *b = malloc(bytes);
-    if (!a || !b)
-        die("malloc");
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < threads; t++) {
-        memset(a + bytes / threads * t, 1, bytes / threads);
-        memset(b + bytes / threads * t, 2, bytes / threads);
-    }
-    if (st_barrier(c->g) != ST_OK)
-        die("barrier");
-    double t0 = now_s();
-    const int reps = 10;
-    for (int i = 0; active && i < reps; i++) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-        for (int t = 0; t < threads; t++)
-            memcpy((i % 2 ? a : b) + bytes / threads * t, (i % 2 ? b : a) + bytes / threads * t, bytes / threads);
-    }
-    float gbs = active ? (float)(2.0 * (double)(bytes / threads * threads) * reps / (now_s() - t0) / 1e9) : 0;
-    free(a);
-    free(b);
-    if (st_allreduce(c->g, &gbs, 1, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) != ST_OK)
-        die("reduce bandwidth");
-    return gbs;
 }
 
 /* The size's one call, summed over the ranks: bytes read + written, and
@@ -378,42 +299,6 @@ static struct structure structure_of(struct rank_ctx *c)
     if (st_allreduce(c->g, v, 3, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) != ST_OK)
         die("reduce counters");
     return (struct structure){v[0], v[1] / c->world, v[0] / c->world / 1e6, v[2] / c->world / 1e6};
-}
-
-/* How fast one rank reads what another rank's core has just written: the
- * ceiling for any shared-memory all-reduce whose data sits in cache.  Each
- * rank in turn writes `bytes` of its zero-copy region; its right neighbour
- * then sums them. */
-static double cross_read_probe(struct rank_ctx *c, size_t bytes)
-{
-    const size_t n = bytes / sizeof(float);
-    const int left = (c->rank + c->world - 1) % c->world;
-    double best = 0;
-    if (c->world < 2)
-        return 0;
-    for (int rep = 0; rep < 20; rep++) {
-        fill(c->zc, ST_DTYPE_F32, n, c->rank + rep);
-        if (st_barrier(c->g) != ST_OK)
-            die("barrier");
-        const float *theirs = st_group_peer_buffer(c->g, left);
-        if (!theirs)
-            return 0;
-        double t0 = now_s();
-        float acc = 0;
-        for (size_t i = 0; i < n; i++)
-            acc += theirs[i];
-        double t = now_s() - t0;
-        if (acc == -1.0f)
-            printf("#");
-        if (st_barrier(c->g) != ST_OK)
-            die("barrier");
-        double gbs = (double)bytes / t / 1e9;
-        best = gbs > best ? gbs : best;
-    }
-    float v = (float)best;
-    if (st_allreduce(c->g, &v, 1, ST_DTYPE_F32, ST_DTYPE_F32, ST_AVG) != ST_OK)
-        die("reduce bandwidth");
-    return v;
 }
 
 struct probes {
@@ -456,10 +341,12 @@ static void print_header(const struct rank_ctx *c, const struct options *o, cons
 static struct probes probe(struct rank_ctx *c, const struct options *o)
 {
     struct probes p;
-    p.oneway_ns = pingpong_probe(c);
-    p.core_gbs = copy_probe(c, 64u << 20, true);
-    p.all_gbs = copy_probe(c, 64u << 20, false);
-    p.cross_gbs = cross_read_probe(c, o->max_bytes < (1u << 20) ? o->max_bytes : (1u << 20));
+    p.oneway_ns = probe_oneway_ns(c->g, c->zc);
+    p.core_gbs = probe_copy_gbs(c->g, 64u << 20, true);
+    p.all_gbs = probe_copy_gbs(c->g, 64u << 20, false);
+    p.cross_gbs = probe_cross_read_gbs(c->g, c->zc, o->max_bytes < (1u << 20) ? o->max_bytes : (1u << 20));
+    if (p.oneway_ns < 0 || p.core_gbs < 0 || p.all_gbs < 0 || p.cross_gbs < 0)
+        die("probing the machine");
     return p;
 }
 

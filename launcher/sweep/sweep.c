@@ -311,6 +311,71 @@ static int take_rates(struct sweep_run *r, const struct interval_sums *acc, doub
     return 0;
 }
 
+/* What reading one run's records keeps between lines. */
+struct reading {
+    double instances, batch;  /* from the run record: NAN before it */
+    double first_from, prev_step, instance_sum;
+    struct interval_sums acc;
+    st_train_record first_train;
+    bool summary;
+};
+
+/* The run record: the job's shape, and whether it is the run the sweep
+ * asked for (its backend, its balance). */
+static int take_run_record(const st_run_record *run, struct reading *s, struct sweep_run *r, struct sweep_versions *v)
+{
+    s->instances = run->instances > 0 ? run->instances : NAN;
+    s->batch = run->batch_per_instance > 0  /* samples a step per instance: every micro-batch */
+                   ? (double)run->batch_per_instance * (run->grad_accum > 1 ? run->grad_accum : 1)
+                   : NAN;
+    s->prev_step = (double)run->first_step;
+    snprintf(r->precision, sizeof r->precision, "%s", run->precision);
+    snprintf(r->mode, sizeof r->mode, "%s", run->mode);
+    /* one instance has no all-reduce to check (torch_gpt.py then makes no group) */
+    if (r->system == SWEEP_TORCH_SHM && run->instances > 1 && strcmp(run->backend, "shm") != 0)
+        return run_failed(r, "DDP over shm: the peer's run record says its all-reduce was not shm");
+    if (!strcmp(run->system, "pytorch-script") && run->instances > 1 && run->backend[0] &&
+        strcmp(run->backend, r->system == SWEEP_TORCH ? "gloo" : "shm") != 0)
+        return run_failed(r, "the script's run record names another backend than the sweep chose "
+                             "(SHMTRAIN_TORCH_BACKEND: is shmtrain_torch installed for its python?)");
+    if ((r->system == SWEEP_INDEPENDENT) != !strcmp(run->balance, "independent"))
+        return run_failed(r, r->system == SWEEP_INDEPENDENT
+                                 ? "the run record does not say --balance independent: not the ceiling asked for"
+                                 : "the run record says --balance independent: its instances exchanged nothing");
+    note_versions(run, v);
+    return 0;
+}
+
+/* One line's record into the reading: -1 (said in r) when it cannot be. */
+static int take_record(const st_record *rec, struct sweep_target target, struct reading *s, struct sweep_run *r,
+                       struct sweep_versions *v)
+{
+    switch (rec->type) {
+    case ST_RECORD_RUN: return take_run_record(&rec->u.run, s, r, v);
+    case ST_RECORD_TRAIN:
+        if (isnan(s->instances) || isnan(s->batch))
+            return run_failed(r, "metrics: a train record before the run record");
+        if (s->acc.count == 0)  /* what a run of one interval is measured by: the first interval counted */
+            s->first_train = rec->u.train, s->first_from = s->prev_step;
+        add_interval(&s->acc, &rec->u.train, &s->prev_step, s->instances * s->batch);
+        break;
+    case ST_RECORD_EVAL: note_eval(&rec->u.eval, target, r); break;
+    case ST_RECORD_SUMMARY:
+        s->summary = true;
+        r->steps = rec->u.summary.steps;
+        break;
+    case ST_RECORD_INSTANCE:
+        note_instance(&rec->u.instance, r);
+        if (rec->u.instance.samples_per_s > 0) {
+            s->instance_sum += rec->u.instance.samples_per_s;
+            r->instance_rates++;
+        }
+        break;
+    case ST_RECORD_UNKNOWN: break;
+    }
+    return 0;
+}
+
 int sweep_read_metrics(const char *text, struct sweep_target target, struct sweep_run *r, struct sweep_versions *v)
 {
     r->steps = 0;
@@ -319,11 +384,8 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
     r->ncurve = 0;
     if (!text || !*text)
         return run_failed(r, "the run wrote no metrics");
-    double instances = NAN, batch = NAN, first_from = 0, prev_step = 0, instance_sum = 0;
     r->instance_rates = r->ninst = 0;
-    struct interval_sums acc = {0};
-    st_train_record first_train = {0};
-    bool summary = false;
+    struct reading s = {.instances = NAN, .batch = NAN};
     for (const char *line = text; line && *line;) {
         const char *nl = strchr(line, '\n');
         char buf[4096];
@@ -334,64 +396,25 @@ int sweep_read_metrics(const char *text, struct sweep_target target, struct swee
         buf[len] = '\0';
         line = nl ? nl + 1 : NULL;
         st_record rec;
-        switch (st_metrics_parse(buf, &rec)) {
-        case ST_RECORD_RUN:
-            instances = rec.u.run.instances > 0 ? rec.u.run.instances : NAN;
-            batch = rec.u.run.batch_per_instance > 0  /* samples a step per instance: every micro-batch */
-                        ? (double)rec.u.run.batch_per_instance * (rec.u.run.grad_accum > 1 ? rec.u.run.grad_accum : 1)
-                        : NAN;
-            prev_step = (double)rec.u.run.first_step;
-            snprintf(r->precision, sizeof r->precision, "%s", rec.u.run.precision);
-            snprintf(r->mode, sizeof r->mode, "%s", rec.u.run.mode);
-            /* one instance has no all-reduce to check (torch_gpt.py then makes no group) */
-            if (r->system == SWEEP_TORCH_SHM && rec.u.run.instances > 1 && strcmp(rec.u.run.backend, "shm") != 0)
-                return run_failed(r, "DDP over shm: the peer's run record says its all-reduce was not shm");
-            if (!strcmp(rec.u.run.system, "pytorch-script") && rec.u.run.instances > 1 && rec.u.run.backend[0] &&
-                strcmp(rec.u.run.backend, r->system == SWEEP_TORCH ? "gloo" : "shm") != 0)
-                return run_failed(r, "the script's run record names another backend than the sweep chose "
-                                     "(SHMTRAIN_TORCH_BACKEND: is shmtrain_torch installed for its python?)");
-            if ((r->system == SWEEP_INDEPENDENT) != !strcmp(rec.u.run.balance, "independent"))
-                return run_failed(r, r->system == SWEEP_INDEPENDENT
-                                         ? "the run record does not say --balance independent: not the ceiling asked for"
-                                         : "the run record says --balance independent: its instances exchanged nothing");
-            note_versions(&rec.u.run, v);
-            break;
-        case ST_RECORD_TRAIN:
-            if (isnan(instances) || isnan(batch))
-                return run_failed(r, "metrics: a train record before the run record");
-            if (acc.count == 0)  /* what a run of one interval is measured by: the first interval counted */
-                first_train = rec.u.train, first_from = prev_step;
-            add_interval(&acc, &rec.u.train, &prev_step, instances * batch);
-            break;
-        case ST_RECORD_EVAL: note_eval(&rec.u.eval, target, r); break;
-        case ST_RECORD_SUMMARY:
-            summary = true;
-            r->steps = rec.u.summary.steps;
-            break;
-        case ST_RECORD_INSTANCE:
-            note_instance(&rec.u.instance, r);
-            if (rec.u.instance.samples_per_s > 0) {
-                instance_sum += rec.u.instance.samples_per_s;
-                r->instance_rates++;
-            }
-            break;
-        case ST_RECORD_UNKNOWN: break;
-        }
+        rec.type = st_metrics_parse(buf, &rec);
+        if (take_record(&rec, target, &s, r, v) != 0)
+            return -1;
     }
-    if (acc.count == 0)
+    const double per_step = s.instances * s.batch;
+    if (s.acc.count == 0)
         return run_failed(r, "metrics: no training interval recorded (is the budget shorter than --log-every?)");
-    if (acc.count == 1)
-        first_interval_only(&acc, &first_train, first_from, instances * batch);
-    if (!summary)
+    if (s.acc.count == 1)
+        first_interval_only(&s.acc, &s.first_train, s.first_from, per_step);
+    if (!s.summary)
         return run_failed(r, "metrics: the run did not finish (no summary record)");
-    if (take_rates(r, &acc, instances * batch) != 0)
+    if (take_rates(r, &s.acc, per_step) != 0)
         return -1;
     /* Independent instances wait for no one: the machine's speed is the sum
      * of each one's own (rank 0's pace times N would hide the slow one). */
-    if (r->system == SWEEP_INDEPENDENT && r->instance_rates != (int)instances)
+    if (r->system == SWEEP_INDEPENDENT && r->instance_rates != (int)s.instances)
         return run_failed(r, "metrics: an independent run needs every instance's own speed (instance records)");
     if (r->system == SWEEP_INDEPENDENT)
-        r->samples_per_s = instance_sum;
+        r->samples_per_s = s.instance_sum;
     return 0;
 }
 

@@ -65,6 +65,39 @@ static st_status encode(const st_ckpt *c, const char *prompt, int32_t *ids, size
     return ST_OK;
 }
 
+/* A model that reads tokens, with the letters it was trained on, and a
+ * checkpoint of its shape. */
+static st_status check_sampleable(const st_ckpt *c, const st_model *m, const char *path)
+{
+    if (!st_model_vocab(m))
+        return st_fail(ST_ERR_MISMATCH, "--checkpoint %s: its model reads images, not tokens: nothing to sample",
+                       path);
+    if (!c->nalphabet)
+        return st_fail(ST_ERR_MISMATCH, "--checkpoint %s: trained on token files (--tokens-bin) from a tokenizer "
+                                        "shmtrain does not have: export it (shmtrain export) and sample with that "
+                                        "tokenizer's tools", path);
+    const st_ckpt_expect want = {.nparams = st_model_param_count(m), .nbuffers = st_model_buffer_count(m),
+                                 .vocab = st_model_vocab(m)};
+    return st_ckpt_check(c, path, &want);
+}
+
+/* A net of one sequence holding the checkpoint's weights, in evaluation
+ * mode; the caller destroys it. */
+static st_status net_of(st_net **net, const st_model *m, const st_ckpt *c)
+{
+    const st_net_config nc = {.batch = 1};
+    st_status st = st_net_create(net, m, &nc);
+    if (st != ST_OK)
+        return st;
+    size_t nparams, nbuffers;  /* the lengths st_ckpt_check compared the file's with */
+    float *params = st_net_params(*net, &nparams), *buffers = st_net_buffers(*net, &nbuffers);
+    memcpy(params, c->params, nparams * sizeof(float));
+    if (nbuffers)
+        memcpy(buffers, c->buffers, nbuffers * sizeof(float));
+    st_net_set_training(*net, false);
+    return ST_OK;
+}
+
 st_status st_sample(const st_sample_options *o, FILE *out)
 {
     st_ckpt c;
@@ -78,20 +111,7 @@ st_status st_sample(const st_sample_options *o, FILE *out)
         return st;
     if ((st = st_model_parse(&m, c.model_text, o->checkpoint)) != ST_OK)
         goto out;
-    if (!st_model_vocab(m)) {
-        st = st_fail(ST_ERR_MISMATCH, "--checkpoint %s: its model reads images, not tokens: nothing to sample",
-                     o->checkpoint);
-        goto out;
-    }
-    if (!c.nalphabet) {
-        st = st_fail(ST_ERR_MISMATCH, "--checkpoint %s: trained on token files (--tokens-bin) from a tokenizer "
-                                      "shmtrain does not have: export it (shmtrain export) and sample with that "
-                                      "tokenizer's tools", o->checkpoint);
-        goto out;
-    }
-    const st_ckpt_expect want = {.nparams = st_model_param_count(m), .nbuffers = st_model_buffer_count(m),
-                                 .vocab = st_model_vocab(m)};
-    if ((st = st_ckpt_check(&c, o->checkpoint, &want)) != ST_OK)
+    if ((st = check_sampleable(&c, m, o->checkpoint)) != ST_OK)
         goto out;
     const int context = st_model_positions(m), vocab = st_model_classes(m);
     const size_t plen = strlen(o->prompt), total = plen + (size_t)o->tokens;
@@ -99,7 +119,6 @@ st_status st_sample(const st_sample_options *o, FILE *out)
     window = calloc((size_t)context, sizeof *window);
     logits = malloc((size_t)context * vocab * sizeof *logits);
     w = malloc((size_t)vocab * sizeof *w);
-    st_net_config nc = {.batch = 1};
     if (!seq || !window || !logits || !w) {
         st = st_fail(ST_ERR_NOMEM, "sample: out of memory");
         goto out;
@@ -109,14 +128,8 @@ st_status st_sample(const st_sample_options *o, FILE *out)
         st = st_fail(ST_ERR_INVALID, "--prompt: empty (give at least one character)");
         goto out;
     }
-    if ((st = encode(&c, o->prompt, seq, &len)) != ST_OK || (st = st_net_create(&net, m, &nc)) != ST_OK)
+    if ((st = encode(&c, o->prompt, seq, &len)) != ST_OK || (st = net_of(&net, m, &c)) != ST_OK)
         goto out;
-    size_t nparams, nbuffers;  /* the lengths st_ckpt_check compared the file's with */
-    float *params = st_net_params(net, &nparams), *buffers = st_net_buffers(net, &nbuffers);
-    memcpy(params, c.params, nparams * sizeof(float));
-    if (nbuffers)
-        memcpy(buffers, c.buffers, nbuffers * sizeof(float));
-    st_net_set_training(net, false);
     uint64_t rng = o->seed * 0x2545f4914f6cdd1dull + 7;
     fputs(o->prompt, out);
     for (int k = 0; k < o->tokens; k++) {
