@@ -368,18 +368,6 @@ static void test_windows_are_dealt_not_shared(void **state)
     st_text_destroy(t);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    return textrun_setup("test_text");
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return test_dir_remove(tr_dir);
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -393,7 +381,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gradient_accumulation),
         cmocka_unit_test(test_deterministic_and_resumable),
     };
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return TEXTRUN_GROUP("test_text", tests, argc, argv);
 }

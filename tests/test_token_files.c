@@ -178,18 +178,6 @@ static void test_bad_token_files(void **state)
     child_run_free(&r);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    return textrun_setup("test_token_files");
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return test_dir_remove(tr_dir);
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -197,7 +185,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_token_files),
         cmocka_unit_test(test_token_files_train_as_text),
     };
-    if (argc > 1)
-        cmocka_set_test_filter(argv[1]);
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return TEXTRUN_GROUP("test_token_files", tests, argc, argv);
 }

@@ -100,3 +100,25 @@ int textrun_setup(const char *name)
     write_bytes("tiny.model", TEXTRUN_MODEL, strlen(TEXTRUN_MODEL));
     return 0;
 }
+
+static const char *group_name;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return textrun_setup(group_name);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return trainrun_teardown();
+}
+
+int textrun_group(const char *name, const struct CMUnitTest *tests, size_t count, int argc, char **argv)
+{
+    group_name = name;
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
+    return _cmocka_run_group_tests(name, tests, count, group_setup, group_teardown);
+}

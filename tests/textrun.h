@@ -35,5 +35,9 @@ void expect_error(char *const extra[], const char *needle);
 
 /* trainrun_setup(name), then markov.txt (60,000 letters) and tiny.model. */
 int textrun_setup(const char *name);
+/* The group's tests in that directory, removed after; argv[1] filters the
+ * cases by name (cmocka's filter). */
+int textrun_group(const char *name, const struct CMUnitTest *tests, size_t count, int argc, char **argv);
+#define TEXTRUN_GROUP(name, tests, argc, argv) textrun_group(name, tests, sizeof(tests) / sizeof *(tests), argc, argv)
 
 #endif
