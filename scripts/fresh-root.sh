@@ -18,6 +18,7 @@
 #                  taken as a commit by `git stash create`, so a change is tried
 #                  before it is committed)
 #   --mirror URL   Debian mirror (default http://deb.debian.org/debian)
+#   --dry-run      check the arguments, print the steps' commands and exit (no root needed)
 #
 # Needs root (debootstrap, chroot, mounts) and the network to Debian's archive
 # and PyPI.  Each step's output goes to LOGS/<step>.log (LOGS=fresh-root-logs/
@@ -26,15 +27,15 @@
 # `make fresh-root` runs it.
 set -euo pipefail
 
-# In a mount namespace of its own: the root's mounts go when this script does,
-# however it ends, and none propagates to the host.
-if [ "$(id -u)" -eq 0 ] && [ -z "${FRESH_ROOT_UNSHARED:-}" ] && command -v unshare >/dev/null; then
-  FRESH_ROOT_UNSHARED=1 exec unshare --mount --propagation private "$0" "$@"
-fi
+args=("$@")
 
-suite=trixie steps="deps run test python torch" root="" keep=0 committed=0
+suite=trixie steps="deps run test python torch" root="" keep=0 committed=0 dry_run=0
 mirror=http://deb.debian.org/debian logs=fresh-root-logs
 while [ $# -gt 0 ]; do
+  case "$1" in
+    --suite|--steps|--root|--logs|--mirror)
+      [ $# -ge 2 ] || { echo "fresh-root.sh: $1 needs a value (try --help)" >&2; exit 2; } ;;
+  esac
   case "$1" in
     --suite) suite=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
@@ -43,14 +44,34 @@ while [ $# -gt 0 ]; do
     --mirror) mirror=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --committed) committed=1; shift ;;
+    --dry-run) dry_run=1; shift ;;
     -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "fresh-root.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
+# Each step: what the user types in the checkout.  The steps --steps takes
+# are this table's, so a step added here is one a run can ask for.
+declare -A cmd=(
+  [deps]="scripts/install-deps.sh"
+  [run]="make run"
+  [test]="make test"
+  [python]="make python"
+  [torch]="make test CTEST_ARGS=\"-R 'torch|fp16_numpy|tensorboard'\""
+)
 for s in $steps; do
-  case "$s" in deps|run|test|python) ;; *) echo "fresh-root.sh: --steps: unknown step '$s' (deps run test python)" >&2; exit 2 ;; esac
+  [ -n "${cmd[$s]+set}" ] || { echo "fresh-root.sh: --steps: unknown step '$s' (deps run test python torch)" >&2; exit 2; }
 done
+if [ $dry_run = 1 ]; then
+  echo "fresh-root.sh: would bootstrap $suite into ${root:-/var/tmp/shmtrain-fresh-$suite} from $mirror, then as dev:"
+  for s in $steps; do printf '  %-8s %s\n' "$s" "${cmd[$s]}"; done
+  exit 0
+fi
 [ "$(id -u)" -eq 0 ] || { echo "fresh-root.sh: needs root (debootstrap, chroot and mounts)" >&2; exit 2; }
+# In a mount namespace of its own: the root's mounts go when this script does,
+# however it ends, and none propagates to the host.
+if [ -z "${FRESH_ROOT_UNSHARED:-}" ] && command -v unshare >/dev/null; then
+  FRESH_ROOT_UNSHARED=1 exec unshare --mount --propagation private "$0" "${args[@]}"
+fi
 command -v debootstrap >/dev/null || {
   echo "fresh-root.sh: installing debootstrap"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
@@ -114,13 +135,6 @@ git -C "$root/home/dev/shmtrain" checkout -q "$rev"
 chroot "$root" chown -R dev:dev /home/dev/shmtrain
 echo "fresh-root.sh: $(git -C "$src" log -1 --format='%h %s' HEAD)$([ "$rev" = "$(git -C "$src" rev-parse HEAD)" ] || echo ' (and the working tree'"'"'s changes)')"
 
-declare -A cmd=(
-  [deps]="scripts/install-deps.sh"
-  [run]="make run"
-  [test]="make test"
-  [python]="make python"
-  [torch]="make test CTEST_ARGS=\"-R 'torch|fp16_numpy|tensorboard'\""
-)
 failed=0
 printf '%-8s %-6s %8s  %s\n' step exit seconds command >"$logs/summary.txt"
 for s in $steps; do
