@@ -61,6 +61,26 @@ def _backend_from_sweep():
 _backend_from_sweep()
 
 
+def _store_without_libuv():
+    """Under shmrun a script's init_process_group meets its peers through
+    PyTorch's TCPStore (MASTER_ADDR, MASTER_PORT), which asks for libuv by
+    default; a PyTorch built without it (Debian's python3-torch) refuses,
+    and the script dies before its first step.  There the older store, as
+    PyTorch's own USE_LIBUV=0 asks: only under shmrun, only where the user
+    has not set it, only where this PyTorch has no libuv."""
+    if "SHMTRAIN_RANK" not in os.environ or "USE_LIBUV" in os.environ:
+        return
+    try:
+        store = dist.TCPStore("127.0.0.1", 0, is_master=True, use_libuv=True)
+        del store
+    except (RuntimeError, TypeError) as e:
+        if "libuv" in str(e):
+            os.environ["USE_LIBUV"] = "0"
+
+
+_store_without_libuv()
+
+
 def _backend(group):
     pg = group if group is not None else dist.group.WORLD
     return pg._get_backend(torch.device("cpu"))

@@ -256,6 +256,32 @@ open(f"{where}.ok{rank}", "w").close()
 """
 
 
+# A PyTorch without libuv, played by a TCPStore that refuses as Debian's does.
+NO_LIBUV_STORE = """
+import os, torch.distributed as dist
+def refuse(*args, use_libuv=True, **kwargs):
+    raise RuntimeError("use_libuv was requested but PyTorch was build without libuv support")
+dist.TCPStore = refuse
+import shmtrain_torch
+print("USE_LIBUV=" + os.environ.get("USE_LIBUV", "unset"))
+"""
+
+
+def store_default_under_shmrun():
+    """Under shmrun, importing the package on a PyTorch without libuv sets
+    USE_LIBUV=0 (its TCPStore's only working kind); a user's own setting is
+    kept, and outside shmrun nothing is set."""
+    # no autoload: the refusing store must be in place before the package's import
+    base = {k: v for k, v in os.environ.items() if k not in ("USE_LIBUV", "SHMTRAIN_RANK")}
+    base["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    for extra, want in (({"SHMTRAIN_RANK": "0"}, "USE_LIBUV=0"),
+                        ({"SHMTRAIN_RANK": "0", "USE_LIBUV": "1"}, "USE_LIBUV=1"),
+                        ({}, "USE_LIBUV=unset")):
+        r = subprocess.run([sys.executable, "-c", NO_LIBUV_STORE], env=dict(base, **extra), capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip().endswith(want), (extra, want, r.stdout, r.stderr[-2000:])
+
+
 def launch(launcher_name):
     """Under shmrun (which sets torchrun's variables) or under torchrun:
     init_process_group("shm") from the environment alone, an unsupported op
@@ -272,9 +298,14 @@ def launch(launcher_name):
     launcher = {"shmrun": [shmrun, "-n", "2", "--oversubscribe", "--quiet", "--", sys.executable],
                 "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                              "2"]}[launcher_name]
+    if launcher_name == "shmrun":
+        store_default_under_shmrun()
+    # the script's environment as a user's: no USE_LIBUV of the tests' own
+    # (shm_common's); under shmrun the package takes the store that works
+    env = {k: v for k, v in os.environ.items() if not (k == "USE_LIBUV" and NO_LIBUV)}
     before = set(os.listdir("/dev/shm"))
     r = subprocess.run(launcher + [script, os.path.join(d, launcher_name + ".ckpt")],
-                       capture_output=True, text=True, timeout=180)
+                       capture_output=True, text=True, timeout=180, env=env)
     if r.returncode != 0 and launcher_name == "torchrun" and NO_LIBUV and "libuv" in r.stderr:
         # Debian's python3-torch: its torchrun's rendezvous asks for a libuv
         # store even under USE_LIBUV=0; nothing of ours runs
