@@ -12,6 +12,7 @@ flight overlaps the rest of backward; what backward waited for at its end
 the exchange's exposed share of the step; over shm, InFlight.exposed_peer_wait
 is the part of it the library spent waiting for a slower rank.
 """
+import json
 import os
 import time
 
@@ -84,3 +85,23 @@ def init(backend, init_method, rank, world):
     if backend == "shm":
         import shmtrain_torch  # noqa: F401
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world)
+
+
+def independent_run():
+    """The run record's fields for `shmrun --sweep`'s ceiling run
+    (SHMTRAIN_INDEPENDENT=1: the backend keeps every all-reduce in its rank,
+    so each trains alone), as shmtrain's run record says it; {} otherwise."""
+    return {"balance": "independent"} if os.environ.get("SHMTRAIN_INDEPENDENT") == "1" else {}
+
+
+def own_speed(path, rank, steps, samples, seconds):
+    """In the ceiling run, each rank's own `instance` record (shmtrain's: its
+    steps and samples/s over its training time), appended to the run's
+    metrics file: the sweep sums them (rank 0's pace times N would hide the
+    slowest).  Rank 0's file is opened for appending too, so no line is
+    written over."""
+    if path and independent_run() and seconds > 0:
+        with open(path, "a") as f:
+            f.write(json.dumps({"type": "instance", "rank": rank, "steps": steps,
+                                "samples_per_s": round(samples / seconds, 1)}, separators=(",", ":")) + "\n")
+

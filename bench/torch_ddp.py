@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch_models  # noqa: E402
-from torch_comm import InFlight, init as init_group, timed_allreduce_hook  # noqa: E402
+from torch_comm import InFlight, independent_run, init as init_group, own_speed, timed_allreduce_hook  # noqa: E402
 
 THRESHOLDS = (0.80, 0.85, 0.88, 0.89, 0.90, 0.91)
 
@@ -228,9 +228,10 @@ def main():
         total = min(total, a.max_steps)
 
     metrics = None
+    path = a.metrics or os.path.join(log_dir or ".", "metrics.jsonl")
     if rank == 0:
-        path = a.metrics or os.path.join(log_dir or ".", "metrics.jsonl")
-        metrics = open(path, "w", buffering=1)
+        open(path, "w").close()  # a fresh file; appended to (own_speed: every rank's line)
+        metrics = open(path, "a", buffering=1)
 
     def emit(**record):
         if metrics:
@@ -239,7 +240,7 @@ def main():
     emit(type="run", system="pytorch-ddp", instances=world, threads=torch.get_num_threads(), model=a.model,
          params=params, batch_per_instance=a.batch_size, torch=torch.__version__, backend=a.backend, first_step=0,
          precision="bf16" if a.precision == "bf16" else "fp32", mode=a.mode,
-         **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}))
+         **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}), **independent_run())
 
     best, last_acc, reached = 0.0, float("nan"), {}
 
@@ -340,6 +341,7 @@ def main():
                           "steps": step, "samples_per_s": step * world * a.batch_size * a.grad_accum / train_s}), flush=True)
     if metrics:
         metrics.close()
+    own_speed(path, rank, step, step * a.batch_size * a.grad_accum, train_s)
     # Everyone is done once all pass this barrier.  Exit without tearing the
     # group down: FileStore's teardown can hang when a peer has already gone.
     dist.barrier()

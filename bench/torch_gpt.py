@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch_comm import InFlight, init as init_group, timed_allreduce_hook
+from torch_comm import InFlight, independent_run, init as init_group, own_speed, timed_allreduce_hook
 
 PRESETS = {"gpt-mini": dict(layers=4, heads=4, dim=128, context=64),
            "gpt": dict(layers=6, heads=6, dim=384, context=256),
@@ -242,7 +242,9 @@ def main():
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     log_dir = os.environ.get("SHMTRAIN_LOG_DIR")
     path = a.metrics or (os.path.join(log_dir, "metrics.jsonl") if log_dir else None)
-    sink = open(path, "w") if path and rank == 0 else None
+    if path and rank == 0:
+        open(path, "w").close()  # a fresh file; appended to (own_speed: every rank's line)
+    sink = open(path, "a") if path and rank == 0 else None
 
     def emit(record):
         line = json.dumps(record, separators=(",", ":"))
@@ -283,7 +285,7 @@ def main():
           "threads": torch.get_num_threads(), "model": a.model, "params": params, "batch_per_instance": a.batch_size,
           "torch": torch.__version__, **({"backend": a.backend} if world > 1 else {}), "first_step": 0, "context": t,
           "precision": "bf16" if a.precision == "bf16" else "fp32", "mode": a.mode,
-          **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {})})
+          **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}), **independent_run()})
 
     def step(k):
         """nanoGPT's gradient accumulation: each micro-batch's loss / N, DDP's
@@ -376,6 +378,9 @@ def main():
           "samples_per_s": round(sps, 1), "tokens_per_s": round(sps * t, 1), "precision": a.precision,
           "final_test_accuracy": round(last_acc, 5), "best_test_accuracy": round(best_acc, 5),
           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)})
+    if sink:
+        sink.close()
+    own_speed(path, rank, done, done * a.batch_size * a.grad_accum, train_s)
     if world > 1:
         # Everyone is done once all pass this barrier.  Exit without tearing
         # the group down: PyTorch 1.13's ProcessGroupGloo destructor can

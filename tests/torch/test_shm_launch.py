@@ -198,6 +198,19 @@ def sweep():
     assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
     md = open(os.path.join(d, "b", "report.md")).read()
     assert "by median wall time" in md, md[:800]
+    # the benches' DDP scripts, which write shmtrain's records themselves: their ceiling run too
+    # says --balance independent and each rank's own rate (bench/torch_comm.py's own_speed)
+    text = os.path.join(d, "text.txt")
+    with open(text, "w") as f:
+        f.write("".join(chr(97 + (i * 7) % 26) for i in range(20000)))
+    r = subprocess.run([shmrun, "--sweep", "2x1", "--repeats", "1", "--oversubscribe", "--sweep-out",
+                        os.path.join(d, "c"), "--", sys.executable, os.path.join(HERE, "..", "..", "bench", "torch_gpt.py"),
+                        "--model", "gpt-mini", "--text", text, "--max-steps", "4", "--eval-windows", "1",
+                        "--warm-steps", "0", "--log-every", "2"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    settings = json.load(open(os.path.join(d, "c", "sweep.json")))["settings"]
+    systems = [st["systems"] for st in settings if st["label"] == "2x1"][0]
+    assert systems.get("shmtrain-independent", {}).get("samples_per_s", {}).get("median", 0) > 0, systems
     print("sweep: a PyTorch script over shm and gloo in 1x2 (acc 2) and 2x1, its reported rates; without "
           "reports, ranked by wall time", flush=True)
 
