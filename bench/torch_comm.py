@@ -104,4 +104,3 @@ def own_speed(path, rank, steps, samples, seconds):
         with open(path, "a") as f:
             f.write(json.dumps({"type": "instance", "rank": rank, "steps": steps,
                                 "samples_per_s": round(samples / seconds, 1)}, separators=(",", ":")) + "\n")
-

@@ -5,7 +5,7 @@ installed beside (so pip must not build it in an isolated environment):
 
 Built and tested with PyTorch 2.13.0's CPU wheel (scripts/install-deps.sh
 --bench) and Debian 13's python3-torch 2.6 (with libtorch-dev, pybind11-dev;
-its TCPStore has no libuv: USE_LIBUV=0).  Debian 12's 1.13 predates the
+its TCPStore has no libuv: under shmrun the package sets USE_LIBUV=0).  Debian 12's 1.13 predates the
 c10d::Backend interface: refused.
 
 The extension compiles libshmtrain-coll's C sources itself (no OpenMP: the

@@ -59,7 +59,8 @@ declare -A cmd=(
   [torch]="make test CTEST_ARGS=\"-R 'torch|fp16_numpy|tensorboard'\""
 )
 for s in $steps; do
-  [ -n "${cmd[$s]+set}" ] || { echo "fresh-root.sh: --steps: unknown step '$s' (deps run test python torch)" >&2; exit 2; }
+  [ -n "${cmd[$s]+set}" ] ||
+    { echo "fresh-root.sh: --steps: unknown step '$s' (deps run test python torch)" >&2; exit 2; }
 done
 if [ $dry_run = 1 ]; then
   echo "fresh-root.sh: would bootstrap $suite into ${root:-/var/tmp/shmtrain-fresh-$suite} from $mirror, then as dev:"

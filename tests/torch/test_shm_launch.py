@@ -203,8 +203,9 @@ def sweep():
     text = os.path.join(d, "text.txt")
     with open(text, "w") as f:
         f.write("".join(chr(97 + (i * 7) % 26) for i in range(20000)))
+    gpt = os.path.join(HERE, "..", "..", "bench", "torch_gpt.py")
     r = subprocess.run([shmrun, "--sweep", "2x1", "--repeats", "1", "--oversubscribe", "--sweep-out",
-                        os.path.join(d, "c"), "--", sys.executable, os.path.join(HERE, "..", "..", "bench", "torch_gpt.py"),
+                        os.path.join(d, "c"), "--", sys.executable, gpt,
                         "--model", "gpt-mini", "--text", text, "--max-steps", "4", "--eval-windows", "1",
                         "--warm-steps", "0", "--log-every", "2"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
