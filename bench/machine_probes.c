@@ -45,9 +45,7 @@ double probe_oneway_ns(st_group *g, void *mine)
     float ns = 0;
     if (st_group_size(g) >= 2 && mine && rank < 2) {
         const _Atomic uint64_t *theirs = st_group_peer_buffer(g, rank ^ 1);
-        if (!theirs)
-            return -1;
-        ns = oneway_median_ns(rank, mine, theirs);
+        ns = theirs ? oneway_median_ns(rank, mine, theirs) : -1;  /* said after the broadcast: no peer left waiting */
         *(_Atomic uint64_t *)mine = 0;
     }
     return st_broadcast(g, &ns, sizeof ns, 0) == ST_OK ? ns : -1;
@@ -59,28 +57,26 @@ double probe_copy_gbs(st_group *g, size_t per_thread, bool alone)
     const bool active = !alone || st_group_rank(g) == 0;
     const size_t part = per_thread, bytes = part * (size_t)threads;
     char *a = malloc(bytes), *b = malloc(bytes);
-    float gbs = -1;
-    if (!a || !b)
-        goto out;
+    const bool have = a && b;  /* a rank without its buffers still meets the others, then says so */
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < threads; t++) {  /* first touched by the thread that copies it */
+    for (int t = 0; t < (have ? threads : 0); t++) {  /* first touched by the thread that copies it */
         memset(a + part * (size_t)t, 1, part);
         memset(b + part * (size_t)t, 2, part);
     }
-    if (st_barrier(g) != ST_OK)
-        goto out;
-    const int reps = 10;
-    double t0 = st_now_s();
-    for (int i = 0; active && i < reps; i++) {
+    float gbs = -1e30f;
+    if (st_barrier(g) == ST_OK) {
+        const int reps = 10;
+        double t0 = st_now_s();
+        for (int i = 0; have && active && i < reps; i++) {
 #pragma omp parallel for num_threads(threads) schedule(static)
-        for (int t = 0; t < threads; t++)
-            memcpy((i % 2 ? a : b) + part * (size_t)t, (i % 2 ? b : a) + part * (size_t)t, part);
+            for (int t = 0; t < threads; t++)
+                memcpy((i % 2 ? a : b) + part * (size_t)t, (i % 2 ? b : a) + part * (size_t)t, part);
+        }
+        gbs = !have ? -1e30f : active ? (float)(2.0 * (double)bytes * reps / (st_now_s() - t0) / 1e9) : 0;
     }
-    gbs = active ? (float)(2.0 * (double)bytes * reps / (st_now_s() - t0) / 1e9) : 0;
-out:
     free(a);
     free(b);
-    if (st_allreduce(g, &gbs, 1, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) != ST_OK)
+    if (st_allreduce(g, &gbs, 1, ST_DTYPE_F32, ST_DTYPE_F32, ST_SUM) != ST_OK || gbs < 0)
         return -1;
     return gbs;
 }
