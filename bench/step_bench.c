@@ -72,39 +72,47 @@ static double measure(struct config *c, int batch, double seconds, st_dtype prec
     return ms;
 }
 
-int main(int argc, char **argv)
+struct options {
+    int batch, rounds;
+    double seconds;
+    bool csv, recipe;
+    char models[256], threads[64];
+    st_dtype precision;
+};
+
+static int parse_args(int argc, char **argv, struct options *o)
 {
-    int batch = 64, rounds = 5;
-    double seconds = 1.0;
-    bool csv = false, recipe = false;
-    char models[256] = "mlp,lenet,cnn", threads[64] = "1,2";
-    st_dtype precision = ST_DTYPE_F32;
+    *o = (struct options){.batch = 64, .rounds = 5, .seconds = 1.0, .models = "mlp,lenet,cnn", .threads = "1,2",
+                          .precision = ST_DTYPE_F32};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--csv")) csv = true;
-        else if (!strcmp(argv[i], "--recipe")) recipe = true;
-        else if (v && !strcmp(argv[i], "--batch")) batch = atoi(v), i++;
-        else if (v && !strcmp(argv[i], "--rounds")) rounds = atoi(v), i++;
-        else if (v && !strcmp(argv[i], "--seconds")) seconds = atof(v), i++;
-        else if (v && !strcmp(argv[i], "--models")) snprintf(models, sizeof models, "%s", v), i++;
-        else if (v && !strcmp(argv[i], "--threads")) snprintf(threads, sizeof threads, "%s", v), i++;
+        if (!strcmp(argv[i], "--csv")) o->csv = true;
+        else if (!strcmp(argv[i], "--recipe")) o->recipe = true;
+        else if (v && !strcmp(argv[i], "--batch")) o->batch = atoi(v), i++;
+        else if (v && !strcmp(argv[i], "--rounds")) o->rounds = atoi(v), i++;
+        else if (v && !strcmp(argv[i], "--seconds")) o->seconds = atof(v), i++;
+        else if (v && !strcmp(argv[i], "--models")) snprintf(o->models, sizeof o->models, "%s", v), i++;
+        else if (v && !strcmp(argv[i], "--threads")) snprintf(o->threads, sizeof o->threads, "%s", v), i++;
         else if (v && !strcmp(argv[i], "--precision") && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
-            precision = strcmp(v, "bf16") ? ST_DTYPE_F32 : ST_DTYPE_BF16, i++;
+            o->precision = strcmp(v, "bf16") ? ST_DTYPE_F32 : ST_DTYPE_BF16, i++;
         else {
             fprintf(stderr, "usage: st-step-bench [--batch B] [--rounds R] [--seconds S] [--models a,b] "
                             "[--threads 1,2] [--precision fp32|bf16] [--recipe] [--csv]\n");
             return 2;
         }
     }
-    if (batch < 1 || rounds < 1 || rounds > MAX_ROUNDS || seconds <= 0) {
+    if (o->batch < 1 || o->rounds < 1 || o->rounds > MAX_ROUNDS || o->seconds <= 0) {
         fprintf(stderr, "st-step-bench: need --batch >= 1, 1 <= --rounds <= %d, --seconds > 0\n", MAX_ROUNDS);
         return 2;
     }
-    st_nn_flush_denormals(true);
-    struct config cfg[MAX_CONFIGS];
-    int nc = 0;
+    return 0;
+}
+
+/* The configurations: every model at every thread count of --threads. */
+static int make_configs(struct options *o, struct config *cfg, int *nc)
+{
     int counts[8], ncounts = 0;
-    for (char *save = NULL, *t = strtok_r(threads, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *t = strtok_r(o->threads, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         char *end;
         long v = strtol(t, &end, 10);
         if (*end || v < 1 || v > 1024 || ncounts == 8) {
@@ -113,54 +121,73 @@ int main(int argc, char **argv)
         }
         counts[ncounts++] = (int)v;
     }
-    for (char *save = NULL, *m = strtok_r(models, ",", &save); m && nc + ncounts <= MAX_CONFIGS;
+    *nc = 0;
+    for (char *save = NULL, *m = strtok_r(o->models, ",", &save); m && *nc + ncounts <= MAX_CONFIGS;
          m = strtok_r(NULL, ",", &save))
         for (int t = 0; t < ncounts; t++)
-            cfg[nc++] = (struct config){.model = m, .threads = counts[t]};
-    for (int r = 0; r < rounds; r++)
-        for (int i = 0; i < nc; i++)
-            cfg[i].ms[r] = measure(&cfg[i], batch, seconds, precision, recipe);
-    if (csv)
-        printf("model,threads,batch,step_ms_median,step_ms_min,step_ms_max,samples_per_s");
-    else
+            cfg[(*nc)++] = (struct config){.model = m, .threads = counts[t]};
+    return 0;
+}
+
+static void print_header(const struct config *first, bool csv)
+{
+    if (!csv) {
         printf("%-7s %7s %10s %17s %12s  %s\n", "model", "threads", "step ms", "[min-max]", "samples/s",
                "share of the step (mean over rounds)");
+        return;
+    }
+    printf("model,threads,batch,step_ms_median,step_ms_min,step_ms_max,samples_per_s");
+    for (int k = 0; k < first->prof.kinds; k++)
+        printf(",%s_ms", first->prof.names[k]);
+    printf(",optimizer_ms,other_ms,conversions,converted_mb,weight_reorders\n");
+}
+
+static void print_config(const struct config *c, int batch, int rounds, bool csv)
+{
+    double sorted[MAX_ROUNDS], mean = 0, accounted = c->optim_s;
+    memcpy(sorted, c->ms, sizeof(double) * (size_t)rounds);
+    rig_sort(sorted, rounds);
+    for (int r = 0; r < rounds; r++)
+        mean += c->ms[r] / rounds;
+    for (int k = 0; k < c->prof.kinds; k++)
+        accounted += c->prof.seconds[k];
+    /* "other": what no op accounts for (stream waits, the logits copy). */
+    const double med = sorted[rounds / 2], other_ms = mean - accounted / rounds * 1e3;
     if (csv) {
-        for (int k = 0; k < cfg[0].prof.kinds; k++)
-            printf(",%s_ms", cfg[0].prof.names[k]);
-        printf(",optimizer_ms,other_ms,conversions,converted_mb,weight_reorders\n");
-    }
-    for (int i = 0; i < nc; i++) {
-        const struct config *c = &cfg[i];
-        double sorted[MAX_ROUNDS], mean = 0, accounted = c->optim_s;
-        memcpy(sorted, c->ms, sizeof(double) * (size_t)rounds);
-        rig_sort(sorted, rounds);
-        for (int r = 0; r < rounds; r++)
-            mean += c->ms[r] / rounds;
-        for (int k = 0; k < c->prof.kinds; k++)
-            accounted += c->prof.seconds[k];
-        /* "other": what no op accounts for (stream waits, the logits copy). */
-        const double med = sorted[rounds / 2], other_ms = mean - accounted / rounds * 1e3;
-        if (csv) {
-            printf("%s,%d,%d,%.3f,%.3f,%.3f,%.0f", c->model, c->threads, batch, med, sorted[0],
-                   sorted[rounds - 1], batch / med * 1e3);
-            for (int k = 0; k < c->prof.kinds; k++)
-                printf(",%.3f", c->prof.seconds[k] / rounds * 1e3);
-            printf(",%.3f,%.3f,%llu,%.3f,%llu\n", c->optim_s / rounds * 1e3, other_ms, c->per_step.conversions,
-                   c->per_step.converted_bytes / 1e6, c->per_step.weight_reorders);
-            continue;
-        }
-        printf("%-7s %7d %10.3f %8.3f-%-8.3f %12.0f ", c->model, c->threads, med, sorted[0],
+        printf("%s,%d,%d,%.3f,%.3f,%.3f,%.0f", c->model, c->threads, batch, med, sorted[0],
                sorted[rounds - 1], batch / med * 1e3);
-        for (int k = 0; k <= c->prof.kinds + 1; k++) {
-            const char *name = k < c->prof.kinds ? c->prof.names[k] : k == c->prof.kinds ? "optimizer" : "other";
-            const double ms = k < c->prof.kinds ? c->prof.seconds[k] / rounds * 1e3
-                              : k == c->prof.kinds ? c->optim_s / rounds * 1e3 : other_ms;
-            if (ms / mean >= 0.005)
-                printf(" %s %.0f%%", name, 100 * ms / mean);
-        }
-        printf("; per step %llu conversions (%.2f MB), %llu weight reorders\n", c->per_step.conversions,
+        for (int k = 0; k < c->prof.kinds; k++)
+            printf(",%.3f", c->prof.seconds[k] / rounds * 1e3);
+        printf(",%.3f,%.3f,%llu,%.3f,%llu\n", c->optim_s / rounds * 1e3, other_ms, c->per_step.conversions,
                c->per_step.converted_bytes / 1e6, c->per_step.weight_reorders);
+        return;
     }
+    printf("%-7s %7d %10.3f %8.3f-%-8.3f %12.0f ", c->model, c->threads, med, sorted[0],
+           sorted[rounds - 1], batch / med * 1e3);
+    for (int k = 0; k <= c->prof.kinds + 1; k++) {
+        const char *name = k < c->prof.kinds ? c->prof.names[k] : k == c->prof.kinds ? "optimizer" : "other";
+        const double ms = k < c->prof.kinds ? c->prof.seconds[k] / rounds * 1e3
+                          : k == c->prof.kinds ? c->optim_s / rounds * 1e3 : other_ms;
+        if (ms / mean >= 0.005)
+            printf(" %s %.0f%%", name, 100 * ms / mean);
+    }
+    printf("; per step %llu conversions (%.2f MB), %llu weight reorders\n", c->per_step.conversions,
+           c->per_step.converted_bytes / 1e6, c->per_step.weight_reorders);
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    struct config cfg[MAX_CONFIGS];
+    int nc = 0;
+    if (parse_args(argc, argv, &o) != 0 || make_configs(&o, cfg, &nc) != 0)
+        return 2;
+    st_nn_flush_denormals(true);
+    for (int r = 0; r < o.rounds; r++)
+        for (int i = 0; i < nc; i++)
+            cfg[i].ms[r] = measure(&cfg[i], o.batch, o.seconds, o.precision, o.recipe);
+    print_header(&cfg[0], o.csv);
+    for (int i = 0; i < nc; i++)
+        print_config(&cfg[i], o.batch, o.rounds, o.csv);
     return 0;
 }

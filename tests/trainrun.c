@@ -178,6 +178,35 @@ struct child_run train(int n, const char *ckpt, char *const extra[], double inte
     return run_argv_ready(argv, interrupt_after, "metrics.jsonl");
 }
 
+struct child_run train_with_data(int n, const char *ckpt, char *const data[])
+{
+    char *argv[64], nbuf[16];
+    int k = 0;
+    snprintf(nbuf, sizeof nbuf, "%d", n);
+    const char *launch[] = {tr_shmrun, "-n", nbuf, "--oversubscribe", "--quiet", "--log-dir", "logs", "--"};
+    const char *base[] = {tr_shmtrain, "--model", "mlp", "--max-steps", "30", "--checkpoint", ckpt, "--metrics",
+                          "metrics.jsonl", "--overwrite", "--log-every", "1000"};
+    for (size_t i = 0; n > 0 && i < sizeof launch / sizeof *launch; i++)
+        argv[k++] = (char *)launch[i];
+    for (size_t i = 0; i < sizeof base / sizeof *base; i++)
+        argv[k++] = (char *)base[i];
+    for (int i = 0; data[i]; i++)
+        argv[k++] = data[i];
+    argv[k] = NULL;
+    return run_argv(argv, 0);
+}
+
+st_ckpt trained_with_data(int n, const char *ckpt, char *const data[], char **out)
+{
+    struct child_run r = train_with_data(n, ckpt, data);
+    if (r.code != 0)
+        fail_msg("%s: exit %d: %s", ckpt, r.code, r.err);
+    if (out)
+        *out = strdup(r.out);
+    child_run_free(&r);
+    return read_ckpt(ckpt);
+}
+
 st_ckpt read_ckpt(const char *name)
 {
     char path[512];

@@ -56,6 +56,12 @@ void assert_no_sweep_segments(void);
 /* shmrun -n N -- shmtrain --model mlp <synthetic data> --checkpoint ckpt
  * --metrics metrics.jsonl --quiet <extra...> (a later --model wins). */
 struct child_run train(int n, const char *ckpt, char *const extra[], double interrupt_after);
+/* shmrun -n N -- shmtrain --model mlp <data flags> --max-steps 30
+ * --checkpoint ckpt ...; N = 0: shmtrain alone. For the data formats' tests. */
+struct child_run train_with_data(int n, const char *ckpt, char *const data[]);
+/* Its checkpoint, the run failing the test unless it succeeds; *out its
+ * standard output (the caller frees it) when out is not NULL. */
+st_ckpt trained_with_data(int n, const char *ckpt, char *const data[], char **out);
 st_ckpt read_ckpt(const char *name);
 /* The largest |a - b| over the parameters (same count asserted), and in
  * *scale the largest |b|. */

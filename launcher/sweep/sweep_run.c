@@ -249,56 +249,29 @@ struct run_paths { char dir[1024], job[96], report[1100], metrics[1300], checkpo
 
 enum { CHILD_ARGS = 256, CHILD_ARGS_OWN = 40 };  /* a run's argv, and what child_argv adds to the job's */
 
-static void child_argv(const struct sweep_job *j, const struct sweep_setting *st, int system,
-                       const struct sweep_peers *peers, const struct run_paths *rp, const char *self, char **out,
-                       char num[3][16], char accum_env[48])
+/* The words after shmrun's "--" for a user's script: it runs as it is, its
+ * backend chosen by shmtrain_torch (sweep_peer.h). Returns the next free word. */
+static int script_words(const struct sweep_job *j, const struct sweep_setting *st, int system, char **out, int k,
+                        char num[3][16], char accum_env[48])
 {
-    int k = 0;
-    snprintf(num[0], 16, "%d", st->instances);
-    snprintf(num[1], 16, "%d", st->cores);
-    out[k++] = (char *)self;
-    out[k++] = "-n";
-    out[k++] = num[0];
-    out[k++] = "-c";
-    out[k++] = num[1];
-    for (char **f = j->child_flags; f && *f; f++)
-        out[k++] = *f;
-    out[k++] = "--quiet";
-    out[k++] = "--log-dir";
-    out[k++] = (char *)rp->dir;
-    out[k++] = "--job-id";
-    out[k++] = (char *)rp->job;
-    out[k++] = "--report";
-    out[k++] = (char *)rp->report;
-    out[k++] = "--";
-    if (j->script) {  /* the user's script as it is, its backend chosen by shmtrain_torch (sweep_peer.h) */
-        out[k++] = "env";
-        out[k++] = system == SWEEP_TORCH ? "SHMTRAIN_TORCH_BACKEND=gloo" : "SHMTRAIN_TORCH_BACKEND=shm";
-        if (system == SWEEP_INDEPENDENT)  /* the backend keeps every all-reduce local (env.h) */
-            out[k++] = ST_ENV_INDEPENDENT "=1";
-        if (st->grad_accum > 1) {  /* --sweep-global-batch: the script reads it (docs/partitioning.md) */
-            snprintf(num[2], 16, "%d", st->grad_accum);
-            snprintf(accum_env, 48, "SHMTRAIN_GRAD_ACCUM=%s", num[2]);
-            out[k++] = accum_env;
-        }
-        for (char **a = j->argv; *a; a++)
-            out[k++] = *a;
-        out[k] = NULL;
-        return;
+    out[k++] = "env";
+    out[k++] = system == SWEEP_TORCH ? "SHMTRAIN_TORCH_BACKEND=gloo" : "SHMTRAIN_TORCH_BACKEND=shm";
+    if (system == SWEEP_INDEPENDENT)  /* the backend keeps every all-reduce local (env.h) */
+        out[k++] = ST_ENV_INDEPENDENT "=1";
+    if (st->grad_accum > 1) {  /* --sweep-global-batch: the script reads it (docs/partitioning.md) */
+        snprintf(num[2], 16, "%d", st->grad_accum);
+        snprintf(accum_env, 48, "SHMTRAIN_GRAD_ACCUM=%s", num[2]);
+        out[k++] = accum_env;
     }
-    if (!ours(system)) {
-        /* as its users run it: OpenBLAS on its own kernels (some machines
-         * set these two, which hold it to older ones) */
-        static char *const plain_blas[] = {"env", "-u", "OPENBLAS_CORETYPE", "-u", "OPENBLAS_L2_SIZE"};
-        for (size_t i = 0; i < sizeof plain_blas / sizeof *plain_blas; i++)
-            out[k++] = plain_blas[i];
-        out[k++] = (char *)peers->python;
-        out[k++] = (char *)peers->script;
-    } else {
-        out[k++] = j->argv[0];
-    }
-    for (char **a = j->argv + 1; *a; a++)
+    for (char **a = j->argv; *a; a++)
         out[k++] = *a;
+    return k;
+}
+
+/* The flags the setting and the system add to shmtrain's or a peer's own. */
+static int setting_flags(const struct sweep_job *j, const struct sweep_setting *st, int system,
+                         const struct run_paths *rp, char **out, int k, char num[3][16])
+{
     if (st->precision[0]) {  /* --sweep-precisions: both systems take the flag */
         out[k++] = "--precision";
         out[k++] = (char *)st->precision;
@@ -328,7 +301,49 @@ static void child_argv(const struct sweep_job *j, const struct sweep_setting *st
         out[k++] = "--out";
         out[k++] = (char *)rp->out;
     }
-    out[k] = NULL;
+    return k;
+}
+
+static void child_argv(const struct sweep_job *j, const struct sweep_setting *st, int system,
+                       const struct sweep_peers *peers, const struct run_paths *rp, const char *self, char **out,
+                       char num[3][16], char accum_env[48])
+{
+    int k = 0;
+    snprintf(num[0], 16, "%d", st->instances);
+    snprintf(num[1], 16, "%d", st->cores);
+    out[k++] = (char *)self;
+    out[k++] = "-n";
+    out[k++] = num[0];
+    out[k++] = "-c";
+    out[k++] = num[1];
+    for (char **f = j->child_flags; f && *f; f++)
+        out[k++] = *f;
+    out[k++] = "--quiet";
+    out[k++] = "--log-dir";
+    out[k++] = (char *)rp->dir;
+    out[k++] = "--job-id";
+    out[k++] = (char *)rp->job;
+    out[k++] = "--report";
+    out[k++] = (char *)rp->report;
+    out[k++] = "--";
+    if (j->script) {
+        out[script_words(j, st, system, out, k, num, accum_env)] = NULL;
+        return;
+    }
+    if (!ours(system)) {
+        /* as its users run it: OpenBLAS on its own kernels (some machines
+         * set these two, which hold it to older ones) */
+        static char *const plain_blas[] = {"env", "-u", "OPENBLAS_CORETYPE", "-u", "OPENBLAS_L2_SIZE"};
+        for (size_t i = 0; i < sizeof plain_blas / sizeof *plain_blas; i++)
+            out[k++] = plain_blas[i];
+        out[k++] = (char *)peers->python;
+        out[k++] = (char *)peers->script;
+    } else {
+        out[k++] = j->argv[0];
+    }
+    for (char **a = j->argv + 1; *a; a++)
+        out[k++] = *a;
+    out[setting_flags(j, st, system, rp, out, k, num)] = NULL;
 }
 
 static int run_child(char **argv)
@@ -482,6 +497,29 @@ static int check_job(const struct sweep_job *j)
     return 0;
 }
 
+/* The job's command as the report shows it: the program's own name, then its arguments. */
+static const char *command_line(const struct sweep_job *j, char *command, size_t size)
+{
+    size_t clen = 0;
+    command[0] = '\0';
+    for (char **a = j->argv; *a && clen < size; a++)
+        clen += (size_t)snprintf(command + clen, size - clen, "%s%s", a == j->argv ? "" : " ",
+                                 a == j->argv ? basename(*a) : *a);
+    return command;
+}
+
+/* shmrun itself, which every run of the sweep starts again. */
+static int own_executable(char *self, size_t size)
+{
+    ssize_t len = readlink("/proc/self/exe", self, size - 1);
+    if (len <= 0) {
+        fprintf(stderr, "shmrun: --sweep: cannot find my own executable: %s\n", strerror(errno));
+        return 1;
+    }
+    self[len] = '\0';
+    return 0;
+}
+
 int sweep_main(const st_topo *t, const struct sweep_job *j)
 {
     struct sweep_setting s[SWEEP_MAX_SETTINGS];
@@ -491,12 +529,8 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
     if (j->dry_run)  /* what would run with every peer there */
         return print_plans(t, j, s, ns, j->compare_torch ? SWEEP_TORCH_SHM + 1 : 1);
     char self[1024];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) {
-        fprintf(stderr, "shmrun: --sweep: cannot find my own executable: %s\n", strerror(errno));
+    if (own_executable(self, sizeof self) != 0)
         return 1;
-    }
-    self[len] = '\0';
     struct sweep_peers peers;
     sweep_find_peers(j, self, &peers);
     int systems[SWEEP_NSYSTEMS];
@@ -520,12 +554,8 @@ int sweep_main(const st_topo *t, const struct sweep_job *j)
                                .script = j->script};
     sweep_describe_machine(&rep, t, j);
     probe_machine(t, j, &rep);
-    char command[2048] = "";
-    size_t clen = 0;
-    for (char **a = j->argv; *a && clen < sizeof command; a++)
-        clen += (size_t)snprintf(command + clen, sizeof command - clen, "%s%s", a == j->argv ? "" : " ",
-                                 a == j->argv ? basename(*a) : *a);
-    rep.command = command;
+    char command[2048];
+    rep.command = command_line(j, command, sizeof command);
     fprintf(stderr, "shmrun: sweep of %d setting%s x %d repeat%s%s%s = %d runs, results in %s/\n", ns,
             ns == 1 ? "" : "s", j->repeats, j->repeats == 1 ? "" : "s",
             peers.nsystems == 3 ? " x 3 systems" : peers.nsystems == 2 ? " x 2 systems" : "",

@@ -96,6 +96,38 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
+/* One byte each lets them all start together (none is still forking).
+ * The caller holds the start pipe's read end until then: a child that
+ * could not pin itself exits without reading, and with every reader
+ * gone the write would raise SIGPIPE and kill the caller (seen in CI,
+ * and within 2000 probes of an absent CPU). */
+static st_status start_all(int start_fd, int n)
+{
+    char go[256];
+    memset(go, 1, sizeof go);
+    for (int left = n; left > 0;) {
+        ssize_t w = write(start_fd, go, (size_t)(left < 256 ? left : 256));
+        if (w <= 0)
+            return st_fail(ST_ERR_SYS, "cpu probe: cannot start the children: %s", strerror(errno));
+        left -= (int)w;
+    }
+    return ST_OK;
+}
+
+/* Waits for every child; the first failure is said unless st already says one. */
+static st_status reap(const pid_t *pids, int spawned, const int *cpus, st_status st)
+{
+    for (int i = 0; i < spawned; i++) {
+        int status = 0;
+        pid_t r;
+        while ((r = waitpid(pids[i], &status, 0)) < 0 && errno == EINTR)
+            ;
+        if (st == ST_OK && (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0))
+            st = st_fail(ST_ERR_SYS, "cpu probe: the child on CPU %d failed", cpus[i]);
+    }
+    return st;
+}
+
 st_status st_cpu_probe(const int *cpus, int n, double seconds, double *gflops)
 {
     if (n < 1 || !(seconds > 0))
@@ -125,21 +157,8 @@ st_status st_cpu_probe(const int *cpus, int n, double seconds, double *gflops)
         }
     }
     close_fd(&report[1]);
-    /* One byte each lets them all start together (none is still forking).
-     * The parent holds the start pipe's read end until then: a child that
-     * could not pin itself exits without reading, and with every reader
-     * gone the write would raise SIGPIPE and kill the caller (seen in CI,
-     * and within 2000 probes of an absent CPU). */
-    char go[256];
-    memset(go, 1, sizeof go);
-    for (int left = n; left > 0;) {
-        ssize_t w = write(start[1], go, (size_t)(left < 256 ? left : 256));
-        if (w <= 0) {
-            st = st_fail(ST_ERR_SYS, "cpu probe: cannot start the children: %s", strerror(errno));
-            goto out;
-        }
-        left -= (int)w;
-    }
+    if ((st = start_all(start[1], n)) != ST_OK)
+        goto out;
     close_fd(&start[0]);
     for (int i = 0; i < n; i++) {
         struct report r;
@@ -154,14 +173,7 @@ out:
     close_fd(&start[0]);
     close_fd(&report[0]);
     close_fd(&report[1]);
-    for (int i = 0; i < spawned; i++) {
-        int status = 0;
-        pid_t r;
-        while ((r = waitpid(pids[i], &status, 0)) < 0 && errno == EINTR)
-            ;
-        if (st == ST_OK && (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0))
-            st = st_fail(ST_ERR_SYS, "cpu probe: the child on CPU %d failed", cpus[i]);
-    }
+    st = reap(pids, spawned, cpus, st);
     free(pids);
     return st;
 }

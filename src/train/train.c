@@ -289,6 +289,34 @@ static st_status check_outputs(const st_train_options *o)
     return ST_OK;
 }
 
+/* How a step's gradients are gathered and exchanged: micro-batches, the
+ * balance, and --bucket-mb's buckets sent during backward. */
+static st_status setup_exchange(struct trainer *t)
+{
+    const st_train_options *o = t->o;
+    st_status st;
+    t->accum_steps = o->grad_accum > 1 ? o->grad_accum : 1;
+    t->global_batch = (size_t)t->world * (size_t)o->batch * (size_t)t->accum_steps;
+    const bool dynamic = o->balance == ST_BALANCE_DYNAMIC;
+    t->independent = o->balance == ST_BALANCE_INDEPENDENT;
+    if ((st = accum_init(&t->acc, t->grads, t->P, t->accum_steps, dynamic)) != ST_OK ||
+        (st = balance_init(&t->bal, &t->comm, t->accum_steps, dynamic)) != ST_OK)
+        return st;
+    /* Dynamic: an instance cannot tell which of its micro-batches is its
+     * last, so no bucket can go during backward; they go after it. */
+    if (o->bucket_mb > 0 && !dynamic && !t->independent) {
+        if (!t->comm.any_thread)
+            return st_fail(ST_ERR_INVALID, "--bucket-mb: this MPI cannot run collectives from a second thread "
+                                           "(no MPI_THREAD_SERIALIZED); leave it at 0");
+        if ((st = overlap_start(&t->ov, &t->comm, t->grads, t->P, o->allreduce_dtype, o->bucket_mb)) != ST_OK)
+            return st;
+        t->acc.next = overlap_ready;
+        t->acc.next_ctx = &t->ov;
+        st_net_on_grads_ready(t->net, accum_ready, &t->acc);  /* passes each range on when it is final */
+    }
+    return ST_OK;
+}
+
 static st_status setup(struct trainer *t)
 {
     const st_train_options *o = t->o;
@@ -325,25 +353,8 @@ static st_status setup(struct trainer *t)
     int ncopies;
     const st_weight_copy *copies = st_net_weight_copies(t->net, &ncopies);
     st_optim_set_copies(t->opt, copies, ncopies);  /* the bf16 weights, written as the masters are updated */
-    t->accum_steps = o->grad_accum > 1 ? o->grad_accum : 1;
-    t->global_batch = (size_t)t->world * (size_t)o->batch * (size_t)t->accum_steps;
-    const bool dynamic = o->balance == ST_BALANCE_DYNAMIC;
-    t->independent = o->balance == ST_BALANCE_INDEPENDENT;
-    if ((st = accum_init(&t->acc, t->grads, t->P, t->accum_steps, dynamic)) != ST_OK ||
-        (st = balance_init(&t->bal, &t->comm, t->accum_steps, dynamic)) != ST_OK)
+    if ((st = setup_exchange(t)) != ST_OK)
         return st;
-    /* Dynamic: an instance cannot tell which of its micro-batches is its
-     * last, so no bucket can go during backward; they go after it. */
-    if (o->bucket_mb > 0 && !dynamic && !t->independent) {
-        if (!t->comm.any_thread)
-            return st_fail(ST_ERR_INVALID, "--bucket-mb: this MPI cannot run collectives from a second thread "
-                                           "(no MPI_THREAD_SERIALIZED); leave it at 0");
-        if ((st = overlap_start(&t->ov, &t->comm, t->grads, t->P, o->allreduce_dtype, o->bucket_mb)) != ST_OK)
-            return st;
-        t->acc.next = overlap_ready;
-        t->acc.next_ctx = &t->ov;
-        st_net_on_grads_ready(t->net, accum_ready, &t->acc);  /* passes each range on when it is final */
-    }
     st_net_init(t->net, o->seed);
     if ((st = train_alloc_batch(t)) != ST_OK)
         return st;
@@ -420,11 +431,53 @@ static bool reached_target(const struct trainer *t)
            (o->target_loss > 0 && t->last_eval_step >= 0 && t->last_loss <= o->target_loss);
 }
 
+/* The steps of one epoch from t->epoch_pos; *stop when a signal asked for
+ * it after a step, *done when the budget or the target is reached. */
+static st_status run_epoch(struct trainer *t, size_t n, float *lr, bool *stop, bool *done)
+{
+    const st_train_options *o = t->o;
+    st_status st = ST_OK;
+    while (t->epoch_pos + t->global_batch <= n) {
+        if (o->max_steps && (long)t->step >= o->max_steps) {
+            *done = true;
+            return ST_OK;
+        }
+        if ((st = train_step(t, lr, stop)) != ST_OK)
+            return st;
+        if (t->interval_steps && ((long)t->step % o->log_every == 0))
+            train_log_interval(t, *lr);
+        if (o->check_replicas && (long)t->step % o->check_replicas == 0 && (st = check_replicas(t)) != ST_OK)
+            return st;
+        if (o->eval_every && (long)t->step % o->eval_every == 0 && (st = train_eval_and_report(t)) != ST_OK)
+            return st;
+        if (o->checkpoint_every && (long)t->step % o->checkpoint_every == 0 && (st = save_periodic(t)) != ST_OK)
+            return st;
+        if (*stop)
+            return ST_OK;
+        if (reached_target(t)) {
+            *done = true;
+            return ST_OK;
+        }
+    }
+    return ST_OK;
+}
+
+static st_status stop_on_request(struct trainer *t, st_train_result *r)
+{
+    const st_train_options *o = t->o;
+    train_say(t, "\nstopping on request after step %llu\n", (unsigned long long)t->step);
+    st_status st = save(t);
+    if (st == ST_OK && o->checkpoint)
+        train_say(t, "checkpoint: %s (step %llu); --resume %s continues from it\n", o->checkpoint,
+                  (unsigned long long)t->step, o->resume_hint ? o->resume_hint : o->checkpoint);
+    r->interrupted = true;
+    return st == ST_OK ? ST_ERR_INTERRUPTED : st;
+}
+
 static st_status loop(struct trainer *t, st_train_result *r)
 {
     const st_train_options *o = t->o;
-    const size_t global = t->global_batch, n = t->text ? (size_t)t->steps_per_epoch * global
-                                                                        : st_dataset_size(t->train);
+    const size_t n = t->text ? (size_t)t->steps_per_epoch * t->global_batch : st_dataset_size(t->train);
     st_status st = ST_OK;
     bool stop = false, done = false;
     float lr = o->schedule.lr;
@@ -435,35 +488,9 @@ static st_status loop(struct trainer *t, st_train_result *r)
     for (; t->epoch < (uint64_t)t->epochs_total && !done && st == ST_OK; t->epoch++, t->epoch_pos = 0) {
         if (!t->text)
             st_epoch_order(t->order, n, o->seed, t->epoch);
-        while (t->epoch_pos + global <= n && st == ST_OK) {
-            if (o->max_steps && (long)t->step >= o->max_steps) {
-                done = true;
-                break;
-            }
-            if ((st = train_step(t, &lr, &stop)) != ST_OK)
-                break;
-            if (t->interval_steps && ((long)t->step % o->log_every == 0))
-                train_log_interval(t, lr);
-            if (o->check_replicas && (long)t->step % o->check_replicas == 0 && (st = check_replicas(t)) != ST_OK)
-                break;
-            if (o->eval_every && (long)t->step % o->eval_every == 0 && (st = train_eval_and_report(t)) != ST_OK)
-                break;
-            if (o->checkpoint_every && (long)t->step % o->checkpoint_every == 0 && (st = save_periodic(t)) != ST_OK)
-                break;
-            if (stop) {
-                train_say(t, "\nstopping on request after step %llu\n", (unsigned long long)t->step);
-                st = save(t);
-                if (st == ST_OK && o->checkpoint)
-                    train_say(t, "checkpoint: %s (step %llu); --resume %s continues from it\n", o->checkpoint,
-                              (unsigned long long)t->step, o->resume_hint ? o->resume_hint : o->checkpoint);
-                r->interrupted = true;
-                return st == ST_OK ? ST_ERR_INTERRUPTED : st;
-            }
-            if (reached_target(t))
-                done = true;
-            if (done)
-                break;
-        }
+        st = run_epoch(t, n, &lr, &stop, &done);
+        if (st == ST_OK && stop)
+            return stop_on_request(t, r);
         if (st != ST_OK || done)
             break;
         if (t->interval_steps)
@@ -497,6 +524,36 @@ static bool finished_already(struct trainer *t)
     return true;
 }
 
+/* Rank 0's two opening lines: the recipe, then the gang, the model, the data and the budget. */
+static void announce(const struct trainer *t)
+{
+    const st_train_options *o = t->o;
+    if (t->rank != 0 || o->quiet)
+        return;
+    char accum[160] = "", budget[128];
+    if (t->accum_steps > 1 || t->bal.dynamic)
+        snprintf(accum, sizeof accum, " x %d micro-batches%s%s", t->accum_steps,
+                 t->bal.dynamic ? " (balanced: taken by whoever is free)" : "",
+                 t->bal.dynamic && o->bucket_mb > 0 ? ", exchanged after backward (not in --bucket-mb buckets)" : "");
+    describe_budget(t, budget, sizeof budget);
+    char recipe[160];
+    train_recipe(o, recipe, sizeof recipe);
+    printf("shmtrain: %s%s%s\n", recipe, o->model_recipe ? "; the model's train line: " : "",
+           o->model_recipe ? o->model_recipe : "");
+    if (t->text) {
+        printf("shmtrain: %d instance%s x batch %d%s x context %d, model %s (%zu parameters), %zu training / "
+               "%zu validation tokens, vocabulary %d; %s\n", t->world, t->world == 1 ? "" : "s", o->batch, accum,
+               t->context, o->model, t->P, st_text_tokens_in(t->text, ST_TEXT_TRAIN),
+               st_text_tokens_in(t->text, ST_TEXT_VAL), st_text_vocab(t->text), budget);
+        fflush(stdout);
+    } else {
+        printf("shmtrain: %d instance%s x batch %d%s, model %s (%zu parameters), %zu training / %zu test "
+               "samples; %s\n", t->world, t->world == 1 ? "" : "s", o->batch, accum, o->model, t->P,
+               st_dataset_size(t->train), st_dataset_size(t->test), budget);
+        fflush(stdout);
+    }
+}
+
 st_status st_train_run(const st_train_options *o, st_train_result *r)
 {
     struct trainer t = {.o = o, .last_eval_step = -1, .kept_best = -INFINITY};
@@ -519,29 +576,7 @@ st_status st_train_run(const st_train_options *o, st_train_result *r)
     } else if (st == ST_OK) {
         train_open_metrics(&t);
         train_run_record(&t);
-        char accum[160] = "", budget[128];
-        if (t.accum_steps > 1 || t.bal.dynamic)
-            snprintf(accum, sizeof accum, " x %d micro-batches%s%s", t.accum_steps,
-                     t.bal.dynamic ? " (balanced: taken by whoever is free)" : "",
-                     t.bal.dynamic && o->bucket_mb > 0 ? ", exchanged after backward (not in --bucket-mb buckets)" : "");
-        describe_budget(&t, budget, sizeof budget);
-        char recipe[160];
-        train_recipe(o, recipe, sizeof recipe);
-        if (t.rank == 0 && !o->quiet)
-            printf("shmtrain: %s%s%s\n", recipe, o->model_recipe ? "; the model's train line: " : "",
-                   o->model_recipe ? o->model_recipe : "");
-        if (t.rank == 0 && !o->quiet && t.text) {
-            printf("shmtrain: %d instance%s x batch %d%s x context %d, model %s (%zu parameters), %zu training / "
-                   "%zu validation tokens, vocabulary %d; %s\n", t.world, t.world == 1 ? "" : "s", o->batch, accum,
-                   t.context, o->model, t.P, st_text_tokens_in(t.text, ST_TEXT_TRAIN),
-                   st_text_tokens_in(t.text, ST_TEXT_VAL), st_text_vocab(t.text), budget);
-            fflush(stdout);
-        } else if (t.rank == 0 && !o->quiet) {
-            printf("shmtrain: %d instance%s x batch %d%s, model %s (%zu parameters), %zu training / %zu test "
-                   "samples; %s\n", t.world, t.world == 1 ? "" : "s", o->batch, accum, o->model, t.P,
-                   st_dataset_size(t.train), st_dataset_size(t.test), budget);
-            fflush(stdout);
-        }
+        announce(&t);
         st = loop(&t, r);
         r->steps = (long)t.step;
         r->best_accuracy = t.best_acc;
