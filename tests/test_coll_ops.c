@@ -1,8 +1,8 @@
 /* The collectives PyTorch's process groups need beyond fp32 and bf16 sums:
  * fp16 (its conversions against the compiler's IEEE half), i32 and i64
- * payloads, MAX and MIN, all-gather and reduce-scatter, at 1-4 and 8 forked
- * ranks, against a serial reference computed with the same definitions,
- * on sizes past a staging area. */
+ * payloads, MAX and MIN, all-gather, reduce-scatter and all-to-all, at 1-4
+ * and 8 forked ranks, against a serial reference computed with the same
+ * definitions, on sizes past a staging area. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -308,6 +308,95 @@ static void test_allgather_and_reduce_scatter(void **state)
     }
 }
 
+/* ---------------------------------------------------------- all-to-all -- */
+
+/* Bytes rank p sends rank q in round r: uneven, some none, some past a
+ * staging area's share; its own block past a whole staging area (never
+ * staged, so it adds no round). */
+static size_t a2a_len(int p, int q, int r)
+{
+    const size_t unit[] = {1, 37, STAGING / 3 + 11};
+    return (size_t)((p * 7 + q * 13 + r) % 5) * unit[r % 3] + (p == q) * (size_t)STAGING;
+}
+static unsigned char a2a_byte(int p, int q, size_t i) { return (unsigned char)(i * 31 + (size_t)p * 101 + (size_t)q * 17); }
+
+static int alltoalls(st_group *g, int rank, void *arg)
+{
+    (void)arg;
+    const int world = st_group_size(g);
+    for (int r = 0; r < 6; r++) {
+        unsigned char *send[8], *recv[8];
+        size_t send_len[8], recv_len[8], from_peers = 0, written = 0;
+        for (int q = 0; q < world; q++) {
+            send_len[q] = a2a_len(rank, q, r), recv_len[q] = a2a_len(q, rank, r);
+            send[q] = malloc(send_len[q] + 1), recv[q] = calloc(recv_len[q] + 1, 1);
+            CHILD_CHECK(send[q] && recv[q]);
+            for (size_t i = 0; i < send_len[q]; i++)
+                send[q][i] = a2a_byte(rank, q, i);
+            from_peers += q == rank ? 0 : recv_len[q];
+            written += send_len[q] + (q == rank ? 0 : recv_len[q]);  /* staged (its own: copied), then read out */
+        }
+        st_coll_counters before, after;
+        st_group_counters(g, &before);
+        CHILD_CHECK(st_alltoall(g, (const void *const *)send, send_len, (void *const *)recv, recv_len) == ST_OK);
+        st_group_counters(g, &after);
+        for (int p = 0; p < world; p++)
+            for (size_t i = 0; i < recv_len[p]; i++)
+                CHILD_CHECK(recv[p][i] == a2a_byte(p, rank, i));
+        /* each peer's block read once from its staging, and the lengths' agreement: nothing more */
+        const size_t agreement = world > 1 ? (size_t)(world - 1) * 2 * (size_t)world * sizeof(uint64_t) : 0;
+        CHILD_CHECK(after.peer_bytes_read - before.peer_bytes_read == from_peers + agreement);
+        const size_t lengths = 2 * (size_t)world * sizeof(uint64_t);  /* the agreement's all-gather writes */
+        CHILD_CHECK(after.bytes_written - before.bytes_written ==
+                    written + (world > 1 ? lengths * (size_t)(world + 1) : 0));
+        /* two synchronisations for the lengths, two a piece of the longest block between two ranks */
+        size_t longest = 0, piece = STAGING / (size_t)world;
+        for (int p = 0; p < world; p++)
+            for (int q = 0; q < world; q++)
+                longest = p != q && a2a_len(p, q, r) > longest ? a2a_len(p, q, r) : longest;
+        const uint64_t syncs = world > 1 ? 2 + 2 * ((longest + piece - 1) / piece) : 0;
+        CHILD_CHECK(after.syncs - before.syncs == syncs);
+        for (int q = 0; q < world; q++)
+            free(send[q]), free(recv[q]);
+    }
+    return 0;
+}
+
+/* Rank 1 expects one byte more from rank 0 than rank 0 sends: every rank
+ * refuses the call by the pair, and the group goes on. */
+static int alltoall_disagrees(st_group *g, int rank, void *arg)
+{
+    (void)arg;
+    const int world = st_group_size(g);
+    unsigned char buf[8][64] = {{0}}, out[8][64];
+    const void *send[8];
+    void *recv[8];
+    size_t send_len[8], recv_len[8];
+    for (int q = 0; q < world; q++)
+        send[q] = buf[q], recv[q] = out[q], send_len[q] = recv_len[q] = 16;
+    recv_len[0] += rank == 1;
+    CHILD_CHECK(st_alltoall(g, send, send_len, recv, recv_len) == ST_ERR_INVALID);
+    CHILD_CHECK(strstr(st_last_error(), "rank 0 sends rank 1 16 bytes, rank 1 expects 17") != NULL);
+    recv_len[0] = 16;
+    CHILD_CHECK(st_alltoall(g, send, send_len, recv, recv_len) == ST_OK);
+    return 0;
+}
+
+static void test_alltoall(void **state)
+{
+    (void)state;
+    const int worlds[] = {1, 2, 3, 4, 8};
+    for (size_t w = 0; w < sizeof worlds / sizeof *worlds; w++) {
+        char job[64];
+        test_job_id(job, sizeof job, "a2a");
+        st_group_config cfg = {.job_id = job, .staging_bytes = STAGING};
+        assert_int_equal(run_ranks(worlds[w], &cfg, alltoalls, NULL), 0);
+        if (worlds[w] > 1)
+            assert_int_equal(run_ranks(worlds[w], &cfg, alltoall_disagrees, NULL), 0);
+        assert_int_equal(leftover_segments(job), 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_every_type_and_op),
         cmocka_unit_test(test_max_min_keep_nans),
         cmocka_unit_test(test_allgather_and_reduce_scatter),
+        cmocka_unit_test(test_alltoall),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

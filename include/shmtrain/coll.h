@@ -149,6 +149,16 @@ st_status st_allgather(st_group *g, const void *send, void *recv, size_t bytes);
 st_status st_reduce_scatter(st_group *g, const void *send, void *recv, size_t count, st_dtype dtype,
                             st_reduce_op op);
 
+/* Each rank's block for each rank, as MPI_Alltoallv in bytes: this rank's
+ * send[q] (send_len[q] bytes) lands in rank q's recv[this rank], which holds
+ * recv_len[this rank] there.  Every rank states both sides, and where a
+ * pair disagrees (p sends q n bytes, q expects m) every rank refuses the
+ * call, naming the pair, before a byte moves (ST_ERR_INVALID; the group
+ * stays usable).  No send block may overlap a recv block.  Its own block is
+ * copied directly; the rest in pieces of staging / world a peer. */
+st_status st_alltoall(st_group *g, const void *const *send, const size_t *send_len, void *const *recv,
+                      const size_t *recv_len);
+
 /* An all-reduce with a stage between its two halves, for a transport
  * beyond this machine (the hierarchical all-reduce of shmtrain-coll-mpi):
  * after the in-group reduce-scatter, `between(ctx, part, n)` runs on the

@@ -1,10 +1,13 @@
-/* The halves of an all-reduce on their own, as PyTorch's process groups
- * offer them: all-gather (every rank's bytes to every rank) and
- * reduce-scatter (each rank one block of the reduction).  Both stage
- * through each rank's staging area in pieces: copy in, "entered", read the
- * peers' pieces, "read" (after which nobody reads this rank's staging, so
- * the next piece or collective may write it).  Two synchronisations a piece.
+/* The collectives beside the all-reduce, as PyTorch's process groups offer
+ * them: all-gather (every rank's bytes to every rank), reduce-scatter (each
+ * rank one block of the reduction) and all-to-all (each rank's block for
+ * each peer to that peer).  All stage through each rank's staging area in
+ * pieces: copy in, "entered", read the peers' pieces, "read" (after which
+ * nobody reads this rank's staging, so the next piece or collective may
+ * write it).  Two synchronisations a piece.
  */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll_internal.h"
@@ -107,4 +110,94 @@ st_status st_reduce_scatter(st_group *g, const void *send, void *recv, size_t co
         return ST_OK;
     }
     return coll_progressed(g, reduce_scatter(g, send, recv, count, dtype, op));
+}
+
+/* ---------------------------------------------------------- all-to-all -- */
+
+static size_t part_of(size_t len, size_t done, size_t piece)
+{
+    return len > done ? (len - done < piece ? len - done : piece) : 0;
+}
+
+/* Every rank's lengths, both sides, to every rank: each checks every pair
+ * (what p sends q against what q expects from p), so all refuse together
+ * or none does; *longest is the largest block between two ranks. */
+static st_status agree_lengths(st_group *g, const size_t *send_len, const size_t *recv_len, size_t *longest)
+{
+    const size_t w = (size_t)g->world, row = 2 * w;
+    uint64_t *all = malloc((w + 1) * row * sizeof *all);
+    if (!all)
+        return st_fail(ST_ERR_NOMEM, "coll: alltoall: out of memory for %zu ranks' lengths", w);
+    uint64_t *mine = all + w * row;
+    for (size_t q = 0; q < w; q++)
+        mine[q] = send_len[q], mine[w + q] = recv_len[q];
+    st_status st = allgather(g, (const char *)mine, (char *)all, row * sizeof *all);
+    *longest = 0;
+    for (size_t p = 0; p < w && st == ST_OK; p++)
+        for (size_t q = 0; q < w && st == ST_OK; q++) {
+            const uint64_t sends = all[p * row + q], expects = all[q * row + w + p];
+            if (sends != expects)
+                st = st_fail(ST_ERR_INVALID, "coll: alltoall: rank %zu sends rank %zu %llu bytes, rank %zu expects "
+                                             "%llu", p, q, (unsigned long long)sends, q, (unsigned long long)expects);
+            else if (p != q && sends > *longest)
+                *longest = (size_t)sends;
+        }
+    free(all);
+    return st;
+}
+
+static st_status alltoall(st_group *g, const char *const *send, const size_t *send_len, char *const *recv,
+                          const size_t *recv_len, size_t longest)
+{
+    const size_t piece = g->cfg.staging_bytes / (size_t)g->world;
+    char *mine = coll_seg_at(g, g->rank, g->staging_off);
+    memmove(recv[g->rank], send[g->rank], send_len[g->rank]);  /* its own block never leaves it */
+    coll_count_read(g, -1, send_len[g->rank]);
+    coll_count_write(g, send_len[g->rank]);
+    for (size_t done = 0; done < longest; done += piece) {
+        for (int q = 0; q < g->world; q++) {
+            const size_t n = q == g->rank ? 0 : part_of(send_len[q], done, piece);
+            memcpy(mine + (size_t)q * piece, send[q] + done, n);
+            coll_count_read(g, -1, n);
+            coll_count_write(g, n);
+        }
+        st_status st = step(g, 1);
+        if (st != ST_OK)
+            return st;
+        for (int p = 0; p < g->world; p++) {
+            const size_t n = p == g->rank ? 0 : part_of(recv_len[p], done, piece);
+            coll_copy_to_user(recv[p] + done, coll_seg_at(g, p, g->staging_off) + (size_t)g->rank * piece, n);
+            coll_count_read(g, p, n);
+            coll_count_write(g, n);
+        }
+        if ((st = step(g, 2)) != ST_OK)
+            return st;
+        g->base += 2;
+    }
+    return ST_OK;
+}
+
+st_status st_alltoall(st_group *g, const void *const *send, const size_t *send_len, void *const *recv,
+                      const size_t *recv_len)
+{
+    st_status st = coll_check_usable(g);
+    if (st != ST_OK)
+        return st;
+    if (!send || !send_len || !recv || !recv_len)
+        return st_fail(ST_ERR_INVALID, "coll: alltoall: NULL block list");
+    for (int q = 0; q < g->world; q++)
+        if ((send_len[q] && !send[q]) || (recv_len[q] && !recv[q]))
+            return st_fail(ST_ERR_INVALID, "coll: alltoall: NULL block for rank %d", q);
+    if (g->cfg.staging_bytes < (size_t)g->world)
+        return st_fail(ST_ERR_INVALID, "coll: alltoall: %zu staging bytes for %d ranks", g->cfg.staging_bytes,
+                       g->world);
+    g->ctr.calls++;
+    size_t longest = 0;
+    if (g->world == 1 && send_len[0] != recv_len[0])
+        return st_fail(ST_ERR_INVALID, "coll: alltoall: rank 0 sends rank 0 %zu bytes, rank 0 expects %zu",
+                       send_len[0], recv_len[0]);
+    if (g->world > 1 && (st = agree_lengths(g, send_len, recv_len, &longest)) != ST_OK)
+        return coll_progressed(g, st);
+    return coll_progressed(g, alltoall(g, (const char *const *)send, send_len, (char *const *)recv, recv_len,
+                                       longest));
 }

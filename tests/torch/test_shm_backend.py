@@ -5,8 +5,10 @@
 ops     every collective on the same inputs over shm and over gloo in the same
         processes, at 2, 3 and 4 ranks: every dtype and op the backend takes,
         sizes from one element to past a staging area, non-contiguous tensors,
-        a sub-group (new_group) beside the default group; gloo's results and
-        shm's equal to the bit (inputs small integers: every order exact)
+        a sub-group (new_group) beside the default group, all_to_all_single
+        and all_to_all with uneven blocks; gloo's results and shm's equal to
+        the bit (inputs small integers: every order exact); an all-to-all
+        whose ranks disagree on a block refused on every rank by the pair
 ddp     DistributedDataParallel training of the peers' resnet and gpt-mini for
         20 steps over shm and over gloo at 2 ranks (the same sums, so the same
         bits) and 2 x b against 1 x 2b (another order: close)
@@ -132,6 +134,43 @@ def check_others(shm, gloo, rank, world):
     dist.barrier(group=shm)
 
 
+def check_alltoall(shm, gloo, rank, world):
+    for n in (1, 1003, 300000):  # the last a block past a staging area's share a peer
+        x = inputs(rank, world * n, torch.float32, 3)
+        a, b = torch.empty_like(x), torch.empty_like(x)
+        dist.all_to_all_single(a, x, group=shm)
+        dist.all_to_all_single(b, x, group=gloo)
+        same(a, b, f"all_to_all_single n={n}")
+    for dtype in (torch.int64, torch.bfloat16):  # uneven rows of 7, some blocks empty, each rank's own too
+        sends = [(rank + 2 * q) % 3 + (q == rank) for q in range(world)]
+        takes = [(p + 2 * rank) % 3 + (p == rank) for p in range(world)]
+        x = inputs(rank, sum(sends) * 7, dtype, 4).view(-1, 7)
+        a, b = torch.empty(sum(takes), 7, dtype=dtype), torch.empty(sum(takes), 7, dtype=dtype)
+        dist.all_to_all_single(a, x, takes, sends, group=shm, async_op=True).wait()
+        dist.all_to_all_single(b, x, takes, sends, group=gloo)
+        same(a, b, f"all_to_all_single {dtype} split {sends}")
+        ins = [inputs(rank * world + q, rank * 3 + q + 1, dtype, 5) for q in range(world)]
+        outs = [torch.empty(p * 3 + rank + 1, dtype=dtype) for p in range(world)]
+        dist.all_to_all(outs, ins, group=shm)  # (gloo's takes equal sizes only)
+        for p in range(world):
+            same(outs[p], inputs(p * world + rank, p * 3 + rank + 1, dtype, 5), f"all_to_all {dtype} from {p}")
+    x = torch.zeros(world * 4)
+    takes = [4] * world
+    takes[0] += rank == 1
+    takes[-1] -= rank == 1
+    try:
+        dist.all_to_all_single(torch.empty(world * 4), x, takes, [4] * world, group=shm)
+        raise AssertionError("an all-to-all whose ranks disagree went through")
+    except RuntimeError as e:
+        assert "rank 0 sends rank 1 16 bytes, rank 1 expects 20" in str(e), e
+    dist.all_to_all_single(torch.empty(world * 4), x, group=shm)  # the group goes on
+    try:  # every rank's own call wrong: each refuses it before it leaves the caller
+        dist.all_to_all_single(torch.empty(world * 4), x, [4] * world, [3] * world, group=shm)
+        raise AssertionError("split sizes that miss the input's rows went through")
+    except RuntimeError as e:
+        assert f"the input split sizes add up to {3 * world}, its dim 0 is {4 * world}" in str(e), e
+
+
 def ops_rank(rank, world, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -140,6 +179,7 @@ def ops_rank(rank, world, port):
     gloo = dist.new_group(backend="gloo")
     check_allreduce(shm, gloo, rank, world)
     check_others(shm, gloo, rank, world)
+    check_alltoall(shm, gloo, rank, world)
     if world >= 3:  # a sub-group of the first two ranks: only they reduce, among themselves
         pair = dist.new_group(ranks=[0, 1], backend="shm")
         if rank < 2:

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "agreement.h"
+#include "alltoall.h"
 #include "call_queue.h"
 #include "hook_slots.h"
 #include "tensors.h"
@@ -308,6 +309,21 @@ class ShmBackend : public c10d::Backend {
             for (size_t k = 0; k < outputs.size(); k++)
                 scatter_into(outputs[k], inputs[k], op, "reduce_scatter_tensor_coalesced");
         });
+    }
+
+    c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input, std::vector<int64_t> &out_splits,
+                                                 std::vector<int64_t> &in_splits, const c10d::AllToAllOptions &) override
+    {
+        AllToAllBlocks b = blocks_of_splits(output, input, out_splits, in_splits, getSize());
+        return enqueue(OpType::ALLTOALL_BASE, Tensors{output}, [this, b, output, input]() {
+            run_alltoall(g_, b, "all_to_all_single");
+        });
+    }
+
+    c10::intrusive_ptr<c10d::Work> alltoall(Tensors &outputs, Tensors &inputs, const c10d::AllToAllOptions &) override
+    {
+        AllToAllBlocks b = blocks_of_lists(outputs, inputs, getSize());
+        return enqueue(OpType::ALLTOALL, outputs, [this, b, outputs, inputs]() { run_alltoall(g_, b, "all_to_all"); });
     }
 
     // DDP's comm hook: the bucket, scaled by 1 / world as DDP's own path
