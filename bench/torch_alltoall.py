@@ -1,16 +1,18 @@
 """all_to_all_single over the "shm" backend against gloo, in the same processes,
-alternated call by call (this machine's speed drifts; alternating cancels it):
-per size 5 warm-up calls of each, then per iteration a barrier and one timed
-call of each; per rank medians, averaged over ranks.  Equal splits; the
-first result of each backend is checked exact against the blocks sent.
+alternated in blocks (this machine's speed drifts; alternating cancels it):
+per size 5 warm-up calls of each, then per iteration a barrier (the timed
+backend's own) and one timed call; per rank the median of three blocks'
+medians, averaged over ranks.  Equal splits; the first result of each
+backend is checked exact against the blocks sent.
 
-  python3 bench/torch_alltoall.py [--ranks 2] [--min 4K] [--max 16M] [--seconds 0.3]
+  PYTHONPATH=build/python python3 bench/torch_alltoall.py [--ranks 2] [--min 4K] [--max 16M] [--seconds 0.3]
 
 Prints CSV (rank 0): bytes (each rank's whole input), shm_us, gloo_us, gloo/shm,
-and shm_gbs: the bytes the shm path moves a rank (each peer's block copied
-into the staging area and out of a peer's: 4 x (world-1)/world x bytes, read
-and written) over its median time, to set against the copy bandwidth
-st-allreduce-bench measures on the same cores.
+and shm_gbs: the bytes the shm path reads and writes a rank (each peer's
+block copied into the staging area and out of a peer's: 4 x (world-1)/world
+x bytes; its own block copied: 2 / world x bytes) over its median time, to
+set against the copy bandwidth (read + write) st-allreduce-bench measures on
+the same cores.
 """
 import argparse
 import os
@@ -27,10 +29,10 @@ def size(s):
     return int(float(s[:-1] if mul > 1 else s) * mul)
 
 
-def timed(call, iters):
+def timed(call, group, iters):
     out = []
     for _ in range(iters):
-        dist.barrier()
+        dist.barrier(group=group)  # the backend's own, as torch_allreduce.py times
         t0 = time.perf_counter()
         call()
         out.append(time.perf_counter() - t0)
@@ -66,12 +68,12 @@ def rank_main(rank, args, port):
         meds = {name: [] for name in groups}
         for _ in range(3):  # alternated in blocks of a third
             for name, g in groups.items():
-                meds[name].append(timed(lambda: dist.all_to_all_single(out, x, group=g), max(iters // 3, 5)))
+                meds[name].append(timed(lambda: dist.all_to_all_single(out, x, group=g), g, max(iters // 3, 5)))
         stats = torch.tensor([sorted(meds["shm"])[1], sorted(meds["gloo"])[1]], dtype=torch.float64)
         dist.all_reduce(stats)
         shm, gloo = (stats / world).tolist()
         if rank == 0:
-            moved = 4 * (world - 1) / world * n * 4
+            moved = (4 * (world - 1) + 2) / world * n * 4
             print(f"{n * 4},{shm * 1e6:.2f},{gloo * 1e6:.2f},{gloo / shm:.2f},{moved / shm / 1e9:.2f}", flush=True)
         nbytes *= 4
     dist.destroy_process_group()

@@ -318,7 +318,10 @@ static size_t a2a_len(int p, int q, int r)
     const size_t unit[] = {1, 37, STAGING / 3 + 11};
     return (size_t)((p * 7 + q * 13 + r) % 5) * unit[r % 3] + (p == q) * (size_t)STAGING;
 }
-static unsigned char a2a_byte(int p, int q, size_t i) { return (unsigned char)(i * 31 + (size_t)p * 101 + (size_t)q * 17); }
+static unsigned char a2a_byte(int p, int q, size_t i)
+{
+    return (unsigned char)(i * 31 + (size_t)p * 101 + (size_t)q * 17);
+}
 
 static int alltoalls(st_group *g, int rank, void *arg)
 {

@@ -32,8 +32,9 @@ static std::vector<size_t> part_bytes(const at::Tensor &t, const std::vector<int
     return bytes;
 }
 
-AllToAllBlocks blocks_of_splits(const at::Tensor &output, const at::Tensor &input, const std::vector<int64_t> &out_splits,
-                                const std::vector<int64_t> &in_splits, int world)
+AllToAllBlocks blocks_of_splits(const at::Tensor &output, const at::Tensor &input,
+                                const std::vector<int64_t> &out_splits, const std::vector<int64_t> &in_splits,
+                                int world)
 {
     check_cpu(output, "all_to_all_single");
     check_cpu(input, "all_to_all_single");

@@ -30,8 +30,9 @@ struct AllToAllBlocks {
 
 // all_to_all_single's: dim 0 of input and output cut by the split sizes
 // (empty: world equal parts); both contiguous.
-AllToAllBlocks blocks_of_splits(const at::Tensor &output, const at::Tensor &input, const std::vector<int64_t> &out_splits,
-                                const std::vector<int64_t> &in_splits, int world);
+AllToAllBlocks blocks_of_splits(const at::Tensor &output, const at::Tensor &input,
+                                const std::vector<int64_t> &out_splits, const std::vector<int64_t> &in_splits,
+                                int world);
 // all_to_all's: one tensor a rank on each side; all contiguous.
 AllToAllBlocks blocks_of_lists(const std::vector<at::Tensor> &outputs, const std::vector<at::Tensor> &inputs,
                                int world);

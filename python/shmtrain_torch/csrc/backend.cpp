@@ -311,8 +311,9 @@ class ShmBackend : public c10d::Backend {
         });
     }
 
-    c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input, std::vector<int64_t> &out_splits,
-                                                 std::vector<int64_t> &in_splits, const c10d::AllToAllOptions &) override
+    c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                 std::vector<int64_t> &out_splits, std::vector<int64_t> &in_splits,
+                                                 const c10d::AllToAllOptions &) override
     {
         AllToAllBlocks b = blocks_of_splits(output, input, out_splits, in_splits, getSize());
         return enqueue(OpType::ALLTOALL_BASE, Tensors{output}, [this, b, output, input]() {
