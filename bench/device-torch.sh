@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Issue 63's figures on a lent many-core machine in one call of about eight minutes: PyTorch
+# Issue 63's figures on a lent many-core machine in one call of about nine minutes: PyTorch
 # over the "shm" backend against gloo at more ranks than this project's 2-vCPU machines have.
 #   1. the backend built there, against that machine's own PyTorch (python/setup.py build:
 #      its C sources and the C++ glue; no pip, no network);
 #   2. for each N of RANKS: `all_reduce` over shm and over gloo, 4 B - 64 MiB, N ranks one per
-#      CPU (bench/torch_allreduce.py), then DDP end to end at N x 1 cores, resnet and
+#      CPU (bench/torch_allreduce.py), `all_to_all_single` over both, 4 KiB - 4 MiB
+#      (bench/torch_alltoall.py, about half a minute), then DDP end to end at N x 1 cores, resnet and
 #      gpt-mini, over gloo and over shm, at DDP's default buckets and at bucket_cap_mb=1:
 #      samples/s, the exchange's share in flight and exposed (bench/run-torch-backend.sh's
 #      table, one round);
@@ -69,6 +70,10 @@ for n in $ranks_list; do
       > "$out/allreduce-$b-$n.csv" 2>&1 || echo "device-torch: all_reduce over $b at $n ranks cut short"
     cut -d, -f1-4 "$out/allreduce-$b-$n.csv"
   done
+  echo "### all_to_all_single over shm and gloo, $n ranks (bytes, shm us, gloo us, gloo/shm, shm GB/s)"
+  timeout 60 "$python" bench/torch_alltoall.py --ranks "$n" --min 4K --max 4M --seconds 0.1 \
+    > "$out/alltoall-$n.csv" 2>&1 || echo "device-torch: all_to_all at $n ranks cut short"
+  grep -v '^#' "$out/alltoall-$n.csv" | tail -7
   ALLREDUCE=0 BUCKETS="default 1" timeout 240 bench/run-torch-backend.sh "$fake" 1 "$steps" "$n" \
     > "$out/ddp-$n.md" 2>&1 || echo "device-torch: DDP at $n ranks cut short"
   cat "$out/ddp-$n.md"
