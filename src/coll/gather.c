@@ -151,13 +151,15 @@ static st_status alltoall(st_group *g, const char *const *send, const size_t *se
 {
     const size_t piece = g->cfg.staging_bytes / (size_t)g->world;
     char *mine = coll_seg_at(g, g->rank, g->staging_off);
-    memmove(recv[g->rank], send[g->rank], send_len[g->rank]);  /* its own block never leaves it */
+    if (send_len[g->rank])  /* its own block never leaves it (a NULL block may have no bytes) */
+        memmove(recv[g->rank], send[g->rank], send_len[g->rank]);
     coll_count_read(g, -1, send_len[g->rank]);
     coll_count_write(g, send_len[g->rank]);
     for (size_t done = 0; done < longest; done += piece) {
         for (int q = 0; q < g->world; q++) {
             const size_t n = q == g->rank ? 0 : part_of(send_len[q], done, piece);
-            memcpy(mine + (size_t)q * piece, send[q] + done, n);
+            if (n)
+                memcpy(mine + (size_t)q * piece, send[q] + done, n);
             coll_count_read(g, -1, n);
             coll_count_write(g, n);
         }
@@ -166,7 +168,8 @@ static st_status alltoall(st_group *g, const char *const *send, const size_t *se
             return st;
         for (int p = 0; p < g->world; p++) {
             const size_t n = p == g->rank ? 0 : part_of(recv_len[p], done, piece);
-            coll_copy_to_user(recv[p] + done, coll_seg_at(g, p, g->staging_off) + (size_t)g->rank * piece, n);
+            if (n)
+                coll_copy_to_user(recv[p] + done, coll_seg_at(g, p, g->staging_off) + (size_t)g->rank * piece, n);
             coll_count_read(g, p, n);
             coll_count_write(g, n);
         }
