@@ -158,6 +158,31 @@ static double pass(const struct config *c, int backward, float *qkv, float *dy, 
     return failed ? -1 : now() - t0;
 }
 
+/* The kernel timed, then forward's and backward's best time a head and rate. */
+static void report(const struct config *cp, const double best[2])
+{
+    const struct config c = *cp;
+    const long t = c.t, hs = c.hs;
+    const double macs = (double)t * t * hs / 2, rounds = ceil((double)c.tasks / c.threads);
+    char kernel[96] = "bf16 dot products (causal_bf16.c)";
+    const char *small = c.small_bf16 ? "bf16-valued short-context heads (causal_small.c)"
+                                     : "fp32 short-context heads (causal_small.c)";
+    if (c.kernel != DOT)
+        snprintf(kernel, sizeof kernel, "%s", c.kernel == SMALL  ? small
+                                              : c.kernel == FP32 ? "fp32 tiles (causal.c)"
+                                                  : c.fp32   ? "fp32 oneDNN matmul, "
+                                                             : "bf16 oneDNN matmul, ");
+    if (c.kernel == MATMUL)
+        snprintf(kernel + strlen(kernel), sizeof kernel - strlen(kernel), "%s, stripes of %ld",
+                 dn_causal_impl(c.matmul), c.stripe);
+    printf("# %s, T %ld, head size %ld, %ld heads on %d threads (%.0f heads a thread at most), best of %d%s%s\n",
+           kernel, t, hs, c.tasks, c.threads, rounds, c.reps, c.offset ? ", scratch off its cache line" : "",
+           c.bf16_rows ? ", bf16 rows" : "");
+    for (int b = 0; b < 2; b++)
+        printf("%-8s %8.3f ms a head on its thread  %8.1f GFLOP/s over all threads\n", b ? "backward" : "forward",
+               best[b] / rounds * 1e3, 2 * macs * (b ? 5 : 2) * c.tasks / best[b] / 1e9);
+}
+
 int main(int argc, char **argv)
 {
     struct config c = {.t = 1024, .hs = 64, .tasks = 24, .stripe = 64, .threads = omp_get_max_threads(), .reps = 5};
@@ -205,24 +230,7 @@ int main(int argc, char **argv)
             if (r > 0 && s < best[b])
                 best[b] = s;
         }
-    const double macs = (double)t * t * hs / 2, rounds = ceil((double)c.tasks / c.threads);
-    char kernel[96] = "bf16 dot products (causal_bf16.c)";
-    const char *small = c.small_bf16 ? "bf16-valued short-context heads (causal_small.c)"
-                                     : "fp32 short-context heads (causal_small.c)";
-    if (c.kernel != DOT)
-        snprintf(kernel, sizeof kernel, "%s", c.kernel == SMALL  ? small
-                                              : c.kernel == FP32 ? "fp32 tiles (causal.c)"
-                                                  : c.fp32   ? "fp32 oneDNN matmul, "
-                                                             : "bf16 oneDNN matmul, ");
-    if (c.kernel == MATMUL)
-        snprintf(kernel + strlen(kernel), sizeof kernel - strlen(kernel), "%s, stripes of %ld",
-                 dn_causal_impl(c.matmul), c.stripe);
-    printf("# %s, T %ld, head size %ld, %ld heads on %d threads (%.0f heads a thread at most), best of %d%s%s\n",
-           kernel, t, hs, c.tasks, c.threads, rounds, c.reps, c.offset ? ", scratch off its cache line" : "",
-           c.bf16_rows ? ", bf16 rows" : "");
-    for (int b = 0; b < 2; b++)
-        printf("%-8s %8.3f ms a head on its thread  %8.1f GFLOP/s over all threads\n", b ? "backward" : "forward",
-               best[b] / rounds * 1e3, 2 * macs * (b ? 5 : 2) * c.tasks / best[b] / 1e9);
+    report(&c, best);
     free(qkv), free(dy), free(out), free(stats), free(scratch);
     dn_causal_destroy(c.matmul);
     if (engine)

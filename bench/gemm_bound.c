@@ -133,30 +133,44 @@ static int list_products(const st_model *m, int batch, struct product *v, int ca
     return np;
 }
 
-int main(int argc, char **argv)
+struct options {
+    const char *model;
+    int batch, threads, rounds;
+    double seconds;
+    bool list;
+};
+
+static int usage(void)
 {
-    const char *model = NULL;
-    int batch = 12, threads = 1;
-    double seconds = 0.2;
-    int rounds = 3;
-    bool list = false;
+    fprintf(stderr, "usage: st-gemm-bound MODEL [--batch B] [--threads N] [--seconds S] [--rounds R] [--list]\n");
+    return 2;
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    *o = (struct options){.batch = 12, .threads = 1, .rounds = 3, .seconds = 0.2};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (v && !strcmp(argv[i], "--batch")) batch = atoi(v), i++;
-        else if (v && !strcmp(argv[i], "--threads")) threads = atoi(v), i++;
-        else if (v && !strcmp(argv[i], "--seconds")) seconds = atof(v), i++;
-        else if (v && !strcmp(argv[i], "--rounds")) rounds = atoi(v), i++;
-        else if (!strcmp(argv[i], "--list")) list = true;
-        else if (argv[i][0] != '-' && !model) model = argv[i];
-        else {
-            fprintf(stderr, "usage: st-gemm-bound MODEL [--batch B] [--threads N] [--seconds S] [--rounds R] [--list]\n");
-            return 2;
-        }
+        if (v && !strcmp(argv[i], "--batch")) o->batch = atoi(v), i++;
+        else if (v && !strcmp(argv[i], "--threads")) o->threads = atoi(v), i++;
+        else if (v && !strcmp(argv[i], "--seconds")) o->seconds = atof(v), i++;
+        else if (v && !strcmp(argv[i], "--rounds")) o->rounds = atoi(v), i++;
+        else if (!strcmp(argv[i], "--list")) o->list = true;
+        else if (argv[i][0] != '-' && !o->model) o->model = argv[i];
+        else return usage();
     }
-    if (!model || batch < 1 || threads < 1 || rounds < 1 || rounds > 32) {
-        fprintf(stderr, "usage: st-gemm-bound MODEL [--batch B] [--threads N] [--seconds S] [--rounds R] [--list]\n");
+    return !o->model || o->batch < 1 || o->threads < 1 || o->rounds < 1 || o->rounds > 32 ? usage() : 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    if (parse_args(argc, argv, &o) != 0)
         return 2;
-    }
+    const char *model = o.model;
+    const int batch = o.batch, threads = o.threads, rounds = o.rounds;
+    const double seconds = o.seconds;
+    const bool list = o.list;
     struct step_rig r;
     rig_create(&r, "st-gemm-bound", model, batch, threads);
     struct product v[512];

@@ -62,36 +62,52 @@ static void list(st_net *n, const struct timed_list *l, int k)
     }
 }
 
-int main(int argc, char **argv)
+struct options {
+    const char *model;
+    int batch, threads, rounds;
+    bool show;
+    st_dtype precision;
+};
+
+static int parse_args(int argc, char **argv, struct options *o)
 {
-    const char *model = NULL;
-    int batch = 64, threads = 1, rounds = 5;
-    bool show = false;
-    st_dtype precision = ST_DTYPE_F32;
+    *o = (struct options){.batch = 64, .threads = 1, .rounds = 5, .precision = ST_DTYPE_F32};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--batch") && v)
-            batch = atoi(v), i++;
+            o->batch = atoi(v), i++;
         else if (!strcmp(a, "--threads") && v)
-            threads = atoi(v), i++;
+            o->threads = atoi(v), i++;
         else if (!strcmp(a, "--rounds") && v)
-            rounds = atoi(v), i++;
-        else if (!strcmp(a, "--precision") && v && st_dtype_parse(v, &precision))
+            o->rounds = atoi(v), i++;
+        else if (!strcmp(a, "--precision") && v && st_dtype_parse(v, &o->precision))
             i++;
         else if (!strcmp(a, "--list"))
-            show = true;
-        else if (a[0] != '-' && !model)
-            model = a;
+            o->show = true;
+        else if (a[0] != '-' && !o->model)
+            o->model = a;
         else {
             fprintf(stderr, "usage: st-op-bound MODEL [--batch B] [--threads N] [--precision fp32|bf16] "
                             "[--rounds R] [--list]\n");
             return 2;
         }
     }
-    if (!model || batch < 1 || threads < 1 || rounds < 1 || rounds > 99) {
+    if (!o->model || o->batch < 1 || o->threads < 1 || o->rounds < 1 || o->rounds > 99) {
         fprintf(stderr, "st-op-bound: a model, and a batch, threads and rounds (1-99) of at least 1\n");
         return 2;
     }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    if (parse_args(argc, argv, &o) != 0)
+        return 2;
+    const char *model = o.model;
+    const int batch = o.batch, threads = o.threads, rounds = o.rounds;
+    const bool show = o.show;
+    const st_dtype precision = o.precision;
     struct step_rig r;
     rig_create_in(&r, "st-op-bound", model, batch, threads, precision);
     st_net *n = r.net;
