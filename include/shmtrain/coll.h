@@ -17,6 +17,7 @@
 #ifndef SHMTRAIN_COLL_H
 #define SHMTRAIN_COLL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <stdint.h>
@@ -85,6 +86,10 @@ typedef struct st_group_config {
      * OpenMP's.  The split, and so the bits, are the same either way. */
     void (*team)(void *team_ctx, int threads, void (*body)(void *arg, int member, int size), void *arg);
     void *team_ctx;
+    size_t p2p_bytes;        /* each ordered pair's ring for st_send/st_recv
+                                (default 256 KiB, less from 9 ranks: an inbox of
+                                2 MiB; at least 16 KiB); messages of any length
+                                stream through it */
 } st_group_config;
 
 #define ST_SMALL_NEVER ((size_t)-1)
@@ -159,6 +164,32 @@ st_status st_reduce_scatter(st_group *g, const void *send, void *recv, size_t co
 st_status st_alltoall(st_group *g, const void *const *send, const size_t *send_len, void *const *recv,
                       const size_t *recv_len);
 
+/* Point-to-point, as MPI_Send and MPI_Recv: `bytes` at buf to rank `peer`
+ * as one message with `tag`, and the next message from `peer` into buf.
+ * Messages between two ranks arrive in the order sent; a recv whose
+ * length or tag differs from the next message's is refused by name
+ * (ST_ERR_MISMATCH) and the message is left for the next recv.  st_send
+ * returns once the message is in the peer's inbox (a ring of
+ * st_group_config.p2p_bytes; a longer one streams through it as the peer
+ * takes it), so the caller may reuse buf; st_recv once all of it is in buf.
+ * Unlike the collectives, these may run on other threads than the group's
+ * collectives and concurrently with them, one thread at a time sending to
+ * a given peer and one receiving from it; a failure (a dead peer:
+ * ST_ERR_PEER_DEAD; nothing moving for timeout_s) leaves the collectives
+ * usable. */
+st_status st_send(st_group *g, int peer, int tag, const void *buf, size_t bytes);
+st_status st_recv(st_group *g, int peer, int tag, void *buf, size_t bytes);
+/* Would a st_send of `bytes` to `peer` (sending) finish now without
+ * waiting (the inbox has room for it), or a st_recv of `bytes` from it
+ * (the whole message is there, or the next one is another: refused at
+ * once)?  Stays true until this rank's own next call on that side. */
+bool st_p2p_ready(const st_group *g, int peer, bool sending, size_t bytes);
+/* From now on a st_send or st_recv of g that has to wait (for room, for
+ * its message) gives up within 20 ms with ST_ERR_INTERRUPTED; one that can
+ * finish without waiting still does.  For a program leaving, or destroying
+ * the group, with calls it never waited for (any thread may call it). */
+void st_p2p_cancel(st_group *g);
+
 /* An all-reduce with a stage between its two halves, for a transport
  * beyond this machine (the hierarchical all-reduce of shmtrain-coll-mpi):
  * after the in-group reduce-scatter, `between(ctx, part, n)` runs on the
@@ -224,6 +255,8 @@ typedef struct st_coll_counters {
     uint64_t peer_bytes_read;     /* of bytes_read, from other ranks' segments */
     uint64_t remote_numa_bytes_read; /* of those, from ranks on another NUMA node */
     uint64_t tickets;             /* work tickets this rank took (st_group_take) */
+    uint64_t p2p_sent, p2p_sent_bytes;         /* st_send's messages and their bytes */
+    uint64_t p2p_received, p2p_received_bytes; /* st_recv's */
 } st_coll_counters;
 
 void st_group_counters(const st_group *g, st_coll_counters *out);

@@ -19,6 +19,7 @@
  *              control pages, the NUMA layout
  * segment.c    one POSIX shared-memory segment
  * heartbeat.c  progress for the launcher's stall watch
+ * p2p.c        point-to-point messages, through a ring a pair
  */
 #ifndef SHMTRAIN_COLL_INTERNAL_H
 #define SHMTRAIN_COLL_INTERNAL_H
@@ -53,7 +54,7 @@ struct ctl {
     uint64_t magic;
     int32_t rank, world, pid;
     int32_t numa;                 /* its NUMA node, -1 unknown or several */
-    uint64_t zero_copy_bytes, staging_bytes, small_bytes, small_zero_copy_bytes, inline_bytes, seg_bytes;
+    uint64_t zero_copy_bytes, staging_bytes, small_bytes, small_zero_copy_bytes, inline_bytes, seg_bytes, p2p_bytes;
     char job_id[72];
     char algorithm[24];           /* the forced algorithm, "" for the table */
     /* Rank 0's only: the work tickets every rank takes (st_group_take),
@@ -132,6 +133,11 @@ struct st_group {
     st_coll_counters ctr;
     size_t seg_bytes, zc_off, staging_off, results_off, results_bytes, slots_off, inline_off;
     size_t inline_lines;          /* lines per set (two sets per rank) */
+    size_t p2p_off, p2p_ring_bytes; /* the inbox: a page of counters and a ring from each peer */
+    struct {                      /* st_send / st_recv's, atomic: they may run on other threads */
+        _Atomic uint64_t sent, sent_bytes, received, received_bytes;
+        _Atomic uint32_t cancelled;  /* st_p2p_cancel: waits give up */
+    } p2p;
     uint64_t inline_seq;          /* number of the last inline call */
     int inline_parity;            /* the set the next inline call writes */
     float *inline_sums;           /* fp32 sums of an inline payload */

@@ -80,8 +80,20 @@ static st_status check_config(const st_group_config *c, enum coll_algo *forced)
     return ST_OK;
 }
 
+/* Each ordered pair's ring for st_send / st_recv: 256 KiB (a message of
+ * 64 KiB pieces passes without the sides waiting on each other), less
+ * from 9 ranks so an inbox stays 2 MiB, never under 16 KiB. */
+static size_t p2p_ring_bytes(const st_group_config *c)
+{
+    if (c->p2p_bytes)
+        return round_up(larger(c->p2p_bytes, 16u << 10), PAGE);
+    const size_t peers = c->world_size > 1 ? (size_t)c->world_size - 1 : 1;
+    const size_t share = (2u << 20) / peers / PAGE * PAGE;
+    return share > (256u << 10) ? 256u << 10 : larger(share, 16u << 10);
+}
+
 /* The segment's regions: control page, zero-copy, staging, results, the
- * direct slots, the inline lines. */
+ * direct slots, the inline lines, the point-to-point inbox. */
 static void lay_out(st_group *g)
 {
     const st_group_config *c = &g->cfg;
@@ -96,7 +108,9 @@ static void lay_out(st_group *g)
     g->slots_off = g->results_off + g->results_bytes;
     g->inline_off = g->slots_off + round_up(2 * g->slot_bytes, PAGE);
     g->inline_lines = (inline_cap + INLINE_PAYLOAD - 1) / INLINE_PAYLOAD;
-    g->seg_bytes = g->inline_off + round_up(2 * g->inline_lines * sizeof(struct inline_line), PAGE);
+    g->p2p_off = g->inline_off + round_up(2 * g->inline_lines * sizeof(struct inline_line), PAGE);
+    g->p2p_ring_bytes = p2p_ring_bytes(c);
+    g->seg_bytes = g->p2p_off + (size_t)(g->world - 1) * (PAGE + g->p2p_ring_bytes);
 }
 
 /* Defaults into the numeric fields left 0; the algorithm thresholds stay
@@ -150,6 +164,7 @@ static void init_ctl(st_group *g, const char *numa_nodes)
     c->small_zero_copy_bytes = g->cfg.small_zero_copy_bytes;
     c->inline_bytes = g->cfg.inline_bytes;
     c->seg_bytes = g->seg_bytes;
+    c->p2p_bytes = g->p2p_ring_bytes;
     c->numa = one_numa_node(numa_nodes);
     snprintf(c->job_id, sizeof c->job_id, "%s", g->job_id);
     snprintf(c->algorithm, sizeof c->algorithm, "%s", g->cfg.algorithm ? g->cfg.algorithm : "");
@@ -160,7 +175,7 @@ static st_status check_peer_ctl(st_group *g, int q)
 {
     const struct ctl *c = g->ctl[q];
     if (c->magic != CTL_MAGIC || c->rank != q || c->world != g->world ||
-        strcmp(c->job_id, g->job_id) != 0 || c->seg_bytes != g->seg_bytes ||
+        strcmp(c->job_id, g->job_id) != 0 || c->seg_bytes != g->seg_bytes || c->p2p_bytes != g->p2p_ring_bytes ||
         c->small_bytes != g->cfg.small_bytes || c->small_zero_copy_bytes != g->cfg.small_zero_copy_bytes ||
         c->inline_bytes != g->cfg.inline_bytes ||
         strcmp(c->algorithm, g->cfg.algorithm ? g->cfg.algorithm : "") != 0)
@@ -435,9 +450,23 @@ const void *st_group_peer_buffer(const st_group *g, int peer)
     return coll_seg_at(g, peer, g->zc_off);
 }
 
-void st_group_counters(const st_group *g, st_coll_counters *out) { *out = g->ctr; }
+void st_group_counters(const st_group *g, st_coll_counters *out)
+{
+    *out = g->ctr;
+    out->p2p_sent = atomic_load(&g->p2p.sent);
+    out->p2p_sent_bytes = atomic_load(&g->p2p.sent_bytes);
+    out->p2p_received = atomic_load(&g->p2p.received);
+    out->p2p_received_bytes = atomic_load(&g->p2p.received_bytes);
+}
 
-void st_group_counters_reset(st_group *g) { g->ctr = (st_coll_counters){0}; }
+void st_group_counters_reset(st_group *g)
+{
+    g->ctr = (st_coll_counters){0};
+    atomic_store(&g->p2p.sent, 0);
+    atomic_store(&g->p2p.sent_bytes, 0);
+    atomic_store(&g->p2p.received, 0);
+    atomic_store(&g->p2p.received_bytes, 0);
+}
 
 int st_group_levels(const st_group *g) { return g->lv.levels; }
 

@@ -11,7 +11,8 @@ sweep   shmrun --sweep of a PyTorch script over shm and gloo
 launch_shmrun, launch_torchrun
         under shmrun (which sets torchrun's variables and MASTER_ADDR/PORT),
         or under torchrun: the default group over shm from the environment,
-        send/recv refused by name, torch.distributed.checkpoint save + load,
+        a ring of isend/irecv (recv from any source refused by name),
+        torch.distributed.checkpoint save + load,
         the group made again under the same Store
 
 Exits 77 (skipped) where torch or the built extension cannot be imported, or
@@ -241,11 +242,17 @@ rank, world = dist.get_rank(), dist.get_world_size()
 x = torch.full((3,), float(rank + 1)); dist.all_reduce(x)
 assert x.tolist() == [world * (world + 1) / 2] * 3, x
 assert os.environ["LOCAL_WORLD_SIZE"] == str(world) and os.environ["LOCAL_RANK"] == str(rank)
-try:  # what the library does not do is refused by name
-    dist.send(torch.ones(1), dst=(rank + 1) % world) if rank == 0 else dist.recv(torch.ones(1), src=0)
-    raise SystemExit("send accepted")
+# point-to-point from the environment's group: a ring of sends, and recv from any source refused by name
+got = torch.zeros(5)
+for w in dist.batch_isend_irecv([dist.P2POp(dist.irecv, got, (rank - 1) % world),
+                                 dist.P2POp(dist.isend, torch.full((5,), float(rank)), (rank + 1) % world)]):
+    w.wait()
+assert got.tolist() == [float((rank - 1) % world)] * 5, got
+try:
+    dist.recv(torch.ones(1))
+    raise SystemExit("recv from any source accepted")
 except RuntimeError as e:
-    assert "does not support send" in str(e) or "does not support recv" in str(e), e
+    assert "does not support recvAnysource" in str(e), e
 # torch.distributed.checkpoint: a sharded save and a load, coordinated over shm
 import torch.distributed.checkpoint as dcp
 where = sys.argv[1]
@@ -298,8 +305,8 @@ def store_default_under_shmrun():
 
 def launch(launcher_name):
     """Under shmrun (which sets torchrun's variables) or under torchrun:
-    init_process_group("shm") from the environment alone, an unsupported op
-    refused by name, torch.distributed.checkpoint's save and load."""
+    init_process_group("shm") from the environment alone, a ring of isend/irecv (recv from any source
+    refused by name), torch.distributed.checkpoint's save and load."""
     import tempfile
     shmrun = os.environ.get("SHMRUN")
     if not shmrun:
@@ -331,7 +338,7 @@ def launch(launcher_name):
     pids = [int(open(os.path.join(d, f"{launcher_name}.ckpt.pid")).read())]
     left = names_left(before, pids)
     assert not left, (launcher_name, left)
-    print(f"launch: {launcher_name} -n 2: init_process_group('shm') from its variables, send refused by name, "
+    print(f"launch: {launcher_name} -n 2: init_process_group('shm') from its variables, a ring of isend/irecv, "
           "a distributed checkpoint saved and loaded", flush=True)
 
 

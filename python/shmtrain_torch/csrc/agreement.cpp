@@ -2,6 +2,11 @@
 #include "agreement.h"
 #include "tensors.h"
 
+#include <unistd.h>
+
+#include <random>
+#include <sstream>
+
 namespace shmtrain {
 
 // The number as 16 nibbles b and their squares, summed over the ranks in
@@ -27,6 +32,22 @@ bool ranks_agree(st_group *g, int world, uint64_t sig, const char *what)
         differ |= sums[kNibbles + k] - 2 * b * sums[k] + ranks * b * b != 0.0f;
     }
     return !differ;
+}
+
+std::string job_of_incarnation(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size)
+{
+    const int64_t joined = store->add("shmtrain/joins", 1);
+    const std::string key = "shmtrain/job/" + std::to_string((joined - 1) / size);
+    if (rank == 0) {
+        std::random_device rd;
+        std::ostringstream id;
+        id << "pt" << getpid() << "-" << std::hex << ((uint64_t)rd() << 32 | rd());
+        const std::string s = id.str();
+        store->set(key, std::vector<uint8_t>(s.begin(), s.end()));
+        return s;
+    }
+    const std::vector<uint8_t> v = store->get(key);
+    return std::string(v.begin(), v.end());
 }
 
 }  // namespace shmtrain

@@ -7,7 +7,8 @@
 // a failure (a dead peer: DistBackendError) is raised from wait() and from
 // the future.  Arguments are checked in the caller's thread, so a refusal
 // (another device, a dtype or op the library does not do) is raised by the
-// call itself, by name.
+// call itself, by name.  send and recv run beside the collectives, each
+// peer's on threads of their own (p2p.h).
 //
 // Data moves through the group's segment: an all-reduce takes the library's
 // staged path on the tensor itself (only what peers read is copied in, the
@@ -37,15 +38,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <set>
-#include <sstream>
 #include <unistd.h>
 
 #include "agreement.h"
 #include "alltoall.h"
 #include "call_queue.h"
 #include "hook_slots.h"
+#include "p2p.h"
 #include "tensors.h"
 
 extern "C" {
@@ -82,7 +82,7 @@ class ShmBackend : public c10d::Backend {
     ShmBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, std::chrono::duration<float> timeout)
         : c10d::Backend(rank, size)
     {
-        job_ = meet(store, rank, size);
+        job_ = job_of_incarnation(store, rank, size);
         st_group_config cfg{};
         cfg.rank = rank;
         cfg.world_size = size;
@@ -100,6 +100,7 @@ class ShmBackend : public c10d::Backend {
         size_t region_bytes = 0;
         char *region = (char *)st_group_buffer(g_, &region_bytes);
         slots_ = std::make_unique<HookSlots>(region, region_bytes);
+        p2p_ = std::make_unique<PointToPoint>(g_, p2p_counters_);
         queue_.start(g_);
         std::lock_guard<std::mutex> lock(live_lock());
         live().insert(this);
@@ -111,6 +112,7 @@ class ShmBackend : public c10d::Backend {
             live().erase(this);
         }
         queue_.stop();
+        p2p_.reset();
         st_group_destroy(g_);
     }
 
@@ -123,8 +125,10 @@ class ShmBackend : public c10d::Backend {
     static void drain_all()
     {
         std::lock_guard<std::mutex> lock(live_lock());
-        for (ShmBackend *b : live())
+        for (ShmBackend *b : live()) {
             b->queue_.stop();
+            b->p2p_->stop();
+        }
     }
 
     const std::string getBackendName() const override { return "shm"; }
@@ -327,6 +331,14 @@ class ShmBackend : public c10d::Backend {
         return enqueue(OpType::ALLTOALL, outputs, [this, b, outputs, inputs]() { run_alltoall(g_, b, "all_to_all"); });
     }
 
+    c10::intrusive_ptr<c10d::Work> send(Tensors &tensors, int peer, int tag) override
+    {
+        return p2p_->send(tensors, peer, tag);
+    }
+    c10::intrusive_ptr<c10d::Work> recv(Tensors &tensors, int peer, int tag) override
+    {
+        return p2p_->recv(tensors, peer, tag);
+    }
     // DDP's comm hook: the bucket, scaled by 1 / world as DDP's own path
     // scales each gradient, written into its slot of this rank's region in
     // one pass, summed there, and the slot handed back as the result (DDP
@@ -392,8 +404,9 @@ class ShmBackend : public c10d::Backend {
     std::string job_;
     std::unique_ptr<HookSlots> slots_;  // in the group's region
     const bool independent_ = env_is_one(ST_ENV_INDEPENDENT);  // kept_local
-    Counters counters_;
+    Counters counters_, p2p_counters_;
     CallQueue queue_{counters_};
+    std::unique_ptr<PointToPoint> p2p_;  // send and recv, each peer's on threads of their own
 
     static std::mutex &live_lock()
     {
@@ -440,25 +453,6 @@ class ShmBackend : public c10d::Backend {
                             std::string("shm backend: ") + what + ": the ranks' calls differ (count, dtype or op): "
                             "rank " + std::to_string(getRank()) + " called it with " + std::to_string(sig >> 8) +
                             " elements; every rank must make the same call");
-    }
-
-    // Rank 0 names the job's segments under this incarnation's number (a
-    // counter every rank adds to: each incarnation takes world numbers, so
-    // all its ranks read the same one); the others read the name.
-    static std::string meet(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size)
-    {
-        const int64_t joined = store->add("shmtrain/joins", 1);
-        const std::string key = "shmtrain/job/" + std::to_string((joined - 1) / size);
-        if (rank == 0) {
-            std::random_device rd;
-            std::ostringstream id;
-            id << "pt" << getpid() << "-" << std::hex << ((uint64_t)rd() << 32 | rd());
-            const std::string s = id.str();
-            store->set(key, std::vector<uint8_t>(s.begin(), s.end()));
-            return s;
-        }
-        const std::vector<uint8_t> v = store->get(key);
-        return std::string(v.begin(), v.end());
     }
 
     c10::intrusive_ptr<c10d::Work> reduce_all(Tensors &tensors, st_reduce_op op, OpType type, const char *what)
@@ -583,7 +577,8 @@ static std::map<std::string, uint64_t> counters(const c10::intrusive_ptr<c10d::B
             {"hook_in_place", c.hook_in_place},
             {"in_flight_max", c.in_flight_max}, {"signature_checks", c.signature_checks},
             {"kept_local", c.kept_local}, {"progress_wakeups", c.progress_wakeups},
-            {"wait_ns", c.wait_ns}};
+            {"wait_ns", c.wait_ns}, {"p2p_sent", lib.p2p_sent}, {"p2p_sent_bytes", lib.p2p_sent_bytes},
+            {"p2p_received", lib.p2p_received}, {"p2p_received_bytes", lib.p2p_received_bytes}};
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)

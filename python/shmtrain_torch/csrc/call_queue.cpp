@@ -42,7 +42,7 @@ void CallQueue::stop()
 // cost more than the call, and there is nothing to overlap it with.
 // The order stays the calls' (nothing is ahead of it).
 c10::intrusive_ptr<ShmWork> CallQueue::enqueue(OpType op, Tensors result, std::function<Tensors()> run,
-                                               bool may_inline)
+                                               bool may_inline, const std::function<bool()> &ready)
 {
     size_t bytes = 0;
     for (const auto &t : result)
@@ -54,7 +54,7 @@ c10::intrusive_ptr<ShmWork> CallQueue::enqueue(OpType op, Tensors result, std::f
     counters_.calls++;
     if (gone_)  // at exit: one caller at a time in the library
         cv_.wait(lock, [this] { return !running_; });
-    if ((may_inline && bytes <= kInlineBytes && queue_.empty() && !running_) || gone_) {
+    if ((may_inline && bytes <= kInlineBytes && queue_.empty() && !running_ && (!ready || ready())) || gone_) {
         running_ = true;
         lock.unlock();
         counters_.inline_calls++;
@@ -90,7 +90,8 @@ void CallQueue::run_job(Job &job)
     } catch (...) {
         error = std::current_exception();
     }
-    counters_.wait_ns = (uint64_t)(st_group_wait_seconds(g_) * 1e9);
+    if (g_)  // a collectives' queue (a point-to-point lane has no wait clock of its own)
+        counters_.wait_ns = (uint64_t)(st_group_wait_seconds(g_) * 1e9);
     job.work->complete(error, job.value);
 }
 

@@ -68,7 +68,7 @@ class CallQueue {
     CallQueue(Counters &counters) : counters_(counters) {}
     ~CallQueue() { stop(); }
 
-    // The progress thread started; g's wait clock read after each call.
+    // The progress thread started; g's wait clock (when g) read after each call.
     void start(const st_group *g);
     // The queue run to its end, then the progress thread gone; later calls
     // run in the caller's thread, one at a time.
@@ -76,9 +76,10 @@ class CallQueue {
 
     // A Work now; `run` (its result tensors, or none for the Work's own)
     // on the progress thread, or here where the call is small (at most
-    // kInlineBytes of `result`) and may_inline.
+    // kInlineBytes of `result`) and may_inline, and `ready` (when given)
+    // says it will not wait: asked with nothing of this queue running.
     c10::intrusive_ptr<ShmWork> enqueue(OpType op, Tensors result, std::function<Tensors()> run,
-                                        bool may_inline = true);
+                                        bool may_inline = true, const std::function<bool()> &ready = nullptr);
 
     size_t in_flight() const { return in_flight_; }
     // The calls so far, numbered from 0 alike on every rank (TORCH_DISTRIBUTED_DEBUG=DETAIL's check).
