@@ -78,13 +78,21 @@ static st_status peer_gone(const struct p2p_wait *w)
     return ST_OK;
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 /* Until *counter >= want: spin, yield, then sleep on it (the other side
  * wakes us: it stores, then reads our sleeper count, both sequentially
  * consistent, as we count ourselves in and then read the counter, so one
- * of the two sees the other), looking at the peer's health every 0.1 s. */
+ * of the two sees the other), looking at the peer's health after each
+ * nap (20 ms: a waiting receiver of a dead peer's message knows in that). */
 static st_status wait_counter(const struct p2p_wait *w, uint64_t want)
 {
-    for (int i = 0; i < w->g->cfg.spin; i++)
+    for (int i = 0; i < w->g->cfg.spin; i++, cpu_relax())
         if (atomic_load_explicit(w->counter, memory_order_acquire) >= want)
             return ST_OK;
     for (int i = 0; i < (w->g->oversubscribed ? 16 : 4); i++) {
