@@ -36,6 +36,9 @@ onednn_wheels=("onednn-cpu-gomp==2023.2.0 --hash=sha256:2f22a54d6a890ed14bfa185d
 torch_venv=$root/.deps/torch-venv
 torch_pin=2.13.0+cpu   # a CPU build: a bare `torch` from PyPI brings gigabytes of CUDA
 tensorboard_pin=2.20.0
+# Hugging Face's Trainer (tests/torch/test_hf_trainer.py): the versions its tests ran against
+transformers_pin=5.24.0
+accelerate_pin=1.15.0
 
 mode=install; parts="build test run"
 for arg in "$@"; do
@@ -223,7 +226,14 @@ venv_extras() {
   done < <(rows python optional bench)
   [ ${#want[@]} -gt 0 ] || return 0
   local specs=() w
-  for w in "${want[@]}"; do [ "$w" = tensorboard ] && specs+=("tensorboard==$tensorboard_pin") || specs+=("$w"); done
+  for w in "${want[@]}"; do
+    case "$w" in
+      tensorboard) specs+=("tensorboard==$tensorboard_pin") ;;
+      transformers) specs+=("transformers==$transformers_pin") ;;
+      accelerate) specs+=("accelerate==$accelerate_pin") ;;
+      *) specs+=("$w") ;;
+    esac
+  done
   pip_quietly "$torch_venv/bin/pip" install -q "${specs[@]}" ||
     echo "install-deps.sh: pip could not install ${want[*]} here; the tests that read with them skip (counted)" >&2
 }

@@ -97,12 +97,18 @@ static long flag_number(char **argv, const char *flag)
     return v;
 }
 
-/* The job's per-instance batch: --batch-size (shmtrain, the peers) or
- * nanoGPT's --batch_size; 0 when it gives none. */
+/* The job's per-instance batch: --batch-size (shmtrain, the peers),
+ * nanoGPT's --batch_size or Hugging Face's TrainingArguments'
+ * --per_device_train_batch_size; 0 when it gives none. */
 static long micro_batch(char **argv)
 {
-    const long b = flag_number(argv, "--batch-size");
-    return b > 0 ? b : flag_number(argv, "--batch_size");
+    static const char *names[] = {"--batch-size", "--batch_size", "--per_device_train_batch_size"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const long b = flag_number(argv, names[i]);
+        if (b > 0)
+            return b;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------ planning -- */
@@ -412,7 +418,8 @@ static void run_one(const struct sweep_job *j, const struct sweep_setting *s, co
         snprintf(r->error, sizeof r->error, "exit %d", rc);
     if (!r->ok) {
         size_t len = strlen(r->error);
-        snprintf(r->error + len, sizeof r->error - len, "; logs in %.*s/%s", (int)(sizeof r->error / 2), rp.dir, rp.job);
+        snprintf(r->error + len, sizeof r->error - len, "; logs in %.*s/%s", (int)(sizeof r->error / 2), rp.dir,
+                 rp.job);
     }
     free(report);
     free(metrics);
@@ -459,13 +466,14 @@ static int check_job(const struct sweep_job *j)
         fprintf(stderr, "shmrun: --sweep-precisions: the program's own --precision would contradict it\n");
         return -1;
     }
-    if (j->global_batch && has_flag(j->argv, "--grad-accum")) {
-        fprintf(stderr, "shmrun: --sweep-global-batch: the program's own --grad-accum would contradict it\n");
-        return -1;
-    }
+    for (const char **f = (const char *[]){"--grad-accum", "--gradient_accumulation_steps", NULL}; *f; f++)
+        if (j->global_batch && has_flag(j->argv, *f)) {
+            fprintf(stderr, "shmrun: --sweep-global-batch: the program's own %s would contradict it\n", *f);
+            return -1;
+        }
     if (j->global_batch && micro_batch(j->argv) < 1) {
         fprintf(stderr, "shmrun: --sweep-global-batch: give the program's --batch-size (the micro-batch each "
-                        "instance runs; a script's --batch-size or --batch_size)\n");
+                        "instance runs; a script's --batch-size, --batch_size or --per_device_train_batch_size)\n");
         return -1;
     }
     for (const char **f = refused; *f; f++)

@@ -13,6 +13,11 @@ memory): on several machines, use gloo or MPI between them.
     shmtrain_torch.counters()   # what the default group's backend moved
     shmtrain_torch.report(step=..., samples=..., loss=...)
                        # progress for `shmrun --sweep -- python train.py`
+    SHMTRAIN_TORCH_BACKEND=shm torchrun ... train.py
+                       # every init_process_group of the script takes shm
+                       # (Hugging Face's Trainer, whose accelerate names only
+                       # gloo or mpi on a CPU); shmtrain_torch.hf.ReportCallback
+                       # reports a Trainer's steps to a sweep
 
 What the backend does and refuses: docs/torch.md of the shmtrain repository.
 """
@@ -46,7 +51,8 @@ atexit.register(_C.drain)
 def _backend_from_sweep():
     """`shmrun --sweep` runs a user's script as it is, over the backend the
     sweep chose (SHMTRAIN_TORCH_BACKEND=shm or gloo): init_process_group
-    takes that one in place of the script's."""
+    takes that one in place of the script's.  Set by hand, it runs a script
+    whose group another library makes (accelerate) over shm unchanged."""
     chosen = os.environ.get("SHMTRAIN_TORCH_BACKEND")
     if not chosen or getattr(dist.init_process_group, "_shmtrain_sweep", False):
         return

@@ -371,6 +371,18 @@ def async_rank(rank, world, port, out):
         assert ws[k].result()[0] is xs[k] or torch.equal(ws[k].result()[0], xs[k])
     time.sleep(0.05)
     assert order == list(range(8)), order
+    # a small call behind a large one takes its turn on the progress thread: run at once in
+    # this thread, it would meet its peers' calls out of order (rank 1 is late, so rank 0's
+    # large call is still waiting when the small one comes)
+    x.fill_(float(rank + 1))
+    tiny = torch.full((16,), float(rank + 1))
+    if rank == 1:
+        time.sleep(0.2)
+    before = shmtrain_torch.counters()
+    wx, wt = dist.all_reduce(x, async_op=True), dist.all_reduce(tiny, async_op=True)
+    wt.wait()
+    assert wx.is_completed() and torch.all(x == 3.0) and torch.all(tiny == 3.0), (x[:2], tiny[:2])
+    assert rank == 1 or shmtrain_torch.counters()["inline_calls"] == before["inline_calls"]
     # a call split over 2 threads (SHMTRAIN_COLL_THREADS=2: the spawner sets it), on 1 and 2 of
     # PyTorch's: the exact sums (small integers), and the same bits for any values
     g = torch.Generator().manual_seed(rank)
