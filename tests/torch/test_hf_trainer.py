@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from shm_common import HERE, names_left
+from shm_common import HERE, NO_LIBUV, names_left
 
 try:
     import accelerate  # noqa: F401  the Trainer's
@@ -35,12 +35,15 @@ TINY = ["--model", "tiny", "--max_steps", "12", "--per_device_train_batch_size",
 
 
 def torchrun(cwd, *flags, env=None):
-    """Rank 0's line: backend, world, pid, losses, eval loss, parameters' digest."""
+    """Rank 0's line: backend, world, pid, losses, eval loss, parameters' digest.
+    Under shmrun where this PyTorch's torchrun cannot start (Debian's: no libuv)."""
     environ = {k: v for k, v in os.environ.items() if k != "SHMTRAIN_TORCH_BACKEND"}
     environ.update(env or {})
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                        SCRIPT, *TINY, "--out", cwd, *flags], capture_output=True, text=True, timeout=300,
-                       env=environ, cwd=cwd)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    if NO_LIBUV and os.environ.get("SHMRUN"):
+        launcher = [os.environ["SHMRUN"], "-n", "2", "--oversubscribe", "--", sys.executable]
+    r = subprocess.run(launcher + [SCRIPT, *TINY, "--out", cwd, *flags], capture_output=True, text=True,
+                       timeout=300, env=environ, cwd=cwd)
     assert r.returncode == 0, (flags, env, r.returncode, r.stderr[-3000:])
     lines = [line.split() for line in r.stdout.splitlines() if line.startswith("backend ")]
     assert len(lines) == 1, r.stdout[-2000:]
