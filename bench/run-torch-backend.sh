@@ -58,7 +58,9 @@ peer = sum(x.get("peer_wait_s", 0) for x in r)
 print(statistics.median(x["samples_per_s"] for x in r), ar / (ar + comp), exposed / (ar + comp), peer / (ar + comp))'
 }
 for r in $(seq 1 "$rounds"); do
-  for m in resnet gpt-mini; do for c in $buckets; do for b in gloo shm; do
+  # each round the other backend first: the guest's slow stretches fall on both
+  order="gloo shm"; [ $((r % 2)) = 0 ] && order="shm gloo"
+  for m in resnet gpt-mini; do for c in $buckets; do for b in $order; do
     echo "$m/$c $b $(ddp $m $b $c)" >> "$tmp/ddp.txt"
   done; done; done
 done
