@@ -453,6 +453,7 @@ static void print_progress(const struct sweep_setting *s, const struct sweep_run
 static int check_job(const struct sweep_job *j)
 {
     static const char *refused[] = {"--metrics", "--resume", "--checkpoint-every", "--out", NULL};
+    static const char *own_accumulation[] = {"--grad-accum", "--gradient_accumulation_steps", NULL};
     size_t words = 0;
     for (char **a = j->argv; a && *a; a++)
         words++;
@@ -466,8 +467,8 @@ static int check_job(const struct sweep_job *j)
         fprintf(stderr, "shmrun: --sweep-precisions: the program's own --precision would contradict it\n");
         return -1;
     }
-    for (const char **f = (const char *[]){"--grad-accum", "--gradient_accumulation_steps", NULL}; *f; f++)
-        if (j->global_batch && has_flag(j->argv, *f)) {
+    for (const char **f = own_accumulation; j->global_batch && *f; f++)
+        if (has_flag(j->argv, *f)) {
             fprintf(stderr, "shmrun: --sweep-global-batch: the program's own %s would contradict it\n", *f);
             return -1;
         }
