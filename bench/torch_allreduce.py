@@ -5,14 +5,17 @@ one timed dist.all_reduce; per rank median, 99th percentile and mean over
 iterations, averaged over ranks.  The first result is checked exact.
 
   python3 bench/torch_allreduce.py --ranks 2 [--min 4] [--max 64M] [--seconds 0.15] [--no-refill]
-                                   [--backend gloo|shm]
+                                   [--backend gloo|shm] [--dtype float32] [--op SUM]
 
 Prints CSV: bytes,<backend>_us,<backend>_p99_us,<backend>_mean_us (rank 0).  Ranks are
 pinned one per CPU, as the other columns' ranks are.  With --backend shm, also
 direct_us,...: shmtrain_torch._C.direct_allreduce, the library's st_allreduce
 on the same tensor with none of PyTorch's dispatch, alternated call by call
 with dist.all_reduce (this machine's speed drifts; alternating cancels it), so
-shm_us - direct_us is the binding's own cost per call.
+shm_us - direct_us is the binding's own cost per call (float32 SUM only).
+--dtype and --op time the other reductions: a bool or uint8 flag with MAX or
+BOR is what a script reduces to ask "has any rank stopped?" (over shm the
+gathered path, python/shmtrain_torch/csrc/gathered.h).
 """
 import argparse
 import os
@@ -28,26 +31,44 @@ def size(s):
     return int(float(s[:-1] if mul > 1 else s) * mul)
 
 
+OPS = ("SUM", "MAX", "MIN", "PRODUCT", "BAND", "BOR", "BXOR")
+
+
+def fold(tensors, op):
+    """Every rank's tensor reduced in rank order, in its dtype: the answer checked."""
+    acc = tensors[0].clone()
+    for t in tensors[1:]:
+        acc = {"SUM": torch.add, "PRODUCT": torch.mul, "MAX": torch.maximum, "MIN": torch.minimum,
+               "BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}[op](acc, t)
+    return acc.to(tensors[0].dtype)
+
+
+def values(rank, n, dtype):
+    v = (torch.arange(n, dtype=torch.int64) * 7 + rank * 3) % 64
+    return v < 32 if dtype == torch.bool else v.to(dtype)
+
+
 def rank_main(rank, args, port):
     os.sched_setaffinity(0, {rank % os.cpu_count()})
     torch.set_num_threads(1)
     direct = backend = None
+    dtype, op = getattr(torch, args.dtype), getattr(dist.ReduceOp, args.op)
     if args.backend == "shm":
         import shmtrain_torch  # registers "shm"
-        direct = shmtrain_torch._C.direct_allreduce
+        if dtype == torch.float32 and args.op == "SUM":
+            direct = shmtrain_torch._C.direct_allreduce
     dist.init_process_group(args.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.ranks)
     if direct:
         backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     world = args.ranks
     nbytes = args.min
     while nbytes <= args.max:
-        n = nbytes // 4
-        idx = torch.arange(n, dtype=torch.int64)
-        pristine = ((idx * 7 + rank * 3) % 64).to(torch.float32)
-        want = sum(((idx * 7 + q * 3) % 64) for q in range(world)).to(torch.float32)
+        n = max(1, nbytes // torch.empty(0, dtype=dtype).element_size())
+        pristine = values(rank, n, dtype)
+        want = fold([values(q, n, dtype) for q in range(world)], args.op)
         buf = pristine.clone()
         dist.barrier()
-        dist.all_reduce(buf)
+        dist.all_reduce(buf, op=op)
         if not torch.equal(buf, want):
             raise SystemExit(f"torch_allreduce: rank {rank}: wrong sum at {nbytes} bytes")
         if direct:
@@ -56,13 +77,13 @@ def rank_main(rank, args, port):
             if not torch.equal(buf, want):
                 raise SystemExit(f"torch_allreduce: rank {rank}: wrong direct sum at {nbytes} bytes")
         for _ in range(9):
-            dist.all_reduce(buf)
+            dist.all_reduce(buf, op=op)
         t0 = time.perf_counter()
-        dist.all_reduce(buf)
+        dist.all_reduce(buf, op=op)
         probe = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
         dist.broadcast(probe, 0)
         iters = int(min(5000, max(11, args.seconds / max(probe.item(), 1e-9))))
-        calls = [lambda: dist.all_reduce(buf)]
+        calls = [lambda: dist.all_reduce(buf, op=op)]
         if direct:  # the library on the same tensor, no dispatch: alternated call by call
             calls.append(lambda: direct(backend, buf))
         times = [[] for _ in calls]
@@ -94,6 +115,9 @@ def main():
     p.add_argument("--seconds", type=float, default=0.15)
     p.add_argument("--no-refill", dest="refill", action="store_false")
     p.add_argument("--backend", choices=("gloo", "shm"), default="gloo")
+    p.add_argument("--dtype", choices=("float32", "float64", "bfloat16", "int32", "int64", "int16", "int8", "uint8",
+                                       "bool"), default="float32")
+    p.add_argument("--op", choices=OPS, default="SUM")
     args = p.parse_args()
     b = args.backend
     direct = ",direct_us,direct_p99_us,direct_mean_us" if b == "shm" else ""

@@ -10,7 +10,7 @@ c10d::Backend interface: refused.
 
 The extension compiles libshmtrain-coll's C sources itself (no OpenMP: the
 PyTorch process brings its own runtime, so each call runs on one thread)
-and the thin C++ glue of csrc/ (backend.cpp, call_queue.cpp, hook_slots.cpp, agreement.cpp, alltoall.cpp, p2p.cpp)."""
+and the thin C++ glue of csrc/ (backend.cpp, call_queue.cpp, hook_slots.cpp, agreement.cpp, alltoall.cpp, gathered.cpp, p2p.cpp)."""
 import glob
 import os
 import subprocess
@@ -70,7 +70,8 @@ setup(
         CppExtension(
             "shmtrain_torch._C",
             [os.path.join("shmtrain_torch", "csrc", f)
-             for f in ("backend.cpp", "call_queue.cpp", "hook_slots.cpp", "agreement.cpp", "alltoall.cpp", "p2p.cpp")],
+             for f in ("backend.cpp", "call_queue.cpp", "hook_slots.cpp", "agreement.cpp", "alltoall.cpp", "gathered.cpp",
+                       "p2p.cpp")],
             include_dirs=[include],
             extra_compile_args=["-O3"],
             libraries=["rt"],

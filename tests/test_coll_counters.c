@@ -68,20 +68,37 @@ static struct expect two_level(const struct counter_arg *a, int N, int r)
     return x;
 }
 
-/* ring: N-1 reduce-scatter steps over every segment but r (reading ours
- * and the left's, writing ours), N-1 all-gather steps over every segment
- * but r+1 (reading the left's); one wait per step and chunk, one at the end.
- * An ordinary buffer: only what the right neighbour reads is staged. */
-static struct expect ring(const struct counter_arg *a, int N, int r)
+/* ring over n floats: N-1 reduce-scatter steps over every segment but r
+ * (reading ours and the left's, writing ours), N-1 all-gather steps over
+ * every segment but r+1 (reading the left's); one wait per step and chunk
+ * of the default 128 KiB, one at the end.  An ordinary buffer: only what
+ * the right neighbour reads is staged. */
+static struct expect ring_piece(const struct counter_arg *a, int N, int r, size_t n)
 {
-    const size_t n = a->count, e = sizeof(float), rs = n - part(n, N, r), ag = n - part(n, N, (r + 1) % N);
-    struct expect x = {2 * (uint64_t)(N - 1) + 1, (2 * rs + ag) * e, (rs + ag) * e, (rs + ag) * e, 0};
+    const size_t e = sizeof(float), rs = n - part(n, N, r), ag = n - part(n, N, (r + 1) % N);
+    const size_t max_seg = (n + (size_t)N - 1) / (size_t)N, chunk = (size_t)128 << 10;
+    const uint64_t chunks = max_seg * e > chunk ? (max_seg * e + chunk - 1) / chunk : 1;
+    struct expect x = {2 * (uint64_t)(N - 1) * chunks + 1, (2 * rs + ag) * e, (rs + ag) * e, (rs + ag) * e, 0};
     if (node_of(a, (r + N - 1) % N) != node_of(a, r))
         x.remote = x.peer;
     if (!a->zero_copy) {  /* staged: segment r in, the final segment r+1 out, each gathered one into staging
                              for the right neighbour but the last step's (segment r+2) */
         const size_t extra = part(n, N, r) + part(n, N, (r + 1) % N) + ag - part(n, N, (r + 2) % N);
         x.read += extra * e, x.written += extra * e;
+    }
+    return x;
+}
+
+/* An ordinary buffer goes through staging in pieces of at most the default
+ * 4 MiB staging area and N x 1 MiB, each a ring of its own. */
+static struct expect ring(const struct counter_arg *a, int N, int r)
+{
+    const size_t cap = (size_t)N * (1u << 20), staging = (size_t)4 << 20;
+    const size_t piece = a->zero_copy ? a->count : (cap < staging ? cap : staging) / sizeof(float);
+    struct expect x = {0};
+    for (size_t done = 0; done < a->count; done += piece) {
+        const struct expect p = ring_piece(a, N, r, a->count - done < piece ? a->count - done : piece);
+        x.syncs += p.syncs, x.read += p.read, x.written += p.written, x.peer += p.peer, x.remote += p.remote;
     }
     return x;
 }
@@ -185,6 +202,10 @@ static void test_ring_and_direct_counters(void **state)
         check(worlds[w], "direct", false, false, 1001);
         check(worlds[w], "inline", false, false, 13);
     }
+    /* 12 MiB staged: pieces of 2 MiB at 2 ranks, 3 MiB at 3, each in chunks */
+    check(2, "ring", false, false, (3u << 20) + 5);
+    check(3, "ring", false, false, (3u << 20) + 5);
+    check(2, "ring", true, false, (3u << 20) + 5);
 }
 
 /* On two NUMA nodes the two-level all-reduce reads across them what each

@@ -109,6 +109,8 @@ def counters(group=None):
     segment by plain collectives, DDP hook buckets and their bytes copied in
     (or reduced in place: hook_in_place at two ranks, hook_fallbacks where
     the region is too small), the most calls in flight at once, the ranks'
-    agreement checks, the progress thread's wake-ups (a small call run in
-    the caller's thread wakes it only when a call was queued meanwhile)."""
+    agreement checks, the reductions gathered and folded because the library
+    does not do their dtype or op (gathered_calls), the progress thread's
+    wake-ups (a small call run in the caller's thread wakes it only when a
+    call was queued meanwhile)."""
     return dict(_C.counters(_backend(group)))

@@ -132,6 +132,21 @@ static st_status ring(st_group *g, float *const *bufs, float *user, size_t n, co
     return ST_OK;
 }
 
+/* A staged piece is at most world x RING_PART_BYTES: each rank's part of
+ * it, copied in, summed into and read back, stays within one core's L2 (1
+ * MiB on a Zen 4, 2 MiB on a Sapphire Rapids).  At 2 ranks the whole 4 MiB
+ * staging area made each part 2 MiB, and 4-16 MiB calls ran 1.1-1.3x
+ * slower on a Zen 4 guest (docs/benchmarks.md 0zj); half-MiB parts lost
+ * 2-9% at 2 MiB (twice the pieces, each ring filling and draining).  From
+ * 4 ranks the staging area's own pieces are this small. */
+#define RING_PART_BYTES ((size_t)1024 << 10)
+
+static size_t ring_piece_bytes(const st_group *g)
+{
+    const size_t cap = (size_t)g->world * RING_PART_BYTES;
+    return g->cfg.staging_bytes < cap ? g->cfg.staging_bytes : cap;
+}
+
 bool coll_ring_takes(const st_group *g, const struct coll_call *c)
 {
     return g->world >= 2 && c->user == ST_DTYPE_F32 && c->wire == ST_DTYPE_F32 && coll_fast_payload(c->wire, c->op);
@@ -150,7 +165,7 @@ st_status coll_ring_run(st_group *g, const struct coll_call *c)
     for (int q = 0; q < g->world; q++)
         g->rank_ptrs[q] = (float *)coll_seg_at(g, q, g->staging_off);
     float *mine = g->rank_ptrs[g->rank];
-    const size_t piece = g->cfg.staging_bytes / sizeof(float);
+    const size_t piece = ring_piece_bytes(g) / sizeof(float);
     for (size_t done = 0; done < c->count; done += piece) {
         const size_t len = c->count - done < piece ? c->count - done : piece;
         size_t lo, hi;

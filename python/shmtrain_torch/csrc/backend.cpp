@@ -6,9 +6,11 @@
 // DDP's buckets are exchanged while backward goes on.  A Work completes (its future too) when its call has;
 // a failure (a dead peer: DistBackendError) is raised from wait() and from
 // the future.  Arguments are checked in the caller's thread, so a refusal
-// (another device, a dtype or op the library does not do) is raised by the
-// call itself, by name.  send and recv run beside the collectives, each
-// peer's on threads of their own (p2p.h).
+// (another device, a dtype or op gloo refuses too) is raised by the call
+// itself, by name.  Reductions the library does not do (PRODUCT, bitwise
+// ops, int8, uint8, int16, bool) are gathered and folded in rank order
+// (gathered.h).  send and recv run beside the collectives, each peer's on
+// threads of their own (p2p.h).
 //
 // Data moves through the group's segment: an all-reduce takes the library's
 // staged path on the tensor itself (only what peers read is copied in, the
@@ -44,6 +46,7 @@
 #include "agreement.h"
 #include "alltoall.h"
 #include "call_queue.h"
+#include "gathered.h"
 #include "hook_slots.h"
 #include "p2p.h"
 #include "tensors.h"
@@ -142,7 +145,7 @@ class ShmBackend : public c10d::Backend {
     {
         if (independent_)
             return kept_local(tensors);
-        return reduce_all(tensors, op_of(opts.reduceOp, "all_reduce"), OpType::ALLREDUCE, "all_reduce");
+        return reduce_all(tensors, opts.reduceOp, OpType::ALLREDUCE, "all_reduce");
     }
 
     c10::intrusive_ptr<c10d::Work> allreduce_coalesced(Tensors &tensors,
@@ -150,24 +153,23 @@ class ShmBackend : public c10d::Backend {
     {
         if (independent_)
             return kept_local(tensors);
-        return reduce_all(tensors, op_of(opts.reduceOp, "all_reduce_coalesced"), OpType::ALLREDUCE_COALESCED,
-                          "all_reduce_coalesced");
+        return reduce_all(tensors, opts.reduceOp, OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced");
     }
 
     // Every rank reduces; only the root keeps the result (MPI's and gloo's contract).
     c10::intrusive_ptr<c10d::Work> reduce(Tensors &tensors, const c10d::ReduceOptions &opts) override
     {
-        const st_reduce_op op = op_of(opts.reduceOp, "reduce");
+        const c10d::ReduceOp op = opts.reduceOp;
         Tensors copies;
         for (auto &t : tensors) {
             check_cpu(t, "reduce");
-            dtype_of(t, "reduce");
+            route_of(t.scalar_type(), op, "reduce");
             copies.push_back(t.clone(at::MemoryFormat::Contiguous));
         }
         const bool root = getRank() == opts.rootRank;
         return enqueue(OpType::REDUCE, tensors, [this, copies, tensors, op, root]() mutable {
             for (size_t k = 0; k < copies.size(); k++) {
-                reduce_plain(copies[k], op, "reduce");
+                reduce_any(copies[k], op, "reduce");
                 if (root)
                     tensors[k].copy_(copies[k]);
             }
@@ -279,12 +281,12 @@ class ShmBackend : public c10d::Backend {
                                                   const c10d::ReduceScatterOptions &opts) override
     {
         TORCH_CHECK(outputs.size() == inputs.size(), "shm backend: reduce_scatter: one input list per output");
-        const st_reduce_op op = op_of(opts.reduceOp, "reduce_scatter");
+        const c10d::ReduceOp op = opts.reduceOp;
         for (size_t k = 0; k < outputs.size(); k++) {
             TORCH_CHECK((int)inputs[k].size() == getSize(), "shm backend: reduce_scatter: ", inputs[k].size(),
                         " inputs for a world of ", getSize());
             check_cpu(outputs[k], "reduce_scatter");
-            dtype_of(outputs[k], "reduce_scatter");
+            route_of(outputs[k].scalar_type(), op, "reduce_scatter");
         }
         return enqueue(OpType::REDUCE_SCATTER, outputs, [this, outputs, inputs, op]() mutable {
             for (size_t k = 0; k < outputs.size(); k++)
@@ -295,8 +297,8 @@ class ShmBackend : public c10d::Backend {
     c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                                                         const c10d::ReduceScatterOptions &opts) override
     {
-        const st_reduce_op op = op_of(opts.reduceOp, "reduce_scatter_tensor");
-        check_scatter("reduce_scatter_tensor", output, input);
+        const c10d::ReduceOp op = opts.reduceOp;
+        check_scatter("reduce_scatter_tensor", output, input, op);
         return enqueue(OpType::_REDUCE_SCATTER_BASE, Tensors{output}, [this, output, input, op]() mutable {
             scatter_into(output, input, op, "reduce_scatter_tensor");
         });
@@ -306,9 +308,9 @@ class ShmBackend : public c10d::Backend {
                                                                    const c10d::ReduceScatterOptions &opts) override
     {
         TORCH_CHECK(outputs.size() == inputs.size(), "shm backend: reduce_scatter_tensor_coalesced: sizes differ");
-        const st_reduce_op op = op_of(opts.reduceOp, "reduce_scatter_tensor_coalesced");
+        const c10d::ReduceOp op = opts.reduceOp;
         for (size_t k = 0; k < outputs.size(); k++)
-            check_scatter("reduce_scatter_tensor_coalesced", outputs[k], inputs[k]);
+            check_scatter("reduce_scatter_tensor_coalesced", outputs[k], inputs[k], op);
         return enqueue(OpType::COALESCED, outputs, [this, outputs, inputs, op]() mutable {
             for (size_t k = 0; k < outputs.size(); k++)
                 scatter_into(outputs[k], inputs[k], op, "reduce_scatter_tensor_coalesced");
@@ -380,13 +382,12 @@ class ShmBackend : public c10d::Backend {
         }, false);
     }
 
-    // The library's SUM on t, with none of PyTorch's dispatch around it: for
-    // bench/torch_allreduce.py, which times it beside dist.all_reduce on the
-    // same tensor in the same process (the binding's own cost per call).
+    // The library's SUM on t without PyTorch's dispatch: bench/torch_allreduce.py
+    // times it beside dist.all_reduce (the binding's own cost per call).
     void direct_sum(at::Tensor &t)
     {
         Tensors one{t};
-        reduce_all(one, ST_SUM, OpType::ALLREDUCE, "direct all_reduce")->wait();
+        reduce_all(one, c10d::ReduceOp(c10d::ReduceOp::SUM), OpType::ALLREDUCE, "direct all_reduce")->wait();
     }
 
     Counters &counters() { return counters_; }
@@ -455,19 +456,30 @@ class ShmBackend : public c10d::Backend {
                             " elements; every rank must make the same call");
     }
 
-    c10::intrusive_ptr<c10d::Work> reduce_all(Tensors &tensors, st_reduce_op op, OpType type, const char *what)
+    c10::intrusive_ptr<c10d::Work> reduce_all(Tensors &tensors, const c10d::ReduceOp &op, OpType type,
+                                              const char *what)
     {
         for (auto &t : tensors) {
             check_cpu(t, what);
-            dtype_of(t, what);
+            route_of(t.scalar_type(), op, what);
         }
         return enqueue(type, tensors, [this, tensors, op, what]() mutable {
             for (auto &t : tensors) {
                 at::Tensor d = dense(t);
-                reduce_plain(d, op, what);
+                reduce_any(d, op, what);
                 give_back(t, d);
             }
         });
+    }
+
+    // t (contiguous) on the library's path, or gathered where it lacks the dtype or op (gathered.h).
+    void reduce_any(at::Tensor &t, const c10d::ReduceOp &op, const char *what)
+    {
+        if (route_of(t.scalar_type(), op, what) == ReduceRoute::library)
+            return reduce_plain(t, op_of(op, what), what);
+        agree(gathered_signature(t, op), what);
+        all_reduce_gathered(g_, getSize(), t, op, what);
+        counters_.gathered_calls++;
     }
     c10::intrusive_ptr<ShmWork> reduce_all_one(at::Tensor t, st_reduce_op op, OpType type, const char *what)
     {
@@ -496,11 +508,11 @@ class ShmBackend : public c10d::Backend {
         TORCH_CHECK(output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
                     "shm backend: ", what, ": the output must hold world_size x the input");
     }
-    void check_scatter(const char *what, const at::Tensor &output, const at::Tensor &input)
+    void check_scatter(const char *what, const at::Tensor &output, const at::Tensor &input, const c10d::ReduceOp &op)
     {
         check_cpu(output, what);
         check_cpu(input, what);
-        dtype_of(output, what);
+        route_of(output.scalar_type(), op, what);
         TORCH_CHECK(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
                     "shm backend: ", what, ": the input must hold world_size x the output");
     }
@@ -524,14 +536,17 @@ class ShmBackend : public c10d::Backend {
 
     void scatter_into(at::Tensor &output, const at::Tensor &input, const c10d::ReduceOp &op, const char *what)
     {
-        scatter_into(output, input, op_of(op, what), what);
-    }
-    void scatter_into(at::Tensor &output, const at::Tensor &input, st_reduce_op op, const char *what)
-    {
         at::Tensor out = dense(output), in = dense(input);
-        agree(call_signature(out, dtype_of(out, what), op), what);
-        check(st_reduce_scatter(g_, in.data_ptr(), out.data_ptr(), (size_t)out.numel(), dtype_of(out, what), op),
-              what);
+        if (route_of(out.scalar_type(), op, what) == ReduceRoute::library) {
+            const st_dtype type = dtype_of(out, what);
+            agree(call_signature(out, type, op_of(op, what)), what);
+            check(st_reduce_scatter(g_, in.data_ptr(), out.data_ptr(), (size_t)out.numel(), type, op_of(op, what)),
+                  what);
+        } else {
+            agree(gathered_signature(out, op), what);
+            reduce_scatter_gathered(g_, getSize(), out, in, op, what);
+            counters_.gathered_calls++;
+        }
         give_back(output, out);
     }
 
@@ -566,19 +581,10 @@ static c10::intrusive_ptr<c10d::Work> hook_allreduce(const c10::intrusive_ptr<c1
 
 static std::map<std::string, uint64_t> counters(const c10::intrusive_ptr<c10d::Backend> &backend)
 {
-    auto &c = shm_of(backend, "counters")->counters();
+    shmtrain::ShmBackend *shm = shm_of(backend, "counters");
     st_coll_counters lib{};
-    st_group_counters(shm_of(backend, "counters")->group(), &lib);
-    return {{"coll_bytes_read", lib.bytes_read}, {"coll_bytes_written", lib.bytes_written},
-            {"coll_peer_bytes_read", lib.peer_bytes_read}, {"coll_syncs", lib.syncs},
-            {"calls", c.calls}, {"inline_calls", c.inline_calls}, {"in_flight", shm_of(backend, "counters")->in_flight()},
-            {"bytes_staged", c.bytes_staged}, {"hook_buckets", c.hook_buckets},
-            {"hook_bytes_in", c.hook_bytes_in}, {"hook_fallbacks", c.hook_fallbacks},
-            {"hook_in_place", c.hook_in_place},
-            {"in_flight_max", c.in_flight_max}, {"signature_checks", c.signature_checks},
-            {"kept_local", c.kept_local}, {"progress_wakeups", c.progress_wakeups},
-            {"wait_ns", c.wait_ns}, {"p2p_sent", lib.p2p_sent}, {"p2p_sent_bytes", lib.p2p_sent_bytes},
-            {"p2p_received", lib.p2p_received}, {"p2p_received_bytes", lib.p2p_received_bytes}};
+    st_group_counters(shm->group(), &lib);
+    return shmtrain::counter_map(shm->counters(), lib, shm->in_flight());
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)

@@ -123,4 +123,19 @@ void CallQueue::progress()
     }
 }
 
+std::map<std::string, uint64_t> counter_map(const Counters &c, const st_coll_counters &lib, size_t in_flight)
+{
+    return {{"coll_bytes_read", lib.bytes_read}, {"coll_bytes_written", lib.bytes_written},
+            {"coll_peer_bytes_read", lib.peer_bytes_read}, {"coll_syncs", lib.syncs},
+            {"calls", c.calls}, {"inline_calls", c.inline_calls}, {"in_flight", in_flight},
+            {"bytes_staged", c.bytes_staged}, {"hook_buckets", c.hook_buckets},
+            {"hook_bytes_in", c.hook_bytes_in}, {"hook_fallbacks", c.hook_fallbacks},
+            {"hook_in_place", c.hook_in_place},
+            {"in_flight_max", c.in_flight_max}, {"signature_checks", c.signature_checks},
+            {"kept_local", c.kept_local}, {"gathered_calls", c.gathered_calls},
+            {"progress_wakeups", c.progress_wakeups}, {"wait_ns", c.wait_ns},
+            {"p2p_sent", lib.p2p_sent}, {"p2p_sent_bytes", lib.p2p_sent_bytes},
+            {"p2p_received", lib.p2p_received}, {"p2p_received_bytes", lib.p2p_received_bytes}};
+}
+
 }  // namespace shmtrain

@@ -15,7 +15,9 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -60,8 +62,12 @@ class ShmWork : public c10d::Work {
 struct Counters {
     std::atomic<uint64_t> calls{0}, inline_calls{0}, bytes_staged{0}, hook_buckets{0}, hook_bytes_in{0}, hook_fallbacks{0},
         hook_in_place{0}, in_flight_max{0}, signature_checks{0}, kept_local{0}, progress_wakeups{0},
-        wait_ns{0};  // the library's time waiting for peers, as of the last call's end
+        gathered_calls{0},  // reductions the library does not do (gathered.h)
+        wait_ns{0};         // the library's time waiting for peers, as of the last call's end
 };
+
+// The backend's counters and the library's, by the names shmtrain_torch.counters() gives them.
+std::map<std::string, uint64_t> counter_map(const Counters &c, const st_coll_counters &lib, size_t in_flight);
 
 class CallQueue {
   public:
