@@ -144,7 +144,7 @@ def check_refusals(shm, rank):
     # ranks whose calls differ, each way: refused on every rank, and the group goes on
     n = 10 + (rank == 0)
     refused(lambda: dist.all_reduce(torch.ones(n, dtype=torch.uint8), op=R.PRODUCT, group=shm),
-            ["the ranks' calls differ"])
+            ["the ranks' calls differ", f"rank {rank} called it with {n} elements"])
     t = torch.ones(4, dtype=torch.uint8 if rank == 0 else torch.int32)
     refused(lambda: dist.all_reduce(t, group=shm), ["the ranks' calls differ"])
     assert gathered_calls(shm) == before, (before, gathered_calls(shm))  # nothing ran: each refused at its agreement

@@ -49,9 +49,17 @@ ReduceRoute route_of(at::ScalarType type, const c10d::ReduceOp &op, const char *
     }
 }
 
+// A library call's layout (agreement.h), the element count above bit 8
+// where the refusal reads it, with bit 7 set (a library call's dtype and
+// op stay below it), the dtype's place in this list and the op below.
 uint64_t gathered_signature(const at::Tensor &t, const c10d::ReduceOp &op)
 {
-    return ((uint64_t)t.numel() << 16) | ((uint64_t)t.scalar_type() << 8) | ((uint64_t)op.op_ << 4) | 0xF;
+    static const at::ScalarType kinds[] = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kChar,
+                                           at::kByte,  at::kShort,  at::kInt,      at::kLong, at::kBool};
+    uint64_t kind = 0;
+    while (kind < sizeof kinds / sizeof *kinds && kinds[kind] != t.scalar_type())
+        kind++;
+    return ((uint64_t)t.numel() << 8) | 0x80 | (kind << 3) | ((uint64_t)op.op_ & 7);
 }
 
 // acc = acc op row, as gloo's: integers wrap, bool's SUM and MAX are OR,

@@ -30,8 +30,8 @@ enum class ReduceRoute { library, gathered };
 // and the dtype where neither does.  Called in the caller's thread.
 ReduceRoute route_of(at::ScalarType type, const c10d::ReduceOp &op, const char *what);
 
-// What the ranks agree on for a gathered call: unlike any library call's
-// signature (agreement.h), whose low nibble is the op.
+// What the ranks agree on for a gathered call: the count, dtype and op,
+// never equal to a library call's signature (agreement.h).
 uint64_t gathered_signature(const at::Tensor &t, const c10d::ReduceOp &op);
 
 // all_reduce: t (contiguous) becomes the fold of every rank's t.
