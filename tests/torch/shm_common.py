@@ -42,6 +42,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 
 
+def shm_beside_gloo(rank, world, port):
+    """A rank's two groups over the same ranks, shm and gloo, in one process (the default group gloo), one
+    thread a rank: every check runs a call on both and compares."""
+    from datetime import timedelta
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    return dist.new_group(backend="shm"), dist.new_group(backend="gloo")
+
+
 def free_port():
     import socket
     s = socket.socket()

@@ -34,7 +34,7 @@ import time
 from datetime import timedelta
 
 # torch, its distributed modules and the extension as shm_common imported them (or skipped: 77)
-from shm_common import dist, free_port, mp, names_left, same, shmtrain_torch, torch
+from shm_common import dist, free_port, mp, names_left, same, shm_beside_gloo, shmtrain_torch, torch
 
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32, torch.int64]
@@ -163,11 +163,7 @@ def check_alltoall(shm, gloo, rank, world):
 
 
 def ops_rank(rank, world, port):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
-    shm = dist.new_group(backend="shm")
-    gloo = dist.new_group(backend="gloo")
+    shm, gloo = shm_beside_gloo(rank, world, port)
     check_allreduce(shm, gloo, rank, world)
     check_others(shm, gloo, rank, world)
     check_alltoall(shm, gloo, rank, world)

@@ -18,12 +18,10 @@ not) are refused on every rank, and the group goes on.
 Exits 77 (skipped) where torch or the built extension cannot be imported
 (shm_common.py).
 """
-import os
 import sys
 import time
-from datetime import timedelta
 
-from shm_common import dist, free_port, mp, same, shmtrain_torch, torch
+from shm_common import dist, free_port, mp, same, shm_beside_gloo, shmtrain_torch, torch
 
 R = dist.ReduceOp
 INTS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
@@ -154,11 +152,7 @@ def check_refusals(shm, rank):
 
 
 def gathered_rank(rank, world, port):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
-    shm = dist.new_group(backend="shm")
-    gloo = dist.new_group(backend="gloo")
+    shm, gloo = shm_beside_gloo(rank, world, port)
     check_allreduce(shm, gloo, rank, world)
     check_others(shm, rank, world)
     check_refusals(shm, rank)

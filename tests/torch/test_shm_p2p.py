@@ -25,7 +25,7 @@ import tempfile
 import time
 from datetime import timedelta
 
-from shm_common import dist, free_port, mp, names_left, same, shmtrain_torch, torch
+from shm_common import dist, free_port, mp, names_left, same, shm_beside_gloo, shmtrain_torch, torch
 
 try:
     from torch.distributed import pipelining
@@ -108,10 +108,7 @@ def check_refusals(shm, rank):
 
 
 def p2p_rank(rank, world, port):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
-    shm, gloo = dist.new_group(backend="shm"), dist.new_group(backend="gloo")
+    shm, gloo = shm_beside_gloo(rank, world, port)
     before = shmtrain_torch.counters(shm)
     got = check_rings(shm, gloo, rank, world) + check_shapes(shm, rank, world) + check_refusals(shm, rank)
     c = shmtrain_torch.counters(shm)
