@@ -17,7 +17,11 @@
 # Here, first: ../shared/tools/device-bundle.sh build
 # There (the device tool, from the repository root, carrying .device):
 #   bench/device-roofline.sh [THREADS] [GPT2_BATCH] [PRESETS]   (defaults 16 12 "mlp lenet cnn resnet gpt-mini")
-# GPT2_BATCH 0 skips gpt2.  Every part runs under its own time limit, so a call cut short
+#   5. (PARTS with peer) resnet's step beside PyTorch's at 1 and 2 threads (bench/run-step.sh, 2
+#      rounds, PEER_MODES default "eager channels_last"), and gpt-mini's beside bench/torch_gpt.py at
+#      1x1 and 1x2 (bench/run-gpt.sh, 2 rounds, eager): the issue's ratios on that CPU.
+# GPT2_BATCH 0 skips gpt2; PARTS (default "roofline gpt2 tune heads") picks parts, in that order.
+# Every part runs under its own time limit, so a call cut short
 # still packs what it measured into $OUT/roofline.tar.gz.  Record the figures in
 # docs/benchmarks.md with the machine named.
 set -uo pipefail
@@ -36,8 +40,11 @@ fi
 lscpu | grep -o 'amx_bf16\|avx512_bf16' | sort -u | paste -sd' ' >> "$work/machine.txt"
 cat "$work/machine.txt"
 
+parts=" ${PARTS:-roofline gpt2 tune heads} "
+want() { [[ $parts == *" $1 "* ]]; }
+
 # 1. Each preset at 1 thread and at THREADS, fp32 and bf16 (gpt-mini's batch is its recipe's 12).
-for model in $presets; do
+want roofline && for model in $presets; do
   batch=64; [ "$model" = gpt-mini ] && batch=12
   for th in 1 "$threads"; do for q in fp32 bf16; do
     f="$work/$model-$q-$th.md"
@@ -49,7 +56,7 @@ for model in $presets; do
 done
 
 # 2. gpt2 at the recipe's batch: a step of several seconds, 28 of them in the tool.
-if [ "$gpt2_batch" -gt 0 ]; then
+if want gpt2 && [ "$gpt2_batch" -gt 0 ]; then
   for q in bf16 fp32; do
     f="$work/gpt2-$q-$threads.md"
     echo "== gpt2 $q, batch $gpt2_batch, $threads threads" | tee -a "$work/summary.txt"
@@ -61,17 +68,18 @@ fi
 
 # 3. The tuner: its verdict and cost at THREADS, a first run with nothing kept (data the
 # tree carries: a fake CIFAR-10 for resnet, the docs as gpt-mini's text).
-export XDG_CACHE_HOME="$work/cache" OMP_NUM_THREADS="$threads"
+export XDG_CACHE_HOME="$work/cache"
 bash bench/fake-cifar.sh "$data/cifar" 1024 > /dev/null 2>&1
 cat README.md docs/*.md > "$data/text.txt"
-for model in cnn resnet gpt-mini; do
+want tune && for model in cnn resnet gpt-mini; do
   case $model in
     resnet) given=(--cifar "$data/cifar" --test-subset 64) ;;
     gpt-mini) given=(--text "$data/text.txt" --eval-windows 4) ;;
     *) given=(--test-subset 64) ;;
   esac
   echo "== shmtrain --tune $model, $threads threads" | tee -a "$work/summary.txt"
-  timeout 120 shmtrain --model "$model" "${given[@]}" --tune --max-steps 2 --out "$work/tune-$model" \
+  OMP_NUM_THREADS=$threads timeout 120 shmtrain --model "$model" "${given[@]}" --tune --max-steps 2 \
+    --out "$work/tune-$model" \
     > "$work/tune-$model.txt" 2>&1
   grep -m1 'kernels: ' "$work/tune-$model.txt" | tee -a "$work/summary.txt"
   cp "$work/tune-$model/kernels.txt" "$work/kernels-$model.txt" 2>/dev/null
@@ -79,13 +87,27 @@ for model in cnn resnet gpt-mini; do
 done
 
 # 4. Attention's short-head defaults on this CPU.
-for kernel in --small "--matmul --fp32" --small-bf16 "--matmul --bf16-rows" ""; do
-  # shellcheck disable=SC2086
-  timeout 30 st-attention-bench --t 64 --hs 32 --tasks 128 --threads 1 --reps 10 $kernel
-done > "$work/short-heads.txt" 2>&1
-export OMP_NUM_THREADS=1
-timeout 60 st-step-ab SHMTRAIN_ATTENTION_MATMUL=1 --models gpt-mini --threads 1 --blocks 8 --block-seconds 0.5 \
-  --precision bf16 >> "$work/short-heads.txt" 2>&1
-ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 timeout 90 st-step-ab SHMTRAIN_ATTENTION_DOT=1 --models gpt --batch 12 \
-  --threads 1 --blocks 6 --block-seconds 1 --precision bf16 >> "$work/short-heads.txt" 2>&1
-grep -E '^(#|forward|backward|gpt)' "$work/short-heads.txt" | tee -a "$work/summary.txt"
+short_heads() {
+  local kernel
+  for kernel in --small "--matmul --fp32" --small-bf16 "--matmul --bf16-rows" ""; do
+    # shellcheck disable=SC2086
+    timeout 30 st-attention-bench --t 64 --hs 32 --tasks 128 --threads 1 --reps 10 $kernel
+  done > "$work/short-heads.txt" 2>&1
+  OMP_NUM_THREADS=1 timeout 60 st-step-ab SHMTRAIN_ATTENTION_MATMUL=1 --models gpt-mini --threads 1 --blocks 8 \
+    --block-seconds 0.5 --precision bf16 >> "$work/short-heads.txt" 2>&1
+  OMP_NUM_THREADS=1 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 timeout 90 st-step-ab SHMTRAIN_ATTENTION_DOT=1 --models gpt \
+    --batch 12 --threads 1 --blocks 6 --block-seconds 1 --precision bf16 >> "$work/short-heads.txt" 2>&1
+  grep -E '^(#|forward|backward|gpt)' "$work/short-heads.txt" | tee -a "$work/summary.txt"
+}
+want heads && short_heads
+
+# 5. The issue's ratios against PyTorch on this CPU (the device's own python3 and PyTorch).
+if want peer; then
+  export SHMTRAIN_PYTHON=${SHMTRAIN_PYTHON:-$(command -v python3)}
+  bin=$(dirname "$(command -v st-step-bench)")
+  MODELS=resnet PEER_MODES=${PEER_MODES:-eager channels_last} timeout 150 bench/run-step.sh "$bin" 2 fp32 \
+    > "$work/peer-resnet.md" 2>&1
+  PEER_MODES=eager TEXT="$data/text.txt" timeout 150 bench/run-gpt.sh "$bin" 2 20 gpt-mini "1x1 1x2" fp32 \
+    > "$work/peer-gpt-mini.md" 2>&1
+  grep -E '^\|' "$work/peer-resnet.md" "$work/peer-gpt-mini.md" | tee -a "$work/summary.txt"
+fi

@@ -84,7 +84,7 @@ setup() {
   source "$root/.device/setup.sh" || return 1
   mkdir -p /tmp/extra && tar -C /tmp/extra -xJf "$root/.device/extra.tar.xz" || return 1
   export LD_LIBRARY_PATH=/tmp/st/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  find_mpi
+  mpirun=(); [ "${MPI:-1}" = 0 ] || find_mpi  # its probes take up to two minutes where none starts
 }
 
 # Append this part's files to the results, then drop them.
@@ -122,6 +122,21 @@ before_at() {
   keep "before-${n}x1.csv"
 }
 
+# The small-message floor (issue 64): this build and the build before alternating, 2 ranks,
+# one thread each, ROUNDS rounds, the order swapped each round.
+floor_at() {
+  [ -x /tmp/extra/st-allreduce-bench-before ] || { echo "floor: no build before in the bundle"; return 0; }
+  local r b
+  for r in $(seq 1 "${FLOOR_ROUNDS:-5}"); do
+    for b in $( [ $((r % 2)) = 1 ] && echo "before now" || echo "now before"); do
+      local bin=/tmp/st/bin/st-allreduce-bench; [ "$b" = before ] && bin=/tmp/extra/st-allreduce-bench-before
+      timeout 60 "$bin" -n 2 --csv "$@" > "$work/floor-$b-$r.csv" 2>&1
+      keep "floor-$b-$r.csv"
+    done
+  done
+  echo "floor: $(ls "$work"/floor-*.csv | wc -l) runs"
+}
+
 # Every algorithm forced at one partition, for the switch table.
 switch_at() {
   local n=$1 t=$2; shift 2
@@ -136,7 +151,7 @@ switch_at() {
 sweeps() {
   local pct=$1 plans=$2 balanced=$3  # steps: this percentage of the full run's
   "$(dirname "$0")/fake-cifar.sh" /tmp/cifar  # the sweeps time steps, not learning
-  local text=/tmp/extra/fortunes
+  local text=${TEXT:-/tmp/extra/fortunes}
   local -a jobs=(
     "resnet|--model resnet --cifar /tmp/cifar --max-steps $((60 * pct / 100)) --log-every $((10 * pct / 100)) --eval-every 100000"
     "gpt-mini|--model gpt-mini --text $text --max-steps $((60 * pct / 100)) --log-every $((10 * pct / 100)) --eval-every 100000"
@@ -180,12 +195,14 @@ run() {
           switch="2x1 4x1 8x1 16x1 2x8" plans="all,2x8,4x4,8x2,core,1x1" pct=100 balanced=core,8x2
     local switch_sizes=(--min 4K --max 4M --seconds 0.02)
   fi
-  # A rerun of some of it: PARTS (allreduce before switch sweeps), ALLREDUCE_PARTS, SWITCH_PARTS,
-  # SWITCH_SIZES ("--min 64K --max 64M"), SWITCH_ALGORITHMS, SWEEP_MODELS, SWEEP_PLANS,
-  # BALANCE_MODELS ("" for none), BALANCE_PLANS.
+  # A rerun of some of it: PARTS (allreduce before switch sweeps, and floor: the build before
+  # alternating with this one at 2 ranks, 4 B - 64 KiB, FLOOR_ROUNDS), ALLREDUCE_PARTS, SWITCH_PARTS,
+  # SWITCH_SIZES ("--min 64K --max 64M"), SWITCH_ALGORITHMS, SWEEP_MODELS, SWEEP_PLANS, SWEEP_PCT (the
+  # steps' percentage), BALANCE_MODELS ("" for none), BALANCE_PLANS, TEXT (gpt's corpus), MPI=0 (no mpirun).
   local want=" ${PARTS:-allreduce before switch sweeps} "
   parts=${ALLREDUCE_PARTS:-$parts} switch=${SWITCH_PARTS:-$switch} plans=${SWEEP_PLANS:-$plans}
-  balanced=${BALANCE_PLANS:-$balanced}
+  balanced=${BALANCE_PLANS:-$balanced} pct=${SWEEP_PCT:-$pct}
+  [[ $want == *" floor "* ]] && floor_at --min 4 --max 64K --seconds "${FLOOR_SECONDS:-0.1}"
   # shellcheck disable=SC2206
   [ -n "${SWITCH_SIZES:-}" ] && switch_sizes=($SWITCH_SIZES --seconds 0.02)
   if [[ $want == *" allreduce "* ]]; then

@@ -238,7 +238,8 @@ def main():
             metrics.write(json.dumps(record, separators=(",", ":")) + "\n")
 
     emit(type="run", system="pytorch-ddp", instances=world, threads=torch.get_num_threads(), model=a.model,
-         params=params, batch_per_instance=a.batch_size, torch=torch.__version__, backend=a.backend, first_step=0,
+         params=params, batch_per_instance=a.batch_size, torch=torch.__version__,
+         backend=dist.get_backend(), first_step=0,  # the group's own (SHMTRAIN_TORCH_BACKEND)
          precision="bf16" if a.precision == "bf16" else "fp32", mode=a.mode,
          **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}), **independent_run())
 

@@ -283,7 +283,8 @@ def main():
     total = a.warm_steps + steps
     emit({"type": "run", "system": "pytorch-ddp" if world > 1 else "pytorch", "instances": world,
           "threads": torch.get_num_threads(), "model": a.model, "params": params, "batch_per_instance": a.batch_size,
-          "torch": torch.__version__, **({"backend": a.backend} if world > 1 else {}), "first_step": 0, "context": t,
+          "torch": torch.__version__, **({"backend": dist.get_backend()} if world > 1 else {}),  # the group's own
+          "first_step": 0, "context": t,
           "precision": "bf16" if a.precision == "bf16" else "fp32", "mode": a.mode,
           **({"grad_accum": a.grad_accum} if a.grad_accum > 1 else {}), **independent_run()})
 

@@ -31,6 +31,8 @@ if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 1
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
+sys.path.insert(0, here)
+from own_runtime import refuse_own_cxx_runtime  # noqa: E402
 
 
 coll = sorted(glob.glob(os.path.join(root, "src", "coll", "*.c")))
@@ -55,6 +57,9 @@ class BuildWithC(BuildExtension):
         for ext in self.extensions:
             ext.extra_objects = objects + list(ext.extra_objects or [])
         super().build_extensions()
+        for ext in self.extensions:
+            refuse_own_cxx_runtime(self.get_ext_fullpath(ext.name))
+
 
 
 setup(

@@ -331,10 +331,13 @@ static int take_run_record(const st_run_record *run, struct reading *s, struct s
     s->prev_step = (double)run->first_step;
     snprintf(r->precision, sizeof r->precision, "%s", run->precision);
     snprintf(r->mode, sizeof r->mode, "%s", run->mode);
-    /* one instance has no all-reduce to check (torch_gpt.py then makes no group) */
+    /* One instance has no all-reduce to check (torch_gpt.py then makes no group).  The record names
+     * the group's real backend: a script's SHMTRAIN_TORCH_BACKEND takes effect only where
+     * shmtrain_torch is imported (its entry point, installed), and the ceiling's independence is
+     * the shm backend's, so a run over gloo in their place is refused, not reported as theirs. */
     if (r->system == SWEEP_TORCH_SHM && run->instances > 1 && strcmp(run->backend, "shm") != 0)
         return run_failed(r, "DDP over shm: the peer's run record says its all-reduce was not shm");
-    if (!strcmp(run->system, "pytorch-script") && run->instances > 1 && run->backend[0] &&
+    if (!strncmp(run->system, "pytorch", 7) && run->instances > 1 && run->backend[0] &&
         strcmp(run->backend, r->system == SWEEP_TORCH ? "gloo" : "shm") != 0)
         return run_failed(r, "the script's run record names another backend than the sweep chose "
                              "(SHMTRAIN_TORCH_BACKEND: is shmtrain_torch installed for its python?)");

@@ -121,9 +121,18 @@ static void script_systems(const struct sweep_job *j, const char *self, struct s
     const char *program = strrchr(j->argv[0], '/') ? strrchr(j->argv[0], '/') + 1 : j->argv[0];
     out->python = !strncmp(program, "python", 6) ? j->argv[0] : python();
     out->nsystems = j->compare_gloo ? 2 : 1;
-    if (!shm_backend_importable(out->python, self))
+    if (!shm_backend_importable(out->python, self)) {
         fprintf(stderr, "shmrun: --sweep: %s cannot import shmtrain_torch (make python installs it): the script's "
                         "runs over shm will fail\n", out->python);
+        return;
+    }
+    /* the script imports torch, not shmtrain_torch: only the installed entry point brings the backend in */
+    char *registers[] = {(char *)out->python, "-c",
+                         "import sys, torch.distributed as d; sys.exit('shm' not in d.Backend.backend_list)", NULL};
+    if (sweep_run_quietly(registers, NULL, NULL) != 0)
+        fprintf(stderr, "shmrun: --sweep: %s imports shmtrain_torch but `import torch` does not load it (its entry "
+                        "point is not installed: pip install ./python): a script that does not import it runs over "
+                        "its own backend, and its runs over shm are refused\n", out->python);
 }
 
 void sweep_find_peers(const struct sweep_job *j, const char *self, struct sweep_peers *out)

@@ -213,8 +213,25 @@ def sweep():
     settings = json.load(open(os.path.join(d, "c", "sweep.json")))["settings"]
     systems = [st["systems"] for st in settings if st["label"] == "2x1"][0]
     assert systems.get("shmtrain-independent", {}).get("samples_per_s", {}).get("median", 0) > 0, systems
+    # shmtrain_torch importable but not installed (no entry point: `import torch` does not load it):
+    # SHMTRAIN_TORCH_BACKEND changes nothing and the script runs over its own gloo; its "shm" row and
+    # its ceiling are refused by name (the record names the group's backend), not reported as shm's
+    bare = os.path.join(d, "bare")
+    os.makedirs(bare)
+    import shmtrain_torch
+    os.symlink(os.path.dirname(os.path.abspath(shmtrain_torch.__file__)), os.path.join(bare, "shmtrain_torch"))
+    alone = dict(os.environ, PYTHONPATH=bare)
+    r = subprocess.run([shmrun, "--sweep", "2x1", "--repeats", "1", "--oversubscribe", "--sweep-out",
+                        os.path.join(d, "e"), "--", sys.executable, gpt,
+                        "--model", "gpt-mini", "--text", text, "--max-steps", "2", "--eval-windows", "1",
+                        "--warm-steps", "0", "--log-every", "1"],
+                       capture_output=True, text=True, timeout=600, env=alone)
+    said = r.stderr + open(os.path.join(d, "e", "report.md")).read()
+    assert r.returncode == 1 and said.count("names another backend than the sweep chose") >= 2, (r.returncode,
+                                                                                                said[-3000:])
+    assert "does not load it (its entry point is not installed" in r.stderr, r.stderr[-2000:]
     print("sweep: a PyTorch script over shm and gloo in 1x2 (acc 2) and 2x1, its reported rates; without "
-          "reports, ranked by wall time", flush=True)
+          "reports, ranked by wall time; a script that ran gloo in shm's place refused", flush=True)
 
 
 KEPT_LOCAL = """

@@ -4,8 +4,9 @@
 
 #include <unistd.h>
 
+#include <cinttypes>
+#include <cstdio>
 #include <random>
-#include <sstream>
 
 namespace shmtrain {
 
@@ -39,10 +40,13 @@ std::string job_of_incarnation(const c10::intrusive_ptr<c10d::Store> &store, int
     const int64_t joined = store->add("shmtrain/joins", 1);
     const std::string key = "shmtrain/job/" + std::to_string((joined - 1) / size);
     if (rank == 0) {
+        // No iostreams in the extension: built by another compiler than PyTorch's (a GPU host's
+        // newer g++), their inline parts disagreed with the process's libstdc++ and crashed here
         std::random_device rd;
-        std::ostringstream id;
-        id << "pt" << getpid() << "-" << std::hex << ((uint64_t)rd() << 32 | rd());
-        const std::string s = id.str();
+        const uint64_t nonce = (uint64_t)rd() << 32 | rd();
+        char id[48];
+        std::snprintf(id, sizeof id, "pt%ld-%" PRIx64, (long)getpid(), nonce);
+        const std::string s(id);
         store->set(key, std::vector<uint8_t>(s.begin(), s.end()));
         return s;
     }
