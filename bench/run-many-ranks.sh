@@ -123,14 +123,16 @@ before_at() {
 }
 
 # The small-message floor (issue 64): this build and the build before alternating, 2 ranks,
-# one thread each, ROUNDS rounds, the order swapped each round.
+# one thread each (the build before has no threads; this one's default is CPUs / ranks),
+# FLOOR_ROUNDS rounds, the order swapped each round.
 floor_at() {
   [ -x /tmp/extra/st-allreduce-bench-before ] || { echo "floor: no build before in the bundle"; return 0; }
   local r b
   for r in $(seq 1 "${FLOOR_ROUNDS:-5}"); do
     for b in $( [ $((r % 2)) = 1 ] && echo "before now" || echo "now before"); do
-      local bin=/tmp/st/bin/st-allreduce-bench; [ "$b" = before ] && bin=/tmp/extra/st-allreduce-bench-before
-      timeout 60 "$bin" -n 2 --csv "$@" > "$work/floor-$b-$r.csv" 2>&1
+      local cmd=(/tmp/st/bin/st-allreduce-bench --threads 1)
+      [ "$b" = before ] && cmd=(/tmp/extra/st-allreduce-bench-before)
+      timeout 60 "${cmd[@]}" -n 2 --csv "$@" > "$work/floor-$b-$r.csv" 2>&1
       keep "floor-$b-$r.csv"
     done
   done

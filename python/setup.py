@@ -61,7 +61,6 @@ class BuildWithC(BuildExtension):
             refuse_own_cxx_runtime(self.get_ext_fullpath(ext.name))
 
 
-
 setup(
     name="shmtrain-torch",
     version="0.1.0",
