@@ -1,9 +1,9 @@
 """The built extension must use the C++ runtime of the process that loads it.
 
-A compiler whose C++ runtime is only static (a GPU host's /opt/gcc) links a
-copy of its libstdc++ into the extension, beside the one the PyTorch process
-has loaded: where the two differ in version they disagree (on a stream's
-locale, seen) and the backend crashed at its first call.  python/setup.py
+A compiler that links a copy of its libstdc++ into the extension (a GPU
+host's /opt/gcc did) puts it beside the one the PyTorch process has loaded:
+there the two disagreed and the backend crashed at its first call (in a
+number's formatting through a stream).  python/setup.py
 says so at build time, by name, instead; tests/torch/test_own_runtime.py
 checks the check."""
 import os
